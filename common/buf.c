@@ -1,0 +1,116 @@
+#include "buf.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int tp_buf_reserve(tp_buf_t *b, size_t extra)
+{
+    if (b->cap - b->len >= extra)
+        return 0;
+    if (b->off > 0 && b->cap - (b->len - b->off) >= extra) {
+        memmove(b->data, b->data + b->off, b->len - b->off);
+        b->len -= b->off;
+        b->off = 0;
+        return 0;
+    }
+    size_t need = b->len + extra;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) {
+        if (cap > SIZE_MAX / 2) {
+            errno = ENOMEM;
+            return -1;
+        }
+        cap *= 2;
+    }
+    uint8_t *p = realloc(b->data, cap);
+    if (p == NULL)
+        return -1;
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+int tp_buf_append(tp_buf_t *b, const void *p, size_t n)
+{
+    if (tp_buf_reserve(b, n) < 0)
+        return -1;
+    if (n > 0)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+int tp_buf_puts(tp_buf_t *b, const char *s)
+{
+    return tp_buf_append(b, s, strlen(s));
+}
+
+int tp_buf_printf(tp_buf_t *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || tp_buf_reserve(b, (size_t)n + 1) < 0)
+        return -1;
+    va_start(ap, fmt);
+    vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return 0;
+}
+
+void tp_buf_consume(tp_buf_t *b, size_t n)
+{
+    b->off += n;
+    if (b->off >= b->len) {
+        b->off = 0;
+        b->len = 0;
+    }
+}
+
+void tp_buf_reset(tp_buf_t *b)
+{
+    b->off = 0;
+    b->len = 0;
+}
+
+void tp_buf_free(tp_buf_t *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->off = b->len = b->cap = 0;
+}
+
+ssize_t tp_buf_read_fd(tp_buf_t *b, int fd)
+{
+    if (tp_buf_reserve(b, 65536) < 0)
+        return -1;
+    ssize_t n;
+    do {
+        n = read(fd, b->data + b->len, b->cap - b->len);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0)
+        b->len += (size_t)n;
+    return n;
+}
+
+int tp_write_all(int fd, const void *p, size_t n)
+{
+    const char *s = p;
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        s += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}

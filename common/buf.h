@@ -1,0 +1,41 @@
+/*
+ * A growable byte buffer with a read offset: the accumulator under every
+ * frame reader and writer, and the output line builder.
+ */
+#ifndef TP_BUF_H
+#define TP_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct {
+    uint8_t *data;
+    size_t off; /* first unconsumed byte */
+    size_t len; /* end of valid bytes */
+    size_t cap;
+} tp_buf_t;
+
+/* Makes room for extra more bytes after len. 0, or -1 (ENOMEM). */
+int tp_buf_reserve(tp_buf_t *b, size_t extra);
+int tp_buf_append(tp_buf_t *b, const void *p, size_t n);
+int tp_buf_puts(tp_buf_t *b, const char *s);
+int tp_buf_printf(tp_buf_t *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Drops n consumed bytes from the front; compacts when worth it. */
+void tp_buf_consume(tp_buf_t *b, size_t n);
+static inline size_t tp_buf_avail(const tp_buf_t *b) { return b->len - b->off; }
+static inline const uint8_t *tp_buf_head(const tp_buf_t *b) { return b->data + b->off; }
+void tp_buf_reset(tp_buf_t *b);
+void tp_buf_free(tp_buf_t *b);
+
+/*
+ * One read(2) into the buffer (at least 64 KiB of room). Returns bytes read,
+ * 0 at EOF, -1 with errno set (EAGAIN included) on error.
+ */
+ssize_t tp_buf_read_fd(tp_buf_t *b, int fd);
+
+/* write(2) until all n bytes are out, resuming after EINTR. 0 or -1. */
+int tp_write_all(int fd, const void *p, size_t n);
+
+#endif

@@ -1,0 +1,28 @@
+/*
+ * JSON text out: strings escaped (invalid UTF-8 replaced), and jansson
+ * values written compact on one line with numbers in their shortest form
+ * that reads back the same (1.08, not 1.0800000000000001).
+ *
+ * One writer serves the result lines, the args of a call and the results of
+ * tools, so a value reads the same wherever it is printed.
+ */
+#ifndef TP_JSON_H
+#define TP_JSON_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "buf.h"
+
+enum {
+    TP_JSON_SORT_KEYS = 1, /* object keys in byte order: the canonical form */
+};
+
+/* Appends s (n bytes) as a JSON string, quotes included. */
+int tp_json_put_string(tp_buf_t *b, const char *s, size_t n);
+/* Appends v compact. 0, or -1 (ENOMEM). */
+int tp_json_write(tp_buf_t *b, const json_t *v, int flags);
+/* Appends a double in its shortest round-trip form ("1e+300", "0.1", "3"). */
+int tp_json_put_real(tp_buf_t *b, double d);
+
+#endif

@@ -1,0 +1,9 @@
+/* Diagnostics on stderr, prefixed with the program's name. */
+#ifndef TP_LOG_H
+#define TP_LOG_H
+
+void tp_log_init(const char *prog);
+void tp_log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void tp_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,1362 @@
+/*
+ * The registry loader. tools.json is read once, parsed by jansson, and then
+ * walked against the key tables below: one row per key saying its type, its
+ * bounds, its built-in default and where in the C structs it lands. Nothing
+ * else in this file knows a key's name, so a new policy knob is one row.
+ *
+ * Every rejection names FILE:LINE and the key path. jansson keeps no
+ * positions, so the loader tracks the JSON Pointer of what it is reading and
+ * asks tp_json_line for the line only when it has something to report.
+ */
+#include "registry.h"
+
+#include "jsonpos.h"
+#include "taxonomy.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- where the loader is: a JSON Pointer and the key path users read ---- */
+
+#define TP_WHERE_MAX 2048
+
+typedef struct {
+    char ptr[TP_WHERE_MAX]; /* "/tools/1/backoff/factor", for the line */
+    char key[TP_WHERE_MAX]; /* "tools[1] (search_kb).backoff.factor" */
+    size_t ptr_len;
+    size_t key_len;
+} where_t;
+
+typedef struct {
+    size_t ptr_len;
+    size_t key_len;
+} mark_t;
+
+/* Appends, truncating silently: a 2 KiB key path only costs a vaguer line. */
+static void where_add(char *buf, size_t *len, const char *s, size_t n)
+{
+    if (n > TP_WHERE_MAX - 1 - *len)
+        n = TP_WHERE_MAX - 1 - *len;
+    memcpy(buf + *len, s, n);
+    *len += n;
+    buf[*len] = '\0';
+}
+
+/* Descends into the member name; "~" and "/" are escaped in the pointer. */
+static mark_t where_key(where_t *w, const char *name)
+{
+    mark_t m = {w->ptr_len, w->key_len};
+    where_add(w->ptr, &w->ptr_len, "/", 1);
+    for (const char *c = name; *c != '\0'; c++) {
+        if (*c == '~')
+            where_add(w->ptr, &w->ptr_len, "~0", 2);
+        else if (*c == '/')
+            where_add(w->ptr, &w->ptr_len, "~1", 2);
+        else
+            where_add(w->ptr, &w->ptr_len, c, 1);
+    }
+    if (w->key_len > 0)
+        where_add(w->key, &w->key_len, ".", 1);
+    where_add(w->key, &w->key_len, name, strlen(name));
+    return m;
+}
+
+static mark_t where_index(where_t *w, size_t i)
+{
+    mark_t m = {w->ptr_len, w->key_len};
+    char s[32];
+    int n = snprintf(s, sizeof s, "/%zu", i);
+    where_add(w->ptr, &w->ptr_len, s, (size_t)n);
+    n = snprintf(s, sizeof s, "[%zu]", i);
+    where_add(w->key, &w->key_len, s, (size_t)n);
+    return m;
+}
+
+/* Adds text to the key path only, e.g. the tool's name after "tools[2]". */
+static void where_note(where_t *w, const char *s)
+{
+    where_add(w->key, &w->key_len, s, strlen(s));
+}
+
+static void where_pop(where_t *w, mark_t m)
+{
+    w->ptr_len = m.ptr_len;
+    w->ptr[m.ptr_len] = '\0';
+    w->key_len = m.key_len;
+    w->key[m.key_len] = '\0';
+}
+
+/* ---- the loader and its one way of failing ---- */
+
+typedef struct {
+    const char *file;   /* as the caller named it: the FILE of every message */
+    const char *text;   /* the file's bytes, for tp_json_line */
+    size_t len;
+    char *err;
+    size_t errlen;
+    where_t at;
+    tp_registry_t *reg;
+    json_t *root;
+    json_t *tools_json; /* the "tools" array, read after "defaults" */
+} loader_t;
+
+/* The one format of every message: "FILE:LINE: KEYPATH: msg", parts left out when unknown. */
+static void report(char *err, size_t errlen, const char *file, int line, const char *key,
+                   const char *msg)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    char at[32] = "";
+    if (line > 0)
+        snprintf(at, sizeof at, ":%d", line);
+    snprintf(err, errlen, "%s%s: %s%s%s", file, at, key, *key != '\0' ? ": " : "", msg);
+}
+
+/*
+ * Writes "FILE:LINE: KEYPATH: message" for wherever the loader stands and
+ * returns -1, so every check reads `return fail(ld, ...)`.
+ */
+static int fail(loader_t *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(loader_t *ld, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int line = tp_json_line(ld->text, ld->len, ld->at.ptr);
+    report(ld->err, ld->errlen, ld->file, line, ld->at.key, msg);
+    return -1;
+}
+
+static int fail_oom(loader_t *ld)
+{
+    return fail(ld, "out of memory");
+}
+
+/*
+ * A short rendering of a value for "got X": scalars as JSON (strings cut
+ * at a character boundary when long), containers by their kind. A real
+ * always shows a '.' or exponent so "got 2.0" never reads as an integer.
+ */
+static const char *describe(const json_t *v, char *buf, size_t n)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        snprintf(buf, n, "%s", json_object_size(v) ? "an object" : "{}");
+        break;
+    case JSON_ARRAY:
+        snprintf(buf, n, "%s", json_array_size(v) ? "an array" : "[]");
+        break;
+    case JSON_STRING: {
+        char *s = json_dumps(v, JSON_ENCODE_ANY);
+        if (s == NULL) {
+            snprintf(buf, n, "a string");
+            break;
+        }
+        size_t len = strlen(s);
+        if (len < n) {
+            memcpy(buf, s, len + 1);
+        } else {
+            size_t keep = n > 5 ? n - 5 : 0;
+            while (keep > 0 && ((unsigned char)s[keep] & 0xC0) == 0x80)
+                keep--;
+            snprintf(buf, n, "%.*s...\"", (int)keep, s);
+        }
+        free(s);
+        break;
+    }
+    case JSON_INTEGER:
+        snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        break;
+    case JSON_REAL: {
+        int k = snprintf(buf, n, "%.15g", json_real_value(v));
+        if (k > 0 && (size_t)k + 2 < n && strpbrk(buf, ".en") == NULL)
+            memcpy(buf + k, ".0", 3);
+        break;
+    }
+    case JSON_TRUE:
+        snprintf(buf, n, "true");
+        break;
+    case JSON_FALSE:
+        snprintf(buf, n, "false");
+        break;
+    default:
+        snprintf(buf, n, "null");
+        break;
+    }
+    return buf;
+}
+
+#define GOT(v) describe((v), got, sizeof got)
+
+/* ---- the key tables ---- */
+
+typedef enum {
+    K_SKIP,     /* read before the table runs (a tool's name) */
+    K_DURATION, /* "8s" -> uint64_t microseconds */
+    K_UINT,     /* integer -> uint32_t or uint64_t, by the field's size */
+    K_NUMBER,   /* integer or real -> double */
+    K_BOOL,
+    K_JITTER,   /* "full" | "equal" | "none" -> tp_jitter_t */
+    K_KINDS,    /* array of transient kind names -> uint64_t, bit per kind */
+    K_CLASSES,  /* array of class names -> uint32_t, bit per class */
+    K_NAMES,    /* tool names, an array or one string -> char **, count at off_n */
+    K_JSON,     /* any value, kept with a reference; null means none */
+    K_SCHEMA,   /* a JSON Schema: an object or a boolean, kept */
+    K_STRING,   /* -> char * */
+    K_ARGV,     /* non-empty array of strings -> NULL-terminated char ** */
+    K_OBJECT,   /* a nested object: sub's keys, fields from base + off */
+    K_ADAPTER,  /* a tool's exec / plugin / mcp / http */
+    K_TOOLS,    /* the top-level tools array, read after everything else */
+} key_type_t;
+
+enum {
+    F_REQUIRED = 1 << 0,
+    F_NONEMPTY = 1 << 1, /* strings: "" rejected */
+    F_MIN_EXCL = 1 << 2, /* bound is "> min", not ">= min" */
+    F_URL = 1 << 3,      /* strings: http:// or https:// */
+    F_PATH = 1 << 4,     /* a relative path resolves against the registry dir */
+};
+
+typedef struct key_table key_table_t;
+
+typedef struct {
+    const char *name;
+    key_type_t type;
+    size_t off;               /* field offset from the table's base */
+    size_t size;              /* the field's size (K_UINT and the masks) */
+    unsigned flags;
+    double min, max;          /* K_UINT, K_NUMBER, K_DURATION (us); max 0 = none */
+    double dflt;              /* the built-in default, for tp_policy_init */
+    size_t off_n;             /* K_NAMES: where the count goes */
+    const key_table_t *sub;   /* K_OBJECT, and K_ADAPTER's object shape */
+    tp_adapter_t adapter;     /* K_ADAPTER */
+} key_spec_t;
+
+/* The keys one JSON object may have; next chains more keys for the same object. */
+struct key_table {
+    const key_spec_t *keys;
+    size_t n;
+    const key_table_t *next;
+    size_t next_off; /* next's base, from this table's base */
+};
+
+#define TABLE(a) {(a), sizeof(a) / sizeof((a)[0]), NULL, 0}
+#define KEY(n, t) .name = (n), .type = (t)
+#define FIELD(T, m) .off = offsetof(T, m), .size = sizeof(((T *)0)->m)
+#define POL(m) FIELD(tp_policy_t, m)
+#define TOOL(m) FIELD(tp_tool_t, m)
+#define GRD(m) FIELD(tp_guards_t, m)
+#define SEC 1e6
+#define KIND_BIT(k) (1ull << (k))
+#define CLASS_BIT(c) (1u << (c))
+
+static const key_spec_t backoff_keys[] = {
+    {KEY("base", K_DURATION), POL(backoff_base_us), .dflt = 0.5 * SEC},
+    {KEY("factor", K_NUMBER), POL(backoff_factor), .min = 1, .dflt = 2},
+    {KEY("max", K_DURATION), POL(backoff_max_us), .dflt = 30 * SEC},
+    {KEY("jitter", K_JITTER), POL(jitter), .dflt = TP_JITTER_FULL},
+};
+static const key_table_t backoff_table = TABLE(backoff_keys);
+
+static const key_spec_t same_call_keys[] = {
+    {KEY("failures", K_UINT), POL(same_call_failures), .min = 1, .dflt = 3},
+    {KEY("window", K_DURATION), POL(same_call_window_us), .dflt = 600 * SEC},
+};
+static const key_table_t same_call_table = TABLE(same_call_keys);
+
+static const key_spec_t tool_breaker_keys[] = {
+    {KEY("failure_rate", K_NUMBER), POL(tool_failure_rate), .flags = F_MIN_EXCL, .max = 1,
+     .dflt = 0.5},
+    {KEY("min_calls", K_UINT), POL(tool_min_calls), .min = 1, .dflt = 20},
+    {KEY("window", K_DURATION), POL(tool_window_us), .dflt = 60 * SEC},
+    {KEY("cooldown", K_DURATION), POL(tool_cooldown_us), .dflt = 30 * SEC},
+    {KEY("probes", K_UINT), POL(tool_probes), .min = 1, .dflt = 1},
+};
+static const key_table_t tool_breaker_table = TABLE(tool_breaker_keys);
+
+static const key_spec_t breaker_keys[] = {
+    {KEY("same_call", K_OBJECT), .sub = &same_call_table},
+    {KEY("tool", K_OBJECT), .sub = &tool_breaker_table},
+};
+static const key_table_t breaker_table = TABLE(breaker_keys);
+
+/* Allowed in "defaults" and in every tool; the tool's value wins. */
+static const key_spec_t policy_keys[] = {
+    {KEY("timeout", K_DURATION), POL(timeout_us), .flags = F_MIN_EXCL, .dflt = 30 * SEC},
+    {KEY("deadline", K_DURATION), POL(deadline_us)},
+    {KEY("attempts", K_UINT), POL(attempts), .min = 1, .max = 100, .dflt = 3},
+    {KEY("backoff", K_OBJECT), .sub = &backoff_table},
+    {KEY("kill_grace", K_DURATION), POL(kill_grace_us)},
+    {KEY("idempotent", K_BOOL), POL(idempotent), .dflt = 1},
+    {KEY("concurrency", K_UINT), POL(concurrency)},
+    {KEY("max_output", K_UINT), POL(max_output), .min = 1, .dflt = 1048576},
+    {KEY("retry_on", K_KINDS), POL(retry_on),
+     .dflt = (double)(KIND_BIT(TP_KIND_TIMEOUT) | KIND_BIT(TP_KIND_RATE_LIMITED) |
+                      KIND_BIT(TP_KIND_SERVER_ERROR) | KIND_BIT(TP_KIND_WORKER_CRASHED))},
+    {KEY("fallback", K_NAMES), POL(fallback), .off_n = offsetof(tp_policy_t, n_fallback)},
+    {KEY("fallback_on", K_CLASSES), POL(fallback_on), .dflt = CLASS_BIT(TP_CLASS_TRANSIENT)},
+    {KEY("stale", K_BOOL), POL(stale)},
+    {KEY("degraded", K_JSON), POL(degraded)},
+    {KEY("breaker", K_OBJECT), .sub = &breaker_table},
+};
+static const key_table_t policy_table = TABLE(policy_keys);
+
+static const key_spec_t plugin_keys[] = {
+    {KEY("path", K_STRING), TOOL(plugin_path), .flags = F_REQUIRED | F_NONEMPTY | F_PATH},
+};
+static const key_table_t plugin_table = TABLE(plugin_keys);
+
+static const key_spec_t mcp_keys[] = {
+    {KEY("command", K_ARGV), TOOL(mcp_command), .flags = F_REQUIRED | F_PATH},
+    {KEY("tool", K_STRING), TOOL(mcp_tool), .flags = F_REQUIRED | F_NONEMPTY},
+};
+static const key_table_t mcp_table = TABLE(mcp_keys);
+
+static const key_spec_t http_keys[] = {
+    {KEY("url", K_STRING), TOOL(http_url), .flags = F_REQUIRED | F_NONEMPTY | F_URL},
+};
+static const key_table_t http_table = TABLE(http_keys);
+
+/* A tool's own keys; its policy keys chain on, landing in tool->policy. */
+static const key_spec_t tool_keys[] = {
+    {KEY("name", K_SKIP)},
+    {KEY("description", K_STRING), TOOL(description)},
+    {KEY("parameters", K_SCHEMA), TOOL(parameters)},
+    {KEY("exec", K_ADAPTER), .adapter = TP_ADAPTER_EXEC, .flags = F_PATH},
+    {KEY("plugin", K_ADAPTER), .adapter = TP_ADAPTER_PLUGIN, .sub = &plugin_table},
+    {KEY("mcp", K_ADAPTER), .adapter = TP_ADAPTER_MCP, .sub = &mcp_table},
+    {KEY("http", K_ADAPTER), .adapter = TP_ADAPTER_HTTP, .sub = &http_table},
+};
+static const key_table_t tool_table = {tool_keys, sizeof tool_keys / sizeof tool_keys[0],
+                                       &policy_table, offsetof(tp_tool_t, policy)};
+
+/* Per job; 0 (absent) means no cap. */
+static const key_spec_t guard_keys[] = {
+    {KEY("max_steps", K_UINT), GRD(max_steps), .min = 1},
+    {KEY("max_calls", K_UINT), GRD(max_calls), .min = 1},
+    {KEY("max_wall", K_DURATION), GRD(max_wall_us), .flags = F_MIN_EXCL},
+    {KEY("max_cost", K_NUMBER), GRD(max_cost), .flags = F_MIN_EXCL},
+};
+static const key_table_t guard_table = TABLE(guard_keys);
+
+static const key_spec_t top_keys[] = {
+    {KEY("defaults", K_OBJECT), FIELD(tp_registry_t, defaults), .sub = &policy_table},
+    {KEY("guards", K_OBJECT), FIELD(tp_registry_t, guards), .sub = &guard_table},
+    {KEY("tools", K_TOOLS), .flags = F_REQUIRED},
+};
+static const key_table_t top_table = TABLE(top_keys);
+
+/* The adapters, and which of them this build's worker can run. */
+static const struct {
+    const char *name;
+    bool available;
+} adapters[] = {
+    [TP_ADAPTER_EXEC] = {"exec", true},
+    [TP_ADAPTER_PLUGIN] = {"plugin", true},
+    [TP_ADAPTER_MCP] = {"mcp", false},
+    [TP_ADAPTER_HTTP] = {"http", false},
+};
+
+static const char *const jitter_names[] = {
+    [TP_JITTER_FULL] = "full",
+    [TP_JITTER_EQUAL] = "equal",
+    [TP_JITTER_NONE] = "none",
+};
+
+/* ---- durations ---- */
+
+/*
+ * Digits, an optional fraction, then exactly one unit; or the bare "0".
+ * Integer arithmetic throughout (fraction to 9 digits, rounded to the
+ * microsecond) so "0.1s" is exactly 100000, and overflow is an error.
+ */
+int tp_duration_parse(const char *s, uint64_t *us)
+{
+    static const struct {
+        const char *unit;
+        uint64_t us;
+    } units[] = {{"us", 1}, {"ms", 1000}, {"s", 1000000}, {"m", 60000000}, {"h", 3600000000ull}};
+    if (s == NULL || us == NULL)
+        return -1;
+    if (strcmp(s, "0") == 0) {
+        *us = 0;
+        return 0;
+    }
+    const char *p = s;
+    uint64_t whole = 0, frac = 0, scale = 1;
+    if (*p < '0' || *p > '9')
+        return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        uint64_t d = (uint64_t)(*p - '0');
+        if (whole > (UINT64_MAX - d) / 10)
+            return -1;
+        whole = whole * 10 + d;
+    }
+    if (*p == '.') {
+        p++;
+        if (*p < '0' || *p > '9')
+            return -1;
+        for (; *p >= '0' && *p <= '9'; p++) {
+            if (scale < 1000000000ull) {
+                frac = frac * 10 + (uint64_t)(*p - '0');
+                scale *= 10;
+            }
+        }
+    }
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(p, units[i].unit) != 0)
+            continue;
+        uint64_t u = units[i].us;
+        if (whole > UINT64_MAX / u)
+            return -1;
+        uint64_t part = (frac * u + scale / 2) / scale;
+        if (whole * u > UINT64_MAX - part)
+            return -1;
+        *us = whole * u + part;
+        return 0;
+    }
+    return -1;
+}
+
+/* ---- the policy: defaults, copies, teardown ---- */
+
+/* Writes an unsigned value into a field of 1, 4 or 8 bytes (bool, u32, u64). */
+static void store_uint(void *field, size_t size, uint64_t v)
+{
+    if (size == sizeof(bool))
+        *(bool *)field = v != 0;
+    else if (size == sizeof(uint32_t))
+        *(uint32_t *)field = (uint32_t)v;
+    else
+        *(uint64_t *)field = v;
+}
+
+/* Every table row's built-in default into base, nested objects included. */
+static void apply_defaults(const key_table_t *tab, void *base)
+{
+    for (size_t i = 0; i < tab->n; i++) {
+        const key_spec_t *s = &tab->keys[i];
+        void *field = (char *)base + s->off;
+        switch (s->type) {
+        case K_DURATION:
+        case K_UINT:
+        case K_BOOL:
+        case K_KINDS:
+        case K_CLASSES:
+            store_uint(field, s->size, (uint64_t)s->dflt);
+            break;
+        case K_NUMBER:
+            *(double *)field = s->dflt;
+            break;
+        case K_JITTER:
+            *(tp_jitter_t *)field = (tp_jitter_t)s->dflt;
+            break;
+        case K_OBJECT:
+            apply_defaults(s->sub, field);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+void tp_policy_init(tp_policy_t *p)
+{
+    memset(p, 0, sizeof *p);
+    apply_defaults(&policy_table, p);
+}
+
+static void free_strv(char **v, size_t n)
+{
+    if (v == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+/* Frees a NULL-terminated vector. */
+static void free_argv(char **v)
+{
+    if (v == NULL)
+        return;
+    for (char **p = v; *p != NULL; p++)
+        free(*p);
+    free(v);
+}
+
+static void policy_clear(tp_policy_t *p)
+{
+    free_strv(p->fallback, p->n_fallback);
+    p->fallback = NULL;
+    p->n_fallback = 0;
+    json_decref(p->degraded);
+    p->degraded = NULL;
+}
+
+/*
+ * A tool starts as a deep copy of "defaults": its own fallback list and its
+ * own reference to the degraded answer, so overriding or freeing one never
+ * touches the other. -1 on ENOMEM, with dst safe to clear.
+ */
+static int policy_copy(tp_policy_t *dst, const tp_policy_t *src)
+{
+    *dst = *src;
+    dst->fallback = NULL;
+    dst->n_fallback = 0;
+    dst->degraded = src->degraded ? json_incref(src->degraded) : NULL;
+    if (src->n_fallback == 0)
+        return 0;
+    dst->fallback = calloc(src->n_fallback + 1, sizeof *dst->fallback);
+    if (dst->fallback == NULL)
+        return -1;
+    for (size_t i = 0; i < src->n_fallback; i++) {
+        dst->fallback[i] = strdup(src->fallback[i]);
+        if (dst->fallback[i] == NULL)
+            return -1;
+        dst->n_fallback = i + 1;
+    }
+    return 0;
+}
+
+/* ---- the name index: open addressing, FNV-1a, slots hold index + 1 ---- */
+
+typedef struct {
+    size_t mask;
+    size_t *slots;
+} tp_index_t;
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s != '\0'; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* A table of at least twice n slots, so probes stay short; NULL on ENOMEM. */
+static tp_index_t *index_new(size_t n)
+{
+    size_t cap = 8;
+    while (cap < 2 * n)
+        cap *= 2;
+    tp_index_t *ix = malloc(sizeof *ix);
+    if (ix == NULL)
+        return NULL;
+    ix->slots = calloc(cap, sizeof *ix->slots);
+    if (ix->slots == NULL) {
+        free(ix);
+        return NULL;
+    }
+    ix->mask = cap - 1;
+    return ix;
+}
+
+/* Called once per tool, after tp_registry_find said the name is new. */
+static void index_put(tp_registry_t *reg, size_t i)
+{
+    tp_index_t *ix = reg->index;
+    size_t h = (size_t)name_hash(reg->tools[i].name) & ix->mask;
+    while (ix->slots[h] != 0)
+        h = (h + 1) & ix->mask;
+    ix->slots[h] = i + 1;
+}
+
+/* The hot path: one hash and, at half load, about one probe. */
+const tp_tool_t *tp_registry_find(const tp_registry_t *reg, const char *name)
+{
+    if (reg == NULL || name == NULL || reg->index == NULL)
+        return NULL;
+    const tp_index_t *ix = reg->index;
+    for (size_t h = (size_t)name_hash(name) & ix->mask; ix->slots[h] != 0; h = (h + 1) & ix->mask) {
+        const tp_tool_t *t = &reg->tools[ix->slots[h] - 1];
+        if (strcmp(t->name, name) == 0)
+            return t;
+    }
+    return NULL;
+}
+
+/* ---- reading values ---- */
+
+/* dir + "/" + rel for a relative rel (leading "./" dropped); absolute rel as is. */
+static char *resolve_path(const char *dir, const char *rel)
+{
+    if (rel[0] == '/')
+        return strdup(rel);
+    while (rel[0] == '.' && rel[1] == '/')
+        rel += 2;
+    const char *sep = strcmp(dir, "/") == 0 ? "" : "/";
+    size_t n = strlen(dir) + strlen(sep) + strlen(rel) + 1;
+    char *p = malloc(n);
+    if (p != NULL)
+        snprintf(p, n, "%s%s%s", dir, sep, rel);
+    return p;
+}
+
+/*
+ * Checks a bound; the message is about the side that was crossed, in the
+ * value's own notation ("must be >= 1, got 0.5", "must be > 0, got \"0s\"").
+ */
+static int check_bounds(loader_t *ld, const key_spec_t *s, double x, const json_t *v)
+{
+    char got[96];
+    bool excl = (s->flags & F_MIN_EXCL) != 0;
+    if (excl ? x <= s->min : x < s->min)
+        return fail(ld, "must be %s %.15g, got %s", excl ? ">" : ">=", s->min, GOT(v));
+    double max = s->max;
+    if (max == 0 && s->type == K_UINT && s->size == sizeof(uint32_t))
+        max = UINT32_MAX;
+    if (max > 0 && x > max)
+        return fail(ld, "must be <= %.15g, got %s", max, GOT(v));
+    return 0;
+}
+
+/* The transient kinds, "Timeout, RateLimited, ...", read from the taxonomy. */
+static const char *transient_kinds(char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int k = TP_KIND_OK + 1; k < TP_KIND__COUNT; k++) {
+        if (tp_kind_class((tp_kind_t)k) != TP_CLASS_TRANSIENT)
+            continue;
+        int w = snprintf(buf + len, n - len, "%s%s", len ? ", " : "", tp_kind_name((tp_kind_t)k));
+        if (w < 0 || (size_t)w >= n - len)
+            break;
+        len += (size_t)w;
+    }
+    return buf;
+}
+
+/* retry_on: only what may be retried at all, i.e. transient kinds. */
+static int parse_kinds(loader_t *ld, json_t *v, uint64_t *mask)
+{
+    char got[96], list[128];
+    if (!json_is_array(v))
+        return fail(ld, "expected an array of kind names like [\"Timeout\"], got %s", GOT(v));
+    uint64_t bits = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        mark_t m = where_index(&ld->at, i);
+        if (!json_is_string(e))
+            return fail(ld, "expected a kind name, got %s", GOT(e));
+        tp_kind_t k = tp_kind_from_name(json_string_value(e));
+        if (k == TP_KIND_OTHER)
+            return fail(ld, "unknown kind %s (expected one of %s)", GOT(e),
+                        transient_kinds(list, sizeof list));
+        if (tp_kind_class(k) != TP_CLASS_TRANSIENT)
+            return fail(ld, "%s is %s and is never retried (expected one of %s)", GOT(e),
+                        tp_class_name(tp_kind_class(k)), transient_kinds(list, sizeof list));
+        bits |= KIND_BIT(k);
+        where_pop(&ld->at, m);
+    }
+    *mask = bits;
+    return 0;
+}
+
+/* fallback_on: the classes of failure that move on to the next hop. */
+static int parse_classes(loader_t *ld, json_t *v, uint32_t *mask)
+{
+    char got[96];
+    static const char expect[] = "\"transient\", \"permanent\", \"malformed\", \"guard\"";
+    if (!json_is_array(v))
+        return fail(ld, "expected an array of classes like [\"transient\"], got %s", GOT(v));
+    uint32_t bits = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        mark_t m = where_index(&ld->at, i);
+        const char *name = json_string_value(e);
+        int c = TP_CLASS_TRANSIENT;
+        for (; name != NULL && c <= TP_CLASS_GUARD; c++)
+            if (strcmp(name, tp_class_name((tp_class_t)c)) == 0)
+                break;
+        if (name == NULL || c > TP_CLASS_GUARD)
+            return fail(ld, "expected one of %s, got %s", expect, GOT(e));
+        bits |= CLASS_BIT(c);
+        where_pop(&ld->at, m);
+    }
+    *mask = bits;
+    return 0;
+}
+
+/* fallback: ["a", "b"] or "a". Whether the names exist is checked at the end. */
+static int parse_names(loader_t *ld, json_t *v, char ***names, size_t *count)
+{
+    char got[96];
+    json_t *one = json_is_string(v) ? v : NULL;
+    if (one == NULL && !json_is_array(v))
+        return fail(ld, "expected a tool name or an array of tool names, got %s", GOT(v));
+    size_t n = one ? 1 : json_array_size(v);
+    char **out = calloc(n + 1, sizeof *out);
+    if (out == NULL)
+        return fail_oom(ld);
+    free_strv(*names, *count);
+    *names = out;
+    *count = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = one ? one : json_array_get(v, i);
+        mark_t m = {0, 0};
+        if (one == NULL)
+            m = where_index(&ld->at, i);
+        if (!json_is_string(e) || json_string_length(e) == 0)
+            return fail(ld, "expected a tool name, got %s", GOT(e));
+        out[i] = strdup(json_string_value(e));
+        if (out[i] == NULL)
+            return fail_oom(ld);
+        *count = i + 1;
+        if (one == NULL)
+            where_pop(&ld->at, m);
+    }
+    return 0;
+}
+
+/*
+ * An argv: a non-empty array of strings, argv[0] non-empty. With F_PATH an
+ * argv[0] holding a '/' is taken relative to the registry's directory; a
+ * bare name is left for PATH. Stores a NULL-terminated vector and its length.
+ */
+static int parse_argv(loader_t *ld, json_t *v, unsigned flags, char ***out, size_t *argc)
+{
+    char got[96];
+    size_t n = json_array_size(v);
+    if (!json_is_array(v) || n == 0)
+        return fail(ld, "expected an argv array like [\"./tool\", \"--flag\"], got %s", GOT(v));
+    char **av = calloc(n + 1, sizeof *av);
+    if (av == NULL)
+        return fail_oom(ld);
+    free_argv(*out);
+    *out = av;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(v, i);
+        mark_t m = where_index(&ld->at, i);
+        if (!json_is_string(e) || (i == 0 && json_string_length(e) == 0))
+            return fail(ld, "expected %s, got %s", i == 0 ? "a program" : "a string", GOT(e));
+        const char *s = json_string_value(e);
+        if (i == 0 && (flags & F_PATH) && strchr(s, '/') != NULL)
+            av[i] = resolve_path(ld->reg->dir, s);
+        else
+            av[i] = strdup(s);
+        if (av[i] == NULL)
+            return fail_oom(ld);
+        where_pop(&ld->at, m);
+    }
+    if (argc != NULL)
+        *argc = n;
+    return 0;
+}
+
+/*
+ * A string, with the row's flags: non-empty, a URL, or a path that resolves
+ * against the registry's directory. Replaces (and frees) what was there.
+ */
+static int parse_string(loader_t *ld, const key_spec_t *s, json_t *v, char **out)
+{
+    char got[96];
+    const char *str = json_string_value(v);
+    if (str == NULL || ((s->flags & F_NONEMPTY) && *str == '\0'))
+        return fail(ld, "expected a%s string, got %s", (s->flags & F_NONEMPTY) ? " non-empty" : "",
+                    GOT(v));
+    if ((s->flags & F_URL) && strncmp(str, "http://", 7) != 0 && strncmp(str, "https://", 8) != 0)
+        return fail(ld, "expected an http:// or https:// URL, got %s", GOT(v));
+    char *copy = (s->flags & F_PATH) ? resolve_path(ld->reg->dir, str) : strdup(str);
+    if (copy == NULL)
+        return fail_oom(ld);
+    free(*out);
+    *out = copy;
+    return 0;
+}
+
+static int parse_object(loader_t *ld, json_t *obj, const key_table_t *tab, void *base);
+
+/*
+ * The adapter keys. A second one is an error at the second key; exec's value
+ * is the argv itself, the others are small objects with their own tables.
+ * Whether this build can run the adapter is decided after the whole tool
+ * has been read, so shape errors come first.
+ */
+static int parse_adapter(loader_t *ld, const key_spec_t *s, json_t *v, tp_tool_t *tool)
+{
+    if (tool->adapter != 0)
+        return fail(ld, "a tool has exactly one adapter, and this one already has \"%s\"",
+                    adapters[tool->adapter].name);
+    tool->adapter = s->adapter;
+    if (s->sub == NULL)
+        return parse_argv(ld, v, s->flags, &tool->argv, &tool->argc);
+    return parse_object(ld, v, s->sub, tool);
+}
+
+/* "tools" is only checked here; parse_tools reads it once "defaults" is known. */
+static int parse_tools_value(loader_t *ld, json_t *v)
+{
+    char got[96];
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return fail(ld, "expected a non-empty array of tools, got %s", GOT(v));
+    ld->tools_json = v;
+    return 0;
+}
+
+/* One value, by its row's type, into base + row offset. */
+static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
+{
+    char got[96];
+    void *field = (char *)base + s->off;
+    switch (s->type) {
+    case K_SKIP:
+        return 0;
+    case K_DURATION: {
+        uint64_t us;
+        if (!json_is_string(v) || tp_duration_parse(json_string_value(v), &us) < 0)
+            return fail(ld, "expected a duration like \"8s\", got %s", GOT(v));
+        if (check_bounds(ld, s, (double)us, v) < 0)
+            return -1;
+        store_uint(field, s->size, us);
+        return 0;
+    }
+    case K_UINT:
+        if (!json_is_integer(v))
+            return fail(ld, "expected an integer, got %s", GOT(v));
+        if (check_bounds(ld, s, (double)json_integer_value(v), v) < 0)
+            return -1;
+        store_uint(field, s->size, (uint64_t)json_integer_value(v));
+        return 0;
+    case K_NUMBER:
+        if (!json_is_number(v))
+            return fail(ld, "expected a number, got %s", GOT(v));
+        if (check_bounds(ld, s, json_number_value(v), v) < 0)
+            return -1;
+        *(double *)field = json_number_value(v);
+        return 0;
+    case K_BOOL:
+        if (!json_is_boolean(v))
+            return fail(ld, "expected true or false, got %s", GOT(v));
+        *(bool *)field = json_is_true(v);
+        return 0;
+    case K_JITTER:
+        for (size_t j = 0; j < sizeof jitter_names / sizeof jitter_names[0]; j++) {
+            if (json_is_string(v) && strcmp(json_string_value(v), jitter_names[j]) == 0) {
+                *(tp_jitter_t *)field = (tp_jitter_t)j;
+                return 0;
+            }
+        }
+        return fail(ld, "expected one of \"full\", \"equal\", \"none\", got %s", GOT(v));
+    case K_KINDS:
+        return parse_kinds(ld, v, (uint64_t *)field);
+    case K_CLASSES:
+        return parse_classes(ld, v, (uint32_t *)field);
+    case K_NAMES:
+        return parse_names(ld, v, (char ***)field, (size_t *)((char *)base + s->off_n));
+    case K_JSON: {
+        json_t **slot = field;
+        json_decref(*slot);
+        *slot = json_is_null(v) ? NULL : json_incref(v);
+        return 0;
+    }
+    case K_SCHEMA: {
+        json_t **slot = field;
+        if (!json_is_object(v) && !json_is_boolean(v))
+            return fail(ld, "expected a JSON Schema (an object or a boolean), got %s", GOT(v));
+        json_decref(*slot);
+        *slot = json_incref(v);
+        return 0;
+    }
+    case K_STRING:
+        return parse_string(ld, s, v, (char **)field);
+    case K_ARGV:
+        return parse_argv(ld, v, s->flags, (char ***)field, NULL);
+    case K_OBJECT:
+        return parse_object(ld, v, s->sub, field);
+    case K_ADAPTER:
+        return parse_adapter(ld, s, v, base);
+    case K_TOOLS:
+        return parse_tools_value(ld, v);
+    }
+    return fail(ld, "internal error: key type %d", (int)s->type);
+}
+
+/* The row for key in tab or its chain; *base moves to that table's base. */
+static const key_spec_t *table_find(const key_table_t *tab, const char *key, void **base)
+{
+    for (; tab != NULL; tab = tab->next) {
+        for (size_t i = 0; i < tab->n; i++)
+            if (strcmp(tab->keys[i].name, key) == 0)
+                return &tab->keys[i];
+        *base = (char *)*base + tab->next_off;
+    }
+    return NULL;
+}
+
+/* Levenshtein distance, for "did you mean"; large for long strings. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63)
+        return SIZE_MAX;
+    size_t row[64];
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+/*
+ * An unknown key: suggests the closest known one when it is a typo away,
+ * lists them all when there are few, and otherwise just says so.
+ */
+static int fail_unknown(loader_t *ld, const key_table_t *tab, const char *key)
+{
+    const char *best = NULL;
+    size_t best_d = strlen(key) >= 5 ? 3 : 2, total = 0; /* a typo or two away */
+    for (const key_table_t *t = tab; t != NULL; t = t->next) {
+        for (size_t i = 0; i < t->n; i++) {
+            size_t d = edit_distance(key, t->keys[i].name);
+            if (d < best_d) {
+                best_d = d;
+                best = t->keys[i].name;
+            }
+            total++;
+        }
+    }
+    if (best != NULL)
+        return fail(ld, "unknown key (did you mean \"%s\"?)", best);
+    if (total > 6)
+        return fail(ld, "unknown key");
+    char list[256];
+    size_t len = 0;
+    list[0] = '\0';
+    for (const key_table_t *t = tab; t != NULL; t = t->next) {
+        for (size_t i = 0; i < t->n; i++) {
+            int w = snprintf(list + len, sizeof list - len, "%s\"%s\"", len ? ", " : "",
+                             t->keys[i].name);
+            if (w > 0 && (size_t)w < sizeof list - len)
+                len += (size_t)w;
+        }
+    }
+    return fail(ld, "unknown key (expected one of %s)", list);
+}
+
+/*
+ * Reads an object against a table, in the file's order (jansson keeps
+ * insertion order), so the first problem reported is the first in the
+ * file. Then checks the required keys are there.
+ */
+static int parse_object(loader_t *ld, json_t *obj, const key_table_t *tab, void *base)
+{
+    char got[96];
+    if (!json_is_object(obj))
+        return fail(ld, "expected an object, got %s", GOT(obj));
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v) {
+        void *at = base;
+        const key_spec_t *s = table_find(tab, key, &at);
+        mark_t m = where_key(&ld->at, key);
+        if (s == NULL)
+            return fail_unknown(ld, tab, key);
+        if (parse_key(ld, s, v, at) < 0)
+            return -1;
+        where_pop(&ld->at, m);
+    }
+    for (const key_table_t *t = tab; t != NULL; t = t->next)
+        for (size_t i = 0; i < t->n; i++)
+            if ((t->keys[i].flags & F_REQUIRED) && json_object_get(obj, t->keys[i].name) == NULL)
+                return fail(ld, "missing required key \"%s\"", t->keys[i].name);
+    return 0;
+}
+
+/* ---- tools ---- */
+
+/* A name as agents and MCP hosts accept it: [A-Za-z0-9_.-]+. */
+static bool name_ok(const char *s)
+{
+    if (*s == '\0')
+        return false;
+    for (; *s != '\0'; s++) {
+        char c = *s;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+/* "exec and plugin", from the adapter table. */
+static const char *available_adapters(char *buf, size_t n)
+{
+    size_t count = 0, seen = 0, len = 0;
+    for (size_t a = 1; a < sizeof adapters / sizeof adapters[0]; a++)
+        count += adapters[a].available;
+    buf[0] = '\0';
+    for (size_t a = 1; a < sizeof adapters / sizeof adapters[0]; a++) {
+        if (!adapters[a].available)
+            continue;
+        const char *sep = seen == 0 ? "" : seen + 1 == count ? " and " : ", ";
+        int w = snprintf(buf + len, n - len, "%s%s", sep, adapters[a].name);
+        if (w > 0 && (size_t)w < n - len)
+            len += (size_t)w;
+        seen++;
+    }
+    return buf;
+}
+
+/*
+ * One tool: starts from a copy of the defaults, reads the name first (so
+ * every later message can say which tool), registers it in the index
+ * (a second tool of the same name is an error here), then the rest of its
+ * keys, then the adapter rules.
+ */
+static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool)
+{
+    char got[96];
+    tp_registry_t *reg = ld->reg;
+    mark_t m = where_index(&ld->at, i);
+    tool->index = i;
+    tool->line = tp_json_line(ld->text, ld->len, ld->at.ptr);
+    if (!json_is_object(t))
+        return fail(ld, "expected a tool object, got %s", GOT(t));
+    if (policy_copy(&tool->policy, &reg->defaults) < 0)
+        return fail_oom(ld);
+
+    json_t *name = json_object_get(t, "name");
+    if (name == NULL)
+        return fail(ld, "missing required key \"name\"");
+    mark_t mn = where_key(&ld->at, "name");
+    if (!json_is_string(name) || !name_ok(json_string_value(name)))
+        return fail(ld, "expected a name of letters, digits, '_', '.' or '-', got %s",
+                    GOT(name));
+    const tp_tool_t *prev = tp_registry_find(reg, json_string_value(name));
+    if (prev != NULL)
+        return fail(ld, "duplicate tool name %s (already declared as tools[%zu] on line %d)",
+                    GOT(name), prev->index, prev->line);
+    tool->name = strdup(json_string_value(name));
+    if (tool->name == NULL)
+        return fail_oom(ld);
+    index_put(reg, i);
+    where_pop(&ld->at, mn);
+    char note[300];
+    snprintf(note, sizeof note, " (%s)", tool->name);
+    where_note(&ld->at, note);
+
+    if (parse_object(ld, t, &tool_table, tool) < 0)
+        return -1;
+    if (tool->adapter == 0)
+        return fail(ld, "no adapter (expected exactly one of \"exec\", \"plugin\", \"mcp\", "
+                        "\"http\")");
+    if (!adapters[tool->adapter].available) {
+        char list[64];
+        where_key(&ld->at, adapters[tool->adapter].name);
+        return fail(ld, "the %s adapter is not available in this build (%s are)",
+                    adapters[tool->adapter].name, available_adapters(list, sizeof list));
+    }
+    if (tool->description == NULL && (tool->description = strdup("")) == NULL)
+        return fail_oom(ld);
+    where_pop(&ld->at, m);
+    return 0;
+}
+
+/*
+ * Sizes the tool array and the name index from the array's length, then
+ * reads each tool in order. n_tools is set first so a failure part-way
+ * still frees every tool begun.
+ */
+static int parse_tools(loader_t *ld)
+{
+    tp_registry_t *reg = ld->reg;
+    size_t n = json_array_size(ld->tools_json);
+    reg->tools = calloc(n, sizeof *reg->tools);
+    reg->index = index_new(n);
+    if (reg->tools == NULL || reg->index == NULL)
+        return fail_oom(ld);
+    reg->n_tools = n;
+    mark_t m = where_key(&ld->at, "tools");
+    for (size_t i = 0; i < n; i++)
+        if (parse_tool(ld, json_array_get(ld->tools_json, i), i, &reg->tools[i]) < 0)
+            return -1;
+    where_pop(&ld->at, m);
+    return 0;
+}
+
+/* ---- fallback chains ---- */
+
+/*
+ * Positions the loader on a fallback list: the tool's own "fallback" key,
+ * or "defaults.fallback" when the tool inherits it (tool == NULL: defaults).
+ */
+static void where_fallback(loader_t *ld, const tp_tool_t *tool)
+{
+    json_t *own = NULL;
+    if (tool != NULL)
+        own = json_object_get(json_array_get(ld->tools_json, tool->index), "fallback");
+    where_pop(&ld->at, (mark_t){0, 0});
+    if (own != NULL) {
+        char note[300];
+        where_key(&ld->at, "tools");
+        where_index(&ld->at, tool->index);
+        snprintf(note, sizeof note, " (%s)", tool->name);
+        where_note(&ld->at, note);
+    } else {
+        where_key(&ld->at, "defaults");
+    }
+    where_key(&ld->at, "fallback");
+}
+
+/* Every name in one fallback list must be a declared tool. */
+static int check_names(loader_t *ld, const tp_tool_t *tool, const tp_policy_t *p, json_t *list)
+{
+    for (size_t j = 0; j < p->n_fallback; j++) {
+        if (tp_registry_find(ld->reg, p->fallback[j]) != NULL)
+            continue;
+        where_fallback(ld, tool);
+        if (json_is_array(list))
+            where_index(&ld->at, j);
+        return fail(ld, "unknown tool \"%s\" (a fallback must be a tool declared in \"tools\")",
+                    p->fallback[j]);
+    }
+    return 0;
+}
+
+enum { WHITE = 0, GREY, BLACK };
+
+/*
+ * Depth-first over tool -> fallback edges. Meeting a grey tool means the
+ * chain comes back to itself: the error names the tool the loop starts at
+ * and the whole loop, "a -> b -> a".
+ */
+static int visit(loader_t *ld, size_t u, unsigned char *color, size_t *stack, size_t depth)
+{
+    const tp_registry_t *reg = ld->reg;
+    color[u] = GREY;
+    stack[depth] = u;
+    const tp_policy_t *p = &reg->tools[u].policy;
+    for (size_t j = 0; j < p->n_fallback; j++) {
+        size_t v = tp_registry_find(reg, p->fallback[j])->index;
+        if (color[v] == GREY) {
+            char loop[1024];
+            size_t len = 0, k = 0;
+            while (stack[k] != v)
+                k++;
+            loop[0] = '\0';
+            for (; k <= depth; k++) {
+                int w = snprintf(loop + len, sizeof loop - len, "%s -> ",
+                                 reg->tools[stack[k]].name);
+                if (w > 0 && (size_t)w < sizeof loop - len)
+                    len += (size_t)w;
+            }
+            snprintf(loop + len, sizeof loop - len, "%s", reg->tools[v].name);
+            where_fallback(ld, &reg->tools[v]);
+            return fail(ld, "the fallback chain of \"%s\" loops: %s", reg->tools[v].name, loop);
+        }
+        if (color[v] == WHITE && visit(ld, v, color, stack, depth + 1) < 0)
+            return -1;
+    }
+    color[u] = BLACK;
+    return 0;
+}
+
+/*
+ * After every tool is known: fallback names exist (defaults' list once, then
+ * each tool's own), and no chain loops, so following one always ends.
+ */
+static int check_fallbacks(loader_t *ld)
+{
+    tp_registry_t *reg = ld->reg;
+    json_t *dflt = json_object_get(json_object_get(ld->root, "defaults"), "fallback");
+    if (check_names(ld, NULL, &reg->defaults, dflt) < 0)
+        return -1;
+    for (size_t i = 0; i < reg->n_tools; i++) {
+        json_t *own = json_object_get(json_array_get(ld->tools_json, i), "fallback");
+        if (own != NULL && check_names(ld, &reg->tools[i], &reg->tools[i].policy, own) < 0)
+            return -1;
+    }
+    if (reg->n_tools == 0)
+        return 0;
+    unsigned char *color = calloc(reg->n_tools, 1);
+    size_t *stack = calloc(reg->n_tools, sizeof *stack);
+    if (color == NULL || stack == NULL) {
+        free(color);
+        free(stack);
+        return fail_oom(ld);
+    }
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < reg->n_tools; i++)
+        if (color[i] == WHITE)
+            rc = visit(ld, i, color, stack, 0);
+    free(color);
+    free(stack);
+    return rc;
+}
+
+/* ---- load and free ---- */
+
+/* The whole file, NUL-terminated; NULL with errno set. */
+static char *read_text(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    size_t cap = 8192, n = 0;
+    char *buf = malloc(cap);
+    while (buf != NULL) {
+        if (cap - n < 2) {
+            char *bigger = realloc(buf, cap * 2);
+            if (bigger == NULL) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    int e = buf == NULL ? ENOMEM : errno;
+    if (buf != NULL && ferror(f)) {
+        e = errno ? errno : EIO;
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (buf == NULL) {
+        errno = e;
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+/* The absolute directory holding path, symlinks resolved; NULL with errno. */
+static char *dir_of(const char *path)
+{
+    char *abs = realpath(path, NULL);
+    if (abs == NULL)
+        return NULL;
+    char *slash = strrchr(abs, '/');
+    if (slash == abs)
+        slash[1] = '\0';
+    else if (slash != NULL)
+        *slash = '\0';
+    return abs;
+}
+
+/*
+ * Reads the file itself (the text is needed again for line numbers), parses
+ * it with duplicate keys rejected, then walks the top level: "defaults"
+ * and "guards" first, whatever their place in the file, then "tools", then
+ * the cross-tool fallback checks. All or nothing: any error frees all.
+ */
+tp_registry_t *tp_registry_load(const char *path, char *err, size_t errlen)
+{
+    loader_t ld = {.file = path, .err = err, .errlen = errlen};
+    tp_registry_t *reg = NULL;
+    json_t *root = NULL;
+    json_error_t jerr;
+    char got[96];
+
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (path == NULL) {
+        report(err, errlen, "(null)", 0, "", "no registry path");
+        return NULL;
+    }
+    char *text = read_text(path, &ld.len);
+    if (text == NULL) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "cannot read: %s", strerror(errno));
+        report(err, errlen, path, 0, "", msg);
+        return NULL;
+    }
+    ld.text = text;
+
+    root = json_loadb(text, ld.len, JSON_REJECT_DUPLICATES, &jerr);
+    if (root == NULL) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "invalid JSON: %s (column %d)", jerr.text, jerr.column);
+        report(err, errlen, path, jerr.line, "", msg);
+        goto fail;
+    }
+    ld.root = root;
+    reg = calloc(1, sizeof *reg);
+    if (reg == NULL) {
+        report(err, errlen, path, 0, "", "out of memory");
+        goto fail;
+    }
+    ld.reg = reg;
+    tp_policy_init(&reg->defaults);
+    reg->path = strdup(path);
+    reg->dir = dir_of(path);
+    if (reg->path == NULL || reg->dir == NULL) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "cannot resolve its directory: %s", strerror(errno));
+        report(err, errlen, path, 0, "", msg);
+        goto fail;
+    }
+    if (!json_is_object(root)) {
+        fail(&ld, "expected an object like {\"tools\": [...]}, got %s", GOT(root));
+        goto fail;
+    }
+    if (parse_object(&ld, root, &top_table, reg) < 0 || parse_tools(&ld) < 0 ||
+        check_fallbacks(&ld) < 0)
+        goto fail;
+    json_decref(root);
+    free(text);
+    return reg;
+
+fail:
+    tp_registry_free(reg);
+    json_decref(root);
+    free(text);
+    return NULL;
+}
+
+void tp_registry_free(tp_registry_t *reg)
+{
+    if (reg == NULL)
+        return;
+    for (size_t i = 0; i < reg->n_tools; i++) {
+        tp_tool_t *t = &reg->tools[i];
+        free(t->name);
+        free(t->description);
+        json_decref(t->parameters);
+        free_argv(t->argv);
+        free(t->plugin_path);
+        free_argv(t->mcp_command);
+        free(t->mcp_tool);
+        free(t->http_url);
+        policy_clear(&t->policy);
+    }
+    free(reg->tools);
+    policy_clear(&reg->defaults);
+    tp_index_t *ix = reg->index;
+    if (ix != NULL) {
+        free(ix->slots);
+        free(ix);
+    }
+    free(reg->path);
+    free(reg->dir);
+    free(reg);
+}

@@ -1,0 +1,112 @@
+/*
+ * The registry: tools.json, loaded once, validated whole, then read-only.
+ *
+ * {"defaults": {POLICY}, "guards": {...}, "tools": [TOOL, ...]}
+ *
+ * Every key comes from one table per object (see registry.c); an unknown
+ * key, a wrong type or an out-of-range value is an error that names the
+ * file, the line and the key path.
+ */
+#ifndef TP_REGISTRY_H
+#define TP_REGISTRY_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    TP_ADAPTER_EXEC = 1,
+    TP_ADAPTER_PLUGIN = 2,
+    TP_ADAPTER_MCP = 3,
+    TP_ADAPTER_HTTP = 4,
+} tp_adapter_t;
+
+typedef enum {
+    TP_JITTER_FULL = 0,  /* uniform in [0, delay] (the default) */
+    TP_JITTER_EQUAL,     /* delay/2 + uniform in [0, delay/2] */
+    TP_JITTER_NONE,      /* exactly delay: the seed's 0.5s, 1s */
+} tp_jitter_t;
+
+/* The retry and recovery policy of one tool; "defaults" fills the gaps. */
+typedef struct {
+    uint64_t timeout_us;        /* per attempt */
+    uint64_t deadline_us;       /* all attempts and backoffs; 0 = none */
+    uint32_t attempts;          /* total tries, counting the first, >= 1 */
+    uint64_t backoff_base_us;
+    double backoff_factor;      /* >= 1 */
+    uint64_t backoff_max_us;
+    tp_jitter_t jitter;
+    uint64_t kill_grace_us;     /* TERM-to-KILL grace; 0 = KILL at once */
+    bool idempotent;
+    uint32_t concurrency;       /* most attempts at once; 0 = no cap */
+    uint64_t max_output;        /* bytes of a tool's stdout kept */
+    uint64_t retry_on;          /* bit (1 << tp_kind_t) per kind retried */
+    /* fallback chain */
+    char **fallback;            /* tool names, n_fallback of them */
+    size_t n_fallback;
+    uint32_t fallback_on;       /* bit (1 << tp_class_t) per class */
+    bool stale;
+    json_t *degraded;           /* the last honest answer, or NULL */
+    /* breakers */
+    uint32_t same_call_failures;
+    uint64_t same_call_window_us;
+    double tool_failure_rate;
+    uint32_t tool_min_calls;
+    uint64_t tool_window_us;
+    uint64_t tool_cooldown_us;
+    uint32_t tool_probes;
+} tp_policy_t;
+
+typedef struct {
+    char *name;
+    char *description;          /* "" when absent */
+    json_t *parameters;         /* JSON Schema, or NULL */
+    tp_adapter_t adapter;
+    char **argv;                /* exec: NULL-terminated; argv[0] resolved */
+    size_t argc;
+    char *plugin_path;          /* plugin: absolute */
+    char **mcp_command;         /* mcp: NULL-terminated */
+    char *mcp_tool;
+    char *http_url;
+    tp_policy_t policy;
+    size_t index;               /* position in tools[] */
+    int line;                   /* where the tool's object starts */
+} tp_tool_t;
+
+typedef struct {
+    uint64_t max_steps;         /* 0 = no cap, for all four */
+    uint64_t max_calls;
+    uint64_t max_wall_us;
+    double max_cost;
+} tp_guards_t;
+
+typedef struct tp_registry {
+    char *path;
+    char *dir;                  /* the directory relative paths start from */
+    tp_policy_t defaults;
+    tp_guards_t guards;
+    tp_tool_t *tools;
+    size_t n_tools;
+    void *index;                /* name -> tool lookup, private */
+} tp_registry_t;
+
+/*
+ * Loads and validates path. On error returns NULL and writes one line into
+ * err: "FILE:LINE: KEY.PATH: what is wrong". Relative exec argv[0] (with a
+ * slash) and plugin paths resolve against the registry's directory.
+ */
+tp_registry_t *tp_registry_load(const char *path, char *err, size_t errlen);
+const tp_tool_t *tp_registry_find(const tp_registry_t *reg, const char *name);
+void tp_registry_free(tp_registry_t *reg);
+
+/* The policy a tool gets when neither it nor "defaults" says otherwise. */
+void tp_policy_init(tp_policy_t *p);
+
+/*
+ * "8s", "250ms", "1.5s", "10m", "1h", "100us", "0". Returns 0 and sets *us,
+ * or -1 for anything else (a bare number other than 0 included).
+ */
+int tp_duration_parse(const char *s, uint64_t *us);
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * The batch runner behind `toolpool run`: calls in as JSON lines, results
+ * out as JSON lines, one per call.
+ *
+ * Input is streamed: at most a window of calls is held at once, so a file
+ * of any size runs in flat memory. Calls of one job run one at a time in
+ * step order; jobs run in parallel across the pool.
+ */
+#ifndef TP_BATCH_H
+#define TP_BATCH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pool.h"
+#include "registry.h"
+#include "summary.h"
+
+typedef struct {
+    const tp_registry_t *reg;
+    int input_fd;
+    const char *input_name;     /* for messages */
+    int output_fd;
+    int workers;
+    const char *worker_path;
+    uint32_t max_frame;         /* also the longest input line */
+    uint64_t recycle_after;
+    uint64_t drain_us;          /* after SIGINT/SIGTERM, how long running calls may finish */
+    bool progress;              /* draw a progress bar on stderr */
+    uint64_t seed;              /* jitter seed; 0 = random */
+    size_t window;              /* calls held at once; 0 = automatic */
+} tp_batch_opts_t;
+
+typedef struct {
+    tp_summary_t summary;
+    tp_pool_stats_t pool;
+    uint64_t not_started;       /* calls read but never started (interrupted run) */
+    bool interrupted;
+    double elapsed_s;
+} tp_batch_report_t;
+
+/*
+ * Runs the whole input. Returns the exit status the contract gives: 0 when
+ * every call ended ok, 1 when some call did not (or the run was interrupted),
+ * 2 when the run could not go on (a worker that cannot start, an output
+ * that cannot be written).
+ */
+int tp_batch_run(const tp_batch_opts_t *opts, tp_batch_report_t *report);
+
+#endif

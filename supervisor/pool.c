@@ -1,0 +1,749 @@
+/*
+ * Slots: spawn, talk to, time out, kill, reap and respawn workers.
+ *
+ * Every slot moves through one small state machine:
+ *
+ *   DOWN --spawn--> STARTING --Hello--> IDLE --submit--> BUSY --Reply--> IDLE
+ *                                                         |
+ *        (deadline: kill the group; EOF, garbage: kill) STOPPING --reaped--> DOWN
+ *
+ * A slot leaves the living only through SIGCHLD: the attempt it held ends
+ * after the worker has been reaped, never before, so a retry can never run
+ * beside the attempt it replaces. The slot remembers why it stopped its
+ * worker (stop_why_t), so a timeout kill, a recycle or a shutdown is never
+ * mistaken for a crash.
+ */
+#include "pool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "clock.h"
+#include "frame.h"
+#include "log.h"
+#include "toolpool.pb-c.h"
+
+extern char **environ;
+
+#define START_FAILURES_MAX 5
+#define CRASH_DELAY_MAX_US 1000000u
+
+typedef enum {
+    SLOT_DOWN,      /* no process; maybe waiting for a throttled respawn */
+    SLOT_STARTING,  /* spawned, no Hello yet */
+    SLOT_IDLE,
+    SLOT_BUSY,
+    SLOT_STOPPING,  /* told to go (EOF or a signal); waiting for the reap */
+} slot_state_t;
+
+typedef enum {
+    WHY_NONE,       /* nobody asked it to stop: a crash */
+    WHY_TIMEOUT,
+    WHY_RECYCLE,
+    WHY_PROTOCOL,
+    WHY_HELLO,      /* never said Hello in time */
+    WHY_SHUTDOWN,
+} stop_why_t;
+
+typedef struct tp_slot {
+    tp_pool_t *pool;
+    int index;
+    pid_t pid;
+    int call_fd;    /* we write Calls */
+    int reply_fd;   /* we read Hello and Replies */
+    struct event *ev_read;
+    struct event *ev_write;
+    struct event *ev_timer;  /* hello, attempt deadline, kill grace, respawn */
+    tp_buf_t in;
+    tp_buf_t out;
+    slot_state_t state;
+    stop_why_t why;
+    bool term_sent; /* SIGTERM sent, SIGKILL follows at the grace timer */
+    bool dead;      /* reaped; its last frames are being read */
+    uint64_t calls;
+    uint64_t seq;
+    tp_attempt_t *attempt;
+    unsigned crash_streak;
+    unsigned start_failures;
+    char detail[160]; /* what went wrong, for the attempt's message */
+} tp_slot_t;
+
+struct tp_pool {
+    struct event_base *base;
+    tp_pool_opts_t o;
+    tp_slot_t *slots;
+    int n;
+    int idle;
+    int busy;
+    int live;       /* slots with a process */
+    struct event *ev_chld;
+    bool shutting_down;
+    bool kill_busy;
+    bool fatal;
+    tp_pool_stats_t stats;
+    char max_frame_arg[16];
+};
+
+static void slot_spawn(tp_slot_t *s);
+static void slot_stop(tp_slot_t *s, stop_why_t why, int sig);
+
+static void timer_arm(tp_slot_t *s, uint64_t us)
+{
+    struct timeval tv = {.tv_sec = (time_t)(us / 1000000u), .tv_usec = (suseconds_t)(us % 1000000u)};
+    evtimer_add(s->ev_timer, &tv);
+}
+
+/* A pipe whose ends are CLOEXEC and above fd 4, so dup2 to 3 and 4 always copies. */
+static int pipe_high(int p[2])
+{
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -1;
+    for (int i = 0; i < 2; i++) {
+        if (p[i] > 4)
+            continue;
+        int hi = fcntl(p[i], F_DUPFD_CLOEXEC, 5);
+        if (hi < 0)
+            return -1;
+        close(p[i]);
+        p[i] = hi;
+    }
+    return 0;
+}
+
+static void slot_close_fds(tp_slot_t *s)
+{
+    if (s->ev_read)
+        event_free(s->ev_read);
+    if (s->ev_write)
+        event_free(s->ev_write);
+    s->ev_read = s->ev_write = NULL;
+    if (s->call_fd >= 0)
+        close(s->call_fd);
+    if (s->reply_fd >= 0)
+        close(s->reply_fd);
+    s->call_fd = s->reply_fd = -1;
+    tp_buf_reset(&s->in);
+    tp_buf_reset(&s->out);
+}
+
+/* Flushes queued Call bytes; arms the write event while some remain. */
+static void slot_flush(tp_slot_t *s)
+{
+    while (tp_buf_avail(&s->out) > 0) {
+        ssize_t w = write(s->call_fd, tp_buf_head(&s->out), tp_buf_avail(&s->out));
+        if (w > 0) {
+            tp_buf_consume(&s->out, (size_t)w);
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EAGAIN) {
+            event_add(s->ev_write, NULL);
+            return;
+        }
+        /* EPIPE: the worker is gone; SIGCHLD will tell us how. */
+        tp_buf_reset(&s->out);
+        break;
+    }
+    event_del(s->ev_write);
+}
+
+static void write_cb(evutil_socket_t fd, short what, void *arg)
+{
+    slot_flush(arg);
+}
+
+/* The attempt ends: fill in the failure, hand it back. */
+static void attempt_fail(tp_attempt_t *a, tp_kind_t kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void attempt_fail(tp_attempt_t *a, tp_kind_t kind, const char *fmt, ...)
+{
+    a->ok = false;
+    a->kind = kind;
+    snprintf(a->kind_name, sizeof a->kind_name, "%s", tp_kind_name(kind));
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    free(a->message);
+    a->message = strdup(msg);
+    a->ended_us = tp_now_us();
+}
+
+static void slot_become_idle(tp_slot_t *s)
+{
+    s->state = SLOT_IDLE;
+    s->pool->idle++;
+}
+
+/* Takes a Reply off the pipe into the slot's attempt. */
+static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
+{
+    tp_pool_t *p = s->pool;
+    tp_attempt_t *a = s->attempt;
+    evtimer_del(s->ev_timer);
+    a->ended_us = tp_now_us();
+    a->ok = r->ok;
+    a->cost = r->cost;
+    a->retry_after_ms = r->retry_after_ms;
+    if (r->ok) {
+        a->kind = TP_KIND_OK;
+        a->result = malloc(r->result.len + 1);
+        if (a->result) {
+            memcpy(a->result, r->result.data, r->result.len);
+            a->result[r->result.len] = 0;
+            a->result_len = r->result.len;
+        } else {
+            attempt_fail(a, TP_KIND_SERVER_ERROR, "out of memory for the result");
+        }
+    } else {
+        a->kind = tp_kind_from_name(r->kind);
+        snprintf(a->kind_name, sizeof a->kind_name, "%s", r->kind[0] ? r->kind : "ToolError");
+        a->message = strdup(r->message);
+    }
+    s->attempt = NULL;
+    s->calls++;
+    s->crash_streak = 0;
+    p->busy--;
+    bool recycle = p->o.recycle_after > 0 && s->calls >= p->o.recycle_after;
+    if (s->dead)
+        s->state = SLOT_STOPPING;
+    else if (p->shutting_down || recycle)
+        slot_stop(s, p->shutting_down ? WHY_SHUTDOWN : WHY_RECYCLE, 0);
+    else
+        slot_become_idle(s);
+    p->o.done_cb(p->o.ctx, a);
+    if (s->state == SLOT_IDLE && !p->shutting_down)
+        p->o.idle_cb(p->o.ctx);
+}
+
+/*
+ * Handles one whole frame from a worker. Returns -1 when the frame breaks
+ * the protocol (the caller kills the worker).
+ */
+static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
+{
+    tp_pool_t *p = s->pool;
+    Toolpool__WorkerFrame *wf = toolpool__worker_frame__unpack(NULL, len, body);
+    if (wf == NULL) {
+        snprintf(s->detail, sizeof s->detail, "garbage frame (%u bytes) from worker %d", len, (int)s->pid);
+        return -1;
+    }
+    int rc = 0;
+    if (s->why != WHY_NONE) {
+        /* Stopping: whatever it says now is too late. */
+    } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_HELLO && s->state == SLOT_STARTING) {
+        if (wf->hello->protocol != TOOLPOOL__PROTOCOL__PROTOCOL_VERSION) {
+            snprintf(s->detail, sizeof s->detail, "worker speaks protocol %u, supervisor %u",
+                     wf->hello->protocol, (unsigned)TOOLPOOL__PROTOCOL__PROTOCOL_VERSION);
+            rc = -1;
+        } else {
+            evtimer_del(s->ev_timer);
+            s->start_failures = 0;
+            slot_become_idle(s);
+            if (!p->shutting_down)
+                p->o.idle_cb(p->o.ctx);
+            else
+                slot_stop(s, WHY_SHUTDOWN, 0);
+        }
+    } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_REPLY && s->state == SLOT_BUSY &&
+               wf->reply->seq == s->seq) {
+        slot_reply(s, wf->reply);
+    } else {
+        snprintf(s->detail, sizeof s->detail, "unexpected frame (case %d) from worker %d",
+                 (int)wf->body_case, (int)s->pid);
+        rc = -1;
+    }
+    toolpool__worker_frame__free_unpacked(wf, NULL);
+    return rc;
+}
+
+/* Parses every whole frame buffered from the worker. -1 on a protocol error. */
+static int slot_parse(tp_slot_t *s)
+{
+    for (;;) {
+        const uint8_t *body;
+        uint32_t len;
+        int rc = tp_frame_peek(&s->in, s->pool->o.max_frame, &body, &len);
+        if (rc == TP_FRAME_MORE)
+            return 0;
+        if (rc == TP_FRAME_TOO_BIG) {
+            snprintf(s->detail, sizeof s->detail, "oversized frame from worker %d (limit %u bytes)",
+                     (int)s->pid, s->pool->o.max_frame);
+            return -1;
+        }
+        int frc = slot_frame(s, body, len);
+        if (s->reply_fd < 0)
+            return 0; /* the slot was torn down under us */
+        tp_buf_consume(&s->in, TP_FRAME_HEADER + len);
+        if (frc < 0)
+            return -1;
+    }
+}
+
+/* Reads what the worker sent. EOF: the worker is going; make sure it goes. */
+static void read_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_slot_t *s = arg;
+    ssize_t n = tp_buf_read_fd(&s->in, s->reply_fd);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (n <= 0) {
+        event_del(s->ev_read);
+        if (s->why == WHY_NONE) {
+            snprintf(s->detail, sizeof s->detail, "worker %d closed its pipe", (int)s->pid);
+            kill(-s->pid, SIGKILL);
+        }
+        return;
+    }
+    if (slot_parse(s) < 0)
+        slot_stop(s, WHY_PROTOCOL, SIGKILL);
+}
+
+/*
+ * Asks a worker to go: sig 0 closes its call pipe (it exits at EOF),
+ * otherwise the signal goes to its whole process group. With a TERM, a KILL
+ * follows after the attempt's tool's kill_grace.
+ */
+static void slot_stop(tp_slot_t *s, stop_why_t why, int sig)
+{
+    tp_pool_t *p = s->pool;
+    if (s->state == SLOT_IDLE)
+        p->idle--;
+    if (s->why == WHY_NONE)
+        s->why = why;
+    s->state = SLOT_STOPPING;
+    evtimer_del(s->ev_timer);
+    if (sig == 0) {
+        if (s->ev_write)
+            event_del(s->ev_write);
+        if (s->call_fd >= 0)
+            close(s->call_fd);
+        s->call_fd = -1;
+        return;
+    }
+    kill(-s->pid, sig);
+    if (sig == SIGTERM) {
+        s->term_sent = true;
+        timer_arm(s, s->attempt ? s->attempt->tool->policy.kill_grace_us : 0);
+    }
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_slot_t *s = arg;
+    tp_pool_t *p = s->pool;
+    switch (s->state) {
+    case SLOT_DOWN:
+        slot_spawn(s);
+        break;
+    case SLOT_STARTING:
+        snprintf(s->detail, sizeof s->detail, "worker %d sent no hello within %.1fs", (int)s->pid,
+                 (double)p->o.hello_timeout_us / 1e6);
+        slot_stop(s, WHY_HELLO, SIGKILL);
+        break;
+    case SLOT_BUSY: {
+        uint64_t grace = s->attempt->tool->policy.kill_grace_us;
+        p->stats.timeouts++;
+        slot_stop(s, WHY_TIMEOUT, grace > 0 ? SIGTERM : SIGKILL);
+        break;
+    }
+    case SLOT_STOPPING:
+        if (s->term_sent)
+            kill(-s->pid, SIGKILL);
+        break;
+    case SLOT_IDLE:
+        break;
+    }
+}
+
+static void describe_status(char *buf, size_t cap, int status)
+{
+    if (WIFSIGNALED(status))
+        snprintf(buf, cap, "killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else
+        snprintf(buf, cap, "exited with status %d", WEXITSTATUS(status));
+}
+
+/*
+ * After waitpid: settle the attempt the worker held, then respawn the slot
+ * (at once after a deliberate stop, throttled after a crash) unless the pool
+ * is shutting down.
+ */
+static void slot_reaped(tp_slot_t *s, int status)
+{
+    tp_pool_t *p = s->pool;
+    /* A Reply may sit in the pipe from a worker that then exited. */
+    s->dead = true;
+    if (s->why == WHY_NONE && s->state == SLOT_BUSY && s->reply_fd >= 0) {
+        while (tp_buf_read_fd(&s->in, s->reply_fd) > 0)
+            ;
+        if (slot_parse(s) < 0 && s->why == WHY_NONE)
+            s->why = WHY_PROTOCOL;
+    }
+    slot_state_t was = s->state;
+    stop_why_t why = s->why;
+    tp_attempt_t *a = s->attempt;
+    char how[96];
+    describe_status(how, sizeof how, status);
+
+    if (was == SLOT_IDLE)
+        p->idle--;
+    if (a != NULL)
+        p->busy--;
+    slot_close_fds(s);
+    evtimer_del(s->ev_timer);
+    s->attempt = NULL;
+    s->state = SLOT_DOWN;
+    s->why = WHY_NONE;
+    s->term_sent = false;
+    s->dead = false;
+    s->pid = 0;
+    s->calls = 0;
+    p->live--;
+
+    bool crash = why == WHY_NONE || why == WHY_PROTOCOL;
+    bool start_failure = a == NULL && (why == WHY_HELLO || (was == SLOT_STARTING && crash));
+    if (why == WHY_RECYCLE)
+        p->stats.recycled++;
+    if (crash || why == WHY_HELLO)
+        p->stats.crashed++;
+
+    if (a != NULL) {
+        if (why == WHY_TIMEOUT)
+            attempt_fail(a, TP_KIND_TIMEOUT, "%s exceeded %.3gs", a->tool->name,
+                         (double)a->timeout_us / 1e6);
+        else if (why == WHY_SHUTDOWN)
+            attempt_fail(a, TP_KIND_CANCELLED, "%s cancelled: the run was stopped", a->tool->name);
+        else if (why == WHY_PROTOCOL)
+            attempt_fail(a, TP_KIND_WORKER_CRASHED, "%s: protocol error: %s", a->tool->name, s->detail);
+        else
+            attempt_fail(a, TP_KIND_WORKER_CRASHED, "worker running %s %s", a->tool->name, how);
+    }
+
+    if (p->shutting_down) {
+        /* no respawn */
+    } else if (start_failure) {
+        s->start_failures++;
+        if (s->start_failures >= START_FAILURES_MAX && !p->fatal) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "worker %s cannot start: %s (%u tries)", p->o.worker_path,
+                     why == WHY_HELLO || why == WHY_PROTOCOL ? s->detail : how, s->start_failures);
+            p->fatal = true;
+            p->o.fatal_cb(p->o.ctx, msg);
+        } else if (!p->fatal) {
+            timer_arm(s, 100000u * s->start_failures);
+        }
+    } else if (crash) {
+        s->crash_streak++;
+        uint64_t delay = s->crash_streak <= 1 ? 0 : 10000u << (s->crash_streak < 9 ? s->crash_streak - 2 : 7);
+        if (delay > CRASH_DELAY_MAX_US)
+            delay = CRASH_DELAY_MAX_US;
+        if (delay == 0)
+            slot_spawn(s);
+        else
+            timer_arm(s, delay);
+    } else {
+        slot_spawn(s);
+    }
+
+    if (a != NULL)
+        p->o.done_cb(p->o.ctx, a);
+    if (p->shutting_down && p->live == 0)
+        p->o.closed_cb(p->o.ctx);
+}
+
+static void chld_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_pool_t *p = arg;
+    for (int i = 0; i < p->n; i++) {
+        tp_slot_t *s = &p->slots[i];
+        if (s->pid <= 0)
+            continue;
+        int status;
+        pid_t r;
+        do {
+            r = waitpid(s->pid, &status, WNOHANG);
+        } while (r < 0 && errno == EINTR);
+        if (r == s->pid)
+            slot_reaped(s, status);
+    }
+}
+
+/*
+ * Starts a worker in slot s: posix_spawn (vfork speed) with its own process
+ * group, default signal dispositions, an empty mask, /dev/null on stdin and
+ * stdout, the two pipes on fds 3 and 4, and every other fd closed.
+ */
+static void slot_spawn(tp_slot_t *s)
+{
+    tp_pool_t *p = s->pool;
+    int call_p[2] = {-1, -1}, reply_p[2] = {-1, -1};
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    sigset_t all, none;
+    sigfillset(&all);
+    sigemptyset(&none);
+
+    if (pipe_high(call_p) < 0 || pipe_high(reply_p) < 0)
+        goto fail;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, call_p[0], 3);
+    posix_spawn_file_actions_adddup2(&fa, reply_p[1], 4);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addclosefrom_np(&fa, 5);
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    char *argv[] = {(char *)p->o.worker_path, "--max-frame", p->max_frame_arg, NULL};
+    pid_t pid;
+    int rc = posix_spawn(&pid, p->o.worker_path, &fa, &attr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) {
+        errno = rc;
+        goto fail;
+    }
+    close(call_p[0]);
+    close(reply_p[1]);
+    s->pid = pid;
+    s->call_fd = call_p[1];
+    s->reply_fd = reply_p[0];
+    fcntl(s->call_fd, F_SETFL, O_NONBLOCK);
+    fcntl(s->reply_fd, F_SETFL, O_NONBLOCK);
+    s->ev_read = event_new(p->base, s->reply_fd, EV_READ | EV_PERSIST, read_cb, s);
+    s->ev_write = event_new(p->base, s->call_fd, EV_WRITE | EV_PERSIST, write_cb, s);
+    event_add(s->ev_read, NULL);
+    s->state = SLOT_STARTING;
+    s->why = WHY_NONE;
+    s->detail[0] = 0;
+    p->live++;
+    p->stats.spawned++;
+    timer_arm(s, p->o.hello_timeout_us);
+    return;
+fail:;
+    int err = errno;
+    for (int i = 0; i < 2; i++) {
+        if (call_p[i] >= 0)
+            close(call_p[i]);
+        if (reply_p[i] >= 0)
+            close(reply_p[i]);
+    }
+    /* Out of processes or fds: the same throttle as a crash at start-up. */
+    s->start_failures++;
+    snprintf(s->detail, sizeof s->detail, "%s", strerror(err));
+    if (s->start_failures >= START_FAILURES_MAX) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "cannot start worker %s: %s", p->o.worker_path, strerror(err));
+        if (!p->fatal) {
+            p->fatal = true;
+            p->o.fatal_cb(p->o.ctx, msg);
+        }
+        return;
+    }
+    timer_arm(s, 100000u * s->start_failures);
+}
+
+tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts)
+{
+    tp_pool_t *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return NULL;
+    p->base = base;
+    p->o = *opts;
+    if (p->o.workers < 1)
+        p->o.workers = 1;
+    if (p->o.max_frame == 0)
+        p->o.max_frame = TP_FRAME_DEFAULT_MAX;
+    if (p->o.hello_timeout_us == 0)
+        p->o.hello_timeout_us = 10000000u;
+    snprintf(p->max_frame_arg, sizeof p->max_frame_arg, "%u", p->o.max_frame);
+    p->n = p->o.workers;
+    p->slots = calloc((size_t)p->n, sizeof *p->slots);
+    if (p->slots == NULL) {
+        free(p);
+        return NULL;
+    }
+    for (int i = 0; i < p->n; i++) {
+        tp_slot_t *s = &p->slots[i];
+        s->pool = p;
+        s->index = i;
+        s->call_fd = s->reply_fd = -1;
+        s->ev_timer = evtimer_new(base, timer_cb, s);
+    }
+    p->ev_chld = evsignal_new(base, SIGCHLD, chld_cb, p);
+    return p;
+}
+
+int tp_pool_start(tp_pool_t *p)
+{
+    if (access(p->o.worker_path, X_OK) < 0) {
+        tp_log_error("worker program %s: %s", p->o.worker_path, strerror(errno));
+        return -1;
+    }
+    if (evsignal_add(p->ev_chld, NULL) < 0) {
+        tp_log_error("cannot watch SIGCHLD");
+        return -1;
+    }
+    for (int i = 0; i < p->n; i++)
+        slot_spawn(&p->slots[i]);
+    return 0;
+}
+
+int tp_pool_idle(const tp_pool_t *p)
+{
+    return p->shutting_down ? 0 : p->idle;
+}
+
+int tp_pool_busy(const tp_pool_t *p)
+{
+    return p->busy;
+}
+
+bool tp_pool_is_running(const tp_pool_t *p, const tp_attempt_t *a)
+{
+    for (int i = 0; i < p->n; i++)
+        if (p->slots[i].attempt == a)
+            return true;
+    return false;
+}
+
+int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
+{
+    tp_slot_t *s = NULL;
+    for (int i = 0; i < p->n && s == NULL; i++)
+        if (p->slots[i].state == SLOT_IDLE && p->slots[i].why == WHY_NONE)
+            s = &p->slots[i];
+    if (s == NULL || p->shutting_down)
+        return -1;
+    const tp_tool_t *t = a->tool;
+    Toolpool__Call call = TOOLPOOL__CALL__INIT;
+    call.seq = ++s->seq;
+    call.tool = t->name;
+    call.adapter = t->adapter == TP_ADAPTER_PLUGIN ? TOOLPOOL__ADAPTER__ADAPTER_PLUGIN
+                                                   : TOOLPOOL__ADAPTER__ADAPTER_EXEC;
+    call.argv = t->argv;
+    call.n_argv = t->argc;
+    call.plugin_path = t->plugin_path ? t->plugin_path : "";
+    call.max_output = t->policy.max_output;
+    call.args.data = (uint8_t *)a->args;
+    call.args.len = a->args_len;
+    call.call_id = (char *)a->call_id;
+    call.job = (char *)a->job;
+    call.step = a->step;
+    call.attempt = a->number;
+    Toolpool__SupervisorFrame sf = TOOLPOOL__SUPERVISOR_FRAME__INIT;
+    sf.body_case = TOOLPOOL__SUPERVISOR_FRAME__BODY_CALL;
+    sf.call = &call;
+
+    a->started_us = tp_now_us();
+    a->result = NULL;
+    a->message = NULL;
+    a->retry_after_ms = -1;
+    if (tp_frame_append(&s->out, &sf.base, p->o.max_frame) < 0) {
+        attempt_fail(a, TP_KIND_BAD_ARGUMENTS, "the call does not fit in a frame of %u bytes", p->o.max_frame);
+        return -2;
+    }
+    s->attempt = a;
+    s->state = SLOT_BUSY;
+    p->idle--;
+    p->busy++;
+    timer_arm(s, a->timeout_us);
+    slot_flush(s);
+    return 0;
+}
+
+static void closed_now_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_pool_t *p = arg;
+    p->o.closed_cb(p->o.ctx);
+}
+
+void tp_pool_shutdown(tp_pool_t *p, bool kill_busy)
+{
+    if (p->shutting_down && !(kill_busy && !p->kill_busy))
+        return;
+    p->shutting_down = true;
+    p->kill_busy = kill_busy;
+    for (int i = 0; i < p->n; i++) {
+        tp_slot_t *s = &p->slots[i];
+        switch (s->state) {
+        case SLOT_DOWN:
+            evtimer_del(s->ev_timer);
+            break;
+        case SLOT_STARTING:
+        case SLOT_IDLE:
+            slot_stop(s, WHY_SHUTDOWN, 0);
+            break;
+        case SLOT_BUSY:
+            if (kill_busy)
+                slot_stop(s, WHY_SHUTDOWN, SIGKILL);
+            break;
+        case SLOT_STOPPING:
+            if (kill_busy)
+                kill(-s->pid, SIGKILL);
+            break;
+        }
+    }
+    if (p->live == 0)
+        event_base_once(p->base, -1, EV_TIMEOUT, closed_now_cb, p, NULL);
+}
+
+const tp_pool_stats_t *tp_pool_stats(const tp_pool_t *p)
+{
+    return &p->stats;
+}
+
+/*
+ * Frees the pool. Any worker still alive is killed and reaped here, so a
+ * caller that stops early still leaves no zombie behind.
+ */
+void tp_pool_free(tp_pool_t *p)
+{
+    if (p == NULL)
+        return;
+    for (int i = 0; i < p->n; i++) {
+        tp_slot_t *s = &p->slots[i];
+        if (s->pid > 0) {
+            kill(-s->pid, SIGKILL);
+            while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        }
+        slot_close_fds(s);
+        event_free(s->ev_timer);
+        tp_buf_free(&s->in);
+        tp_buf_free(&s->out);
+    }
+    if (p->ev_chld)
+        event_free(p->ev_chld);
+    free(p->slots);
+    free(p);
+}
+
+const char *tp_pool_default_worker(void)
+{
+    static char path[PATH_MAX];
+    const char *env = getenv("TOOLPOOL_WORKER");
+    if (env && *env)
+        return env;
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 32);
+    if (n <= 0)
+        return "toolpool-worker";
+    path[n] = 0;
+    char *slash = strrchr(path, '/');
+    snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "toolpool-worker");
+    return path;
+}

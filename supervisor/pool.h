@@ -1,0 +1,101 @@
+/*
+ * The pool: N worker slots owned by one libevent loop.
+ *
+ * A slot is one worker process (fork+exec of toolpool-worker, leader of its
+ * own process group) and the two pipes to it. The pool runs one attempt per
+ * slot at a time, arms the attempt's timer, kills the worker's whole group
+ * when the timer fires, reaps it on SIGCHLD, and only then reports the
+ * attempt's end and respawns the slot. Respawns of crashing workers are
+ * throttled; a worker that cannot even start stops the pool.
+ *
+ * The pool holds no policy: it reports every attempt's end through done_cb
+ * and the caller decides what follows.
+ */
+#ifndef TP_POOL_H
+#define TP_POOL_H
+
+#include <event2/event.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "registry.h"
+#include "taxonomy.h"
+
+/* One attempt of one call: what the pool needs to run it, and its outcome. */
+typedef struct tp_attempt {
+    /* set by the caller */
+    const tp_tool_t *tool;
+    const char *call_id;
+    const char *job;
+    uint64_t step;
+    uint32_t number;            /* 1 for the first attempt */
+    const char *args;           /* JSON text */
+    size_t args_len;
+    uint64_t timeout_us;
+    /* set by the pool when the attempt ends */
+    bool ok;
+    tp_kind_t kind;             /* TP_KIND_OTHER: see kind_name */
+    char kind_name[64];
+    char *message;              /* malloc'd or NULL; the caller frees */
+    char *result;               /* malloc'd JSON text when ok; the caller frees */
+    size_t result_len;
+    int64_t retry_after_ms;     /* -1: none */
+    double cost;
+    uint64_t started_us;
+    uint64_t ended_us;
+} tp_attempt_t;
+
+typedef struct tp_pool tp_pool_t;
+
+typedef struct {
+    int workers;                /* slots */
+    const char *worker_path;    /* the toolpool-worker program */
+    uint32_t max_frame;         /* bytes; a longer frame is a protocol error */
+    uint64_t recycle_after;     /* calls per worker before a fresh one; 0 = never */
+    uint64_t hello_timeout_us;  /* a worker that says nothing this long is dead */
+    /* An attempt ended (ok, failed, timed out, crashed). Called from the loop. */
+    void (*done_cb)(void *ctx, tp_attempt_t *a);
+    /* A slot can take an attempt: the caller may submit more. */
+    void (*idle_cb)(void *ctx);
+    /* The pool cannot go on (a worker cannot start): message says why. */
+    void (*fatal_cb)(void *ctx, const char *message);
+    /* Every worker has been reaped after tp_pool_shutdown. */
+    void (*closed_cb)(void *ctx);
+    void *ctx;
+} tp_pool_opts_t;
+
+typedef struct {
+    uint64_t spawned;
+    uint64_t crashed;           /* workers that died without being told to */
+    uint64_t timeouts;          /* workers killed at an attempt's deadline */
+    uint64_t recycled;
+} tp_pool_stats_t;
+
+tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts);
+/* Starts the workers. 0, or -1 with the reason logged. */
+int tp_pool_start(tp_pool_t *pool);
+/* Slots ready for an attempt now. */
+int tp_pool_idle(const tp_pool_t *pool);
+/* Attempts running now. */
+int tp_pool_busy(const tp_pool_t *pool);
+/* Whether a is running on a slot now (submitted, not yet ended). */
+bool tp_pool_is_running(const tp_pool_t *pool, const tp_attempt_t *a);
+/*
+ * Hands a to an idle slot. The pool keeps the pointer until done_cb. Returns
+ * 0, or -1 when no slot is idle.
+ */
+int tp_pool_submit(tp_pool_t *pool, tp_attempt_t *a);
+/*
+ * Stops the pool: idle workers get EOF and exit; with kill_busy, busy ones
+ * are killed at once (their attempts end Cancelled), else they finish first.
+ * closed_cb fires when every worker has been reaped.
+ */
+void tp_pool_shutdown(tp_pool_t *pool, bool kill_busy);
+const tp_pool_stats_t *tp_pool_stats(const tp_pool_t *pool);
+void tp_pool_free(tp_pool_t *pool);
+
+/* The toolpool-worker beside the running program, or $TOOLPOOL_WORKER. */
+const char *tp_pool_default_worker(void);
+
+#endif

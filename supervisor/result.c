@@ -1,0 +1,87 @@
+#include "result.h"
+
+#include "json.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void put_str(tp_buf_t *b, const char *key, const char *v)
+{
+    tp_buf_puts(b, key);
+    tp_json_put_string(b, v, strlen(v));
+}
+
+static void put_bool(tp_buf_t *b, const char *key, protobuf_c_boolean v)
+{
+    tp_buf_puts(b, key);
+    tp_buf_puts(b, v ? "true" : "false");
+}
+
+static void put_ms(tp_buf_t *b, const char *key, uint64_t us)
+{
+    tp_buf_printf(b, "%s%llu.%03llu", key, (unsigned long long)(us / 1000u),
+                  (unsigned long long)(us % 1000u));
+}
+
+static void put_raw(tp_buf_t *b, const char *key, ProtobufCBinaryData v)
+{
+    tp_buf_puts(b, key);
+    if (v.len == 0)
+        tp_buf_puts(b, "null");
+    else
+        tp_buf_append(b, v.data, v.len);
+}
+
+int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
+{
+    size_t mark = b->len;
+    if (r->has_id)
+        put_str(b, "{\"id\":", r->id);
+    else
+        tp_buf_puts(b, "{\"id\":null");
+    if (r->job[0])
+        put_str(b, ",\"job\":", r->job);
+    else
+        tp_buf_puts(b, ",\"job\":null");
+    tp_buf_printf(b, ",\"step\":%llu", (unsigned long long)r->step);
+    if (r->tool[0])
+        put_str(b, ",\"tool\":", r->tool);
+    else
+        tp_buf_puts(b, ",\"tool\":null");
+    put_bool(b, ",\"ok\":", r->ok);
+    if (r->ok) {
+        put_raw(b, ",\"result\":", r->result);
+    } else {
+        put_str(b, ",\"error\":", r->kind);
+        put_str(b, ",\"class\":", r->klass);
+        put_str(b, ",\"message\":", r->message);
+        put_bool(b, ",\"retryable\":", r->retryable);
+    }
+    tp_buf_printf(b, ",\"attempts\":%u", r->attempts);
+    if (r->served_by[0])
+        put_str(b, ",\"served_by\":", r->served_by);
+    else
+        tp_buf_puts(b, ",\"served_by\":null");
+    put_bool(b, ",\"degraded\":", r->degraded);
+    put_bool(b, ",\"stale\":", r->stale);
+    put_bool(b, ",\"escalated\":", r->escalated);
+    put_ms(b, ",\"duration_ms\":", r->duration_us);
+    if (r->cost != 0)
+        tp_buf_printf(b, ",\"cost\":%.17g", r->cost);
+    put_raw(b, ",\"args\":", r->args);
+    tp_buf_puts(b, ",\"trace\":[");
+    for (size_t i = 0; i < r->n_trace; i++) {
+        const Toolpool__Attempt *t = r->trace[i];
+        tp_buf_printf(b, "%s{\"attempt\":%u", i ? "," : "", t->attempt);
+        put_str(b, ",\"tool\":", t->tool);
+        put_str(b, ",\"outcome\":", t->outcome);
+        put_ms(b, ",\"duration_ms\":", t->duration_us);
+        put_ms(b, ",\"backoff_ms\":", t->backoff_us);
+        tp_buf_puts(b, "}");
+    }
+    if (tp_buf_puts(b, "]}\n") < 0) {
+        b->len = mark;
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,122 @@
+#include "summary.h"
+
+#include <string.h>
+
+static unsigned bucket_of(uint64_t v)
+{
+    if (v < TP_HIST_SUB)
+        return (unsigned)v;
+    unsigned e = 63u - (unsigned)__builtin_clzll(v); /* >= 4 */
+    unsigned sub = (unsigned)(v >> (e - 4)) & (TP_HIST_SUB - 1);
+    unsigned idx = TP_HIST_SUB + (e - 4) * TP_HIST_SUB + sub;
+    return idx < TP_HIST_BUCKETS ? idx : TP_HIST_BUCKETS - 1;
+}
+
+/* The middle of a bucket's range. */
+static uint64_t bucket_value(unsigned idx)
+{
+    if (idx < TP_HIST_SUB)
+        return idx;
+    unsigned e = (idx - TP_HIST_SUB) / TP_HIST_SUB + 4;
+    unsigned sub = (idx - TP_HIST_SUB) % TP_HIST_SUB;
+    uint64_t lo = (1ull << e) | ((uint64_t)sub << (e - 4));
+    return lo + (1ull << (e - 4)) / 2;
+}
+
+void tp_summary_add_latency(tp_summary_t *s, uint64_t us)
+{
+    s->hist[bucket_of(us)]++;
+    if (us > s->max_us)
+        s->max_us = us;
+}
+
+void tp_summary_add(tp_summary_t *s, const Toolpool__Result *r)
+{
+    s->calls++;
+    if (r->ok) {
+        s->ok++;
+        s->by_kind[TP_KIND_OK]++;
+    } else {
+        s->by_kind[tp_kind_from_name(r->kind)]++;
+    }
+    s->attempts += r->attempts;
+    if (r->attempts > 1)
+        s->retries += r->attempts - 1;
+    tp_summary_add_latency(s, r->duration_us);
+}
+
+uint64_t tp_summary_quantile_us(const tp_summary_t *s, double q)
+{
+    uint64_t total = 0;
+    for (unsigned i = 0; i < TP_HIST_BUCKETS; i++)
+        total += s->hist[i];
+    if (total == 0)
+        return 0;
+    uint64_t rank = (uint64_t)(q * (double)(total - 1)) + 1, seen = 0;
+    for (unsigned i = 0; i < TP_HIST_BUCKETS; i++) {
+        seen += s->hist[i];
+        if (seen >= rank) {
+            uint64_t v = bucket_value(i);
+            return v > s->max_us ? s->max_us : v;
+        }
+    }
+    return s->max_us;
+}
+
+static void print_us(FILE *f, uint64_t us)
+{
+    if (us < 1000)
+        fprintf(f, "%lluus", (unsigned long long)us);
+    else if (us < 1000000)
+        fprintf(f, "%.3gms", (double)us / 1e3);
+    else
+        fprintf(f, "%.3gs", (double)us / 1e6);
+}
+
+void tp_summary_print(FILE *f, const tp_summary_t *s, double elapsed_s)
+{
+    fprintf(f, "toolpool: %llu calls, %llu ok, %llu failed, %llu retries in %.2fs",
+            (unsigned long long)s->calls, (unsigned long long)s->ok,
+            (unsigned long long)(s->calls - s->ok), (unsigned long long)s->retries, elapsed_s);
+    if (elapsed_s > 0)
+        fprintf(f, " (%.0f calls/s)", (double)s->calls / elapsed_s);
+    fputc('\n', f);
+    if (s->calls > s->ok) {
+        fputs("  by kind:", f);
+        for (int k = TP_KIND_TIMEOUT; k <= TP_KIND_OTHER; k++)
+            if (s->by_kind[k])
+                fprintf(f, " %s %llu", k == TP_KIND_OTHER ? "other" : tp_kind_name((tp_kind_t)k),
+                        (unsigned long long)s->by_kind[k]);
+        fputc('\n', f);
+    }
+    if (s->calls > 0) {
+        fputs("  latency: p50 ", f);
+        print_us(f, tp_summary_quantile_us(s, 0.5));
+        fputs(", p99 ", f);
+        print_us(f, tp_summary_quantile_us(s, 0.99));
+        fputs(", max ", f);
+        print_us(f, s->max_us);
+        fputc('\n', f);
+    }
+}
+
+void tp_progress_draw(FILE *f, const tp_summary_t *s, double fraction, double elapsed_s,
+                      int running)
+{
+    char bar[31];
+    int width = 30;
+    if (fraction < 0)
+        fraction = 0;
+    if (fraction > 1)
+        fraction = 1;
+    int full = (int)(fraction * width);
+    memset(bar, '=', (size_t)full);
+    memset(bar + full, ' ', (size_t)(width - full));
+    if (full < width)
+        bar[full] = '>';
+    bar[width] = 0;
+    fprintf(f, "\r[%s] %3.0f%%  %llu done (%llu failed), %d running, %.0f/s   ", bar,
+            fraction * 100, (unsigned long long)s->calls, (unsigned long long)(s->calls - s->ok),
+            running, elapsed_s > 0 ? (double)s->calls / elapsed_s : 0.0);
+    fflush(f);
+}

@@ -1,0 +1,40 @@
+/*
+ * What a run did, for the summary on stderr and the progress bar: counts by
+ * kind, retries, and a latency histogram (log-linear, about 6% precision,
+ * fixed size: memory stays flat however many calls pass).
+ */
+#ifndef TP_SUMMARY_H
+#define TP_SUMMARY_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "taxonomy.h"
+#include "toolpool.pb-c.h"
+
+#define TP_HIST_SUB 16
+#define TP_HIST_BUCKETS (TP_HIST_SUB + 60 * TP_HIST_SUB)
+
+typedef struct {
+    uint64_t calls;
+    uint64_t ok;
+    uint64_t attempts;
+    uint64_t retries;
+    uint64_t by_kind[TP_KIND__COUNT + 1]; /* TP_KIND_OTHER last */
+    uint64_t hist[TP_HIST_BUCKETS];
+    uint64_t max_us;
+} tp_summary_t;
+
+void tp_summary_add(tp_summary_t *s, const Toolpool__Result *r);
+void tp_summary_add_latency(tp_summary_t *s, uint64_t us);
+/* The q-quantile (0..1) of call durations, in microseconds. */
+uint64_t tp_summary_quantile_us(const tp_summary_t *s, double q);
+void tp_summary_print(FILE *f, const tp_summary_t *s, double elapsed_s);
+/*
+ * One progress line, drawn over the last ("\r"). fraction is the share of
+ * the input read (-1: unknown).
+ */
+void tp_progress_draw(FILE *f, const tp_summary_t *s, double fraction, double elapsed_s,
+                      int running);
+
+#endif

@@ -1,0 +1,192 @@
+/*
+ * Frames on real pipes: round trips, frames split at every byte, many
+ * frames in one read, oversized lengths refused before any allocation,
+ * garbage bodies refused by unpack, EOF inside a frame.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "testutil.h"
+#include "toolpool.pb-c.h"
+
+static Toolpool__WorkerFrame *make_reply(uint64_t seq, const char *kind, Toolpool__Reply *r)
+{
+    static Toolpool__WorkerFrame wf;
+    toolpool__reply__init(r);
+    toolpool__worker_frame__init(&wf);
+    r->seq = seq;
+    r->kind = (char *)kind;
+    r->message = "a message";
+    r->retry_after_ms = 250;
+    wf.body_case = TOOLPOOL__WORKER_FRAME__BODY_REPLY;
+    wf.reply = r;
+    return &wf;
+}
+
+static void test_round_trip(void)
+{
+    tp_buf_t out = {0};
+    Toolpool__Reply r;
+    Toolpool__WorkerFrame *wf = make_reply(42, "RateLimited", &r);
+    CU_ASSERT_EQUAL_FATAL(tp_frame_append(&out, &wf->base, TP_FRAME_DEFAULT_MAX), 0);
+    size_t packed = protobuf_c_message_get_packed_size(&wf->base);
+    CU_ASSERT_EQUAL(out.len, packed + TP_FRAME_HEADER);
+    CU_ASSERT_EQUAL(out.data[0], (uint8_t)packed); /* little-endian length */
+    const uint8_t *body;
+    uint32_t len;
+    CU_ASSERT_EQUAL_FATAL(tp_frame_peek(&out, TP_FRAME_DEFAULT_MAX, &body, &len), TP_FRAME_READY);
+    CU_ASSERT_EQUAL(len, packed);
+    Toolpool__WorkerFrame *back = toolpool__worker_frame__unpack(NULL, len, body);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(back);
+    CU_ASSERT_EQUAL(back->body_case, TOOLPOOL__WORKER_FRAME__BODY_REPLY);
+    CU_ASSERT_EQUAL(back->reply->seq, 42);
+    CU_ASSERT_STRING_EQUAL(back->reply->kind, "RateLimited");
+    CU_ASSERT_EQUAL(back->reply->retry_after_ms, 250);
+    toolpool__worker_frame__free_unpacked(back, NULL);
+    tp_buf_free(&out);
+}
+
+/* A writer child sends `frames` frames one byte per write(2); the reader must reassemble. */
+static void test_partial_reads(void)
+{
+    enum { FRAMES = 50 };
+    int p[2];
+    CU_ASSERT_EQUAL_FATAL(pipe(p), 0);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        tp_buf_t out = {0};
+        Toolpool__Reply r;
+        for (int i = 0; i < FRAMES; i++) {
+            tp_frame_append(&out, &make_reply((uint64_t)i, "Timeout", &r)->base, TP_FRAME_DEFAULT_MAX);
+            for (size_t k = 0; k < out.len; k++)
+                if (write(p[1], out.data + k, 1) != 1)
+                    _exit(1);
+            tp_buf_reset(&out);
+        }
+        _exit(0);
+    }
+    close(p[1]);
+    tp_buf_t in = {0};
+    int got = 0;
+    for (;;) {
+        const uint8_t *body;
+        uint32_t len;
+        int rc = tp_frame_recv(p[0], &in, TP_FRAME_DEFAULT_MAX, &body, &len);
+        if (rc == 0)
+            break;
+        CU_ASSERT_EQUAL_FATAL(rc, TP_FRAME_READY);
+        Toolpool__WorkerFrame *wf = toolpool__worker_frame__unpack(NULL, len, body);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(wf);
+        CU_ASSERT_EQUAL(wf->reply->seq, (uint64_t)got);
+        toolpool__worker_frame__free_unpacked(wf, NULL);
+        tp_buf_consume(&in, TP_FRAME_HEADER + len);
+        got++;
+    }
+    CU_ASSERT_EQUAL(got, FRAMES);
+    int status;
+    waitpid(pid, &status, 0);
+    CU_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    close(p[0]);
+    tp_buf_free(&in);
+}
+
+/* Several frames in one buffer come out one at a time, in order. */
+static void test_many_in_one_read(void)
+{
+    tp_buf_t b = {0};
+    Toolpool__Reply r;
+    for (int i = 0; i < 5; i++)
+        tp_frame_append(&b, &make_reply((uint64_t)i + 7, "ok", &r)->base, TP_FRAME_DEFAULT_MAX);
+    for (int i = 0; i < 5; i++) {
+        const uint8_t *body;
+        uint32_t len;
+        CU_ASSERT_EQUAL_FATAL(tp_frame_peek(&b, TP_FRAME_DEFAULT_MAX, &body, &len), TP_FRAME_READY);
+        Toolpool__WorkerFrame *wf = toolpool__worker_frame__unpack(NULL, len, body);
+        CU_ASSERT_EQUAL(wf->reply->seq, (uint64_t)i + 7);
+        toolpool__worker_frame__free_unpacked(wf, NULL);
+        tp_buf_consume(&b, TP_FRAME_HEADER + len);
+    }
+    CU_ASSERT_EQUAL(tp_buf_avail(&b), 0);
+    tp_buf_free(&b);
+}
+
+/* A header announcing more than the maximum is refused before its body arrives. */
+static void test_oversized(void)
+{
+    tp_buf_t b = {0};
+    uint8_t hdr[4] = {0xff, 0xff, 0xff, 0x7f};
+    tp_buf_append(&b, hdr, 4);
+    const uint8_t *body;
+    uint32_t len;
+    CU_ASSERT_EQUAL(tp_frame_peek(&b, 1u << 20, &body, &len), TP_FRAME_TOO_BIG);
+    CU_ASSERT(b.cap < 1u << 20); /* nothing was allocated for the body */
+    /* Exactly the maximum is fine, one more is not. */
+    tp_buf_reset(&b);
+    uint8_t at[4] = {0x00, 0x01, 0x00, 0x00}; /* 256 */
+    tp_buf_append(&b, at, 4);
+    CU_ASSERT_EQUAL(tp_frame_peek(&b, 256, &body, &len), TP_FRAME_MORE);
+    CU_ASSERT_EQUAL(tp_frame_peek(&b, 255, &body, &len), TP_FRAME_TOO_BIG);
+    /* The writer refuses to build one too. */
+    Toolpool__Reply r;
+    tp_buf_reset(&b);
+    CU_ASSERT_EQUAL(tp_frame_append(&b, &make_reply(1, "Timeout", &r)->base, 4), -1);
+    CU_ASSERT_EQUAL(errno, EMSGSIZE);
+    tp_buf_free(&b);
+}
+
+/* Bytes that are not a message fail to unpack; they never crash the reader. */
+static void test_garbage(void)
+{
+    const uint8_t junk[][8] = {
+        {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+        {0x0a, 0x7f, 0x01, 0x02, 0x03, 0x00, 0x00, 0x00}, /* hello claims 127 bytes */
+        {0x12, 0x05, 0x08, 0x80, 0x80, 0x80, 0x80, 0x80}, /* truncated varint */
+    };
+    for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++) {
+        Toolpool__WorkerFrame *wf = toolpool__worker_frame__unpack(NULL, sizeof junk[i], junk[i]);
+        CU_ASSERT_PTR_NULL(wf);
+        toolpool__worker_frame__free_unpacked(wf, NULL);
+    }
+}
+
+/* EOF between frames is clean; EOF inside one is an error. */
+static void test_eof(void)
+{
+    int p[2];
+    CU_ASSERT_EQUAL_FATAL(pipe(p), 0);
+    uint8_t half[] = {10, 0, 0, 0, 1, 2, 3};
+    CU_ASSERT_EQUAL(write(p[1], half, sizeof half), (ssize_t)sizeof half);
+    close(p[1]);
+    tp_buf_t in = {0};
+    const uint8_t *body;
+    uint32_t len;
+    CU_ASSERT_EQUAL(tp_frame_recv(p[0], &in, 1024, &body, &len), -1);
+    CU_ASSERT_EQUAL(errno, EPIPE);
+    close(p[0]);
+    CU_ASSERT_EQUAL_FATAL(pipe(p), 0);
+    close(p[1]);
+    tp_buf_reset(&in);
+    CU_ASSERT_EQUAL(tp_frame_recv(p[0], &in, 1024, &body, &len), 0);
+    close(p[0]);
+    tp_buf_free(&in);
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    CU_pSuite s = CU_add_suite("frame", NULL, NULL);
+    CU_add_test(s, "round trip", test_round_trip);
+    CU_add_test(s, "partial reads over a real pipe", test_partial_reads);
+    CU_add_test(s, "many frames in one read", test_many_in_one_read);
+    CU_add_test(s, "oversized length", test_oversized);
+    CU_add_test(s, "garbage body", test_garbage);
+    CU_add_test(s, "eof", test_eof);
+    return tp_test_run();
+}

@@ -1,0 +1,508 @@
+/*
+ * The pool and the batch runner with real workers, real tools and real
+ * kills: every test runs calls through tp_batch_run, reads the result lines
+ * back, and checks that nothing was left behind (no child, no extra fd).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "batch.h"
+#include "buf.h"
+#include "clock.h"
+#include "testutil.h"
+
+typedef struct {
+    json_t *rows;   /* array of result objects */
+    int status;
+    tp_batch_report_t rep;
+    double secs;
+} run_t;
+
+static int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the DIR's own fd */
+}
+
+/* Replaces @P@ with the test plugin's path and @T@ with the test tools' folder. */
+static char *expand(const char *tmpl)
+{
+    tp_buf_t b = {0};
+    for (const char *p = tmpl; *p; p++) {
+        if (strncmp(p, "@P@", 3) == 0) {
+            tp_buf_puts(&b, TP_TEST_PLUGIN);
+            p += 2;
+        } else if (strncmp(p, "@T@", 3) == 0) {
+            tp_buf_puts(&b, TP_TEST_TOOLS);
+            p += 2;
+        } else {
+            tp_buf_append(&b, p, 1);
+        }
+    }
+    tp_buf_append(&b, "", 1);
+    return (char *)b.data;
+}
+
+/*
+ * Runs calls against registry with `workers` slots; returns the parsed
+ * results. Asserts that the run left no child process and no descriptor.
+ */
+static run_t run_calls(const char *registry, const char *calls, int workers, uint64_t recycle)
+{
+    run_t r = {0};
+    const char *dir = tp_test_tmpdir("pool");
+    char *reg_text = expand(registry);
+    char *calls_text = expand(calls);
+    char *reg_path = tp_test_write(dir, "tools.json", reg_text);
+    char *calls_path = tp_test_write(dir, "calls.jsonl", calls_text);
+    char out_path[4200];
+    snprintf(out_path, sizeof out_path, "%s/results.jsonl", dir);
+    char err[1024];
+    tp_registry_t *reg = tp_registry_load(reg_path, err, sizeof err);
+    if (reg == NULL) {
+        fprintf(stderr, "registry: %s\n", err);
+        CU_FAIL_FATAL("registry did not load");
+    }
+    int fds_before = count_fds();
+    int in = open(calls_path, O_RDONLY | O_CLOEXEC);
+    int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    tp_batch_opts_t o = {
+        .reg = reg,
+        .input_fd = in,
+        .input_name = calls_path,
+        .output_fd = out,
+        .workers = workers,
+        .worker_path = TP_TEST_BIN "/toolpool-worker",
+        .max_frame = 1u << 20,
+        .recycle_after = recycle,
+        .drain_us = 1000000,
+    };
+    uint64_t t0 = tp_now_us();
+    r.status = tp_batch_run(&o, &r.rep);
+    r.secs = (double)(tp_now_us() - t0) / 1e6;
+    close(in);
+    close(out);
+    /* Nothing left behind: no child of ours, alive or zombie, and no fd. */
+    CU_ASSERT_EQUAL(waitpid(-1, NULL, WNOHANG), -1);
+    CU_ASSERT_EQUAL(errno, ECHILD);
+    CU_ASSERT_EQUAL(count_fds(), fds_before);
+
+    r.rows = json_array();
+    FILE *f = fopen(out_path, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_error_t jerr;
+        json_t *v = json_loads(line, 0, &jerr);
+        CU_ASSERT_PTR_NOT_NULL(v);
+        if (v)
+            json_array_append_new(r.rows, v);
+    }
+    free(line);
+    fclose(f);
+    tp_registry_free(reg);
+    free(reg_text);
+    free(calls_text);
+    free(reg_path);
+    free(calls_path);
+    return r;
+}
+
+static json_t *row(const run_t *r, const char *id)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(r->rows, i, v) {
+        const char *vid = json_string_value(json_object_get(v, "id"));
+        if (vid && strcmp(vid, id) == 0)
+            return v;
+    }
+    return NULL;
+}
+
+static const char *str(json_t *v, const char *key)
+{
+    const char *s = json_string_value(json_object_get(v, key));
+    return s ? s : "";
+}
+
+static long num(json_t *v, const char *key)
+{
+    return (long)json_integer_value(json_object_get(v, key));
+}
+
+static double trace_ms(json_t *v, size_t i, const char *key)
+{
+    return json_number_value(json_object_get(json_array_get(json_object_get(v, "trace"), i), key));
+}
+
+#define PLUGIN_TOOL(name) "{\"name\": \"" name "\", \"plugin\": {\"path\": \"@P@\"}}"
+
+static void test_many_noops(void)
+{
+    enum { N = 3000 };
+    tp_buf_t calls = {0};
+    for (int i = 0; i < N; i++)
+        tp_buf_printf(&calls, "{\"id\": \"n%d\", \"tool\": \"noop\"}\n", i);
+    tp_buf_append(&calls, "", 1);
+    run_t r = run_calls("{\"tools\": [" PLUGIN_TOOL("noop") "]}", (char *)calls.data, 2, 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_EQUAL(json_array_size(r.rows), N);
+    CU_ASSERT_EQUAL(r.rep.summary.ok, N);
+    /* exactly one record per id */
+    char *seen = calloc(N, 1);
+    size_t i;
+    json_t *v;
+    json_array_foreach(r.rows, i, v) {
+        int k = atoi(str(v, "id") + 1);
+        CU_ASSERT(k >= 0 && k < N && !seen[k]);
+        if (k >= 0 && k < N)
+            seen[k] = 1;
+        CU_ASSERT(json_is_true(json_object_get(v, "ok")));
+    }
+    free(seen);
+    CU_ASSERT_EQUAL(r.rep.pool.spawned, 2);
+    json_decref(r.rows);
+    tp_buf_free(&calls);
+}
+
+/* A hung tool is killed at its timeout and retried after its backoff. */
+static void test_hung_killed_and_retried(void)
+{
+    run_t r = run_calls(
+        "{\"tools\": [{\"name\": \"hang\", \"exec\": [\"@T@/hang.sh\"], \"timeout\": \"200ms\","
+        " \"attempts\": 2, \"backoff\": {\"base\": \"50ms\", \"jitter\": \"none\"}}]}",
+        "{\"id\": \"h1\", \"tool\": \"hang\", \"args\": {\"q\": \"refund window\"}}\n", 1, 0);
+    CU_ASSERT_EQUAL(r.status, 1);
+    json_t *v = row(&r, "h1");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "Timeout");
+    CU_ASSERT_STRING_EQUAL(str(v, "class"), "transient");
+    CU_ASSERT(json_is_true(json_object_get(v, "retryable")));
+    CU_ASSERT_EQUAL(num(v, "attempts"), 2);
+    for (size_t i = 0; i < 2; i++) {
+        double ms = trace_ms(v, i, "duration_ms");
+        CU_ASSERT(ms >= 199 && ms < 350);
+    }
+    CU_ASSERT_DOUBLE_EQUAL(trace_ms(v, 0, "backoff_ms"), 50, 0.001);
+    CU_ASSERT_DOUBLE_EQUAL(trace_ms(v, 1, "backoff_ms"), 0, 0.001);
+    CU_ASSERT(r.secs >= 0.45);
+    CU_ASSERT_EQUAL(r.rep.pool.timeouts, 2);
+    CU_ASSERT_EQUAL(r.rep.pool.crashed, 0);
+    json_decref(r.rows);
+}
+
+static bool process_gone(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return true;
+    bool zombie = false;
+    if (fgets(buf, sizeof buf, f)) {
+        char *p = strrchr(buf, ')');
+        zombie = p && (p[2] == 'Z' || p[2] == 'X');
+    }
+    fclose(f);
+    return zombie;
+}
+
+/* The timeout kills the worker's whole process group: the grandchild too. */
+static void test_grandchild_killed(void)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", tp_test_tmpdir("gc"));
+    char reg[8192], calls[4096];
+    snprintf(reg, sizeof reg,
+             "{\"tools\": [{\"name\": \"gc\", \"exec\": [\"@T@/grandchild.sh\", \"%s/pid\"],"
+             " \"timeout\": \"300ms\", \"attempts\": 1}]}", dir);
+    snprintf(calls, sizeof calls, "{\"id\": \"g1\", \"tool\": \"gc\"}\n");
+    run_t r = run_calls(reg, calls, 1, 0);
+    json_t *v = row(&r, "g1");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "Timeout");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/pid", dir);
+    char *pidtext = tp_test_slurp(path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pidtext);
+    pid_t gc = (pid_t)atoi(pidtext);
+    CU_ASSERT(gc > 1);
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; i++) {
+        gone = process_gone(gc);
+        if (!gone)
+            usleep(10000);
+    }
+    CU_ASSERT(gone);
+    if (!gone)
+        kill(gc, SIGKILL);
+    free(pidtext);
+    json_decref(r.rows);
+}
+
+/* A segfaulting plugin costs its worker, not the run: WorkerCrashed, retried. */
+static void test_segv_plugin(void)
+{
+    run_t r = run_calls("{\"defaults\": {\"backoff\": {\"base\": \"1ms\"}}, \"tools\": ["
+                        PLUGIN_TOOL("segv") "," PLUGIN_TOOL("noop") "]}",
+                        "{\"id\": \"s1\", \"tool\": \"segv\"}\n"
+                        "{\"id\": \"n1\", \"tool\": \"noop\"}\n"
+                        "{\"id\": \"n2\", \"tool\": \"noop\"}\n",
+                        2, 0);
+    CU_ASSERT_EQUAL(r.status, 1);
+    json_t *v = row(&r, "s1");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "WorkerCrashed");
+    CU_ASSERT_STRING_EQUAL(str(v, "class"), "transient");
+    CU_ASSERT_EQUAL(num(v, "attempts"), 3);
+    CU_ASSERT_PTR_NOT_NULL(strstr(str(v, "message"), "signal 11"));
+    CU_ASSERT(json_is_true(json_object_get(row(&r, "n1"), "ok")));
+    CU_ASSERT(json_is_true(json_object_get(row(&r, "n2"), "ok")));
+    CU_ASSERT_EQUAL(r.rep.pool.crashed, 3);
+    json_decref(r.rows);
+}
+
+/* After --recycle-after calls a worker is replaced, and that is no crash. */
+static void test_recycling(void)
+{
+    tp_buf_t calls = {0};
+    for (int i = 0; i < 50; i++)
+        tp_buf_printf(&calls, "{\"id\": \"p%d\", \"tool\": \"pid\"}\n", i);
+    tp_buf_append(&calls, "", 1);
+    run_t r = run_calls("{\"tools\": [" PLUGIN_TOOL("pid") "]}", (char *)calls.data, 1, 10);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_EQUAL(json_array_size(r.rows), 50);
+    long pids[64];
+    int n = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(r.rows, i, v) {
+        long pid = (long)json_integer_value(json_object_get(json_object_get(v, "result"), "pid"));
+        bool known = false;
+        for (int k = 0; k < n; k++)
+            known |= pids[k] == pid;
+        if (!known && n < 64)
+            pids[n++] = pid;
+    }
+    CU_ASSERT_EQUAL(n, 5);
+    CU_ASSERT_EQUAL(r.rep.pool.recycled, 5);
+    CU_ASSERT_EQUAL(r.rep.pool.crashed, 0);
+    json_decref(r.rows);
+    tp_buf_free(&calls);
+}
+
+/* A tool's retry_after_ms stretches the backoff it follows. */
+static void test_retry_after(void)
+{
+    run_t r = run_calls("{\"defaults\": {\"backoff\": {\"base\": \"1ms\"}}, \"tools\": ["
+                        PLUGIN_TOOL("rate") "]}",
+                        "{\"id\": \"r1\", \"tool\": \"rate\", \"args\": {\"after\": 300}}\n", 1, 0);
+    json_t *v = row(&r, "r1");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    CU_ASSERT(json_is_true(json_object_get(v, "ok")));
+    CU_ASSERT_EQUAL(num(v, "attempts"), 2);
+    CU_ASSERT_STRING_EQUAL(str(json_array_get(json_object_get(v, "trace"), 0), "outcome"), "RateLimited");
+    CU_ASSERT_DOUBLE_EQUAL(trace_ms(v, 0, "backoff_ms"), 300, 0.001);
+    CU_ASSERT(json_number_value(json_object_get(v, "duration_ms")) >= 300);
+    json_decref(r.rows);
+}
+
+/* Exit statuses and JSON error objects map to the contract's kinds. */
+static void test_exec_outcomes(void)
+{
+    run_t r = run_calls(
+        "{\"defaults\": {\"attempts\": 2, \"backoff\": {\"base\": \"1ms\"}}, \"tools\": ["
+        "{\"name\": \"exit75\", \"exec\": [\"@T@/exit.sh\", \"75\"]},"
+        "{\"name\": \"exit77\", \"exec\": [\"@T@/exit.sh\", \"77\"]},"
+        "{\"name\": \"exit64\", \"exec\": [\"@T@/exit.sh\", \"64\"]},"
+        "{\"name\": \"exit3\", \"exec\": [\"@T@/exit.sh\", \"3\"]},"
+        "{\"name\": \"notfound\", \"exec\": [\"@T@/print.sh\", \"{\\\"error\\\": \\\"NotFound\\\", \\\"message\\\": \\\"gone\\\"}\"]},"
+        "{\"name\": \"text\", \"exec\": [\"@T@/print.sh\", \"hello\\n\"]},"
+        "{\"name\": \"real\", \"exec\": [\"@T@/print.sh\", \"{\\\"a\\\":\\n 1.08, \\\"b\\\": [1, 2]}\"]},"
+        "{\"name\": \"cat\", \"exec\": [\"@T@/cat.sh\"]},"
+        "{\"name\": \"missing\", \"exec\": [\"@T@/no-such-tool\"]},"
+        PLUGIN_TOOL("custom") "," PLUGIN_TOOL("flaky") "]}",
+        "{\"id\": \"e75\", \"tool\": \"exit75\"}\n"
+        "{\"id\": \"e77\", \"tool\": \"exit77\"}\n"
+        "{\"id\": \"e64\", \"tool\": \"exit64\"}\n"
+        "{\"id\": \"e3\", \"tool\": \"exit3\"}\n"
+        "{\"id\": \"nf\", \"tool\": \"notfound\"}\n"
+        "{\"id\": \"tx\", \"tool\": \"text\"}\n"
+        "{\"id\": \"re\", \"tool\": \"real\"}\n"
+        "{\"id\": \"ca\", \"tool\": \"cat\", \"args\": {\"x\": 0.1, \"s\": \"caf\\u00e9\"}}\n"
+        "{\"id\": \"mi\", \"tool\": \"missing\"}\n"
+        "{\"id\": \"cu\", \"tool\": \"custom\"}\n"
+        "{\"id\": \"fl\", \"tool\": \"flaky\", \"args\": {\"ok_at\": 2}}\n",
+        3, 0);
+    CU_ASSERT_EQUAL(r.status, 1);
+    json_t *v = row(&r, "e75");
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "ServerError");
+    CU_ASSERT_EQUAL(num(v, "attempts"), 2);
+    CU_ASSERT(json_is_true(json_object_get(v, "retryable")));
+    v = row(&r, "e77");
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "PermissionDenied");
+    CU_ASSERT_STRING_EQUAL(str(v, "class"), "permanent");
+    CU_ASSERT_EQUAL(num(v, "attempts"), 1);
+    CU_ASSERT(json_is_false(json_object_get(v, "retryable")));
+    CU_ASSERT_PTR_NOT_NULL(strstr(str(v, "message"), "exiting with 77"));
+    CU_ASSERT_STRING_EQUAL(str(row(&r, "e64"), "error"), "BadArguments");
+    CU_ASSERT_STRING_EQUAL(str(row(&r, "e3"), "error"), "ToolError");
+    v = row(&r, "nf");
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "NotFound");
+    CU_ASSERT_STRING_EQUAL(str(v, "message"), "gone");
+    CU_ASSERT_EQUAL(num(v, "attempts"), 1);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(row(&r, "tx"), "result")), "hello");
+    v = json_object_get(row(&r, "re"), "result");
+    CU_ASSERT_DOUBLE_EQUAL(json_real_value(json_object_get(v, "a")), 1.08, 1e-12);
+    CU_ASSERT_EQUAL(json_array_size(json_object_get(v, "b")), 2);
+    v = json_object_get(row(&r, "ca"), "result");
+    CU_ASSERT_STRING_EQUAL(str(v, "s"), "caf\xc3\xa9");
+    CU_ASSERT_STRING_EQUAL(str(row(&r, "mi"), "error"), "ToolError");
+    v = row(&r, "cu");
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "QuotaGone");
+    CU_ASSERT_STRING_EQUAL(str(v, "class"), "permanent");
+    CU_ASSERT_EQUAL(num(v, "attempts"), 1);
+    v = row(&r, "fl");
+    CU_ASSERT(json_is_true(json_object_get(v, "ok")));
+    CU_ASSERT_EQUAL(num(v, "attempts"), 2);
+    json_decref(r.rows);
+}
+
+/* stdout past max_output: the tool is stopped and the call fails clearly. */
+static void test_output_cap(void)
+{
+    run_t r = run_calls("{\"tools\": [{\"name\": \"yes\", \"exec\": [\"@T@/yes.sh\"], \"max_output\": 4096},"
+                        PLUGIN_TOOL("big") "]}",
+                        "{\"id\": \"y1\", \"tool\": \"yes\"}\n"
+                        "{\"id\": \"b1\", \"tool\": \"big\", \"args\": {\"n\": 100000}}\n", 1, 0);
+    json_t *v = row(&r, "y1");
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "OutputTooLarge");
+    CU_ASSERT_EQUAL(num(v, "attempts"), 1);
+    v = row(&r, "b1");
+    CU_ASSERT_EQUAL(json_string_length(json_object_get(v, "result")), 100000);
+    json_decref(r.rows);
+}
+
+/* The tool sees the call in its environment, and no descriptor but 0-2. */
+static void test_env_and_fds(void)
+{
+    run_t r = run_calls("{\"tools\": [{\"name\": \"env\", \"exec\": [\"@T@/env.sh\"]}]}",
+                        "{\"id\": \"c9\", \"job\": \"j7\", \"step\": 4, \"tool\": \"env\"}\n", 1, 0);
+    json_t *v = json_object_get(row(&r, "c9"), "result");
+    CU_ASSERT_STRING_EQUAL(str(v, "id"), "c9");
+    CU_ASSERT_STRING_EQUAL(str(v, "job"), "j7");
+    CU_ASSERT_STRING_EQUAL(str(v, "step"), "4");
+    CU_ASSERT_STRING_EQUAL(str(v, "attempt"), "1");
+    /* ls itself opens one directory fd (3) */
+    CU_ASSERT_STRING_EQUAL(str(v, "fds"), "0 1 2 3 ");
+    json_decref(r.rows);
+}
+
+/* The deadline bounds attempts and backoffs together. */
+static void test_deadline(void)
+{
+    run_t r = run_calls("{\"tools\": [{\"name\": \"hang\", \"exec\": [\"@T@/hang.sh\"], \"timeout\": \"200ms\","
+                        " \"deadline\": \"500ms\", \"attempts\": 10,"
+                        " \"backoff\": {\"base\": \"10ms\", \"jitter\": \"none\"}}]}",
+                        "{\"id\": \"d1\", \"tool\": \"hang\"}\n", 1, 0);
+    json_t *v = row(&r, "d1");
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "Timeout");
+    CU_ASSERT(num(v, "attempts") == 3);
+    double total = json_number_value(json_object_get(v, "duration_ms"));
+    CU_ASSERT(total >= 490 && total < 650);
+    json_decref(r.rows);
+}
+
+/* concurrency caps a tool's attempts at once, whatever -j says. */
+static void test_concurrency_cap(void)
+{
+    const char *calls = "{\"id\": \"a\", \"tool\": \"sleep\", \"args\": {\"ms\": 150}}\n"
+                        "{\"id\": \"b\", \"tool\": \"sleep\", \"args\": {\"ms\": 150}}\n"
+                        "{\"id\": \"c\", \"tool\": \"sleep\", \"args\": {\"ms\": 150}}\n";
+    run_t r = run_calls("{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"}, \"concurrency\": 1}]}",
+                        calls, 3, 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT(r.secs >= 0.45);
+    json_decref(r.rows);
+    r = run_calls("{\"tools\": [" PLUGIN_TOOL("sleep") "]}", calls, 3, 0);
+    CU_ASSERT(r.secs < 0.4);
+    json_decref(r.rows);
+}
+
+/* A job's steps run one at a time in step order; a failed step does not stop the next. */
+static void test_job_order(void)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", tp_test_tmpdir("order"));
+    char reg[8192];
+    snprintf(reg, sizeof reg,
+             "{\"tools\": [{\"name\": \"log\", \"exec\": [\"@T@/log.sh\", \"%s/log\"]}, " PLUGIN_TOOL("deny") "]}",
+             dir);
+    run_t r = run_calls(reg,
+                        "{\"id\": \"a3\", \"job\": \"A\", \"step\": 3, \"tool\": \"log\"}\n"
+                        "{\"id\": \"a1\", \"job\": \"A\", \"step\": 1, \"tool\": \"log\"}\n"
+                        "{\"id\": \"b2\", \"job\": \"B\", \"step\": 2, \"tool\": \"log\"}\n"
+                        "{\"id\": \"a2\", \"job\": \"A\", \"step\": 2, \"tool\": \"deny\"}\n"
+                        "{\"id\": \"b1\", \"job\": \"B\", \"step\": 1, \"tool\": \"log\"}\n",
+                        2, 0);
+    CU_ASSERT_EQUAL(json_array_size(r.rows), 5);
+    CU_ASSERT_STRING_EQUAL(str(row(&r, "a2"), "error"), "PermissionDenied");
+    CU_ASSERT(json_is_true(json_object_get(row(&r, "a3"), "ok")));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/log", dir);
+    char *log = tp_test_slurp(path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(log);
+    /* A's logged steps are 1 then 3 (2 is the deny plugin); B's are 1 then 2. */
+    char *a1 = strstr(log, "A 1\n"), *a3 = strstr(log, "A 3\n");
+    char *b1 = strstr(log, "B 1\n"), *b2 = strstr(log, "B 2\n");
+    CU_ASSERT(a1 && a3 && a1 < a3);
+    CU_ASSERT(b1 && b2 && b1 < b2);
+    /* a3 ran after a2 ended: its result line comes later */
+    size_t i, pos_a2 = 99, pos_a3 = 0;
+    json_t *v;
+    json_array_foreach(r.rows, i, v) {
+        if (strcmp(str(v, "id"), "a2") == 0)
+            pos_a2 = i;
+        if (strcmp(str(v, "id"), "a3") == 0)
+            pos_a3 = i;
+    }
+    CU_ASSERT(pos_a2 < pos_a3);
+    free(log);
+    json_decref(r.rows);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    CU_pSuite s = CU_add_suite("pool", NULL, NULL);
+    CU_add_test(s, "3000 no-op plugin calls, one record each", test_many_noops);
+    CU_add_test(s, "hung tool killed at its timeout and retried", test_hung_killed_and_retried);
+    CU_add_test(s, "grandchild of a hung tool dies too", test_grandchild_killed);
+    CU_add_test(s, "segfaulting plugin", test_segv_plugin);
+    CU_add_test(s, "worker recycling", test_recycling);
+    CU_add_test(s, "retry_after_ms honoured", test_retry_after);
+    CU_add_test(s, "exec outcomes and kinds", test_exec_outcomes);
+    CU_add_test(s, "stdout cap", test_output_cap);
+    CU_add_test(s, "environment and descriptors", test_env_and_fds);
+    CU_add_test(s, "deadline bounds the retries", test_deadline);
+    CU_add_test(s, "concurrency cap", test_concurrency_cap);
+    CU_add_test(s, "job step order", test_job_order);
+    return tp_test_run();
+}

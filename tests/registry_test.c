@@ -1,0 +1,919 @@
+/*
+ * The registry: durations, JSON line positions, a full valid tools.json
+ * (defaults inherited, tools overriding), and every kind of rejection with
+ * its exact FILE:LINE: KEYPATH prefix. The fixtures number their lines in
+ * comments; the line numbers asserted below are those.
+ */
+#include "jsonpos.h"
+#include "registry.h"
+#include "taxonomy.h"
+#include "testutil.h"
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *tmpdir; /* one directory for every fixture of the run */
+
+static int suite_init(void)
+{
+    tmpdir = strdup(tp_test_tmpdir("registry"));
+    return tmpdir == NULL;
+}
+
+static int suite_clean(void)
+{
+    free(tmpdir);
+    return 0;
+}
+
+/* Writes json to tmpdir/name and loads it; *path gets the malloc'd path. */
+static tp_registry_t *load(const char *name, const char *json, char **path, char *err,
+                           size_t errlen)
+{
+    *path = tp_test_write(tmpdir, name, json);
+    return tp_registry_load(*path, err, errlen);
+}
+
+/*
+ * Loads json expecting a rejection that starts "PATH:LINE: KEYPATH: " (no
+ * "KEYPATH: " when keypath is NULL) and whose rest contains needle. On a
+ * mismatch prints the caller's line, what came and what was wanted.
+ */
+static void expect_error_at(const char *src, int srcline, const char *json, int line,
+                            const char *keypath, const char *needle)
+{
+    char err[1024], want[1024], *path;
+    static int seq;
+    char name[64];
+    snprintf(name, sizeof name, "bad%d.json", ++seq);
+    tp_registry_t *reg = load(name, json, &path, err, sizeof err);
+    CU_ASSERT_PTR_NULL(reg);
+    tp_registry_free(reg);
+    if (keypath != NULL)
+        snprintf(want, sizeof want, "%s:%d: %s: ", path, line, keypath);
+    else
+        snprintf(want, sizeof want, "%s:%d: ", path, line);
+    bool prefix = strncmp(err, want, strlen(want)) == 0;
+    bool rest = prefix && strstr(err + strlen(want), needle) != NULL;
+    CU_ASSERT(prefix);
+    CU_ASSERT(rest);
+    CU_ASSERT_PTR_NULL(strchr(err, '\n'));
+    if (!prefix || !rest)
+        fprintf(stderr, "\n%s:%d:\n  got:  %s\n  want: %s...%s...\n", src, srcline, err, want,
+                needle);
+    free(path);
+}
+#define EXPECT_ERROR(json, line, keypath, needle)                                                 \
+    expect_error_at(__FILE__, __LINE__, (json), (line), (keypath), (needle))
+
+/* The whole message after "PATH:", exactly. */
+static void expect_exact_at(const char *src, int srcline, const char *json, const char *tail)
+{
+    char err[1024], want[1024], *path;
+    tp_registry_t *reg = load("exact.json", json, &path, err, sizeof err);
+    CU_ASSERT_PTR_NULL(reg);
+    tp_registry_free(reg);
+    snprintf(want, sizeof want, "%s:%s", path, tail);
+    CU_ASSERT_STRING_EQUAL(err, want);
+    if (strcmp(err, want) != 0)
+        fprintf(stderr, "\n%s:%d:\n  got:  %s\n  want: %s\n", src, srcline, err, want);
+    free(path);
+}
+#define EXPECT_EXACT(json, tail) expect_exact_at(__FILE__, __LINE__, (json), (tail))
+
+/* ---- durations ---- */
+
+static void test_duration_valid(void)
+{
+    static const struct {
+        const char *s;
+        uint64_t us;
+    } ok[] = {
+        {"8s", 8000000},     {"250ms", 250000}, {"1.5s", 1500000},   {"10m", 600000000},
+        {"1h", 3600000000u}, {"100us", 100},    {"0s", 0},           {"0", 0},
+        {"0.1s", 100000},    {"2.5ms", 2500},   {"0.5s", 500000},    {"1.25h", 4500000000u},
+        {"08s", 8000000},    {"0ms", 0},        {"30s", 30000000},   {"1.0000001s", 1000000},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        uint64_t us = 12345;
+        int rc = tp_duration_parse(ok[i].s, &us);
+        CU_ASSERT_EQUAL(rc, 0);
+        CU_ASSERT_EQUAL(us, ok[i].us);
+        if (rc != 0 || us != ok[i].us)
+            fprintf(stderr, "\n  %s -> rc %d, %llu us\n", ok[i].s, rc, (unsigned long long)us);
+    }
+}
+
+static void test_duration_invalid(void)
+{
+    static const char *const bad[] = {
+        "",    "8",     "1.5",  "s",    "8 s",  " 8s",  "8s ", "-1s", "+1s",
+        "1.s", ".5s",   "8sec", "8S",   "1d",   "00",   "1e3s", "ms", "0.0",
+        "1ns", "5 m",   "1h30m", "0x10s", "99999999999999999999h", "18446744073709551616us",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t us = 777;
+        int rc = tp_duration_parse(bad[i], &us);
+        CU_ASSERT_EQUAL(rc, -1);
+        CU_ASSERT_EQUAL(us, 777);
+        if (rc != -1)
+            fprintf(stderr, "\n  \"%s\" accepted as %llu us\n", bad[i], (unsigned long long)us);
+    }
+    uint64_t us;
+    CU_ASSERT_EQUAL(tp_duration_parse(NULL, &us), -1);
+}
+
+/* ---- JSON line positions ---- */
+
+static const char POS_TEXT[] =
+    "{\n"                                   /* 1 */
+    "  \"a\": 1,\n"                         /* 2 */
+    "  \"b\": {\n"                          /* 3 */
+    "    \"c\": [10,\n"                     /* 4 */
+    "      {\"d\": \"x}]\\\"y\"},\n"        /* 5 */
+    "      [1, 2]\n"                        /* 6 */
+    "    ]\n"                               /* 7 */
+    "  },\n"                                /* 8 */
+    "  \"e/f\": {\"g~h\": true},\n"         /* 9 */
+    "  \"esc\\u00e9\\n\": null,\n"          /* 10 */
+    "  \"\": 5,\n"                          /* 11 */
+    "  \"\\ud83d\\ude00\": \"smile\",\n"    /* 12 */
+    "  \"s\": \"\\\"t\\\": {[\",\n"         /* 13 */
+    "  \"t\":\n"                            /* 14 */
+    "    [\n"                               /* 15 */
+    "      {}, [], \"\", -1.5e3,\n"         /* 16 */
+    "      false\n"                         /* 17 */
+    "    ]\n"                               /* 18 */
+    "}\n";                                  /* 19 */
+
+static int pos(const char *pointer)
+{
+    return tp_json_line(POS_TEXT, sizeof POS_TEXT - 1, pointer);
+}
+
+static void test_jsonpos_found(void)
+{
+    CU_ASSERT_EQUAL(pos(""), 1);
+    CU_ASSERT_EQUAL(pos("/a"), 2);
+    CU_ASSERT_EQUAL(pos("/b"), 3);
+    CU_ASSERT_EQUAL(pos("/b/c"), 4);
+    CU_ASSERT_EQUAL(pos("/b/c/0"), 4);
+    CU_ASSERT_EQUAL(pos("/b/c/1"), 5);
+    CU_ASSERT_EQUAL(pos("/b/c/1/d"), 5);
+    CU_ASSERT_EQUAL(pos("/b/c/2"), 6);
+    CU_ASSERT_EQUAL(pos("/b/c/2/1"), 6);
+    CU_ASSERT_EQUAL(pos("/e~1f"), 9);
+    CU_ASSERT_EQUAL(pos("/e~1f/g~0h"), 9);
+    CU_ASSERT_EQUAL(pos("/esc\xc3\xa9\n"), 10);
+    CU_ASSERT_EQUAL(pos("/"), 11);
+    CU_ASSERT_EQUAL(pos("/\xf0\x9f\x98\x80"), 12);
+    CU_ASSERT_EQUAL(pos("/s"), 13);
+    /* a key's line, not its value's */
+    CU_ASSERT_EQUAL(pos("/t"), 14);
+    CU_ASSERT_EQUAL(pos("/t/0"), 16);
+    CU_ASSERT_EQUAL(pos("/t/3"), 16);
+    CU_ASSERT_EQUAL(pos("/t/4"), 17);
+}
+
+static void test_jsonpos_missing(void)
+{
+    CU_ASSERT_EQUAL(pos("/zz"), 0);
+    CU_ASSERT_EQUAL(pos("/d"), 0);          /* only nested */
+    CU_ASSERT_EQUAL(pos("/a/x"), 0);        /* into a scalar */
+    CU_ASSERT_EQUAL(pos("/b/c/3"), 0);      /* past the end */
+    CU_ASSERT_EQUAL(pos("/b/c/01"), 0);     /* leading zero */
+    CU_ASSERT_EQUAL(pos("/b/c/-"), 0);      /* "-" names nothing yet */
+    CU_ASSERT_EQUAL(pos("/b/c/x"), 0);
+    CU_ASSERT_EQUAL(pos("/b/c/99999999999999999999999"), 0);
+    CU_ASSERT_EQUAL(pos("/e/f"), 0);        /* "e/f" needs ~1 */
+    CU_ASSERT_EQUAL(pos("/e~1f/g~h"), 0);   /* bad escape */
+    CU_ASSERT_EQUAL(pos("/e~2f"), 0);
+    CU_ASSERT_EQUAL(pos("/esc\xc3\xa9"), 0); /* a prefix of a key */
+    CU_ASSERT_EQUAL(pos("/es"), 0);
+    CU_ASSERT_EQUAL(pos("/\"t\": {["), 0);  /* text inside a string value */
+    CU_ASSERT_EQUAL(pos("/t/0/x"), 0);      /* into an empty object */
+    CU_ASSERT_EQUAL(pos("/t/1/0"), 0);      /* into an empty array */
+    CU_ASSERT_EQUAL(pos("a"), 0);           /* not a pointer */
+    CU_ASSERT_EQUAL(tp_json_line(POS_TEXT, sizeof POS_TEXT - 1, NULL), 0);
+    CU_ASSERT_EQUAL(tp_json_line(NULL, 0, ""), 0);
+    CU_ASSERT_EQUAL(tp_json_line("  \n ", 4, ""), 0);
+}
+
+static void test_jsonpos_array_root(void)
+{
+    static const char t[] = "\n[\n 1,\n [2,\n  3],\r\n \"x\"\n]";
+    size_t n = sizeof t - 1;
+    CU_ASSERT_EQUAL(tp_json_line(t, n, ""), 2);
+    CU_ASSERT_EQUAL(tp_json_line(t, n, "/0"), 3);
+    CU_ASSERT_EQUAL(tp_json_line(t, n, "/1"), 4);
+    CU_ASSERT_EQUAL(tp_json_line(t, n, "/1/0"), 4);
+    CU_ASSERT_EQUAL(tp_json_line(t, n, "/1/1"), 5);
+    CU_ASSERT_EQUAL(tp_json_line(t, n, "/2"), 6);
+    CU_ASSERT_EQUAL(tp_json_line(t, n, "/3"), 0);
+    /* len bounds the scan: the text is not read past it */
+    CU_ASSERT_EQUAL(tp_json_line(t, 8, "/1"), 0);
+}
+
+/* ---- a full valid registry ---- */
+
+static const char FULL[] =
+    "{\n"                                                                                /* 1 */
+    "  \"defaults\": {\n"                                                                /* 2 */
+    "    \"timeout\": \"8s\",\n"                                                         /* 3 */
+    "    \"attempts\": 4,\n"                                                             /* 4 */
+    "    \"backoff\": {\"base\": \"250ms\", \"factor\": 3,"
+    " \"max\": \"10s\", \"jitter\": \"none\"},\n" /* 5 */
+    "    \"retry_on\": [\"Timeout\", \"ServerError\"],\n"                                /* 6 */
+    "    \"breaker\": {\"same_call\": {\"failures\": 5},\n"                              /* 7 */
+    "                \"tool\": {\"failure_rate\": 0.25, \"cooldown\": \"1m\"}},\n"       /* 8 */
+    "    \"degraded\": {\"answer\": \"unknown\"}\n"                                      /* 9 */
+    "  },\n"                                                                             /* 10 */
+    "  \"guards\": {\"max_steps\": 50, \"max_calls\": 200,"
+    " \"max_wall\": \"1h\", \"max_cost\": 2.5},\n" /* 11 */
+    "  \"tools\": [\n"                                                                   /* 12 */
+    "    {\n"                                                                            /* 13 */
+    "      \"name\": \"search_kb\",\n"                                                   /* 14 */
+    "      \"description\": \"Search the knowledge base\",\n"                            /* 15 */
+    "      \"parameters\": {\"type\": \"object\","
+    " \"properties\": {\"q\": {\"type\": \"string\"}}},\n" /* 16 */
+    "      \"exec\": [\"./bin/search\", \"--fast\"],\n"                                  /* 17 */
+    "      \"timeout\": \"1.5s\",\n"                                                     /* 18 */
+    "      \"backoff\": {\"factor\": 1.5},\n"                                            /* 19 */
+    "      \"fallback\": [\"kb_cache\", \"web.search\"],\n"                              /* 20 */
+    "      \"fallback_on\": [\"transient\", \"permanent\"],\n"                           /* 21 */
+    "      \"idempotent\": false,\n"                                                     /* 22 */
+    "      \"concurrency\": 4,\n"                                                        /* 23 */
+    "      \"max_output\": 4096,\n"                                                      /* 24 */
+    "      \"kill_grace\": \"100ms\",\n"                                                 /* 25 */
+    "      \"deadline\": \"30s\",\n"                                                     /* 26 */
+    "      \"breaker\": {\"same_call\": {\"window\": \"5m\"}}\n"                         /* 27 */
+    "    },\n"                                                                           /* 28 */
+    "    {\"name\": \"kb_cache\", \"plugin\": {\"path\": \"lib/kb.so\"},"
+    " \"stale\": true,\n" /* 29 */
+    "     \"fallback\": \"web.search\", \"retry_on\": [], \"degraded\": null},\n"        /* 30 */
+    "    {\"name\": \"web.search\", \"exec\": [\"python3\", \"web.py\"],"
+    " \"parameters\": true,\n" /* 31 */
+    "     \"attempts\": 1, \"backoff\": {\"jitter\": \"equal\"}, \"fallback\": []}\n"    /* 32 */
+    "  ]\n"                                                                              /* 33 */
+    "}\n";                                                                               /* 34 */
+
+#define BIT(k) (1ull << (k))
+
+static void test_full_registry(void)
+{
+    char err[1024] = "untouched", *path;
+    tp_registry_t *reg = load("full.json", FULL, &path, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    CU_ASSERT_STRING_EQUAL(err, "");
+    char *dir = realpath(tmpdir, NULL);
+    CU_ASSERT_STRING_EQUAL(reg->path, path);
+    CU_ASSERT_STRING_EQUAL(reg->dir, dir);
+
+    /* defaults: given keys set, the rest built in */
+    const tp_policy_t *d = &reg->defaults;
+    CU_ASSERT_EQUAL(d->timeout_us, 8000000);
+    CU_ASSERT_EQUAL(d->attempts, 4);
+    CU_ASSERT_EQUAL(d->backoff_base_us, 250000);
+    CU_ASSERT_DOUBLE_EQUAL(d->backoff_factor, 3.0, 1e-12);
+    CU_ASSERT_EQUAL(d->backoff_max_us, 10000000);
+    CU_ASSERT_EQUAL(d->jitter, TP_JITTER_NONE);
+    CU_ASSERT_EQUAL(d->retry_on, BIT(TP_KIND_TIMEOUT) | BIT(TP_KIND_SERVER_ERROR));
+    CU_ASSERT_EQUAL(d->same_call_failures, 5);
+    CU_ASSERT_EQUAL(d->same_call_window_us, 600000000);
+    CU_ASSERT_DOUBLE_EQUAL(d->tool_failure_rate, 0.25, 1e-12);
+    CU_ASSERT_EQUAL(d->tool_min_calls, 20);
+    CU_ASSERT_EQUAL(d->tool_window_us, 60000000);
+    CU_ASSERT_EQUAL(d->tool_cooldown_us, 60000000);
+    CU_ASSERT_EQUAL(d->tool_probes, 1);
+    CU_ASSERT_PTR_NOT_NULL(d->degraded);
+    CU_ASSERT_EQUAL(d->n_fallback, 0);
+
+    CU_ASSERT_EQUAL(reg->guards.max_steps, 50);
+    CU_ASSERT_EQUAL(reg->guards.max_calls, 200);
+    CU_ASSERT_EQUAL(reg->guards.max_wall_us, 3600000000u);
+    CU_ASSERT_DOUBLE_EQUAL(reg->guards.max_cost, 2.5, 1e-12);
+
+    CU_ASSERT_EQUAL_FATAL(reg->n_tools, 3);
+
+    /* search_kb: overrides, partial backoff, relative argv[0] resolved */
+    const tp_tool_t *t = tp_registry_find(reg, "search_kb");
+    CU_ASSERT_PTR_EQUAL_FATAL(t, &reg->tools[0]);
+    CU_ASSERT_EQUAL(t->index, 0);
+    CU_ASSERT_EQUAL(t->line, 13);
+    CU_ASSERT_STRING_EQUAL(t->description, "Search the knowledge base");
+    CU_ASSERT(json_is_object(t->parameters));
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(t->parameters, "type")), "object");
+    CU_ASSERT_EQUAL(t->adapter, TP_ADAPTER_EXEC);
+    CU_ASSERT_EQUAL_FATAL(t->argc, 2);
+    char want[4096];
+    snprintf(want, sizeof want, "%s/bin/search", dir);
+    CU_ASSERT_STRING_EQUAL(t->argv[0], want);
+    CU_ASSERT_STRING_EQUAL(t->argv[1], "--fast");
+    CU_ASSERT_PTR_NULL(t->argv[2]);
+    const tp_policy_t *p = &t->policy;
+    CU_ASSERT_EQUAL(p->timeout_us, 1500000);
+    CU_ASSERT_EQUAL(p->attempts, 4);
+    CU_ASSERT_EQUAL(p->backoff_base_us, 250000);
+    CU_ASSERT_DOUBLE_EQUAL(p->backoff_factor, 1.5, 1e-12);
+    CU_ASSERT_EQUAL(p->backoff_max_us, 10000000);
+    CU_ASSERT_EQUAL(p->jitter, TP_JITTER_NONE);
+    CU_ASSERT_EQUAL(p->retry_on, BIT(TP_KIND_TIMEOUT) | BIT(TP_KIND_SERVER_ERROR));
+    CU_ASSERT_EQUAL_FATAL(p->n_fallback, 2);
+    CU_ASSERT_STRING_EQUAL(p->fallback[0], "kb_cache");
+    CU_ASSERT_STRING_EQUAL(p->fallback[1], "web.search");
+    CU_ASSERT_EQUAL(p->fallback_on, (1u << TP_CLASS_TRANSIENT) | (1u << TP_CLASS_PERMANENT));
+    CU_ASSERT_FALSE(p->idempotent);
+    CU_ASSERT_EQUAL(p->concurrency, 4);
+    CU_ASSERT_EQUAL(p->max_output, 4096);
+    CU_ASSERT_EQUAL(p->kill_grace_us, 100000);
+    CU_ASSERT_EQUAL(p->deadline_us, 30000000);
+    CU_ASSERT_EQUAL(p->same_call_failures, 5);
+    CU_ASSERT_EQUAL(p->same_call_window_us, 300000000);
+    CU_ASSERT_DOUBLE_EQUAL(p->tool_failure_rate, 0.25, 1e-12);
+    CU_ASSERT_EQUAL(p->tool_cooldown_us, 60000000);
+    CU_ASSERT_FALSE(p->stale);
+    CU_ASSERT(json_equal(p->degraded, d->degraded));
+
+    /* kb_cache: plugin path resolved, a single-string fallback, degraded cancelled */
+    t = tp_registry_find(reg, "kb_cache");
+    CU_ASSERT_PTR_EQUAL_FATAL(t, &reg->tools[1]);
+    CU_ASSERT_EQUAL(t->line, 29);
+    CU_ASSERT_EQUAL(t->adapter, TP_ADAPTER_PLUGIN);
+    snprintf(want, sizeof want, "%s/lib/kb.so", dir);
+    CU_ASSERT_STRING_EQUAL(t->plugin_path, want);
+    CU_ASSERT_PTR_NULL(t->argv);
+    CU_ASSERT_STRING_EQUAL(t->description, "");
+    CU_ASSERT_PTR_NULL(t->parameters);
+    CU_ASSERT(t->policy.stale);
+    CU_ASSERT_EQUAL_FATAL(t->policy.n_fallback, 1);
+    CU_ASSERT_STRING_EQUAL(t->policy.fallback[0], "web.search");
+    CU_ASSERT_EQUAL(t->policy.retry_on, 0);
+    CU_ASSERT_PTR_NULL(t->policy.degraded);
+    CU_ASSERT_EQUAL(t->policy.timeout_us, 8000000);
+
+    /* web.search: bare argv[0] left for PATH, boolean schema */
+    t = tp_registry_find(reg, "web.search");
+    CU_ASSERT_PTR_EQUAL_FATAL(t, &reg->tools[2]);
+    CU_ASSERT_EQUAL(t->line, 31);
+    CU_ASSERT_STRING_EQUAL(t->argv[0], "python3");
+    CU_ASSERT_STRING_EQUAL(t->argv[1], "web.py");
+    CU_ASSERT_EQUAL(t->argc, 2);
+    CU_ASSERT(json_is_true(t->parameters));
+    CU_ASSERT_EQUAL(t->policy.attempts, 1);
+    CU_ASSERT_EQUAL(t->policy.jitter, TP_JITTER_EQUAL);
+    CU_ASSERT_DOUBLE_EQUAL(t->policy.backoff_factor, 3.0, 1e-12);
+    CU_ASSERT_EQUAL(t->policy.n_fallback, 0);
+
+    CU_ASSERT_PTR_NULL(tp_registry_find(reg, "nope"));
+    CU_ASSERT_PTR_NULL(tp_registry_find(reg, "search_k"));
+    CU_ASSERT_PTR_NULL(tp_registry_find(reg, ""));
+    CU_ASSERT_PTR_NULL(tp_registry_find(reg, NULL));
+    CU_ASSERT_PTR_NULL(tp_registry_find(NULL, "search_kb"));
+
+    free(dir);
+    free(path);
+    tp_registry_free(reg);
+}
+
+/* A registry that says nothing gets exactly tp_policy_init's values. */
+static void test_builtin_defaults(void)
+{
+    char err[1024], *path;
+    tp_registry_t *reg = load("min.json",
+                              "{\"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]}]}",
+                              &path, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    const tp_policy_t *p = &reg->tools[0].policy;
+    CU_ASSERT_EQUAL(p->timeout_us, 30000000);
+    CU_ASSERT_EQUAL(p->deadline_us, 0);
+    CU_ASSERT_EQUAL(p->attempts, 3);
+    CU_ASSERT_EQUAL(p->backoff_base_us, 500000);
+    CU_ASSERT_DOUBLE_EQUAL(p->backoff_factor, 2.0, 1e-12);
+    CU_ASSERT_EQUAL(p->backoff_max_us, 30000000);
+    CU_ASSERT_EQUAL(p->jitter, TP_JITTER_FULL);
+    CU_ASSERT_EQUAL(p->kill_grace_us, 0);
+    CU_ASSERT(p->idempotent);
+    CU_ASSERT_EQUAL(p->concurrency, 0);
+    CU_ASSERT_EQUAL(p->max_output, 1048576);
+    CU_ASSERT_EQUAL(p->retry_on, BIT(TP_KIND_TIMEOUT) | BIT(TP_KIND_RATE_LIMITED) |
+                                     BIT(TP_KIND_SERVER_ERROR) | BIT(TP_KIND_WORKER_CRASHED));
+    CU_ASSERT_PTR_NULL(p->fallback);
+    CU_ASSERT_EQUAL(p->n_fallback, 0);
+    CU_ASSERT_EQUAL(p->fallback_on, 1u << TP_CLASS_TRANSIENT);
+    CU_ASSERT_FALSE(p->stale);
+    CU_ASSERT_PTR_NULL(p->degraded);
+    CU_ASSERT_EQUAL(p->same_call_failures, 3);
+    CU_ASSERT_EQUAL(p->same_call_window_us, 600000000);
+    CU_ASSERT_DOUBLE_EQUAL(p->tool_failure_rate, 0.5, 1e-12);
+    CU_ASSERT_EQUAL(p->tool_min_calls, 20);
+    CU_ASSERT_EQUAL(p->tool_window_us, 60000000);
+    CU_ASSERT_EQUAL(p->tool_cooldown_us, 30000000);
+    CU_ASSERT_EQUAL(p->tool_probes, 1);
+    CU_ASSERT_STRING_EQUAL(reg->tools[0].argv[0], "/bin/true");
+    CU_ASSERT_EQUAL(reg->tools[0].line, 1);
+    CU_ASSERT_EQUAL(reg->guards.max_steps, 0);
+    CU_ASSERT_EQUAL(reg->guards.max_calls, 0);
+    CU_ASSERT_EQUAL(reg->guards.max_wall_us, 0);
+    CU_ASSERT_DOUBLE_EQUAL(reg->guards.max_cost, 0.0, 1e-12);
+
+    tp_policy_t init;
+    tp_policy_init(&init);
+    CU_ASSERT_EQUAL(init.timeout_us, p->timeout_us);
+    CU_ASSERT_EQUAL(init.retry_on, p->retry_on);
+    CU_ASSERT_EQUAL(init.max_output, p->max_output);
+    CU_ASSERT_EQUAL(init.tool_probes, p->tool_probes);
+    free(path);
+    tp_registry_free(reg);
+}
+
+/* Many tools: every one found through the index, absolute paths untouched. */
+static void test_many_tools(void)
+{
+    size_t n = 1000, cap = n * 96 + 64, len = 0;
+    char *json = malloc(cap);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(json);
+    len += (size_t)snprintf(json + len, cap - len, "{\"tools\": [\n");
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(json + len, cap - len,
+                                "{\"name\": \"tool_%zu\","
+                                " \"plugin\": {\"path\": \"/abs/p%zu.so\"}}%s\n",
+                                i, i, i + 1 < n ? "," : "");
+    snprintf(json + len, cap - len, "]}\n");
+    char err[1024], *path;
+    tp_registry_t *reg = load("many.json", json, &path, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    CU_ASSERT_EQUAL(reg->n_tools, n);
+    size_t found = 0;
+    for (size_t i = 0; i < n; i++) {
+        char name[32], want[32];
+        snprintf(name, sizeof name, "tool_%zu", i);
+        snprintf(want, sizeof want, "/abs/p%zu.so", i);
+        const tp_tool_t *t = tp_registry_find(reg, name);
+        if (t != NULL && t->index == i && t->line == (int)i + 2 &&
+            strcmp(t->plugin_path, want) == 0)
+            found++;
+    }
+    CU_ASSERT_EQUAL(found, n);
+    CU_ASSERT_PTR_NULL(tp_registry_find(reg, "tool_1000"));
+    free(json);
+    free(path);
+    tp_registry_free(reg);
+}
+
+/* A diamond (a -> b, c; b -> c) is not a loop. */
+static void test_fallback_diamond(void)
+{
+    char err[1024], *path;
+    tp_registry_t *reg = load("diamond.json",
+                              "{\"tools\": [\n"
+                              " {\"name\": \"a\", \"exec\": [\"x\"],"
+                              " \"fallback\": [\"b\", \"c\"]},\n"
+                              " {\"name\": \"b\", \"exec\": [\"x\"], \"fallback\": [\"c\"]},\n"
+                              " {\"name\": \"c\", \"exec\": [\"x\"]}\n"
+                              "]}\n",
+                              &path, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL(reg);
+    if (reg == NULL)
+        fprintf(stderr, "\n  %s\n", err);
+    free(path);
+    tp_registry_free(reg);
+    tp_registry_free(NULL);
+}
+
+/* ---- rejections ---- */
+
+static void test_err_missing_file(void)
+{
+    char err[1024], path[4096];
+    snprintf(path, sizeof path, "%s/does-not-exist.json", tmpdir);
+    CU_ASSERT_PTR_NULL(tp_registry_load(path, err, sizeof err));
+    char want[4200];
+    snprintf(want, sizeof want, "%s: cannot read: No such file or directory", path);
+    CU_ASSERT_STRING_EQUAL(err, want);
+    CU_ASSERT_PTR_NULL(tp_registry_load(path, NULL, 0));
+}
+
+static void test_err_syntax(void)
+{
+    EXPECT_ERROR("{\n"                                  /* 1 */
+                 "  \"tools\": [\n"                     /* 2 */
+                 "    {\"name\": \"a\", \"exec\": [\"x\"],}\n" /* 3 */
+                 "  ]\n"                                /* 4 */
+                 "}\n",                                 /* 5 */
+                 3, NULL, "invalid JSON: string or '}' expected near '}'");
+    EXPECT_ERROR("{\"tools\": [\n"                      /* 1 */
+                 "  {\"name\": \"a\",\n"                /* 2 */
+                 "   \"exec\": [\"x\"],\n"              /* 3 */
+                 "   \"exec\": [\"y\"]}\n"              /* 4 */
+                 "]}\n",                                /* 5 */
+                 4, NULL, "duplicate object key");
+    EXPECT_ERROR("", 1, NULL, "invalid JSON");
+}
+
+static void test_err_top_level(void)
+{
+    EXPECT_EXACT("{\n"                                             /* 1 */
+                 "  \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}],\n" /* 2 */
+                 "  \"tool\": []\n"                                /* 3 */
+                 "}\n",                                            /* 4 */
+                 "3: tool: unknown key (did you mean \"tools\"?)");
+    EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}],\n" /* 1 */
+                 " \"version\": 2}\n",                                  /* 2 */
+                 "2: version: unknown key (expected one of \"defaults\", \"guards\", \"tools\")");
+    EXPECT_EXACT("{\"defaults\": {}}", "1: missing required key \"tools\"");
+    EXPECT_EXACT("{\n \"tools\": []\n}", "2: tools: expected a non-empty array of tools, got []");
+    EXPECT_EXACT("{\"tools\": {\"a\": 1}}",
+                 "1: tools: expected a non-empty array of tools, got an object");
+    EXPECT_EXACT("[1]", "1: expected an object like {\"tools\": [...]}, got an array");
+    EXPECT_EXACT("{\"defaults\": [], \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}",
+                 "1: defaults: expected an object, got []");
+}
+
+static void test_err_unknown_tool_key(void)
+{
+    EXPECT_EXACT("{\"tools\": [\n"                           /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"]},\n" /* 2 */
+                 "  {\"name\": \"b\",\n"                     /* 3 */
+                 "   \"exec\": [\"y\"],\n"                   /* 4 */
+                 "   \"timout\": \"5s\"}\n"                  /* 5 */
+                 "]}\n",                                     /* 6 */
+                 "5: tools[1] (b).timout: unknown key (did you mean \"timeout\"?)");
+    EXPECT_EXACT("{\"tools\": [\n"                               /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n"      /* 2 */
+                 "   \"color\": \"blue\"}\n"                     /* 3 */
+                 "]}\n",                                         /* 4 */
+                 "3: tools[0] (a).color: unknown key");
+    /* "/" and "~" in a key: escaped in the pointer, so the line is still found */
+    EXPECT_EXACT("{\"tools\": [\n"                               /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n"      /* 2 */
+                 "   \"a/b~c\": 1}\n"                            /* 3 */
+                 "]}\n",                                         /* 4 */
+                 "3: tools[0] (a).a/b~c: unknown key");
+}
+
+static void test_err_unknown_policy_key(void)
+{
+    EXPECT_EXACT("{\n"                                            /* 1 */
+                 "  \"defaults\": {\n"                            /* 2 */
+                 "    \"timeout\": \"5s\",\n"                     /* 3 */
+                 "    \"retries\": 3\n"                           /* 4 */
+                 "  },\n"                                         /* 5 */
+                 "  \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]\n" /* 6 */
+                 "}\n",                                           /* 7 */
+                 "4: defaults.retries: unknown key");
+    EXPECT_EXACT("{\n"                                            /* 1 */
+                 "  \"defaults\": {\"backoff\": {\n"              /* 2 */
+                 "    \"base\": \"1s\",\n"                        /* 3 */
+                 "    \"jiter\": \"none\"}},\n"                   /* 4 */
+                 "  \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]\n" /* 5 */
+                 "}\n",                                           /* 6 */
+                 "4: defaults.backoff.jiter: unknown key (did you mean \"jitter\"?)");
+    EXPECT_ERROR("{\"defaults\": {\"breaker\": {\"tool\": {\n" /* 1 */
+                 "   \"probes\": 2,\n"                         /* 2 */
+                 "   \"half_open\": 1}}},\n"                   /* 3 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}\n", /* 4 */
+                 3, "defaults.breaker.tool.half_open",
+                 "unknown key (expected one of \"failure_rate\"");
+    /* a tool's own keys are not policy keys */
+    EXPECT_ERROR("{\"defaults\": {\n"                      /* 1 */
+                 "   \"exec\": [\"x\"]},\n"                /* 2 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}\n", /* 3 */
+                 2, "defaults.exec", "unknown key");
+    EXPECT_ERROR("{\"guards\": {\"max_steps\": 5,\n"       /* 1 */
+                 "   \"max_tokens\": 9},\n"                /* 2 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}\n", /* 3 */
+                 2, "guards.max_tokens", "unknown key");
+}
+
+static void test_err_wrong_type(void)
+{
+    /* the contract's own example */
+    EXPECT_EXACT("{\n"                                       /* 1 */
+                 "  \"defaults\": {\n"                       /* 2 */
+                 "    \"attempts\": 3\n"                     /* 3 */
+                 "  },\n"                                    /* 4 */
+                 "  \"tools\": [\n"                          /* 5 */
+                 "    {\n"                                   /* 6 */
+                 "      \"name\": \"search_kb\",\n"          /* 7 */
+                 "      \"exec\": [\"./search.sh\"],\n"      /* 8 */
+                 "      \"timeout\": 8\n"                    /* 9 */
+                 "    }\n"                                   /* 10 */
+                 "  ]\n"                                     /* 11 */
+                 "}\n",                                      /* 12 */
+                 "9: tools[0] (search_kb).timeout: expected a duration like \"8s\", got 8");
+    EXPECT_EXACT("{\"tools\": [\n"                                    /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n"           /* 2 */
+                 "   \"attempts\": \"3\"}]}\n",                       /* 3 */
+                 "3: tools[0] (a).attempts: expected an integer, got \"3\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"attempts\": 2.0}]}\n",                          /* 2 */
+                 2, "tools[0] (a).attempts", "expected an integer, got 2.0");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"idempotent\": \"yes\"}]}\n",                    /* 2 */
+                 2, "tools[0] (a).idempotent", "expected true or false, got \"yes\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"backoff\": \"fast\"}]}\n",                      /* 2 */
+                 2, "tools[0] (a).backoff", "expected an object, got \"fast\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"backoff\": {\"factor\": \"2\"}}]}\n",           /* 2 */
+                 2, "tools[0] (a).backoff.factor", "expected a number, got \"2\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"parameters\": \"object\"}]}\n",                 /* 2 */
+                 2, "tools[0] (a).parameters", "expected a JSON Schema");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"description\": 5}]}\n",                         /* 2 */
+                 2, "tools[0] (a).description", "expected a string, got 5");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\",\n"                    /* 1 */
+                 "   \"exec\": \"python3 tool.py\"}]}\n",              /* 2 */
+                 2, "tools[0] (a).exec", "expected an argv array");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\",\n"                    /* 1 */
+                 "   \"exec\": [\"x\",\n"                              /* 2 */
+                 "            3]}]}\n",                                /* 3 */
+                 3, "tools[0] (a).exec[1]", "expected a string, got 3");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": []}]}", 1, "tools[0] (a).exec",
+                 "got []");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"\"]}]}", 1, "tools[0] (a).exec[0]",
+                 "expected a program, got \"\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"backoff\": {\"jitter\": \"half\"}}]}\n",        /* 2 */
+                 2, "tools[0] (a).backoff.jitter",
+                 "expected one of \"full\", \"equal\", \"none\", got \"half\"");
+    EXPECT_ERROR("{\"tools\": [\n"                                     /* 1 */
+                 "  \"search_kb\"]}\n",                                /* 2 */
+                 2, "tools[0]", "expected a tool object, got \"search_kb\"");
+    EXPECT_ERROR("{\"guards\": {\"max_cost\": \"1\"},\n"               /* 1 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 2 */
+                 1, "guards.max_cost", "expected a number, got \"1\"");
+}
+
+static void test_err_range(void)
+{
+    EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"attempts\": 0}]}\n",                            /* 2 */
+                 "2: tools[0] (a).attempts: must be >= 1, got 0");
+    EXPECT_ERROR("{\"defaults\": {\n"                                  /* 1 */
+                 "   \"attempts\": 101},\n"                            /* 2 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
+                 2, "defaults.attempts", "must be <= 100, got 101");
+    /* the contract's own example, tools[1] */
+    EXPECT_EXACT("{\n"                                                 /* 1 */
+                 "  \"tools\": [\n"                                    /* 2 */
+                 "    {\"name\": \"a\", \"exec\": [\"x\"]},\n"         /* 3 */
+                 "    {\n"                                             /* 4 */
+                 "      \"name\": \"b\",\n"                            /* 5 */
+                 "      \"exec\": [\"y\"],\n"                          /* 6 */
+                 "      \"backoff\": {\n"                              /* 7 */
+                 "        \"base\": \"1s\",\n"                         /* 8 */
+                 "        \"factor\": 0.5\n"                           /* 9 */
+                 "      }\n"                                           /* 10 */
+                 "    }\n"                                             /* 11 */
+                 "  ]\n"                                               /* 12 */
+                 "}\n",                                                /* 13 */
+                 "9: tools[1] (b).backoff.factor: must be >= 1, got 0.5");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"breaker\": {\n"                                 /* 2 */
+                 "     \"tool\": {\"failure_rate\": 1.5}}}]}\n",       /* 3 */
+                 3, "tools[0] (a).breaker.tool.failure_rate", "must be <= 1, got 1.5");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"breaker\": {\"tool\": {\"failure_rate\": 0}}}]}\n", /* 2 */
+                 2, "tools[0] (a).breaker.tool.failure_rate", "must be > 0, got 0");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"breaker\": {\"same_call\": {\"failures\": 0}}}]}\n", /* 2 */
+                 2, "tools[0] (a).breaker.same_call.failures", "must be >= 1, got 0");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"timeout\": \"0s\"}]}\n",                        /* 2 */
+                 2, "tools[0] (a).timeout", "must be > 0, got \"0s\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"concurrency\": -1}]}\n",                        /* 2 */
+                 2, "tools[0] (a).concurrency", "must be >= 0, got -1");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"concurrency\": 4294967296}]}\n",                /* 2 */
+                 2, "tools[0] (a).concurrency", "must be <= 4294967295, got 4294967296");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"max_output\": 0}]}\n",                          /* 2 */
+                 2, "tools[0] (a).max_output", "must be >= 1, got 0");
+    EXPECT_ERROR("{\"guards\": {\n"                                    /* 1 */
+                 "   \"max_steps\": 0},\n"                             /* 2 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
+                 2, "guards.max_steps", "must be >= 1, got 0");
+    EXPECT_ERROR("{\"guards\": {\"max_cost\": 0},\n"                   /* 1 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 2 */
+                 1, "guards.max_cost", "must be > 0, got 0");
+}
+
+static void test_err_duration(void)
+{
+    EXPECT_EXACT("{\"defaults\": {\n"                                  /* 1 */
+                 "   \"deadline\": \"30 seconds\"},\n"                 /* 2 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
+                 "2: defaults.deadline: expected a duration like \"8s\", got \"30 seconds\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"backoff\": {\"max\": \"1.5\"}}]}\n",            /* 2 */
+                 2, "tools[0] (a).backoff.max", "expected a duration like \"8s\", got \"1.5\"");
+    EXPECT_ERROR("{\"guards\": {\"max_wall\": 3600},\n"                /* 1 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 2 */
+                 1, "guards.max_wall", "expected a duration like \"8s\", got 3600");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"kill_grace\": 0}]}\n",                          /* 2 */
+                 2, "tools[0] (a).kill_grace", "expected a duration like \"8s\", got 0");
+}
+
+static void test_err_duplicate_name(void)
+{
+    EXPECT_EXACT("{\"tools\": [\n"                           /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"]},\n" /* 2 */
+                 "  {\"name\": \"b\", \"exec\": [\"y\"]},\n" /* 3 */
+                 "  {\"exec\": [\"z\"],\n"                   /* 4 */
+                 "   \"name\": \"a\"}\n"                     /* 5 */
+                 "]}\n",                                     /* 6 */
+                 "5: tools[2].name: duplicate tool name \"a\" (already declared as tools[0] on "
+                 "line 2)");
+}
+
+static void test_err_no_adapter(void)
+{
+    EXPECT_EXACT("{\"tools\": [\n"                           /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"]},\n" /* 2 */
+                 "  {\n"                                     /* 3 */
+                 "    \"name\": \"b\",\n"                    /* 4 */
+                 "    \"timeout\": \"5s\"\n"                 /* 5 */
+                 "  }\n"                                     /* 6 */
+                 "]}\n",                                     /* 7 */
+                 "3: tools[1] (b): no adapter (expected exactly one of \"exec\", \"plugin\", "
+                 "\"mcp\", \"http\")");
+}
+
+static void test_err_two_adapters(void)
+{
+    EXPECT_EXACT("{\"tools\": [\n"                           /* 1 */
+                 "  {\"name\": \"a\",\n"                     /* 2 */
+                 "   \"exec\": [\"x\"],\n"                   /* 3 */
+                 "   \"plugin\": {\"path\": \"a.so\"}}\n"    /* 4 */
+                 "]}\n",                                     /* 5 */
+                 "4: tools[0] (a).plugin: a tool has exactly one adapter, and this one already "
+                 "has \"exec\"");
+}
+
+static void test_err_name(void)
+{
+    EXPECT_EXACT("{\"tools\": [\n"                           /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"]},\n" /* 2 */
+                 "  {\"exec\": [\"y\"]}\n"                   /* 3 */
+                 "]}\n",                                     /* 4 */
+                 "3: tools[1]: missing required key \"name\"");
+    EXPECT_ERROR("{\"tools\": [\n"                           /* 1 */
+                 "  {\"name\": \"my tool\", \"exec\": [\"y\"]}\n" /* 2 */
+                 "]}\n",                                     /* 3 */
+                 2, "tools[0].name", "got \"my tool\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"\", \"exec\": [\"y\"]}]}", 1, "tools[0].name",
+                 "got \"\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": 7, \"exec\": [\"y\"]}]}", 1, "tools[0].name", "got 7");
+}
+
+static void test_err_adapter_shapes(void)
+{
+    EXPECT_EXACT("{\"tools\": [\n"                                   /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"]},\n"         /* 2 */
+                 "  {\"name\": \"b\", \"plugin\": {\"path\": \"b.so\"}},\n" /* 3 */
+                 "  {\"name\": \"c\",\n"                             /* 4 */
+                 "   \"http\": {\"url\": \"https://example.com/c\"}}\n" /* 5 */
+                 "]}\n",                                             /* 6 */
+                 "5: tools[2] (c).http: the http adapter is not available in this build (exec "
+                 "and plugin are)");
+    EXPECT_EXACT("{\"tools\": [{\"name\": \"m\",\n"                  /* 1 */
+                 "   \"mcp\": {\"command\": [\"./srv\"], \"tool\": \"search\"}}]}\n", /* 2 */
+                 "2: tools[0] (m).mcp: the mcp adapter is not available in this build (exec "
+                 "and plugin are)");
+    /* their shape is checked first */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"c\",\n"                  /* 1 */
+                 "   \"http\": {\"url\": \"ftp://example.com\"}}]}\n", /* 2 */
+                 2, "tools[0] (c).http.url", "expected an http:// or https:// URL");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"c\",\n"                  /* 1 */
+                 "   \"http\": {}}]}\n",                             /* 2 */
+                 2, "tools[0] (c).http", "missing required key \"url\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"m\",\n"                  /* 1 */
+                 "   \"mcp\": {\"command\": [\"./srv\"]}}]}\n",      /* 2 */
+                 2, "tools[0] (m).mcp", "missing required key \"tool\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"m\",\n"                  /* 1 */
+                 "   \"mcp\": {\"command\": \"./srv\", \"tool\": \"t\"}}]}\n", /* 2 */
+                 2, "tools[0] (m).mcp.command", "expected an argv array");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"p\",\n"                  /* 1 */
+                 "   \"plugin\": {\"path\": \"p.so\", \"entry\": \"x\"}}]}\n", /* 2 */
+                 2, "tools[0] (p).plugin.entry", "unknown key (expected one of \"path\")");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"p\",\n"                  /* 1 */
+                 "   \"plugin\": \"p.so\"}]}\n",                     /* 2 */
+                 2, "tools[0] (p).plugin", "expected an object, got \"p.so\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"p\",\n"                  /* 1 */
+                 "   \"plugin\": {\"path\": \"\"}}]}\n",             /* 2 */
+                 2, "tools[0] (p).plugin.path", "expected a non-empty string, got \"\"");
+}
+
+static void test_err_kinds_and_classes(void)
+{
+    EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"retry_on\": [\"Timeout\",\n"                    /* 2 */
+                 "                \"NotFound\"]}]}\n",                 /* 3 */
+                 "3: tools[0] (a).retry_on[1]: \"NotFound\" is permanent and is never retried "
+                 "(expected one of Timeout, RateLimited, ServerError, WorkerCrashed)");
+    EXPECT_ERROR("{\"defaults\": {\"retry_on\": [\"Timout\"]},\n"      /* 1 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 2 */
+                 1, "defaults.retry_on[0]", "unknown kind \"Timout\"");
+    EXPECT_ERROR("{\"defaults\": {\"retry_on\": \"Timeout\"},\n"       /* 1 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 2 */
+                 1, "defaults.retry_on", "expected an array of kind names");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"retry_on\": [\"CircuitOpen\"]}]}\n",            /* 2 */
+                 2, "tools[0] (a).retry_on[0]", "\"CircuitOpen\" is guard and is never retried");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"fallback_on\": [\"transient\", \"fatal\"]}]}\n", /* 2 */
+                 2, "tools[0] (a).fallback_on[1]", "got \"fatal\"");
+}
+
+static void test_err_fallback(void)
+{
+    EXPECT_EXACT("{\"tools\": [\n"                                     /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n"            /* 2 */
+                 "   \"fallback\": [\"b\",\n"                          /* 3 */
+                 "                \"nope\"]},\n"                       /* 4 */
+                 "  {\"name\": \"b\", \"exec\": [\"y\"]}\n"            /* 5 */
+                 "]}\n",                                               /* 6 */
+                 "4: tools[0] (a).fallback[1]: unknown tool \"nope\" (a fallback must be a tool "
+                 "declared in \"tools\")");
+    EXPECT_ERROR("{\"defaults\": {\n"                                  /* 1 */
+                 "   \"fallback\": \"cache\"},\n"                      /* 2 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
+                 2, "defaults.fallback", "unknown tool \"cache\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"fallback\": 3}]}\n",                            /* 2 */
+                 2, "tools[0] (a).fallback", "expected a tool name or an array of tool names");
+    EXPECT_EXACT("{\"tools\": [\n"                                     /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n"            /* 2 */
+                 "   \"fallback\": [\"b\"]},\n"                        /* 3 */
+                 "  {\"name\": \"b\", \"exec\": [\"y\"],\n"            /* 4 */
+                 "   \"fallback\": \"c\"},\n"                          /* 5 */
+                 "  {\"name\": \"c\", \"exec\": [\"z\"], \"fallback\": [\"a\"]}\n" /* 6 */
+                 "]}\n",                                               /* 7 */
+                 "3: tools[0] (a).fallback: the fallback chain of \"a\" loops: a -> b -> c -> a");
+    /* the loop is reported where it starts, not where the walk began */
+    EXPECT_ERROR("{\"tools\": [\n"                                     /* 1 */
+                 "  {\"name\": \"d\", \"exec\": [\"x\"], \"fallback\": \"b\"},\n" /* 2 */
+                 "  {\"name\": \"b\", \"exec\": [\"y\"],\n"            /* 3 */
+                 "   \"fallback\": \"c\"},\n"                          /* 4 */
+                 "  {\"name\": \"c\", \"exec\": [\"z\"], \"fallback\": [\"b\"]}\n" /* 5 */
+                 "]}\n",                                               /* 6 */
+                 4, "tools[1] (b).fallback", "loops: b -> c -> b");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"fallback\": \"a\"}]}\n",                        /* 2 */
+                 2, "tools[0] (a).fallback", "loops: a -> a");
+    /* inherited from defaults: a tool that names itself through them */
+    EXPECT_ERROR("{\"defaults\": {\n"                                  /* 1 */
+                 "   \"fallback\": [\"c\"]},\n"                        /* 2 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]},\n" /* 3 */
+                 "            {\"name\": \"c\", \"exec\": [\"x\"]}]}", /* 4 */
+                 2, "defaults.fallback", "the fallback chain of \"c\" loops: c -> c");
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    CU_pSuite s = CU_add_suite("registry", suite_init, suite_clean);
+    if (s == NULL)
+        return 2;
+    static const struct {
+        const char *name;
+        CU_TestFunc fn;
+    } tests[] = {
+        {"duration valid", test_duration_valid},
+        {"duration invalid", test_duration_invalid},
+        {"jsonpos found", test_jsonpos_found},
+        {"jsonpos missing", test_jsonpos_missing},
+        {"jsonpos array root", test_jsonpos_array_root},
+        {"full registry", test_full_registry},
+        {"built-in defaults", test_builtin_defaults},
+        {"many tools", test_many_tools},
+        {"fallback diamond", test_fallback_diamond},
+        {"error: missing file", test_err_missing_file},
+        {"error: JSON syntax", test_err_syntax},
+        {"error: top level", test_err_top_level},
+        {"error: unknown tool key", test_err_unknown_tool_key},
+        {"error: unknown policy key", test_err_unknown_policy_key},
+        {"error: wrong type", test_err_wrong_type},
+        {"error: out of range", test_err_range},
+        {"error: bad duration", test_err_duration},
+        {"error: duplicate name", test_err_duplicate_name},
+        {"error: no adapter", test_err_no_adapter},
+        {"error: two adapters", test_err_two_adapters},
+        {"error: name", test_err_name},
+        {"error: adapter shapes", test_err_adapter_shapes},
+        {"error: kinds and classes", test_err_kinds_and_classes},
+        {"error: fallback", test_err_fallback},
+    };
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
+        if (CU_add_test(s, tests[i].name, tests[i].fn) == NULL)
+            return 2;
+    return tp_test_run();
+}

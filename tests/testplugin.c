@@ -1,0 +1,87 @@
+/*
+ * A plugin of well-behaved and misbehaving tools for the pool tests.
+ *
+ *   noop            {}
+ *   echo            the args back
+ *   pid             {"pid": the worker's pid}
+ *   sleep           sleeps args.ms milliseconds, then {"slept": ms}
+ *   segv            dies of SIGSEGV
+ *   flaky           ServerError until attempt args.ok_at, then {"attempt": n}
+ *   rate            RateLimited with retry_after_ms args.after on attempt 1, then ok
+ *   deny            PermissionDenied
+ *   custom          fails with the kind "QuotaGone" (not in the taxonomy)
+ *   big             a string of args.n bytes
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <toolpool/plugin.h>
+#include <unistd.h>
+
+/* The integer after "key": in a flat args object; def when absent. */
+static long arg_long(const char *args, const char *key, long def)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(args, pat);
+    return p ? strtol(p + strlen(pat), NULL, 10) : def;
+}
+
+static char *fmt(const char *f, long v)
+{
+    char *s = malloc(64);
+    snprintf(s, 64, f, v);
+    return s;
+}
+
+int tp_plugin_call_v1(const tp_plugin_call_t *call, tp_plugin_reply_t *reply)
+{
+    const char *t = call->tool;
+    if (strcmp(t, "noop") == 0) {
+        reply->result = strdup("{}");
+    } else if (strcmp(t, "echo") == 0) {
+        reply->result = strndup(call->args, call->args_len);
+    } else if (strcmp(t, "pid") == 0) {
+        reply->result = fmt("{\"pid\":%ld}", (long)getpid());
+    } else if (strcmp(t, "sleep") == 0) {
+        long ms = arg_long(call->args, "ms", 100);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+        reply->result = fmt("{\"slept\":%ld}", ms);
+    } else if (strcmp(t, "segv") == 0) {
+        raise(SIGSEGV);
+    } else if (strcmp(t, "flaky") == 0) {
+        if ((long)call->attempt < arg_long(call->args, "ok_at", 2)) {
+            reply->error = "ServerError";
+            reply->message = strdup("503: try again");
+        } else {
+            reply->result = fmt("{\"attempt\":%ld}", (long)call->attempt);
+        }
+    } else if (strcmp(t, "rate") == 0) {
+        if (call->attempt == 1) {
+            reply->error = "RateLimited";
+            reply->retry_after_ms = arg_long(call->args, "after", 100);
+        } else {
+            reply->result = strdup("{\"ok\":true}");
+        }
+    } else if (strcmp(t, "deny") == 0) {
+        reply->error = "PermissionDenied";
+        reply->message = strdup("403");
+    } else if (strcmp(t, "custom") == 0) {
+        reply->error = "QuotaGone";
+    } else if (strcmp(t, "big") == 0) {
+        long n = arg_long(call->args, "n", 10);
+        char *s = malloc((size_t)n + 3);
+        s[0] = '"';
+        memset(s + 1, 'x', (size_t)n);
+        s[n + 1] = '"';
+        s[n + 2] = 0;
+        reply->result = s;
+    } else {
+        reply->error = "NotFound";
+    }
+    return 0;
+}

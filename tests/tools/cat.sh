@@ -1,0 +1,3 @@
+#!/bin/sh
+# Echoes its stdin (the args) back.
+exec cat

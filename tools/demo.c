@@ -1,0 +1,115 @@
+/*
+ * toolpool demo: the seed's scenario, bundled in examples/demo.
+ *
+ * search_kb hangs and is killed at its 0.8s timeout three times (backoff
+ * 0.5s, then 1s: jitter "none" reproduces the seed's exact waits); the
+ * agent's next step asks kb_cache, which answers; delete_record is refused
+ * after one attempt; get_rates is rate-limited once and the retry waits the 1.2s
+ * the tool asked for (more than the 0.5s backoff); lookup_order just works. The results go to a temporary file,
+ * then print as JSON lines and as the seed's trace.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "batch.h"
+#include "cli.h"
+#include "log.h"
+
+/* examples/demo: $TOOLPOOL_EXAMPLES, the source tree, or beside the program. */
+static const char *demo_dir(void)
+{
+    static char path[PATH_MAX];
+    const char *env = getenv("TOOLPOOL_EXAMPLES");
+    snprintf(path, sizeof path, "%s/demo", env && *env ? env : TP_EXAMPLES_DIR);
+    if (access(path, R_OK) == 0)
+        return path;
+    char exe[PATH_MAX - 64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        *slash = 0;
+        snprintf(path, sizeof path, "%s/../share/toolpool/examples/demo", exe);
+        if (access(path, R_OK) == 0)
+            return path;
+    }
+    return NULL;
+}
+
+int tp_cmd_demo(int argc, char **argv)
+{
+    if (argc > 1) {
+        fputs("usage: toolpool demo\n"
+              "Runs examples/demo/calls.jsonl against examples/demo/tools.json and prints\n"
+              "the results and each call's trace. It takes about four seconds.\n",
+              strcmp(argv[1], "--help") == 0 ? stdout : stderr);
+        return strcmp(argv[1], "--help") == 0 ? 0 : 2;
+    }
+    const char *dir = demo_dir();
+    if (dir == NULL) {
+        tp_log_error("cannot find the examples (set TOOLPOOL_EXAMPLES to the examples folder)");
+        return 2;
+    }
+    char reg_path[PATH_MAX + 32], calls_path[PATH_MAX + 32], out_path[] = "/tmp/toolpool-demo-XXXXXX";
+    snprintf(reg_path, sizeof reg_path, "%s/tools.json", dir);
+    snprintf(calls_path, sizeof calls_path, "%s/calls.jsonl", dir);
+    char err[1024];
+    tp_registry_t *reg = tp_registry_load(reg_path, err, sizeof err);
+    if (reg == NULL) {
+        tp_log_error("%s", err);
+        return 2;
+    }
+    FILE *calls = fopen(calls_path, "r");
+    int out_fd = mkstemp(out_path);
+    if (calls == NULL || out_fd < 0) {
+        tp_log_error("%s: %s", calls == NULL ? calls_path : out_path, strerror(errno));
+        if (calls)
+            fclose(calls);
+        tp_registry_free(reg);
+        return 2;
+    }
+    unlink(out_path);
+    printf("toolpool demo: %s\n", calls_path);
+    printf("  search_kb hangs (timeout 0.8s, 3 attempts, backoff 0.5s then 1s);\n"
+           "  the agent's next step asks kb_cache; delete_record is forbidden;\n"
+           "  get_rates is rate-limited once; lookup_order just works.\n\n");
+    fflush(stdout);
+    tp_batch_opts_t o = {
+        .reg = reg,
+        .input_fd = fileno(calls),
+        .input_name = calls_path,
+        .output_fd = out_fd,
+        .workers = 4,
+        .worker_path = tp_pool_default_worker(),
+        .max_frame = 1u << 20,
+        .drain_us = 2000000u,
+    };
+    tp_batch_report_t rep;
+    int status = tp_batch_run(&o, &rep);
+    fclose(calls);
+    tp_registry_free(reg);
+    if (status == 2) {
+        close(out_fd);
+        return 2;
+    }
+
+    FILE *res = fdopen(out_fd, "r");
+    rewind(res);
+    char *line = NULL;
+    size_t cap = 0;
+    puts("results (one JSON line per call):");
+    while (getline(&line, &cap, res) > 0)
+        fputs(line, stdout);
+    free(line);
+    puts("\ntrace:\n");
+    rewind(res);
+    tp_trace_print(res, "demo results", stdout);
+    fclose(res);
+    tp_summary_print(stdout, &rep.summary, rep.elapsed_s);
+    /* The demo shows failures on purpose; it succeeded if it ran. */
+    return rep.summary.calls == 5 ? 0 : 1;
+}

@@ -1,0 +1,181 @@
+/*
+ * toolpool: the command-line front door. Each subcommand lives in its own
+ * file; this one parses `run` and dispatches the rest.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "batch.h"
+#include "cli.h"
+#include "frame.h"
+#include "log.h"
+#include "registry.h"
+
+static const char usage_text[] =
+    "usage: toolpool COMMAND [OPTIONS]\n"
+    "\n"
+    "Runs AI-agent tool calls in a pool of worker processes with hard timeouts,\n"
+    "classified failures, retries with backoff, and one result record per call.\n"
+    "\n"
+    "commands:\n"
+    "  run      run a file of calls (JSON lines), write one result line per call\n"
+    "  demo     the bundled example: a hung search, a forbidden delete, a retry\n"
+    "  trace    print a results file as each call's story of attempts\n"
+    "  help     this text; `toolpool COMMAND --help` for a command's options\n"
+    "\n"
+    "exit status: 0 every call ok, 1 some call failed, 2 usage, registry or store error\n";
+
+static const char run_usage[] =
+    "usage: toolpool run [--registry FILE] [-j N] [-o FILE] [OPTIONS] [CALLS.jsonl | -]\n"
+    "\n"
+    "Reads calls, one JSON object a line ({\"id\", \"job\", \"step\", \"tool\", \"args\"}),\n"
+    "from CALLS (default: standard input), runs them, and writes one result line\n"
+    "per call. A summary goes to stderr, and a progress bar when it is a terminal.\n"
+    "\n"
+    "  -r, --registry FILE    the tools (default: tools.json)\n"
+    "  -j, --workers N        worker processes (default: the number of cores)\n"
+    "  -o, --output FILE      results file (default: standard output)\n"
+    "      --recycle-after N  replace a worker after N calls (default: never)\n"
+    "      --max-frame BYTES  longest frame on a pipe, and longest input line\n"
+    "                         (default: 67108864)\n"
+    "      --drain DURATION   after SIGINT/SIGTERM, how long running calls may\n"
+    "                         finish before they are killed (default: 10s)\n"
+    "      --seed N           seed the backoff jitter (default: random)\n"
+    "  -q, --quiet            no summary, no progress bar\n"
+    "      --no-progress      no progress bar\n";
+
+/* A positive integer option, or exit 2 naming the option. */
+static unsigned long long parse_count(const char *opt, const char *v, unsigned long long min,
+                                      unsigned long long max)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || *end || end == v || n < min || n > max || v[0] == '-') {
+        tp_log_error("%s: expected an integer in [%llu, %llu], got \"%s\"", opt, min, max, v);
+        exit(2);
+    }
+    return n;
+}
+
+int tp_cmd_run(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"registry", required_argument, NULL, 'r'},
+        {"workers", required_argument, NULL, 'j'},
+        {"output", required_argument, NULL, 'o'},
+        {"recycle-after", required_argument, NULL, 'R'},
+        {"max-frame", required_argument, NULL, 'F'},
+        {"drain", required_argument, NULL, 'D'},
+        {"seed", required_argument, NULL, 'S'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"no-progress", no_argument, NULL, 'P'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *registry = "tools.json", *output = NULL;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    tp_batch_opts_t o = {
+        .workers = cores > 0 ? (int)cores : 2,
+        .max_frame = TP_FRAME_DEFAULT_MAX,
+        .drain_us = 10000000u,
+        .worker_path = tp_pool_default_worker(),
+    };
+    bool quiet = false, progress = isatty(2);
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "r:j:o:qh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'r': registry = optarg; break;
+        case 'j': o.workers = (int)parse_count("-j", optarg, 1, 4096); break;
+        case 'o': output = optarg; break;
+        case 'R': o.recycle_after = parse_count("--recycle-after", optarg, 1, UINT64_MAX); break;
+        case 'F': o.max_frame = (uint32_t)parse_count("--max-frame", optarg, 1024, 1u << 30); break;
+        case 'D':
+            if (tp_duration_parse(optarg, &o.drain_us) < 0) {
+                tp_log_error("--drain: expected a duration like \"10s\", got \"%s\"", optarg);
+                return 2;
+            }
+            break;
+        case 'S': o.seed = parse_count("--seed", optarg, 1, UINT64_MAX); break;
+        case 'q': quiet = true; break;
+        case 'P': progress = false; break;
+        case 'h': fputs(run_usage, stdout); return 0;
+        default: fputs(run_usage, stderr); return 2;
+        }
+    }
+    if (argc - optind > 1) {
+        tp_log_error("run takes one calls file, got %d", argc - optind);
+        return 2;
+    }
+    const char *input = optind < argc ? argv[optind] : "-";
+    char err[1024];
+    tp_registry_t *reg = tp_registry_load(registry, err, sizeof err);
+    if (reg == NULL) {
+        tp_log_error("%s", err);
+        return 2;
+    }
+    o.reg = reg;
+    o.input_name = strcmp(input, "-") == 0 ? "standard input" : input;
+    o.input_fd = strcmp(input, "-") == 0 ? 0 : open(input, O_RDONLY | O_CLOEXEC);
+    if (o.input_fd < 0) {
+        tp_log_error("%s: %s", input, strerror(errno));
+        tp_registry_free(reg);
+        return 2;
+    }
+    o.output_fd = output ? open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : 1;
+    if (o.output_fd < 0) {
+        tp_log_error("%s: %s", output, strerror(errno));
+        tp_registry_free(reg);
+        return 2;
+    }
+    o.progress = progress && !quiet;
+    tp_batch_report_t rep;
+    int status = tp_batch_run(&o, &rep);
+    if (!quiet) {
+        tp_summary_print(stderr, &rep.summary, rep.elapsed_s);
+        if (rep.interrupted)
+            fprintf(stderr, "  interrupted: %llu call%s read but not started; rerun to run them\n",
+                    (unsigned long long)rep.not_started, rep.not_started == 1 ? "" : "s");
+    }
+    if (o.input_fd > 0)
+        close(o.input_fd);
+    if (output && close(o.output_fd) < 0) {
+        tp_log_error("%s: %s", output, strerror(errno));
+        status = 2;
+    }
+    tp_registry_free(reg);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    tp_log_init("toolpool");
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "run") == 0)
+        return tp_cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "demo") == 0)
+        return tp_cmd_demo(argc - 1, argv + 1);
+    if (strcmp(cmd, "trace") == 0)
+        return tp_cmd_trace(argc - 1, argv + 1);
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        fputs(usage_text, stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        puts("toolpool 0.1.0");
+        return 0;
+    }
+    tp_log_error("unknown command \"%s\"", cmd);
+    fputs(usage_text, stderr);
+    return 2;
+}

@@ -1,0 +1,136 @@
+/*
+ * toolpool trace: a results file as the seed prints a call's story.
+ *
+ *   search_kb(args={"q": "refund window"})
+ *     attempt 1 → Timeout after 0.8s   (backoff 0.5s)
+ *     attempt 2 → Timeout after 0.8s   (backoff 1.0s)
+ *     attempt 3 → Timeout after 0.8s
+ *     → tool message: {"error": "Timeout", "retryable": true, "attempts": 3}
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "log.h"
+
+/* Seconds as the seed writes them: "8.0s", "0.5s"; short ones keep 3 places. */
+static void put_secs(FILE *out, double ms)
+{
+    double s = ms / 1000.0;
+    if (s >= 0.1 || s == 0) {
+        fprintf(out, "%.1fs", s);
+        return;
+    }
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.3f", s);
+    size_t n = strlen(buf);
+    while (n > 3 && buf[n - 1] == '0')
+        buf[--n] = 0;
+    fprintf(out, "%ss", buf);
+}
+
+static void put_json(FILE *out, json_t *v, size_t max)
+{
+    char *s = json_dumps(v, JSON_ENCODE_ANY);
+    if (s == NULL)
+        return;
+    if (strlen(s) > max)
+        fprintf(out, "%.*s...", (int)max, s);
+    else
+        fputs(s, out);
+    free(s);
+}
+
+static void print_one(json_t *r, FILE *out)
+{
+    const char *tool = json_string_value(json_object_get(r, "tool"));
+    json_t *args = json_object_get(r, "args");
+    if (tool) {
+        fprintf(out, "%s(args=", tool);
+        put_json(out, args ? args : json_object(), 400);
+        fputs(")\n", out);
+    } else {
+        fputs("(rejected input)\n", out);
+    }
+    size_t i;
+    json_t *t, *trace = json_object_get(r, "trace");
+    json_array_foreach(trace, i, t) {
+        const char *outcome = json_string_value(json_object_get(t, "outcome"));
+        const char *hop = json_string_value(json_object_get(t, "tool"));
+        fprintf(out, "  attempt %lld → %s after ", (long long)json_integer_value(json_object_get(t, "attempt")),
+                outcome ? outcome : "?");
+        put_secs(out, json_number_value(json_object_get(t, "duration_ms")));
+        double backoff = json_number_value(json_object_get(t, "backoff_ms"));
+        if (backoff > 0) {
+            fputs("   (backoff ", out);
+            put_secs(out, backoff);
+            fputs(")", out);
+        }
+        if (hop && tool && strcmp(hop, tool) != 0)
+            fprintf(out, "   [%s]", hop);
+        fputc('\n', out);
+    }
+    if (json_is_true(json_object_get(r, "ok"))) {
+        fputs("  → result: ", out);
+        put_json(out, json_object_get(r, "result"), 200);
+        fputc('\n', out);
+        return;
+    }
+    const char *kind = json_string_value(json_object_get(r, "error"));
+    const char *msg = json_string_value(json_object_get(r, "message"));
+    fprintf(out, "  → tool message: {\"error\": \"%s\", \"retryable\": %s, \"attempts\": %lld}\n",
+            kind ? kind : "?", json_is_true(json_object_get(r, "retryable")) ? "true" : "false",
+            (long long)json_integer_value(json_object_get(r, "attempts")));
+    if (msg && *msg)
+        fprintf(out, "    %s\n", msg);
+}
+
+int tp_trace_print(FILE *in, const char *name, FILE *out)
+{
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long no = 0;
+    int rc = 0;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        no++;
+        json_error_t err;
+        json_t *r = json_loadb(line, (size_t)n, 0, &err);
+        if (r == NULL || !json_is_object(r)) {
+            if (n > 1)
+                tp_log_error("%s:%ld: not a result record: %s", name, no, r ? "not an object" : err.text);
+            if (n > 1)
+                rc = 2;
+            json_decref(r);
+            continue;
+        }
+        print_one(r, out);
+        fputc('\n', out);
+        json_decref(r);
+    }
+    free(line);
+    return rc;
+}
+
+int tp_cmd_trace(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
+        fputs("usage: toolpool trace RESULTS.jsonl | -\n"
+              "Prints each result record as its call's story: the call, every attempt\n"
+              "with its outcome, duration and backoff, and what the model is told.\n",
+              argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *path = argv[1];
+    FILE *in = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+    if (in == NULL) {
+        tp_log_error("%s: %s", path, strerror(errno));
+        return 2;
+    }
+    int rc = tp_trace_print(in, path, stdout);
+    if (in != stdin)
+        fclose(in);
+    return rc;
+}

@@ -1,0 +1,199 @@
+/*
+ * toolpool-worker: one slot of the pool.
+ *
+ * The supervisor forks, makes the child the leader of its own process group,
+ * points fd 3 at the call pipe and fd 4 at the reply pipe, and execs this
+ * program. The worker says Hello, then loops: read a Call frame, run the
+ * tool, write a Reply frame. It holds no policy: timeouts, retries and
+ * everything else live in the supervisor, which kills this whole process
+ * group when an attempt runs past its deadline.
+ *
+ * Exit status: 0 when the supervisor closes the call pipe (recycling or the
+ * end of a run), 3 on a protocol error (a garbage or oversized frame).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "adapter.h"
+#include "frame.h"
+#include "json.h"
+#include "log.h"
+
+#define TP_CALL_FD 3
+#define TP_REPLY_FD 4
+
+void tp_outcome_reset(tp_outcome_t *o)
+{
+    o->ok = false;
+    tp_buf_reset(&o->result);
+    tp_buf_reset(&o->message);
+    o->kind[0] = 0;
+    o->retry_after_ms = -1;
+    o->cost = 0;
+}
+
+void tp_outcome_free(tp_outcome_t *o)
+{
+    tp_buf_free(&o->result);
+    tp_buf_free(&o->message);
+}
+
+void tp_outcome_fail(tp_outcome_t *o, const char *kind, const char *fmt, ...)
+{
+    o->ok = false;
+    snprintf(o->kind, sizeof o->kind, "%s", kind);
+    tp_buf_reset(&o->message);
+    va_list ap;
+    va_start(ap, fmt);
+    char line[1024];
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    tp_buf_puts(&o->message, line);
+}
+
+static void set_result_json(tp_outcome_t *o, const json_t *v)
+{
+    tp_buf_reset(&o->result);
+    if (tp_json_write(&o->result, v, 0) < 0) {
+        tp_outcome_fail(o, "ToolError", "cannot encode the tool's result");
+        return;
+    }
+    o->ok = true;
+}
+
+void tp_outcome_from_text(tp_outcome_t *o, const char *text, size_t len, bool read_error)
+{
+    json_error_t jerr;
+    json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    if (v == NULL) {
+        while (len > 0 && strchr(" \t\r\n", text[len - 1]) != NULL)
+            len--;
+        json_t *s = json_stringn_nocheck(text, len);
+        set_result_json(o, s);
+        json_decref(s);
+        return;
+    }
+    if (json_is_object(v)) {
+        json_t *cost = json_object_get(v, "cost");
+        if (json_is_number(cost))
+            o->cost = json_number_value(cost);
+        json_t *err = read_error ? json_object_get(v, "error") : NULL;
+        if (json_is_string(err)) {
+            const char *msg = json_string_value(json_object_get(v, "message"));
+            tp_outcome_fail(o, json_string_value(err), "%s", msg ? msg : "");
+            json_t *ra = json_object_get(v, "retry_after_ms");
+            if (json_is_number(ra) && json_number_value(ra) >= 0)
+                o->retry_after_ms = (int64_t)json_number_value(ra);
+            json_decref(v);
+            return;
+        }
+    }
+    set_result_json(o, v);
+    json_decref(v);
+}
+
+/* Packs and writes one WorkerFrame; a failed write means the supervisor is gone. */
+static void send_frame(tp_buf_t *out, Toolpool__WorkerFrame *wf, uint32_t max)
+{
+    tp_buf_reset(out);
+    if (tp_frame_append(out, &wf->base, max) < 0) {
+        tp_log_error("cannot pack a reply: %s", strerror(errno));
+        exit(3);
+    }
+    if (tp_write_all(TP_REPLY_FD, out->data, out->len) < 0)
+        exit(errno == EPIPE ? 0 : 3);
+}
+
+static void run_call(const Toolpool__Call *call, tp_outcome_t *o)
+{
+    tp_outcome_reset(o);
+    switch (call->adapter) {
+    case TOOLPOOL__ADAPTER__ADAPTER_EXEC:
+        tp_exec_run(call, o);
+        break;
+    case TOOLPOOL__ADAPTER__ADAPTER_PLUGIN:
+        tp_plugin_run(call, o);
+        break;
+    default:
+        tp_outcome_fail(o, "ToolError", "worker cannot run adapter %d", (int)call->adapter);
+        break;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    tp_log_init("toolpool-worker");
+    uint32_t max = TP_FRAME_DEFAULT_MAX;
+    for (int i = 1; i + 1 < argc; i += 2)
+        if (strcmp(argv[i], "--max-frame") == 0)
+            max = (uint32_t)strtoul(argv[i + 1], NULL, 10);
+
+    /* A tool that exits before reading its stdin must not kill the worker. */
+    signal(SIGPIPE, SIG_IGN);
+    /* Nothing the worker starts may inherit the pipes to the supervisor. */
+    if (fcntl(TP_CALL_FD, F_SETFD, FD_CLOEXEC) < 0 || fcntl(TP_REPLY_FD, F_SETFD, FD_CLOEXEC) < 0) {
+        tp_log_error("fds 3 and 4 must be the supervisor's pipes: %s", strerror(errno));
+        return 3;
+    }
+
+    tp_buf_t in = {0}, out = {0};
+    Toolpool__Hello hello = TOOLPOOL__HELLO__INIT;
+    hello.protocol = TOOLPOOL__PROTOCOL__PROTOCOL_VERSION;
+    hello.pid = getpid();
+    Toolpool__WorkerFrame wf = TOOLPOOL__WORKER_FRAME__INIT;
+    wf.body_case = TOOLPOOL__WORKER_FRAME__BODY_HELLO;
+    wf.hello = &hello;
+    send_frame(&out, &wf, max);
+
+    tp_outcome_t o = {0};
+    for (;;) {
+        const uint8_t *body;
+        uint32_t len;
+        int rc = tp_frame_recv(TP_CALL_FD, &in, max, &body, &len);
+        if (rc == 0)
+            break;
+        if (rc != TP_FRAME_READY) {
+            tp_log_error("bad frame from the supervisor (%s)",
+                         rc == TP_FRAME_TOO_BIG ? "oversized" : strerror(errno));
+            return 3;
+        }
+        Toolpool__SupervisorFrame *sf = toolpool__supervisor_frame__unpack(NULL, len, body);
+        tp_buf_consume(&in, TP_FRAME_HEADER + len);
+        if (sf == NULL || sf->body_case != TOOLPOOL__SUPERVISOR_FRAME__BODY_CALL) {
+            tp_log_error("garbage frame from the supervisor");
+            toolpool__supervisor_frame__free_unpacked(sf, NULL);
+            return 3;
+        }
+        const Toolpool__Call *call = sf->call;
+        run_call(call, &o);
+
+        Toolpool__Reply reply = TOOLPOOL__REPLY__INIT;
+        reply.seq = call->seq;
+        reply.ok = o.ok;
+        reply.retry_after_ms = o.retry_after_ms;
+        reply.cost = o.cost;
+        if (o.ok) {
+            reply.result.data = o.result.data;
+            reply.result.len = o.result.len;
+        } else {
+            reply.kind = o.kind;
+            tp_buf_append(&o.message, "", 1);
+            reply.message = (char *)o.message.data;
+        }
+        wf.body_case = TOOLPOOL__WORKER_FRAME__BODY_REPLY;
+        wf.reply = &reply;
+        send_frame(&out, &wf, max);
+        toolpool__supervisor_frame__free_unpacked(sf, NULL);
+    }
+    tp_outcome_free(&o);
+    tp_buf_free(&in);
+    tp_buf_free(&out);
+    return 0;
+}
