@@ -823,7 +823,13 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     b.jobs_cap = 1024;
     b.jobs = calloc(b.jobs_cap, sizeof *b.jobs);
     b.tools = calloc(o->reg->n_tools, sizeof *b.tools);
-    b.base = event_base_new();
+    /* Attempt deadlines want better than epoll's millisecond rounding: timerfd. */
+    struct event_config *cfg = event_config_new();
+    if (cfg) {
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+        b.base = event_base_new_with_config(cfg);
+        event_config_free(cfg);
+    }
     if (b.jobs == NULL || b.tools == NULL || b.base == NULL) {
         tp_log_error("out of memory");
         return 2;

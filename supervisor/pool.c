@@ -447,14 +447,10 @@ static void slot_reaped(tp_slot_t *s, int status)
     } else if (crash) {
         s->crash_streak++;
         uint64_t delay = s->crash_streak <= 1 ? 0 : 10000u << (s->crash_streak < 9 ? s->crash_streak - 2 : 7);
-        if (delay > CRASH_DELAY_MAX_US)
-            delay = CRASH_DELAY_MAX_US;
-        if (delay == 0)
-            slot_spawn(s);
-        else
-            timer_arm(s, delay);
+        timer_arm(s, delay > CRASH_DELAY_MAX_US ? CRASH_DELAY_MAX_US : delay);
     } else {
-        slot_spawn(s);
+        /* At once, but after this turn has recorded the attempt and written it out. */
+        timer_arm(s, 0);
     }
 
     if (a != NULL)
