@@ -391,6 +391,9 @@ static void slot_reaped(tp_slot_t *s, int status)
         if (slot_parse(s) < 0 && s->why == WHY_NONE)
             s->why = WHY_PROTOCOL;
     }
+    /* After a TERM, whatever of the group outlived the worker gets its KILL now. */
+    if (s->term_sent)
+        kill(-s->pid, SIGKILL);
     slot_state_t was = s->state;
     stop_why_t why = s->why;
     tp_attempt_t *a = s->attempt;

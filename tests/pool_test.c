@@ -255,6 +255,47 @@ static void test_grandchild_killed(void)
     json_decref(r.rows);
 }
 
+/* kill_grace: TERM first, so a tool can clean up; KILL for one that will not stop. */
+static void test_kill_grace(void)
+{
+    char dir[1024], reg[8192], path[1100];
+    snprintf(dir, sizeof dir, "%s", tp_test_tmpdir("grace"));
+    snprintf(reg, sizeof reg,
+             "{\"defaults\": {\"timeout\": \"200ms\", \"attempts\": 1}, \"tools\": ["
+             "{\"name\": \"term\", \"exec\": [\"@T@/term.sh\", \"%s/term\"], \"kill_grace\": \"2s\"},"
+             "{\"name\": \"term0\", \"exec\": [\"@T@/term.sh\", \"%s/term0\"]},"
+             "{\"name\": \"stubborn\", \"exec\": [\"@T@/stubborn.sh\", \"%s/stubborn\"], \"kill_grace\": \"300ms\"}]}",
+             dir, dir, dir);
+    run_t r = run_calls(reg,
+                        "{\"id\": \"t\", \"tool\": \"term\"}\n"
+                        "{\"id\": \"t0\", \"tool\": \"term0\"}\n"
+                        "{\"id\": \"st\", \"tool\": \"stubborn\"}\n",
+                        3, 0);
+    json_t *v = row(&r, "t");
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "Timeout");
+    /* the tool stopped at TERM: no need to wait out the 2s grace */
+    CU_ASSERT(trace_ms(v, 0, "duration_ms") < 1000);
+    snprintf(path, sizeof path, "%s/term", dir);
+    char *text = tp_test_slurp(path, NULL);
+    CU_ASSERT(text && strcmp(text, "term\n") == 0);
+    free(text);
+    /* no grace: KILL at once, the trap never ran */
+    CU_ASSERT_STRING_EQUAL(str(row(&r, "t0"), "error"), "Timeout");
+    snprintf(path, sizeof path, "%s/term0", dir);
+    CU_ASSERT_EQUAL(access(path, F_OK), -1);
+    /* TERM ignored: KILL after the grace */
+    v = row(&r, "st");
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "Timeout");
+    double ms = trace_ms(v, 0, "duration_ms");
+    CU_ASSERT(ms >= 490 && ms < 900);
+    snprintf(path, sizeof path, "%s/stubborn", dir);
+    text = tp_test_slurp(path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT(process_gone((pid_t)atoi(text)));
+    free(text);
+    json_decref(r.rows);
+}
+
 /* A segfaulting plugin costs its worker, not the run: WorkerCrashed, retried. */
 static void test_segv_plugin(void)
 {
@@ -495,6 +536,7 @@ int main(void)
     CU_add_test(s, "3000 no-op plugin calls, one record each", test_many_noops);
     CU_add_test(s, "hung tool killed at its timeout and retried", test_hung_killed_and_retried);
     CU_add_test(s, "grandchild of a hung tool dies too", test_grandchild_killed);
+    CU_add_test(s, "kill_grace: TERM, then KILL", test_kill_grace);
     CU_add_test(s, "segfaulting plugin", test_segv_plugin);
     CU_add_test(s, "worker recycling", test_recycling);
     CU_add_test(s, "retry_after_ms honoured", test_retry_after);

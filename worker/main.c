@@ -29,6 +29,20 @@
 #define TP_CALL_FD 3
 #define TP_REPLY_FD 4
 
+/*
+ * SIGTERM comes from the supervisor at a timeout with a kill_grace, to the
+ * whole process group: the tool gets it too. The worker outlives it just
+ * long enough to reap its tool, then exits; SIGKILL follows at the grace's
+ * end for anything still there.
+ */
+static volatile sig_atomic_t terminating;
+
+static void term_handler(int sig)
+{
+    (void)sig;
+    terminating = 1;
+}
+
 void tp_outcome_reset(tp_outcome_t *o)
 {
     o->ok = false;
@@ -137,6 +151,9 @@ int main(int argc, char **argv)
 
     /* A tool that exits before reading its stdin must not kill the worker. */
     signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa = {.sa_handler = term_handler}; /* no SA_RESTART: poll sees EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
     /* Nothing the worker starts may inherit the pipes to the supervisor. */
     if (fcntl(TP_CALL_FD, F_SETFD, FD_CLOEXEC) < 0 || fcntl(TP_REPLY_FD, F_SETFD, FD_CLOEXEC) < 0) {
         tp_log_error("fds 3 and 4 must be the supervisor's pipes: %s", strerror(errno));
@@ -153,7 +170,7 @@ int main(int argc, char **argv)
     send_frame(&out, &wf, max);
 
     tp_outcome_t o = {0};
-    for (;;) {
+    while (!terminating) {
         const uint8_t *body;
         uint32_t len;
         int rc = tp_frame_recv(TP_CALL_FD, &in, max, &body, &len);
@@ -173,6 +190,8 @@ int main(int argc, char **argv)
         }
         const Toolpool__Call *call = sf->call;
         run_call(call, &o);
+        if (terminating)
+            _exit(0); /* timed out: nobody wants this reply */
 
         Toolpool__Reply reply = TOOLPOOL__REPLY__INIT;
         reply.seq = call->seq;
