@@ -789,7 +789,12 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 static void progress_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_batch_t *b = arg;
-    double frac = b->in_regular && b->in_size > 0 ? (double)b->in_read / (double)b->in_size : -1;
+    /* Calls done over calls expected: exact at EOF, else scaled from the bytes read. */
+    double done = (double)b->report->summary.calls, seen = done + (double)b->live, frac = -1;
+    if (b->in_eof)
+        frac = seen > 0 ? done / seen : 1;
+    else if (b->in_regular && b->in_read > 0 && b->in_size > 0)
+        frac = done / (seen * (double)b->in_size / (double)b->in_read);
     tp_progress_draw(stderr, &b->report->summary, frac, (double)(tp_now_us() - b->t0) / 1e6,
                      tp_pool_busy(b->pool));
 }
