@@ -15,7 +15,12 @@
 #include "buf.h"
 
 enum {
-    TP_JSON_SORT_KEYS = 1, /* object keys in byte order: the canonical form */
+    TP_JSON_SORT_KEYS = 1, /* object keys in byte order */
+    /*
+     * The canonical form the breakers digest: keys sorted, and a number in
+     * one form whatever its spelling (1, 1.0 and 1e0 all write as 1).
+     */
+    TP_JSON_CANONICAL = 2 | TP_JSON_SORT_KEYS,
 };
 
 /* Appends s (n bytes) as a JSON string, quotes included. */

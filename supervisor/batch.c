@@ -26,8 +26,11 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "breaker.h"
 #include "buf.h"
 #include "clock.h"
+#include "escalate.h"
+#include "guard.h"
 #include "json.h"
 #include "log.h"
 #include "result.h"
@@ -36,18 +39,26 @@
 typedef struct tp_job tp_job_t;
 
 typedef struct tp_call {
-    struct tp_call *next;
+    struct tp_call *next;       /* the queue it is in: pending, ready, waiting or settle */
     struct tp_call *lprev;      /* every live call, for drain and teardown */
     struct tp_call *lnext;
     tp_job_t *job;
-    const tp_tool_t *tool;
+    const tp_tool_t *tool;      /* the tool called */
+    const tp_tool_t *hop_tool;  /* the tool of the current hop of its fallback chain */
+    uint32_t hop;               /* 0: the tool called; n: its nth fallback */
     char *id;
     char *args;
     size_t args_len;
+    tp_digest_t digest;         /* of the canonical args: the same-call breaker's key */
     uint64_t step;
     long line;
+    bool started;               /* counted as a step of its job */
+    bool probe;                 /* the running attempt is a half-open probe */
+    bool escalated;
+    char escalation[TP_ESCALATION_ID_MAX];
     uint64_t first_us;          /* first attempt's start */
-    uint64_t deadline_us;       /* absolute; 0 = none */
+    uint64_t hop_deadline_us;   /* absolute, for the current hop; 0 = none */
+    uint32_t hop_attempts;      /* attempts made in the current hop */
     tp_attempt_t att;
     Toolpool__Attempt **trace;
     size_t n_trace;
@@ -63,6 +74,9 @@ struct tp_job {
     tp_call_t *head;            /* pending, sorted by step */
     tp_call_t *tail;
     bool running;
+    tp_job_usage_t usage;       /* what the guards count */
+    tp_kind_t stopped;          /* a guard fired: later calls end with this kind */
+    char *stop_msg;
     char name[];
 };
 
@@ -96,6 +110,9 @@ typedef struct tp_batch {
     tp_call_t *all;             /* the live calls */
     size_t window;
     tp_queue_t ready;
+    tp_queue_t settle;          /* calls whose attempt ended, for the next turn */
+    MDB_txn *txn;               /* the turn's write transaction, when there is a store */
+    bool keep_jobs;             /* guards count per job: keep idle jobs' usage */
     tp_tool_state_t *tools;
     tp_job_t **jobs;
     tp_job_t *touched;          /* jobs given calls this turn, to advance after reading */
@@ -110,6 +127,7 @@ typedef struct tp_batch {
     struct event *ev_sigterm;
     struct event *ev_drain;
     struct event *ev_progress;
+    bool drain_asked;
     bool draining;
     bool closing;
     bool fatal;
@@ -187,6 +205,7 @@ static void job_drop(tp_batch_t *b, tp_job_t *j)
         pp = &(*pp)->hnext;
     *pp = j->hnext;
     b->jobs_n--;
+    free(j->stop_msg);
     free(j);
 }
 
@@ -216,7 +235,8 @@ static void job_advance(tp_batch_t *b, tp_job_t *j)
         return;
     tp_call_t *c = j->head;
     if (c == NULL) {
-        job_drop(b, j);
+        if (!b->keep_jobs)
+            job_drop(b, j);
         return;
     }
     j->head = c->next;
@@ -285,42 +305,71 @@ static void emit_rejected(tp_batch_t *b, const char *id, const char *job, uint64
     emit(b, &r);
 }
 
+static void fatal_cb(void *ctx, const char *message);
+
+/* A store operation failed: the run cannot record, so it cannot go on. */
+static void store_failed(tp_batch_t *b, int rc, const char *what)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s: %s: %s", tp_store_dir(b->o->store), what,
+             rc == EPROTO ? "corrupt record" : mdb_strerror(rc));
+    fatal_cb(b, msg);
+}
+
+typedef enum {
+    END_ANSWER,    /* the current hop answered */
+    END_DEGRADED,  /* the chain ran out; the declared degraded answer stands in */
+    END_FAIL,      /* a failure: the last attempt's, or the runner's own kind */
+} tp_end_t;
+
 /*
- * Ends a call: its last attempt's outcome (or `kind` with `msg` when the
- * runner itself ends it) becomes its record. Its job's next step becomes
- * ready.
+ * Ends a call and writes its record. For END_FAIL, msg NULL means the last
+ * attempt's failure; otherwise kind and msg are the runner's (a guard, a
+ * cancellation, an open circuit). The job's next step becomes ready.
  */
-static void finish(tp_batch_t *b, tp_call_t *c, tp_kind_t kind, const char *msg)
+static void finish(tp_batch_t *b, tp_call_t *c, tp_end_t end, tp_kind_t kind, const char *msg)
 {
     const tp_attempt_t *a = &c->att;
+    tp_buf_t degraded = {0};
     Toolpool__Result r = TOOLPOOL__RESULT__INIT;
     r.has_id = true;
     r.id = c->id;
     r.job = c->job->name;
     r.step = c->step;
     r.tool = c->tool->name;
-    r.ok = kind == TP_KIND_OK;
-    r.attempts = (uint32_t)c->n_trace;
+    r.ok = end != END_FAIL;
+    r.attempts = 0;
+    for (size_t i = 0; i < c->n_trace; i++)
+        r.attempts += strcmp(c->trace[i]->outcome, "CircuitOpen") != 0;
     r.trace = c->trace;
     r.n_trace = c->n_trace;
-    r.served_by = c->tool->name;
     r.duration_us = c->first_us ? tp_now_us() - c->first_us : 0;
     r.args.data = (uint8_t *)c->args;
     r.args.len = c->args_len;
     r.cost = a->cost;
-    if (r.ok) {
+    r.escalated = c->escalated;
+    r.escalation = c->escalation;
+    if (end == END_ANSWER) {
         r.result.data = (uint8_t *)a->result;
         r.result.len = a->result_len;
+        r.served_by = (char *)c->hop_tool->name;
+        r.degraded = c->hop > 0;
+        r.stale = c->hop_tool->policy.stale;
+    } else if (end == END_DEGRADED) {
+        tp_json_write(&degraded, c->tool->policy.degraded, 0);
+        r.result.data = degraded.data;
+        r.result.len = degraded.len;
+        r.degraded = true;
     } else {
         bool from_attempt = msg == NULL;
         r.kind = from_attempt ? (char *)a->kind_name : (char *)tp_kind_name(kind);
         r.klass = (char *)tp_class_name(tp_kind_class(from_attempt ? a->kind : kind));
         r.message = (char *)(from_attempt ? (a->message ? a->message : "") : msg);
         r.retryable = from_attempt && a->kind < TP_KIND__COUNT &&
-                      (c->tool->policy.retry_on & (1ull << a->kind)) != 0;
-        r.served_by = "";
+                      (c->hop_tool->policy.retry_on & (1ull << a->kind)) != 0;
     }
     emit(b, &r);
+    tp_buf_free(&degraded);
     tp_job_t *j = c->job;
     j->running = false;
     job_advance(b, j);
@@ -328,7 +377,117 @@ static void finish(tp_batch_t *b, tp_call_t *c, tp_kind_t kind, const char *msg)
     kick(b);
 }
 
-/* ---- dispatch and retry ---- */
+/* Appends one entry to the call's trace. NULL when out of memory. */
+static Toolpool__Attempt *trace_add(tp_call_t *c, uint32_t number, const char *outcome, uint64_t duration_us)
+{
+    Toolpool__Attempt *t = malloc(sizeof *t);
+    Toolpool__Attempt **grown = realloc(c->trace, (c->n_trace + 1) * sizeof *grown);
+    if (grown)
+        c->trace = grown;
+    if (t == NULL || grown == NULL) {
+        free(t);
+        return NULL;
+    }
+    toolpool__attempt__init(t);
+    t->attempt = number;
+    t->tool = strdup(c->hop_tool->name);
+    t->outcome = strdup(outcome);
+    t->duration_us = duration_us;
+    c->trace[c->n_trace++] = t;
+    return t;
+}
+
+/* Opens an escalation for c (once): a person takes it from here. */
+static void escalate(tp_batch_t *b, tp_call_t *c, const char *kind, const char *message, const char *reason)
+{
+    if (b->txn == NULL || c->escalated)
+        return;
+    Toolpool__Escalation e = TOOLPOOL__ESCALATION__INIT;
+    e.call_id = c->id;
+    e.job = c->job->name;
+    e.step = c->step;
+    e.tool = (char *)c->hop_tool->name;
+    e.args.data = (uint8_t *)c->args;
+    e.args.len = c->args_len;
+    e.kind = (char *)kind;
+    e.message = (char *)(message ? message : "");
+    e.reason = (char *)reason;
+    e.trace = c->trace;
+    e.n_trace = c->n_trace;
+    int rc = tp_escalate(b->o->store, b->txn, &e, c->escalation);
+    if (rc) {
+        store_failed(b, rc, "recording an escalation");
+        return;
+    }
+    c->escalated = true;
+}
+
+/* The next hop of the call's fallback chain becomes current. */
+static void next_hop(tp_batch_t *b, tp_call_t *c)
+{
+    c->hop_tool = tp_registry_find(b->o->reg, c->tool->policy.fallback[c->hop]);
+    c->hop++;
+    c->hop_attempts = 0;
+    c->hop_deadline_us = 0;
+    q_push(&b->ready, c);
+}
+
+/*
+ * The current hop is done and did not answer (kind, msg as for finish).
+ * The chain goes on to its next hop when the failure's class is one the
+ * called tool falls back on (an open circuit always is); at the chain's end
+ * comes the declared degraded answer, or the escalation queue.
+ */
+static void hop_failed(tp_batch_t *b, tp_call_t *c, tp_kind_t kind, const char *msg)
+{
+    const tp_policy_t *p = &c->tool->policy;
+    tp_kind_t k = msg ? kind : c->att.kind;
+    tp_class_t klass = tp_kind_class(k);
+    bool fall = k == TP_KIND_CIRCUIT_OPEN || (p->fallback_on & (1u << klass));
+    if (fall && c->hop < p->n_fallback) {
+        next_hop(b, c);
+        return;
+    }
+    if (p->n_fallback > 0 && fall) {
+        if (p->degraded) {
+            finish(b, c, END_DEGRADED, TP_KIND_OK, NULL);
+            return;
+        }
+        escalate(b, c, msg ? tp_kind_name(kind) : c->att.kind_name, msg ? msg : c->att.message,
+                 "every hop of the fallback chain failed");
+    }
+    finish(b, c, END_FAIL, kind, msg);
+}
+
+/*
+ * A hop's final failure counts against its same-call breaker; the failure
+ * that opens the circuit escalates the call (the seed's open_circuit +
+ * escalate). A hop's answer clears the count.
+ */
+static void record_call_outcome(tp_batch_t *b, tp_call_t *c, bool failed)
+{
+    if (b->txn == NULL)
+        return;
+    bool opened = false;
+    const tp_attempt_t *a = &c->att;
+    int rc = tp_breaker_call_record(b->o->store, b->txn, c->hop_tool, &c->digest, c->args, failed,
+                                    a->kind_name, a->message, tp_unix_us(), &opened);
+    if (rc) {
+        store_failed(b, rc, "recording a breaker");
+        return;
+    }
+    if (!opened)
+        return;
+    char reason[160];
+    snprintf(reason, sizeof reason, "the same call failed %u times within %.3gs: its circuit is open",
+             c->hop_tool->policy.same_call_failures, (double)c->hop_tool->policy.same_call_window_us / 1e6);
+    escalate(b, c, a->kind_name, a->message, reason);
+    if (c->escalated) {
+        rc = tp_breaker_call_set_escalation(b->o->store, b->txn, c->hop_tool, &c->digest, c->escalation);
+        if (rc)
+            store_failed(b, rc, "recording a breaker");
+    }
+}
 
 static void backoff_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -337,123 +496,219 @@ static void backoff_cb(evutil_socket_t fd, short what, void *arg)
     kick(c->b);
 }
 
-/* Starts the call's next attempt on an idle slot (the caller checked one is idle). */
-static void start_attempt(tp_batch_t *b, tp_call_t *c)
+/*
+ * The turn's work for one ended attempt: its trace entry, the tool's
+ * health, then a retry after its backoff, the next hop, or the call's end.
+ */
+static void settle(tp_batch_t *b, tp_call_t *c)
 {
-    const tp_policy_t *p = &c->tool->policy;
-    uint64_t now = tp_now_us();
-    if (c->first_us == 0) {
-        c->first_us = now;
-        c->deadline_us = p->deadline_us ? now + p->deadline_us : 0;
+    tp_attempt_t *a = &c->att;
+    tp_job_t *j = c->job;
+    j->usage.cost += a->cost;
+    Toolpool__Attempt *t = trace_add(c, a->number, a->ok ? "ok" : a->kind_name, a->ended_us - a->started_us);
+    if (t == NULL) {
+        finish(b, c, END_FAIL, TP_KIND_CANCELLED, "out of memory recording the trace");
+        return;
     }
+    if (b->txn) {
+        int rc = tp_breaker_tool_record(b->o->store, b->txn, c->hop_tool, a->kind, c->probe, tp_unix_us());
+        if (rc)
+            store_failed(b, rc, "recording a breaker");
+    }
+    c->probe = false;
+    if (a->ok) {
+        record_call_outcome(b, c, false);
+        finish(b, c, END_ANSWER, TP_KIND_OK, NULL);
+        return;
+    }
+    if (a->kind == TP_KIND_CANCELLED) {
+        finish(b, c, END_FAIL, TP_KIND_CANCELLED, a->message);
+        return;
+    }
+    tp_retry_t d = tp_retry_decide(&c->hop_tool->policy, a->kind, a->number, a->retry_after_ms, tp_now_us(),
+                                   c->hop_deadline_us, &b->rng);
+    if (d.retry && b->draining) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "run interrupted after %zu attempt%s (last: %s: %s)", c->n_trace,
+                 c->n_trace == 1 ? "" : "s", a->kind_name, a->message ? a->message : "");
+        finish(b, c, END_FAIL, TP_KIND_CANCELLED, msg);
+        return;
+    }
+    if (!d.retry) {
+        record_call_outcome(b, c, true);
+        hop_failed(b, c, TP_KIND_OK, NULL);
+        return;
+    }
+    t->backoff_us = d.wait_us;
+    if (d.wait_us == 0) {
+        q_push(&b->ready, c);
+        return;
+    }
+    if (c->ev_backoff == NULL)
+        c->ev_backoff = evtimer_new(b->base, backoff_cb, c);
+    struct timeval tv = {.tv_sec = (time_t)(d.wait_us / 1000000u), .tv_usec = (suseconds_t)(d.wait_us % 1000000u)};
+    evtimer_add(c->ev_backoff, &tv);
+}
+
+/*
+ * Before an attempt starts: the job's guards, then (at a hop's start) the
+ * same-call breaker, then the tool breaker. Returns true when the call may
+ * run; otherwise it has been moved on (ended, or on to its next hop).
+ */
+static bool admit(tp_batch_t *b, tp_call_t *c, uint64_t now, bool *probe)
+{
+    tp_job_t *j = c->job;
+    char msg[256];
+    *probe = false;
+    if (j->stopped != TP_KIND_OK) {
+        snprintf(msg, sizeof msg, "not run: %s", j->stop_msg ? j->stop_msg : "the job was stopped");
+        finish(b, c, END_FAIL, j->stopped, msg);
+        return false;
+    }
+    tp_kind_t g = tp_guard_check(&b->o->reg->guards, &j->usage, !c->started, now, msg, sizeof msg);
+    if (g != TP_KIND_OK) {
+        j->stopped = g;
+        free(j->stop_msg);
+        j->stop_msg = strdup(msg);
+        finish(b, c, END_FAIL, g, msg);
+        return false;
+    }
+    if (b->txn == NULL)
+        return true;
+    uint64_t wall = tp_unix_us();
+    if (c->hop_attempts == 0) {
+        bool open = false;
+        char esc[TP_ESCALATION_ID_MAX] = "";
+        int rc = tp_breaker_call_check(b->o->store, b->txn, c->hop_tool, &c->digest, wall, &open, esc, sizeof esc);
+        if (rc) {
+            store_failed(b, rc, "reading a breaker");
+            return false;
+        }
+        if (open) {
+            if (!trace_add(c, 0, "CircuitOpen", 0)) {
+                finish(b, c, END_FAIL, TP_KIND_CANCELLED, "out of memory recording the trace");
+                return false;
+            }
+            if (!c->escalated && esc[0]) {
+                c->escalated = true;
+                snprintf(c->escalation, sizeof c->escalation, "%s", esc);
+                if ((rc = tp_escalation_blocked(b->o->store, b->txn, esc)) != 0)
+                    store_failed(b, rc, "recording an escalation");
+            }
+            snprintf(msg, sizeof msg, "%s: this call's circuit is open (it failed %u times within %.3gs)%s%s",
+                     c->hop_tool->name, c->hop_tool->policy.same_call_failures,
+                     (double)c->hop_tool->policy.same_call_window_us / 1e6, esc[0] ? "; escalated as " : "", esc);
+            hop_failed(b, c, TP_KIND_CIRCUIT_OPEN, msg);
+            return false;
+        }
+    }
+    tp_admit_t adm;
+    int rc = tp_breaker_tool_admit(b->o->store, b->txn, c->hop_tool, wall, &adm);
+    if (rc) {
+        store_failed(b, rc, "reading a breaker");
+        return false;
+    }
+    if (adm == TP_ADMIT_NO) {
+        if (!trace_add(c, c->hop_attempts + 1, "CircuitOpen", 0)) {
+            finish(b, c, END_FAIL, TP_KIND_CANCELLED, "out of memory recording the trace");
+            return false;
+        }
+        snprintf(msg, sizeof msg, "%s: the tool's circuit is open (too many failures; probing again after %.3gs)",
+                 c->hop_tool->name, (double)c->hop_tool->policy.tool_cooldown_us / 1e6);
+        hop_failed(b, c, TP_KIND_CIRCUIT_OPEN, msg);
+        return false;
+    }
+    *probe = adm == TP_ADMIT_PROBE;
+    return true;
+}
+
+/* Starts the call's next attempt on an idle slot (the caller checked one is idle). */
+static void start_attempt(tp_batch_t *b, tp_call_t *c, bool probe)
+{
+    const tp_policy_t *p = &c->hop_tool->policy;
+    tp_job_t *j = c->job;
+    uint64_t now = tp_now_us();
+    if (c->first_us == 0)
+        c->first_us = now;
+    if (!c->started) {
+        c->started = true;
+        j->usage.steps++;
+        if (j->usage.first_us == 0)
+            j->usage.first_us = now;
+    }
+    if (c->hop_attempts == 0)
+        c->hop_deadline_us = p->deadline_us ? now + p->deadline_us : 0;
     uint64_t timeout = p->timeout_us;
-    if (c->deadline_us) {
-        if (now >= c->deadline_us) {
-            finish(b, c, c->att.kind, NULL);
+    if (c->hop_deadline_us) {
+        if (now >= c->hop_deadline_us) {
+            hop_failed(b, c, TP_KIND_OK, NULL);
             return;
         }
-        if (c->deadline_us - now < timeout)
-            timeout = c->deadline_us - now;
+        if (c->hop_deadline_us - now < timeout)
+            timeout = c->hop_deadline_us - now;
     }
+    uint64_t wall_left = tp_guard_wall_left(&b->o->reg->guards, &j->usage, now);
+    if (wall_left < timeout)
+        timeout = wall_left;
+    j->usage.calls++;
     free(c->att.message);
     free(c->att.result);
+    c->hop_attempts++;
+    c->probe = probe;
     c->att = (tp_attempt_t){
-        .tool = c->tool,
+        .tool = c->hop_tool,
         .call_id = c->id,
-        .job = c->job->name,
+        .job = j->name,
         .step = c->step,
-        .number = (uint32_t)c->n_trace + 1,
+        .number = c->hop_attempts,
         .args = c->args,
         .args_len = c->args_len,
         .timeout_us = timeout,
+        .kind = TP_KIND_OK,
     };
-    b->tools[c->tool->index].inflight++;
+    b->tools[c->hop_tool->index].inflight++;
     int rc = tp_pool_submit(b->pool, &c->att);
     if (rc == -2) {
-        b->tools[c->tool->index].inflight--;
-        finish(b, c, TP_KIND_BAD_ARGUMENTS, c->att.message);
+        b->tools[c->hop_tool->index].inflight--;
+        finish(b, c, END_FAIL, TP_KIND_BAD_ARGUMENTS, c->att.message);
     } else if (rc < 0) {
-        b->tools[c->tool->index].inflight--;
+        b->tools[c->hop_tool->index].inflight--;
+        c->hop_attempts--;
         q_push(&b->ready, c); /* cannot happen: the caller saw an idle slot */
     }
 }
 
 static void dispatch(tp_batch_t *b)
 {
+    uint64_t now = tp_now_us();
     while (tp_pool_idle(b->pool) > 0 && !b->closing) {
         tp_call_t *c = q_pop(&b->ready);
         if (c == NULL)
             return;
-        tp_tool_state_t *ts = &b->tools[c->tool->index];
-        uint32_t cap = c->tool->policy.concurrency;
+        tp_tool_state_t *ts = &b->tools[c->hop_tool->index];
+        uint32_t cap = c->hop_tool->policy.concurrency;
         if (cap && ts->inflight >= (int)cap) {
             q_push(&ts->waiting, c);
             continue;
         }
-        start_attempt(b, c);
+        bool probe;
+        if (admit(b, c, now, &probe))
+            start_attempt(b, c, probe);
     }
 }
 
-/* The pool's word that an attempt ended: record it, then retry or finish. */
+/* The pool's word that an attempt ended: its slot is free; the turn settles it. */
 static void attempt_done_cb(void *ctx, tp_attempt_t *a)
 {
     tp_batch_t *b = ctx;
     tp_call_t *c = (tp_call_t *)((char *)a - offsetof(tp_call_t, att));
-    tp_tool_state_t *ts = &b->tools[c->tool->index];
+    tp_tool_state_t *ts = &b->tools[c->hop_tool->index];
     ts->inflight--;
     tp_call_t *w = q_pop(&ts->waiting);
     if (w)
         q_push(&b->ready, w);
-
-    Toolpool__Attempt *t = malloc(sizeof *t);
-    Toolpool__Attempt **grown = realloc(c->trace, (c->n_trace + 1) * sizeof *grown);
-    if (t == NULL || grown == NULL) {
-        free(t);
-        if (grown)
-            c->trace = grown;
-        finish(b, c, TP_KIND_SERVER_ERROR, "out of memory recording the trace");
-        return;
-    }
-    toolpool__attempt__init(t);
-    c->trace = grown;
-    c->trace[c->n_trace++] = t;
-    t->attempt = a->number;
-    t->tool = strdup(c->tool->name);
-    t->outcome = strdup(a->ok ? "ok" : a->kind_name);
-    t->duration_us = a->ended_us - a->started_us;
-
-    if (a->ok) {
-        finish(b, c, TP_KIND_OK, NULL);
-        return;
-    }
-    if (a->kind == TP_KIND_CANCELLED) {
-        finish(b, c, TP_KIND_CANCELLED, a->message);
-        return;
-    }
-    tp_retry_t d = tp_retry_decide(&c->tool->policy, a->kind, a->number, a->retry_after_ms,
-                                   tp_now_us(), c->deadline_us, &b->rng);
-    if (!d.retry) {
-        finish(b, c, a->kind, NULL);
-        return;
-    }
-    if (b->draining) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "run interrupted after %zu attempt%s (last: %s: %s)", c->n_trace,
-                 c->n_trace == 1 ? "" : "s", a->kind_name, a->message ? a->message : "");
-        finish(b, c, TP_KIND_CANCELLED, msg);
-        return;
-    }
-    t->backoff_us = d.wait_us;
-    if (d.wait_us == 0) {
-        q_push(&b->ready, c);
-        kick(b);
-        return;
-    }
-    if (c->ev_backoff == NULL)
-        c->ev_backoff = evtimer_new(b->base, backoff_cb, c);
-    struct timeval tv = {.tv_sec = (time_t)(d.wait_us / 1000000u),
-                         .tv_usec = (suseconds_t)(d.wait_us % 1000000u)};
-    evtimer_add(c->ev_backoff, &tv);
+    q_push(&b->settle, c);
+    kick(b);
 }
 
 static void idle_cb(void *ctx)
@@ -600,6 +855,12 @@ static void take_line(tp_batch_t *b, const char *line, size_t len)
     }
     c->b = b;
     c->tool = t;
+    c->hop_tool = t;
+    if (b->o->store) {
+        json_t *empty = jargs ? NULL : json_object();
+        tp_digest_args(jargs ? jargs : empty, &c->digest);
+        json_decref(empty);
+    }
     c->args = args;
     c->args_len = strlen(args);
     args = NULL;
@@ -711,14 +972,42 @@ static void flush_output(tp_batch_t *b)
     tp_buf_reset(&b->out);
 }
 
-/* The loop turn's gathered work: input, dispatch, output, and the end. */
+static void drain(tp_batch_t *b);
+
+/*
+ * The loop turn's gathered work, in one store transaction: settle the
+ * attempts that ended, read more input, dispatch to idle slots; commit;
+ * only then write the turn's results out, so a record is durable before it
+ * is reported. A turn whose commit fails reports nothing and stops the run.
+ */
 static void kick_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_batch_t *b = arg;
+    char err[512];
+    if (b->o->store && !b->fatal && tp_store_begin(b->o->store, &b->txn, err, sizeof err) != 0) {
+        b->txn = NULL;
+        fatal_cb(b, err);
+    }
+    tp_call_t *c;
+    while ((c = q_pop(&b->settle)) != NULL)
+        settle(b, c);
+    if (b->drain_asked && !b->draining)
+        drain(b);
     if (!b->closing) {
         pump_input(b);
         advance_touched(b);
         dispatch(b);
+    }
+    if (b->txn) {
+        MDB_txn *txn = b->txn;
+        b->txn = NULL;
+        if (b->fatal) {
+            mdb_txn_abort(txn);
+            tp_buf_reset(&b->out);
+        } else if (tp_store_commit(b->o->store, txn, err, sizeof err) != 0) {
+            tp_buf_reset(&b->out);
+            fatal_cb(b, err);
+        }
     }
     flush_output(b);
     bool idle = b->live == 0 || (b->draining && tp_pool_busy(b->pool) == 0);
@@ -757,7 +1046,7 @@ static void drain(tp_batch_t *b)
         } else {
             if (c->ev_backoff)
                 event_del(c->ev_backoff);
-            finish(b, c, TP_KIND_CANCELLED, "run interrupted between attempts");
+            finish(b, c, END_FAIL, TP_KIND_CANCELLED, "run interrupted between attempts");
         }
     }
 }
@@ -772,14 +1061,14 @@ static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
     tp_batch_t *b = arg;
-    if (b->draining) {
+    if (b->drain_asked) {
         tp_log_warn("second signal: stopping running calls now");
         drain_timeout_cb(-1, 0, b);
         return;
     }
     tp_log_warn("%s: finishing %d running call%s (signal again to stop now)", strsignal((int)sig),
                 tp_pool_busy(b->pool), tp_pool_busy(b->pool) == 1 ? "" : "s");
-    drain(b);
+    b->drain_asked = true;
     struct timeval tv = {.tv_sec = (time_t)(b->o->drain_us / 1000000u),
                          .tv_usec = (suseconds_t)(b->o->drain_us % 1000000u)};
     evtimer_add(b->ev_drain, &tv);
@@ -807,6 +1096,7 @@ static void free_leftovers(tp_batch_t *b)
     for (size_t k = 0; k < b->jobs_cap; k++)
         for (tp_job_t *j = b->jobs[k], *nx; j; j = nx) {
             nx = j->hnext;
+            free(j->stop_msg);
             free(j);
         }
 }
@@ -825,6 +1115,8 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     signal(SIGPIPE, SIG_IGN);
     tp_rng_seed(&b.rng, o->seed);
     b.window = o->window ? o->window : (size_t)o->workers * 64 + 1024;
+    const tp_guards_t *g = &o->reg->guards;
+    b.keep_jobs = g->max_steps || g->max_calls || g->max_wall_us || g->max_cost > 0;
     b.jobs_cap = 1024;
     b.jobs = calloc(b.jobs_cap, sizeof *b.jobs);
     b.tools = calloc(o->reg->n_tools, sizeof *b.tools);
@@ -869,7 +1161,9 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     } else {
         kick(&b);
         event_base_dispatch(b.base);
-        flush_output(&b);
+        /* Attempts the pool settled on its way out still get their records. */
+        b.closing = true;
+        kick_cb(-1, 0, &b);
         status = b.status;
     }
     if (o->progress)

@@ -14,10 +14,12 @@
 
 #include "pool.h"
 #include "registry.h"
+#include "store.h"
 #include "summary.h"
 
 typedef struct {
     const tp_registry_t *reg;
+    tp_store_t *store;          /* breakers, escalations; NULL: none */
     int input_fd;
     const char *input_name;     /* for messages */
     int output_fd;

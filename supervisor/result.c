@@ -65,6 +65,8 @@ int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
     put_bool(b, ",\"degraded\":", r->degraded);
     put_bool(b, ",\"stale\":", r->stale);
     put_bool(b, ",\"escalated\":", r->escalated);
+    if (r->escalation[0])
+        put_str(b, ",\"escalation\":", r->escalation);
     put_ms(b, ",\"duration_ms\":", r->duration_us);
     if (r->cost != 0)
         tp_buf_printf(b, ",\"cost\":%.17g", r->cost);

@@ -18,139 +18,9 @@
 #include "batch.h"
 #include "buf.h"
 #include "clock.h"
+#include "runutil.h"
 #include "testutil.h"
 
-typedef struct {
-    json_t *rows;   /* array of result objects */
-    int status;
-    tp_batch_report_t rep;
-    double secs;
-} run_t;
-
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n - 1; /* the DIR's own fd */
-}
-
-/* Replaces @P@ with the test plugin's path and @T@ with the test tools' folder. */
-static char *expand(const char *tmpl)
-{
-    tp_buf_t b = {0};
-    for (const char *p = tmpl; *p; p++) {
-        if (strncmp(p, "@P@", 3) == 0) {
-            tp_buf_puts(&b, TP_TEST_PLUGIN);
-            p += 2;
-        } else if (strncmp(p, "@T@", 3) == 0) {
-            tp_buf_puts(&b, TP_TEST_TOOLS);
-            p += 2;
-        } else {
-            tp_buf_append(&b, p, 1);
-        }
-    }
-    tp_buf_append(&b, "", 1);
-    return (char *)b.data;
-}
-
-/*
- * Runs calls against registry with `workers` slots; returns the parsed
- * results. Asserts that the run left no child process and no descriptor.
- */
-static run_t run_calls(const char *registry, const char *calls, int workers, uint64_t recycle)
-{
-    run_t r = {0};
-    const char *dir = tp_test_tmpdir("pool");
-    char *reg_text = expand(registry);
-    char *calls_text = expand(calls);
-    char *reg_path = tp_test_write(dir, "tools.json", reg_text);
-    char *calls_path = tp_test_write(dir, "calls.jsonl", calls_text);
-    char out_path[4200];
-    snprintf(out_path, sizeof out_path, "%s/results.jsonl", dir);
-    char err[1024];
-    tp_registry_t *reg = tp_registry_load(reg_path, err, sizeof err);
-    if (reg == NULL) {
-        fprintf(stderr, "registry: %s\n", err);
-        CU_FAIL_FATAL("registry did not load");
-    }
-    int fds_before = count_fds();
-    int in = open(calls_path, O_RDONLY | O_CLOEXEC);
-    int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    tp_batch_opts_t o = {
-        .reg = reg,
-        .input_fd = in,
-        .input_name = calls_path,
-        .output_fd = out,
-        .workers = workers,
-        .worker_path = TP_TEST_BIN "/toolpool-worker",
-        .max_frame = 1u << 20,
-        .recycle_after = recycle,
-        .drain_us = 1000000,
-    };
-    uint64_t t0 = tp_now_us();
-    r.status = tp_batch_run(&o, &r.rep);
-    r.secs = (double)(tp_now_us() - t0) / 1e6;
-    close(in);
-    close(out);
-    /* Nothing left behind: no child of ours, alive or zombie, and no fd. */
-    CU_ASSERT_EQUAL(waitpid(-1, NULL, WNOHANG), -1);
-    CU_ASSERT_EQUAL(errno, ECHILD);
-    CU_ASSERT_EQUAL(count_fds(), fds_before);
-
-    r.rows = json_array();
-    FILE *f = fopen(out_path, "r");
-    char *line = NULL;
-    size_t cap = 0;
-    while (getline(&line, &cap, f) > 0) {
-        json_error_t jerr;
-        json_t *v = json_loads(line, 0, &jerr);
-        CU_ASSERT_PTR_NOT_NULL(v);
-        if (v)
-            json_array_append_new(r.rows, v);
-    }
-    free(line);
-    fclose(f);
-    tp_registry_free(reg);
-    free(reg_text);
-    free(calls_text);
-    free(reg_path);
-    free(calls_path);
-    return r;
-}
-
-static json_t *row(const run_t *r, const char *id)
-{
-    size_t i;
-    json_t *v;
-    json_array_foreach(r->rows, i, v) {
-        const char *vid = json_string_value(json_object_get(v, "id"));
-        if (vid && strcmp(vid, id) == 0)
-            return v;
-    }
-    return NULL;
-}
-
-static const char *str(json_t *v, const char *key)
-{
-    const char *s = json_string_value(json_object_get(v, key));
-    return s ? s : "";
-}
-
-static long num(json_t *v, const char *key)
-{
-    return (long)json_integer_value(json_object_get(v, key));
-}
-
-static double trace_ms(json_t *v, size_t i, const char *key)
-{
-    return json_number_value(json_object_get(json_array_get(json_object_get(v, "trace"), i), key));
-}
-
-#define PLUGIN_TOOL(name) "{\"name\": \"" name "\", \"plugin\": {\"path\": \"@P@\"}}"
 
 static void test_many_noops(void)
 {
@@ -159,7 +29,7 @@ static void test_many_noops(void)
     for (int i = 0; i < N; i++)
         tp_buf_printf(&calls, "{\"id\": \"n%d\", \"tool\": \"noop\"}\n", i);
     tp_buf_append(&calls, "", 1);
-    run_t r = run_calls("{\"tools\": [" PLUGIN_TOOL("noop") "]}", (char *)calls.data, 2, 0);
+    run_t r = run_calls(NULL, "{\"tools\": [" PLUGIN_TOOL("noop") "]}", (char *)calls.data, 2, 0);
     CU_ASSERT_EQUAL(r.status, 0);
     CU_ASSERT_EQUAL(json_array_size(r.rows), N);
     CU_ASSERT_EQUAL(r.rep.summary.ok, N);
@@ -183,7 +53,7 @@ static void test_many_noops(void)
 /* A hung tool is killed at its timeout and retried after its backoff. */
 static void test_hung_killed_and_retried(void)
 {
-    run_t r = run_calls(
+    run_t r = run_calls(NULL, 
         "{\"tools\": [{\"name\": \"hang\", \"exec\": [\"@T@/hang.sh\"], \"timeout\": \"200ms\","
         " \"attempts\": 2, \"backoff\": {\"base\": \"50ms\", \"jitter\": \"none\"}}]}",
         "{\"id\": \"h1\", \"tool\": \"hang\", \"args\": {\"q\": \"refund window\"}}\n", 1, 0);
@@ -232,7 +102,7 @@ static void test_grandchild_killed(void)
              "{\"tools\": [{\"name\": \"gc\", \"exec\": [\"@T@/grandchild.sh\", \"%s/pid\"],"
              " \"timeout\": \"300ms\", \"attempts\": 1}]}", dir);
     snprintf(calls, sizeof calls, "{\"id\": \"g1\", \"tool\": \"gc\"}\n");
-    run_t r = run_calls(reg, calls, 1, 0);
+    run_t r = run_calls(NULL, reg, calls, 1, 0);
     json_t *v = row(&r, "g1");
     CU_ASSERT_PTR_NOT_NULL_FATAL(v);
     CU_ASSERT_STRING_EQUAL(str(v, "error"), "Timeout");
@@ -266,7 +136,7 @@ static void test_kill_grace(void)
              "{\"name\": \"term0\", \"exec\": [\"@T@/term.sh\", \"%s/term0\"]},"
              "{\"name\": \"stubborn\", \"exec\": [\"@T@/stubborn.sh\", \"%s/stubborn\"], \"kill_grace\": \"300ms\"}]}",
              dir, dir, dir);
-    run_t r = run_calls(reg,
+    run_t r = run_calls(NULL, reg,
                         "{\"id\": \"t\", \"tool\": \"term\"}\n"
                         "{\"id\": \"t0\", \"tool\": \"term0\"}\n"
                         "{\"id\": \"st\", \"tool\": \"stubborn\"}\n",
@@ -299,7 +169,7 @@ static void test_kill_grace(void)
 /* A segfaulting plugin costs its worker, not the run: WorkerCrashed, retried. */
 static void test_segv_plugin(void)
 {
-    run_t r = run_calls("{\"defaults\": {\"backoff\": {\"base\": \"1ms\"}}, \"tools\": ["
+    run_t r = run_calls(NULL, "{\"defaults\": {\"backoff\": {\"base\": \"1ms\"}}, \"tools\": ["
                         PLUGIN_TOOL("segv") "," PLUGIN_TOOL("noop") "]}",
                         "{\"id\": \"s1\", \"tool\": \"segv\"}\n"
                         "{\"id\": \"n1\", \"tool\": \"noop\"}\n"
@@ -325,7 +195,7 @@ static void test_recycling(void)
     for (int i = 0; i < 50; i++)
         tp_buf_printf(&calls, "{\"id\": \"p%d\", \"tool\": \"pid\"}\n", i);
     tp_buf_append(&calls, "", 1);
-    run_t r = run_calls("{\"tools\": [" PLUGIN_TOOL("pid") "]}", (char *)calls.data, 1, 10);
+    run_t r = run_calls(NULL, "{\"tools\": [" PLUGIN_TOOL("pid") "]}", (char *)calls.data, 1, 10);
     CU_ASSERT_EQUAL(r.status, 0);
     CU_ASSERT_EQUAL(json_array_size(r.rows), 50);
     long pids[64];
@@ -350,7 +220,7 @@ static void test_recycling(void)
 /* A tool's retry_after_ms stretches the backoff it follows. */
 static void test_retry_after(void)
 {
-    run_t r = run_calls("{\"defaults\": {\"backoff\": {\"base\": \"1ms\"}}, \"tools\": ["
+    run_t r = run_calls(NULL, "{\"defaults\": {\"backoff\": {\"base\": \"1ms\"}}, \"tools\": ["
                         PLUGIN_TOOL("rate") "]}",
                         "{\"id\": \"r1\", \"tool\": \"rate\", \"args\": {\"after\": 300}}\n", 1, 0);
     json_t *v = row(&r, "r1");
@@ -366,7 +236,7 @@ static void test_retry_after(void)
 /* Exit statuses and JSON error objects map to the contract's kinds. */
 static void test_exec_outcomes(void)
 {
-    run_t r = run_calls(
+    run_t r = run_calls(NULL, 
         "{\"defaults\": {\"attempts\": 2, \"backoff\": {\"base\": \"1ms\"}}, \"tools\": ["
         "{\"name\": \"exit75\", \"exec\": [\"@T@/exit.sh\", \"75\"]},"
         "{\"name\": \"exit77\", \"exec\": [\"@T@/exit.sh\", \"77\"]},"
@@ -427,7 +297,7 @@ static void test_exec_outcomes(void)
 /* stdout past max_output: the tool is stopped and the call fails clearly. */
 static void test_output_cap(void)
 {
-    run_t r = run_calls("{\"tools\": [{\"name\": \"yes\", \"exec\": [\"@T@/yes.sh\"], \"max_output\": 4096},"
+    run_t r = run_calls(NULL, "{\"tools\": [{\"name\": \"yes\", \"exec\": [\"@T@/yes.sh\"], \"max_output\": 4096},"
                         PLUGIN_TOOL("big") "]}",
                         "{\"id\": \"y1\", \"tool\": \"yes\"}\n"
                         "{\"id\": \"b1\", \"tool\": \"big\", \"args\": {\"n\": 100000}}\n", 1, 0);
@@ -442,7 +312,7 @@ static void test_output_cap(void)
 /* The tool sees the call in its environment, and no descriptor but 0-2. */
 static void test_env_and_fds(void)
 {
-    run_t r = run_calls("{\"tools\": [{\"name\": \"env\", \"exec\": [\"@T@/env.sh\"]}]}",
+    run_t r = run_calls(NULL, "{\"tools\": [{\"name\": \"env\", \"exec\": [\"@T@/env.sh\"]}]}",
                         "{\"id\": \"c9\", \"job\": \"j7\", \"step\": 4, \"tool\": \"env\"}\n", 1, 0);
     json_t *v = json_object_get(row(&r, "c9"), "result");
     CU_ASSERT_STRING_EQUAL(str(v, "id"), "c9");
@@ -457,7 +327,7 @@ static void test_env_and_fds(void)
 /* The deadline bounds attempts and backoffs together. */
 static void test_deadline(void)
 {
-    run_t r = run_calls("{\"tools\": [{\"name\": \"hang\", \"exec\": [\"@T@/hang.sh\"], \"timeout\": \"200ms\","
+    run_t r = run_calls(NULL, "{\"tools\": [{\"name\": \"hang\", \"exec\": [\"@T@/hang.sh\"], \"timeout\": \"200ms\","
                         " \"deadline\": \"500ms\", \"attempts\": 10,"
                         " \"backoff\": {\"base\": \"10ms\", \"jitter\": \"none\"}}]}",
                         "{\"id\": \"d1\", \"tool\": \"hang\"}\n", 1, 0);
@@ -475,12 +345,12 @@ static void test_concurrency_cap(void)
     const char *calls = "{\"id\": \"a\", \"tool\": \"sleep\", \"args\": {\"ms\": 150}}\n"
                         "{\"id\": \"b\", \"tool\": \"sleep\", \"args\": {\"ms\": 150}}\n"
                         "{\"id\": \"c\", \"tool\": \"sleep\", \"args\": {\"ms\": 150}}\n";
-    run_t r = run_calls("{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"}, \"concurrency\": 1}]}",
+    run_t r = run_calls(NULL, "{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"}, \"concurrency\": 1}]}",
                         calls, 3, 0);
     CU_ASSERT_EQUAL(r.status, 0);
     CU_ASSERT(r.secs >= 0.45);
     json_decref(r.rows);
-    r = run_calls("{\"tools\": [" PLUGIN_TOOL("sleep") "]}", calls, 3, 0);
+    r = run_calls(NULL, "{\"tools\": [" PLUGIN_TOOL("sleep") "]}", calls, 3, 0);
     CU_ASSERT(r.secs < 0.4);
     json_decref(r.rows);
 }
@@ -494,7 +364,7 @@ static void test_job_order(void)
     snprintf(reg, sizeof reg,
              "{\"tools\": [{\"name\": \"log\", \"exec\": [\"@T@/log.sh\", \"%s/log\"]}, " PLUGIN_TOOL("deny") "]}",
              dir);
-    run_t r = run_calls(reg,
+    run_t r = run_calls(NULL, reg,
                         "{\"id\": \"a3\", \"job\": \"A\", \"step\": 3, \"tool\": \"log\"}\n"
                         "{\"id\": \"a1\", \"job\": \"A\", \"step\": 1, \"tool\": \"log\"}\n"
                         "{\"id\": \"b2\", \"job\": \"B\", \"step\": 2, \"tool\": \"log\"}\n"

@@ -11,6 +11,7 @@
  *   deny            PermissionDenied
  *   custom          fails with the kind "QuotaGone" (not in the taxonomy)
  *   big             a string of args.n bytes
+ *   costly          {} with a cost of args.cents / 100
  */
 #include <signal.h>
 #include <stdio.h>
@@ -80,6 +81,9 @@ int tp_plugin_call_v1(const tp_plugin_call_t *call, tp_plugin_reply_t *reply)
         s[n + 1] = '"';
         s[n + 2] = 0;
         reply->result = s;
+    } else if (strcmp(t, "costly") == 0) {
+        reply->result = strdup("{}");
+        reply->cost = (double)arg_long(call->args, "cents", 50) / 100.0;
     } else {
         reply->error = "NotFound";
     }

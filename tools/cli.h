@@ -2,11 +2,18 @@
 #ifndef TP_CLI_H
 #define TP_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 int tp_cmd_run(int argc, char **argv);
 int tp_cmd_trace(int argc, char **argv);
 int tp_cmd_demo(int argc, char **argv);
+int tp_cmd_breakers(int argc, char **argv);
+int tp_cmd_escalations(int argc, char **argv);
+
+/* One trace line: "  attempt 2 → Timeout after 0.8s   (backoff 1.0s)". */
+void tp_trace_attempt(FILE *out, const char *called, uint32_t number, const char *tool, const char *outcome,
+                      double duration_ms, double backoff_ms);
 
 /* Prints every result line of in as the seed's trace. 0, or 2 on bad input. */
 int tp_trace_print(FILE *in, const char *name, FILE *out);

@@ -2,11 +2,14 @@
  * toolpool demo: the seed's scenario, bundled in examples/demo.
  *
  * search_kb hangs and is killed at its 0.8s timeout three times (backoff
- * 0.5s, then 1s: jitter "none" reproduces the seed's exact waits); the
- * agent's next step asks kb_cache, which answers; delete_record is refused
- * after one attempt; get_rates is rate-limited once and the retry waits the 1.2s
- * the tool asked for (more than the 0.5s backoff); lookup_order just works. The results go to a temporary file,
- * then print as JSON lines and as the seed's trace.
+ * 0.5s, then 1s: jitter "none" reproduces the seed's exact waits), then its
+ * declared fallback kb_cache answers, disclosed as stale. delete_record is
+ * refused after one attempt; the agent repeats the identical call, the
+ * third failure opens that call's circuit and escalates it to a person, and
+ * the fourth is answered CircuitOpen without running. get_rates is
+ * rate-limited once and the retry waits the 1.2s the tool asked for.
+ * The run uses a fresh store in a temporary directory; the results print as
+ * JSON lines and as the seed's trace, then the escalation queue.
  */
 #include <errno.h>
 #include <limits.h>
@@ -40,6 +43,17 @@ static const char *demo_dir(void)
     return NULL;
 }
 
+/* The demo's store is its own: data.mdb, lock.mdb and the directory. */
+static void remove_store(const char *dir)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/lock.mdb", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 int tp_cmd_demo(int argc, char **argv)
 {
     if (argc > 1) {
@@ -55,6 +69,7 @@ int tp_cmd_demo(int argc, char **argv)
         return 2;
     }
     char reg_path[PATH_MAX + 32], calls_path[PATH_MAX + 32], out_path[] = "/tmp/toolpool-demo-XXXXXX";
+    char store_dir[] = "/tmp/toolpool-demo-store-XXXXXX";
     snprintf(reg_path, sizeof reg_path, "%s/tools.json", dir);
     snprintf(calls_path, sizeof calls_path, "%s/calls.jsonl", dir);
     char err[1024];
@@ -73,13 +88,23 @@ int tp_cmd_demo(int argc, char **argv)
         return 2;
     }
     unlink(out_path);
+    tp_store_t *store = mkdtemp(store_dir) ? tp_store_open(store_dir, 0, err, sizeof err) : NULL;
+    if (store == NULL) {
+        tp_log_error("demo store: %s", store_dir[0] ? err : strerror(errno));
+        fclose(calls);
+        close(out_fd);
+        tp_registry_free(reg);
+        return 2;
+    }
     printf("toolpool demo: %s\n", calls_path);
-    printf("  search_kb hangs (timeout 0.8s, 3 attempts, backoff 0.5s then 1s);\n"
-           "  the agent's next step asks kb_cache; delete_record is forbidden;\n"
-           "  get_rates is rate-limited once; lookup_order just works.\n\n");
+    printf("  search_kb hangs (timeout 0.8s, 3 attempts, backoff 0.5s then 1s), then its\n"
+           "  fallback kb_cache answers (stale); delete_record is forbidden, and the agent\n"
+           "  repeats it until its circuit opens and a person is paged; get_rates is\n"
+           "  rate-limited once; lookup_order just works.\n\n");
     fflush(stdout);
     tp_batch_opts_t o = {
         .reg = reg,
+        .store = store,
         .input_fd = fileno(calls),
         .input_name = calls_path,
         .output_fd = out_fd,
@@ -92,8 +117,10 @@ int tp_cmd_demo(int argc, char **argv)
     int status = tp_batch_run(&o, &rep);
     fclose(calls);
     tp_registry_free(reg);
+    tp_store_close(store);
     if (status == 2) {
         close(out_fd);
+        remove_store(store_dir);
         return 2;
     }
 
@@ -110,6 +137,11 @@ int tp_cmd_demo(int argc, char **argv)
     tp_trace_print(res, "demo results", stdout);
     fclose(res);
     tp_summary_print(stdout, &rep.summary, rep.elapsed_s);
-    /* The demo shows failures on purpose; it succeeded if it ran. */
-    return rep.summary.calls == 5 ? 0 : 1;
+    puts("\nescalations (toolpool escalations list):");
+    fflush(stdout);
+    char *esc_argv[] = {"escalations", "list", "--store", store_dir, NULL};
+    tp_cmd_escalations(4, esc_argv);
+    remove_store(store_dir);
+    /* The demo shows failures on purpose; it succeeded if every call has its record. */
+    return rep.summary.calls == 7 ? 0 : 1;
 }

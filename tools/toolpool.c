@@ -26,6 +26,8 @@ static const char usage_text[] =
     "  run      run a file of calls (JSON lines), write one result line per call\n"
     "  demo     the bundled example: a hung search, a forbidden delete, a retry\n"
     "  trace    print a results file as each call's story of attempts\n"
+    "  breakers     list, show or reset circuit breakers in a store\n"
+    "  escalations  list, show or resolve calls handed to a person\n"
     "  help     this text; `toolpool COMMAND --help` for a command's options\n"
     "\n"
     "exit status: 0 every call ok, 1 some call failed, 2 usage, registry or store error\n";
@@ -38,6 +40,8 @@ static const char run_usage[] =
     "per call. A summary goes to stderr, and a progress bar when it is a terminal.\n"
     "\n"
     "  -r, --registry FILE    the tools (default: tools.json)\n"
+    "  -s, --store DIR        the store: breakers, escalations (default:\n"
+    "                         $TOOLPOOL_STORE, else .toolpool in this directory)\n"
     "  -j, --workers N        worker processes (default: the number of cores)\n"
     "  -o, --output FILE      results file (default: standard output)\n"
     "      --recycle-after N  replace a worker after N calls (default: never)\n"
@@ -67,6 +71,7 @@ int tp_cmd_run(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"registry", required_argument, NULL, 'r'},
+        {"store", required_argument, NULL, 's'},
         {"workers", required_argument, NULL, 'j'},
         {"output", required_argument, NULL, 'o'},
         {"recycle-after", required_argument, NULL, 'R'},
@@ -78,7 +83,7 @@ int tp_cmd_run(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *registry = "tools.json", *output = NULL;
+    const char *registry = "tools.json", *output = NULL, *store_dir = tp_store_default_dir();
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     tp_batch_opts_t o = {
         .workers = cores > 0 ? (int)cores : 2,
@@ -89,9 +94,10 @@ int tp_cmd_run(int argc, char **argv)
     bool quiet = false, progress = isatty(2);
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "r:j:o:qh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "r:s:j:o:qh", longopts, NULL)) != -1) {
         switch (c) {
         case 'r': registry = optarg; break;
+        case 's': store_dir = optarg; break;
         case 'j': o.workers = (int)parse_count("-j", optarg, 1, 4096); break;
         case 'o': output = optarg; break;
         case 'R': o.recycle_after = parse_count("--recycle-after", optarg, 1, UINT64_MAX); break;
@@ -121,16 +127,24 @@ int tp_cmd_run(int argc, char **argv)
         return 2;
     }
     o.reg = reg;
+    o.store = tp_store_open(store_dir, 0, err, sizeof err);
+    if (o.store == NULL) {
+        tp_log_error("%s", err);
+        tp_registry_free(reg);
+        return 2;
+    }
     o.input_name = strcmp(input, "-") == 0 ? "standard input" : input;
     o.input_fd = strcmp(input, "-") == 0 ? 0 : open(input, O_RDONLY | O_CLOEXEC);
     if (o.input_fd < 0) {
         tp_log_error("%s: %s", input, strerror(errno));
+        tp_store_close(o.store);
         tp_registry_free(reg);
         return 2;
     }
     o.output_fd = output ? open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : 1;
     if (o.output_fd < 0) {
         tp_log_error("%s: %s", output, strerror(errno));
+        tp_store_close(o.store);
         tp_registry_free(reg);
         return 2;
     }
@@ -149,6 +163,7 @@ int tp_cmd_run(int argc, char **argv)
         tp_log_error("%s: %s", output, strerror(errno));
         status = 2;
     }
+    tp_store_close(o.store);
     tp_registry_free(reg);
     return status;
 }
@@ -167,6 +182,10 @@ int main(int argc, char **argv)
         return tp_cmd_demo(argc - 1, argv + 1);
     if (strcmp(cmd, "trace") == 0)
         return tp_cmd_trace(argc - 1, argv + 1);
+    if (strcmp(cmd, "breakers") == 0)
+        return tp_cmd_breakers(argc - 1, argv + 1);
+    if (strcmp(cmd, "escalations") == 0)
+        return tp_cmd_escalations(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         fputs(usage_text, stdout);
         return 0;

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +34,7 @@ static void put_secs(FILE *out, double ms)
 
 static void put_json(FILE *out, json_t *v, size_t max)
 {
-    char *s = json_dumps(v, JSON_ENCODE_ANY);
+    char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
     if (s == NULL)
         return;
     if (strlen(s) > max)
@@ -41,6 +42,32 @@ static void put_json(FILE *out, json_t *v, size_t max)
     else
         fputs(s, out);
     free(s);
+}
+
+/*
+ * A hop of a fallback chain other than the tool called is shown by name;
+ * a hop skipped because its circuit was open shows no duration.
+ */
+void tp_trace_attempt(FILE *out, const char *called, uint32_t number, const char *tool, const char *outcome,
+                      double duration_ms, double backoff_ms)
+{
+    bool other = tool && called && strcmp(tool, called) != 0;
+    outcome = outcome ? outcome : "?";
+    if (strcmp(outcome, "CircuitOpen") == 0 && duration_ms == 0) {
+        fprintf(out, "  %s%s → CircuitOpen, not run\n", other ? "fallback " : "", tool ? tool : "?");
+        return;
+    }
+    if (other)
+        fprintf(out, "  fallback %s attempt %u → %s after ", tool, number, outcome);
+    else
+        fprintf(out, "  attempt %u → %s after ", number, outcome);
+    put_secs(out, duration_ms);
+    if (backoff_ms > 0) {
+        fputs("   (backoff ", out);
+        put_secs(out, backoff_ms);
+        fputs(")", out);
+    }
+    fputc('\n', out);
 }
 
 static void print_one(json_t *r, FILE *out)
@@ -57,23 +84,20 @@ static void print_one(json_t *r, FILE *out)
     size_t i;
     json_t *t, *trace = json_object_get(r, "trace");
     json_array_foreach(trace, i, t) {
-        const char *outcome = json_string_value(json_object_get(t, "outcome"));
-        const char *hop = json_string_value(json_object_get(t, "tool"));
-        fprintf(out, "  attempt %lld → %s after ", (long long)json_integer_value(json_object_get(t, "attempt")),
-                outcome ? outcome : "?");
-        put_secs(out, json_number_value(json_object_get(t, "duration_ms")));
-        double backoff = json_number_value(json_object_get(t, "backoff_ms"));
-        if (backoff > 0) {
-            fputs("   (backoff ", out);
-            put_secs(out, backoff);
-            fputs(")", out);
-        }
-        if (hop && tool && strcmp(hop, tool) != 0)
-            fprintf(out, "   [%s]", hop);
-        fputc('\n', out);
+        tp_trace_attempt(out, tool, (uint32_t)json_integer_value(json_object_get(t, "attempt")),
+                         json_string_value(json_object_get(t, "tool")),
+                         json_string_value(json_object_get(t, "outcome")),
+                         json_number_value(json_object_get(t, "duration_ms")),
+                         json_number_value(json_object_get(t, "backoff_ms")));
     }
     if (json_is_true(json_object_get(r, "ok"))) {
-        fputs("  → result: ", out);
+        const char *by = json_string_value(json_object_get(r, "served_by"));
+        if (json_is_true(json_object_get(r, "degraded")))
+            fprintf(out, "  → %s%s: ", by ? "answered by fallback " : "degraded answer", by ? by : "");
+        else
+            fputs("  → result: ", out);
+        if (json_is_true(json_object_get(r, "stale")))
+            fputs("(stale) ", out);
         put_json(out, json_object_get(r, "result"), 200);
         fputc('\n', out);
         return;
@@ -85,6 +109,9 @@ static void print_one(json_t *r, FILE *out)
             (long long)json_integer_value(json_object_get(r, "attempts")));
     if (msg && *msg)
         fprintf(out, "    %s\n", msg);
+    const char *esc = json_string_value(json_object_get(r, "escalation"));
+    if (esc)
+        fprintf(out, "    escalated to a person: %s (toolpool escalations show %s)\n", esc, esc);
 }
 
 int tp_trace_print(FILE *in, const char *name, FILE *out)

@@ -1,0 +1,269 @@
+#include "store.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "toolpool.pb-c.h"
+
+#define MAP_INITIAL (64ull << 20)
+#define MAX_READERS 512
+
+static const char *const db_names[TP_DB__COUNT] = {
+    [TP_DB_META] = "meta",
+    [TP_DB_BREAKERS] = "breakers",
+    [TP_DB_ESCALATIONS] = "escalations",
+    [TP_DB_RESULTS] = "results",
+    [TP_DB_JOBS] = "jobs",
+};
+
+struct tp_store {
+    MDB_env *env;
+    MDB_dbi dbi[TP_DB__COUNT];
+    unsigned flags;
+    size_t mapsize;
+    char dir[PATH_MAX];
+};
+
+uint64_t tp_unix_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+const char *tp_store_default_dir(void)
+{
+    const char *env = getenv("TOOLPOOL_STORE");
+    return env && *env ? env : ".toolpool";
+}
+
+const char *tp_store_dir(const tp_store_t *s)
+{
+    return s->dir;
+}
+
+MDB_dbi tp_store_dbi(const tp_store_t *s, tp_db_t db)
+{
+    return s->dbi[db];
+}
+
+/*
+ * Opens every named database in one committed transaction and checks (or,
+ * on a new store, writes) the format record.
+ */
+static int open_dbs(tp_store_t *s, char *err, size_t errlen)
+{
+    bool rdonly = s->flags & TP_STORE_RDONLY;
+    MDB_txn *txn;
+    int rc = mdb_txn_begin(s->env, NULL, rdonly ? MDB_RDONLY : 0, &txn);
+    if (rc) {
+        snprintf(err, errlen, "%s: cannot begin a transaction: %s", s->dir, mdb_strerror(rc));
+        return rc;
+    }
+    for (int i = 0; i < TP_DB__COUNT; i++) {
+        rc = mdb_dbi_open(txn, db_names[i], rdonly ? 0 : MDB_CREATE, &s->dbi[i]);
+        if (rc) {
+            snprintf(err, errlen, "%s: cannot open database %s: %s%s", s->dir, db_names[i], mdb_strerror(rc),
+                     rc == MDB_NOTFOUND ? " (not a toolpool store, or one of an older format)" : "");
+            mdb_txn_abort(txn);
+            return rc;
+        }
+    }
+    Toolpool__StoreFormat *fmt = NULL;
+    rc = tp_store_get_msg(s, txn, TP_DB_META, "format", 6, &toolpool__store_format__descriptor,
+                          (ProtobufCMessage **)&fmt);
+    if (rc == MDB_NOTFOUND && !rdonly) {
+        Toolpool__StoreFormat nf = TOOLPOOL__STORE_FORMAT__INIT;
+        nf.version = TP_STORE_FORMAT;
+        nf.created_unix_us = tp_unix_us();
+        rc = tp_store_put_msg(s, txn, TP_DB_META, "format", 6, &nf.base);
+    } else if (rc == 0 && fmt->version != TP_STORE_FORMAT) {
+        snprintf(err, errlen,
+                 "%s: the store has format %u; this toolpool reads format %u. Use a toolpool of that "
+                 "version to read it, or start a new store with --store NEWDIR",
+                 s->dir, fmt->version, TP_STORE_FORMAT);
+        rc = EPROTO;
+    } else if (rc == MDB_NOTFOUND) {
+        snprintf(err, errlen, "%s: not a toolpool store (no format record)", s->dir);
+    } else if (rc) {
+        snprintf(err, errlen, "%s: cannot read the format record: %s", s->dir,
+                 rc == EPROTO ? "corrupt" : mdb_strerror(rc));
+    }
+    if (fmt)
+        protobuf_c_message_free_unpacked(&fmt->base, NULL);
+    if (rc) {
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    rc = mdb_txn_commit(txn);
+    if (rc)
+        snprintf(err, errlen, "%s: cannot commit: %s", s->dir, mdb_strerror(rc));
+    return rc;
+}
+
+tp_store_t *tp_store_open(const char *dir, unsigned flags, char *err, size_t errlen)
+{
+    tp_store_t *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    snprintf(s->dir, sizeof s->dir, "%s", dir);
+    s->flags = flags;
+    if (!(flags & TP_STORE_RDONLY) && mkdir(dir, 0755) < 0 && errno != EEXIST) {
+        snprintf(err, errlen, "%s: cannot create the store directory: %s", dir, strerror(errno));
+        free(s);
+        return NULL;
+    }
+    if ((flags & TP_STORE_RDONLY) && access(dir, F_OK) < 0) {
+        snprintf(err, errlen, "%s: no store here (%s); run toolpool run --store %s first", dir,
+                 strerror(errno), dir);
+        free(s);
+        return NULL;
+    }
+    int rc = mdb_env_create(&s->env);
+    if (rc == 0)
+        rc = mdb_env_set_maxdbs(s->env, TP_DB__COUNT + 2);
+    if (rc == 0)
+        rc = mdb_env_set_maxreaders(s->env, MAX_READERS);
+    /* The map is virtual: the file grows only with what is written. */
+    s->mapsize = MAP_INITIAL;
+    if (rc == 0)
+        rc = mdb_env_set_mapsize(s->env, s->mapsize);
+    unsigned envflags = MDB_NOTLS | ((flags & TP_STORE_RDONLY) ? MDB_RDONLY : 0) |
+                        ((flags & TP_STORE_NOSYNC) ? MDB_NOSYNC : 0);
+    if (rc == 0)
+        rc = mdb_env_open(s->env, dir, envflags, 0644);
+    if (rc) {
+        snprintf(err, errlen, "%s: cannot open the store: %s", dir, mdb_strerror(rc));
+        goto fail;
+    }
+    MDB_envinfo info;
+    mdb_env_info(s->env, &info);
+    s->mapsize = info.me_mapsize;
+    int dead;
+    mdb_reader_check(s->env, &dead);
+    if (open_dbs(s, err, errlen) != 0)
+        goto fail;
+    return s;
+fail:
+    if (s->env)
+        mdb_env_close(s->env);
+    free(s);
+    return NULL;
+}
+
+void tp_store_close(tp_store_t *s)
+{
+    if (s == NULL)
+        return;
+    mdb_env_close(s->env);
+    free(s);
+}
+
+int tp_store_reader_check(tp_store_t *s)
+{
+    int dead = 0;
+    mdb_reader_check(s->env, &dead);
+    return dead;
+}
+
+/* Another process grew the map: adopt its size (no transaction is open here). */
+static int adopt_mapsize(tp_store_t *s)
+{
+    int rc = mdb_env_set_mapsize(s->env, 0);
+    MDB_envinfo info;
+    if (rc == 0 && mdb_env_info(s->env, &info) == 0)
+        s->mapsize = info.me_mapsize;
+    return rc;
+}
+
+int tp_store_read(tp_store_t *s, MDB_txn **txn)
+{
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn);
+    if (rc == MDB_MAP_RESIZED && adopt_mapsize(s) == 0)
+        rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn);
+    return rc;
+}
+
+int tp_store_begin(tp_store_t *s, MDB_txn **txn, char *err, size_t errlen)
+{
+    if (s->flags & TP_STORE_RDONLY) {
+        snprintf(err, errlen, "%s: opened read-only", s->dir);
+        return EACCES;
+    }
+    MDB_envinfo info;
+    MDB_stat st;
+    if (mdb_env_info(s->env, &info) == 0 && mdb_env_stat(s->env, &st) == 0) {
+        s->mapsize = info.me_mapsize;
+        size_t used = (info.me_last_pgno + 1) * (size_t)st.ms_psize;
+        if (used > s->mapsize / 2 && s->mapsize < TP_STORE_MAP_LIMIT) {
+            int rc = mdb_env_set_mapsize(s->env, s->mapsize * 2);
+            if (rc == 0)
+                s->mapsize *= 2;
+        }
+    }
+    int rc = mdb_txn_begin(s->env, NULL, 0, txn);
+    if (rc == MDB_MAP_RESIZED && adopt_mapsize(s) == 0)
+        rc = mdb_txn_begin(s->env, NULL, 0, txn);
+    if (rc)
+        snprintf(err, errlen, "%s: cannot begin a write: %s", s->dir, mdb_strerror(rc));
+    return rc;
+}
+
+int tp_store_commit(tp_store_t *s, MDB_txn *txn, char *err, size_t errlen)
+{
+    int rc = mdb_txn_commit(txn);
+    if (rc)
+        snprintf(err, errlen, "%s: cannot commit: %s%s", s->dir, mdb_strerror(rc),
+                 rc == ENOSPC   ? " (the disk is full; nothing of this turn was recorded)"
+                 : rc == MDB_MAP_FULL ? " (the store reached its size limit)"
+                                      : "");
+    return rc;
+}
+
+int tp_store_write(tp_store_t *s, tp_store_apply_fn apply, void *ctx, char *err, size_t errlen)
+{
+    MDB_txn *txn;
+    int rc = tp_store_begin(s, &txn, err, errlen);
+    if (rc)
+        return rc;
+    rc = apply(txn, ctx);
+    if (rc) {
+        mdb_txn_abort(txn);
+        snprintf(err, errlen, "%s: %s", s->dir, rc == EPROTO ? "corrupt record" : mdb_strerror(rc));
+        return rc;
+    }
+    return tp_store_commit(s, txn, err, errlen);
+}
+
+int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen,
+                     const ProtobufCMessage *msg)
+{
+    MDB_val k = {klen, (void *)key}, v;
+    v.mv_size = protobuf_c_message_get_packed_size(msg);
+    int rc = mdb_put(txn, s->dbi[db], &k, &v, MDB_RESERVE);
+    if (rc)
+        return rc;
+    if (protobuf_c_message_pack(msg, v.mv_data) != v.mv_size)
+        return EPROTO;
+    return 0;
+}
+
+int tp_store_get_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen,
+                     const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out)
+{
+    MDB_val k = {klen, (void *)key}, v;
+    *out = NULL;
+    int rc = mdb_get(txn, s->dbi[db], &k, &v);
+    if (rc)
+        return rc;
+    *out = protobuf_c_message_unpack(desc, NULL, v.mv_size, v.mv_data);
+    return *out ? 0 : EPROTO;
+}

@@ -1,0 +1,89 @@
+/*
+ * The store: one LMDB environment in a directory, shared by every toolpool
+ * process on the machine that names the same directory.
+ *
+ * LMDB by its caveats (lmdb.h): one environment per process, opened after
+ * exec (only the supervisor and the CLI open it; workers never do); every
+ * named database opened once, at open, in a committed transaction; a map
+ * that grows on MDB_MAP_FULL and follows other processes' growth on
+ * MDB_MAP_RESIZED; stale reader slots of dead processes cleared at open.
+ *
+ * The supervisor writes once per loop turn (tp_store_begin/commit): a turn's
+ * whole group of writes commits or none of it does.
+ */
+#ifndef TP_STORE_H
+#define TP_STORE_H
+
+#include <lmdb.h>
+#include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TP_STORE_FORMAT 1
+#define TP_STORE_MAP_LIMIT (1ull << 40)
+
+typedef enum {
+    TP_DB_META = 0,
+    TP_DB_BREAKERS,
+    TP_DB_ESCALATIONS,
+    TP_DB_RESULTS,
+    TP_DB_JOBS,
+    TP_DB__COUNT,
+} tp_db_t;
+
+enum {
+    TP_STORE_RDONLY = 1,  /* inspection commands: no write, no create */
+    TP_STORE_NOSYNC = 2,  /* relaxed durability: a crash of the OS may lose the last commits */
+};
+
+typedef struct tp_store tp_store_t;
+
+/*
+ * Opens (creating when writable) the store in dir. NULL on failure with a
+ * message in err naming the directory and what to do.
+ */
+tp_store_t *tp_store_open(const char *dir, unsigned flags, char *err, size_t errlen);
+void tp_store_close(tp_store_t *s);
+const char *tp_store_dir(const tp_store_t *s);
+
+/* The default store directory: $TOOLPOOL_STORE, else ".toolpool" in the cwd. */
+const char *tp_store_default_dir(void);
+
+/*
+ * Begins the write transaction of one turn. When the data has filled more
+ * than half of the map, the map is doubled first (no transaction is open
+ * then, as LMDB requires), so a turn meets MDB_MAP_FULL only at the map's
+ * limit. 0 or an LMDB code, with err saying what.
+ */
+int tp_store_begin(tp_store_t *s, MDB_txn **txn, char *err, size_t errlen);
+/* Commits; on failure err names the store and the cause (a full disk too). */
+int tp_store_commit(tp_store_t *s, MDB_txn *txn, char *err, size_t errlen);
+
+/* One write transaction around apply(txn, ctx): begin, apply, commit. */
+typedef int (*tp_store_apply_fn)(MDB_txn *txn, void *ctx);
+int tp_store_write(tp_store_t *s, tp_store_apply_fn apply, void *ctx, char *err, size_t errlen);
+
+/* A read transaction (end it with mdb_txn_abort). 0 or an LMDB code. */
+int tp_store_read(tp_store_t *s, MDB_txn **txn);
+
+MDB_dbi tp_store_dbi(const tp_store_t *s, tp_db_t db);
+
+/* Packs msg into db[key] (MDB_RESERVE: packed straight into the page). */
+int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen,
+                     const ProtobufCMessage *msg);
+/*
+ * Reads db[key] and unpacks it with desc. Returns 0 and *out (free with
+ * protobuf_c_message_free_unpacked), MDB_NOTFOUND, or EPROTO for a record
+ * that does not unpack.
+ */
+int tp_store_get_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen,
+                     const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out);
+
+/* Clears reader slots left by dead processes; returns how many. */
+int tp_store_reader_check(tp_store_t *s);
+
+/* Wall-clock microseconds: the time base of everything persisted. */
+uint64_t tp_unix_us(void);
+
+#endif

@@ -1,0 +1,293 @@
+#include "breaker.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "buf.h"
+#include "json.h"
+#include "toolpool.pb-c.h"
+
+#define BUCKETS 10
+#define KEY_MAX 600
+
+void tp_digest_args(const json_t *args, tp_digest_t *out)
+{
+    tp_buf_t b = {0};
+    if (args == NULL || tp_json_write(&b, args, TP_JSON_CANONICAL) < 0)
+        tp_buf_reset(&b);
+    XXH128_hash_t h = XXH3_128bits(b.data ? b.data : (const uint8_t *)"", b.len);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, h);
+    memcpy(out->b, c.digest, TP_DIGEST_LEN);
+    tp_buf_free(&b);
+}
+
+void tp_digest_hex(const tp_digest_t *d, char out[2 * TP_DIGEST_LEN + 1])
+{
+    for (int i = 0; i < TP_DIGEST_LEN; i++)
+        snprintf(out + 2 * i, 3, "%02x", d->b[i]);
+}
+
+size_t tp_breaker_call_key(const char *tool, const tp_digest_t *d, uint8_t *key, size_t cap)
+{
+    size_t n = strlen(tool);
+    if (n + 2 + TP_DIGEST_LEN > cap)
+        n = cap - 2 - TP_DIGEST_LEN;
+    key[0] = 'c';
+    memcpy(key + 1, tool, n);
+    key[1 + n] = 0;
+    memcpy(key + 2 + n, d->b, TP_DIGEST_LEN);
+    return n + 2 + TP_DIGEST_LEN;
+}
+
+size_t tp_breaker_tool_key(const char *tool, uint8_t *key, size_t cap)
+{
+    size_t n = strlen(tool);
+    if (n + 1 > cap)
+        n = cap - 1;
+    key[0] = 't';
+    memcpy(key + 1, tool, n);
+    return n + 1;
+}
+
+/* ---- same call ---- */
+
+static int call_get(tp_store_t *s, MDB_txn *txn, const uint8_t *key, size_t klen, Toolpool__CallBreaker **out)
+{
+    return tp_store_get_msg(s, txn, TP_DB_BREAKERS, key, klen, &toolpool__call_breaker__descriptor,
+                            (ProtobufCMessage **)out);
+}
+
+int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
+                          uint64_t now, bool *open, char *escalation, size_t esc_len)
+{
+    uint8_t key[KEY_MAX];
+    size_t klen = tp_breaker_call_key(t->name, d, key, sizeof key);
+    Toolpool__CallBreaker *cb;
+    *open = false;
+    int rc = call_get(s, txn, key, klen, &cb);
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    if (rc)
+        return rc;
+    if (cb->opened_unix_us != 0) {
+        if (now - cb->opened_unix_us < t->policy.same_call_window_us) {
+            *open = true;
+            snprintf(escalation, esc_len, "%s", cb->escalation);
+            cb->blocked++;
+            rc = tp_store_put_msg(s, txn, TP_DB_BREAKERS, key, klen, &cb->base);
+        } else {
+            MDB_val k = {klen, key};
+            rc = mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &k, NULL);
+        }
+    }
+    protobuf_c_message_free_unpacked(&cb->base, NULL);
+    return rc;
+}
+
+int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
+                           const char *args, bool failed, const char *kind, const char *message,
+                           uint64_t now, bool *opened)
+{
+    uint8_t key[KEY_MAX];
+    size_t klen = tp_breaker_call_key(t->name, d, key, sizeof key);
+    *opened = false;
+    if (!failed) {
+        MDB_val k = {klen, key};
+        int rc = mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &k, NULL);
+        return rc == MDB_NOTFOUND ? 0 : rc;
+    }
+    Toolpool__CallBreaker *old = NULL;
+    int rc = call_get(s, txn, key, klen, &old);
+    if (rc && rc != MDB_NOTFOUND)
+        return rc;
+    /* Keep the failures inside the window, plus this one. */
+    uint64_t window = t->policy.same_call_window_us;
+    size_t n = 0, cap = (old ? old->n_failures_unix_us : 0) + 1;
+    uint64_t *fails = malloc(cap * sizeof *fails);
+    if (fails == NULL) {
+        protobuf_c_message_free_unpacked(old ? &old->base : NULL, NULL);
+        return ENOMEM;
+    }
+    for (size_t i = 0; old && i < old->n_failures_unix_us; i++)
+        if (now - old->failures_unix_us[i] < window)
+            fails[n++] = old->failures_unix_us[i];
+    fails[n++] = now;
+    Toolpool__CallBreaker cb = TOOLPOOL__CALL_BREAKER__INIT;
+    cb.tool = t->name;
+    cb.digest.data = (uint8_t *)d->b;
+    cb.digest.len = TP_DIGEST_LEN;
+    cb.failures_unix_us = fails;
+    cb.n_failures_unix_us = n;
+    cb.last_kind = (char *)kind;
+    cb.last_message = (char *)(message ? message : "");
+    cb.args.data = (uint8_t *)args;
+    cb.args.len = args ? strlen(args) : 0;
+    bool was_open = old && old->opened_unix_us != 0 && now - old->opened_unix_us < window;
+    if (was_open) {
+        cb.opened_unix_us = old->opened_unix_us;
+        cb.escalation = old->escalation;
+        cb.blocked = old->blocked;
+    } else if (n >= t->policy.same_call_failures) {
+        cb.opened_unix_us = now;
+        *opened = true;
+    }
+    rc = tp_store_put_msg(s, txn, TP_DB_BREAKERS, key, klen, &cb.base);
+    free(fails);
+    protobuf_c_message_free_unpacked(old ? &old->base : NULL, NULL);
+    return rc;
+}
+
+int tp_breaker_call_set_escalation(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
+                                   const char *escalation)
+{
+    uint8_t key[KEY_MAX];
+    size_t klen = tp_breaker_call_key(t->name, d, key, sizeof key);
+    Toolpool__CallBreaker *cb;
+    int rc = call_get(s, txn, key, klen, &cb);
+    if (rc)
+        return rc;
+    char *keep = cb->escalation;
+    cb->escalation = (char *)escalation;
+    rc = tp_store_put_msg(s, txn, TP_DB_BREAKERS, key, klen, &cb->base);
+    cb->escalation = keep;
+    protobuf_c_message_free_unpacked(&cb->base, NULL);
+    return rc;
+}
+
+/* ---- tool ---- */
+
+static bool counts_as_failure(tp_kind_t kind)
+{
+    return kind < TP_KIND__COUNT && tp_kind_class(kind) == TP_CLASS_TRANSIENT;
+}
+
+int tp_breaker_tool_admit(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, uint64_t now, tp_admit_t *out)
+{
+    uint8_t key[KEY_MAX];
+    size_t klen = tp_breaker_tool_key(t->name, key, sizeof key);
+    Toolpool__ToolBreaker *tb;
+    *out = TP_ADMIT_YES;
+    int rc = tp_store_get_msg(s, txn, TP_DB_BREAKERS, key, klen, &toolpool__tool_breaker__descriptor,
+                              (ProtobufCMessage **)&tb);
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    if (rc)
+        return rc;
+    const tp_policy_t *p = &t->policy;
+    bool dirty = false;
+    if (tb->state == TOOLPOOL__BREAKER_STATE__BREAKER_OPEN && now - tb->opened_unix_us >= p->tool_cooldown_us) {
+        tb->state = TOOLPOOL__BREAKER_STATE__BREAKER_HALF_OPEN;
+        tb->probes_out = 0;
+        dirty = true;
+    }
+    if (tb->state == TOOLPOOL__BREAKER_STATE__BREAKER_OPEN) {
+        *out = TP_ADMIT_NO;
+    } else if (tb->state == TOOLPOOL__BREAKER_STATE__BREAKER_HALF_OPEN) {
+        /* A probe that never came back (its supervisor died) is given up after a cooldown. */
+        if (tb->probes_out >= p->tool_probes && now - tb->probe_unix_us >= p->tool_cooldown_us)
+            tb->probes_out = 0;
+        if (tb->probes_out < p->tool_probes) {
+            tb->probes_out++;
+            tb->probe_unix_us = now;
+            *out = TP_ADMIT_PROBE;
+            dirty = true;
+        } else {
+            *out = TP_ADMIT_NO;
+        }
+    }
+    if (dirty)
+        rc = tp_store_put_msg(s, txn, TP_DB_BREAKERS, key, klen, &tb->base);
+    protobuf_c_message_free_unpacked(&tb->base, NULL);
+    return rc;
+}
+
+int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_kind_t kind, bool probe,
+                           uint64_t now)
+{
+    if (kind != TP_KIND_OK && (kind >= TP_KIND__COUNT || tp_kind_class(kind) == TP_CLASS_GUARD ||
+                               tp_kind_class(kind) == TP_CLASS_MALFORMED))
+        return 0; /* neither health nor sickness */
+    uint8_t key[KEY_MAX];
+    size_t klen = tp_breaker_tool_key(t->name, key, sizeof key);
+    const tp_policy_t *p = &t->policy;
+    Toolpool__ToolBreaker *old = NULL;
+    int rc = tp_store_get_msg(s, txn, TP_DB_BREAKERS, key, klen, &toolpool__tool_breaker__descriptor,
+                              (ProtobufCMessage **)&old);
+    if (rc && rc != MDB_NOTFOUND)
+        return rc;
+    bool failed = counts_as_failure(kind);
+    if (old == NULL && !failed)
+        return 0; /* a healthy tool with no record needs none */
+
+    Toolpool__ToolBreaker tb = TOOLPOOL__TOOL_BREAKER__INIT;
+    Toolpool__BreakerBucket bucket_mem[BUCKETS + 1], *buckets[BUCKETS + 1];
+    size_t nb = 0;
+    if (old) {
+        tb.state = old->state;
+        tb.opened_unix_us = old->opened_unix_us;
+        tb.probes_out = old->probes_out;
+        tb.probe_unix_us = old->probe_unix_us;
+        tb.trips = old->trips;
+    }
+    tb.tool = t->name;
+    uint64_t slice = p->tool_window_us / BUCKETS ? p->tool_window_us / BUCKETS : 1;
+    uint64_t start = now - now % slice;
+    for (size_t i = 0; old && i < old->n_buckets && nb < BUCKETS; i++) {
+        Toolpool__BreakerBucket *ob = old->buckets[i];
+        if (now - ob->start_unix_us >= p->tool_window_us)
+            continue;
+        bucket_mem[nb] = *ob;
+        buckets[nb] = &bucket_mem[nb];
+        nb++;
+    }
+    if (nb == 0 || buckets[nb - 1]->start_unix_us != start) {
+        if (nb == BUCKETS) {
+            memmove(bucket_mem, bucket_mem + 1, (BUCKETS - 1) * sizeof bucket_mem[0]);
+            nb--;
+        }
+        toolpool__breaker_bucket__init(&bucket_mem[nb]);
+        bucket_mem[nb].start_unix_us = start;
+        buckets[nb] = &bucket_mem[nb];
+        nb++;
+    }
+    for (size_t i = 0; i < nb; i++)
+        buckets[i] = &bucket_mem[i];
+    buckets[nb - 1]->calls++;
+    if (failed)
+        buckets[nb - 1]->failures++;
+
+    if (probe && tb.state == TOOLPOOL__BREAKER_STATE__BREAKER_HALF_OPEN) {
+        if (tb.probes_out > 0)
+            tb.probes_out--;
+        if (failed) {
+            tb.state = TOOLPOOL__BREAKER_STATE__BREAKER_OPEN;
+            tb.opened_unix_us = now;
+            tb.trips++;
+        } else {
+            tb.state = TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED;
+            tb.probes_out = 0;
+            nb = 0; /* a fresh window */
+        }
+    } else if (tb.state == TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED) {
+        uint64_t calls = 0, fails = 0;
+        for (size_t i = 0; i < nb; i++) {
+            calls += buckets[i]->calls;
+            fails += buckets[i]->failures;
+        }
+        if (calls >= p->tool_min_calls && (double)fails >= p->tool_failure_rate * (double)calls) {
+            tb.state = TOOLPOOL__BREAKER_STATE__BREAKER_OPEN;
+            tb.opened_unix_us = now;
+            tb.trips++;
+            nb = 0;
+        }
+    }
+    tb.buckets = buckets;
+    tb.n_buckets = nb;
+    rc = tp_store_put_msg(s, txn, TP_DB_BREAKERS, key, klen, &tb.base);
+    protobuf_c_message_free_unpacked(old ? &old->base : NULL, NULL);
+    return rc;
+}

@@ -1,0 +1,77 @@
+/*
+ * Circuit breakers, kept in the store so that every supervisor on the
+ * machine, and the next run, sees the same state.
+ *
+ * Same-call breaker (the seed's): failed calls of one tool with the same
+ * canonical args are counted inside a window; the Nth opens that call's
+ * circuit, which then answers CircuitOpen without running until the window
+ * has passed since it opened, or a person resets it. A success of the call
+ * clears its count. Only a call's final outcome counts, never its retries.
+ *
+ * Tool breaker: the failure rate of a tool's attempts over a sliding window
+ * (ten buckets), with a minimum number of attempts. A tool that has never
+ * failed keeps no record (no write per healthy attempt): its window starts
+ * at its first failure. Open, it refuses the
+ * tool; after the cooldown it lets `probes` attempts through (half-open);
+ * a probe's success closes it, a probe's failure opens it again. Only
+ * transient kinds count as failures: a 403 says the tool is up.
+ *
+ * Every function works inside the caller's write transaction.
+ */
+#ifndef TP_BREAKER_H
+#define TP_BREAKER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "registry.h"
+#include "store.h"
+#include "taxonomy.h"
+
+#define TP_DIGEST_LEN 16
+
+typedef struct {
+    uint8_t b[TP_DIGEST_LEN];
+} tp_digest_t;
+
+/* XXH128 of the canonical form of args (keys sorted, numbers in one form). */
+void tp_digest_args(const json_t *args, tp_digest_t *out);
+/* 32 hex digits and a NUL. */
+void tp_digest_hex(const tp_digest_t *d, char out[2 * TP_DIGEST_LEN + 1]);
+
+/*
+ * Whether the call's circuit is open now. When it is, the call is counted
+ * as blocked and *escalation names the escalation it was opened with.
+ * An open circuit whose window has passed closes here.
+ */
+int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
+                          uint64_t now, bool *open, char *escalation, size_t esc_len);
+/*
+ * Records a call's final outcome. A failure is counted; *opened says whether
+ * this failure opened the circuit (the caller escalates it and then calls
+ * tp_breaker_call_set_escalation). A success clears the count.
+ */
+int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
+                           const char *args, bool failed, const char *kind, const char *message,
+                           uint64_t now, bool *opened);
+int tp_breaker_call_set_escalation(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
+                                   const char *escalation);
+
+typedef enum {
+    TP_ADMIT_YES,
+    TP_ADMIT_PROBE, /* half-open: this attempt is a probe */
+    TP_ADMIT_NO,
+} tp_admit_t;
+
+/* Whether the tool may run an attempt now. */
+int tp_breaker_tool_admit(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, uint64_t now, tp_admit_t *out);
+/* Records an attempt's outcome (kind), and whether it was a probe. */
+int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_kind_t kind, bool probe,
+                           uint64_t now);
+
+/* Keys, for the inspection commands: 'c' TOOL \0 DIGEST and 't' TOOL. */
+size_t tp_breaker_call_key(const char *tool, const tp_digest_t *d, uint8_t *key, size_t cap);
+size_t tp_breaker_tool_key(const char *tool, uint8_t *key, size_t cap);
+
+#endif

@@ -1,0 +1,33 @@
+/*
+ * Running calls through tp_batch_run for the tests: registry and calls
+ * written to a fresh directory (@P@ becomes the test plugin's path, @T@ the
+ * test tools' folder), results read back as JSON, and a check that the run
+ * left no child process and no descriptor behind.
+ */
+#ifndef TP_RUNUTIL_H
+#define TP_RUNUTIL_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "batch.h"
+
+typedef struct {
+    json_t *rows;   /* array of result objects */
+    int status;
+    tp_batch_report_t rep;
+    double secs;
+} run_t;
+
+/* store_dir NULL: no store (no breakers, no escalations). */
+run_t run_calls(const char *store_dir, const char *registry, const char *calls, int workers, uint64_t recycle);
+json_t *row(const run_t *r, const char *id);
+const char *str(json_t *v, const char *key);
+long num(json_t *v, const char *key);
+double trace_ms(json_t *v, size_t i, const char *key);
+char *expand(const char *tmpl);
+int count_fds(void);
+
+#define PLUGIN_TOOL(name) "{\"name\": \"" name "\", \"plugin\": {\"path\": \"@P@\"}}"
+
+#endif

@@ -1,0 +1,391 @@
+/*
+ * toolpool breakers and toolpool escalations: a person's view of the store.
+ *
+ *   toolpool breakers [list | show ID | reset ID] [--store DIR]
+ *   toolpool escalations [list [--all] | show ID | resolve ID [--note TEXT]] [--store DIR]
+ *
+ * Reads run in a read transaction, so they never block a running
+ * supervisor; reset and resolve take one short write.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "breaker.h"
+#include "cli.h"
+#include "log.h"
+#include "store.h"
+#include "toolpool.pb-c.h"
+
+typedef struct {
+    const char *store;
+    const char *verb;
+    const char *id;
+    const char *note;
+    bool all;
+} args_t;
+
+/* [VERB [ID]] [--store DIR] [--all] [--note TEXT], in any order. */
+static int parse(int argc, char **argv, args_t *a, const char *usage)
+{
+    static const struct option longopts[] = {
+        {"store", required_argument, NULL, 's'},
+        {"all", no_argument, NULL, 'a'},
+        {"note", required_argument, NULL, 'n'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    *a = (args_t){.store = tp_store_default_dir(), .verb = "list"};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 's': a->store = optarg; break;
+        case 'a': a->all = true; break;
+        case 'n': a->note = optarg; break;
+        case 'h': fputs(usage, stdout); exit(0);
+        default: fputs(usage, stderr); return 2;
+        }
+    }
+    if (optind < argc)
+        a->verb = argv[optind++];
+    if (optind < argc)
+        a->id = argv[optind++];
+    if (optind < argc) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    return 0;
+}
+
+static void put_time(FILE *out, uint64_t unix_us)
+{
+    time_t t = (time_t)(unix_us / 1000000u);
+    struct tm tm;
+    char buf[32];
+    localtime_r(&t, &tm);
+    strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+    fputs(buf, out);
+}
+
+/* ---- breakers ---- */
+
+static const char breakers_usage[] =
+    "usage: toolpool breakers [list | show ID | reset ID] [--store DIR]\n"
+    "Circuit breakers in the store. A tool breaker's ID is tool/NAME; a same-call\n"
+    "breaker's is call/NAME/DIGEST (a unique prefix of the digest will do).\n"
+    "reset closes the breaker and forgets its failures.\n";
+
+static const char *state_name(Toolpool__BreakerState st)
+{
+    return st == TOOLPOOL__BREAKER_STATE__BREAKER_OPEN        ? "open"
+           : st == TOOLPOOL__BREAKER_STATE__BREAKER_HALF_OPEN ? "half-open"
+                                                              : "closed";
+}
+
+/* Writes the printable id of the breaker at key into id. */
+static void breaker_id(const MDB_val *k, char *id, size_t cap)
+{
+    const char *p = k->mv_data;
+    if (k->mv_size > 0 && p[0] == 't') {
+        snprintf(id, cap, "tool/%.*s", (int)(k->mv_size - 1), p + 1);
+        return;
+    }
+    size_t n = strnlen(p + 1, k->mv_size - 1);
+    tp_digest_t d = {0};
+    if (k->mv_size >= n + 2 + TP_DIGEST_LEN)
+        memcpy(d.b, p + 2 + n, TP_DIGEST_LEN);
+    char hex[2 * TP_DIGEST_LEN + 1];
+    tp_digest_hex(&d, hex);
+    snprintf(id, cap, "call/%.*s/%s", (int)n, p + 1, hex);
+}
+
+static void show_breaker(FILE *out, const char *id, const MDB_val *v, bool full)
+{
+    if (strncmp(id, "tool/", 5) == 0) {
+        Toolpool__ToolBreaker *tb = toolpool__tool_breaker__unpack(NULL, v->mv_size, v->mv_data);
+        if (tb == NULL) {
+            fprintf(out, "%s  (corrupt record)\n", id);
+            return;
+        }
+        uint64_t calls = 0, fails = 0;
+        for (size_t i = 0; i < tb->n_buckets; i++) {
+            calls += tb->buckets[i]->calls;
+            fails += tb->buckets[i]->failures;
+        }
+        fprintf(out, "%-40s %-9s %llu/%llu failed in window, tripped %llu time%s", id, state_name(tb->state),
+                (unsigned long long)fails, (unsigned long long)calls, (unsigned long long)tb->trips,
+                tb->trips == 1 ? "" : "s");
+        if (tb->opened_unix_us && tb->state != TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED) {
+            fputs(", opened ", out);
+            put_time(out, tb->opened_unix_us);
+        }
+        fputc('\n', out);
+        toolpool__tool_breaker__free_unpacked(tb, NULL);
+        return;
+    }
+    Toolpool__CallBreaker *cb = toolpool__call_breaker__unpack(NULL, v->mv_size, v->mv_data);
+    if (cb == NULL) {
+        fprintf(out, "%s  (corrupt record)\n", id);
+        return;
+    }
+    fprintf(out, "%-40s %-9s %zu failure%s", full ? id : id, cb->opened_unix_us ? "open" : "closed",
+            cb->n_failures_unix_us, cb->n_failures_unix_us == 1 ? "" : "s");
+    if (cb->opened_unix_us) {
+        fputs(", opened ", out);
+        put_time(out, cb->opened_unix_us);
+        fprintf(out, ", %llu call%s blocked", (unsigned long long)cb->blocked, cb->blocked == 1 ? "" : "s");
+        if (cb->escalation[0])
+            fprintf(out, ", escalated %s", cb->escalation);
+    }
+    fputc('\n', out);
+    if (full) {
+        fprintf(out, "  args: %.*s\n", (int)cb->args.len, cb->args.data);
+        fprintf(out, "  last failure: %s: %s\n", cb->last_kind, cb->last_message);
+        for (size_t i = 0; i < cb->n_failures_unix_us; i++) {
+            fputs("  failed at ", out);
+            put_time(out, cb->failures_unix_us[i]);
+            fputc('\n', out);
+        }
+    }
+    toolpool__call_breaker__free_unpacked(cb, NULL);
+}
+
+/* The one breaker whose id starts with prefix: 0, MDB_NOTFOUND, or EEXIST (ambiguous). */
+static int find_breaker(tp_store_t *s, MDB_txn *txn, const char *prefix, MDB_val *key, MDB_val *val)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur);
+    if (rc)
+        return rc;
+    MDB_val k, v;
+    int found = 0;
+    char id[700];
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        breaker_id(&k, id, sizeof id);
+        if (strncmp(id, prefix, strlen(prefix)) == 0 && (strlen(prefix) == strlen(id) || strncmp(prefix, "call/", 5) == 0)) {
+            *key = k;
+            *val = v;
+            found++;
+        }
+    }
+    mdb_cursor_close(cur);
+    return found == 1 ? 0 : found == 0 ? MDB_NOTFOUND : EEXIST;
+}
+
+static int reset_apply(MDB_txn *txn, void *ctx)
+{
+    void **c = ctx;
+    tp_store_t *s = c[0];
+    MDB_val key, val;
+    int rc = find_breaker(s, txn, c[1], &key, &val);
+    if (rc)
+        return rc;
+    return mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &key, NULL);
+}
+
+int tp_cmd_breakers(int argc, char **argv)
+{
+    args_t a;
+    if (parse(argc, argv, &a, breakers_usage))
+        return 2;
+    bool list = strcmp(a.verb, "list") == 0, show = strcmp(a.verb, "show") == 0, reset = strcmp(a.verb, "reset") == 0;
+    if (!(list || show || reset) || (list && a.id) || (!list && !a.id)) {
+        fputs(breakers_usage, stderr);
+        return 2;
+    }
+    char err[1024];
+    tp_store_t *s = tp_store_open(a.store, reset ? 0 : TP_STORE_RDONLY, err, sizeof err);
+    if (s == NULL) {
+        tp_log_error("%s", err);
+        return 2;
+    }
+    int status = 0;
+    if (reset) {
+        void *ctx[2] = {s, (void *)a.id};
+        int rc = tp_store_write(s, reset_apply, ctx, err, sizeof err);
+        if (rc == MDB_NOTFOUND || rc == EEXIST) {
+            tp_log_error("%s: %s breaker %s", a.store, rc == EEXIST ? "more than one" : "no", a.id);
+            status = 2;
+        } else if (rc) {
+            tp_log_error("%s", err);
+            status = 2;
+        } else {
+            printf("reset %s\n", a.id);
+        }
+        tp_store_close(s);
+        return status;
+    }
+    MDB_txn *txn;
+    if (tp_store_read(s, &txn) != 0) {
+        tp_log_error("%s: cannot read", a.store);
+        tp_store_close(s);
+        return 2;
+    }
+    char id[700];
+    if (show) {
+        MDB_val k, v;
+        int rc = find_breaker(s, txn, a.id, &k, &v);
+        if (rc) {
+            tp_log_error("%s: %s breaker %s", a.store, rc == EEXIST ? "more than one" : "no", a.id);
+            status = 2;
+        } else {
+            breaker_id(&k, id, sizeof id);
+            show_breaker(stdout, id, &v, true);
+        }
+    } else {
+        MDB_cursor *cur;
+        MDB_val k, v;
+        int n = 0;
+        mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur);
+        for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+            breaker_id(&k, id, sizeof id);
+            show_breaker(stdout, id, &v, false);
+            n++;
+        }
+        mdb_cursor_close(cur);
+        if (n == 0)
+            puts("no breakers: every circuit is closed");
+    }
+    mdb_txn_abort(txn);
+    tp_store_close(s);
+    return status;
+}
+
+/* ---- escalations ---- */
+
+static const char escalations_usage[] =
+    "usage: toolpool escalations [list [--all] | show ID | resolve ID [--note TEXT]] [--store DIR]\n"
+    "Calls handed to a person: an open same-call circuit, or a fallback chain\n"
+    "that ran out. list shows the open ones (--all: resolved ones too).\n";
+
+static void show_escalation(FILE *out, const Toolpool__Escalation *e, bool full)
+{
+    if (!full) {
+        fprintf(out, "%-8s %-8s ", e->id, e->resolved ? "resolved" : "open");
+        put_time(out, e->created_unix_us);
+        fprintf(out, "  %s(call %s, job %s): %s", e->tool, e->call_id, e->job, e->kind);
+        if (e->blocked)
+            fprintf(out, ", %llu later call%s blocked", (unsigned long long)e->blocked, e->blocked == 1 ? "" : "s");
+        fputc('\n', out);
+        return;
+    }
+    fprintf(out, "escalation %s (%s)\n  created ", e->id, e->resolved ? "resolved" : "open");
+    put_time(out, e->created_unix_us);
+    fprintf(out, "\n  call %s, job %s, step %llu\n  reason: %s\n", e->call_id, e->job, (unsigned long long)e->step,
+            e->reason);
+    fprintf(out, "  last error: %s: %s\n", e->kind, e->message);
+    if (e->blocked)
+        fprintf(out, "  later calls answered CircuitOpen: %llu\n", (unsigned long long)e->blocked);
+    if (e->resolved) {
+        fputs("  resolved ", out);
+        put_time(out, e->resolved_unix_us);
+        fprintf(out, "%s%s\n", e->note[0] ? ": " : "", e->note);
+    }
+    fprintf(out, "\n%s(args=%.*s)\n", e->tool, (int)e->args.len, e->args.data);
+    for (size_t i = 0; i < e->n_trace; i++) {
+        const Toolpool__Attempt *t = e->trace[i];
+        tp_trace_attempt(out, e->tool, t->attempt, t->tool, t->outcome, (double)t->duration_us / 1e3,
+                         (double)t->backoff_us / 1e3);
+    }
+}
+
+static int resolve_apply(MDB_txn *txn, void *ctx)
+{
+    void **c = ctx;
+    tp_store_t *s = c[0];
+    const char *id = c[1], *note = c[2];
+    Toolpool__Escalation *e;
+    int rc = tp_store_get_msg(s, txn, TP_DB_ESCALATIONS, id, strlen(id), &toolpool__escalation__descriptor,
+                              (ProtobufCMessage **)&e);
+    if (rc)
+        return rc;
+    char *keep = e->note;
+    e->resolved = true;
+    e->resolved_unix_us = tp_unix_us();
+    if (note)
+        e->note = (char *)note;
+    rc = tp_store_put_msg(s, txn, TP_DB_ESCALATIONS, id, strlen(id), &e->base);
+    e->note = keep;
+    protobuf_c_message_free_unpacked(&e->base, NULL);
+    return rc;
+}
+
+int tp_cmd_escalations(int argc, char **argv)
+{
+    args_t a;
+    if (parse(argc, argv, &a, escalations_usage))
+        return 2;
+    bool list = strcmp(a.verb, "list") == 0, show = strcmp(a.verb, "show") == 0,
+         resolve = strcmp(a.verb, "resolve") == 0;
+    if (!(list || show || resolve) || (list && a.id) || (!list && !a.id)) {
+        fputs(escalations_usage, stderr);
+        return 2;
+    }
+    char err[1024];
+    tp_store_t *s = tp_store_open(a.store, resolve ? 0 : TP_STORE_RDONLY, err, sizeof err);
+    if (s == NULL) {
+        tp_log_error("%s", err);
+        return 2;
+    }
+    int status = 0;
+    if (resolve) {
+        void *ctx[3] = {s, (void *)a.id, (void *)a.note};
+        int rc = tp_store_write(s, resolve_apply, ctx, err, sizeof err);
+        if (rc == MDB_NOTFOUND) {
+            tp_log_error("%s: no escalation %s", a.store, a.id);
+            status = 2;
+        } else if (rc) {
+            tp_log_error("%s", err);
+            status = 2;
+        } else {
+            printf("resolved %s\n", a.id);
+        }
+        tp_store_close(s);
+        return status;
+    }
+    MDB_txn *txn;
+    if (tp_store_read(s, &txn) != 0) {
+        tp_log_error("%s: cannot read", a.store);
+        tp_store_close(s);
+        return 2;
+    }
+    if (show) {
+        Toolpool__Escalation *e;
+        int rc = tp_store_get_msg(s, txn, TP_DB_ESCALATIONS, a.id, strlen(a.id), &toolpool__escalation__descriptor,
+                                  (ProtobufCMessage **)&e);
+        if (rc) {
+            tp_log_error("%s: %s escalation %s", a.store, rc == EPROTO ? "corrupt" : "no", a.id);
+            status = 2;
+        } else {
+            show_escalation(stdout, e, true);
+            protobuf_c_message_free_unpacked(&e->base, NULL);
+        }
+    } else {
+        MDB_cursor *cur;
+        MDB_val k, v;
+        int n = 0;
+        mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_ESCALATIONS), &cur);
+        for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+            Toolpool__Escalation *e = toolpool__escalation__unpack(NULL, v.mv_size, v.mv_data);
+            if (e == NULL) {
+                printf("%.*s  (corrupt record)\n", (int)k.mv_size, (const char *)k.mv_data);
+                continue;
+            }
+            if (a.all || !e->resolved) {
+                show_escalation(stdout, e, false);
+                n++;
+            }
+            toolpool__escalation__free_unpacked(e, NULL);
+        }
+        mdb_cursor_close(cur);
+        if (n == 0)
+            puts(a.all ? "no escalations" : "no open escalations");
+    }
+    mdb_txn_abort(txn);
+    tp_store_close(s);
+    return status;
+}
