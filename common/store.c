@@ -20,6 +20,7 @@ static const char *const db_names[TP_DB__COUNT] = {
     [TP_DB_ESCALATIONS] = "escalations",
     [TP_DB_RESULTS] = "results",
     [TP_DB_JOBS] = "jobs",
+    [TP_DB_INFLIGHT] = "inflight",
 };
 
 struct tp_store {

@@ -29,6 +29,7 @@ typedef enum {
     TP_DB_ESCALATIONS,
     TP_DB_RESULTS,
     TP_DB_JOBS,
+    TP_DB_INFLIGHT,
     TP_DB__COUNT,
 } tp_db_t;
 

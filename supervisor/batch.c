@@ -27,6 +27,7 @@
 #include <xxhash.h>
 
 #include "breaker.h"
+#include "checkpoint.h"
 #include "buf.h"
 #include "clock.h"
 #include "escalate.h"
@@ -50,6 +51,9 @@ typedef struct tp_call {
     char *args;
     size_t args_len;
     tp_digest_t digest;         /* of the canonical args: the same-call breaker's key */
+    tp_digest_t identity;       /* of tool and args: with the id, what a recorded result answers */
+    bool marked;                /* an in-flight marker is in the store (not idempotent) */
+    bool interrupted;           /* found in flight after a crash: not to be run again */
     uint64_t step;
     long line;
     bool started;               /* counted as a step of its job */
@@ -111,6 +115,8 @@ typedef struct tp_batch {
     size_t window;
     tp_queue_t ready;
     tp_queue_t settle;          /* calls whose attempt ended, for the next turn */
+    tp_queue_t deferred;        /* attempts that start once the turn has committed */
+    int n_deferred;
     MDB_txn *txn;               /* the turn's write transaction, when there is a store */
     bool keep_jobs;             /* guards count per job: keep idle jobs' usage */
     tp_tool_state_t *tools;
@@ -164,6 +170,37 @@ static tp_call_t *q_pop(tp_queue_t *q)
 
 /* ---- jobs: a chained hash table, entries removed when a job goes idle ---- */
 
+static void fatal_cb(void *ctx, const char *message);
+static void store_failed(tp_batch_t *b, int rc, const char *what);
+
+/*
+ * A job seen for the first time in this run takes up its checkpoint: the
+ * usage its guards count (wall time included) and what stopped it.
+ */
+static void job_resume(tp_batch_t *b, tp_job_t *j)
+{
+    if (b->txn == NULL)
+        return;
+    Toolpool__Checkpoint *cp;
+    int rc = tp_checkpoint_get(b->o->store, b->txn, j->name, &cp);
+    if (rc == MDB_NOTFOUND)
+        return;
+    if (rc) {
+        store_failed(b, rc, "reading a checkpoint");
+        return;
+    }
+    j->usage.steps = cp->steps;
+    j->usage.calls = cp->attempts;
+    j->usage.cost = cp->cost;
+    if (cp->wall_used_us)
+        j->usage.first_us = tp_now_us() - cp->wall_used_us;
+    if (cp->stopped[0]) {
+        j->stopped = tp_kind_from_name(cp->stopped);
+        j->stop_msg = strdup(cp->stop_message);
+    }
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+}
+
 static tp_job_t *job_get(tp_batch_t *b, const char *name, size_t len)
 {
     uint64_t h = XXH3_64bits(name, len);
@@ -195,6 +232,7 @@ static tp_job_t *job_get(tp_batch_t *b, const char *name, size_t len)
     j->hnext = b->jobs[i];
     b->jobs[i] = j;
     b->jobs_n++;
+    job_resume(b, j);
     return j;
 }
 
@@ -282,6 +320,26 @@ static void emit(tp_batch_t *b, const Toolpool__Result *r)
         b->status = 1;
 }
 
+/*
+ * Records a call's result in the turn's transaction, and the step in its
+ * job's checkpoint. A Cancelled call is not recorded: a rerun runs it.
+ */
+static void record(tp_batch_t *b, tp_call_t *c, const Toolpool__Result *r)
+{
+    if (b->txn == NULL || (!r->ok && strcmp(r->kind, "Cancelled") == 0))
+        return;
+    tp_job_t *j = c->job;
+    uint64_t now = tp_now_us();
+    int rc = tp_result_put(b->o->store, b->txn, r);
+    if (rc == 0)
+        rc = tp_checkpoint_step(b->o->store, b->txn, j->name, c->id, c->step, &j->usage,
+                                j->usage.first_us ? now - j->usage.first_us : 0, j->stopped, j->stop_msg);
+    if (rc == 0 && c->marked)
+        rc = tp_inflight_del(b->o->store, b->txn, c->id);
+    if (rc)
+        store_failed(b, rc, "recording a result");
+}
+
 /* A result for an input line that never became a call. */
 static void emit_rejected(tp_batch_t *b, const char *id, const char *job, uint64_t step,
                           const char *tool, const char *args, tp_kind_t kind, const char *msg)
@@ -304,8 +362,6 @@ static void emit_rejected(tp_batch_t *b, const char *id, const char *job, uint64
     }
     emit(b, &r);
 }
-
-static void fatal_cb(void *ctx, const char *message);
 
 /* A store operation failed: the run cannot record, so it cannot go on. */
 static void store_failed(tp_batch_t *b, int rc, const char *what)
@@ -368,6 +424,9 @@ static void finish(tp_batch_t *b, tp_call_t *c, tp_end_t end, tp_kind_t kind, co
         r.retryable = from_attempt && a->kind < TP_KIND__COUNT &&
                       (c->hop_tool->policy.retry_on & (1ull << a->kind)) != 0;
     }
+    r.input_digest.data = c->identity.b;
+    r.input_digest.len = TP_DIGEST_LEN;
+    record(b, c, &r);
     emit(b, &r);
     tp_buf_free(&degraded);
     tp_job_t *j = c->job;
@@ -560,6 +619,16 @@ static bool admit(tp_batch_t *b, tp_call_t *c, uint64_t now, bool *probe)
     tp_job_t *j = c->job;
     char msg[256];
     *probe = false;
+    if (c->interrupted) {
+        snprintf(msg, sizeof msg,
+                 "%s was running when its supervisor stopped; it is not idempotent, so it is not run again",
+                 c->tool->name);
+        escalate(b, c, tp_kind_name(TP_KIND_INTERRUPTED), msg,
+                 "a call of a tool that is not idempotent was in flight at a crash");
+        c->marked = true; /* its marker goes with its record */
+        finish(b, c, END_FAIL, TP_KIND_INTERRUPTED, msg);
+        return false;
+    }
     if (j->stopped != TP_KIND_OK) {
         snprintf(msg, sizeof msg, "not run: %s", j->stop_msg ? j->stop_msg : "the job was stopped");
         finish(b, c, END_FAIL, j->stopped, msg);
@@ -622,7 +691,21 @@ static bool admit(tp_batch_t *b, tp_call_t *c, uint64_t now, bool *probe)
     return true;
 }
 
-/* Starts the call's next attempt on an idle slot (the caller checked one is idle). */
+/* Hands the prepared attempt to an idle slot. */
+static void submit(tp_batch_t *b, tp_call_t *c)
+{
+    int rc = tp_pool_submit(b->pool, &c->att);
+    if (rc == -2) {
+        b->tools[c->hop_tool->index].inflight--;
+        finish(b, c, END_FAIL, TP_KIND_BAD_ARGUMENTS, c->att.message);
+    } else if (rc < 0) {
+        b->tools[c->hop_tool->index].inflight--;
+        c->hop_attempts--;
+        q_push(&b->ready, c); /* cannot happen: the caller saw an idle slot */
+    }
+}
+
+/* Prepares the call's next attempt and starts it (the caller checked a slot is idle). */
 static void start_attempt(tp_batch_t *b, tp_call_t *c, bool probe)
 {
     const tp_policy_t *p = &c->hop_tool->policy;
@@ -667,21 +750,34 @@ static void start_attempt(tp_batch_t *b, tp_call_t *c, bool probe)
         .kind = TP_KIND_OK,
     };
     b->tools[c->hop_tool->index].inflight++;
-    int rc = tp_pool_submit(b->pool, &c->att);
-    if (rc == -2) {
-        b->tools[c->hop_tool->index].inflight--;
-        finish(b, c, END_FAIL, TP_KIND_BAD_ARGUMENTS, c->att.message);
-    } else if (rc < 0) {
-        b->tools[c->hop_tool->index].inflight--;
-        c->hop_attempts--;
-        q_push(&b->ready, c); /* cannot happen: the caller saw an idle slot */
+    if (b->txn && !p->idempotent) {
+        /* The marker must be durable before the tool can run: start after the commit. */
+        Toolpool__InFlight f = TOOLPOOL__IN_FLIGHT__INIT;
+        f.call_id = c->id;
+        f.input_digest.data = c->identity.b;
+        f.input_digest.len = TP_DIGEST_LEN;
+        f.tool = (char *)c->hop_tool->name;
+        f.job = j->name;
+        f.step = c->step;
+        f.attempt = c->att.number;
+        f.started_unix_us = tp_unix_us();
+        int rc = tp_inflight_put(b->o->store, b->txn, &f);
+        if (rc) {
+            store_failed(b, rc, "recording an in-flight marker");
+            return;
+        }
+        c->marked = true;
+        q_push(&b->deferred, c);
+        b->n_deferred++;
+        return;
     }
+    submit(b, c);
 }
 
 static void dispatch(tp_batch_t *b)
 {
     uint64_t now = tp_now_us();
-    while (tp_pool_idle(b->pool) > 0 && !b->closing) {
+    while (tp_pool_idle(b->pool) - b->n_deferred > 0 && !b->closing) {
         tp_call_t *c = q_pop(&b->ready);
         if (c == NULL)
             return;
@@ -782,6 +878,48 @@ static void suggest(const tp_registry_t *reg, const char *name, char *out, size_
         len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s", k ? ", " : "", who[k]);
 }
 
+/*
+ * A call the store already knows. Its recorded result, when the input is
+ * the same, is served instead of running it again (returns true); an id
+ * recorded for other input is reported, never served (true as well). An
+ * in-flight marker means the call was running when a supervisor died.
+ */
+static bool resume_lookup(tp_batch_t *b, const char *id, const char *job, uint64_t step, const char *tool,
+                          const tp_digest_t *identity, long no, bool *interrupted)
+{
+    Toolpool__Result *r;
+    int rc = tp_result_get(b->o->store, b->txn, id, &r);
+    if (rc == 0) {
+        if (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, identity->b, TP_DIGEST_LEN) == 0) {
+            emit(b, r);
+            b->report->resumed++;
+        } else {
+            char msg[512];
+            snprintf(msg, sizeof msg,
+                     "line %ld: id \"%s\" is recorded in the store for other input (tool %s, other args); "
+                     "give this call a new id, or run with a new store",
+                     no, id, r->tool);
+            emit_rejected(b, id, job, step, tool, NULL, TP_KIND_INVALID_REQUEST, msg);
+        }
+        toolpool__result__free_unpacked(r, NULL);
+        return true;
+    }
+    if (rc != MDB_NOTFOUND) {
+        store_failed(b, rc, "reading a result");
+        return true;
+    }
+    Toolpool__InFlight *f;
+    rc = tp_inflight_get(b->o->store, b->txn, id, &f);
+    if (rc == 0) {
+        *interrupted = true;
+        toolpool__in_flight__free_unpacked(f, NULL);
+    } else if (rc != MDB_NOTFOUND) {
+        store_failed(b, rc, "reading an in-flight marker");
+        return true;
+    }
+    return false;
+}
+
 /* Turns one input line into a call, or into a result of its own. */
 static void take_line(tp_batch_t *b, const char *line, size_t len)
 {
@@ -844,6 +982,16 @@ static void take_line(tp_batch_t *b, const char *line, size_t len)
         emit_rejected(b, id, job, step, tool, args, TP_KIND_UNKNOWN_TOOL, msg);
         goto out;
     }
+    tp_digest_t digest = {{0}}, identity = {{0}};
+    bool interrupted = false;
+    if (b->o->store) {
+        json_t *empty = jargs ? NULL : json_object();
+        tp_digest_args(jargs ? jargs : empty, &digest);
+        json_decref(empty);
+        tp_identity_digest(t->name, &digest, &identity);
+        if (resume_lookup(b, id, job, step, tool, &identity, no, &interrupted))
+            goto out;
+    }
     tp_call_t *c = calloc(1, sizeof *c);
     tp_job_t *j = c ? job_get(b, job, strlen(job)) : NULL;
     if (c == NULL || j == NULL || args == NULL || (c->id = strdup(id)) == NULL) {
@@ -856,11 +1004,9 @@ static void take_line(tp_batch_t *b, const char *line, size_t len)
     c->b = b;
     c->tool = t;
     c->hop_tool = t;
-    if (b->o->store) {
-        json_t *empty = jargs ? NULL : json_object();
-        tp_digest_args(jargs ? jargs : empty, &c->digest);
-        json_decref(empty);
-    }
+    c->digest = digest;
+    c->identity = identity;
+    c->interrupted = interrupted;
     c->args = args;
     c->args_len = strlen(args);
     args = NULL;
@@ -1008,6 +1154,14 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
             tp_buf_reset(&b->out);
             fatal_cb(b, err);
         }
+    }
+    tp_call_t *d;
+    while ((d = q_pop(&b->deferred)) != NULL) {
+        b->n_deferred--;
+        if (b->fatal || b->closing)
+            q_push(&b->ready, d); /* never started; freed with the rest */
+        else
+            submit(b, d);
     }
     flush_output(b);
     bool idle = b->live == 0 || (b->draining && tp_pool_busy(b->pool) == 0);

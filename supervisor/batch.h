@@ -37,6 +37,7 @@ typedef struct {
     tp_summary_t summary;
     tp_pool_stats_t pool;
     uint64_t not_started;       /* calls read but never started (interrupted run) */
+    uint64_t resumed;           /* recorded results served from the store */
     bool interrupted;
     double elapsed_s;
 } tp_batch_report_t;

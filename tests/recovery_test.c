@@ -245,6 +245,8 @@ static void test_guards(void)
     CU_ASSERT(json_is_true(json_object_get(row(&r, "o1"), "ok")));
     json_decref(r.rows);
 
+    free(dir);
+    dir = new_store(); /* a job's usage lives in its checkpoint: a new store, a new job */
     r = run_calls(dir, "{\"guards\": {\"max_cost\": 1}, \"tools\": [" PLUGIN_TOOL("costly") "]}",
                   "{\"id\": \"c1\", \"job\": \"j\", \"step\": 1, \"tool\": \"costly\", \"args\": {\"cents\": 60}}\n"
                   "{\"id\": \"c2\", \"job\": \"j\", \"step\": 2, \"tool\": \"costly\", \"args\": {\"cents\": 60}}\n"
@@ -255,6 +257,8 @@ static void test_guards(void)
     CU_ASSERT_STRING_EQUAL(str(row(&r, "c3"), "error"), "BudgetExceeded");
     json_decref(r.rows);
 
+    free(dir);
+    dir = new_store();
     r = run_calls(dir,
                   "{\"guards\": {\"max_calls\": 3}, \"tools\": [{\"name\": \"flaky\", \"plugin\": {\"path\": \"@P@\"},"
                   " \"attempts\": 5, \"backoff\": {\"base\": \"1ms\"}}]}",
@@ -267,6 +271,8 @@ static void test_guards(void)
     CU_ASSERT_STRING_EQUAL(str(row(&r, "f2"), "error"), "BudgetExceeded");
     json_decref(r.rows);
 
+    free(dir);
+    dir = new_store();
     r = run_calls(dir, "{\"guards\": {\"max_wall\": \"300ms\"}, \"tools\": [" PLUGIN_TOOL("sleep") "]}",
                   "{\"id\": \"w1\", \"job\": \"j\", \"step\": 1, \"tool\": \"sleep\", \"args\": {\"ms\": 200}}\n"
                   "{\"id\": \"w2\", \"job\": \"j\", \"step\": 2, \"tool\": \"sleep\", \"args\": {\"ms\": 200}}\n"

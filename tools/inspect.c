@@ -389,3 +389,108 @@ int tp_cmd_escalations(int argc, char **argv)
     tp_store_close(s);
     return status;
 }
+
+/* ---- checkpoints ---- */
+
+static const char checkpoints_usage[] =
+    "usage: toolpool checkpoints [list | show JOB] [--store DIR]\n"
+    "Each job's checkpoint: the step it reached, the usage its guards count, and\n"
+    "(show) its message list: every ended call in order, with what it returned.\n";
+
+static void put_secs_us(FILE *out, uint64_t us)
+{
+    fprintf(out, "%.3gs", (double)us / 1e6);
+}
+
+static void list_checkpoint(FILE *out, const Toolpool__Checkpoint *cp)
+{
+    fprintf(out, "%-24s step %-6llu %zu call%s ended, %llu attempt%s, cost %g, wall ", cp->job,
+            (unsigned long long)cp->last_step, cp->n_calls, cp->n_calls == 1 ? "" : "s",
+            (unsigned long long)cp->attempts, cp->attempts == 1 ? "" : "s", cp->cost);
+    put_secs_us(out, cp->wall_used_us);
+    if (cp->stopped[0])
+        fprintf(out, ", stopped: %s", cp->stopped);
+    fputc('\n', out);
+}
+
+/* One line of a job's message list: the call and what came back. */
+static void show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const char *id)
+{
+    Toolpool__Result *r;
+    int rc = tp_store_get_msg(s, txn, TP_DB_RESULTS, id, strlen(id), &toolpool__result__descriptor,
+                              (ProtobufCMessage **)&r);
+    if (rc) {
+        fprintf(out, "  %s: (no record: %s)\n", id, rc == EPROTO ? "corrupt" : "missing");
+        return;
+    }
+    fprintf(out, "  step %llu  %s  %s(args=%.*s)\n    → ", (unsigned long long)r->step, r->id, r->tool,
+            (int)(r->args.len > 200 ? 200 : r->args.len), (const char *)r->args.data);
+    if (r->ok)
+        fprintf(out, "%s%.*s%s\n", r->degraded ? "(degraded) " : "", (int)(r->result.len > 300 ? 300 : r->result.len),
+                (const char *)r->result.data, r->result.len > 300 ? "..." : "");
+    else
+        fprintf(out, "%s: %s\n", r->kind, r->message);
+    toolpool__result__free_unpacked(r, NULL);
+}
+
+int tp_cmd_checkpoints(int argc, char **argv)
+{
+    args_t a;
+    if (parse(argc, argv, &a, checkpoints_usage))
+        return 2;
+    bool list = strcmp(a.verb, "list") == 0, show = strcmp(a.verb, "show") == 0;
+    if (!(list || show) || (list && a.id) || (show && !a.id)) {
+        fputs(checkpoints_usage, stderr);
+        return 2;
+    }
+    char err[1024];
+    tp_store_t *s = tp_store_open(a.store, TP_STORE_RDONLY, err, sizeof err);
+    if (s == NULL) {
+        tp_log_error("%s", err);
+        return 2;
+    }
+    MDB_txn *txn;
+    if (tp_store_read(s, &txn) != 0) {
+        tp_log_error("%s: cannot read", a.store);
+        tp_store_close(s);
+        return 2;
+    }
+    int status = 0;
+    if (show) {
+        Toolpool__Checkpoint *cp;
+        int rc = tp_store_get_msg(s, txn, TP_DB_JOBS, a.id, strlen(a.id), &toolpool__checkpoint__descriptor,
+                                  (ProtobufCMessage **)&cp);
+        if (rc) {
+            tp_log_error("%s: %s checkpoint for job %s", a.store, rc == EPROTO ? "corrupt" : "no", a.id);
+            status = 2;
+        } else {
+            list_checkpoint(stdout, cp);
+            if (cp->stopped[0])
+                printf("  stopped: %s\n", cp->stop_message);
+            for (size_t i = 0; i < cp->n_calls; i++)
+                show_step(stdout, s, txn, cp->calls[i]);
+            toolpool__checkpoint__free_unpacked(cp, NULL);
+        }
+    } else {
+        MDB_cursor *cur;
+        MDB_val k, v;
+        int n = 0;
+        mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_JOBS), &cur);
+        for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+            Toolpool__Checkpoint *cp = toolpool__checkpoint__unpack(NULL, v.mv_size, v.mv_data);
+            if (cp == NULL) {
+                printf("%.*s  (corrupt record)\n", (int)k.mv_size, (const char *)k.mv_data);
+                continue;
+            }
+            list_checkpoint(stdout, cp);
+            toolpool__checkpoint__free_unpacked(cp, NULL);
+            n++;
+        }
+        mdb_cursor_close(cur);
+        if (n == 0)
+            puts("no checkpoints");
+    }
+    mdb_txn_abort(txn);
+    tp_store_close(s);
+    return status;
+}

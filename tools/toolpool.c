@@ -25,9 +25,11 @@ static const char usage_text[] =
     "commands:\n"
     "  run      run a file of calls (JSON lines), write one result line per call\n"
     "  demo     the bundled example: a hung search, a forbidden delete, a retry\n"
-    "  trace    print a results file as each call's story of attempts\n"
+    "  trace    print a results file (or calls recorded in the store) as each\n"
+    "           call's story of attempts\n"
     "  breakers     list, show or reset circuit breakers in a store\n"
     "  escalations  list, show or resolve calls handed to a person\n"
+    "  checkpoints  list jobs, or show one job's steps so far\n"
     "  help     this text; `toolpool COMMAND --help` for a command's options\n"
     "\n"
     "exit status: 0 every call ok, 1 some call failed, 2 usage, registry or store error\n";
@@ -38,12 +40,18 @@ static const char run_usage[] =
     "Reads calls, one JSON object a line ({\"id\", \"job\", \"step\", \"tool\", \"args\"}),\n"
     "from CALLS (default: standard input), runs them, and writes one result line\n"
     "per call. A summary goes to stderr, and a progress bar when it is a terminal.\n"
+    "Every result is committed to the store before it is written out; rerunning\n"
+    "the same command on the same store resumes: recorded calls are not run again,\n"
+    "their recorded results are written instead.\n"
     "\n"
     "  -r, --registry FILE    the tools (default: tools.json)\n"
     "  -s, --store DIR        the store: breakers, escalations (default:\n"
     "                         $TOOLPOOL_STORE, else .toolpool in this directory)\n"
     "  -j, --workers N        worker processes (default: the number of cores)\n"
     "  -o, --output FILE      results file (default: standard output)\n"
+    "      --relaxed          commit without fsync: a crash of toolpool loses\n"
+    "                         nothing, a crash of the machine may lose the last\n"
+    "                         results (they run again on the rerun)\n"
     "      --recycle-after N  replace a worker after N calls (default: never)\n"
     "      --max-frame BYTES  longest frame on a pipe, and longest input line\n"
     "                         (default: 67108864)\n"
@@ -75,6 +83,7 @@ int tp_cmd_run(int argc, char **argv)
         {"workers", required_argument, NULL, 'j'},
         {"output", required_argument, NULL, 'o'},
         {"recycle-after", required_argument, NULL, 'R'},
+        {"relaxed", no_argument, NULL, 'L'},
         {"max-frame", required_argument, NULL, 'F'},
         {"drain", required_argument, NULL, 'D'},
         {"seed", required_argument, NULL, 'S'},
@@ -91,7 +100,7 @@ int tp_cmd_run(int argc, char **argv)
         .drain_us = 10000000u,
         .worker_path = tp_pool_default_worker(),
     };
-    bool quiet = false, progress = isatty(2);
+    bool quiet = false, progress = isatty(2), relaxed = false;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "r:s:j:o:qh", longopts, NULL)) != -1) {
@@ -110,6 +119,7 @@ int tp_cmd_run(int argc, char **argv)
             break;
         case 'S': o.seed = parse_count("--seed", optarg, 1, UINT64_MAX); break;
         case 'q': quiet = true; break;
+        case 'L': relaxed = true; break;
         case 'P': progress = false; break;
         case 'h': fputs(run_usage, stdout); return 0;
         default: fputs(run_usage, stderr); return 2;
@@ -127,7 +137,7 @@ int tp_cmd_run(int argc, char **argv)
         return 2;
     }
     o.reg = reg;
-    o.store = tp_store_open(store_dir, 0, err, sizeof err);
+    o.store = tp_store_open(store_dir, relaxed ? TP_STORE_NOSYNC : 0, err, sizeof err);
     if (o.store == NULL) {
         tp_log_error("%s", err);
         tp_registry_free(reg);
@@ -153,6 +163,9 @@ int tp_cmd_run(int argc, char **argv)
     int status = tp_batch_run(&o, &rep);
     if (!quiet) {
         tp_summary_print(stderr, &rep.summary, rep.elapsed_s);
+        if (rep.resumed)
+            fprintf(stderr, "  resumed: %llu recorded result%s served from %s, not run again\n",
+                    (unsigned long long)rep.resumed, rep.resumed == 1 ? "" : "s", store_dir);
         if (rep.interrupted)
             fprintf(stderr, "  interrupted: %llu call%s read but not started; rerun to run them\n",
                     (unsigned long long)rep.not_started, rep.not_started == 1 ? "" : "s");
@@ -186,6 +199,8 @@ int main(int argc, char **argv)
         return tp_cmd_breakers(argc - 1, argv + 1);
     if (strcmp(cmd, "escalations") == 0)
         return tp_cmd_escalations(argc - 1, argv + 1);
+    if (strcmp(cmd, "checkpoints") == 0)
+        return tp_cmd_checkpoints(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         fputs(usage_text, stdout);
         return 0;

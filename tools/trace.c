@@ -13,7 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
+#include "buf.h"
+#include "checkpoint.h"
 #include "cli.h"
+#include "result.h"
 #include "log.h"
 
 /* Seconds as the seed writes them: "8.0s", "0.5s"; short ones keep 3 places. */
@@ -141,23 +146,80 @@ int tp_trace_print(FILE *in, const char *name, FILE *out)
     return rc;
 }
 
-int tp_cmd_trace(int argc, char **argv)
+/* Prints the recorded result of each call id from the store. */
+static int trace_store(const char *dir, int n, char **ids)
 {
-    if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
-        fputs("usage: toolpool trace RESULTS.jsonl | -\n"
-              "Prints each result record as its call's story: the call, every attempt\n"
-              "with its outcome, duration and backoff, and what the model is told.\n",
-              argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
-    const char *path = argv[1];
-    FILE *in = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
-    if (in == NULL) {
-        tp_log_error("%s: %s", path, strerror(errno));
+    char err[1024];
+    tp_store_t *s = tp_store_open(dir, TP_STORE_RDONLY, err, sizeof err);
+    if (s == NULL) {
+        tp_log_error("%s", err);
         return 2;
     }
-    int rc = tp_trace_print(in, path, stdout);
-    if (in != stdin)
-        fclose(in);
+    MDB_txn *txn;
+    if (tp_store_read(s, &txn) != 0) {
+        tp_log_error("%s: cannot read", dir);
+        tp_store_close(s);
+        return 2;
+    }
+    int rc = 0;
+    tp_buf_t line = {0};
+    for (int i = 0; i < n; i++) {
+        Toolpool__Result *r;
+        int grc = tp_result_get(s, txn, ids[i], &r);
+        if (grc) {
+            tp_log_error("%s: %s call %s", dir, grc == EPROTO ? "corrupt record of" : "no recorded", ids[i]);
+            rc = 2;
+            continue;
+        }
+        tp_buf_reset(&line);
+        tp_result_write(&line, r);
+        toolpool__result__free_unpacked(r, NULL);
+        json_t *v = json_loadb((const char *)line.data, line.len, 0, NULL);
+        if (v) {
+            print_one(v, stdout);
+            fputc('\n', stdout);
+            json_decref(v);
+        }
+    }
+    tp_buf_free(&line);
+    mdb_txn_abort(txn);
+    tp_store_close(s);
     return rc;
+}
+
+int tp_cmd_trace(int argc, char **argv)
+{
+    static const char usage[] =
+        "usage: toolpool trace RESULTS.jsonl | -\n"
+        "       toolpool trace [--store DIR] CALL_ID...\n"
+        "Prints each result as its call's story: the call, every attempt with its\n"
+        "outcome, duration and backoff, and what the model is told. With call ids,\n"
+        "the results recorded in the store are printed.\n";
+    const char *store = NULL;
+    int i = 1;
+    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (argc > 2 && (strcmp(argv[1], "--store") == 0 || strcmp(argv[1], "-s") == 0)) {
+        store = argv[2];
+        i = 3;
+    }
+    if (i >= argc) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *path = argv[i];
+    if (store == NULL && (strcmp(path, "-") == 0 || access(path, F_OK) == 0)) {
+        FILE *in = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
+        if (in == NULL) {
+            tp_log_error("%s: %s", path, strerror(errno));
+            return 2;
+        }
+        int rc = tp_trace_print(in, path, stdout);
+        if (in != stdin)
+            fclose(in);
+        return rc;
+    }
+    return trace_store(store ? store : tp_store_default_dir(), argc - i, argv + i);
 }

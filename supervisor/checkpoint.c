@@ -1,0 +1,91 @@
+#include "checkpoint.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+void tp_identity_digest(const char *tool, const tp_digest_t *args, tp_digest_t *out)
+{
+    uint8_t buf[512];
+    size_t n = strlen(tool);
+    if (n > sizeof buf - TP_DIGEST_LEN - 1)
+        n = sizeof buf - TP_DIGEST_LEN - 1;
+    memcpy(buf, tool, n);
+    buf[n] = 0;
+    memcpy(buf + n + 1, args->b, TP_DIGEST_LEN);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(buf, n + 1 + TP_DIGEST_LEN));
+    memcpy(out->b, c.digest, TP_DIGEST_LEN);
+}
+
+int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r)
+{
+    return tp_store_put_msg(s, txn, TP_DB_RESULTS, r->id, strlen(r->id), &r->base);
+}
+
+int tp_result_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__Result **out)
+{
+    return tp_store_get_msg(s, txn, TP_DB_RESULTS, id, strlen(id), &toolpool__result__descriptor,
+                            (ProtobufCMessage **)out);
+}
+
+int tp_checkpoint_get(tp_store_t *s, MDB_txn *txn, const char *job, Toolpool__Checkpoint **out)
+{
+    return tp_store_get_msg(s, txn, TP_DB_JOBS, job, strlen(job), &toolpool__checkpoint__descriptor,
+                            (ProtobufCMessage **)out);
+}
+
+int tp_checkpoint_step(tp_store_t *s, MDB_txn *txn, const char *job, const char *call_id, uint64_t step,
+                       const tp_job_usage_t *u, uint64_t wall_used_us, tp_kind_t stopped,
+                       const char *stop_msg)
+{
+    Toolpool__Checkpoint *old = NULL;
+    int rc = tp_checkpoint_get(s, txn, job, &old);
+    if (rc && rc != MDB_NOTFOUND)
+        return rc;
+    size_t n = old ? old->n_calls : 0;
+    char **calls = malloc((n + 1) * sizeof *calls);
+    if (calls == NULL) {
+        toolpool__checkpoint__free_unpacked(old, NULL);
+        return ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++)
+        calls[i] = old->calls[i];
+    calls[n] = (char *)call_id;
+    Toolpool__Checkpoint cp = TOOLPOOL__CHECKPOINT__INIT;
+    cp.job = (char *)job;
+    cp.last_step = old && old->last_step > step ? old->last_step : step;
+    cp.calls = calls;
+    cp.n_calls = n + 1;
+    cp.steps = u->steps;
+    cp.attempts = u->calls;
+    cp.cost = u->cost;
+    cp.wall_used_us = wall_used_us;
+    cp.stopped = (char *)(stopped != TP_KIND_OK ? tp_kind_name(stopped) : "");
+    cp.stop_message = (char *)(stop_msg ? stop_msg : "");
+    cp.updated_unix_us = tp_unix_us();
+    rc = tp_store_put_msg(s, txn, TP_DB_JOBS, job, strlen(job), &cp.base);
+    free(calls);
+    if (old)
+        toolpool__checkpoint__free_unpacked(old, NULL);
+    return rc;
+}
+
+int tp_inflight_put(tp_store_t *s, MDB_txn *txn, const Toolpool__InFlight *f)
+{
+    return tp_store_put_msg(s, txn, TP_DB_INFLIGHT, f->call_id, strlen(f->call_id), &f->base);
+}
+
+int tp_inflight_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__InFlight **out)
+{
+    return tp_store_get_msg(s, txn, TP_DB_INFLIGHT, id, strlen(id), &toolpool__in_flight__descriptor,
+                            (ProtobufCMessage **)out);
+}
+
+int tp_inflight_del(tp_store_t *s, MDB_txn *txn, const char *id)
+{
+    MDB_val k = {strlen(id), (void *)id};
+    int rc = mdb_del(txn, tp_store_dbi(s, TP_DB_INFLIGHT), &k, NULL);
+    return rc == MDB_NOTFOUND ? 0 : rc;
+}

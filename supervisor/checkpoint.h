@@ -1,0 +1,44 @@
+/*
+ * What makes a run resumable: every call's result, each job's checkpoint,
+ * and the in-flight markers of tools that must not run twice.
+ *
+ * results/ID     the call's final record (Toolpool__Result), with the digest
+ *                of its tool and args: a rerun serves it instead of running
+ *                the call, but only to the same input
+ * jobs/JOB       the job's checkpoint, after each of its steps ends: the ids
+ *                of its ended calls in order (its message list) and the
+ *                usage its guards count, so a rerun continues where it was
+ * inflight/ID    a non-idempotent call whose attempt was committed as started
+ *
+ * All of it is written inside the supervisor's per-turn transaction.
+ */
+#ifndef TP_CHECKPOINT_H
+#define TP_CHECKPOINT_H
+
+#include "breaker.h"
+#include "guard.h"
+#include "store.h"
+#include "toolpool.pb-c.h"
+
+/* The identity of a call's input: XXH128 of the tool's name and the args' digest. */
+void tp_identity_digest(const char *tool, const tp_digest_t *args, tp_digest_t *out);
+
+int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r);
+/* 0 and *out (free with toolpool__result__free_unpacked), MDB_NOTFOUND, or EPROTO. */
+int tp_result_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__Result **out);
+
+/* The checkpoint of job, or MDB_NOTFOUND. Free with toolpool__checkpoint__free_unpacked. */
+int tp_checkpoint_get(tp_store_t *s, MDB_txn *txn, const char *job, Toolpool__Checkpoint **out);
+/*
+ * Appends the ended call call_id (step) to job's checkpoint and stores the
+ * usage its guards count, and what stopped it (TP_KIND_OK: nothing).
+ */
+int tp_checkpoint_step(tp_store_t *s, MDB_txn *txn, const char *job, const char *call_id, uint64_t step,
+                       const tp_job_usage_t *u, uint64_t wall_used_us, tp_kind_t stopped,
+                       const char *stop_msg);
+
+int tp_inflight_put(tp_store_t *s, MDB_txn *txn, const Toolpool__InFlight *f);
+int tp_inflight_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__InFlight **out);
+int tp_inflight_del(tp_store_t *s, MDB_txn *txn, const char *id);
+
+#endif
