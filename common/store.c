@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@ struct tp_store {
     MDB_dbi dbi[TP_DB__COUNT];
     unsigned flags;
     size_t mapsize;
+    size_t limit;   /* the map never grows past this: $TOOLPOOL_STORE_LIMIT, else 1 TiB */
     char dir[PATH_MAX];
 };
 
@@ -134,7 +136,19 @@ tp_store_t *tp_store_open(const char *dir, unsigned flags, char *err, size_t err
     if (rc == 0)
         rc = mdb_env_set_maxreaders(s->env, MAX_READERS);
     /* The map is virtual: the file grows only with what is written. */
-    s->mapsize = MAP_INITIAL;
+    s->limit = TP_STORE_MAP_LIMIT;
+    const char *lim = getenv("TOOLPOOL_STORE_LIMIT");
+    if (lim && *lim) {
+        char *end;
+        unsigned long long v = strtoull(lim, &end, 10);
+        if (*end || v < 65536) {
+            snprintf(err, errlen, "TOOLPOOL_STORE_LIMIT: expected a number of bytes >= 65536, got \"%s\"", lim);
+            free(s);
+            return NULL;
+        }
+        s->limit = (size_t)v;
+    }
+    s->mapsize = MAP_INITIAL < s->limit ? MAP_INITIAL : s->limit;
     if (rc == 0)
         rc = mdb_env_set_mapsize(s->env, s->mapsize);
     unsigned envflags = MDB_NOTLS | ((flags & TP_STORE_RDONLY) ? MDB_RDONLY : 0) |
@@ -166,6 +180,30 @@ void tp_store_close(tp_store_t *s)
         return;
     mdb_env_close(s->env);
     free(s);
+}
+
+/*
+ * LMDB reports a write cut short by a full disk as EIO; the free space on
+ * the store's filesystem tells the two apart.
+ */
+static bool disk_nearly_full(const char *dir)
+{
+    struct statvfs st;
+    return statvfs(dir, &st) == 0 && (uint64_t)st.f_bavail * st.f_frsize < (8u << 20);
+}
+
+const char *tp_store_strerror(const tp_store_t *s, int rc, char *buf, size_t cap)
+{
+    if (rc == MDB_MAP_FULL)
+        snprintf(buf, cap, "the store reached its size limit (%zu bytes; raise TOOLPOOL_STORE_LIMIT, or free "
+                 "space and rerun: nothing recorded is lost)", s->limit);
+    else if (rc == ENOSPC || (rc == EIO && disk_nearly_full(s->dir)))
+        snprintf(buf, cap, "the disk is full (free space and rerun: nothing recorded is lost)");
+    else if (rc == EPROTO)
+        snprintf(buf, cap, "a corrupt record");
+    else
+        snprintf(buf, cap, "%s", mdb_strerror(rc));
+    return buf;
 }
 
 int tp_store_reader_check(tp_store_t *s)
@@ -204,10 +242,10 @@ int tp_store_begin(tp_store_t *s, MDB_txn **txn, char *err, size_t errlen)
     if (mdb_env_info(s->env, &info) == 0 && mdb_env_stat(s->env, &st) == 0) {
         s->mapsize = info.me_mapsize;
         size_t used = (info.me_last_pgno + 1) * (size_t)st.ms_psize;
-        if (used > s->mapsize / 2 && s->mapsize < TP_STORE_MAP_LIMIT) {
-            int rc = mdb_env_set_mapsize(s->env, s->mapsize * 2);
-            if (rc == 0)
-                s->mapsize *= 2;
+        if (used > s->mapsize / 2 && s->mapsize < s->limit) {
+            size_t grown = s->mapsize * 2 < s->limit ? s->mapsize * 2 : s->limit;
+            if (mdb_env_set_mapsize(s->env, grown) == 0)
+                s->mapsize = grown;
         }
     }
     int rc = mdb_txn_begin(s->env, NULL, 0, txn);
@@ -221,11 +259,10 @@ int tp_store_begin(tp_store_t *s, MDB_txn **txn, char *err, size_t errlen)
 int tp_store_commit(tp_store_t *s, MDB_txn *txn, char *err, size_t errlen)
 {
     int rc = mdb_txn_commit(txn);
-    if (rc)
-        snprintf(err, errlen, "%s: cannot commit: %s%s", s->dir, mdb_strerror(rc),
-                 rc == ENOSPC   ? " (the disk is full; nothing of this turn was recorded)"
-                 : rc == MDB_MAP_FULL ? " (the store reached its size limit)"
-                                      : "");
+    if (rc) {
+        char why[256];
+        snprintf(err, errlen, "%s: cannot commit: %s", s->dir, tp_store_strerror(s, rc, why, sizeof why));
+    }
     return rc;
 }
 
@@ -238,7 +275,8 @@ int tp_store_write(tp_store_t *s, tp_store_apply_fn apply, void *ctx, char *err,
     rc = apply(txn, ctx);
     if (rc) {
         mdb_txn_abort(txn);
-        snprintf(err, errlen, "%s: %s", s->dir, rc == EPROTO ? "corrupt record" : mdb_strerror(rc));
+        char why[256];
+        snprintf(err, errlen, "%s: %s", s->dir, tp_store_strerror(s, rc, why, sizeof why));
         return rc;
     }
     return tp_store_commit(s, txn, err, errlen);

@@ -121,7 +121,8 @@ typedef struct tp_batch {
     bool keep_jobs;             /* guards count per job: keep idle jobs' usage */
     tp_tool_state_t *tools;
     tp_job_t **jobs;
-    tp_job_t *touched;          /* jobs given calls this turn, to advance after reading */
+    tp_job_t *touched;          /* jobs given calls this turn, in input order */
+    tp_job_t **touched_tail;
     size_t jobs_cap;
     size_t jobs_n;
     /* output */
@@ -366,9 +367,9 @@ static void emit_rejected(tp_batch_t *b, const char *id, const char *job, uint64
 /* A store operation failed: the run cannot record, so it cannot go on. */
 static void store_failed(tp_batch_t *b, int rc, const char *what)
 {
-    char msg[512];
+    char msg[512], why[256];
     snprintf(msg, sizeof msg, "%s: %s: %s", tp_store_dir(b->o->store), what,
-             rc == EPROTO ? "corrupt record" : mdb_strerror(rc));
+             tp_store_strerror(b->o->store, rc, why, sizeof why));
     fatal_cb(b, msg);
 }
 
@@ -1016,8 +1017,9 @@ static void take_line(tp_batch_t *b, const char *line, size_t len)
     job_add(j, c);
     if (!j->touched) {
         j->touched = true;
-        j->tnext = b->touched;
-        b->touched = j;
+        j->tnext = NULL;
+        *b->touched_tail = j;
+        b->touched_tail = &j->tnext;
     }
     c->lnext = b->all;
     if (b->all)
@@ -1092,6 +1094,7 @@ static void advance_touched(tp_batch_t *b)
 {
     tp_job_t *j = b->touched;
     b->touched = NULL;
+    b->touched_tail = &b->touched;
     while (j) {
         tp_job_t *nx = j->tnext;
         j->touched = false;
@@ -1258,6 +1261,7 @@ static void free_leftovers(tp_batch_t *b)
 int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
 {
     tp_batch_t b = {.o = o, .report = report, .t0 = tp_now_us()};
+    b.touched_tail = &b.touched;
     memset(report, 0, sizeof *report);
     struct stat st;
     if (fstat(o->input_fd, &st) == 0 && S_ISREG(st.st_mode)) {

@@ -12,7 +12,11 @@
  *   custom          fails with the kind "QuotaGone" (not in the taxonomy)
  *   big             a string of args.n bytes
  *   costly          {} with a cost of args.cents / 100
+ *   logged          appends its call id to the file args.log (one line per
+ *                   execution: the proof that a call did or did not run
+ *                   twice), sleeps args.ms, then {"i": args.i}
  */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +85,31 @@ int tp_plugin_call_v1(const tp_plugin_call_t *call, tp_plugin_reply_t *reply)
         s[n + 1] = '"';
         s[n + 2] = 0;
         reply->result = s;
+    } else if (strcmp(t, "logged") == 0) {
+        char path[512] = "";
+        const char *p = strstr(call->args, "\"log\":\"");
+        if (p) {
+            p += 7;
+            size_t n = strcspn(p, "\"");
+            snprintf(path, sizeof path, "%.*s", (int)(n < sizeof path ? n : sizeof path - 1), p);
+        }
+        int fd = open(path, O_WRONLY | O_APPEND | O_CREAT, 0644);
+        if (fd < 0) {
+            reply->error = "ToolError";
+            reply->message = strdup("logged: cannot open args.log");
+            return 0;
+        }
+        char line[256];
+        int n = snprintf(line, sizeof line, "%s\n", call->call_id);
+        if (write(fd, line, (size_t)n) != n)
+            reply->error = "ToolError";
+        close(fd);
+        long ms = arg_long(call->args, "ms", 0);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        while (ms > 0 && nanosleep(&ts, &ts) != 0)
+            ;
+        if (reply->error == NULL)
+            reply->result = fmt("{\"i\":%ld}", arg_long(call->args, "i", 0));
     } else if (strcmp(t, "costly") == 0) {
         reply->result = strdup("{}");
         reply->cost = (double)arg_long(call->args, "cents", 50) / 100.0;

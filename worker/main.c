@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "adapter.h"
@@ -36,10 +37,18 @@
  * end for anything still there.
  */
 static volatile sig_atomic_t terminating;
+static pid_t supervisor_pid;
 
+/*
+ * The same signal arrives as the parent-death signal when the supervisor
+ * dies (SIGKILL included): then nobody will ever time this group out, so
+ * the worker takes its whole group down itself, tool and all.
+ */
 static void term_handler(int sig)
 {
     (void)sig;
+    if (getppid() != supervisor_pid)
+        kill(0, SIGKILL);
     terminating = 1;
 }
 
@@ -151,9 +160,12 @@ int main(int argc, char **argv)
 
     /* A tool that exits before reading its stdin must not kill the worker. */
     signal(SIGPIPE, SIG_IGN);
+    supervisor_pid = getppid();
     struct sigaction sa = {.sa_handler = term_handler}; /* no SA_RESTART: poll sees EINTR */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != supervisor_pid)
+        return 0; /* the supervisor is already gone */
     /* Nothing the worker starts may inherit the pipes to the supervisor. */
     if (fcntl(TP_CALL_FD, F_SETFD, FD_CLOEXEC) < 0 || fcntl(TP_REPLY_FD, F_SETFD, FD_CLOEXEC) < 0) {
         tp_log_error("fds 3 and 4 must be the supervisor's pipes: %s", strerror(errno));
