@@ -416,7 +416,13 @@ static void slot_reaped(tp_slot_t *s, int status)
     p->live--;
 
     bool crash = why == WHY_NONE || why == WHY_PROTOCOL;
-    bool start_failure = a == NULL && (why == WHY_HELLO || (was == SLOT_STARTING && crash));
+    /*
+     * A worker that cannot start says so by exiting or crashing before its
+     * Hello; one killed from outside (SIGKILL: an operator, the OOM killer)
+     * is a crash like any other, throttled but never fatal.
+     */
+    bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && why == WHY_NONE;
+    bool start_failure = a == NULL && !killed && (why == WHY_HELLO || (was == SLOT_STARTING && crash));
     if (why == WHY_RECYCLE)
         p->stats.recycled++;
     if (crash || why == WHY_HELLO)
