@@ -11,6 +11,7 @@
 #include "registry.h"
 
 #include "jsonpos.h"
+#include "schema.h"
 #include "taxonomy.h"
 
 #include <errno.h>
@@ -864,6 +865,21 @@ static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
         json_t **slot = field;
         if (!json_is_object(v) && !json_is_boolean(v))
             return fail(ld, "expected a JSON Schema (an object or a boolean), got %s", GOT(v));
+        char serr[768];
+        tp_schema_t *compiled = tp_schema_compile(v, serr, sizeof serr);
+        if (compiled == NULL) {
+            /* serr is "POINTER: what": point the line at the schema keyword itself. */
+            const char *colon = strstr(serr, ": ");
+            mark_t m = {ld->at.ptr_len, ld->at.key_len};
+            if (serr[0] == '/' && colon)
+                where_add(ld->at.ptr, &ld->at.ptr_len, serr, (size_t)(colon - serr));
+            fail(ld, "invalid JSON Schema at %s", serr);
+            where_pop(&ld->at, m);
+            return -1;
+        }
+        tp_tool_t *tool = base;
+        tp_schema_free(tool->schema);
+        tool->schema = compiled;
         json_decref(*slot);
         *slot = json_incref(v);
         return 0;
@@ -1342,6 +1358,7 @@ void tp_registry_free(tp_registry_t *reg)
         free(t->name);
         free(t->description);
         json_decref(t->parameters);
+        tp_schema_free(t->schema);
         free_argv(t->argv);
         free(t->plugin_path);
         free_argv(t->mcp_command);

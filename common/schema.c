@@ -1,0 +1,2279 @@
+/*
+ * JSON Schema draft-07, compiled: every schema object becomes a node_t with
+ * its keywords checked, its numbers and sizes decoded, its property names
+ * hashed and its regexes compiled, so validating is a walk over nodes that
+ * allocates next to nothing on the valid path. See schema.h for what is
+ * supported and how messages read.
+ *
+ * Compiling: compile() turns one schema value into a node, memoised by the
+ * json_t it came from, so a value reached twice (by the tree and by a $ref)
+ * is compiled once and a $ref back into a schema still being compiled (a
+ * recursive schema) just points at the node in progress. A $ref node keeps
+ * only its target; once everything is compiled, a loop that comes back to
+ * the same value without descending into it is an error, and chains of
+ * $ref to $ref are collapsed.
+ *
+ * Validating: v_node() walks node and instance together. The instance path
+ * is a chain of seg_t on the stack, rendered as a JSON Pointer only when a
+ * violation is written. Subschemas whose failure is not itself a violation
+ * (anyOf, oneOf, not, if, contains, propertyNames) run "quiet": they stop
+ * at the first failure and write nothing; only when their verdict is a
+ * violation and a message is wanted are they run again to say why.
+ */
+#include "schema.h"
+
+#include "json.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Instance type bits; "integer" is a number with no fractional part. */
+enum {
+    T_NULL = 1 << 0,
+    T_BOOLEAN = 1 << 1,
+    T_OBJECT = 1 << 2,
+    T_ARRAY = 1 << 3,
+    T_NUMBER = 1 << 4,
+    T_STRING = 1 << 5,
+    T_INTEGER = 1 << 6,
+};
+
+static const struct {
+    const char *name;
+    unsigned bit;
+} type_names[] = {
+    /* in the order messages list them: "expected string or null" */
+    {"string", T_STRING}, {"number", T_NUMBER}, {"integer", T_INTEGER}, {"boolean", T_BOOLEAN},
+    {"object", T_OBJECT}, {"array", T_ARRAY},   {"null", T_NULL},
+};
+#define N_TYPES (sizeof type_names / sizeof type_names[0])
+
+/* Which groups of keywords a node has, so the walk skips the others. */
+enum {
+    G_OBJECT = 1 << 0,
+    G_ARRAY = 1 << 1,
+    G_STRING = 1 << 2,
+    G_NUMBER = 1 << 3,
+    G_COMBINE = 1 << 4, /* allOf anyOf oneOf not if */
+};
+
+typedef enum { N_TRUE, N_FALSE, N_REF, N_SCHEMA } node_kind_t;
+
+typedef struct node node_t;
+
+typedef struct {
+    pcre2_code *code; /* NULL: no regex */
+    const char *src;  /* the pattern, as written in the schema */
+    bool jit;
+} re_t;
+
+/* A property name the object keywords know: from properties or required. */
+typedef struct {
+    const char *name;
+    size_t len;
+    uint32_t hash;
+    node_t *schema;    /* its "properties" schema, or NULL (required only) */
+    uint64_t req_bits; /* bit i: required[i] names it (i < 64) */
+} prop_t;
+
+typedef struct {
+    re_t re;
+    node_t *schema;
+} pattern_prop_t;
+
+typedef struct {
+    const char *name;
+    size_t len;
+    node_t *schema;     /* schema form, or NULL */
+    const json_t *need; /* array form: names that must be present too */
+} dep_t;
+
+struct node {
+    node_kind_t kind;
+    uint8_t mark;    /* compile time only: the loop search's colour */
+    node_t *ref;     /* N_REF: the target (after compile: never a N_REF) */
+    char *ref_where; /* N_REF: its schema path and reference, for errors */
+    unsigned groups;
+    bool has_type;
+    unsigned types;
+    const json_t *enum_; /* borrowed from the schema's copy */
+    const json_t *const_;
+    /* objects */
+    prop_t *props;
+    size_t n_props;
+    uint32_t *ptab; /* open addressing: index + 1 into props, 0 empty */
+    uint32_t pmask;
+    uint32_t *req; /* required[i] -> index into props */
+    size_t n_req;
+    pattern_prop_t *pprops;
+    size_t n_pprops;
+    node_t *additional; /* additionalProperties, or NULL */
+    node_t *prop_names;
+    dep_t *deps;
+    size_t n_deps;
+    size_t min_props, max_props;
+    /* arrays */
+    node_t *items;  /* the schema form */
+    node_t **tuple; /* the array form */
+    size_t n_tuple;
+    bool tuple_form;
+    node_t *add_items; /* only with the array form */
+    size_t min_items, max_items;
+    bool unique;
+    node_t *contains;
+    /* strings */
+    size_t min_len, max_len;
+    re_t pattern;
+    /* numbers */
+    const json_t *minimum, *maximum, *xminimum, *xmaximum, *multiple_of;
+    /* combinators */
+    node_t **all_of, **any_of, **one_of;
+    size_t n_all, n_any, n_one;
+    node_t *not_, *if_, *then_, *else_;
+};
+
+struct tp_schema {
+    json_t *doc; /* our deep copy; nodes borrow from it */
+    node_t *root;
+    node_t **nodes; /* every node, for tp_schema_free */
+    size_t n_nodes, cap_nodes;
+};
+
+/*
+ * One step of a path, on the stack: an object key, an array index, or (raw)
+ * a whole JSON Pointer written as is (where a $ref target starts).
+ */
+typedef struct seg {
+    const struct seg *up;
+    const char *key; /* NULL: index */
+    size_t n;        /* key length, or the index */
+    bool raw;
+} seg_t;
+
+/* ---- small helpers ---- */
+
+static uint32_t hash_bytes(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+/* Code points in a valid UTF-8 string: bytes that do not continue one. */
+static size_t utf8_count(const char *s, size_t n)
+{
+    size_t cp = 0;
+    for (size_t i = 0; i < n; i++)
+        cp += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return cp;
+}
+
+/* The longest prefix of s no longer than max bytes that ends on a character. */
+static size_t utf8_cut(const char *s, size_t n, size_t max)
+{
+    if (n <= max)
+        return n;
+    while (max > 0 && ((unsigned char)s[max] & 0xC0) == 0x80)
+        max--;
+    return max;
+}
+
+/* Appends the pointer of path ("" for the root), keys escaped per RFC 6901. */
+static int put_pointer(tp_buf_t *b, const seg_t *path)
+{
+    if (path == NULL)
+        return 0;
+    if (put_pointer(b, path->up) < 0)
+        return -1;
+    if (path->raw)
+        return tp_buf_append(b, path->key, path->n);
+    if (path->key == NULL)
+        return tp_buf_printf(b, "/%zu", path->n);
+    if (tp_buf_reserve(b, 2 * path->n + 1) < 0)
+        return -1;
+    char *o = (char *)b->data + b->len;
+    *o++ = '/';
+    for (size_t i = 0; i < path->n; i++) {
+        char ch = path->key[i];
+        if (ch == '~' || ch == '/') {
+            *o++ = '~';
+            *o++ = ch == '~' ? '0' : '1';
+        } else {
+            *o++ = ch;
+        }
+    }
+    b->len = (size_t)(o - (char *)b->data);
+    return 0;
+}
+
+/* The pointer as messages write it: "(root)" for the empty one. */
+static int put_location(tp_buf_t *b, const seg_t *path)
+{
+    size_t start = b->len;
+    if (put_pointer(b, path) < 0)
+        return -1;
+    return b->len == start ? tp_buf_puts(b, "(root)") : 0;
+}
+
+static bool is_number(const json_t *v)
+{
+    return json_is_integer(v) || json_is_real(v);
+}
+
+static double num_value(const json_t *v)
+{
+    return json_is_integer(v) ? (double)json_integer_value(v) : json_real_value(v);
+}
+
+/* A real with no fraction that a json_int_t holds exactly. */
+static bool real_as_int(double d, json_int_t *out)
+{
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0) || d != floor(d))
+        return false;
+    *out = (json_int_t)d;
+    return true;
+}
+
+/*
+ * -1, 0 or 1 as a < b, a == b, a > b for two numbers: exactly when both are
+ * integers (or whole reals in range), as doubles otherwise.
+ */
+static int num_cmp(const json_t *a, const json_t *b)
+{
+    json_int_t ia = 0, ib = 0;
+    bool ai = json_is_integer(a), bi = json_is_integer(b);
+    if (ai)
+        ia = json_integer_value(a);
+    if (bi)
+        ib = json_integer_value(b);
+    if (ai != bi) {
+        if (ai ? real_as_int(json_real_value(b), &ib) : real_as_int(json_real_value(a), &ia))
+            ai = bi = true;
+    }
+    if (ai && bi)
+        return ia < ib ? -1 : ia > ib;
+    double da = num_value(a), db = num_value(b);
+    return da < db ? -1 : da > db;
+}
+
+/* The type bits an instance answers to. */
+static unsigned type_bits(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return T_OBJECT;
+    case JSON_ARRAY:
+        return T_ARRAY;
+    case JSON_STRING:
+        return T_STRING;
+    case JSON_INTEGER:
+        return T_NUMBER | T_INTEGER;
+    case JSON_REAL: {
+        double d = json_real_value(v);
+        return isfinite(d) && d == floor(d) ? T_NUMBER | T_INTEGER : T_NUMBER;
+    }
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return T_BOOLEAN;
+    case JSON_NULL:
+    default:
+        return T_NULL;
+    }
+}
+
+static const char *type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "object";
+    case JSON_ARRAY:
+        return "array";
+    case JSON_STRING:
+        return "string";
+    case JSON_INTEGER:
+    case JSON_REAL:
+        return "number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "boolean";
+    default:
+        return "null";
+    }
+}
+
+/*
+ * JSON equality, the one enum, const and uniqueItems use: numbers by value
+ * (1 == 1.0), strings by bytes, arrays in order, objects whatever the order
+ * of their keys.
+ */
+static bool json_eq(const json_t *a, const json_t *b)
+{
+    if (a == b)
+        return true;
+    if (is_number(a) && is_number(b))
+        return num_cmp(a, b) == 0;
+    if (json_typeof(a) != json_typeof(b))
+        return false;
+    switch (json_typeof(a)) {
+    case JSON_STRING:
+        return json_string_length(a) == json_string_length(b) &&
+               memcmp(json_string_value(a), json_string_value(b), json_string_length(a)) == 0;
+    case JSON_ARRAY: {
+        size_t n = json_array_size(a);
+        if (n != json_array_size(b))
+            return false;
+        for (size_t i = 0; i < n; i++)
+            if (!json_eq(json_array_get(a, i), json_array_get(b, i)))
+                return false;
+        return true;
+    }
+    case JSON_OBJECT: {
+        if (json_object_size(a) != json_object_size(b))
+            return false;
+        for (void *it = json_object_iter((json_t *)a); it; it = json_object_iter_next((json_t *)a, it)) {
+            const json_t *o = json_object_getn(b, json_object_iter_key(it), json_object_iter_key_len(it));
+            if (o == NULL || !json_eq(json_object_iter_value(it), o))
+                return false;
+        }
+        return true;
+    }
+    default:
+        return true; /* true, false, null: the type says it all */
+    }
+}
+
+/* A hash that agrees with json_eq: equal values hash equal. */
+static uint64_t json_hash(const json_t *v)
+{
+    uint64_t h;
+    switch (json_typeof(v)) {
+    case JSON_INTEGER:
+    case JSON_REAL: {
+        double d = num_value(v);
+        if (d == 0)
+            d = 0; /* -0.0 */
+        memcpy(&h, &d, sizeof h);
+        h ^= 0x4;
+        break;
+    }
+    case JSON_STRING:
+        h = hash_bytes(json_string_value(v), json_string_length(v)) ^ ((uint64_t)5 << 32);
+        break;
+    case JSON_ARRAY: {
+        size_t i;
+        json_t *x;
+        h = 6;
+        json_array_foreach(v, i, x) h = h * 1099511628211u + json_hash(x);
+        break;
+    }
+    case JSON_OBJECT: {
+        h = 7; /* a sum: the order of the keys does not matter */
+        for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+            uint64_t k = hash_bytes(json_object_iter_key(it), json_object_iter_key_len(it));
+            h += (k * 0x9E3779B97F4A7C15u) ^ json_hash(json_object_iter_value(it));
+        }
+        break;
+    }
+    case JSON_TRUE:
+        h = 1;
+        break;
+    case JSON_FALSE:
+        h = 2;
+        break;
+    default:
+        h = 3;
+        break;
+    }
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9u;
+    return h ^ (h >> 32);
+}
+
+/*
+ * Appends v as compact JSON, stopping soon after the buffer passes end (a
+ * container stops between members, a string is written only as far as
+ * could show): put_short's draft, which it then cuts.
+ */
+static int put_bounded(tp_buf_t *b, const json_t *v, size_t end)
+{
+    switch (json_typeof(v)) {
+    case JSON_STRING: {
+        size_t room = end > b->len ? end - b->len : 0;
+        size_t n = utf8_cut(json_string_value(v), json_string_length(v), room + 4);
+        return tp_json_put_string(b, json_string_value(v), n);
+    }
+    case JSON_ARRAY: {
+        if (tp_buf_puts(b, "[") < 0)
+            return -1;
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (b->len > end)
+                return 0;
+            if ((i && tp_buf_puts(b, ",") < 0) || put_bounded(b, json_array_get(v, i), end) < 0)
+                return -1;
+        }
+        return tp_buf_puts(b, "]");
+    }
+    case JSON_OBJECT: {
+        if (tp_buf_puts(b, "{") < 0)
+            return -1;
+        size_t i = 0;
+        for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+            if (b->len > end)
+                return 0;
+            size_t klen = json_object_iter_key_len(it);
+            size_t room = end > b->len ? end - b->len : 0;
+            if ((i++ && tp_buf_puts(b, ",") < 0) ||
+                tp_json_put_string(b, json_object_iter_key(it),
+                                   utf8_cut(json_object_iter_key(it), klen, room + 4)) < 0 ||
+                tp_buf_puts(b, ":") < 0 || put_bounded(b, json_object_iter_value(it), end) < 0)
+                return -1;
+        }
+        return tp_buf_puts(b, "}");
+    }
+    default:
+        return tp_json_write(b, v, 0);
+    }
+}
+
+/*
+ * Appends v as compact JSON, at most limit bytes: a long string keeps its
+ * head and ends "...\"", a container its first bytes then "...", both cut
+ * on a character boundary. Used for every value a message shows, so one
+ * huge argument cannot flood it.
+ */
+static int put_short(tp_buf_t *b, const json_t *v, size_t limit)
+{
+    size_t start = b->len;
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        size_t n = json_string_length(v);
+        if (n + 2 <= limit)
+            return tp_json_put_string(b, s, n);
+        if (tp_json_put_string(b, s, utf8_cut(s, n, limit > 6 ? limit - 6 : 1)) < 0)
+            return -1;
+        b->len--; /* the closing quote */
+        return tp_buf_puts(b, "...\"");
+    }
+    if (put_bounded(b, v, start + limit) < 0)
+        return -1;
+    if (b->len - start <= limit)
+        return 0;
+    b->len = start + utf8_cut((const char *)b->data + start, b->len - start, limit - 3);
+    return tp_buf_puts(b, "...");
+}
+
+#define SHORT 60       /* a value in a message */
+#define SHORT_ENUM 100 /* the list of an enum */
+#define SHORT_ALT 160  /* what one alternative of anyOf/oneOf says */
+#define MAX_ALTS 5     /* alternatives a summary details */
+
+/* ---- compiling ---- */
+
+typedef struct {
+    const json_t *key;
+    node_t *node;
+} memo_slot_t;
+
+typedef struct {
+    tp_schema_t *s;
+    const json_t *root_id; /* the root's "$id", or NULL */
+    char *err;
+    size_t errlen;
+    bool failed;
+    memo_slot_t *memo; /* json_t * -> node, open addressing */
+    size_t memo_cap, memo_n;
+    pcre2_compile_context *pcc;
+    int depth;
+} cctx_t;
+
+/*
+ * Records the first compile error: "PATH: what", PATH the schema location
+ * ("(root)" for the top). Later errors are ignored: the first one is the
+ * one to fix.
+ */
+__attribute__((format(printf, 3, 4))) static void cfail(cctx_t *cc, const seg_t *path, const char *fmt, ...)
+{
+    if (cc->failed)
+        return;
+    cc->failed = true;
+    if (cc->err == NULL || cc->errlen == 0)
+        return;
+    tp_buf_t b = {0};
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (put_location(&b, path) < 0 || tp_buf_append(&b, "", 1) < 0)
+        snprintf(cc->err, cc->errlen, "%s", what);
+    else
+        snprintf(cc->err, cc->errlen, "%s: %s", (char *)b.data, what);
+    tp_buf_free(&b);
+}
+
+/* s quoted as JSON into buf (cut to fit): for names in compile errors. */
+static const char *quoted(const char *s, size_t n, char *buf, size_t size)
+{
+    tp_buf_t b = {0};
+    json_t *v = json_stringn_nocheck(s, n);
+    if (v == NULL || put_short(&b, v, size > 8 ? size - 8 : 1) < 0 || tp_buf_append(&b, "", 1) < 0)
+        snprintf(buf, size, "\"?\"");
+    else
+        snprintf(buf, size, "%s", (char *)b.data);
+    json_decref(v);
+    tp_buf_free(&b);
+    return buf;
+}
+
+static size_t ptr_hash(const void *p, size_t mask)
+{
+    uintptr_t x = (uintptr_t)p;
+    x ^= x >> 17;
+    x *= 0xed5ad4bbu;
+    x ^= x >> 11;
+    return (size_t)x & mask;
+}
+
+/* The node schema value key became, or NULL: compile()'s memo. */
+static node_t *memo_get(cctx_t *cc, const json_t *key)
+{
+    if (cc->memo_cap == 0)
+        return NULL;
+    for (size_t i = ptr_hash(key, cc->memo_cap - 1);; i = (i + 1) & (cc->memo_cap - 1)) {
+        if (cc->memo[i].key == NULL)
+            return NULL;
+        if (cc->memo[i].key == key)
+            return cc->memo[i].node;
+    }
+}
+
+/* Remembers key -> node, growing the table at half full. 0, or -1 (ENOMEM). */
+static int memo_put(cctx_t *cc, const json_t *key, node_t *node)
+{
+    if ((cc->memo_n + 1) * 2 > cc->memo_cap) {
+        size_t cap = cc->memo_cap ? cc->memo_cap * 2 : 64;
+        memo_slot_t *m = calloc(cap, sizeof *m);
+        if (m == NULL)
+            return -1;
+        for (size_t j = 0; j < cc->memo_cap; j++) {
+            if (cc->memo[j].key == NULL)
+                continue;
+            size_t i = ptr_hash(cc->memo[j].key, cap - 1);
+            while (m[i].key != NULL)
+                i = (i + 1) & (cap - 1);
+            m[i] = cc->memo[j];
+        }
+        free(cc->memo);
+        cc->memo = m;
+        cc->memo_cap = cap;
+    }
+    size_t i = ptr_hash(key, cc->memo_cap - 1);
+    while (cc->memo[i].key != NULL)
+        i = (i + 1) & (cc->memo_cap - 1);
+    cc->memo[i].key = key;
+    cc->memo[i].node = node;
+    cc->memo_n++;
+    return 0;
+}
+
+/*
+ * A fresh node for schema value js: owned by the schema (freed with it),
+ * memoised before its keywords are read so a $ref back to it finds it.
+ */
+static node_t *node_new(cctx_t *cc, const json_t *js, const seg_t *path)
+{
+    tp_schema_t *s = cc->s;
+    if (s->n_nodes == s->cap_nodes) {
+        size_t cap = s->cap_nodes ? s->cap_nodes * 2 : 16;
+        node_t **p = realloc(s->nodes, cap * sizeof *p);
+        if (p == NULL)
+            goto nomem;
+        s->nodes = p;
+        s->cap_nodes = cap;
+    }
+    node_t *n = calloc(1, sizeof *n);
+    if (n == NULL)
+        goto nomem;
+    s->nodes[s->n_nodes++] = n;
+    n->max_props = n->max_items = n->max_len = SIZE_MAX;
+    if (memo_put(cc, js, n) < 0)
+        goto nomem;
+    return n;
+nomem:
+    cfail(cc, path, "out of memory");
+    return NULL;
+}
+
+static node_t *compile(cctx_t *cc, const json_t *js, const seg_t *path);
+
+/* A non-negative integer (2.0 counts, per draft-07) for minLength and kin. */
+static int get_size(cctx_t *cc, const json_t *v, const seg_t *path, size_t *out)
+{
+    json_int_t i;
+    if (json_is_integer(v))
+        i = json_integer_value(v);
+    else if (!json_is_real(v) || !real_as_int(json_real_value(v), &i))
+        i = -1;
+    if (i < 0) {
+        cfail(cc, path, "expected a non-negative integer");
+        return -1;
+    }
+    *out = (size_t)i;
+    return 0;
+}
+
+/*
+ * ECMA-262's white space (\s) and line terminators, as PCRE2 class
+ * contents, and the complement of \s for a \S inside a class (a class
+ * cannot hold a negated one). Written \u{...}: ALT_BSUX takes \x as \xHH.
+ */
+#define ECMA_SPACE                                                                                           \
+    "\\t-\\r \\u{a0}\\u{1680}\\u{2000}-\\u{200a}\\u{2028}\\u{2029}\\u{202f}\\u{205f}\\u{3000}\\u{feff}"
+#define ECMA_NONSPACE                                                                                        \
+    "\\u{0}-\\u{8}\\u{e}-\\u{1f}\\u{21}-\\u{9f}\\u{a1}-\\u{167f}\\u{1681}-\\u{1fff}\\u{200b}-\\u{2027}"      \
+    "\\u{202a}-\\u{202e}\\u{2030}-\\u{205e}\\u{2060}-\\u{2fff}\\u{3001}-\\u{fefe}\\u{ff00}-\\u{10ffff}"
+#define ECMA_DOT "[^\\n\\r\\u{2028}\\u{2029}]"
+
+/*
+ * Rewrites the three things PCRE2 has no option for, so they mean what
+ * ECMA-262 says: \s and \S (Unicode white space, not ASCII) and "." (any
+ * character but the four line terminators). Escapes are copied as pairs,
+ * so "\\s" stays a backslash and an "s"; inside [...] a \s or \S expands to
+ * ranges. Returns the malloc'd pattern (*out_len bytes), or NULL (ENOMEM).
+ */
+static char *ecma_rewrite(const char *src, size_t n, size_t *out_len)
+{
+    tp_buf_t b = {0};
+    bool in_class = false;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char ch = src[i];
+        if (ch == '\\' && i + 1 < n) {
+            char e = src[++i];
+            if (e == 's')
+                rc = tp_buf_puts(&b, in_class ? ECMA_SPACE : "[" ECMA_SPACE "]");
+            else if (e == 'S')
+                rc = tp_buf_puts(&b, in_class ? ECMA_NONSPACE : "[^" ECMA_SPACE "]");
+            else
+                rc = tp_buf_append(&b, src + i - 1, 2);
+            continue;
+        }
+        if (!in_class && ch == '[') {
+            /* "[]" and "[^]" close at once in ECMA-262 (and with ALLOW_EMPTY_CLASS) */
+            in_class = true;
+            rc = tp_buf_append(&b, "[", 1);
+            if (i + 1 < n && src[i + 1] == '^')
+                rc = rc ? rc : tp_buf_append(&b, src + ++i, 1);
+            continue;
+        }
+        if (in_class && ch == '[' && i + 1 < n &&
+            (src[i + 1] == ':' || src[i + 1] == '.' || src[i + 1] == '=')) {
+            /* a POSIX class, [:alpha:]: PCRE2's, copied whole */
+            const char *close = NULL;
+            for (size_t k = i + 2; k + 1 < n && close == NULL; k++)
+                if (src[k] == src[i + 1] && src[k + 1] == ']')
+                    close = src + k + 2;
+            if (close != NULL) {
+                rc = tp_buf_append(&b, src + i, (size_t)(close - (src + i)));
+                i = (size_t)(close - src) - 1;
+                continue;
+            }
+        }
+        if (in_class && ch == ']')
+            in_class = false;
+        if (!in_class && ch == '.')
+            rc = tp_buf_puts(&b, ECMA_DOT);
+        else
+            rc = tp_buf_append(&b, &ch, 1);
+    }
+    if (rc != 0 || tp_buf_append(&b, "", 1) < 0) {
+        tp_buf_free(&b);
+        return NULL;
+    }
+    *out_len = b.len - 1;
+    return (char *)b.data;
+}
+
+/*
+ * Compiles pattern src (n bytes) as schema.h describes: rewritten by
+ * ecma_rewrite, then PCRE2 with the ECMA-262-leaning options, JIT when it
+ * can. A syntax error is reported against the pattern as written.
+ */
+static int regex_compile(cctx_t *cc, re_t *re, const char *src, size_t n, const seg_t *path)
+{
+    const uint32_t opts = PCRE2_UTF | PCRE2_ALT_BSUX | PCRE2_ALLOW_EMPTY_CLASS | PCRE2_MATCH_UNSET_BACKREF |
+                          PCRE2_DOLLAR_ENDONLY;
+    int code;
+    PCRE2_SIZE off;
+    size_t len;
+    re->src = src;
+    char *ecma = ecma_rewrite(src, n, &len);
+    if (ecma == NULL) {
+        cfail(cc, path, "out of memory");
+        return -1;
+    }
+    re->code = pcre2_compile((PCRE2_SPTR)ecma, len, opts, &code, &off, cc->pcc);
+    free(ecma);
+    if (re->code == NULL) {
+        /* The offset must point into what the author wrote: ask again. */
+        PCRE2_UCHAR why[256];
+        int code2;
+        PCRE2_SIZE off2;
+        pcre2_code *orig = pcre2_compile((PCRE2_SPTR)src, n, opts, &code2, &off2, cc->pcc);
+        pcre2_get_error_message(orig ? code : code2, why, sizeof why);
+        if (orig == NULL)
+            cfail(cc, path, "invalid regex: %s at offset %zu", (char *)why, (size_t)off2);
+        else
+            cfail(cc, path, "invalid regex: %s", (char *)why);
+        pcre2_code_free(orig);
+        return -1;
+    }
+    re->jit = pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0;
+    return 0;
+}
+
+/* An array of schemas (allOf, anyOf, oneOf; items' tuple form). */
+static int compile_list(cctx_t *cc, const json_t *v, const seg_t *path, bool nonempty, node_t ***out,
+                        size_t *n_out)
+{
+    size_t n = json_array_size(v);
+    if (!json_is_array(v) || (nonempty && n == 0)) {
+        cfail(cc, path, nonempty ? "expected a non-empty array of schemas" : "expected an array of schemas");
+        return -1;
+    }
+    node_t **list = calloc(n ? n : 1, sizeof *list);
+    if (list == NULL) {
+        cfail(cc, path, "out of memory");
+        return -1;
+    }
+    *out = list;
+    *n_out = n;
+    for (size_t i = 0; i < n; i++) {
+        seg_t at = {path, NULL, i, false};
+        if ((list[i] = compile(cc, json_array_get(v, i), &at)) == NULL)
+            return -1;
+    }
+    return 0;
+}
+
+/* The slot of name (hash h) in n's property table: its entry, or the empty slot it would take. */
+static uint32_t *prop_slot(node_t *n, const char *name, size_t len, uint32_t h)
+{
+    for (uint32_t i = h & n->pmask;; i = (i + 1) & n->pmask) {
+        uint32_t k = n->ptab[i];
+        if (k == 0)
+            return &n->ptab[i];
+        const prop_t *p = &n->props[k - 1];
+        if (p->hash == h && p->len == len && memcmp(p->name, name, len) == 0)
+            return &n->ptab[i];
+    }
+}
+
+/* The entry for name, adding it when new. The table is sized up front. */
+static prop_t *prop_add(node_t *n, const char *name, size_t len)
+{
+    uint32_t h = hash_bytes(name, len);
+    uint32_t *slot = prop_slot(n, name, len, h);
+    if (*slot == 0) {
+        prop_t *p = &n->props[n->n_props++];
+        p->name = name;
+        p->len = len;
+        p->hash = h;
+        *slot = (uint32_t)n->n_props;
+    }
+    return &n->props[*slot - 1];
+}
+
+/*
+ * properties and required, together: one hashed table of every name either
+ * one mentions, so that one pass over an instance's keys answers both.
+ */
+static int compile_props(cctx_t *cc, node_t *n, const json_t *props, const json_t *req, const seg_t *path)
+{
+    seg_t at_props = {path, "properties", 10, false}, at_req = {path, "required", 8, false};
+    if (props != NULL && !json_is_object(props)) {
+        cfail(cc, &at_props, "expected an object");
+        return -1;
+    }
+    if (req != NULL && !json_is_array(req)) {
+        cfail(cc, &at_req, "expected an array of strings");
+        return -1;
+    }
+    size_t total = json_object_size(props) + json_array_size(req);
+    size_t cap = 4;
+    while (cap < total * 2)
+        cap *= 2;
+    n->props = calloc(total ? total : 1, sizeof *n->props);
+    n->ptab = calloc(cap, sizeof *n->ptab);
+    n->req = calloc(json_array_size(req) + 1, sizeof *n->req);
+    if (n->props == NULL || n->ptab == NULL || n->req == NULL) {
+        cfail(cc, path, "out of memory");
+        return -1;
+    }
+    n->pmask = (uint32_t)(cap - 1);
+    if (props != NULL) {
+        for (void *it = json_object_iter((json_t *)props); it;
+             it = json_object_iter_next((json_t *)props, it)) {
+            const char *k = json_object_iter_key(it);
+            size_t klen = json_object_iter_key_len(it);
+            seg_t at = {&at_props, k, klen, false};
+            prop_t *p = prop_add(n, k, klen);
+            if ((p->schema = compile(cc, json_object_iter_value(it), &at)) == NULL)
+                return -1;
+        }
+    }
+    for (size_t i = 0; i < json_array_size(req); i++) {
+        const json_t *name = json_array_get(req, i);
+        if (!json_is_string(name)) {
+            seg_t at = {&at_req, NULL, i, false};
+            cfail(cc, &at, "expected a string");
+            return -1;
+        }
+        prop_t *p = prop_add(n, json_string_value(name), json_string_length(name));
+        if (i < 64)
+            p->req_bits |= (uint64_t)1 << i;
+        n->req[n->n_req++] = (uint32_t)(p - n->props);
+    }
+    if (n->n_props > 0)
+        n->groups |= G_OBJECT;
+    return 0;
+}
+
+/* patternProperties: each key a regex, each value a schema. */
+static int compile_pattern_props(cctx_t *cc, node_t *n, const json_t *v, const seg_t *path)
+{
+    if (!json_is_object(v)) {
+        cfail(cc, path, "expected an object");
+        return -1;
+    }
+    n->pprops = calloc(json_object_size(v) + 1, sizeof *n->pprops);
+    if (n->pprops == NULL) {
+        cfail(cc, path, "out of memory");
+        return -1;
+    }
+    for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+        const char *k = json_object_iter_key(it);
+        seg_t at = {path, k, json_object_iter_key_len(it), false};
+        pattern_prop_t *pp = &n->pprops[n->n_pprops++];
+        if (regex_compile(cc, &pp->re, k, json_object_iter_key_len(it), &at) < 0 ||
+            (pp->schema = compile(cc, json_object_iter_value(it), &at)) == NULL)
+            return -1;
+    }
+    n->groups |= G_OBJECT;
+    return 0;
+}
+
+/* dependencies: per property, an array of names that must come with it, or a schema. */
+static int compile_deps(cctx_t *cc, node_t *n, const json_t *v, const seg_t *path)
+{
+    if (!json_is_object(v)) {
+        cfail(cc, path, "expected an object");
+        return -1;
+    }
+    n->deps = calloc(json_object_size(v) + 1, sizeof *n->deps);
+    if (n->deps == NULL) {
+        cfail(cc, path, "out of memory");
+        return -1;
+    }
+    for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+        const json_t *d = json_object_iter_value(it);
+        seg_t at = {path, json_object_iter_key(it), json_object_iter_key_len(it), false};
+        dep_t *dep = &n->deps[n->n_deps++];
+        dep->name = at.key;
+        dep->len = at.n;
+        if (json_is_array(d)) {
+            for (size_t i = 0; i < json_array_size(d); i++) {
+                if (!json_is_string(json_array_get(d, i))) {
+                    seg_t ai = {&at, NULL, i, false};
+                    cfail(cc, &ai, "expected a string");
+                    return -1;
+                }
+            }
+            dep->need = d;
+        } else if ((dep->schema = compile(cc, d, &at)) == NULL) {
+            return -1;
+        }
+    }
+    n->groups |= G_OBJECT;
+    return 0;
+}
+
+/* type: a name or an array of names, into a bit set. */
+static int compile_type(cctx_t *cc, node_t *n, const json_t *v, const seg_t *path)
+{
+    size_t count = json_is_array(v) ? json_array_size(v) : 1;
+    if (!json_is_string(v) && !json_is_array(v)) {
+        cfail(cc, path, "expected a type name or an array of them");
+        return -1;
+    }
+    n->has_type = true;
+    for (size_t i = 0; i < count; i++) {
+        const json_t *t = json_is_array(v) ? json_array_get(v, i) : v;
+        seg_t at = {path, NULL, i, false};
+        const seg_t *where = json_is_array(v) ? &at : path;
+        if (!json_is_string(t)) {
+            cfail(cc, where, "expected a type name");
+            return -1;
+        }
+        size_t k;
+        for (k = 0; k < N_TYPES; k++)
+            if (strcmp(json_string_value(t), type_names[k].name) == 0)
+                break;
+        if (k == N_TYPES) {
+            char q[96];
+            cfail(cc, where, "unknown type %s",
+                  quoted(json_string_value(t), json_string_length(t), q, sizeof q));
+            return -1;
+        }
+        n->types |= type_names[k].bit;
+    }
+    return 0;
+}
+
+/* The keywords of one schema object, each with how it is read. */
+typedef enum {
+    K_TYPE,
+    K_ENUM,
+    K_CONST,
+    K_PROPERTIES,
+    K_REQUIRED,
+    K_PATTERN_PROPS,
+    K_ADDITIONAL_PROPS,
+    K_PROPERTY_NAMES,
+    K_MIN_PROPS,
+    K_MAX_PROPS,
+    K_DEPENDENCIES,
+    K_ITEMS,
+    K_ADDITIONAL_ITEMS,
+    K_MIN_ITEMS,
+    K_MAX_ITEMS,
+    K_UNIQUE,
+    K_CONTAINS,
+    K_MIN_LEN,
+    K_MAX_LEN,
+    K_PATTERN,
+    K_MINIMUM,
+    K_MAXIMUM,
+    K_XMINIMUM,
+    K_XMAXIMUM,
+    K_MULTIPLE_OF,
+    K_ALL_OF,
+    K_ANY_OF,
+    K_ONE_OF,
+    K_NOT,
+    K_IF,
+    K_THEN,
+    K_ELSE,
+    K_DEFINITIONS,
+} kw_t;
+
+static const struct {
+    const char *name;
+    kw_t kw;
+} keywords[] = {
+    {"type", K_TYPE},
+    {"enum", K_ENUM},
+    {"const", K_CONST},
+    {"properties", K_PROPERTIES},
+    {"required", K_REQUIRED},
+    {"patternProperties", K_PATTERN_PROPS},
+    {"additionalProperties", K_ADDITIONAL_PROPS},
+    {"propertyNames", K_PROPERTY_NAMES},
+    {"minProperties", K_MIN_PROPS},
+    {"maxProperties", K_MAX_PROPS},
+    {"dependencies", K_DEPENDENCIES},
+    {"items", K_ITEMS},
+    {"additionalItems", K_ADDITIONAL_ITEMS},
+    {"minItems", K_MIN_ITEMS},
+    {"maxItems", K_MAX_ITEMS},
+    {"uniqueItems", K_UNIQUE},
+    {"contains", K_CONTAINS},
+    {"minLength", K_MIN_LEN},
+    {"maxLength", K_MAX_LEN},
+    {"pattern", K_PATTERN},
+    {"minimum", K_MINIMUM},
+    {"maximum", K_MAXIMUM},
+    {"exclusiveMinimum", K_XMINIMUM},
+    {"exclusiveMaximum", K_XMAXIMUM},
+    {"multipleOf", K_MULTIPLE_OF},
+    {"allOf", K_ALL_OF},
+    {"anyOf", K_ANY_OF},
+    {"oneOf", K_ONE_OF},
+    {"not", K_NOT},
+    {"if", K_IF},
+    {"then", K_THEN},
+    {"else", K_ELSE},
+    {"definitions", K_DEFINITIONS},
+};
+
+/* One keyword of a schema object into n. 0, or -1 with the error recorded. */
+static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, const seg_t *at)
+{
+    switch (kw) {
+    case K_TYPE:
+        return compile_type(cc, n, v, at);
+    case K_ENUM:
+        if (!json_is_array(v)) {
+            cfail(cc, at, "expected an array");
+            return -1;
+        }
+        n->enum_ = v;
+        return 0;
+    case K_CONST:
+        n->const_ = v;
+        return 0;
+    case K_PROPERTIES:
+    case K_REQUIRED:
+        return 0; /* compile_props, once both are known */
+    case K_PATTERN_PROPS:
+        return compile_pattern_props(cc, n, v, at);
+    case K_ADDITIONAL_PROPS:
+        n->groups |= G_OBJECT;
+        return (n->additional = compile(cc, v, at)) ? 0 : -1;
+    case K_PROPERTY_NAMES:
+        n->groups |= G_OBJECT;
+        return (n->prop_names = compile(cc, v, at)) ? 0 : -1;
+    case K_MIN_PROPS:
+        n->groups |= G_OBJECT;
+        return get_size(cc, v, at, &n->min_props);
+    case K_MAX_PROPS:
+        n->groups |= G_OBJECT;
+        return get_size(cc, v, at, &n->max_props);
+    case K_DEPENDENCIES:
+        return compile_deps(cc, n, v, at);
+    case K_ITEMS:
+        n->groups |= G_ARRAY;
+        if (json_is_array(v)) {
+            n->tuple_form = true;
+            return compile_list(cc, v, at, false, &n->tuple, &n->n_tuple);
+        }
+        return (n->items = compile(cc, v, at)) ? 0 : -1;
+    case K_ADDITIONAL_ITEMS:
+        n->groups |= G_ARRAY;
+        return (n->add_items = compile(cc, v, at)) ? 0 : -1;
+    case K_MIN_ITEMS:
+        n->groups |= G_ARRAY;
+        return get_size(cc, v, at, &n->min_items);
+    case K_MAX_ITEMS:
+        n->groups |= G_ARRAY;
+        return get_size(cc, v, at, &n->max_items);
+    case K_UNIQUE:
+        if (!json_is_boolean(v)) {
+            cfail(cc, at, "expected a boolean");
+            return -1;
+        }
+        n->groups |= G_ARRAY;
+        n->unique = json_is_true(v);
+        return 0;
+    case K_CONTAINS:
+        n->groups |= G_ARRAY;
+        return (n->contains = compile(cc, v, at)) ? 0 : -1;
+    case K_MIN_LEN:
+        n->groups |= G_STRING;
+        return get_size(cc, v, at, &n->min_len);
+    case K_MAX_LEN:
+        n->groups |= G_STRING;
+        return get_size(cc, v, at, &n->max_len);
+    case K_PATTERN:
+        if (!json_is_string(v)) {
+            cfail(cc, at, "expected a string");
+            return -1;
+        }
+        n->groups |= G_STRING;
+        return regex_compile(cc, &n->pattern, json_string_value(v), json_string_length(v), at);
+    case K_MINIMUM:
+    case K_MAXIMUM:
+    case K_XMINIMUM:
+    case K_XMAXIMUM:
+    case K_MULTIPLE_OF:
+        if (!is_number(v) || (kw == K_MULTIPLE_OF && !(num_value(v) > 0))) {
+            cfail(cc, at, kw == K_MULTIPLE_OF ? "expected a number greater than 0" : "expected a number");
+            return -1;
+        }
+        n->groups |= G_NUMBER;
+        *(kw == K_MINIMUM    ? &n->minimum
+          : kw == K_MAXIMUM  ? &n->maximum
+          : kw == K_XMINIMUM ? &n->xminimum
+          : kw == K_XMAXIMUM ? &n->xmaximum
+                             : &n->multiple_of) = v;
+        return 0;
+    case K_ALL_OF:
+        n->groups |= G_COMBINE;
+        return compile_list(cc, v, at, true, &n->all_of, &n->n_all);
+    case K_ANY_OF:
+        n->groups |= G_COMBINE;
+        return compile_list(cc, v, at, true, &n->any_of, &n->n_any);
+    case K_ONE_OF:
+        n->groups |= G_COMBINE;
+        return compile_list(cc, v, at, true, &n->one_of, &n->n_one);
+    case K_NOT:
+        n->groups |= G_COMBINE;
+        return (n->not_ = compile(cc, v, at)) ? 0 : -1;
+    case K_IF:
+        n->groups |= G_COMBINE;
+        return (n->if_ = compile(cc, v, at)) ? 0 : -1;
+    case K_THEN:
+        return (n->then_ = compile(cc, v, at)) ? 0 : -1;
+    case K_ELSE:
+        return (n->else_ = compile(cc, v, at)) ? 0 : -1;
+    case K_DEFINITIONS:
+        /* Compiled now, so a broken definition is an error even unused. */
+        if (!json_is_object(v)) {
+            cfail(cc, at, "expected an object");
+            return -1;
+        }
+        for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+            seg_t d = {at, json_object_iter_key(it), json_object_iter_key_len(it), false};
+            if (compile(cc, json_object_iter_value(it), &d) == NULL)
+                return -1;
+        }
+        return 0;
+    }
+    return 0;
+}
+
+/* Decodes %XX in s into a malloc'd string (*n bytes, NUL-terminated), or NULL. */
+static char *percent_decode(const char *s, size_t len, size_t *n)
+{
+    char *out = malloc(len + 1);
+    size_t o = 0;
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] != '%') {
+            out[o++] = s[i];
+            continue;
+        }
+        unsigned v = 0;
+        for (int k = 1; k <= 2; k++) {
+            char c = 0;
+            if (i + (size_t)k < len)
+                c = s[i + (size_t)k];
+            int d = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
+            if (d < 0) {
+                free(out);
+                return NULL;
+            }
+            v = v * 16 + (unsigned)d;
+        }
+        out[o++] = (char)v;
+        i += 2;
+    }
+    out[o] = 0;
+    *n = o;
+    return out;
+}
+
+/* Keys whose values are data, not schemas: never searched for "$id" or "$ref". */
+static bool is_data_key(const char *k)
+{
+    return strcmp(k, "enum") == 0 || strcmp(k, "const") == 0 || strcmp(k, "default") == 0 ||
+           strcmp(k, "examples") == 0;
+}
+
+/* Appends "/" and key escaped per RFC 6901. */
+static int put_token(tp_buf_t *b, const char *key, size_t n)
+{
+    seg_t one = {NULL, key, n, false};
+    return put_pointer(b, &one);
+}
+
+/*
+ * The subschema whose "$id" is exactly id ("#name", or a whole URI),
+ * searched depth first; ptr gets its JSON Pointer.
+ */
+static const json_t *find_id(const json_t *v, const char *id, size_t n, int depth, tp_buf_t *ptr)
+{
+    size_t mark = ptr->len;
+    if (depth > TP_SCHEMA_MAX_DEPTH)
+        return NULL;
+    if (json_is_object(v)) {
+        const json_t *x = json_object_get(v, "$id");
+        if (json_is_string(x) && json_string_length(x) == n && memcmp(json_string_value(x), id, n) == 0)
+            return v;
+        for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+            const char *k = json_object_iter_key(it);
+            if (is_data_key(k))
+                continue;
+            if (put_token(ptr, k, json_object_iter_key_len(it)) < 0)
+                return NULL;
+            if ((x = find_id(json_object_iter_value(it), id, n, depth + 1, ptr)) != NULL)
+                return x;
+            ptr->len = mark;
+        }
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (tp_buf_printf(ptr, "/%zu", i) < 0)
+                return NULL;
+            const json_t *x = find_id(json_array_get(v, i), id, n, depth + 1, ptr);
+            if (x != NULL)
+                return x;
+            ptr->len = mark;
+        }
+    }
+    return NULL;
+}
+
+/* A reference with a scheme ("http:", "urn:"): it means the same under any base. */
+static bool is_absolute_uri(const char *s)
+{
+    size_t i = 0;
+    if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z')))
+        return false;
+    while (s[i] && (strchr("+-.", s[i]) || (s[i] >= '0' && s[i] <= '9') ||
+                    ((s[i] | 0x20) >= 'a' && (s[i] | 0x20) <= 'z')))
+        i++;
+    return s[i] == ':';
+}
+
+/*
+ * draft-07 lets a subschema's "$id" change the base URI that the $refs
+ * under it resolve against; this module resolves against the document. So
+ * a relative $ref under such a subschema (which would silently mean
+ * something else here) is an error, found by this walk over the document
+ * before anything is compiled. ptr is the pointer of v; scope the "$id" in
+ * force, or NULL.
+ */
+static int check_id_scopes(cctx_t *cc, const json_t *v, const json_t *scope, tp_buf_t *ptr, int depth)
+{
+    size_t mark = ptr->len;
+    if (depth > TP_SCHEMA_MAX_DEPTH)
+        return 0; /* compile() says it */
+    if (json_is_object(v)) {
+        const json_t *id = json_object_get(v, "$id"), *ref = json_object_get(v, "$ref");
+        if (json_is_string(ref) && scope != NULL && !is_absolute_uri(json_string_value(ref))) {
+            char q[160], qs[160];
+            seg_t at = {NULL, (const char *)ptr->data, ptr->len, true}, r = {&at, "$ref", 4, false};
+            cfail(cc, &r,
+                  "reference %s is under a subschema with \"$id\" %s (a base URI change): not supported",
+                  quoted(json_string_value(ref), json_string_length(ref), q, sizeof q),
+                  quoted(json_string_value(scope), json_string_length(scope), qs, sizeof qs));
+            return -1;
+        }
+        /* The root's $id is the document's base; a $ref's sibling $id is ignored. */
+        if (depth > 0 && ref == NULL && json_is_string(id) && json_string_value(id)[0] != '#')
+            scope = id;
+        for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+            const char *k = json_object_iter_key(it);
+            if (is_data_key(k))
+                continue;
+            if (put_token(ptr, k, json_object_iter_key_len(it)) < 0) {
+                cfail(cc, NULL, "out of memory");
+                return -1;
+            }
+            if (check_id_scopes(cc, json_object_iter_value(it), scope, ptr, depth + 1) < 0)
+                return -1;
+            ptr->len = mark;
+        }
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            if (tp_buf_printf(ptr, "/%zu", i) < 0) {
+                cfail(cc, NULL, "out of memory");
+                return -1;
+            }
+            if (check_id_scopes(cc, json_array_get(v, i), scope, ptr, depth + 1) < 0)
+                return -1;
+            ptr->len = mark;
+        }
+    }
+    return 0;
+}
+
+/* Walks JSON Pointer p (n bytes, already percent-decoded) from doc. */
+static const json_t *walk_pointer(const json_t *doc, const char *p, size_t n)
+{
+    const json_t *cur = doc;
+    size_t i = 0;
+    char *tok = malloc(n + 1);
+    if (tok == NULL)
+        return NULL;
+    while (cur != NULL && i < n) {
+        /* p[i] == '/': one reference token up to the next '/' */
+        size_t t = 0;
+        for (i++; i < n && p[i] != '/'; i++) {
+            if (p[i] != '~') {
+                tok[t++] = p[i];
+            } else if (i + 1 < n && (p[i + 1] == '0' || p[i + 1] == '1')) {
+                tok[t++] = p[++i] == '0' ? '~' : '/';
+            } else {
+                cur = NULL;
+                break;
+            }
+        }
+        if (cur == NULL)
+            break;
+        if (json_is_object(cur)) {
+            cur = json_object_getn(cur, tok, t);
+        } else if (json_is_array(cur)) {
+            size_t idx = 0;
+            bool ok = t > 0 && (t == 1 || tok[0] != '0');
+            for (size_t k = 0; ok && k < t; k++) {
+                ok = tok[k] >= '0' && tok[k] <= '9' && idx < SIZE_MAX / 10;
+                idx = idx * 10 + (size_t)(tok[k] - '0');
+            }
+            cur = ok ? json_array_get(cur, idx) : NULL;
+        } else {
+            cur = NULL;
+        }
+    }
+    free(tok);
+    return cur;
+}
+
+/*
+ * The value a $ref names, or NULL. Local only: "#", "#/json/pointer",
+ * "#name" (a subschema with that "$id"), any of these after the root's own
+ * "$id", or a URI that is exactly some subschema's "$id". *where gets the
+ * target's JSON Pointer, for error paths (malloc'd).
+ */
+static const json_t *resolve(cctx_t *cc, const char *ref, size_t len, char **where)
+{
+    const json_t *doc = cc->s->doc, *target = NULL;
+    const char *hash = memchr(ref, '#', len);
+    size_t base = hash ? (size_t)(hash - ref) : len, n;
+    tp_buf_t ptr = {0};
+    char *frag = NULL;
+    *where = NULL;
+    if (base > 0) {
+        /* The root's own URI: its "$id" with the fragment (if any) dropped. */
+        const char *id = cc->root_id ? json_string_value(cc->root_id) : NULL;
+        size_t idlen = id ? strcspn(id, "#") : 0;
+        if (id == NULL || idlen != base || memcmp(id, ref, base) != 0) {
+            target = find_id(doc, ref, len, 0, &ptr);
+            goto out;
+        }
+    }
+    if ((frag = percent_decode(hash ? hash + 1 : "", hash ? len - base - 1 : 0, &n)) == NULL)
+        goto out;
+    if (n == 0) {
+        target = doc;
+    } else if (frag[0] == '/') {
+        target = walk_pointer(doc, frag, n);
+        if (tp_buf_append(&ptr, frag, n) < 0)
+            target = NULL;
+    } else if (tp_buf_puts(&ptr, "#") == 0 && tp_buf_append(&ptr, frag, n) == 0) {
+        char *id = strndup((const char *)ptr.data, ptr.len);
+        ptr.len = 0;
+        target = id ? find_id(doc, id, n + 1, 0, &ptr) : NULL;
+        free(id);
+    }
+out:
+    free(frag);
+    if (target != NULL && tp_buf_append(&ptr, "", 1) == 0) {
+        *where = (char *)ptr.data;
+        return target;
+    }
+    tp_buf_free(&ptr);
+    return NULL;
+}
+
+/* "$ref": resolved now; compiled (or found compiled) as the target's node. */
+static int compile_ref(cctx_t *cc, node_t *n, const json_t *ref, const seg_t *path)
+{
+    seg_t at = {path, "$ref", 4, false};
+    char q[160], *where;
+    if (!json_is_string(ref)) {
+        cfail(cc, &at, "expected a string");
+        return -1;
+    }
+    quoted(json_string_value(ref), json_string_length(ref), q, sizeof q);
+    const json_t *target = resolve(cc, json_string_value(ref), json_string_length(ref), &where);
+    if (target == NULL) {
+        cfail(cc, &at, "unresolvable reference %s%s", q,
+              json_string_value(ref)[0] == '#' ? "" : " (only references within this schema are supported)");
+        return -1;
+    }
+    /* For the cycle check after compiling: where this $ref is and what it says. */
+    tp_buf_t b = {0};
+    if (put_location(&b, &at) < 0 || tp_buf_printf(&b, ": circular reference %s", q) < 0 ||
+        tp_buf_append(&b, "", 1) < 0) {
+        tp_buf_free(&b);
+        free(where);
+        cfail(cc, &at, "out of memory");
+        return -1;
+    }
+    n->ref_where = (char *)b.data;
+    seg_t tpath = {NULL, where, strlen(where), true};
+    n->ref = compile(cc, target, *where ? &tpath : NULL);
+    free(where);
+    return n->ref ? 0 : -1;
+}
+
+/*
+ * Compiles one schema value (object or boolean) into a node, or returns the
+ * node it already became. NULL on error (recorded in cc).
+ */
+static node_t *compile(cctx_t *cc, const json_t *js, const seg_t *path)
+{
+    node_t *n = memo_get(cc, js);
+    if (n != NULL || cc->failed)
+        return n;
+    if (!json_is_object(js) && !json_is_boolean(js)) {
+        cfail(cc, path, "expected a schema (an object or a boolean), got %s", type_name(js));
+        return NULL;
+    }
+    if (cc->depth >= TP_SCHEMA_MAX_DEPTH) {
+        cfail(cc, path, "schema nested too deeply");
+        return NULL;
+    }
+    if ((n = node_new(cc, js, path)) == NULL)
+        return NULL;
+    if (json_is_boolean(js)) {
+        n->kind = json_is_true(js) ? N_TRUE : N_FALSE;
+        return n;
+    }
+    cc->depth++;
+    const json_t *ref = json_object_get(js, "$ref");
+    if (ref != NULL) {
+        n->kind = N_REF; /* draft-07: its siblings are ignored */
+        int rc = compile_ref(cc, n, ref, path);
+        cc->depth--;
+        return rc == 0 ? n : NULL;
+    }
+    n->kind = N_SCHEMA;
+    const json_t *props = NULL, *req = NULL;
+    for (void *it = json_object_iter((json_t *)js); it; it = json_object_iter_next((json_t *)js, it)) {
+        const char *k = json_object_iter_key(it);
+        size_t i;
+        for (i = 0; i < sizeof keywords / sizeof keywords[0]; i++)
+            if (strcmp(k, keywords[i].name) == 0)
+                break;
+        if (i == sizeof keywords / sizeof keywords[0])
+            continue; /* unknown keywords are ignored */
+        seg_t at = {path, k, json_object_iter_key_len(it), false};
+        const json_t *v = json_object_iter_value(it);
+        if (keywords[i].kw == K_PROPERTIES)
+            props = v;
+        else if (keywords[i].kw == K_REQUIRED)
+            req = v;
+        if (compile_keyword(cc, n, keywords[i].kw, v, &at) < 0)
+            goto fail;
+    }
+    if ((props || req) && compile_props(cc, n, props, req, path) < 0)
+        goto fail;
+    if (n->n_deps > 0 || n->additional || n->prop_names || n->min_props || n->max_props != SIZE_MAX)
+        n->groups |= G_OBJECT;
+    cc->depth--;
+    return n;
+fail:
+    cc->depth--;
+    return NULL;
+}
+
+/* A node and what it owns; what it borrows (from the document) stays. */
+static void node_free(node_t *n)
+{
+    free(n->ref_where);
+    free(n->props);
+    free(n->ptab);
+    free(n->req);
+    for (size_t i = 0; i < n->n_pprops; i++)
+        pcre2_code_free(n->pprops[i].re.code);
+    free(n->pprops);
+    free(n->deps);
+    free(n->tuple);
+    pcre2_code_free(n->pattern.code);
+    free(n->all_of);
+    free(n->any_of);
+    free(n->one_of);
+    free(n);
+}
+
+/* Every node, then the document copy they borrowed from. NULL is fine. */
+void tp_schema_free(tp_schema_t *s)
+{
+    if (s == NULL)
+        return;
+    for (size_t i = 0; i < s->n_nodes; i++)
+        node_free(s->nodes[i]);
+    free(s->nodes);
+    json_decref(s->doc);
+    free(s);
+}
+
+/*
+ * Depth-first over the subschemas that apply to the same value as n ($ref,
+ * allOf, anyOf, oneOf, not, if, then, else, dependencies), looking for a
+ * way back to a node on the stack: {"$ref": "#"} at the root, or
+ * {"anyOf": [{"type": "string"}, {"$ref": "#"}]}. Validating one would
+ * come back where it started without descending into the instance, for
+ * ever. Such a loop always passes a $ref; the error names the last one.
+ */
+static int same_value_loop(cctx_t *cc, node_t *n, node_t **stack, size_t depth)
+{
+    if (n->mark == 2)
+        return 0;
+    if (n->mark == 1) {
+        for (size_t i = depth; i-- > 0;) {
+            if (stack[i]->kind == N_REF) {
+                if (cc->err && cc->errlen)
+                    snprintf(cc->err, cc->errlen, "%s", stack[i]->ref_where);
+                return -1;
+            }
+            if (stack[i] == n)
+                break;
+        }
+        return 0; /* not reached: a loop needs a $ref */
+    }
+    if (depth >= TP_SCHEMA_MAX_DEPTH)
+        return 0; /* too long to search; validation's depth guard stays */
+    n->mark = 1;
+    stack[depth] = n;
+    node_t *one[] = {n->ref, n->not_, n->if_, n->then_, n->else_};
+    node_t **lists[] = {n->all_of, n->any_of, n->one_of};
+    size_t sizes[] = {n->n_all, n->n_any, n->n_one};
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
+        if (one[i] != NULL && same_value_loop(cc, one[i], stack, depth + 1) < 0)
+            return -1;
+    for (size_t l = 0; l < 3; l++)
+        for (size_t i = 0; i < sizes[l]; i++)
+            if (same_value_loop(cc, lists[l][i], stack, depth + 1) < 0)
+                return -1;
+    for (size_t i = 0; i < n->n_deps; i++)
+        if (n->deps[i].schema != NULL && same_value_loop(cc, n->deps[i].schema, stack, depth + 1) < 0)
+            return -1;
+    n->mark = 2;
+    return 0;
+}
+
+/*
+ * After compiling: no same-value loops (above), then every $ref chain
+ * collapsed so an N_REF points straight at a node that is not one.
+ */
+static int finish_refs(cctx_t *cc)
+{
+    tp_schema_t *s = cc->s;
+    node_t **stack = malloc((TP_SCHEMA_MAX_DEPTH + 1) * sizeof *stack);
+    if (stack == NULL) {
+        cfail(cc, NULL, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < s->n_nodes; i++) {
+        if (same_value_loop(cc, s->nodes[i], stack, 0) < 0) {
+            free(stack);
+            return -1;
+        }
+    }
+    free(stack);
+    for (size_t i = 0; i < s->n_nodes; i++) {
+        node_t *n = s->nodes[i];
+        if (n->kind != N_REF)
+            continue;
+        while (n->ref->kind == N_REF)
+            n->ref = n->ref->ref;
+    }
+    return 0;
+}
+
+/*
+ * Deep-copies schema, refuses $refs under a changed base URI, compiles from
+ * the root, then checks and collapses the $refs. See schema.h.
+ */
+tp_schema_t *tp_schema_compile(const json_t *schema, char *err, size_t errlen)
+{
+    cctx_t cc = {.err = err, .errlen = errlen};
+    if (err && errlen)
+        err[0] = 0;
+    if (schema == NULL) {
+        if (err && errlen)
+            snprintf(err, errlen, "(root): no schema");
+        return NULL;
+    }
+    cc.s = calloc(1, sizeof *cc.s);
+    if (cc.s == NULL || (cc.s->doc = json_deep_copy(schema)) == NULL) {
+        if (err && errlen)
+            snprintf(err, errlen, "(root): out of memory");
+        goto fail;
+    }
+    cc.root_id = json_is_object(cc.s->doc) ? json_object_get(cc.s->doc, "$id") : NULL;
+    if (!json_is_string(cc.root_id))
+        cc.root_id = NULL;
+    cc.pcc = pcre2_compile_context_create(NULL);
+    if (cc.pcc == NULL || pcre2_set_compile_extra_options(cc.pcc, PCRE2_EXTRA_ALT_BSUX) != 0) {
+        cfail(&cc, NULL, "out of memory");
+        goto fail;
+    }
+    tp_buf_t ptr = {0};
+    int scoped = check_id_scopes(&cc, cc.s->doc, NULL, &ptr, 0);
+    tp_buf_free(&ptr);
+    if (scoped < 0)
+        goto fail;
+    cc.s->root = compile(&cc, cc.s->doc, NULL);
+    if (cc.s->root == NULL || finish_refs(&cc) < 0)
+        goto fail;
+    pcre2_compile_context_free(cc.pcc);
+    free(cc.memo);
+    return cc.s;
+fail:
+    pcre2_compile_context_free(cc.pcc);
+    free(cc.memo);
+    tp_schema_free(cc.s);
+    return NULL;
+}
+
+/* ---- validating ---- */
+
+typedef struct {
+    tp_buf_t *out; /* messages, or NULL */
+    int max;       /* most messages written */
+    int written;
+    int count;  /* violations found */
+    bool quiet; /* a verdict only: stop at the first violation */
+    bool oom;
+    int depth;
+    pcre2_match_data *md; /* made on the first regex match, freed at the end */
+} vctx_t;
+
+static void v_node(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path);
+
+/*
+ * Counts one violation at path and returns the buffer to write what it is
+ * into ("POINTER: " already there), or NULL when nothing is to be written
+ * (quiet, no msg, or past the cap).
+ */
+static tp_buf_t *violation(vctx_t *c, const seg_t *path)
+{
+    c->count++;
+    if (c->quiet || c->out == NULL || c->written >= c->max)
+        return NULL;
+    if ((c->written++ && tp_buf_puts(c->out, "; ") < 0) || put_location(c->out, path) < 0 ||
+        tp_buf_puts(c->out, ": ") < 0) {
+        c->oom = true;
+        return NULL;
+    }
+    return c->out;
+}
+
+/* Message pieces: each remembers a failed allocation in c->oom. */
+static void put(vctx_t *c, tp_buf_t *b, const char *s)
+{
+    if (tp_buf_puts(b, s) < 0)
+        c->oom = true;
+}
+
+__attribute__((format(printf, 3, 4))) static void putf(vctx_t *c, tp_buf_t *b, const char *fmt, ...)
+{
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    put(c, b, tmp);
+}
+
+static void put_value(vctx_t *c, tp_buf_t *b, const json_t *v, size_t limit)
+{
+    if (put_short(b, v, limit) < 0)
+        c->oom = true;
+}
+
+/* "number 5", "string \"x\"", "null": what a type violation says it got. */
+static void put_typed(vctx_t *c, tp_buf_t *b, const json_t *v)
+{
+    if (!json_is_null(v)) {
+        put(c, b, type_name(v));
+        put(c, b, " ");
+    }
+    put_value(c, b, v, SHORT);
+}
+
+/* "string", "string or null", "string, number or null". */
+static void put_types(vctx_t *c, tp_buf_t *b, unsigned types)
+{
+    size_t total = 0, k = 0;
+    for (size_t i = 0; i < N_TYPES; i++)
+        total += (types & type_names[i].bit) != 0;
+    for (size_t i = 0; i < N_TYPES; i++) {
+        if (!(types & type_names[i].bit))
+            continue;
+        if (k > 0)
+            put(c, b, k + 1 == total ? " or " : ", ");
+        put(c, b, type_names[i].name);
+        k++;
+    }
+    if (total == 0)
+        put(c, b, "no type at all (\"type\" is [])");
+}
+
+/* Runs n on inst for a verdict only: true when valid. */
+static bool v_quiet(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
+{
+    int count = c->count;
+    bool quiet = c->quiet;
+    c->count = 0;
+    c->quiet = true;
+    v_node(c, n, inst, path);
+    bool ok = c->count == 0;
+    c->count = count;
+    c->quiet = quiet;
+    return ok;
+}
+
+/*
+ * Appends what n finds wrong with inst, its first violation only, for a
+ * summary (anyOf, oneOf, propertyNames): without the pointer when it is
+ * the summary's own (here), with it when deeper; "(+N more)" when there
+ * were others.
+ */
+static void put_first(vctx_t *c, tp_buf_t *b, const node_t *n, const json_t *inst, const seg_t *path,
+                      const char *here, size_t here_len)
+{
+    tp_buf_t tmp = {0};
+    tp_buf_t *out = c->out;
+    int max = c->max, written = c->written, count = c->count;
+    bool quiet = c->quiet;
+    c->out = &tmp;
+    c->max = 1;
+    c->written = c->count = 0;
+    c->quiet = false;
+    v_node(c, n, inst, path);
+    int found = c->count;
+    c->out = out;
+    c->max = max;
+    c->written = written;
+    c->count = count;
+    c->quiet = quiet;
+    const char *s = (const char *)tmp.data;
+    size_t len = tmp.len;
+    if (len > here_len + 2 && memcmp(s, here, here_len) == 0 && memcmp(s + here_len, ": ", 2) == 0) {
+        s += here_len + 2;
+        len -= here_len + 2;
+    }
+    size_t keep = utf8_cut(s, len, SHORT_ALT);
+    if (tp_buf_append(b, s, keep) < 0)
+        c->oom = true;
+    if (keep < len)
+        put(c, b, "...");
+    if (found > 1)
+        putf(c, b, " (+%d more)", found - 1);
+    tp_buf_free(&tmp);
+}
+
+/*
+ * The summary of alternatives none of which matched:
+ * "matched none of 2 alternatives: (1) ... (2) ...".
+ */
+static void put_alternatives(vctx_t *c, tp_buf_t *b, node_t *const *alts, size_t n, const char *which,
+                             const json_t *inst, const seg_t *path)
+{
+    tp_buf_t here = {0};
+    if (put_location(&here, path) < 0)
+        c->oom = true;
+    putf(c, b, "matched none of %zu alternatives%s:", n, which);
+    for (size_t i = 0; i < n && i < MAX_ALTS; i++) {
+        putf(c, b, " (%zu) ", i + 1);
+        put_first(c, b, alts[i], inst, path, (const char *)here.data, here.len);
+    }
+    if (n > MAX_ALTS)
+        putf(c, b, " (and %zu more)", n - MAX_ALTS);
+    tp_buf_free(&here);
+}
+
+/* The false schema, directly or through a $ref: said by its keyword's name. */
+static bool is_false(const node_t *n)
+{
+    return (n->kind == N_REF ? n->ref : n)->kind == N_FALSE;
+}
+
+/* Does re match anywhere in s? A failure to run it counts as no match. */
+static bool v_match(vctx_t *c, const re_t *re, const char *s, size_t n)
+{
+    if (c->md == NULL && (c->md = pcre2_match_data_create(1, NULL)) == NULL) {
+        c->oom = true;
+        return false;
+    }
+    int rc = re->jit ? pcre2_jit_match(re->code, (PCRE2_SPTR)s, n, 0, 0, c->md, NULL)
+                     : pcre2_match(re->code, (PCRE2_SPTR)s, n, 0, 0, c->md, NULL);
+    return rc >= 0; /* 0: matched, the ovector too small to say where */
+}
+
+/* propertyNames: the name as a JSON string, checked against the schema. */
+static void v_name(vctx_t *c, const node_t *n, const char *key, size_t klen, const seg_t *path)
+{
+    json_t *name = json_stringn_nocheck(key, klen);
+    if (name == NULL) {
+        c->oom = true;
+        return;
+    }
+    if (!v_quiet(c, n->prop_names, name, path)) {
+        tp_buf_t *b = violation(c, path);
+        if (b != NULL) {
+            tp_buf_t here = {0};
+            if (put_location(&here, path) < 0)
+                c->oom = true;
+            put(c, b, "invalid property name ");
+            put_value(c, b, name, SHORT);
+            put(c, b, ": ");
+            put_first(c, b, n->prop_names, name, path, (const char *)here.data, here.len);
+            tp_buf_free(&here);
+        }
+    }
+    json_decref(name);
+}
+
+/*
+ * The object keywords, in one pass over the instance's keys (each looked
+ * up in the hashed table of properties and required names, matched against
+ * the patterns, else given to additionalProperties), then the required
+ * names the pass did not see, then dependencies.
+ */
+static void v_object(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
+{
+    size_t size = json_object_size(inst);
+    tp_buf_t *b;
+    if (size < n->min_props && (b = violation(c, path)) != NULL)
+        putf(c, b, "expected at least %zu propert%s, got %zu", n->min_props, n->min_props == 1 ? "y" : "ies",
+             size);
+    if (size > n->max_props && (b = violation(c, path)) != NULL)
+        putf(c, b, "expected at most %zu propert%s, got %zu", n->max_props, n->max_props == 1 ? "y" : "ies",
+             size);
+    if (c->quiet && c->count)
+        return;
+    /* One pass over the instance's keys: properties, patterns, the rest. */
+    uint64_t seen = 0;
+    for (void *it = json_object_iter((json_t *)inst); it; it = json_object_iter_next((json_t *)inst, it)) {
+        const char *key = json_object_iter_key(it);
+        size_t klen = json_object_iter_key_len(it);
+        const json_t *val = json_object_iter_value(it);
+        seg_t at = {path, key, klen, false};
+        bool matched = false;
+        if (n->n_props > 0) {
+            uint32_t k = *prop_slot((node_t *)n, key, klen, hash_bytes(key, klen));
+            if (k != 0) {
+                const prop_t *p = &n->props[k - 1];
+                seen |= p->req_bits;
+                if (p->schema != NULL) {
+                    matched = true;
+                    v_node(c, p->schema, val, &at);
+                }
+            }
+        }
+        for (size_t i = 0; i < n->n_pprops; i++) {
+            if (v_match(c, &n->pprops[i].re, key, klen)) {
+                matched = true;
+                v_node(c, n->pprops[i].schema, val, &at);
+            }
+        }
+        if (!matched && n->additional != NULL) {
+            if (is_false(n->additional)) {
+                if ((b = violation(c, &at)) != NULL)
+                    put(c, b, "unexpected property (additionalProperties is false)");
+            } else {
+                v_node(c, n->additional, val, &at);
+            }
+        }
+        if (n->prop_names != NULL)
+            v_name(c, n, key, klen, path);
+        if (c->quiet && c->count)
+            return;
+    }
+    for (size_t i = 0; i < n->n_req; i++) {
+        const prop_t *p = &n->props[n->req[i]];
+        bool present = i < 64 ? (seen >> i & 1) != 0 : json_object_getn(inst, p->name, p->len) != NULL;
+        if (!present && (b = violation(c, path)) != NULL) {
+            put(c, b, "missing required property ");
+            if (tp_json_put_string(b, p->name, p->len) < 0)
+                c->oom = true;
+        }
+        if (c->quiet && c->count)
+            return;
+    }
+    for (size_t i = 0; i < n->n_deps; i++) {
+        const dep_t *d = &n->deps[i];
+        if (json_object_getn(inst, d->name, d->len) == NULL)
+            continue;
+        if (d->schema != NULL) {
+            v_node(c, d->schema, inst, path);
+            continue;
+        }
+        for (size_t k = 0; k < json_array_size(d->need); k++) {
+            const json_t *need = json_array_get(d->need, k);
+            if (json_object_getn(inst, json_string_value(need), json_string_length(need)) != NULL)
+                continue;
+            if ((b = violation(c, path)) != NULL) {
+                put(c, b, "missing property ");
+                put_value(c, b, need, SHORT);
+                put(c, b, " (required when ");
+                if (tp_json_put_string(b, d->name, d->len) < 0)
+                    c->oom = true;
+                put(c, b, " is present)");
+            }
+            if (c->quiet)
+                return;
+        }
+    }
+}
+
+typedef struct {
+    uint64_t h;
+    size_t i;
+} hashed_item_t;
+
+static int hashed_cmp(const void *a, const void *b)
+{
+    const hashed_item_t *x = a, *y = b;
+    if (x->h != y->h)
+        return x->h < y->h ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* The first pair of equal items (i < j, smallest j), or false when unique. */
+static bool find_duplicate(vctx_t *c, const json_t *arr, size_t *pi, size_t *pj)
+{
+    size_t n = json_array_size(arr);
+    if (n <= 32) {
+        for (size_t j = 1; j < n; j++)
+            for (size_t i = 0; i < j; i++)
+                if (json_eq(json_array_get(arr, i), json_array_get(arr, j))) {
+                    *pi = i;
+                    *pj = j;
+                    return true;
+                }
+        return false;
+    }
+    /* Many items: sort by hash, compare only within runs of equal hashes. */
+    hashed_item_t *v = malloc(n * sizeof *v);
+    if (v == NULL) {
+        c->oom = true;
+        return false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        v[i].h = json_hash(json_array_get(arr, i));
+        v[i].i = i;
+    }
+    qsort(v, n, sizeof *v, hashed_cmp);
+    bool found = false;
+    for (size_t a = 0; a < n; a++) {
+        for (size_t b = a + 1; b < n && v[b].h == v[a].h; b++) {
+            /* within a run indices ascend: v[a].i < v[b].i */
+            if ((!found || v[b].i < *pj || (v[b].i == *pj && v[a].i < *pi)) &&
+                json_eq(json_array_get(arr, v[a].i), json_array_get(arr, v[b].i))) {
+                *pi = v[a].i;
+                *pj = v[b].i;
+                found = true;
+            }
+        }
+    }
+    free(v);
+    return found;
+}
+
+/* The array keywords: sizes, items (both forms), uniqueItems, contains. */
+static void v_array(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
+{
+    size_t size = json_array_size(inst);
+    tp_buf_t *b;
+    if (size < n->min_items && (b = violation(c, path)) != NULL)
+        putf(c, b, "expected at least %zu item%s, got %zu", n->min_items, n->min_items == 1 ? "" : "s", size);
+    if (size > n->max_items && (b = violation(c, path)) != NULL)
+        putf(c, b, "expected at most %zu item%s, got %zu", n->max_items, n->max_items == 1 ? "" : "s", size);
+    if (c->quiet && c->count)
+        return;
+    if (n->tuple_form) {
+        for (size_t i = 0; i < size && i < n->n_tuple; i++) {
+            seg_t at = {path, NULL, i, false};
+            v_node(c, n->tuple[i], json_array_get(inst, i), &at);
+            if (c->quiet && c->count)
+                return;
+        }
+        if (size > n->n_tuple && n->add_items != NULL) {
+            if (is_false(n->add_items)) {
+                if ((b = violation(c, path)) != NULL)
+                    putf(c, b, "expected at most %zu item%s (additionalItems is false), got %zu", n->n_tuple,
+                         n->n_tuple == 1 ? "" : "s", size);
+            } else {
+                for (size_t i = n->n_tuple; i < size; i++) {
+                    seg_t at = {path, NULL, i, false};
+                    v_node(c, n->add_items, json_array_get(inst, i), &at);
+                    if (c->quiet && c->count)
+                        return;
+                }
+            }
+        }
+    } else if (n->items != NULL) {
+        for (size_t i = 0; i < size; i++) {
+            seg_t at = {path, NULL, i, false};
+            v_node(c, n->items, json_array_get(inst, i), &at);
+            if (c->quiet && c->count)
+                return;
+        }
+    }
+    size_t i, j;
+    if (n->unique && size > 1 && find_duplicate(c, inst, &i, &j) && (b = violation(c, path)) != NULL) {
+        put(c, b, "expected unique items, got ");
+        put_value(c, b, json_array_get(inst, i), SHORT);
+        putf(c, b, " at %zu and %zu", i, j);
+    }
+    if (n->contains != NULL) {
+        bool found = false;
+        for (size_t k = 0; k < size && !found; k++) {
+            seg_t at = {path, NULL, k, false};
+            found = v_quiet(c, n->contains, json_array_get(inst, k), &at);
+        }
+        if (!found && (b = violation(c, path)) != NULL)
+            putf(c, b, "expected at least one item matching the \"contains\" schema, got none of %zu", size);
+    }
+}
+
+/* minLength and maxLength in code points, then pattern. */
+static void v_string(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
+{
+    const char *s = json_string_value(inst);
+    size_t bytes = json_string_length(inst);
+    tp_buf_t *b;
+    /* A code point is 1 to 4 bytes: count only when the bytes cannot decide. */
+    if ((bytes + 3) / 4 < n->min_len || bytes > n->max_len) {
+        size_t cp = utf8_count(s, bytes);
+        if ((cp < n->min_len || cp > n->max_len) && (b = violation(c, path)) != NULL) {
+            bool under = cp < n->min_len;
+            size_t want = under ? n->min_len : n->max_len;
+            putf(c, b, "expected at %s %zu character%s, got %zu (", under ? "least" : "most", want,
+                 want == 1 ? "" : "s", cp);
+            put_value(c, b, inst, SHORT);
+            put(c, b, ")");
+        }
+        if (c->quiet && c->count)
+            return;
+    }
+    if (n->pattern.code != NULL && !v_match(c, &n->pattern, s, bytes) && (b = violation(c, path)) != NULL) {
+        const char *src = n->pattern.src;
+        size_t len = strlen(src), keep = utf8_cut(src, len, SHORT);
+        put(c, b, "expected a value matching ");
+        if (tp_buf_append(b, src, keep) < 0)
+            c->oom = true;
+        put(c, b, keep < len ? "..., got " : ", got ");
+        put_value(c, b, inst, SHORT);
+    }
+}
+
+/* multipleOf: exact for integers, within rounding error for the rest. */
+static bool is_multiple(const json_t *v, const json_t *m)
+{
+    json_int_t iv, im;
+    bool vi = json_is_integer(v) ? (iv = json_integer_value(v), true) : real_as_int(json_real_value(v), &iv);
+    bool mi = json_is_integer(m) ? (im = json_integer_value(m), true) : real_as_int(json_real_value(m), &im);
+    if (vi && mi)
+        return iv % im == 0;
+    double q = num_value(v) / num_value(m);
+    if (!isfinite(q))
+        return false;
+    double err = fabs(q - nearbyint(q));
+    return err <= 1e-9 || err <= fabs(q) * 1e-15;
+}
+
+/* minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf: one violation each. */
+static void v_number(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
+{
+    static const char *const what[] = {"at least", "at most", "greater than", "less than", "a multiple of"};
+    const json_t *limit[] = {n->minimum, n->maximum, n->xminimum, n->xmaximum, n->multiple_of};
+    for (size_t k = 0; k < 5; k++) {
+        if (limit[k] == NULL)
+            continue;
+        bool ok;
+        switch (k) {
+        case 0:
+            ok = num_cmp(inst, limit[k]) >= 0;
+            break;
+        case 1:
+            ok = num_cmp(inst, limit[k]) <= 0;
+            break;
+        case 2:
+            ok = num_cmp(inst, limit[k]) > 0;
+            break;
+        case 3:
+            ok = num_cmp(inst, limit[k]) < 0;
+            break;
+        default:
+            ok = is_multiple(inst, limit[k]);
+            break;
+        }
+        tp_buf_t *b;
+        if (!ok && (b = violation(c, path)) != NULL) {
+            put(c, b, "expected ");
+            put(c, b, what[k]);
+            put(c, b, " ");
+            put_value(c, b, limit[k], SHORT);
+            put(c, b, ", got ");
+            put_value(c, b, inst, SHORT);
+        }
+        if (c->quiet && c->count)
+            return;
+    }
+}
+
+/*
+ * allOf (every violation of every branch counts), then anyOf and oneOf
+ * (run quiet; one summary violation when they fail), not, if/then/else.
+ */
+static void v_combine(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
+{
+    tp_buf_t *b;
+    for (size_t i = 0; i < n->n_all; i++) {
+        v_node(c, n->all_of[i], inst, path);
+        if (c->quiet && c->count)
+            return;
+    }
+    if (n->n_any > 0) {
+        bool any = false;
+        for (size_t i = 0; i < n->n_any && !any; i++)
+            any = v_quiet(c, n->any_of[i], inst, path);
+        if (!any && (b = violation(c, path)) != NULL)
+            put_alternatives(c, b, n->any_of, n->n_any, "", inst, path);
+        if (c->quiet && c->count)
+            return;
+    }
+    if (n->n_one > 0) {
+        size_t matched = 0, first = 0, second = 0;
+        for (size_t i = 0; i < n->n_one; i++) {
+            if (!v_quiet(c, n->one_of[i], inst, path))
+                continue;
+            if (matched == 0)
+                first = i;
+            else if (matched == 1)
+                second = i;
+            matched++;
+        }
+        if (matched != 1 && (b = violation(c, path)) != NULL) {
+            if (matched == 0)
+                put_alternatives(c, b, n->one_of, n->n_one, " (oneOf)", inst, path);
+            else
+                putf(c, b, "matched %zu alternatives of oneOf, expected exactly 1 (#%zu, #%zu%s)", matched,
+                     first + 1, second + 1, matched > 2 ? ", ..." : "");
+        }
+        if (c->quiet && c->count)
+            return;
+    }
+    if (n->not_ != NULL && v_quiet(c, n->not_, inst, path) && (b = violation(c, path)) != NULL) {
+        put(c, b, "expected a value not matching the \"not\" schema, got ");
+        put_value(c, b, inst, SHORT);
+    }
+    if (c->quiet && c->count)
+        return;
+    if (n->if_ != NULL) {
+        const node_t *branch = v_quiet(c, n->if_, inst, path) ? n->then_ : n->else_;
+        if (branch != NULL)
+            v_node(c, branch, inst, path);
+    }
+}
+
+/* One schema node against one value; violations go to c. */
+static void v_node(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
+{
+    tp_buf_t *b;
+    if (n->kind == N_REF)
+        n = n->ref;
+    if (n->kind == N_TRUE)
+        return;
+    if (n->kind == N_FALSE) {
+        if ((b = violation(c, path)) != NULL) {
+            put(c, b, "no value is allowed here (the schema is false), got ");
+            put_value(c, b, inst, SHORT);
+        }
+        return;
+    }
+    if (c->depth >= TP_SCHEMA_MAX_DEPTH) {
+        if ((b = violation(c, path)) != NULL)
+            put(c, b, "schema recursion too deep");
+        return;
+    }
+    c->depth++;
+    if (n->has_type && !(n->types & type_bits(inst))) {
+        /* The wrong type: said once, not again by every keyword of the node. */
+        if ((b = violation(c, path)) != NULL) {
+            put(c, b, "expected ");
+            put_types(c, b, n->types);
+            put(c, b, ", got ");
+            put_typed(c, b, inst);
+        }
+        goto out;
+    }
+    if (n->enum_ != NULL) {
+        size_t i, size = json_array_size(n->enum_);
+        for (i = 0; i < size; i++)
+            if (json_eq(json_array_get(n->enum_, i), inst))
+                break;
+        if (i == size && (b = violation(c, path)) != NULL) {
+            put(c, b, size == 1 ? "expected " : "expected one of ");
+            put_value(c, b, size == 1 ? json_array_get(n->enum_, 0) : n->enum_, SHORT_ENUM);
+            put(c, b, ", got ");
+            put_value(c, b, inst, SHORT);
+        }
+        if (c->quiet && c->count)
+            goto out;
+    }
+    if (n->const_ != NULL && !json_eq(n->const_, inst)) {
+        if ((b = violation(c, path)) != NULL) {
+            put(c, b, "expected ");
+            put_value(c, b, n->const_, SHORT);
+            put(c, b, ", got ");
+            put_value(c, b, inst, SHORT);
+        }
+        if (c->quiet)
+            goto out;
+    }
+    switch (json_typeof(inst)) {
+    case JSON_OBJECT:
+        if (n->groups & G_OBJECT)
+            v_object(c, n, inst, path);
+        break;
+    case JSON_ARRAY:
+        if (n->groups & G_ARRAY)
+            v_array(c, n, inst, path);
+        break;
+    case JSON_STRING:
+        if (n->groups & G_STRING)
+            v_string(c, n, inst, path);
+        break;
+    case JSON_INTEGER:
+    case JSON_REAL:
+        if (n->groups & G_NUMBER)
+            v_number(c, n, inst, path);
+        break;
+    default:
+        break;
+    }
+    if (c->quiet && c->count)
+        goto out;
+    if (n->groups & G_COMBINE)
+        v_combine(c, n, inst, path);
+out:
+    c->depth--;
+}
+
+/*
+ * One walk from the root; the match block of the regexes (if one ran) is
+ * freed here, and "... and N more" written when the cap cut the list.
+ */
+int tp_schema_validate(const tp_schema_t *s, const json_t *instance, tp_buf_t *msg, int max_errors)
+{
+    if (s == NULL || instance == NULL) {
+        errno = EINVAL;
+        return -1;
+    }
+    vctx_t c = {.out = msg, .max = max_errors > 0 ? max_errors : INT_MAX};
+    v_node(&c, s->root, instance, NULL);
+    if (c.md != NULL)
+        pcre2_match_data_free(c.md);
+    if (msg != NULL && c.count > c.written && c.written > 0 && !c.oom &&
+        tp_buf_printf(msg, "; ... and %d more", c.count - c.written) < 0)
+        c.oom = true;
+    if (c.oom) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return c.count;
+}

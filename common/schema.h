@@ -1,0 +1,107 @@
+/*
+ * JSON Schema draft-07: a tool's "parameters", compiled once when the
+ * registry loads, then checked against the args of every call before any
+ * call happens (an invalid call ends InvalidArguments, class malformed, with
+ * the message this module writes, for the model to fix on its next turn).
+ *
+ * Supported: type (integer: any number with no fractional part, so 1.0 is
+ * one), enum, const, properties, required, additionalProperties,
+ * patternProperties, propertyNames, minProperties, maxProperties,
+ * dependencies (both forms), items (both forms), additionalItems, minItems,
+ * maxItems, uniqueItems, contains, minLength, maxLength (code points),
+ * pattern, minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, the
+ * draft-07 form), multipleOf, allOf, anyOf, oneOf, not, if/then/else,
+ * boolean schemas, definitions, and $ref to any place in the same document:
+ * "#", "#/definitions/x", any JSON pointer (~0 ~1 and %XX decoded), a
+ * "#name" fragment naming a subschema whose "$id" is "#name", and the root's
+ * own "$id" followed by a fragment. A $ref's sibling keywords are ignored
+ * (draft-07). Other references (another document, an $id-relative URI) are a
+ * compile error. Unknown keywords are ignored; "format", "default",
+ * "contentMediaType" and "contentEncoding" are annotations, never asserted.
+ * enum, const and uniqueItems compare by JSON equality: 1 == 1.0, and an
+ * object's key order does not matter. Numbers are compared as 64-bit
+ * integers when both sides are integers, as doubles otherwise.
+ *
+ * Regular expressions (pattern, patternProperties) are PCRE2 (8-bit, UTF
+ * mode, JIT when available), set as close to ECMA-262 as its options go:
+ * ALT_BSUX + EXTRA_ALT_BSUX (\uHHHH, \u{H..} and \xHH as in JavaScript;
+ * \U is a plain "U"), ALLOW_EMPTY_CLASS ([] matches nothing, [^] any
+ * character), MATCH_UNSET_BACKREF (a backreference to an unset group
+ * matches empty), DOLLAR_ENDONLY ($ does not match before a final newline),
+ * newline ANYCRLF (. matches neither \r nor \n). A pattern is not anchored:
+ * it matches anywhere in the string, as the spec says. What still differs
+ * from ECMA-262:
+ *  - \s matches ASCII white space only; ECMA-262 also counts U+00A0, U+FEFF,
+ *    U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F and U+3000.
+ *  - . matches U+2028 and U+2029 (ECMA-262 treats them as line ends).
+ *  - \d, \w and \b are ASCII in both; POSIX classes ([[:alpha:]]), \A, \z,
+ *    \Z, \h, \R, \Q..\E, possessive quantifiers, atomic groups, recursion,
+ *    conditionals and inline flags ((?i)) are accepted by PCRE2 and would
+ *    be syntax errors (or literals) in ECMA-262.
+ *  - lookbehind must have a bounded length in PCRE2; ECMA-262 allows any.
+ *  - case-insensitive matching never comes up: JSON Schema has no flags.
+ *
+ * Messages (tp_schema_validate) are written for a model to act on: every
+ * violation as "POINTER: expected X, got Y", joined with "; ", capped with
+ * "... and N more". POINTER is an RFC 6901 JSON Pointer into the instance;
+ * the instance itself is written "(root)". Values are shown as compact JSON
+ * cut to about 60 characters. A value of the wrong type is reported once,
+ * for its type, not again for the keywords of that type. Examples:
+ *   /q: expected string, got number 5
+ *   /limit: expected at most 100, got 250
+ *   (root): missing required property "q"
+ *   /tags/2: expected a value matching ^[a-z]+$, got "Bad!"
+ *   /mode: expected one of ["fast","slow"], got "medium"
+ *   /extra: unexpected property (additionalProperties is false)
+ *   /id: matched none of 2 alternatives: (1) expected string, got number 5
+ *        (2) expected null, got number 5
+ *   /x: matched 2 alternatives of oneOf, expected exactly 1 (#1, #2)
+ *
+ * A compiled schema is read-only: one may be validated against from many
+ * threads at once. It owns a deep copy of the schema it came from, so the
+ * caller may change or free its own.
+ */
+#ifndef TP_SCHEMA_H
+#define TP_SCHEMA_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "buf.h"
+
+typedef struct tp_schema tp_schema_t;
+
+/*
+ * Most schema nodes a validation may enter on one path (the instance's
+ * depth plus the $ref, allOf... hops at each level). Deeper is reported as
+ * a violation, "schema recursion too deep", rather than risking the stack.
+ */
+#define TP_SCHEMA_MAX_DEPTH 1000
+
+/*
+ * Compiles schema (an object or a boolean): checks every keyword it knows,
+ * compiles the regexes, resolves every $ref. A recursive schema is fine
+ * ({"items": {"$ref": "#"}}); a loop that comes back to the same value
+ * without descending into it ({"anyOf": [..., {"$ref": "#"}]}) is an error,
+ * and so is a relative $ref under a subschema whose "$id" changes the base
+ * URI (it would resolve elsewhere than this module looks). Returns NULL on
+ * error with one line in err naming the schema location, e.g.
+ * "/properties/q/type: unknown type \"strin\"" or
+ * "/$ref: unresolvable reference \"#/definitions/x\"". The caller owns the
+ * result: tp_schema_free.
+ */
+tp_schema_t *tp_schema_compile(const json_t *schema, char *err, size_t errlen);
+
+/*
+ * Checks instance against s. Returns the number of violations (0: valid),
+ * or -1 when memory ran out. When msg is non-NULL, appends the message
+ * described above: at most max_errors violations (max_errors <= 0: all),
+ * then "... and N more". Nothing is appended when the instance is valid.
+ * The valid path allocates only a PCRE2 match block when a regex runs, and
+ * a string per key when propertyNames is used.
+ */
+int tp_schema_validate(const tp_schema_t *s, const json_t *instance, tp_buf_t *msg, int max_errors);
+
+void tp_schema_free(tp_schema_t *s);
+
+#endif

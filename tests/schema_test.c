@@ -1,0 +1,598 @@
+/*
+ * JSON Schema draft-07 (common/schema.c): the messages a model reads when
+ * its arguments fail a tool's schema, exactly; the cap; compile errors that
+ * name the schema location; code-point lengths; integers written 1.0; JSON
+ * equality; recursive and escaped $refs; the ECMA-262 side of regexes. The
+ * official test suite runs in schema_suite.c; this is what it does not
+ * check: what the messages say.
+ */
+#include "buf.h"
+#include "schema.h"
+#include "testutil.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static json_t *parse_at(const char *src, int line, const char *text)
+{
+    json_error_t e;
+    json_t *v = json_loads(text, JSON_DECODE_ANY, &e);
+    if (v == NULL)
+        fprintf(stderr, "\n%s:%d: bad JSON in the test: %s: %s\n", src, line, e.text, text);
+    return v;
+}
+
+static tp_schema_t *compile_at(const char *src, int line, const char *schema)
+{
+    char err[512];
+    json_t *js = parse_at(src, line, schema);
+    tp_schema_t *s = js ? tp_schema_compile(js, err, sizeof err) : NULL;
+    if (js != NULL && s == NULL)
+        fprintf(stderr, "\n%s:%d: did not compile: %s\n", src, line, err);
+    json_decref(js);
+    return s;
+}
+
+/*
+ * Validates instance against schema (both JSON text) with the cap given;
+ * the message must be exactly want ("" for valid) and the count n.
+ */
+static void expect_at(const char *src, int line, const char *schema, const char *instance, int max, int n,
+                      const char *want)
+{
+    tp_schema_t *s = compile_at(src, line, schema);
+    json_t *inst = parse_at(src, line, instance);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(inst);
+    tp_buf_t msg = {0};
+    int got = tp_schema_validate(s, inst, &msg, max);
+    tp_buf_append(&msg, "", 1);
+    const char *text = (const char *)msg.data;
+    CU_ASSERT_EQUAL(got, n);
+    CU_ASSERT_STRING_EQUAL(text, want);
+    if (got != n || strcmp(text, want) != 0)
+        fprintf(stderr, "\n%s:%d:\n  got:  %d %s\n  want: %d %s\n", src, line, got, text, n, want);
+    /* The count does not depend on whether a message is wanted. */
+    CU_ASSERT_EQUAL(tp_schema_validate(s, inst, NULL, max), n);
+    tp_buf_free(&msg);
+    json_decref(inst);
+    tp_schema_free(s);
+}
+#define EXPECT(schema, instance, n, want) expect_at(__FILE__, __LINE__, (schema), (instance), 0, (n), (want))
+#define EXPECT_CAP(schema, instance, max, n, want)                                                           \
+    expect_at(__FILE__, __LINE__, (schema), (instance), (max), (n), (want))
+#define VALID(schema, instance) expect_at(__FILE__, __LINE__, (schema), (instance), 0, 0, "")
+
+/* The schema must not compile, and the error must be exactly want. */
+static void expect_compile_error_at(const char *src, int line, const char *schema, const char *want)
+{
+    char err[512] = "untouched";
+    json_t *js = parse_at(src, line, schema);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(js);
+    tp_schema_t *s = tp_schema_compile(js, err, sizeof err);
+    CU_ASSERT_PTR_NULL(s);
+    CU_ASSERT_STRING_EQUAL(err, want);
+    if (s != NULL || strcmp(err, want) != 0)
+        fprintf(stderr, "\n%s:%d:\n  got:  %s\n  want: %s\n", src, line, s ? "(compiled)" : err, want);
+    tp_schema_free(s);
+    json_decref(js);
+}
+#define EXPECT_COMPILE_ERROR(schema, want) expect_compile_error_at(__FILE__, __LINE__, (schema), (want))
+
+/* The kind of schema a tool declares; most tests below start from it. */
+static const char *const search_schema =
+    "{\"type\": \"object\","
+    " \"properties\": {"
+    "   \"q\": {\"type\": \"string\", \"minLength\": 1},"
+    "   \"limit\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 100},"
+    "   \"mode\": {\"enum\": [\"fast\", \"slow\"]},"
+    "   \"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\", \"pattern\": \"^[a-z]+$\"}},"
+    "   \"filters\": {\"type\": \"object\", \"required\": [\"from\"],"
+    "                 \"properties\": {\"from\": {\"type\": \"string\"}}}},"
+    " \"required\": [\"q\"],"
+    " \"additionalProperties\": false}";
+
+/* ---- the messages of the issue, one violation each ---- */
+
+static void test_typical_messages(void)
+{
+    VALID(search_schema, "{\"q\": \"refund\", \"limit\": 10, \"mode\": \"fast\", \"tags\": [\"a\"],"
+                         " \"filters\": {\"from\": \"2024\"}}");
+    EXPECT(search_schema, "{\"q\": 5}", 1, "/q: expected string, got number 5");
+    EXPECT(search_schema, "{\"q\": \"x\", \"limit\": 250}", 1, "/limit: expected at most 100, got 250");
+    EXPECT(search_schema, "{\"q\": \"x\", \"limit\": 0}", 1, "/limit: expected at least 1, got 0");
+    EXPECT(search_schema, "{}", 1, "(root): missing required property \"q\"");
+    EXPECT(search_schema, "{\"q\": \"x\", \"filters\": {}}", 1,
+           "/filters: missing required property \"from\"");
+    EXPECT(search_schema, "{\"q\": \"x\", \"tags\": [\"ok\", \"fine\", \"Bad!\"]}", 1,
+           "/tags/2: expected a value matching ^[a-z]+$, got \"Bad!\"");
+    EXPECT(search_schema, "{\"q\": \"x\", \"mode\": \"medium\"}", 1,
+           "/mode: expected one of [\"fast\",\"slow\"], got \"medium\"");
+    EXPECT(search_schema, "{\"q\": \"x\", \"extra\": 1}", 1,
+           "/extra: unexpected property (additionalProperties is false)");
+    EXPECT(search_schema, "[]", 1, "(root): expected object, got array []");
+    EXPECT(search_schema, "{\"q\": \"\"}", 1, "/q: expected at least 1 character, got 0 (\"\")");
+}
+
+/* Every violation, in the instance's key order, then the missing ones. */
+static void test_all_violations_joined(void)
+{
+    EXPECT(search_schema, "{\"limit\": 1.5, \"mode\": null, \"tags\": \"a\", \"zzz\": true}", 5,
+           "/limit: expected integer, got number 1.5; "
+           "/mode: expected one of [\"fast\",\"slow\"], got null; "
+           "/tags: expected array, got string \"a\"; "
+           "/zzz: unexpected property (additionalProperties is false); "
+           "(root): missing required property \"q\"");
+}
+
+static void test_cap(void)
+{
+    const char *inst = "{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5}";
+    const char *schema = "{\"additionalProperties\": {\"type\": \"string\"}}";
+    EXPECT_CAP(schema, inst, 2, 5,
+               "/a: expected string, got number 1; /b: expected string, got number 2; ... and 3 more");
+    EXPECT_CAP(schema, inst, 4, 5,
+               "/a: expected string, got number 1; /b: expected string, got number 2; "
+               "/c: expected string, got number 3; /d: expected string, got number 4; ... and 1 more");
+    EXPECT_CAP(schema, inst, 5, 5,
+               "/a: expected string, got number 1; /b: expected string, got number 2; "
+               "/c: expected string, got number 3; /d: expected string, got number 4; "
+               "/e: expected string, got number 5");
+    EXPECT_CAP(schema, inst, 1, 5, "/a: expected string, got number 1; ... and 4 more");
+}
+
+/* A message is appended: what the buffer held stays; a valid value adds nothing. */
+static void test_appends(void)
+{
+    tp_schema_t *s = compile_at(__FILE__, __LINE__, "{\"type\": \"string\"}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    json_t *ok = json_string("x"), *bad = json_integer(7);
+    tp_buf_t msg = {0};
+    tp_buf_puts(&msg, "args: ");
+    CU_ASSERT_EQUAL(tp_schema_validate(s, ok, &msg, 10), 0);
+    CU_ASSERT_EQUAL(msg.len, 6);
+    CU_ASSERT_EQUAL(tp_schema_validate(s, bad, &msg, 10), 1);
+    tp_buf_append(&msg, "", 1);
+    CU_ASSERT_STRING_EQUAL((char *)msg.data, "args: (root): expected string, got number 7");
+    CU_ASSERT_EQUAL(tp_schema_validate(NULL, ok, &msg, 1), -1);
+    CU_ASSERT_EQUAL(tp_schema_validate(s, NULL, &msg, 1), -1);
+    tp_buf_free(&msg);
+    json_decref(ok);
+    json_decref(bad);
+    tp_schema_free(s);
+    tp_schema_free(NULL);
+}
+
+static void test_type_messages(void)
+{
+    EXPECT("{\"type\": [\"string\", \"null\"]}", "5", 1, "(root): expected string or null, got number 5");
+    EXPECT("{\"type\": [\"string\", \"number\", \"boolean\"]}", "null", 1,
+           "(root): expected string, number or boolean, got null");
+    EXPECT("{\"type\": \"integer\"}", "1.5", 1, "(root): expected integer, got number 1.5");
+    VALID("{\"type\": \"object\"}", "{\"a\": [1, 2]}");
+    EXPECT("{\"type\": \"string\"}", "{\"a\": [1, 2]}", 1,
+           "(root): expected string, got object {\"a\":[1,2]}");
+    EXPECT("{\"type\": \"string\"}", "true", 1, "(root): expected string, got boolean true");
+    EXPECT("{\"type\": \"number\"}", "\"5\"", 1, "(root): expected number, got string \"5\"");
+    /* the wrong type is said once, not again by the keywords of that type */
+    EXPECT("{\"type\": \"string\", \"minLength\": 3, \"enum\": [\"abc\"]}", "12", 1,
+           "(root): expected string, got number 12");
+}
+
+/* draft-07: an integer is any number without a fractional part. */
+static void test_integer(void)
+{
+    VALID("{\"type\": \"integer\"}", "1.0");
+    VALID("{\"type\": \"integer\"}", "-0.0");
+    VALID("{\"type\": \"integer\"}", "1e3");
+    VALID("{\"type\": \"integer\", \"maximum\": 3}", "3.0");
+    EXPECT("{\"type\": \"integer\"}", "1.0000001", 1, "(root): expected integer, got number 1.0000001");
+    VALID("{\"minLength\": 2.0, \"maxItems\": 1.0}", "\"ab\"");
+    /* JSON equality: 1 == 1.0, keys in any order */
+    VALID("{\"enum\": [1]}", "1.0");
+    VALID("{\"const\": 2.0}", "2");
+    VALID("{\"const\": {\"a\": 1, \"b\": [1, {\"c\": null}]}}", "{\"b\": [1.0, {\"c\": null}], \"a\": 1}");
+    EXPECT("{\"const\": {\"a\": 1}}", "{\"a\": 1, \"b\": 2}", 1,
+           "(root): expected {\"a\":1}, got {\"a\":1,\"b\":2}");
+    EXPECT("{\"enum\": [false]}", "0", 1, "(root): expected false, got 0");
+    EXPECT("{\"uniqueItems\": true}", "[1, 2, 1.0]", 1, "(root): expected unique items, got 1 at 0 and 2");
+    EXPECT("{\"uniqueItems\": true}", "[{\"a\": 1, \"b\": 2}, 3, {\"b\": 2, \"a\": 1}]", 1,
+           "(root): expected unique items, got {\"a\":1,\"b\":2} at 0 and 2");
+    VALID("{\"uniqueItems\": true}", "[1, true, \"1\", [1], {\"1\": 1}, null, 0, false]");
+    /* big integers compare exactly, not through doubles */
+    EXPECT("{\"maximum\": 9007199254740992}", "9007199254740993", 1,
+           "(root): expected at most 9007199254740992, got 9007199254740993");
+    VALID("{\"multipleOf\": 3}", "9007199254740993");
+    EXPECT("{\"multipleOf\": 0.01}", "0.123", 1, "(root): expected a multiple of 0.01, got 0.123");
+    VALID("{\"multipleOf\": 0.01}", "19.99");
+    VALID("{\"multipleOf\": 0.0001}", "0.0075");
+}
+
+/* Past 32 items uniqueItems hashes; it must find the same first pair. */
+static void test_unique_many(void)
+{
+    tp_schema_t *s = compile_at(__FILE__, __LINE__, "{\"uniqueItems\": true}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    json_t *arr = json_array();
+    for (int i = 0; i < 200; i++)
+        json_array_append_new(arr, i % 2 ? json_integer(i) : json_pack("{s:i,s:[i]}", "k", i, "v", i));
+    CU_ASSERT_EQUAL(tp_schema_validate(s, arr, NULL, 0), 0);
+    json_array_set_new(arr, 150, json_real(37.0));
+    json_array_set_new(arr, 170, json_pack("{s:[i],s:i}", "v", 20, "k", 20));
+    tp_buf_t msg = {0};
+    CU_ASSERT_EQUAL(tp_schema_validate(s, arr, &msg, 0), 1);
+    tp_buf_append(&msg, "", 1);
+    CU_ASSERT_STRING_EQUAL((char *)msg.data, "(root): expected unique items, got 37 at 37 and 150");
+    tp_buf_free(&msg);
+    json_decref(arr);
+    tp_schema_free(s);
+}
+
+/* Lengths count code points: "é" is 1, an emoji (4 bytes) is 1. */
+static void test_code_points(void)
+{
+    VALID("{\"maxLength\": 1}", "\"\xc3\xa9\"");
+    VALID("{\"minLength\": 1, \"maxLength\": 1}", "\"\xf0\x9f\x98\x80\"");
+    VALID("{\"maxLength\": 3}", "\"\xc3\xa9t\xc3\xa9\"");
+    EXPECT("{\"minLength\": 5}", "\"caf\xc3\xa9\"", 1,
+           "(root): expected at least 5 characters, got 4 (\"caf\xc3\xa9\")");
+    EXPECT("{\"maxLength\": 3}", "\"caf\xc3\xa9\"", 1,
+           "(root): expected at most 3 characters, got 4 (\"caf\xc3\xa9\")");
+    EXPECT("{\"minLength\": 2}", "\"\xf0\x9f\x98\x80\"", 1,
+           "(root): expected at least 2 characters, got 1 (\"\xf0\x9f\x98\x80\")");
+    VALID("{\"minLength\": 2}", "\"\xc3\xa9\xc3\xa9\"");
+    /* fewer bytes than minLength: the count said is still in characters */
+    EXPECT("{\"minLength\": 5}", "\"\xc3\xa9\"", 1,
+           "(root): expected at least 5 characters, got 1 (\"\xc3\xa9\")");
+    EXPECT("{\"minLength\": 2}", "\"\xf0\x9f\x98\x80\"", 1,
+           "(root): expected at least 2 characters, got 1 (\"\xf0\x9f\x98\x80\")");
+}
+
+/*
+ * Long values are cut to 60 bytes at most, on a character boundary: a
+ * string keeps its quotes ("...\"" at the end), a container ends "...".
+ */
+static void test_truncation(void)
+{
+    char inst[512];
+    snprintf(inst, sizeof inst, "\"%s\"",
+             "0123456789012345678901234567890123456789012345678901234567890123456789");
+    EXPECT(
+        "{\"type\": \"number\"}", inst, 1,
+        "(root): expected number, got string \"012345678901234567890123456789012345678901234567890123...\"");
+    /* 40 two-byte characters: cut between characters, never inside one */
+    tp_buf_t eacute = {0}, want = {0};
+    tp_buf_puts(&eacute, "\"");
+    for (int i = 0; i < 40; i++)
+        tp_buf_puts(&eacute, "\xc3\xa9");
+    tp_buf_append(&eacute, "\"", 2);
+    tp_buf_puts(&want, "(root): expected a value matching ^a, got \"");
+    for (int i = 0; i < 27; i++)
+        tp_buf_puts(&want, "\xc3\xa9");
+    tp_buf_append(&want, "...\"", 5);
+    EXPECT("{\"pattern\": \"^a\"}", (char *)eacute.data, 1, (char *)want.data);
+    tp_buf_free(&eacute);
+    tp_buf_free(&want);
+    EXPECT("{\"type\": \"string\"}",
+           "[1000000, 2000000, 3000000, 4000000, 5000000, 6000000, 7000000, 8000000, 9000000, 10000000]", 1,
+           "(root): expected string, got array [1000000,2000000,3000000,4000000,5000000,6000000,7000000,...");
+    EXPECT("{\"type\": \"string\"}",
+           "{\"k\": \""
+           "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghijabcdefghij\"}",
+           1,
+           "(root): expected string, got object "
+           "{\"k\":\"abcdefghijabcdefghijabcdefghijabcdefghijabcdefghija...");
+}
+
+/* Keys with '/' or '~' are escaped in pointers (RFC 6901). */
+static void test_pointer_escapes(void)
+{
+    EXPECT("{\"additionalProperties\": false}", "{\"a/b\": 1}", 1,
+           "/a~1b: unexpected property (additionalProperties is false)");
+    EXPECT("{\"properties\": {\"~x\": {\"items\": {\"type\": \"null\"}}}}", "{\"~x\": [null, 0]}", 1,
+           "/~0x/1: expected null, got number 0");
+    EXPECT("{\"required\": [\"a\\\"b\"]}", "{}", 1, "(root): missing required property \"a\\\"b\"");
+}
+
+static void test_object_messages(void)
+{
+    EXPECT("{\"minProperties\": 2}", "{\"a\": 1}", 1, "(root): expected at least 2 properties, got 1");
+    EXPECT("{\"maxProperties\": 1}", "{\"a\": 1, \"b\": 2}", 1, "(root): expected at most 1 property, got 2");
+    EXPECT("{\"propertyNames\": {\"pattern\": \"^[a-z]+$\"}}", "{\"ok\": 1, \"Bad!\": 2}", 1,
+           "(root): invalid property name \"Bad!\": expected a value matching ^[a-z]+$, got \"Bad!\"");
+    EXPECT("{\"propertyNames\": {\"maxLength\": 3}}", "{\"long\": 1}", 1,
+           "(root): invalid property name \"long\": expected at most 3 characters, got 4 (\"long\")");
+    EXPECT("{\"dependencies\": {\"card\": [\"cvv\", \"expiry\"]}}", "{\"card\": 1, \"expiry\": 2}", 1,
+           "(root): missing property \"cvv\" (required when \"card\" is present)");
+    EXPECT("{\"dependencies\": {\"card\": {\"required\": [\"cvv\"]}}}", "{\"card\": 1}", 1,
+           "(root): missing required property \"cvv\"");
+    VALID("{\"dependencies\": {\"card\": [\"cvv\"]}}", "{\"cvv\": 1}");
+    EXPECT(
+        "{\"patternProperties\": {\"^x_\": {\"type\": \"integer\"}}, \"additionalProperties\": false}",
+        "{\"x_a\": 1, \"x_b\": \"2\", \"y\": 3}", 2,
+        "/x_b: expected integer, got string \"2\"; /y: unexpected property (additionalProperties is false)");
+    EXPECT("{\"additionalProperties\": {\"$ref\": \"#/definitions/no\"}, \"definitions\": {\"no\": false}}",
+           "{\"a\": 1}", 1, "/a: unexpected property (additionalProperties is false)");
+    EXPECT("{\"properties\": {\"a\": false}}", "{\"a\": 1}", 1,
+           "/a: no value is allowed here (the schema is false), got 1");
+    /* more than 64 required names: past the bitmask, still found */
+    tp_buf_t schema = {0}, inst = {0};
+    tp_buf_puts(&schema, "{\"required\": [");
+    tp_buf_puts(&inst, "{");
+    for (int i = 0; i < 70; i++) {
+        tp_buf_printf(&schema, "%s\"k%d\"", i ? "," : "", i);
+        if (i != 3 && i != 68)
+            tp_buf_printf(&inst, "%s\"k%d\": %d", inst.len > 1 ? "," : "", i, i);
+    }
+    tp_buf_puts(&schema, "]}");
+    tp_buf_append(&schema, "", 1);
+    tp_buf_puts(&inst, "}");
+    tp_buf_append(&inst, "", 1);
+    EXPECT((char *)schema.data, (char *)inst.data, 2,
+           "(root): missing required property \"k3\"; (root): missing required property \"k68\"");
+    tp_buf_free(&schema);
+    tp_buf_free(&inst);
+}
+
+static void test_array_messages(void)
+{
+    EXPECT("{\"minItems\": 2}", "[1]", 1, "(root): expected at least 2 items, got 1");
+    EXPECT("{\"maxItems\": 1}", "[1, 2]", 1, "(root): expected at most 1 item, got 2");
+    EXPECT("{\"items\": [{\"type\": \"string\"}, {\"type\": \"number\"}], \"additionalItems\": false}",
+           "[\"a\", 1, 2, 3]", 1, "(root): expected at most 2 items (additionalItems is false), got 4");
+    EXPECT("{\"items\": [{\"type\": \"string\"}], \"additionalItems\": {\"type\": \"number\"}}",
+           "[1, 2, \"x\"]", 2, "/0: expected string, got number 1; /2: expected number, got string \"x\"");
+    EXPECT("{\"contains\": {\"const\": \"x\"}}", "[\"a\", \"b\"]", 1,
+           "(root): expected at least one item matching the \"contains\" schema, got none of 2");
+    EXPECT("{\"contains\": {\"const\": \"x\"}}", "[]", 1,
+           "(root): expected at least one item matching the \"contains\" schema, got none of 0");
+    VALID("{\"contains\": {\"const\": \"x\"}}", "[1, \"x\"]");
+}
+
+static void test_number_messages(void)
+{
+    EXPECT("{\"exclusiveMinimum\": 0}", "0", 1, "(root): expected greater than 0, got 0");
+    EXPECT("{\"exclusiveMaximum\": 1.5}", "1.5", 1, "(root): expected less than 1.5, got 1.5");
+    EXPECT("{\"multipleOf\": 5}", "12", 1, "(root): expected a multiple of 5, got 12");
+    EXPECT("{\"minimum\": 2, \"multipleOf\": 2}", "1", 2,
+           "(root): expected at least 2, got 1; (root): expected a multiple of 2, got 1");
+    EXPECT("{\"const\": \"a\"}", "\"b\"", 1, "(root): expected \"a\", got \"b\"");
+    EXPECT("{\"not\": {\"type\": \"null\"}}", "null", 1,
+           "(root): expected a value not matching the \"not\" schema, got null");
+}
+
+static void test_combinators(void)
+{
+    EXPECT("{\"properties\": {\"id\": {\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"null\"}]}}}",
+           "{\"id\": 5}", 1,
+           "/id: matched none of 2 alternatives: (1) expected string, got number 5 (2) expected null, got "
+           "number 5");
+    EXPECT("{\"oneOf\": [{\"type\": \"integer\"}, {\"minimum\": 2}]}", "3", 1,
+           "(root): matched 2 alternatives of oneOf, expected exactly 1 (#1, #2)");
+    EXPECT("{\"oneOf\": [{\"type\": \"integer\"}, {\"minimum\": 2}, {\"maximum\": 9}]}", "3", 1,
+           "(root): matched 3 alternatives of oneOf, expected exactly 1 (#1, #2, ...)");
+    EXPECT("{\"oneOf\": [{\"type\": \"string\"}, {\"type\": \"boolean\"}]}", "1", 1,
+           "(root): matched none of 2 alternatives (oneOf): (1) expected string, got number 1 "
+           "(2) expected boolean, got number 1");
+    /* a deeper failure keeps its pointer; more than one is counted */
+    EXPECT("{\"anyOf\": [{\"properties\": {\"a\": {\"type\": \"string\"}}, \"required\": [\"b\"]},"
+           "            {\"type\": \"array\"}]}",
+           "{\"a\": 1}", 1,
+           "(root): matched none of 2 alternatives: (1) /a: expected string, got number 1 (+1 more) "
+           "(2) expected array, got object {\"a\":1}");
+    EXPECT("{\"allOf\": [{\"minimum\": 2}, {\"multipleOf\": 2}]}", "1", 2,
+           "(root): expected at least 2, got 1; (root): expected a multiple of 2, got 1");
+    EXPECT("{\"if\": {\"properties\": {\"kind\": {\"const\": \"date\"}}},"
+           " \"then\": {\"required\": [\"from\"]}, \"else\": {\"required\": [\"q\"]}}",
+           "{\"kind\": \"date\"}", 1, "(root): missing required property \"from\"");
+    EXPECT("{\"if\": {\"properties\": {\"kind\": {\"const\": \"date\"}}},"
+           " \"then\": {\"required\": [\"from\"]}, \"else\": {\"required\": [\"q\"]}}",
+           "{\"kind\": \"text\"}", 1, "(root): missing required property \"q\"");
+    /* seven alternatives: five detailed */
+    EXPECT("{\"anyOf\": [{\"const\": 1}, {\"const\": 2}, {\"const\": 3}, {\"const\": 4}, {\"const\": 5},"
+           " {\"const\": 6}, {\"const\": 7}]}",
+           "0", 1,
+           "(root): matched none of 7 alternatives: (1) expected 1, got 0 (2) expected 2, got 0 "
+           "(3) expected 3, got 0 (4) expected 4, got 0 (5) expected 5, got 0 (and 2 more)");
+    /* the summary of an alternative does not count against the cap */
+    EXPECT_CAP("{\"items\": {\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"null\"}]}}", "[1, 2]", 1, 2,
+               "/0: matched none of 2 alternatives: (1) expected string, got number 1 "
+               "(2) expected null, got number 1; ... and 1 more");
+}
+
+/* $ref: recursive, escaped, percent-encoded, to booleans; siblings ignored. */
+static void test_refs(void)
+{
+    const char *tree =
+        "{\"type\": \"object\", \"required\": [\"value\"],"
+        " \"properties\": {\"value\": {\"type\": \"number\"},"
+        "                  \"children\": {\"type\": \"array\", \"items\": {\"$ref\": \"#\"}}}}";
+    VALID(tree, "{\"value\": 1, \"children\": [{\"value\": 2, \"children\": [{\"value\": 3}]}]}");
+    EXPECT(tree, "{\"value\": 1, \"children\": [{\"value\": 2, \"children\": [{\"value\": \"3\"}, {}]}]}", 2,
+           "/children/0/children/0/value: expected number, got string \"3\"; "
+           "/children/0/children/1: missing required property \"value\"");
+    const char *defs = "{\"definitions\": {\"pos\": {\"type\": \"integer\", \"minimum\": 1},"
+                       "                  \"a/b\": {\"$ref\": \"#/definitions/pos\"},"
+                       "                  \"t~\": {\"type\": \"string\"}, \"q\\\"x\": {\"type\": \"null\"}},"
+                       " \"properties\": {\"n\": {\"$ref\": \"#/definitions/a~1b\"},"
+                       "                \"t\": {\"$ref\": \"#/definitions/t~0\"},"
+                       "                \"q\": {\"$ref\": \"#/definitions/q%22x\"},"
+                       "                \"s\": {\"$ref\": \"#/definitions/pos\", \"type\": \"string\"},"
+                       "                \"i\": {\"$ref\": \"#/properties/n\"}}}";
+    VALID(defs, "{\"n\": 3, \"t\": \"x\", \"q\": null, \"s\": 2, \"i\": 1}");
+    EXPECT(
+        defs, "{\"n\": 0, \"t\": 1, \"q\": 0, \"s\": \"x\", \"i\": 0}", 5,
+        "/n: expected at least 1, got 0; /t: expected string, got number 1; /q: expected null, got number 0; "
+        "/s: expected integer, got string \"x\"; /i: expected at least 1, got 0");
+    VALID("{\"$ref\": \"#/definitions/t\", \"definitions\": {\"t\": true}}", "[1]");
+    EXPECT("{\"items\": {\"$ref\": \"#/definitions/f\"}, \"definitions\": {\"f\": false}}", "[1]", 1,
+           "/0: no value is allowed here (the schema is false), got 1");
+    /* mutual recursion through definitions, and "#name" fragments */
+    const char *mutual =
+        "{\"$ref\": \"#/definitions/a\","
+        " \"definitions\": {\"a\": {\"type\": \"object\", \"properties\": {\"b\": {\"$ref\": \"#B\"}}},"
+        "                   \"b\": {\"$id\": \"#B\", \"type\": \"array\", \"items\": {\"$ref\": "
+        "\"#/definitions/a\"}}}}";
+    VALID(mutual, "{\"b\": [{\"b\": []}, {}]}");
+    EXPECT(mutual, "{\"b\": [{\"b\": {}}]}", 1, "/b/0/b: expected array, got object {}");
+    /* the root's own $id in front of a fragment */
+    VALID("{\"$id\": \"http://example.com/s.json\", \"definitions\": {\"x\": {\"type\": \"null\"}},"
+          " \"properties\": {\"a\": {\"$ref\": \"http://example.com/s.json#/definitions/x\"}}}",
+          "{\"a\": null}");
+}
+
+/* A recursive schema over a very deep value stops at the guard, not the stack. */
+static void test_depth_guard(void)
+{
+    tp_schema_t *s = compile_at(__FILE__, __LINE__, "{\"items\": {\"$ref\": \"#\"}}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    json_t *v = json_array();
+    for (int i = 0; i < TP_SCHEMA_MAX_DEPTH + 50; i++) {
+        json_t *outer = json_array();
+        json_array_append_new(outer, v);
+        v = outer;
+    }
+    tp_buf_t msg = {0};
+    CU_ASSERT_EQUAL(tp_schema_validate(s, v, &msg, 1), 1);
+    tp_buf_append(&msg, "", 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr((char *)msg.data, ": schema recursion too deep"));
+    tp_buf_free(&msg);
+    json_decref(v);
+    tp_schema_free(s);
+}
+
+static void test_compile_errors(void)
+{
+    EXPECT_COMPILE_ERROR("{\"properties\": {\"q\": {\"type\": \"strin\"}}}",
+                         "/properties/q/type: unknown type \"strin\"");
+    EXPECT_COMPILE_ERROR("{\"properties\": {\"p\": {\"pattern\": \"a(b\"}}}",
+                         "/properties/p/pattern: invalid regex: missing closing parenthesis at offset 3");
+    EXPECT_COMPILE_ERROR(
+        "{\"patternProperties\": {\"[a-\": {}}}",
+        "/patternProperties/[a-: invalid regex: missing terminating ] for character class at offset 3");
+    EXPECT_COMPILE_ERROR("{\"$ref\": \"#/definitions/x\"}",
+                         "/$ref: unresolvable reference \"#/definitions/x\"");
+    EXPECT_COMPILE_ERROR("{\"items\": {\"$ref\": \"other.json#/x\"}}",
+                         "/items/$ref: unresolvable reference \"other.json#/x\" (only references within this "
+                         "schema are supported)");
+    EXPECT_COMPILE_ERROR("{\"minLength\": -1}", "/minLength: expected a non-negative integer");
+    EXPECT_COMPILE_ERROR("{\"maxItems\": 1.5}", "/maxItems: expected a non-negative integer");
+    EXPECT_COMPILE_ERROR("{\"items\": [{}, 3]}",
+                         "/items/1: expected a schema (an object or a boolean), got number");
+    EXPECT_COMPILE_ERROR("\"string\"", "(root): expected a schema (an object or a boolean), got string");
+    EXPECT_COMPILE_ERROR("{\"type\": [\"string\", 5]}", "/type/1: expected a type name");
+    EXPECT_COMPILE_ERROR("{\"required\": [\"a\", 1]}", "/required/1: expected a string");
+    EXPECT_COMPILE_ERROR("{\"anyOf\": []}", "/anyOf: expected a non-empty array of schemas");
+    EXPECT_COMPILE_ERROR("{\"multipleOf\": 0}", "/multipleOf: expected a number greater than 0");
+    EXPECT_COMPILE_ERROR("{\"maximum\": \"5\"}", "/maximum: expected a number");
+    EXPECT_COMPILE_ERROR("{\"uniqueItems\": 1}", "/uniqueItems: expected a boolean");
+    EXPECT_COMPILE_ERROR("{\"enum\": 1}", "/enum: expected an array");
+    EXPECT_COMPILE_ERROR("{\"dependencies\": {\"a\": [\"b\", 2]}}", "/dependencies/a/1: expected a string");
+    EXPECT_COMPILE_ERROR("{\"properties\": {\"a/b\": {\"not\": 1}}}",
+                         "/properties/a~1b/not: expected a schema (an object or a boolean), got number");
+    /* an unused definition is still checked; a referenced one is named where it is */
+    EXPECT_COMPILE_ERROR("{\"definitions\": {\"d\": {\"minimum\": null}}}",
+                         "/definitions/d/minimum: expected a number");
+    EXPECT_COMPILE_ERROR("{\"properties\": {\"x\": {\"$ref\": \"#/definitions/d\"}},"
+                         " \"definitions\": {\"d\": {\"type\": \"nul\"}}}",
+                         "/definitions/d/type: unknown type \"nul\"");
+    /* loops that never descend into the value */
+    EXPECT_COMPILE_ERROR("{\"$ref\": \"#\"}", "/$ref: circular reference \"#\"");
+    EXPECT_COMPILE_ERROR("{\"anyOf\": [{\"type\": \"string\"}, {\"$ref\": \"#\"}]}",
+                         "/anyOf/1/$ref: circular reference \"#\"");
+    EXPECT_COMPILE_ERROR(
+        "{\"definitions\": {\"a\": {\"$ref\": \"#/definitions/b\"}, \"b\": {\"$ref\": \"#/definitions/a\"}}}",
+        "/definitions/b/$ref: circular reference \"#/definitions/a\"");
+    /* a base URI change under which a $ref would mean something else */
+    EXPECT_COMPILE_ERROR(
+        "{\"definitions\": {\"a\": {\"$id\": \"http://x/a.json\", \"items\": {\"$ref\": \"#/b\"}}}}",
+        "/definitions/a/items/$ref: reference \"#/b\" is under a subschema with \"$id\" "
+        "\"http://x/a.json\" (a base URI change): not supported");
+    /* unknown keywords, format, and $ref's siblings are not checked */
+    tp_schema_t *s = compile_at(__FILE__, __LINE__,
+                                "{\"format\": \"no-such\", \"x-anything\": {\"type\": 5}, \"title\": 1,"
+                                " \"properties\": {\"a\": {\"$ref\": \"#\", \"type\": \"bogus\"}}}");
+    CU_ASSERT_PTR_NOT_NULL(s);
+    tp_schema_free(s);
+    /* a small err buffer is cut, not overrun */
+    char small[12];
+    json_t *js = json_loads("{\"properties\": {\"q\": {\"type\": \"strin\"}}}", 0, NULL);
+    CU_ASSERT_PTR_NULL(tp_schema_compile(js, small, sizeof small));
+    CU_ASSERT_STRING_EQUAL(small, "/properties");
+    CU_ASSERT_PTR_NULL(tp_schema_compile(js, NULL, 0));
+    json_decref(js);
+}
+
+/* Patterns follow ECMA-262 where PCRE2 alone would not. */
+static void test_ecma_regex(void)
+{
+    EXPECT("{\"pattern\": \"^abc$\"}", "\"abc\\n\"", 1,
+           "(root): expected a value matching ^abc$, got \"abc\\n\"");
+    VALID("{\"pattern\": \"b\"}", "\"abc\"");           /* not anchored */
+    VALID("{\"pattern\": \"^\\\\s$\"}", "\"\\u00a0\""); /* Unicode white space */
+    VALID("{\"pattern\": \"^\\\\s$\"}", "\"\\ufeff\"");
+    VALID("{\"pattern\": \"^[\\\\S]$\"}", "\"\\u00e9\"");
+    EXPECT("{\"pattern\": \"^\\\\S$\"}", "\"\\u2028\"", 1,
+           "(root): expected a value matching ^\\S$, got \"\xe2\x80\xa8\"");
+    EXPECT("{\"pattern\": \"^\\\\d$\"}", "\"\\u0660\"", 1,
+           "(root): expected a value matching ^\\d$, got \"\xd9\xa0\"");
+    EXPECT("{\"pattern\": \"^\\\\w$\"}", "\"\\u00e9\"", 1,
+           "(root): expected a value matching ^\\w$, got \"\xc3\xa9\"");
+    EXPECT("{\"pattern\": \"^.$\"}", "\"\\r\"", 1, "(root): expected a value matching ^.$, got \"\\r\"");
+    VALID("{\"pattern\": \"^.$\"}", "\"\\ud83d\\ude00\""); /* one code point */
+    VALID("{\"pattern\": \"^[^]$\"}", "\"\\n\"");
+    EXPECT("{\"pattern\": \"^[]$\"}", "\"\"", 1, "(root): expected a value matching ^[]$, got \"\"");
+    VALID("{\"pattern\": \"^\\\\u00e9\\\\x41\\\\u{1F600}$\"}", "\"\\u00e9A\\ud83d\\ude00\"");
+    VALID("{\"pattern\": \"^\\\\\\\\s$\"}", "\"\\\\s\""); /* an escaped backslash, then s */
+    VALID("{\"pattern\": \"^[.]$\"}", "\".\"");
+    EXPECT("{\"pattern\": \"^[.]$\"}", "\"x\"", 1, "(root): expected a value matching ^[.]$, got \"x\"");
+    VALID("{\"pattern\": \"^[[:alpha:].]+$\"}", "\"a.b\"");
+    VALID("{\"pattern\": \"^(a)?\\\\1b$\"}", "\"b\""); /* unset backreference: empty */
+    VALID("{\"pattern\": \"^\\\\cC$\"}", "\"\\u0003\"");
+    VALID("{\"patternProperties\": {\"^\\u00e1\": {\"type\": \"null\"}}, \"additionalProperties\": false}",
+          "{\"\\u00e1rv\": null}");
+}
+
+/* The compiled schema owns a copy: the caller's may change or go. */
+static void test_owns_copy(void)
+{
+    json_t *js = json_loads("{\"properties\": {\"a\": {\"enum\": [\"x\"]}}}", 0, NULL);
+    tp_schema_t *s = tp_schema_compile(js, NULL, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    json_array_set_new(json_object_get(json_object_get(json_object_get(js, "properties"), "a"), "enum"), 0,
+                       json_string("y"));
+    json_decref(js);
+    json_t *inst = json_pack("{s:s}", "a", "x");
+    CU_ASSERT_EQUAL(tp_schema_validate(s, inst, NULL, 0), 0);
+    json_decref(inst);
+    tp_schema_free(s);
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    CU_pSuite suite = CU_add_suite("schema", NULL, NULL);
+    CU_add_test(suite, "typical messages", test_typical_messages);
+    CU_add_test(suite, "all violations joined", test_all_violations_joined);
+    CU_add_test(suite, "cap", test_cap);
+    CU_add_test(suite, "appends", test_appends);
+    CU_add_test(suite, "type messages", test_type_messages);
+    CU_add_test(suite, "integer and equality", test_integer);
+    CU_add_test(suite, "uniqueItems, many", test_unique_many);
+    CU_add_test(suite, "code points", test_code_points);
+    CU_add_test(suite, "truncation", test_truncation);
+    CU_add_test(suite, "pointer escapes", test_pointer_escapes);
+    CU_add_test(suite, "object messages", test_object_messages);
+    CU_add_test(suite, "array messages", test_array_messages);
+    CU_add_test(suite, "number messages", test_number_messages);
+    CU_add_test(suite, "combinators", test_combinators);
+    CU_add_test(suite, "refs", test_refs);
+    CU_add_test(suite, "depth guard", test_depth_guard);
+    CU_add_test(suite, "compile errors", test_compile_errors);
+    CU_add_test(suite, "ECMA-262 regex", test_ecma_regex);
+    CU_add_test(suite, "owns a copy", test_owns_copy);
+    return tp_test_run();
+}
