@@ -1,6 +1,7 @@
 #include "buf.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,12 @@ int tp_write_all(int fd, const void *p, size_t n)
         if (w < 0) {
             if (errno == EINTR)
                 continue;
+            if (errno == EAGAIN) {
+                /* Someone else made the descriptor non-blocking: wait, as a blocking write would. */
+                struct pollfd pf = {.fd = fd, .events = POLLOUT};
+                poll(&pf, 1, -1);
+                continue;
+            }
             return -1;
         }
         s += w;

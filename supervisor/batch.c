@@ -36,6 +36,10 @@
 #include "log.h"
 #include "result.h"
 #include "retry.h"
+#include "schema.h"
+
+/* Violations listed in an InvalidArguments message before "... and N more". */
+#define TP_ARGS_ERRORS_MAX 10
 
 typedef struct tp_job tp_job_t;
 
@@ -104,6 +108,7 @@ typedef struct tp_batch {
     size_t scan;                /* bytes of in already searched for '\n' */
     bool in_eof;
     bool in_regular;
+    bool in_ready;              /* a pipe's read event fired: one read will not block */
     bool in_skip;               /* discarding the rest of an overlong line */
     off_t in_size;
     uint64_t in_read;
@@ -116,6 +121,7 @@ typedef struct tp_batch {
     tp_queue_t ready;
     tp_queue_t settle;          /* calls whose attempt ended, for the next turn */
     tp_queue_t deferred;        /* attempts that start once the turn has committed */
+    size_t n_waiting;           /* calls parked at their tool's concurrency cap */
     int n_deferred;
     MDB_txn *txn;               /* the turn's write transaction, when there is a store */
     bool keep_jobs;             /* guards count per job: keep idle jobs' usage */
@@ -485,6 +491,10 @@ static void escalate(tp_batch_t *b, tp_call_t *c, const char *kind, const char *
 /* The next hop of the call's fallback chain becomes current. */
 static void next_hop(tp_batch_t *b, tp_call_t *c)
 {
+    if (b->draining) {
+        finish(b, c, END_FAIL, TP_KIND_CANCELLED, "run interrupted before the next hop of the fallback chain");
+        return;
+    }
     c->hop_tool = tp_registry_find(b->o->reg, c->tool->policy.fallback[c->hop]);
     c->hop++;
     c->hop_attempts = 0;
@@ -693,12 +703,14 @@ static bool admit(tp_batch_t *b, tp_call_t *c, uint64_t now, bool *probe)
 }
 
 /* Hands the prepared attempt to an idle slot. */
+static void attempt_done_cb(void *ctx, tp_attempt_t *a);
+
 static void submit(tp_batch_t *b, tp_call_t *c)
 {
     int rc = tp_pool_submit(b->pool, &c->att);
     if (rc == -2) {
-        b->tools[c->hop_tool->index].inflight--;
-        finish(b, c, END_FAIL, TP_KIND_BAD_ARGUMENTS, c->att.message);
+        /* Too big for a frame: the attempt ended before it began; a turn settles it. */
+        attempt_done_cb(b, &c->att);
     } else if (rc < 0) {
         b->tools[c->hop_tool->index].inflight--;
         c->hop_attempts--;
@@ -775,17 +787,37 @@ static void start_attempt(tp_batch_t *b, tp_call_t *c, bool probe)
     submit(b, c);
 }
 
+/*
+ * The next call to try: one parked at its tool's concurrency cap whose tool
+ * has room now, else the head of the ready queue. Parked calls are looked
+ * at only while there are some, so runs without caps never scan.
+ */
+static tp_call_t *next_call(tp_batch_t *b)
+{
+    if (b->n_waiting > 0) {
+        for (size_t i = 0; i < b->o->reg->n_tools; i++) {
+            tp_tool_state_t *ts = &b->tools[i];
+            if (ts->waiting.head && ts->inflight < (int)b->o->reg->tools[i].policy.concurrency) {
+                b->n_waiting--;
+                return q_pop(&ts->waiting);
+            }
+        }
+    }
+    return q_pop(&b->ready);
+}
+
 static void dispatch(tp_batch_t *b)
 {
     uint64_t now = tp_now_us();
-    while (tp_pool_idle(b->pool) - b->n_deferred > 0 && !b->closing) {
-        tp_call_t *c = q_pop(&b->ready);
+    while (tp_pool_idle(b->pool) - b->n_deferred > 0 && !b->closing && !b->draining) {
+        tp_call_t *c = next_call(b);
         if (c == NULL)
             return;
         tp_tool_state_t *ts = &b->tools[c->hop_tool->index];
         uint32_t cap = c->hop_tool->policy.concurrency;
         if (cap && ts->inflight >= (int)cap) {
             q_push(&ts->waiting, c);
+            b->n_waiting++;
             continue;
         }
         bool probe;
@@ -799,11 +831,7 @@ static void attempt_done_cb(void *ctx, tp_attempt_t *a)
 {
     tp_batch_t *b = ctx;
     tp_call_t *c = (tp_call_t *)((char *)a - offsetof(tp_call_t, att));
-    tp_tool_state_t *ts = &b->tools[c->hop_tool->index];
-    ts->inflight--;
-    tp_call_t *w = q_pop(&ts->waiting);
-    if (w)
-        q_push(&b->ready, w);
+    b->tools[c->hop_tool->index].inflight--;
     q_push(&b->settle, c);
     kick(b);
 }
@@ -926,7 +954,7 @@ static void take_line(tp_batch_t *b, const char *line, size_t len)
 {
     long no = b->line_no;
     size_t i = 0;
-    while (i < len && strchr(" \t\r", line[i]))
+    while (i < len && line[i] && strchr(" \t\r", line[i]))
         i++;
     if (i == len)
         return; /* blank lines are not calls */
@@ -982,6 +1010,22 @@ static void take_line(tp_batch_t *b, const char *line, size_t len)
                  near[0] ? " (closest: " : "", near, near[0] ? ")" : "");
         emit_rejected(b, id, job, step, tool, args, TP_KIND_UNKNOWN_TOOL, msg);
         goto out;
+    }
+    if (t->schema) {
+        /* Malformed: the model's to fix, so no call happens and the message says what to change. */
+        json_t *empty = jargs ? NULL : json_object();
+        tp_buf_t why = {0};
+        tp_buf_printf(&why, "%s: invalid arguments: ", t->name);
+        int bad_args = tp_schema_validate(t->schema, jargs ? jargs : empty, &why, TP_ARGS_ERRORS_MAX);
+        json_decref(empty);
+        if (bad_args != 0) {
+            tp_buf_append(&why, "", 1);
+            emit_rejected(b, id, job, step, tool, args, TP_KIND_INVALID_ARGUMENTS,
+                          bad_args > 0 ? (const char *)why.data : "out of memory validating the arguments");
+            tp_buf_free(&why);
+            goto out;
+        }
+        tp_buf_free(&why);
     }
     tp_digest_t digest = {{0}}, identity = {{0}};
     bool interrupted = false;
@@ -1067,11 +1111,19 @@ static void pump_input(tp_batch_t *b)
             tp_buf_reset(&b->in);
             b->scan = 0;
         }
-        ssize_t n = tp_buf_read_fd(&b->in, b->o->input_fd);
-        if (n < 0 && errno == EAGAIN) {
+        /*
+         * A pipe or terminal is read once per readiness event, blocking: no
+         * O_NONBLOCK on a descriptor we share (stdin's open file may be
+         * stdout's too). A regular file is always ready.
+         */
+        if (!b->in_regular && !b->in_ready) {
             event_add(b->ev_input, NULL);
             return;
         }
+        b->in_ready = false;
+        ssize_t n = tp_buf_read_fd(&b->in, b->o->input_fd);
+        if (n < 0 && errno == EAGAIN)
+            continue;
         if (n < 0)
             tp_log_error("reading %s: %s", b->o->input_name, strerror(errno));
         if (n <= 0) {
@@ -1105,7 +1157,9 @@ static void advance_touched(tp_batch_t *b)
 
 static void input_cb(evutil_socket_t fd, short what, void *arg)
 {
-    kick(arg);
+    tp_batch_t *b = arg;
+    b->in_ready = true;
+    kick(b);
 }
 
 /* ---- lifecycle ---- */
@@ -1189,6 +1243,7 @@ static void drain(tp_batch_t *b)
     b->ready.head = b->ready.tail = NULL;
     for (size_t i = 0; i < b->o->reg->n_tools; i++)
         b->tools[i].waiting.head = b->tools[i].waiting.tail = NULL;
+    b->n_waiting = 0;
     for (size_t k = 0; k < b->jobs_cap; k++)
         for (tp_job_t *j = b->jobs[k]; j; j = j->hnext)
             j->head = j->tail = NULL; /* the calls stay on the live list */
@@ -1267,8 +1322,6 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     if (fstat(o->input_fd, &st) == 0 && S_ISREG(st.st_mode)) {
         b.in_regular = true;
         b.in_size = st.st_size;
-    } else {
-        fcntl(o->input_fd, F_SETFL, fcntl(o->input_fd, F_GETFL) | O_NONBLOCK);
     }
     signal(SIGPIPE, SIG_IGN);
     tp_rng_seed(&b.rng, o->seed);

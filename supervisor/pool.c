@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -36,6 +37,8 @@ extern char **environ;
 
 #define START_FAILURES_MAX 5
 #define CRASH_DELAY_MAX_US 1000000u
+#define EOF_GRACE_US 5000000u
+#define EOF_LINGER_US 1000000u
 
 typedef enum {
     SLOT_DOWN,      /* no process; maybe waiting for a throttled respawn */
@@ -67,8 +70,10 @@ typedef struct tp_slot {
     tp_buf_t out;
     slot_state_t state;
     stop_why_t why;
-    bool term_sent; /* SIGTERM sent, SIGKILL follows at the grace timer */
+    bool term_sent; /* told to go (TERM or EOF); SIGKILL follows at the timer */
     bool dead;      /* reaped; its last frames are being read */
+    bool said_hello;
+    bool eof;       /* its reply pipe reached EOF */
     uint64_t calls;
     uint64_t seq;
     tp_attempt_t *attempt;
@@ -89,6 +94,7 @@ struct tp_pool {
     bool shutting_down;
     bool kill_busy;
     bool fatal;
+    bool closed;    /* closed_cb has fired */
     tp_pool_stats_t stats;
     char max_frame_arg[16];
 };
@@ -208,9 +214,22 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
         }
     } else {
         a->kind = tp_kind_from_name(r->kind);
-        snprintf(a->kind_name, sizeof a->kind_name, "%s", r->kind[0] ? r->kind : "ToolError");
-        a->message = strdup(r->message);
+        tp_class_t klass = tp_kind_class(a->kind);
+        if (a->kind < TP_KIND__COUNT && (klass == TP_CLASS_GUARD || klass == TP_CLASS_MALFORMED)) {
+            /* Guard and malformed kinds are the pool's to give, not a tool's. */
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s reported %s, a kind only toolpool gives: %s", a->tool->name, r->kind,
+                     r->message);
+            a->kind = TP_KIND_TOOL_ERROR;
+            snprintf(a->kind_name, sizeof a->kind_name, "%s", tp_kind_name(TP_KIND_TOOL_ERROR));
+            a->message = strdup(msg);
+        } else {
+            snprintf(a->kind_name, sizeof a->kind_name, "%s", r->kind[0] ? r->kind : "ToolError");
+            a->message = strdup(r->message);
+        }
     }
+    if (!isfinite(a->cost) || a->cost < 0)
+        a->cost = 0;
     s->attempt = NULL;
     s->calls++;
     s->crash_streak = 0;
@@ -250,6 +269,7 @@ static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
         } else {
             evtimer_del(s->ev_timer);
             s->start_failures = 0;
+            s->said_hello = true;
             slot_become_idle(s);
             if (!p->shutting_down)
                 p->o.idle_cb(p->o.ctx);
@@ -299,10 +319,14 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
         return;
     if (n <= 0) {
+        /*
+         * EOF: the worker is dying (its SIGCHLD will say how) or has closed
+         * its pipe and lingers; the latter is killed after a grace.
+         */
         event_del(s->ev_read);
-        if (s->why == WHY_NONE) {
-            snprintf(s->detail, sizeof s->detail, "worker %d closed its pipe", (int)s->pid);
-            kill(-s->pid, SIGKILL);
+        if (s->why == WHY_NONE && !s->eof) {
+            s->eof = true;
+            timer_arm(s, EOF_LINGER_US);
         }
         return;
     }
@@ -330,6 +354,9 @@ static void slot_stop(tp_slot_t *s, stop_why_t why, int sig)
         if (s->call_fd >= 0)
             close(s->call_fd);
         s->call_fd = -1;
+        /* One that does not leave at EOF (stuck before its Hello, say) is killed. */
+        s->term_sent = true;
+        timer_arm(s, EOF_GRACE_US);
         return;
     }
     kill(-s->pid, sig);
@@ -343,6 +370,11 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_slot_t *s = arg;
     tp_pool_t *p = s->pool;
+    if (s->eof && s->why == WHY_NONE && s->state != SLOT_DOWN) {
+        snprintf(s->detail, sizeof s->detail, "worker %d closed its pipe but did not exit", (int)s->pid);
+        slot_stop(s, WHY_PROTOCOL, SIGKILL);
+        return;
+    }
     switch (s->state) {
     case SLOT_DOWN:
         slot_spawn(s);
@@ -391,9 +423,6 @@ static void slot_reaped(tp_slot_t *s, int status)
         if (slot_parse(s) < 0 && s->why == WHY_NONE)
             s->why = WHY_PROTOCOL;
     }
-    /* After a TERM, whatever of the group outlived the worker gets its KILL now. */
-    if (s->term_sent)
-        kill(-s->pid, SIGKILL);
     slot_state_t was = s->state;
     stop_why_t why = s->why;
     tp_attempt_t *a = s->attempt;
@@ -422,7 +451,7 @@ static void slot_reaped(tp_slot_t *s, int status)
      * is a crash like any other, throttled but never fatal.
      */
     bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && why == WHY_NONE;
-    bool start_failure = a == NULL && !killed && (why == WHY_HELLO || (was == SLOT_STARTING && crash));
+    bool start_failure = !s->said_hello && !killed && (crash || why == WHY_HELLO);
     if (why == WHY_RECYCLE)
         p->stats.recycled++;
     if (crash || why == WHY_HELLO)
@@ -464,10 +493,17 @@ static void slot_reaped(tp_slot_t *s, int status)
 
     if (a != NULL)
         p->o.done_cb(p->o.ctx, a);
-    if (p->shutting_down && p->live == 0)
+    if (p->shutting_down && p->live == 0 && !p->closed) {
+        p->closed = true;
         p->o.closed_cb(p->o.ctx);
+    }
 }
 
+/*
+ * SIGCHLD: for each slot whose worker has exited, KILL what is left of its
+ * process group (a tool's background children) while the unreaped worker
+ * still holds the group's id, so the id cannot have been reused; then reap.
+ */
 static void chld_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_pool_t *p = arg;
@@ -475,6 +511,10 @@ static void chld_cb(evutil_socket_t fd, short what, void *arg)
         tp_slot_t *s = &p->slots[i];
         if (s->pid <= 0)
             continue;
+        siginfo_t si = {0};
+        if (waitid(P_PID, (id_t)s->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid != s->pid)
+            continue;
+        kill(-s->pid, SIGKILL);
         int status;
         pid_t r;
         do {
@@ -534,6 +574,8 @@ static void slot_spawn(tp_slot_t *s)
     event_add(s->ev_read, NULL);
     s->state = SLOT_STARTING;
     s->why = WHY_NONE;
+    s->said_hello = false;
+    s->eof = false;
     s->detail[0] = 0;
     p->live++;
     p->stats.spawned++;
@@ -674,12 +716,15 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
 static void closed_now_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_pool_t *p = arg;
-    p->o.closed_cb(p->o.ctx);
+    if (!p->closed && p->live == 0) {
+        p->closed = true;
+        p->o.closed_cb(p->o.ctx);
+    }
 }
 
 void tp_pool_shutdown(tp_pool_t *p, bool kill_busy)
 {
-    if (p->shutting_down && !(kill_busy && !p->kill_busy))
+    if (p->shutting_down && !kill_busy)
         return;
     p->shutting_down = true;
     p->kill_busy = kill_busy;
@@ -690,6 +735,9 @@ void tp_pool_shutdown(tp_pool_t *p, bool kill_busy)
             evtimer_del(s->ev_timer);
             break;
         case SLOT_STARTING:
+            /* A worker stuck before its Hello may never read its EOF. */
+            slot_stop(s, WHY_SHUTDOWN, kill_busy ? SIGKILL : 0);
+            break;
         case SLOT_IDLE:
             slot_stop(s, WHY_SHUTDOWN, 0);
             break;

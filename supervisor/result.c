@@ -68,8 +68,10 @@ int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
     if (r->escalation[0])
         put_str(b, ",\"escalation\":", r->escalation);
     put_ms(b, ",\"duration_ms\":", r->duration_us);
-    if (r->cost != 0)
-        tp_buf_printf(b, ",\"cost\":%.17g", r->cost);
+    if (r->cost != 0) {
+        tp_buf_puts(b, ",\"cost\":");
+        tp_json_put_real(b, r->cost);
+    }
     put_raw(b, ",\"args\":", r->args);
     tp_buf_puts(b, ",\"trace\":[");
     for (size_t i = 0; i < r->n_trace; i++) {

@@ -71,7 +71,7 @@ static const char *stderr_line(tp_buf_t *err, char *line, size_t cap)
 {
     size_t n = tp_buf_avail(err), j = 0;
     const char *p = (const char *)tp_buf_head(err);
-    while (n > 0 && strchr(" \t\r\n", p[n - 1]))
+    while (n > 0 && p[n - 1] && strchr(" \t\r\n", p[n - 1]))
         n--;
     for (size_t i = 0; i < n && j + 3 < cap; i++) {
         if (p[i] == '\n') {

@@ -96,7 +96,7 @@ void tp_outcome_from_text(tp_outcome_t *o, const char *text, size_t len, bool re
     json_error_t jerr;
     json_t *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
     if (v == NULL) {
-        while (len > 0 && strchr(" \t\r\n", text[len - 1]) != NULL)
+        while (len > 0 && text[len - 1] && strchr(" \t\r\n", text[len - 1]) != NULL)
             len--;
         json_t *s = json_stringn_nocheck(text, len);
         set_result_json(o, s);
@@ -210,6 +210,11 @@ int main(int argc, char **argv)
         reply.ok = o.ok;
         reply.retry_after_ms = o.retry_after_ms;
         reply.cost = o.cost;
+        if (o.ok && o.result.len + 1024 > max) {
+            /* A result the frame cannot carry is the tool's failure, not the worker's. */
+            tp_outcome_fail(&o, "OutputTooLarge", "%s returned %zu bytes, more than a frame carries (%u)",
+                            call->tool, o.result.len, max);
+        }
         if (o.ok) {
             reply.result.data = o.result.data;
             reply.result.len = o.result.len;

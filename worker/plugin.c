@@ -3,6 +3,7 @@
  * the worker's own process, the fast path for evaluation harnesses.
  */
 #include <dlfcn.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <toolpool/plugin.h>
@@ -78,10 +79,13 @@ void tp_plugin_run(const Toolpool__Call *call, tp_outcome_t *o)
         o->retry_after_ms = rep.retry_after_ms;
     } else if (rep.result == NULL) {
         tp_outcome_from_text(o, "null", 4, false);
+    } else if (strlen(rep.result) > call->max_output) {
+        tp_outcome_fail(o, "OutputTooLarge", "%s returned more than max_output (%llu bytes)", call->tool,
+                        (unsigned long long)call->max_output);
     } else {
         tp_outcome_from_text(o, rep.result, strlen(rep.result), false);
     }
-    o->cost = rep.cost;
+    o->cost = isfinite(rep.cost) && rep.cost > 0 ? rep.cost : 0;
     free(rep.result);
     free(rep.message);
 }
