@@ -208,7 +208,7 @@ static void job_resume(tp_batch_t *b, tp_job_t *j)
     toolpool__checkpoint__free_unpacked(cp, NULL);
 }
 
-static tp_job_t *job_get(tp_batch_t *b, const char *name, size_t len)
+static tp_job_t *job_get(tp_batch_t *b, const char *name, size_t len, bool own)
 {
     uint64_t h = XXH3_64bits(name, len);
     size_t i = h & (b->jobs_cap - 1);
@@ -239,7 +239,8 @@ static tp_job_t *job_get(tp_batch_t *b, const char *name, size_t len)
     j->hnext = b->jobs[i];
     b->jobs[i] = j;
     b->jobs_n++;
-    job_resume(b, j);
+    if (!own)
+        job_resume(b, j); /* a job named after its one call has no checkpoint */
     return j;
 }
 
@@ -338,7 +339,9 @@ static void record(tp_batch_t *b, tp_call_t *c, const Toolpool__Result *r)
     tp_job_t *j = c->job;
     uint64_t now = tp_now_us();
     int rc = tp_result_put(b->o->store, b->txn, r);
-    if (rc == 0)
+    /* A job named after its only call (the default) has nothing to checkpoint but that result. */
+    bool own_job = strcmp(j->name, c->id) == 0;
+    if (rc == 0 && !own_job)
         rc = tp_checkpoint_step(b->o->store, b->txn, j->name, c->id, c->step, &j->usage,
                                 j->usage.first_us ? now - j->usage.first_us : 0, j->stopped, j->stop_msg);
     if (rc == 0 && c->marked)
@@ -1038,7 +1041,7 @@ static void take_line(tp_batch_t *b, const char *line, size_t len)
             goto out;
     }
     tp_call_t *c = calloc(1, sizeof *c);
-    tp_job_t *j = c ? job_get(b, job, strlen(job)) : NULL;
+    tp_job_t *j = c ? job_get(b, job, strlen(job), strcmp(job, id) == 0) : NULL;
     if (c == NULL || j == NULL || args == NULL || (c->id = strdup(id)) == NULL) {
         emit_rejected(b, id, job, step, tool, NULL, TP_KIND_INVALID_REQUEST, "out of memory");
         if (c)

@@ -17,10 +17,33 @@ static void put_bool(tp_buf_t *b, const char *key, protobuf_c_boolean v)
     tp_buf_puts(b, v ? "true" : "false");
 }
 
+/* Decimal digits of v, without printf: this runs several times a result line. */
+static void put_u64(tp_buf_t *b, uint64_t v)
+{
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    if (tp_buf_reserve(b, (size_t)n) < 0)
+        return;
+    while (n > 0)
+        b->data[b->len++] = (uint8_t)tmp[--n];
+}
+
+static void put_num(tp_buf_t *b, const char *key, uint64_t v)
+{
+    tp_buf_puts(b, key);
+    put_u64(b, v);
+}
+
 static void put_ms(tp_buf_t *b, const char *key, uint64_t us)
 {
-    tp_buf_printf(b, "%s%llu.%03llu", key, (unsigned long long)(us / 1000u),
-                  (unsigned long long)(us % 1000u));
+    tp_buf_puts(b, key);
+    put_u64(b, us / 1000u);
+    char frac[5] = {'.', (char)('0' + us % 1000 / 100), (char)('0' + us % 100 / 10), (char)('0' + us % 10), 0};
+    tp_buf_append(b, frac, 4);
 }
 
 static void put_raw(tp_buf_t *b, const char *key, ProtobufCBinaryData v)
@@ -43,7 +66,7 @@ int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
         put_str(b, ",\"job\":", r->job);
     else
         tp_buf_puts(b, ",\"job\":null");
-    tp_buf_printf(b, ",\"step\":%llu", (unsigned long long)r->step);
+    put_num(b, ",\"step\":", r->step);
     if (r->tool[0])
         put_str(b, ",\"tool\":", r->tool);
     else
@@ -57,7 +80,7 @@ int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
         put_str(b, ",\"message\":", r->message);
         put_bool(b, ",\"retryable\":", r->retryable);
     }
-    tp_buf_printf(b, ",\"attempts\":%u", r->attempts);
+    put_num(b, ",\"attempts\":", r->attempts);
     if (r->served_by[0])
         put_str(b, ",\"served_by\":", r->served_by);
     else
@@ -76,7 +99,7 @@ int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
     tp_buf_puts(b, ",\"trace\":[");
     for (size_t i = 0; i < r->n_trace; i++) {
         const Toolpool__Attempt *t = r->trace[i];
-        tp_buf_printf(b, "%s{\"attempt\":%u", i ? "," : "", t->attempt);
+        put_num(b, i ? ",{\"attempt\":" : "{\"attempt\":", t->attempt);
         put_str(b, ",\"tool\":", t->tool);
         put_str(b, ",\"outcome\":", t->outcome);
         put_ms(b, ",\"duration_ms\":", t->duration_us);
