@@ -397,6 +397,49 @@ static void test_job_order(void)
     json_decref(r.rows);
 }
 
+/* Args that fail the tool's schema: no call happens; the message says what to fix. */
+static void test_invalid_arguments(void)
+{
+    run_t r = run_calls(NULL,
+                        "{\"tools\": [{\"name\": \"echo\", \"plugin\": {\"path\": \"@P@\"},"
+                        " \"parameters\": {\"type\": \"object\", \"required\": [\"q\"],"
+                        " \"properties\": {\"q\": {\"type\": \"string\"}, \"limit\": {\"type\": \"integer\", \"maximum\": 100}},"
+                        " \"additionalProperties\": false}}]}",
+                        "{\"id\": \"bad\", \"tool\": \"echo\", \"args\": {\"q\": 5, \"limit\": 250}}\n"
+                        "{\"id\": \"none\", \"tool\": \"echo\"}\n"
+                        "{\"id\": \"good\", \"tool\": \"echo\", \"args\": {\"q\": \"refund window\", \"limit\": 10}}\n",
+                        1, 0);
+    CU_ASSERT_EQUAL(r.status, 1);
+    json_t *v = row(&r, "bad");
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "InvalidArguments");
+    CU_ASSERT_STRING_EQUAL(str(v, "class"), "malformed");
+    CU_ASSERT_EQUAL(num(v, "attempts"), 0);
+    CU_ASSERT(json_is_false(json_object_get(v, "retryable")));
+    CU_ASSERT_PTR_NOT_NULL(strstr(str(v, "message"), "/q: expected string, got number 5"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(str(v, "message"), "/limit: expected at most 100, got 250"));
+    CU_ASSERT_EQUAL(json_array_size(json_object_get(v, "trace")), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(str(row(&r, "none"), "message"), "missing required property \"q\""));
+    CU_ASSERT(json_is_true(json_object_get(row(&r, "good"), "ok")));
+    CU_ASSERT_EQUAL(r.rep.pool.spawned, 1);
+    json_decref(r.rows);
+
+    /* An invalid schema is a registry error naming the tool and the schema's place. */
+    char dir[1024], err[1024];
+    snprintf(dir, sizeof dir, "%s", tp_test_tmpdir("schema"));
+    char *path = tp_test_write(dir, "tools.json",
+                               "{\"tools\": [\n"
+                               "  {\"name\": \"t\", \"exec\": [\"true\"],\n"
+                               "   \"parameters\": {\"type\": \"object\",\n"
+                               "     \"properties\": {\"q\": {\"type\": \"strin\"}}}}]}\n");
+    tp_registry_t *reg = tp_registry_load(path, err, sizeof err);
+    CU_ASSERT_PTR_NULL(reg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "tools.json:4: tools[0] (t).parameters"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "/properties/q/type"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "strin"));
+    tp_registry_free(reg);
+    free(path);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -416,5 +459,6 @@ int main(void)
     CU_add_test(s, "deadline bounds the retries", test_deadline);
     CU_add_test(s, "concurrency cap", test_concurrency_cap);
     CU_add_test(s, "job step order", test_job_order);
+    CU_add_test(s, "invalid arguments: no call, a message to act on", test_invalid_arguments);
     return tp_test_run();
 }
