@@ -96,7 +96,13 @@ typedef struct {
 typedef struct {
     int inflight;
     tp_queue_t waiting;
+    double ewma_us;             /* how long its attempts take, when they answer */
+    uint32_t samples;
 } tp_tool_state_t;
+
+/* A tool this quick may queue behind a busy worker's current attempt. */
+#define TP_FAST_US 1000.0
+#define TP_FAST_SAMPLES 8
 
 typedef struct tp_batch {
     const tp_batch_opts_t *o;
@@ -161,6 +167,14 @@ static void q_push(tp_queue_t *q, tp_call_t *c)
     else
         q->head = c;
     q->tail = c;
+}
+
+static void q_push_front(tp_queue_t *q, tp_call_t *c)
+{
+    c->next = q->head;
+    q->head = c;
+    if (q->tail == NULL)
+        q->tail = c;
 }
 
 static tp_call_t *q_pop(tp_queue_t *q)
@@ -577,6 +591,28 @@ static void settle(tp_batch_t *b, tp_call_t *c)
 {
     tp_attempt_t *a = &c->att;
     tp_job_t *j = c->job;
+    if (a->requeue) {
+        /* Queued behind an attempt whose worker died: it never ran, and counts for nothing. */
+        c->hop_attempts--;
+        j->usage.calls--;
+        c->probe = false;
+        if (!b->draining) {
+            q_push_front(&b->ready, c);
+        } else if (c->n_trace == 0) {
+            b->report->not_started++;
+            c->job->running = false;
+            call_free(c);
+        } else {
+            finish(b, c, END_FAIL, TP_KIND_CANCELLED, "run interrupted between attempts");
+        }
+        return;
+    }
+    if (a->ok || (a->kind != TP_KIND_TIMEOUT && a->kind != TP_KIND_WORKER_CRASHED && a->kind != TP_KIND_CANCELLED)) {
+        tp_tool_state_t *ts = &b->tools[c->hop_tool->index];
+        double us = (double)(a->ended_us - a->started_us);
+        ts->ewma_us = ts->samples ? ts->ewma_us * 0.9 + us * 0.1 : us;
+        ts->samples++;
+    }
     j->usage.cost += a->cost;
     Toolpool__Attempt *t = trace_add(c, a->number, a->ok ? "ok" : a->kind_name, a->ended_us - a->started_us);
     if (t == NULL) {
@@ -705,7 +741,13 @@ static bool admit(tp_batch_t *b, tp_call_t *c, uint64_t now, bool *probe)
     return true;
 }
 
-/* Hands the prepared attempt to an idle slot. */
+static bool tool_fast(const tp_batch_t *b, const tp_tool_t *t)
+{
+    const tp_tool_state_t *ts = &b->tools[t->index];
+    return ts->samples >= TP_FAST_SAMPLES && ts->ewma_us < TP_FAST_US;
+}
+
+/* Hands the prepared attempt to an idle slot (or a fast one to a busy worker's queue). */
 static void attempt_done_cb(void *ctx, tp_attempt_t *a);
 
 static void submit(tp_batch_t *b, tp_call_t *c)
@@ -764,6 +806,7 @@ static void start_attempt(tp_batch_t *b, tp_call_t *c, bool probe)
         .args_len = c->args_len,
         .timeout_us = timeout,
         .kind = TP_KIND_OK,
+        .pipelined = p->idempotent && tool_fast(b, c->hop_tool),
     };
     b->tools[c->hop_tool->index].inflight++;
     if (b->txn && !p->idempotent) {
@@ -812,10 +855,18 @@ static tp_call_t *next_call(tp_batch_t *b)
 static void dispatch(tp_batch_t *b)
 {
     uint64_t now = tp_now_us();
-    while (tp_pool_idle(b->pool) - b->n_deferred > 0 && !b->closing && !b->draining) {
+    while (!b->closing && !b->draining) {
+        bool idle = tp_pool_idle(b->pool) - b->n_deferred > 0;
+        if (!idle && !tp_pool_room(b->pool))
+            return;
         tp_call_t *c = next_call(b);
         if (c == NULL)
             return;
+        if (!idle && !(c->hop_tool->policy.idempotent && tool_fast(b, c->hop_tool))) {
+            /* Only a fast tool waits in a busy worker's queue; this one waits for a free worker. */
+            q_push_front(&b->ready, c);
+            return;
+        }
         tp_tool_state_t *ts = &b->tools[c->hop_tool->index];
         uint32_t cap = c->hop_tool->policy.concurrency;
         if (cap && ts->inflight >= (int)cap) {
@@ -1350,6 +1401,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         .worker_path = o->worker_path,
         .max_frame = o->max_frame,
         .recycle_after = o->recycle_after,
+        .pipeline = o->pipeline,
         .done_cb = attempt_done_cb,
         .idle_cb = idle_cb,
         .fatal_cb = fatal_cb,

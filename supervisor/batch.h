@@ -27,6 +27,7 @@ typedef struct {
     const char *worker_path;
     uint32_t max_frame;         /* also the longest input line */
     uint64_t recycle_after;
+    int pipeline;               /* attempts of a fast tool one worker may hold (1: none) */
     uint64_t drain_us;          /* after SIGINT/SIGTERM, how long running calls may finish */
     bool progress;              /* draw a progress bar on stderr */
     uint64_t seed;              /* jitter seed; 0 = random */

@@ -39,6 +39,7 @@ extern char **environ;
 #define CRASH_DELAY_MAX_US 1000000u
 #define EOF_GRACE_US 5000000u
 #define EOF_LINGER_US 1000000u
+#define PIPE_MAX 64
 
 typedef enum {
     SLOT_DOWN,      /* no process; maybe waiting for a throttled respawn */
@@ -76,7 +77,9 @@ typedef struct tp_slot {
     bool eof;       /* its reply pipe reached EOF */
     uint64_t calls;
     uint64_t seq;
-    tp_attempt_t *attempt;
+    tp_attempt_t *attempt;          /* running now */
+    tp_attempt_t *queue[PIPE_MAX];  /* sent after it, waiting their turn in the worker */
+    int queued;
     unsigned crash_streak;
     unsigned start_failures;
     char detail[160]; /* what went wrong, for the attempt's message */
@@ -95,6 +98,7 @@ struct tp_pool {
     bool kill_busy;
     bool fatal;
     bool closed;    /* closed_cb has fired */
+    bool pipeline_room_cb_needed; /* a queue shrank: the caller may submit more */
     tp_pool_stats_t stats;
     char max_frame_arg[16];
 };
@@ -234,6 +238,18 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
     s->calls++;
     s->crash_streak = 0;
     p->busy--;
+    if (s->queued > 0) {
+        /* The worker has moved on to the next one: its clock starts now. */
+        tp_attempt_t *next = s->queue[0];
+        memmove(s->queue, s->queue + 1, (size_t)--s->queued * sizeof s->queue[0]);
+        s->attempt = next;
+        next->started_us = a->ended_us;
+        timer_arm(s, next->timeout_us);
+        p->o.done_cb(p->o.ctx, a);
+        if (p->pipeline_room_cb_needed)
+            p->o.idle_cb(p->o.ctx);
+        return;
+    }
     bool recycle = p->o.recycle_after > 0 && s->calls >= p->o.recycle_after;
     if (s->dead)
         s->state = SLOT_STOPPING;
@@ -277,7 +293,7 @@ static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
                 slot_stop(s, WHY_SHUTDOWN, 0);
         }
     } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_REPLY && s->state == SLOT_BUSY &&
-               wf->reply->seq == s->seq) {
+               wf->reply->seq == s->attempt->seq) {
         slot_reply(s, wf->reply);
     } else {
         snprintf(s->detail, sizeof s->detail, "unexpected frame (case %d) from worker %d",
@@ -433,6 +449,11 @@ static void slot_reaped(tp_slot_t *s, int status)
         p->idle--;
     if (a != NULL)
         p->busy--;
+    int nq = s->queued;
+    tp_attempt_t *queued[PIPE_MAX];
+    memcpy(queued, s->queue, (size_t)nq * sizeof queued[0]);
+    s->queued = 0;
+    p->busy -= nq;
     slot_close_fds(s);
     evtimer_del(s->ev_timer);
     s->attempt = NULL;
@@ -493,6 +514,12 @@ static void slot_reaped(tp_slot_t *s, int status)
 
     if (a != NULL)
         p->o.done_cb(p->o.ctx, a);
+    /* Attempts queued behind the one that ended here never started: they go back. */
+    for (int i = 0; i < nq; i++) {
+        queued[i]->requeue = true;
+        queued[i]->ended_us = tp_now_us();
+        p->o.done_cb(p->o.ctx, queued[i]);
+    }
     if (p->shutting_down && p->live == 0 && !p->closed) {
         p->closed = true;
         p->o.closed_cb(p->o.ctx);
@@ -617,6 +644,11 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts)
         p->o.max_frame = TP_FRAME_DEFAULT_MAX;
     if (p->o.hello_timeout_us == 0)
         p->o.hello_timeout_us = 10000000u;
+    if (p->o.pipeline < 1)
+        p->o.pipeline = 1;
+    if (p->o.pipeline > PIPE_MAX)
+        p->o.pipeline = PIPE_MAX;
+    p->pipeline_room_cb_needed = p->o.pipeline > 1;
     snprintf(p->max_frame_arg, sizeof p->max_frame_arg, "%u", p->o.max_frame);
     p->n = p->o.workers;
     p->slots = calloc((size_t)p->n, sizeof *p->slots);
@@ -660,11 +692,47 @@ int tp_pool_busy(const tp_pool_t *p)
     return p->busy;
 }
 
+/*
+ * The busy worker with the shortest queue that may take one more pipelined
+ * attempt: everything it holds is pipelined, it is not being stopped, and
+ * the attempt will not carry it past its recycling count.
+ */
+static tp_slot_t *pipeline_slot(tp_pool_t *p)
+{
+    tp_slot_t *best = NULL;
+    if (p->o.pipeline <= 1 || p->shutting_down)
+        return NULL;
+    for (int i = 0; i < p->n; i++) {
+        tp_slot_t *s = &p->slots[i];
+        if (s->state != SLOT_BUSY || s->why != WHY_NONE || s->eof || !s->attempt->pipelined ||
+            s->queued + 1 >= p->o.pipeline || s->queued >= PIPE_MAX)
+            continue;
+        if (p->o.recycle_after && s->calls + 2 + (uint64_t)s->queued > p->o.recycle_after)
+            continue;
+        bool all = true;
+        for (int k = 0; k < s->queued && all; k++)
+            all = s->queue[k]->pipelined;
+        if (all && (best == NULL || s->queued < best->queued))
+            best = s;
+    }
+    return best;
+}
+
+bool tp_pool_room(const tp_pool_t *p)
+{
+    return pipeline_slot((tp_pool_t *)p) != NULL;
+}
+
 bool tp_pool_is_running(const tp_pool_t *p, const tp_attempt_t *a)
 {
-    for (int i = 0; i < p->n; i++)
-        if (p->slots[i].attempt == a)
+    for (int i = 0; i < p->n; i++) {
+        const tp_slot_t *s = &p->slots[i];
+        if (s->attempt == a)
             return true;
+        for (int k = 0; k < s->queued; k++)
+            if (s->queue[k] == a)
+                return true;
+    }
     return false;
 }
 
@@ -674,11 +742,15 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
     for (int i = 0; i < p->n && s == NULL; i++)
         if (p->slots[i].state == SLOT_IDLE && p->slots[i].why == WHY_NONE)
             s = &p->slots[i];
+    if (s == NULL && a->pipelined)
+        s = pipeline_slot(p);
     if (s == NULL || p->shutting_down)
         return -1;
     const tp_tool_t *t = a->tool;
     Toolpool__Call call = TOOLPOOL__CALL__INIT;
     call.seq = ++s->seq;
+    a->seq = call.seq;
+    a->requeue = false;
     call.tool = t->name;
     call.adapter = t->adapter == TP_ADAPTER_PLUGIN ? TOOLPOOL__ADAPTER__ADAPTER_PLUGIN
                                                    : TOOLPOOL__ADAPTER__ADAPTER_EXEC;
@@ -704,11 +776,16 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         attempt_fail(a, TP_KIND_BAD_ARGUMENTS, "the call does not fit in a frame of %u bytes", p->o.max_frame);
         return -2;
     }
-    s->attempt = a;
-    s->state = SLOT_BUSY;
-    p->idle--;
     p->busy++;
-    timer_arm(s, a->timeout_us);
+    if (s->state == SLOT_BUSY) {
+        a->started_us = 0; /* it starts when the one before it ends */
+        s->queue[s->queued++] = a;
+    } else {
+        s->attempt = a;
+        s->state = SLOT_BUSY;
+        p->idle--;
+        timer_arm(s, a->timeout_us);
+    }
     slot_flush(s);
     return 0;
 }

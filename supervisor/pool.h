@@ -33,6 +33,11 @@ typedef struct tp_attempt {
     const char *args;           /* JSON text */
     size_t args_len;
     uint64_t timeout_us;
+    bool pipelined;             /* may wait in a busy worker's queue (a fast tool) */
+    /* set by the pool */
+    uint64_t seq;               /* its frame's sequence number on the slot */
+    bool requeue;               /* ended without starting (it was queued behind a
+                                   worker that died): run it again, uncounted */
     /* set by the pool when the attempt ends */
     bool ok;
     tp_kind_t kind;             /* TP_KIND_OTHER: see kind_name */
@@ -54,6 +59,7 @@ typedef struct {
     uint32_t max_frame;         /* bytes; a longer frame is a protocol error */
     uint64_t recycle_after;     /* calls per worker before a fresh one; 0 = never */
     uint64_t hello_timeout_us;  /* a worker that says nothing this long is dead */
+    int pipeline;               /* attempts one worker may hold at once (1: no pipelining) */
     /* An attempt ended (ok, failed, timed out, crashed). Called from the loop. */
     void (*done_cb)(void *ctx, tp_attempt_t *a);
     /* A slot can take an attempt: the caller may submit more. */
@@ -77,13 +83,18 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts);
 int tp_pool_start(tp_pool_t *pool);
 /* Slots ready for an attempt now. */
 int tp_pool_idle(const tp_pool_t *pool);
+/* Whether some busy worker can queue a pipelined attempt behind its current one. */
+bool tp_pool_room(const tp_pool_t *pool);
 /* Attempts running now. */
 int tp_pool_busy(const tp_pool_t *pool);
-/* Whether a is running on a slot now (submitted, not yet ended). */
+/* Whether a is on a slot now (submitted, running or queued, not yet ended). */
 bool tp_pool_is_running(const tp_pool_t *pool, const tp_attempt_t *a);
 /*
- * Hands a to an idle slot. The pool keeps the pointer until done_cb. Returns
- * 0, or -1 when no slot is idle.
+ * Hands a to an idle slot, or, when a->pipelined, queues it on a busy worker
+ * whose queue holds only pipelined attempts. Its timer starts when the
+ * worker starts it (the reply before it arrives). The pool keeps the pointer
+ * until done_cb. Returns 0, -1 when no slot can take it, -2 when it does not
+ * fit in a frame (a is then filled in as failed).
  */
 int tp_pool_submit(tp_pool_t *pool, tp_attempt_t *a);
 /*

@@ -53,6 +53,9 @@ static const char run_usage[] =
     "                         nothing, a crash of the machine may lose the last\n"
     "                         results (they run again on the rerun)\n"
     "      --recycle-after N  replace a worker after N calls (default: never)\n"
+    "      --pipeline N       let a worker hold up to N calls of a fast tool (one\n"
+    "                         whose calls have taken under 1ms): the next starts as\n"
+    "                         soon as one ends (default: 16; 1: off)\n"
     "      --max-frame BYTES  longest frame on a pipe, and longest input line\n"
     "                         (default: 67108864)\n"
     "      --drain DURATION   after SIGINT/SIGTERM, how long running calls may\n"
@@ -84,6 +87,7 @@ int tp_cmd_run(int argc, char **argv)
         {"output", required_argument, NULL, 'o'},
         {"recycle-after", required_argument, NULL, 'R'},
         {"relaxed", no_argument, NULL, 'L'},
+        {"pipeline", required_argument, NULL, 'p'},
         {"max-frame", required_argument, NULL, 'F'},
         {"drain", required_argument, NULL, 'D'},
         {"seed", required_argument, NULL, 'S'},
@@ -99,6 +103,7 @@ int tp_cmd_run(int argc, char **argv)
         .max_frame = TP_FRAME_DEFAULT_MAX,
         .drain_us = 10000000u,
         .worker_path = tp_pool_default_worker(),
+        .pipeline = 16,
     };
     bool quiet = false, progress = isatty(2), relaxed = false;
     int c;
@@ -120,6 +125,7 @@ int tp_cmd_run(int argc, char **argv)
         case 'S': o.seed = parse_count("--seed", optarg, 1, UINT64_MAX); break;
         case 'q': quiet = true; break;
         case 'L': relaxed = true; break;
+        case 'p': o.pipeline = (int)parse_count("--pipeline", optarg, 1, 64); break;
         case 'P': progress = false; break;
         case 'h': fputs(run_usage, stdout); return 0;
         default: fputs(run_usage, stderr); return 2;
