@@ -515,6 +515,7 @@ static void slot_reaped(tp_slot_t *s, int status)
     if (a != NULL)
         p->o.done_cb(p->o.ctx, a);
     /* Attempts queued behind the one that ended here never started: they go back. */
+    p->stats.requeued += (uint64_t)nq;
     for (int i = 0; i < nq; i++) {
         queued[i]->requeue = true;
         queued[i]->ended_us = tp_now_us();

@@ -76,6 +76,7 @@ typedef struct {
     uint64_t crashed;           /* workers that died without being told to */
     uint64_t timeouts;          /* workers killed at an attempt's deadline */
     uint64_t recycled;
+    uint64_t requeued;          /* queued attempts handed back unstarted */
 } tp_pool_stats_t;
 
 tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts);

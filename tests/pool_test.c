@@ -440,6 +440,42 @@ static void test_invalid_arguments(void)
     free(path);
 }
 
+/*
+ * Pipelining: once a tool has proved fast, its calls queue behind a busy
+ * worker. One that hangs is killed at its timeout; the calls queued behind
+ * it never started, so they run again, with one attempt each.
+ */
+static void test_pipeline_requeue(void)
+{
+    tp_buf_t calls = {0};
+    for (int i = 0; i < 40; i++)
+        tp_buf_printf(&calls, "{\"id\": \"s%d\", \"tool\": \"sleep\", \"args\": {\"ms\": %d}}\n", i,
+                      i == 20 ? 10000 : 0);
+    tp_buf_append(&calls, "", 1);
+    run_t r = run_calls(NULL,
+                        "{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"},"
+                        " \"timeout\": \"300ms\", \"attempts\": 1}]}",
+                        (char *)calls.data, 1, 0);
+    CU_ASSERT_EQUAL(json_array_size(r.rows), 40);
+    size_t i;
+    json_t *v;
+    int ok = 0;
+    json_array_foreach(r.rows, i, v) {
+        if (strcmp(str(v, "id"), "s20") == 0) {
+            CU_ASSERT_STRING_EQUAL(str(v, "error"), "Timeout");
+            CU_ASSERT(trace_ms(v, 0, "duration_ms") >= 299 && trace_ms(v, 0, "duration_ms") < 450);
+            continue;
+        }
+        ok += json_is_true(json_object_get(v, "ok"));
+        CU_ASSERT_EQUAL(num(v, "attempts"), 1);
+    }
+    CU_ASSERT_EQUAL(ok, 39);
+    CU_ASSERT_EQUAL(r.rep.pool.timeouts, 1);
+    CU_ASSERT(r.rep.pool.requeued > 0); /* calls were queued behind the hung one */
+    json_decref(r.rows);
+    tp_buf_free(&calls);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -460,5 +496,6 @@ int main(void)
     CU_add_test(s, "concurrency cap", test_concurrency_cap);
     CU_add_test(s, "job step order", test_job_order);
     CU_add_test(s, "invalid arguments: no call, a message to act on", test_invalid_arguments);
+    CU_add_test(s, "pipelined calls behind a hung one run again", test_pipeline_requeue);
     return tp_test_run();
 }
