@@ -100,8 +100,13 @@ typedef struct {
     uint32_t samples;
 } tp_tool_state_t;
 
-/* A tool this quick may queue behind a busy worker's current attempt. */
-#define TP_FAST_US 1000.0
+/*
+ * How many attempts of a tool one worker may hold: as many as fit, one
+ * after another, in TP_QUEUE_BUDGET_US of its average attempt, so a call
+ * queued behind others waits about that long at most; known only after
+ * TP_FAST_SAMPLES answers.
+ */
+#define TP_QUEUE_BUDGET_US 2000.0
 #define TP_FAST_SAMPLES 8
 
 typedef struct tp_batch {
@@ -741,10 +746,13 @@ static bool admit(tp_batch_t *b, tp_call_t *c, uint64_t now, bool *probe)
     return true;
 }
 
-static bool tool_fast(const tp_batch_t *b, const tp_tool_t *t)
+static int tool_depth(const tp_batch_t *b, const tp_tool_t *t)
 {
     const tp_tool_state_t *ts = &b->tools[t->index];
-    return ts->samples >= TP_FAST_SAMPLES && ts->ewma_us < TP_FAST_US;
+    if (!t->policy.idempotent || ts->samples < TP_FAST_SAMPLES || b->o->pipeline <= 1)
+        return 1;
+    double fit = TP_QUEUE_BUDGET_US / (ts->ewma_us > 1 ? ts->ewma_us : 1);
+    return fit >= b->o->pipeline ? b->o->pipeline : fit < 1 ? 1 : (int)fit;
 }
 
 /* Hands the prepared attempt to an idle slot (or a fast one to a busy worker's queue). */
@@ -806,7 +814,7 @@ static void start_attempt(tp_batch_t *b, tp_call_t *c, bool probe)
         .args_len = c->args_len,
         .timeout_us = timeout,
         .kind = TP_KIND_OK,
-        .pipelined = p->idempotent && tool_fast(b, c->hop_tool),
+        .depth = tool_depth(b, c->hop_tool),
     };
     b->tools[c->hop_tool->index].inflight++;
     if (b->txn && !p->idempotent) {
@@ -857,12 +865,10 @@ static void dispatch(tp_batch_t *b)
     uint64_t now = tp_now_us();
     while (!b->closing && !b->draining) {
         bool idle = tp_pool_idle(b->pool) - b->n_deferred > 0;
-        if (!idle && !tp_pool_room(b->pool))
-            return;
         tp_call_t *c = next_call(b);
         if (c == NULL)
             return;
-        if (!idle && !(c->hop_tool->policy.idempotent && tool_fast(b, c->hop_tool))) {
+        if (!idle && !tp_pool_room(b->pool, tool_depth(b, c->hop_tool))) {
             /* Only a fast tool waits in a busy worker's queue; this one waits for a free worker. */
             q_push_front(&b->ready, c);
             return;

@@ -694,34 +694,35 @@ int tp_pool_busy(const tp_pool_t *p)
 }
 
 /*
- * The busy worker with the shortest queue that may take one more pipelined
- * attempt: everything it holds is pipelined, it is not being stopped, and
- * the attempt will not carry it past its recycling count.
+ * The busy worker with the shortest queue that may take one more attempt of
+ * this depth: each attempt it holds allows one more, it is not being
+ * stopped, and the attempt will not carry it past its recycling count.
  */
-static tp_slot_t *pipeline_slot(tp_pool_t *p)
+static tp_slot_t *pipeline_slot(tp_pool_t *p, int depth)
 {
     tp_slot_t *best = NULL;
-    if (p->o.pipeline <= 1 || p->shutting_down)
+    if (p->o.pipeline <= 1 || p->shutting_down || depth <= 1)
         return NULL;
     for (int i = 0; i < p->n; i++) {
         tp_slot_t *s = &p->slots[i];
-        if (s->state != SLOT_BUSY || s->why != WHY_NONE || s->eof || !s->attempt->pipelined ||
-            s->queued + 1 >= p->o.pipeline || s->queued >= PIPE_MAX)
+        int held = s->queued + 1;
+        if (s->state != SLOT_BUSY || s->why != WHY_NONE || s->eof || held >= depth || held >= p->o.pipeline ||
+            s->queued >= PIPE_MAX || s->attempt->depth <= held)
             continue;
-        if (p->o.recycle_after && s->calls + 2 + (uint64_t)s->queued > p->o.recycle_after)
+        if (p->o.recycle_after && s->calls + 1 + (uint64_t)held > p->o.recycle_after)
             continue;
         bool all = true;
         for (int k = 0; k < s->queued && all; k++)
-            all = s->queue[k]->pipelined;
+            all = s->queue[k]->depth > held;
         if (all && (best == NULL || s->queued < best->queued))
             best = s;
     }
     return best;
 }
 
-bool tp_pool_room(const tp_pool_t *p)
+bool tp_pool_room(const tp_pool_t *p, int depth)
 {
-    return pipeline_slot((tp_pool_t *)p) != NULL;
+    return pipeline_slot((tp_pool_t *)p, depth) != NULL;
 }
 
 bool tp_pool_is_running(const tp_pool_t *p, const tp_attempt_t *a)
@@ -743,8 +744,8 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
     for (int i = 0; i < p->n && s == NULL; i++)
         if (p->slots[i].state == SLOT_IDLE && p->slots[i].why == WHY_NONE)
             s = &p->slots[i];
-    if (s == NULL && a->pipelined)
-        s = pipeline_slot(p);
+    if (s == NULL)
+        s = pipeline_slot(p, a->depth);
     if (s == NULL || p->shutting_down)
         return -1;
     const tp_tool_t *t = a->tool;

@@ -33,7 +33,9 @@ typedef struct tp_attempt {
     const char *args;           /* JSON text */
     size_t args_len;
     uint64_t timeout_us;
-    bool pipelined;             /* may wait in a busy worker's queue (a fast tool) */
+    int depth;                  /* the most attempts a worker may hold while this one
+                                   is among them (itself included); 1: it waits for an
+                                   idle worker */
     /* set by the pool */
     uint64_t seq;               /* its frame's sequence number on the slot */
     bool requeue;               /* ended without starting (it was queued behind a
@@ -84,15 +86,15 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts);
 int tp_pool_start(tp_pool_t *pool);
 /* Slots ready for an attempt now. */
 int tp_pool_idle(const tp_pool_t *pool);
-/* Whether some busy worker can queue a pipelined attempt behind its current one. */
-bool tp_pool_room(const tp_pool_t *pool);
+/* Whether some busy worker can queue an attempt of this depth behind its current one. */
+bool tp_pool_room(const tp_pool_t *pool, int depth);
 /* Attempts running now. */
 int tp_pool_busy(const tp_pool_t *pool);
 /* Whether a is on a slot now (submitted, running or queued, not yet ended). */
 bool tp_pool_is_running(const tp_pool_t *pool, const tp_attempt_t *a);
 /*
- * Hands a to an idle slot, or, when a->pipelined, queues it on a busy worker
- * whose queue holds only pipelined attempts. Its timer starts when the
+ * Hands a to an idle slot, or, when a->depth allows, queues it on a busy
+ * worker whose attempts all allow one more. Its timer starts when the
  * worker starts it (the reply before it arrives). The pool keeps the pointer
  * until done_cb. Returns 0, -1 when no slot can take it, -2 when it does not
  * fit in a frame (a is then filled in as failed).
