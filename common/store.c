@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -30,6 +31,8 @@ struct tp_store {
     unsigned flags;
     size_t mapsize;
     size_t limit;   /* the map never grows past this: $TOOLPOOL_STORE_LIMIT, else 1 TiB */
+    unsigned long map_lo, map_hi; /* where data.mdb is mapped, for tp_store_trim */
+    size_t map_for;               /* the mapsize it was found for */
     char dir[PATH_MAX];
 };
 
@@ -151,7 +154,7 @@ tp_store_t *tp_store_open(const char *dir, unsigned flags, char *err, size_t err
     s->mapsize = MAP_INITIAL < s->limit ? MAP_INITIAL : s->limit;
     if (rc == 0)
         rc = mdb_env_set_mapsize(s->env, s->mapsize);
-    unsigned envflags = MDB_NOTLS | ((flags & TP_STORE_RDONLY) ? MDB_RDONLY : 0) |
+    unsigned envflags = MDB_NOTLS | MDB_NORDAHEAD | ((flags & TP_STORE_RDONLY) ? MDB_RDONLY : 0) |
                         ((flags & TP_STORE_NOSYNC) ? MDB_NOSYNC : 0);
     if (rc == 0)
         rc = mdb_env_open(s->env, dir, envflags, 0644);
@@ -204,6 +207,48 @@ const char *tp_store_strerror(const tp_store_t *s, int rc, char *buf, size_t cap
     else
         snprintf(buf, cap, "%s", mdb_strerror(rc));
     return buf;
+}
+
+/*
+ * LMDB reads through a shared, read-only map of the data file: every page a
+ * write has looked at stays mapped, so a growing store would grow the
+ * process's resident set with it. Dropping the mapping's pages (they stay
+ * in the page cache; the next read maps them again) keeps it flat. Safe at
+ * any time, inside a transaction too: the map is shared and read-only, so
+ * a page dropped is only read again from the page cache when next touched.
+ */
+/* Where this process maps data.mdb, from /proc (LMDB says only with MDB_FIXEDMAP). */
+static void find_map(tp_store_t *s)
+{
+    char data[PATH_MAX + 16], real[PATH_MAX], line[PATH_MAX + 128];
+    s->map_lo = s->map_hi = 0;
+    s->map_for = s->mapsize;
+    snprintf(data, sizeof data, "%s/data.mdb", s->dir);
+    if (realpath(data, real) == NULL)
+        return;
+    FILE *maps = fopen("/proc/self/maps", "r");
+    if (maps == NULL)
+        return;
+    size_t rlen = strlen(real);
+    while (fgets(line, sizeof line, maps)) {
+        size_t n = strlen(line);
+        while (n > 0 && line[n - 1] == '\n')
+            line[--n] = 0;
+        unsigned long lo, hi;
+        if (n >= rlen && strcmp(line + n - rlen, real) == 0 && sscanf(line, "%lx-%lx", &lo, &hi) == 2) {
+            s->map_lo = lo;
+            s->map_hi = hi;
+        }
+    }
+    fclose(maps);
+}
+
+void tp_store_trim(tp_store_t *s)
+{
+    if (s->map_for != s->mapsize || s->map_hi == 0)
+        find_map(s); /* the map moves when it grows */
+    if (s->map_hi > s->map_lo)
+        madvise((void *)s->map_lo, s->map_hi - s->map_lo, MADV_DONTNEED);
 }
 
 int tp_store_reader_check(tp_store_t *s)

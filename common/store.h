@@ -84,6 +84,9 @@ int tp_store_get_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, s
 /* What an LMDB or errno code means for a person, with what to do about it. */
 const char *tp_store_strerror(const tp_store_t *s, int rc, char *buf, size_t cap);
 
+/* Unmaps the data pages this process has touched (between transactions only). */
+void tp_store_trim(tp_store_t *s);
+
 /* Clears reader slots left by dead processes; returns how many. */
 int tp_store_reader_check(tp_store_t *s);
 

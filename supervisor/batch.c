@@ -38,6 +38,15 @@
 #include "retry.h"
 #include "schema.h"
 
+/* Results between two trims of the store's map from the resident set. */
+#define TP_TRIM_EVERY 1024
+
+/* Store lookups between two trims while resuming. */
+#define TP_TRIM_LOOKUPS 256
+
+/* Input lines one loop turn takes at most. */
+#define TP_LINES_PER_TURN 1024
+
 /* Violations listed in an InvalidArguments message before "... and N more". */
 #define TP_ARGS_ERRORS_MAX 10
 
@@ -136,6 +145,8 @@ typedef struct tp_batch {
     int n_deferred;
     MDB_txn *txn;               /* the turn's write transaction, when there is a store */
     bool keep_jobs;             /* guards count per job: keep idle jobs' usage */
+    uint64_t trimmed_at;        /* results when the store's map was last trimmed */
+    uint64_t lookups;           /* ids looked up in the store */
     tp_tool_state_t *tools;
     tp_job_t **jobs;
     tp_job_t *touched;          /* jobs given calls this turn, in input order */
@@ -977,6 +988,13 @@ static bool resume_lookup(tp_batch_t *b, const char *id, const char *job, uint64
                           const tp_digest_t *identity, long no, bool *interrupted)
 {
     Toolpool__Result *r;
+    /*
+     * Lookups of ids scattered over a large store fault in pages all over
+     * its map (and the kernel maps their neighbours too): trim often here,
+     * which is safe at any time, since the map is shared and read-only.
+     */
+    if (++b->lookups % TP_TRIM_LOOKUPS == 0)
+        tp_store_trim(b->o->store);
     int rc = tp_result_get(b->o->store, b->txn, id, &r);
     if (rc == 0) {
         if (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, identity->b, TP_DIGEST_LEN) == 0) {
@@ -1142,7 +1160,17 @@ out:
  */
 static void pump_input(tp_batch_t *b)
 {
+    /*
+     * Lines that need no call (served from the store, malformed) do not
+     * fill the window; a turn still takes no more than this many, so its
+     * output and its transaction stay small and the loop stays responsive.
+     */
+    int budget = TP_LINES_PER_TURN;
     while (!b->in_eof && !b->draining && b->live < b->window) {
+        if (budget-- == 0) {
+            kick(b);
+            return;
+        }
         uint8_t *head = b->in.data + b->in.off;
         size_t avail = tp_buf_avail(&b->in);
         uint8_t *nl = avail > b->scan ? memchr(head + b->scan, '\n', avail - b->scan) : NULL;
@@ -1270,6 +1298,11 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
         } else if (tp_store_commit(b->o->store, txn, err, sizeof err) != 0) {
             tp_buf_reset(&b->out);
             fatal_cb(b, err);
+        }
+        /* Keep the resident set flat however large the store grows. */
+        if (b->report->summary.calls - b->trimmed_at >= TP_TRIM_EVERY) {
+            b->trimmed_at = b->report->summary.calls;
+            tp_store_trim(b->o->store);
         }
     }
     tp_call_t *d;
