@@ -71,6 +71,48 @@ static void put_time(FILE *out, uint64_t unix_us)
     fputs(buf, out);
 }
 
+/* Opens the store named by the arguments (writable for a verb that writes); NULL is logged. */
+static tp_store_t *open_store(const args_t *a, bool write)
+{
+    char err[1024];
+    tp_store_t *s = tp_store_open(a->store, write ? 0 : TP_STORE_RDONLY, err, sizeof err);
+    if (s == NULL)
+        tp_log_error("%s", err);
+    return s;
+}
+
+/* A read transaction on s, or NULL (logged). */
+static MDB_txn *read_txn(tp_store_t *s, const args_t *a)
+{
+    MDB_txn *txn;
+    if (tp_store_read(s, &txn) == 0)
+        return txn;
+    tp_log_error("%s: cannot read", a->store);
+    return NULL;
+}
+
+/*
+ * Runs a verb that writes (reset, resolve) in one transaction, says what it
+ * did, closes the store, and returns the exit status.
+ */
+static int run_write(tp_store_t *s, const args_t *a, tp_store_apply_fn fn, void *ctx, const char *thing,
+                     const char *done)
+{
+    char err[1024];
+    int rc = tp_store_write(s, fn, ctx, err, sizeof err);
+    tp_store_close(s);
+    if (rc == MDB_NOTFOUND || rc == EEXIST) {
+        tp_log_error("%s: %s %s %s", a->store, rc == EEXIST ? "more than one" : "no", thing, a->id);
+        return 2;
+    }
+    if (rc) {
+        tp_log_error("%s", err);
+        return 2;
+    }
+    printf("%s %s\n", done, a->id);
+    return 0;
+}
+
 /* ---- breakers ---- */
 
 static const char breakers_usage[] =
@@ -197,31 +239,16 @@ int tp_cmd_breakers(int argc, char **argv)
         fputs(breakers_usage, stderr);
         return 2;
     }
-    char err[1024];
-    tp_store_t *s = tp_store_open(a.store, reset ? 0 : TP_STORE_RDONLY, err, sizeof err);
-    if (s == NULL) {
-        tp_log_error("%s", err);
+    tp_store_t *s = open_store(&a, reset);
+    if (s == NULL)
         return 2;
-    }
-    int status = 0;
     if (reset) {
         void *ctx[2] = {s, (void *)a.id};
-        int rc = tp_store_write(s, reset_apply, ctx, err, sizeof err);
-        if (rc == MDB_NOTFOUND || rc == EEXIST) {
-            tp_log_error("%s: %s breaker %s", a.store, rc == EEXIST ? "more than one" : "no", a.id);
-            status = 2;
-        } else if (rc) {
-            tp_log_error("%s", err);
-            status = 2;
-        } else {
-            printf("reset %s\n", a.id);
-        }
-        tp_store_close(s);
-        return status;
+        return run_write(s, &a, reset_apply, ctx, "breaker", "reset");
     }
-    MDB_txn *txn;
-    if (tp_store_read(s, &txn) != 0) {
-        tp_log_error("%s: cannot read", a.store);
+    int status = 0;
+    MDB_txn *txn = read_txn(s, &a);
+    if (txn == NULL) {
         tp_store_close(s);
         return 2;
     }
@@ -325,31 +352,16 @@ int tp_cmd_escalations(int argc, char **argv)
         fputs(escalations_usage, stderr);
         return 2;
     }
-    char err[1024];
-    tp_store_t *s = tp_store_open(a.store, resolve ? 0 : TP_STORE_RDONLY, err, sizeof err);
-    if (s == NULL) {
-        tp_log_error("%s", err);
+    tp_store_t *s = open_store(&a, resolve);
+    if (s == NULL)
         return 2;
-    }
-    int status = 0;
     if (resolve) {
         void *ctx[3] = {s, (void *)a.id, (void *)a.note};
-        int rc = tp_store_write(s, resolve_apply, ctx, err, sizeof err);
-        if (rc == MDB_NOTFOUND) {
-            tp_log_error("%s: no escalation %s", a.store, a.id);
-            status = 2;
-        } else if (rc) {
-            tp_log_error("%s", err);
-            status = 2;
-        } else {
-            printf("resolved %s\n", a.id);
-        }
-        tp_store_close(s);
-        return status;
+        return run_write(s, &a, resolve_apply, ctx, "escalation", "resolved");
     }
-    MDB_txn *txn;
-    if (tp_store_read(s, &txn) != 0) {
-        tp_log_error("%s: cannot read", a.store);
+    int status = 0;
+    MDB_txn *txn = read_txn(s, &a);
+    if (txn == NULL) {
         tp_store_close(s);
         return 2;
     }
@@ -443,15 +455,11 @@ int tp_cmd_checkpoints(int argc, char **argv)
         fputs(checkpoints_usage, stderr);
         return 2;
     }
-    char err[1024];
-    tp_store_t *s = tp_store_open(a.store, TP_STORE_RDONLY, err, sizeof err);
-    if (s == NULL) {
-        tp_log_error("%s", err);
+    tp_store_t *s = open_store(&a, false);
+    if (s == NULL)
         return 2;
-    }
-    MDB_txn *txn;
-    if (tp_store_read(s, &txn) != 0) {
-        tp_log_error("%s: cannot read", a.store);
+    MDB_txn *txn = read_txn(s, &a);
+    if (txn == NULL) {
         tp_store_close(s);
         return 2;
     }
