@@ -38,6 +38,14 @@
 #include "retry.h"
 #include "schema.h"
 
+/*
+ * Group commit: a write transaction stays open across loop turns for at
+ * most this long, or this many results, while attempts are running; one
+ * fsync then covers every result in it.
+ */
+#define TP_COMMIT_WINDOW_US 2000u
+#define TP_COMMIT_RESULTS 4096u
+
 /* Results between two trims of the store's map from the resident set. */
 #define TP_TRIM_EVERY 1024
 
@@ -143,7 +151,10 @@ typedef struct tp_batch {
     tp_queue_t deferred;        /* attempts that start once the turn has committed */
     size_t n_waiting;           /* calls parked at their tool's concurrency cap */
     int n_deferred;
-    MDB_txn *txn;               /* the turn's write transaction, when there is a store */
+    MDB_txn *txn;               /* the open write transaction, when there is a store */
+    uint64_t txn_since_us;      /* when it began */
+    uint64_t txn_results;       /* results counted when it began */
+    struct event *ev_commit;    /* closes the commit window */
     bool keep_jobs;             /* guards count per job: keep idle jobs' usage */
     uint64_t trimmed_at;        /* results when the store's map was last trimmed */
     uint64_t lookups;           /* ids looked up in the store */
@@ -1266,6 +1277,19 @@ static void flush_output(tp_batch_t *b)
 static void drain(tp_batch_t *b);
 
 /*
+ * Whether the open transaction should commit at the end of this turn: the
+ * commit window has closed, or enough results wait, or nothing is running
+ * that could add to them, or an attempt waits for its in-flight marker to
+ * be durable, or the run is ending.
+ */
+static bool commit_due(const tp_batch_t *b)
+{
+    return b->fatal || b->closing || b->draining || b->drain_asked || b->n_deferred > 0 ||
+           tp_pool_busy(b->pool) == 0 || b->report->summary.calls - b->txn_results >= TP_COMMIT_RESULTS ||
+           tp_now_us() - b->txn_since_us >= TP_COMMIT_WINDOW_US;
+}
+
+/*
  * The loop turn's gathered work, in one store transaction: settle the
  * attempts that ended, read more input, dispatch to idle slots; commit;
  * only then write the turn's results out, so a record is durable before it
@@ -1275,9 +1299,13 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_batch_t *b = arg;
     char err[512];
-    if (b->o->store && !b->fatal && tp_store_begin(b->o->store, &b->txn, err, sizeof err) != 0) {
-        b->txn = NULL;
-        fatal_cb(b, err);
+    if (b->o->store && !b->fatal && b->txn == NULL) {
+        if (tp_store_begin(b->o->store, &b->txn, err, sizeof err) != 0) {
+            b->txn = NULL;
+            fatal_cb(b, err);
+        }
+        b->txn_since_us = tp_now_us();
+        b->txn_results = b->report->summary.calls;
     }
     tp_call_t *c;
     while ((c = q_pop(&b->settle)) != NULL)
@@ -1289,9 +1317,22 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
         advance_touched(b);
         dispatch(b);
     }
+    if (b->txn && !commit_due(b)) {
+        /*
+         * Group commit: more results will come before the window closes;
+         * one fsync will cover them all. The turn's lines wait for it.
+         */
+        if (!evtimer_pending(b->ev_commit, NULL)) {
+            uint64_t left = TP_COMMIT_WINDOW_US - (tp_now_us() - b->txn_since_us);
+            struct timeval tv = {.tv_sec = 0, .tv_usec = (suseconds_t)left};
+            evtimer_add(b->ev_commit, &tv);
+        }
+        return;
+    }
     if (b->txn) {
         MDB_txn *txn = b->txn;
         b->txn = NULL;
+        evtimer_del(b->ev_commit);
         if (b->fatal) {
             mdb_txn_abort(txn);
             tp_buf_reset(&b->out);
@@ -1354,6 +1395,11 @@ static void drain(tp_batch_t *b)
             finish(b, c, END_FAIL, TP_KIND_CANCELLED, "run interrupted between attempts");
         }
     }
+}
+
+static void commit_cb(evutil_socket_t fd, short what, void *arg)
+{
+    kick(arg);
 }
 
 static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
@@ -1453,6 +1499,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     b.ev_sigint = evsignal_new(b.base, SIGINT, signal_cb, &b);
     b.ev_sigterm = evsignal_new(b.base, SIGTERM, signal_cb, &b);
     b.ev_drain = evtimer_new(b.base, drain_timeout_cb, &b);
+    b.ev_commit = evtimer_new(b.base, commit_cb, &b);
     evsignal_add(b.ev_sigint, NULL);
     evsignal_add(b.ev_sigterm, NULL);
     if (o->progress) {
@@ -1485,6 +1532,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     event_free(b.ev_sigint);
     event_free(b.ev_sigterm);
     event_free(b.ev_drain);
+    event_free(b.ev_commit);
     event_base_free(b.base);
     free(b.jobs);
     free(b.tools);
