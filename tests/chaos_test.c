@@ -196,7 +196,7 @@ static void test_supervisor_kills(void)
     fprintf(stderr, "    %zu results, %d interrupted (non-idempotent, in flight at a kill), %d differ\n",
             json_object_size(final), interrupted, differ);
     CU_ASSERT_EQUAL(differ, 0);
-    CU_ASSERT(interrupted <= killed);
+    CU_ASSERT(interrupted <= killed * 2); /* at most one per worker (-j 2) per kill */
 
     /* No non-idempotent call ran twice; every one that succeeded ran exactly once. */
     json_t *runs = json_object();
