@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TP_STORE_FORMAT 1
+#define TP_STORE_FORMAT 2
 #define TP_STORE_MAP_LIMIT (1ull << 40)
 
 typedef enum {

@@ -370,16 +370,17 @@ static void emit(tp_batch_t *b, const Toolpool__Result *r)
 }
 
 /*
- * Records a call's result in the turn's transaction, and the step in its
- * job's checkpoint. A Cancelled call is not recorded: a rerun runs it.
+ * Records a call's result (its line, written at line_at in the output) in
+ * the turn's transaction, and the step in its job's checkpoint. A Cancelled
+ * call is not recorded: a rerun runs it.
  */
-static void record(tp_batch_t *b, tp_call_t *c, const Toolpool__Result *r)
+static void record(tp_batch_t *b, tp_call_t *c, const Toolpool__Result *r, size_t line_at)
 {
     if (b->txn == NULL || (!r->ok && strcmp(r->kind, "Cancelled") == 0))
         return;
     tp_job_t *j = c->job;
     uint64_t now = tp_now_us();
-    int rc = tp_result_put(b->o->store, b->txn, r);
+    int rc = tp_result_put(b->o->store, b->txn, r, b->out.data + line_at, b->out.len - line_at);
     /* A job named after its only call (the default) has nothing to checkpoint but that result. */
     bool own_job = strcmp(j->name, c->id) == 0;
     if (rc == 0 && !own_job)
@@ -477,8 +478,9 @@ static void finish(tp_batch_t *b, tp_call_t *c, tp_end_t end, tp_kind_t kind, co
     }
     r.input_digest.data = c->identity.b;
     r.input_digest.len = TP_DIGEST_LEN;
-    record(b, c, &r);
+    size_t line_at = b->out.len;
     emit(b, &r);
+    record(b, c, &r, line_at);
     tp_buf_free(&degraded);
     tp_job_t *j = c->job;
     j->running = false;
@@ -989,6 +991,15 @@ static void suggest(const tp_registry_t *reg, const char *name, char *out, size_
         len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s", k ? ", " : "", who[k]);
 }
 
+/* The tool a recorded line names, for a message. */
+static const char *stored_tool(const Toolpool__StoredResult *r, char *buf, size_t cap)
+{
+    json_t *v = json_loadb((const char *)r->line.data, r->line.len, 0, NULL);
+    snprintf(buf, cap, "%s", v && json_string_value(json_object_get(v, "tool")) ? json_string_value(json_object_get(v, "tool")) : "?");
+    json_decref(v);
+    return buf;
+}
+
 /*
  * A call the store already knows. Its recorded result, when the input is
  * the same, is served instead of running it again (returns true); an id
@@ -998,7 +1009,7 @@ static void suggest(const tp_registry_t *reg, const char *name, char *out, size_
 static bool resume_lookup(tp_batch_t *b, const char *id, const char *job, uint64_t step, const char *tool,
                           const tp_digest_t *identity, long no, bool *interrupted)
 {
-    Toolpool__Result *r;
+    Toolpool__StoredResult *r;
     /*
      * Lookups of ids scattered over a large store fault in pages all over
      * its map (and the kernel maps their neighbours too): trim often here,
@@ -1009,17 +1020,26 @@ static bool resume_lookup(tp_batch_t *b, const char *id, const char *job, uint64
     int rc = tp_result_get(b->o->store, b->txn, id, &r);
     if (rc == 0) {
         if (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, identity->b, TP_DIGEST_LEN) == 0) {
-            emit(b, r);
+            /* The line as it was reported; the summary counts it as the run did. */
+            Toolpool__Result counted = TOOLPOOL__RESULT__INIT;
+            counted.ok = r->ok;
+            counted.kind = r->kind;
+            counted.attempts = r->attempts;
+            counted.duration_us = r->duration_us;
+            tp_buf_append(&b->out, r->line.data, r->line.len);
+            tp_summary_add(&b->report->summary, &counted);
+            if (!r->ok && b->status == 0)
+                b->status = 1;
             b->report->resumed++;
         } else {
-            char msg[512];
+            char msg[512], tool_buf[128];
             snprintf(msg, sizeof msg,
                      "line %ld: id \"%s\" is recorded in the store for other input (tool %s, other args); "
                      "give this call a new id, or run with a new store",
-                     no, id, r->tool);
+                     no, id, stored_tool(r, tool_buf, sizeof tool_buf));
             emit_rejected(b, id, job, step, tool, NULL, TP_KIND_INVALID_REQUEST, msg);
         }
-        toolpool__result__free_unpacked(r, NULL);
+        toolpool__stored_result__free_unpacked(r, NULL);
         return true;
     }
     if (rc != MDB_NOTFOUND) {

@@ -2,9 +2,10 @@
  * What makes a run resumable: every call's result, each job's checkpoint,
  * and the in-flight markers of tools that must not run twice.
  *
- * results/ID     the call's final record (Toolpool__Result), with the digest
- *                of its tool and args: a rerun serves it instead of running
- *                the call, but only to the same input
+ * results/ID     the call's final record: its result line and the digest
+ *                of its tool and args (Toolpool__StoredResult): a rerun
+ *                serves the line instead of running the call, but only to
+ *                the same input
  * jobs/JOB       the job's checkpoint, after each of its steps ends: the ids
  *                of its ended calls in order (its message list) and the
  *                usage its guards count, so a rerun continues where it was
@@ -23,9 +24,10 @@
 /* The identity of a call's input: XXH128 of the tool's name and the args' digest. */
 void tp_identity_digest(const char *tool, const tp_digest_t *args, tp_digest_t *out);
 
-int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r);
-/* 0 and *out (free with toolpool__result__free_unpacked), MDB_NOTFOUND, or EPROTO. */
-int tp_result_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__Result **out);
+/* Records r, reported as the JSON line (len bytes). */
+int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r, const uint8_t *line, size_t len);
+/* 0 and *out (free with toolpool__stored_result__free_unpacked), MDB_NOTFOUND, or EPROTO. */
+int tp_result_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__StoredResult **out);
 
 /* The checkpoint of job, or MDB_NOTFOUND. Free with toolpool__checkpoint__free_unpacked. */
 int tp_checkpoint_get(tp_store_t *s, MDB_txn *txn, const char *job, Toolpool__Checkpoint **out);

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -428,21 +429,30 @@ static void list_checkpoint(FILE *out, const Toolpool__Checkpoint *cp)
 /* One line of a job's message list: the call and what came back. */
 static void show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const char *id)
 {
-    Toolpool__Result *r;
-    int rc = tp_store_get_msg(s, txn, TP_DB_RESULTS, id, strlen(id), &toolpool__result__descriptor,
-                              (ProtobufCMessage **)&r);
-    if (rc) {
-        fprintf(out, "  %s: (no record: %s)\n", id, rc == EPROTO ? "corrupt" : "missing");
+    Toolpool__StoredResult *sr;
+    int rc = tp_store_get_msg(s, txn, TP_DB_RESULTS, id, strlen(id), &toolpool__stored_result__descriptor,
+                              (ProtobufCMessage **)&sr);
+    json_t *r = rc ? NULL : json_loadb((const char *)sr->line.data, sr->line.len, 0, NULL);
+    if (rc == 0)
+        toolpool__stored_result__free_unpacked(sr, NULL);
+    if (r == NULL) {
+        fprintf(out, "  %s: (no record: %s)\n", id, rc == MDB_NOTFOUND ? "missing" : "corrupt");
         return;
     }
-    fprintf(out, "  step %llu  %s  %s(args=%.*s)\n    → ", (unsigned long long)r->step, r->id, r->tool,
-            (int)(r->args.len > 200 ? 200 : r->args.len), (const char *)r->args.data);
-    if (r->ok)
-        fprintf(out, "%s%.*s%s\n", r->degraded ? "(degraded) " : "", (int)(r->result.len > 300 ? 300 : r->result.len),
-                (const char *)r->result.data, r->result.len > 300 ? "..." : "");
-    else
-        fprintf(out, "%s: %s\n", r->kind, r->message);
-    toolpool__result__free_unpacked(r, NULL);
+    char *args = json_dumps(json_object_get(r, "args"), JSON_COMPACT | JSON_ENCODE_ANY);
+    fprintf(out, "  step %lld  %s  %s(args=%.200s)\n    → ", (long long)json_integer_value(json_object_get(r, "step")),
+            id, json_string_value(json_object_get(r, "tool")), args ? args : "{}");
+    free(args);
+    if (json_is_true(json_object_get(r, "ok"))) {
+        char *res = json_dumps(json_object_get(r, "result"), JSON_COMPACT | JSON_ENCODE_ANY);
+        fprintf(out, "%s%.300s%s\n", json_is_true(json_object_get(r, "degraded")) ? "(degraded) " : "",
+                res ? res : "null", res && strlen(res) > 300 ? "..." : "");
+        free(res);
+    } else {
+        fprintf(out, "%s: %s\n", json_string_value(json_object_get(r, "error")),
+                json_string_value(json_object_get(r, "message")));
+    }
+    json_decref(r);
 }
 
 int tp_cmd_checkpoints(int argc, char **argv)

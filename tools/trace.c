@@ -162,26 +162,22 @@ static int trace_store(const char *dir, int n, char **ids)
         return 2;
     }
     int rc = 0;
-    tp_buf_t line = {0};
     for (int i = 0; i < n; i++) {
-        Toolpool__Result *r;
+        Toolpool__StoredResult *r;
         int grc = tp_result_get(s, txn, ids[i], &r);
         if (grc) {
             tp_log_error("%s: %s call %s", dir, grc == EPROTO ? "corrupt record of" : "no recorded", ids[i]);
             rc = 2;
             continue;
         }
-        tp_buf_reset(&line);
-        tp_result_write(&line, r);
-        toolpool__result__free_unpacked(r, NULL);
-        json_t *v = json_loadb((const char *)line.data, line.len, 0, NULL);
+        json_t *v = json_loadb((const char *)r->line.data, r->line.len, 0, NULL);
+        toolpool__stored_result__free_unpacked(r, NULL);
         if (v) {
             print_one(v, stdout);
             fputc('\n', stdout);
             json_decref(v);
         }
     }
-    tp_buf_free(&line);
     mdb_txn_abort(txn);
     tp_store_close(s);
     return rc;
