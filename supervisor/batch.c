@@ -916,6 +916,13 @@ static void attempt_done_cb(void *ctx, tp_attempt_t *a)
     tp_batch_t *b = ctx;
     tp_call_t *c = (tp_call_t *)((char *)a - offsetof(tp_call_t, att));
     b->tools[c->hop_tool->index].inflight--;
+    /*
+     * Workers never open the store, but a crash on this machine is the
+     * moment to clear reader slots any dead process (another supervisor,
+     * an inspection command) left behind, before they pin old pages.
+     */
+    if (a->kind == TP_KIND_WORKER_CRASHED && b->o->store)
+        tp_store_reader_check(b->o->store);
     q_push(&b->settle, c);
     kick(b);
 }
