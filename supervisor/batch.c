@@ -1501,6 +1501,8 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     struct event_config *cfg = event_config_new();
     if (cfg) {
         event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+        /* A timer is armed from the clock now, not from the loop turn's start. */
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_NO_CACHE_TIME);
         b.base = event_base_new_with_config(cfg);
         event_config_free(cfg);
     }

@@ -94,7 +94,7 @@ static const char *const search_schema =
     " \"required\": [\"q\"],"
     " \"additionalProperties\": false}";
 
-/* ---- the messages of the issue, one violation each ---- */
+/* ---- the messages, one violation each ---- */
 
 static void test_typical_messages(void)
 {

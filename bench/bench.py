@@ -1,0 +1,647 @@
+#!/usr/bin/python3
+"""The driver of bench/run: runs every benchmark once, prints toolpool's
+figures beside its peers' with the ratios and the project's performance targets, and
+writes the report, the figures and the plot to the output folder.
+
+    /usr/bin/python3 bench/bench.py [--quick] [--out DIR] [BUILD_DIR]
+
+Run it through bench/run, which installs the peers first.
+
+Every toolpool run gets a fresh store in a scratch folder (under $TMPDIR),
+except where a benchmark is about reusing one (resume, store growth). Its
+wall time is taken around the whole process (start, workers, store, exit),
+its peak RSS by /usr/bin/time -f %M, and its resident memory is also sampled
+from /proc every 0.1 s to split the peak into anonymous memory (the heap) and
+file pages (the store's memory map). Every run's output is checked: one
+result line per call, each one ok (the hung calls: each one a Timeout).
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+PEERS = os.path.join(HERE, "peers")
+PYTHON = "/usr/bin/python3"
+
+# Counts per benchmark: the full run (about 4 minutes on 2 cores) and --quick.
+FULL = {
+    "workers": [1, 2, 4, 8],
+    "noop_durable": 100000, "noop_relaxed": 300000, "noop_pebble": 40000, "noop_workerpool": 30000,
+    "exec": 5000, "exec_parallel": 2000,
+    "hang": 200, "hang_workerpool": 40, "hang_workers": 2,
+    "memory": 1000000,
+    "args_sizes": [10, 1000, 100000], "args_calls": {10: 20000, 1000: 20000, 100000: 1000},
+    "growth_batches": 10, "growth_batch": 100000,
+}
+QUICK = {
+    "workers": [1, 2, 4, 8],
+    "noop_durable": 10000, "noop_relaxed": 10000, "noop_pebble": 5000, "noop_workerpool": 4000,
+    "exec": 500, "exec_parallel": 200,
+    "hang": 20, "hang_workerpool": 6, "hang_workers": 2,
+    "memory": 200000,
+    "args_sizes": [10, 1000, 100000], "args_calls": {10: 2000, 1000: 2000, 100000: 100},
+    "growth_batches": 4, "growth_batch": 20000,
+}
+
+# The project's performance targets.
+NOOP_VS_PEBBLE = 10.0
+EXEC_VS_XARGS = 2.0
+EXEC_VS_PARALLEL = 5.0
+HANG_P99_US = 2000.0
+RSS_LIMIT_KIB = 64 * 1024
+RSS_FLAT = 1.10          # "flat": the 1M peak at most 10 % (or 1 MiB) above the 100k peak
+RSS_FLAT_KIB = 1024
+RESUME_US = 5.0
+RESUME_RERUNS = 3        # a rerun takes under a second: the median of three
+
+REPORT = []
+
+
+def say(line=""):
+    """Prints a report line and keeps it for report.txt."""
+    print(line, flush=True)
+    REPORT.append(line)
+
+
+def verdict(ok):
+    return "PASS" if ok else "MISS"
+
+
+def fmt_int(x):
+    return f"{x:,.0f}"
+
+
+def pct(values, p):
+    """Nearest-rank percentile of sorted values."""
+    if not values:
+        return float("nan")
+    k = max(1, math.ceil(p / 100.0 * len(values)))
+    return values[k - 1]
+
+
+# ---------------------------------------------------------------------------
+# The machine
+
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return ""
+
+
+def fsync_us(folder, n=200):
+    """Median time of a 4 KiB write plus fsync in folder: what a durable
+    commit pays at least once."""
+    path = os.path.join(folder, "fsync-probe")
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    times = []
+    try:
+        block = b"x" * 4096
+        for i in range(n):
+            t0 = time.perf_counter()
+            os.pwrite(fd, block, (i % 16) * 4096)
+            os.fsync(fd)
+            times.append((time.perf_counter() - t0) * 1e6)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def machine(scratch, build):
+    cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-").strip()
+    mhz = sh("grep -m1 'cpu MHz' /proc/cpuinfo | cut -d: -f2-").strip()
+    cache = sh("grep -m1 'cache size' /proc/cpuinfo | cut -d: -f2-").strip()
+    if mhz:
+        cpu += f" ({float(mhz):.0f} MHz{', ' + cache + ' cache' if cache else ''})"
+    mem_kib = int(sh("awk '/MemTotal/ {print $2}' /proc/meminfo") or 0)
+    df = sh(f"df -h --output=source,fstype,size,avail '{scratch}' | tail -1").split()
+    disk = f"{df[0]} ({df[1]}, {df[2]}, {df[3]} free)" if len(df) >= 4 else "?"
+    commit = sh(f"git -C '{ROOT}' rev-parse --short HEAD")
+    dirty = sh(f"git -C '{ROOT}' status --porcelain --untracked-files=no -- . ':!bench' ':!docs'")
+    built = time.strftime("%Y-%m-%d %H:%M UTC",
+                          time.gmtime(os.path.getmtime(os.path.join(build, "toolpool"))))
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory": f"{mem_kib / 1048576:.1f} GiB",
+        "disk": disk,
+        "scratch": scratch,
+        "fsync_us": fsync_us(scratch),
+        "kernel": platform.release(),
+        "os": sh(". /etc/os-release && echo $PRETTY_NAME"),
+        "toolpool": (f"{build}/toolpool, built {built}; source tree at {commit}"
+                     f"{' with uncommitted changes' if dirty else ''}"),
+        "python": sh(f"{PYTHON} --version"),
+        "pebble": sh(f"{PYTHON} -c 'import pebble; print(pebble.__version__)'"),
+        "node": sh("node --version"),
+        "workerpool": sh(f"node -p \"require('{HERE}/node_modules/workerpool/package.json').version\""),
+        "parallel": sh("parallel --version 2>/dev/null | head -1"),
+        "xargs": sh("xargs --version | head -1"),
+    }
+
+
+# ---------------------------------------------------------------------------
+# Running toolpool
+
+
+class Sampler(threading.Thread):
+    """Polls /proc/PID/status of the process /usr/bin/time started, and keeps
+    the highest RssAnon and RssFile seen."""
+
+    def __init__(self, time_pid):
+        super().__init__(daemon=True)
+        self.time_pid = time_pid
+        self.anon = 0
+        self.file = 0
+        self.stop = threading.Event()
+
+    def child(self):
+        try:
+            with open(f"/proc/{self.time_pid}/task/{self.time_pid}/children") as f:
+                kids = f.read().split()
+            return kids[0] if kids else None
+        except OSError:
+            return None
+
+    def run(self):
+        pid = None
+        while not self.stop.is_set():
+            pid = pid or self.child()
+            if pid:
+                try:
+                    with open(f"/proc/{pid}/status") as f:
+                        for line in f:
+                            if line.startswith("RssAnon:"):
+                                self.anon = max(self.anon, int(line.split()[1]))
+                            elif line.startswith("RssFile:"):
+                                self.file = max(self.file, int(line.split()[1]))
+                except OSError:
+                    pass
+            self.stop.wait(0.1)
+
+
+class Toolpool:
+    def __init__(self, build, scratch):
+        self.bin = os.path.join(build, "toolpool")
+        self.plugin_registry = os.path.join(build, "examples", "tools.json")
+        self.scratch = scratch
+        self.n = 0
+
+    def fresh(self, name):
+        self.n += 1
+        return os.path.join(self.scratch, f"{self.n:03d}-{name}")
+
+    def run(self, calls, registry, workers, store, relaxed=False, expect="ok"):
+        """Runs `toolpool run` on the calls file and returns its figures.
+        expect: "ok" (every call ok) or "Timeout" (every call timed out)."""
+        out = store + ".out"
+        rss = store + ".rss"
+        cmd = ["/usr/bin/time", "-f", "%M", "-o", rss, self.bin, "run", "-q", "-j", str(workers),
+               "--store", store, "-r", registry, "-o", out]
+        if relaxed:
+            cmd.append("--relaxed")
+        cmd.append(calls)
+        t0 = time.monotonic()
+        p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        sampler = Sampler(p.pid)
+        sampler.start()
+        _, err = p.communicate()
+        secs = time.monotonic() - t0
+        sampler.stop.set()
+        sampler.join()
+        with open(rss) as f:
+            peak = int(f.read().split()[-1])
+        with open(out, "rb") as f:
+            data = f.read()
+        lines = data.count(b"\n")
+        want = count_lines(calls)
+        good = data.count(b'"ok":true') if expect == "ok" else data.count(b'"error":"Timeout"')
+        if lines != want or good != want:
+            sys.exit(f"bench: toolpool {' '.join(cmd[5:])}: {lines} results, {good} {expect}, "
+                     f"for {want} calls (exit {p.returncode}){': ' + err.strip() if err else ''}")
+        return {"calls": want, "workers": workers, "seconds": secs, "calls_per_s": want / secs,
+                "rss_kib": peak, "anon_kib": sampler.anon, "file_kib": sampler.file,
+                "relaxed": relaxed, "out": out}
+
+
+def count_lines(path):
+    with open(path, "rb") as f:
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+
+
+def write_calls(path, n, tool, args="{}", prefix="c"):
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(f'{{"id":"{prefix}{i}","tool":"{tool}","args":{args}}}\n')
+    return path
+
+
+def write_registry(path, tools):
+    with open(path, "w") as f:
+        json.dump({"tools": tools}, f)
+    return path
+
+
+# ---------------------------------------------------------------------------
+# Running the peers
+
+
+def peer(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"bench: {' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()[-2000:]}")
+    return json.loads(p.stdout)
+
+
+def pebble(mode, n, workers, *rest):
+    return peer([PYTHON, os.path.join(PEERS, "pebble_bench.py"), mode, str(n), str(workers),
+                 *map(str, rest)])
+
+
+def workerpool(mode, n, workers, *rest):
+    return peer(["node", os.path.join(PEERS, "workerpool_bench.js"), mode, str(n), str(workers),
+                 *map(str, rest)])
+
+
+def shell_peer(cmd, n):
+    """Times a shell pipeline fed n lines (seq 1 n)."""
+    t0 = time.monotonic()
+    p = subprocess.run(f"seq 1 {n} | {cmd}", shell=True, capture_output=True, text=True)
+    secs = time.monotonic() - t0
+    if p.returncode != 0:
+        sys.exit(f"bench: {cmd}: exit {p.returncode}: {p.stderr.strip()[-2000:]}")
+    return {"calls": n, "seconds": secs, "calls_per_s": n / secs}
+
+
+# ---------------------------------------------------------------------------
+# Printing
+
+
+def table(rows, ref_names):
+    """rows: (name, figures); prints calls, seconds, calls/s and the ratio of
+    each row's calls/s to each reference row's."""
+    refs = [(r, dict(rows)[r]["calls_per_s"]) for r in ref_names]
+    head = f"  {'':38} {'calls':>9} {'seconds':>8} {'calls/s':>9}"
+    for r, _ in refs:
+        head += f" {'vs ' + r.split()[0]:>14}"
+    say(head)
+    for name, f in rows:
+        line = f"  {name:38} {fmt_int(f['calls']):>9} {f['seconds']:8.2f} {fmt_int(f['calls_per_s']):>9}"
+        for _, v in refs:
+            line += f" {f['calls_per_s'] / v:13.2f}x"
+        say(line)
+
+
+def target(text, value, ok):
+    say(f"  target: {text:58} {value:>14}  {verdict(ok)}")
+
+
+# ---------------------------------------------------------------------------
+# The benchmarks
+
+
+def bench_noop(tp, cfg, scratch, res):
+    say(f"== 1. no-op in-worker calls, per-call timeout 5 s: calls/s at "
+        f"-j {', '.join(map(str, cfg['workers']))} (the plot), then -j 2 side by side")
+    sweep = {"toolpool": {}, "toolpool --relaxed": {}, "pebble": {}, "workerpool": {}}
+    files = {}
+    for key in ("noop_durable", "noop_relaxed"):
+        files[key] = write_calls(os.path.join(scratch, f"{key}.jsonl"), cfg[key], "noop")
+    for j in cfg["workers"]:
+        sweep["toolpool"][j] = tp.run(files["noop_durable"], tp.plugin_registry, j,
+                                      tp.fresh(f"noop-j{j}"))
+        sweep["toolpool --relaxed"][j] = tp.run(files["noop_relaxed"], tp.plugin_registry, j,
+                                                tp.fresh(f"noop-relaxed-j{j}"), relaxed=True)
+        sweep["pebble"][j] = pebble("noop", cfg["noop_pebble"], j)
+        sweep["workerpool"][j] = workerpool("noop", cfg["noop_workerpool"], j)
+    res["noop"] = {k: {str(j): v for j, v in d.items()} for k, d in sweep.items()}
+
+    say(f"  {'workers':38} " + " ".join(f"{'-j ' + str(j):>9}" for j in cfg["workers"]))
+    for name, d in sweep.items():
+        say(f"  {name:38} " + " ".join(f"{fmt_int(d[j]['calls_per_s']):>9}" for j in cfg["workers"]))
+    say()
+    rows = [("toolpool plugin noop (durable)", sweep["toolpool"][2]),
+            ("toolpool plugin noop (--relaxed)", sweep["toolpool --relaxed"][2]),
+            ("pebble ProcessPool.schedule(timeout=5)", sweep["pebble"][2]),
+            ("workerpool process .timeout(5000)", sweep["workerpool"][2])]
+    say("  -j 2:")
+    table(rows, ["pebble ProcessPool.schedule(timeout=5)", "workerpool process .timeout(5000)"])
+    r = sweep["toolpool"][2]["calls_per_s"] / sweep["pebble"][2]["calls_per_s"]
+    rr = sweep["toolpool --relaxed"][2]["calls_per_s"] / sweep["pebble"][2]["calls_per_s"]
+    target(f"no-op calls (durable) >= {NOOP_VS_PEBBLE:.0f}x pebble", f"{r:.2f}x", r >= NOOP_VS_PEBBLE)
+    target(f"  (the same with --relaxed)", f"{rr:.2f}x", rr >= NOOP_VS_PEBBLE)
+    res["targets"]["noop_vs_pebble"] = {"value": r, "relaxed": rr, "pass": r >= NOOP_VS_PEBBLE}
+    say()
+    return sweep
+
+
+def bench_exec(tp, cfg, scratch, res):
+    n, np_ = cfg["exec"], cfg["exec_parallel"]
+    say(f"== 2. exec tools: /bin/true per call, timeout 5 s, 2 at a time")
+    reg = write_registry(os.path.join(scratch, "exec.json"),
+                         [{"name": "t", "exec": ["/bin/true"], "timeout": "5s"}])
+    calls = write_calls(os.path.join(scratch, "exec.jsonl"), n, "t")
+    rows = [
+        ("toolpool exec /bin/true (durable)", tp.run(calls, reg, 2, tp.fresh("exec"))),
+        ("toolpool exec /bin/true (--relaxed)", tp.run(calls, reg, 2, tp.fresh("exec-relaxed"),
+                                                      relaxed=True)),
+        ("xargs -P2 -n1 timeout 5 true", shell_peer("xargs -P2 -n1 timeout 5 true", n)),
+        ("parallel --timeout 5 -j2 true", shell_peer("parallel --timeout 5 -j2 true", np_)),
+    ]
+    table(rows, ["xargs -P2 -n1 timeout 5 true", "parallel --timeout 5 -j2 true"])
+    d = dict(rows)
+    tpd, tpr = d["toolpool exec /bin/true (durable)"], d["toolpool exec /bin/true (--relaxed)"]
+    rx = tpd["calls_per_s"] / d["xargs -P2 -n1 timeout 5 true"]["calls_per_s"]
+    rp = tpd["calls_per_s"] / d["parallel --timeout 5 -j2 true"]["calls_per_s"]
+    rxr = tpr["calls_per_s"] / d["xargs -P2 -n1 timeout 5 true"]["calls_per_s"]
+    rpr = tpr["calls_per_s"] / d["parallel --timeout 5 -j2 true"]["calls_per_s"]
+    target(f"exec (durable) >= {EXEC_VS_XARGS:.0f}x xargs -P2 timeout", f"{rx:.2f}x", rx >= EXEC_VS_XARGS)
+    target(f"exec (durable) >= {EXEC_VS_PARALLEL:.0f}x GNU parallel", f"{rp:.2f}x", rp >= EXEC_VS_PARALLEL)
+    target(f"  (--relaxed) >= {EXEC_VS_XARGS:.0f}x xargs -P2 timeout", f"{rxr:.2f}x", rxr >= EXEC_VS_XARGS)
+    target(f"  (--relaxed) >= {EXEC_VS_PARALLEL:.0f}x GNU parallel", f"{rpr:.2f}x", rpr >= EXEC_VS_PARALLEL)
+    res["exec"] = {k: v for k, v in rows}
+    res["targets"]["exec_vs_xargs"] = {"value": rx, "relaxed": rxr, "pass": rx >= EXEC_VS_XARGS}
+    res["targets"]["exec_vs_parallel"] = {"value": rp, "relaxed": rpr, "pass": rp >= EXEC_VS_PARALLEL}
+    say()
+
+
+def hang_line(name, late, secs, n, workers):
+    ideal = n * 0.2 / workers
+    say(f"  {name:32} {len(late):>5} {late[len(late) // 2] / 1e3:9.2f} {pct(late, 99) / 1e3:9.2f} "
+        f"{late[-1] / 1e3:9.2f} {late[0] / 1e3:9.2f} {secs:8.1f} {ideal:8.1f}")
+
+
+def bench_hang(tp, cfg, scratch, res):
+    n, nw, j = cfg["hang"], cfg["hang_workerpool"], cfg["hang_workers"]
+    say(f"== 3. hung calls: never return, timeout 200 ms, 1 attempt, -j {j}: "
+        f"deadline to result (ms)")
+    # The breakers are set out of reach: 200 failures of one tool would
+    # otherwise open its circuit, and the calls after it would not run.
+    reg = write_registry(os.path.join(scratch, "hang.json"), [{
+        "name": "hang", "exec": ["/bin/sleep", "3600"], "timeout": "200ms", "attempts": 1,
+        "breaker": {"same_call": {"failures": 1000000}, "tool": {"min_calls": 1000000}}}])
+    calls = write_calls(os.path.join(scratch, "hang.jsonl"), n, "hang")
+    r = tp.run(calls, reg, j, tp.fresh("hang"), expect="Timeout")
+    late = []
+    with open(r["out"]) as f:
+        for line in f:
+            late.append((json.loads(line)["trace"][0]["duration_ms"] - 200.0) * 1e3)
+    late.sort()
+    pb = pebble("hang", n, j, 200)
+    wp = workerpool("hang", nw, j, 200)
+    say(f"  {'':32} {'calls':>5} {'median':>9} {'p99':>9} {'max':>9} {'min':>9} "
+        f"{'wall s':>8} {'ideal s':>8}")
+    hang_line("toolpool exec /bin/sleep 3600", late, r["seconds"], n, j)
+    hang_line("pebble (time.sleep(3600))", pb["late_us"], pb["seconds"], n, j)
+    hang_line("workerpool (Atomics.wait 1 h)", wp["late_us"], wp["seconds"], nw, j)
+    say("  (toolpool: trace duration_ms - 200, attempt start to the worker reaped, before the "
+        "commit and the result line; peers: the library's own timer start + 200 ms to the "
+        "future/promise reporting the timeout; ideal s: calls x 0.2 s / workers)")
+    early = [(nm, [x for x in v if x < 0]) for nm, v in
+             (("toolpool", late), ("pebble", pb["late_us"]), ("workerpool", wp["late_us"]))]
+    say("  ended before the deadline (a negative figure: the kill or the report came early): "
+        + ", ".join(f"{nm} {len(v)}" + (f" (earliest {v[0] / 1e3:.2f} ms)" if v else "")
+                    for nm, v in early))
+    p99 = pct(late, 99)
+    say(f"  p99 ratios: pebble/toolpool {pct(pb['late_us'], 99) / p99:.1f}x, "
+        f"workerpool/toolpool {pct(wp['late_us'], 99) / p99:.2f}x")
+    target(f"hung-call deadline to result, p99 <= {HANG_P99_US / 1e3:.0f} ms",
+           f"{p99 / 1e3:.2f} ms", p99 <= HANG_P99_US)
+    res["hang"] = {"toolpool": {"late_us": late, "seconds": r["seconds"], "calls": n},
+                   "pebble": pb, "workerpool": wp, "workers": j}
+    res["targets"]["hang_p99"] = {"value_us": p99, "pass": p99 <= HANG_P99_US}
+    say()
+
+
+def bench_memory(tp, cfg, scratch, res, at_100k):
+    n = cfg["memory"]
+    say(f"== 4. memory: supervisor peak RSS (/usr/bin/time -f %M), no-op calls, -j 2, durable")
+    calls = write_calls(os.path.join(scratch, "memory.jsonl"), n, "noop")
+    r = tp.run(calls, tp.plugin_registry, 2, tp.fresh("memory"))
+    os.unlink(r["out"])
+    os.unlink(calls)
+    say(f"  {'calls':>12} {'seconds':>8} {'calls/s':>9} {'peak RSS':>10} {'of it: heap':>12} "
+        f"{'store map':>10}")
+    for f in (at_100k, r):
+        say(f"  {fmt_int(f['calls']):>12} {f['seconds']:8.2f} {fmt_int(f['calls_per_s']):>9} "
+            f"{f['rss_kib'] / 1024:7.1f} MiB {f['anon_kib'] / 1024:8.1f} MiB {f['file_kib'] / 1024:6.1f} MiB")
+    say("  (heap: the highest RssAnon seen; store map: the highest RssFile, mostly the LMDB "
+        "map's pages, which the kernel can drop)")
+    ok_limit = r["rss_kib"] < RSS_LIMIT_KIB
+    flat = r["rss_kib"] <= max(at_100k["rss_kib"] * RSS_FLAT, at_100k["rss_kib"] + RSS_FLAT_KIB)
+    target(f"peak RSS through {fmt_int(n)} calls < 64 MiB", f"{r['rss_kib'] / 1024:.1f} MiB",
+           ok_limit)
+    target(f"flat: peak at {fmt_int(n)} <= {RSS_FLAT:.2f}x (or +1 MiB) peak at {fmt_int(at_100k['calls'])}",
+           f"{r['rss_kib'] / at_100k['rss_kib']:.2f}x", flat)
+    heap_flat = r["anon_kib"] <= at_100k["anon_kib"] * RSS_FLAT
+    say(f"  (heap alone: {at_100k['anon_kib'] / 1024:.1f} MiB -> {r['anon_kib'] / 1024:.1f} MiB, "
+        f"{'flat' if heap_flat else 'growing'})")
+    res["memory"] = {"at_100k": at_100k, "at_n": r}
+    res["targets"]["rss"] = {"value_kib": r["rss_kib"], "ratio": r["rss_kib"] / at_100k["rss_kib"],
+                             "pass": ok_limit and flat}
+    say()
+
+
+def bench_resume(tp, cfg, scratch, res, runs):
+    say(f"== 5. resume: the same command rerun on the store of a finished run, -j 2, "
+        f"{RESUME_RERUNS} reruns")
+    say(f"  {'first run':38} {'calls':>9} {'first s':>8} {'reruns s':>20} {'median us/call':>15}")
+    out = {}
+    for name, (calls, r) in runs.items():
+        store = r["out"][:-len(".out")]
+        secs = sorted(tp.run(calls, tp.plugin_registry, 2, store, relaxed=r["relaxed"])["seconds"]
+                      for _ in range(RESUME_RERUNS))
+        med = secs[len(secs) // 2]
+        us = med / r["calls"] * 1e6
+        say(f"  {name:38} {fmt_int(r['calls']):>9} {r['seconds']:8.2f} "
+            f"{' '.join(f'{x:.2f}' for x in secs):>20} {us:15.2f}")
+        out[name] = {"calls": r["calls"], "seconds": secs, "us_per_call": us}
+    first = next(iter(out))  # the default: durable
+    us = out[first]["us_per_call"]
+    target(f"resume < {RESUME_US:.0f} us per recorded call ({first})",
+           f"{us:.2f} us", us < RESUME_US)
+    res["resume"] = out
+    res["targets"]["resume"] = {"value_us": us, "pass": us < RESUME_US}
+    say()
+
+
+def bench_args(tp, cfg, scratch, res):
+    say("== 6a. scaling with argument size: plugin `echo` (the args go to the worker and come "
+        "back), durable; calls/s")
+    say(f"  {'args bytes':>12} {'calls':>8} " + " ".join(f"{'-j ' + str(j):>9}" for j in cfg["workers"])
+        + f" {'args MiB/s -j 2':>16}")
+    out = {}
+    for size in cfg["args_sizes"]:
+        n = cfg["args_calls"][size]
+        args = json.dumps({"p": "x" * (size - len('{"p":""}'))}, separators=(",", ":"))
+        assert len(args) == size
+        calls = write_calls(os.path.join(scratch, f"args{size}.jsonl"), n, "echo", args)
+        row = {}
+        for j in cfg["workers"]:
+            r = tp.run(calls, tp.plugin_registry, j, tp.fresh(f"args{size}-j{j}"))
+            os.unlink(r["out"])
+            shutil.rmtree(r["out"][:-len(".out")])
+            row[j] = r
+        mib = row[2]["calls_per_s"] * size / 1048576 if 2 in row else 0
+        say(f"  {fmt_int(size):>12} {fmt_int(n):>8} "
+            + " ".join(f"{fmt_int(row[j]['calls_per_s']):>9}" for j in cfg["workers"])
+            + f" {mib:16.2f}")
+        out[str(size)] = {str(j): v for j, v in row.items()}
+        os.unlink(calls)
+    res["args"] = out
+    say()
+
+
+def bench_growth(tp, cfg, scratch, res):
+    k, n = cfg["growth_batches"], cfg["growth_batch"]
+    say(f"== 6b. scaling as the store grows to {fmt_int(k * n)} results: batches of "
+        f"{fmt_int(n)} new no-op calls into one store, -j 2, durable")
+    store = tp.fresh("growth")
+    rates = []
+    say(f"  {'results before':>15} {'calls/s':>9} {'peak RSS':>10} {'store size':>11}")
+    for b in range(k):
+        calls = write_calls(os.path.join(scratch, "growth.jsonl"), n, "noop", prefix=f"g{b}-")
+        r = tp.run(calls, tp.plugin_registry, 2, store)
+        size = sum(os.path.getsize(os.path.join(store, f)) for f in os.listdir(store))
+        say(f"  {fmt_int(b * n):>15} {fmt_int(r['calls_per_s']):>9} {r['rss_kib'] / 1024:6.1f} MiB "
+            f"{size / 1048576:7.0f} MiB")
+        rates.append({"before": b * n, "calls_per_s": r["calls_per_s"], "rss_kib": r["rss_kib"],
+                      "store_bytes": size})
+    say(f"  last batch / first batch: {rates[-1]['calls_per_s'] / rates[0]['calls_per_s']:.2f}x")
+    res["growth"] = rates
+    say()
+
+
+# ---------------------------------------------------------------------------
+# The plot
+
+
+def plot(sweep, workers, out_dir):
+    tsv = os.path.join(out_dir, "workers.tsv")
+    names = list(sweep)
+    with open(tsv, "w") as f:
+        f.write("workers\t" + "\t".join(names) + "\n")
+        for j in workers:
+            f.write(f"{j}\t" + "\t".join(f"{sweep[n][j]['calls_per_s']:.0f}" for n in names) + "\n")
+    png = os.path.join(out_dir, "bench-workers.png")
+    titles = {"toolpool": "toolpool, plugin noop (durable, the default)",
+              "toolpool --relaxed": "toolpool, plugin noop, --relaxed (no fsync)",
+              "pebble": "Python pebble ProcessPool.schedule(timeout=5)",
+              "workerpool": "Node workerpool, process workers, .timeout(5000)"}
+    styles = {"toolpool": "lw 3 pt 7 lc rgb '#1f5fbf'",
+              "toolpool --relaxed": "lw 3 pt 5 dt 2 lc rgb '#1f5fbf'",
+              "pebble": "lw 2 pt 9 lc rgb '#d95f02'",
+              "workerpool": "lw 2 pt 11 lc rgb '#1b9e77'"}
+    plots = ", ".join(f"'{tsv}' using 1:{i + 2} with linespoints {styles[n]} title '{titles[n]}'"
+                      for i, n in enumerate(names))
+    script = f"""
+set terminal pngcairo size 960,600 font 'DejaVu Sans,11'
+set output '{png}'
+set title 'No-op calls with a per-call timeout: calls/s against workers ({os.cpu_count()} cores)'
+set xlabel 'workers (-j)'
+set ylabel 'calls per second'
+set logscale x 2
+set xtics ({", ".join(f"'{j}' {j}" for j in workers)})
+set xrange [{workers[0] / 1.3}:{workers[-1] * 1.3}]
+set yrange [0:*]
+set format y '%.0f'
+set grid
+set key top left box opaque
+set offsets 0, 0, graph 0.35, 0
+plot {plots}
+"""
+    p = subprocess.run(["gnuplot"], input=script, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"bench: gnuplot: {p.stderr.strip()}")
+    return png
+
+
+# ---------------------------------------------------------------------------
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="bench/run", description=__doc__.split("\n\n")[0])
+    ap.add_argument("build", nargs="?", default="build", help="the build folder (default: build)")
+    ap.add_argument("--quick", action="store_true", help="small counts: a smoke run of under a minute")
+    ap.add_argument("--out", default=os.path.join(HERE, "results"),
+                    help="where the report, figures and plot go (default: bench/results)")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch folder (stores, outputs)")
+    a = ap.parse_args()
+
+    build = os.path.abspath(a.build if os.path.isabs(a.build) or os.path.isdir(a.build)
+                            else os.path.join(ROOT, a.build))
+    if not os.access(os.path.join(build, "toolpool"), os.X_OK):
+        sys.exit(f"bench: no {build}/toolpool: build first:\n"
+                 f"  cmake -B {a.build} -DCMAKE_BUILD_TYPE=RelWithDebInfo && cmake --build {a.build} -j2")
+    cfg = QUICK if a.quick else FULL
+    os.makedirs(a.out, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix="toolpool-bench-")
+    tp = Toolpool(build, scratch)
+    t0 = time.monotonic()
+    res = {"quick": a.quick, "targets": {}}
+    try:
+        m = machine(scratch, build)
+        res["machine"] = m
+        say(f"toolpool benchmarks{' (--quick: small counts, figures are rough)' if a.quick else ''}")
+        say(f"  machine: {m['nproc']} cores, {m['cpu']}, {m['memory']} memory, {m['os']}, "
+            f"Linux {m['kernel']}")
+        say(f"  disk:    {m['disk']}; 4 KiB write + fsync: {m['fsync_us']:.0f} us (median)")
+        say(f"  toolpool {m['toolpool']}")
+        say(f"  peers:   {m['python']}, pebble {m['pebble']}; Node {m['node']}, workerpool "
+            f"{m['workerpool']}; {m['xargs']}; {m['parallel']}")
+        say()
+        sweep = bench_noop(tp, cfg, scratch, res)
+        bench_exec(tp, cfg, scratch, res)
+        bench_hang(tp, cfg, scratch, res)
+        at_100k = sweep["toolpool"][2]
+        bench_memory(tp, cfg, scratch, res, at_100k)
+        bench_resume(tp, cfg, scratch, res, {
+            "toolpool noop (durable)": (os.path.join(scratch, "noop_durable.jsonl"), sweep["toolpool"][2]),
+            "toolpool noop (--relaxed)": (os.path.join(scratch, "noop_relaxed.jsonl"),
+                                          sweep["toolpool --relaxed"][2])})
+        bench_args(tp, cfg, scratch, res)
+        bench_growth(tp, cfg, scratch, res)
+        png = plot(sweep, cfg["workers"], a.out)
+
+        t = res["targets"]
+        say("== targets")
+        for name, key, val in [
+                ("no-op calls >= 10x pebble (durable)", "noop_vs_pebble", f"{t['noop_vs_pebble']['value']:.2f}x"),
+                ("exec >= 2x xargs -P2 timeout (durable)", "exec_vs_xargs", f"{t['exec_vs_xargs']['value']:.2f}x"),
+                ("exec >= 5x GNU parallel (durable)", "exec_vs_parallel", f"{t['exec_vs_parallel']['value']:.2f}x"),
+                ("hung call: deadline to result p99 <= 2 ms", "hang_p99", f"{t['hang_p99']['value_us'] / 1e3:.2f} ms"),
+                ("supervisor peak RSS < 64 MiB and flat", "rss", f"{t['rss']['value_kib'] / 1024:.1f} MiB, {t['rss']['ratio']:.2f}x"),
+                ("resume < 5 us per recorded call", "resume", f"{t['resume']['value_us']:.2f} us")]:
+            say(f"  {name:58} {val:>18}  {verdict(t[key]['pass'])}")
+        say()
+        say(f"plot: {png}")
+        say(f"figures: {os.path.join(a.out, 'results.json')}; took {time.monotonic() - t0:.0f} s")
+        res["seconds"] = time.monotonic() - t0
+        for f in res.get("hang", {}).values():
+            if isinstance(f, dict):
+                f.pop("out", None)
+        with open(os.path.join(a.out, "results.json"), "w") as f:
+            json.dump(res, f, indent=1, default=lambda o: None)
+        with open(os.path.join(a.out, "report.txt"), "w") as f:
+            f.write("\n".join(REPORT) + "\n")
+    finally:
+        if a.keep:
+            print(f"scratch kept: {scratch}", file=sys.stderr)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
