@@ -155,6 +155,7 @@ typedef struct tp_batch {
     uint64_t txn_since_us;      /* when it began */
     uint64_t txn_results;       /* results counted when it began */
     struct event *ev_commit;    /* closes the commit window */
+    bool marker_pending;        /* a non-idempotent call ended in the open transaction */
     bool keep_jobs;             /* guards count per job: keep idle jobs' usage */
     uint64_t trimmed_at;        /* results when the store's map was last trimmed */
     uint64_t lookups;           /* ids looked up in the store */
@@ -386,8 +387,10 @@ static void record(tp_batch_t *b, tp_call_t *c, const Toolpool__Result *r, size_
     if (rc == 0 && !own_job)
         rc = tp_checkpoint_step(b->o->store, b->txn, j->name, c->id, c->step, &j->usage,
                                 j->usage.first_us ? now - j->usage.first_us : 0, j->stopped, j->stop_msg);
-    if (rc == 0 && c->marked)
+    if (rc == 0 && c->marked) {
         rc = tp_inflight_del(b->o->store, b->txn, c->id);
+        b->marker_pending = true; /* commit it now: a crash before would call it Interrupted */
+    }
     if (rc)
         store_failed(b, rc, "recording a result");
 }
@@ -1307,11 +1310,13 @@ static void drain(tp_batch_t *b);
  * Whether the open transaction should commit at the end of this turn: the
  * commit window has closed, or enough results wait, or nothing is running
  * that could add to them, or an attempt waits for its in-flight marker to
- * be durable, or the run is ending.
+ * be durable, or a call of a tool that is not idempotent has ended (until
+ * its result is durable, a crash would leave it Interrupted), or the run is
+ * ending.
  */
 static bool commit_due(const tp_batch_t *b)
 {
-    return b->fatal || b->closing || b->draining || b->drain_asked || b->n_deferred > 0 ||
+    return b->fatal || b->closing || b->draining || b->drain_asked || b->n_deferred > 0 || b->marker_pending ||
            tp_pool_busy(b->pool) == 0 || b->report->summary.calls - b->txn_results >= TP_COMMIT_RESULTS ||
            tp_now_us() - b->txn_since_us >= TP_COMMIT_WINDOW_US;
 }
@@ -1359,6 +1364,7 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
     if (b->txn) {
         MDB_txn *txn = b->txn;
         b->txn = NULL;
+        b->marker_pending = false;
         evtimer_del(b->ev_commit);
         if (b->fatal) {
             mdb_txn_abort(txn);
