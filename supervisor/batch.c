@@ -79,6 +79,7 @@ typedef struct tp_call {
     long line;
     bool started;               /* counted as a step of its job */
     bool probe;                 /* the running attempt is a half-open probe */
+    bool readmit;               /* its attempt never started: admitted already */
     bool escalated;
     char escalation[TP_ESCALATION_ID_MAX];
     uint64_t first_us;          /* first attempt's start */
@@ -627,7 +628,7 @@ static void settle(tp_batch_t *b, tp_call_t *c)
         /* Queued behind an attempt whose worker died: it never ran, and counts for nothing. */
         c->hop_attempts--;
         j->usage.calls--;
-        c->probe = false;
+        c->readmit = true; /* admitted once (a half-open probe, maybe): it still is */
         if (!b->draining) {
             q_push_front(&b->ready, c);
         } else if (c->n_trace == 0) {
@@ -724,8 +725,10 @@ static bool admit(tp_batch_t *b, tp_call_t *c, uint64_t now, bool *probe)
         finish(b, c, END_FAIL, g, msg);
         return false;
     }
-    if (b->txn == NULL)
+    if (b->txn == NULL) {
+        c->readmit = false;
         return true;
+    }
     uint64_t wall = tp_unix_us();
     if (c->hop_attempts == 0) {
         bool open = false;
@@ -752,6 +755,12 @@ static bool admit(tp_batch_t *b, tp_call_t *c, uint64_t now, bool *probe)
             hop_failed(b, c, TP_KIND_CIRCUIT_OPEN, msg);
             return false;
         }
+    }
+    if (c->readmit) {
+        /* Its attempt never started: the tool breaker's earlier admission (a probe) stands. */
+        c->readmit = false;
+        *probe = c->probe;
+        return true;
     }
     tp_admit_t adm;
     int rc = tp_breaker_tool_admit(b->o->store, b->txn, c->hop_tool, wall, &adm);
@@ -792,9 +801,12 @@ static void submit(tp_batch_t *b, tp_call_t *c)
         /* Too big for a frame: the attempt ended before it began; a turn settles it. */
         attempt_done_cb(b, &c->att);
     } else if (rc < 0) {
+        /* Cannot happen (the caller saw a slot): undo the attempt, keep any probe's admission. */
         b->tools[c->hop_tool->index].inflight--;
         c->hop_attempts--;
-        q_push(&b->ready, c); /* cannot happen: the caller saw an idle slot */
+        c->job->usage.calls--;
+        c->readmit = true;
+        q_push(&b->ready, c);
     }
 }
 
@@ -826,6 +838,10 @@ static void start_attempt(tp_batch_t *b, tp_call_t *c, bool probe)
     uint64_t wall_left = tp_guard_wall_left(&b->o->reg->guards, &j->usage, now);
     if (wall_left < timeout)
         timeout = wall_left;
+    /* The absolute limit, for an attempt that starts later (queued behind another). */
+    uint64_t limit = c->hop_deadline_us;
+    if (wall_left != UINT64_MAX && (limit == 0 || now + wall_left < limit))
+        limit = now + wall_left;
     j->usage.calls++;
     free(c->att.message);
     free(c->att.result);
@@ -840,6 +856,7 @@ static void start_attempt(tp_batch_t *b, tp_call_t *c, bool probe)
         .args = c->args,
         .args_len = c->args_len,
         .timeout_us = timeout,
+        .limit_us = limit,
         .kind = TP_KIND_OK,
         .depth = tool_depth(b, c->hop_tool),
     };
@@ -895,7 +912,8 @@ static void dispatch(tp_batch_t *b)
         tp_call_t *c = next_call(b);
         if (c == NULL)
             return;
-        if (!idle && !tp_pool_room(b->pool, tool_depth(b, c->hop_tool))) {
+        /* Idle slots set aside for deferred attempts are not free for pipelining either. */
+        if (!idle && (tp_pool_idle(b->pool) > 0 || !tp_pool_room(b->pool, tool_depth(b, c->hop_tool)))) {
             /* Only a fast tool waits in a busy worker's queue; this one waits for a free worker. */
             q_push_front(&b->ready, c);
             return;

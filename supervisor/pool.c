@@ -244,6 +244,9 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
         memmove(s->queue, s->queue + 1, (size_t)--s->queued * sizeof s->queue[0]);
         s->attempt = next;
         next->started_us = a->ended_us;
+        /* It waited: what is left of its deadline may now be less than its timeout. */
+        if (next->limit_us && next->limit_us < next->started_us + next->timeout_us)
+            next->timeout_us = next->limit_us > next->started_us ? next->limit_us - next->started_us : 1;
         timer_arm(s, next->timeout_us);
         p->o.done_cb(p->o.ctx, a);
         if (p->pipeline_room_cb_needed)

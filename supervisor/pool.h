@@ -33,6 +33,7 @@ typedef struct tp_attempt {
     const char *args;           /* JSON text */
     size_t args_len;
     uint64_t timeout_us;
+    uint64_t limit_us;          /* absolute end of its time (deadline, max_wall); 0: none */
     int depth;                  /* the most attempts a worker may hold while this one
                                    is among them (itself included); 1: it waits for an
                                    idle worker */

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "escalate.h"
 #include "runutil.h"
 #include "store.h"
@@ -286,6 +287,72 @@ static void test_guards(void)
     free(dir);
 }
 
+/*
+ * Pipelined calls of a fast tool must not take the idle worker set aside
+ * for a non-idempotent attempt waiting for its marker's commit: the call
+ * pushed back used to be counted twice against max_calls.
+ */
+static void test_pipelining_beside_markers(void)
+{
+    char *dir = new_store();
+    tp_buf_t calls = {0};
+    for (int i = 0; i < 200; i++)
+        tp_buf_printf(&calls, "{\"id\": \"w%d\", \"tool\": \"noop\", \"args\": {\"i\": %d}}\n", i, i);
+    for (int j = 0; j < 300; j++) {
+        tp_buf_printf(&calls, "{\"id\": \"a%d\", \"job\": \"j%d\", \"step\": 1, \"tool\": \"pid\", \"args\": {\"i\": %d}}\n", j, j, j);
+        tp_buf_printf(&calls, "{\"id\": \"n%d\", \"tool\": \"noop\", \"args\": {\"j\": %d}}\n", j, j);
+        tp_buf_printf(&calls, "{\"id\": \"b%d\", \"job\": \"j%d\", \"step\": 2, \"tool\": \"pid\", \"args\": {\"i\": %d}}\n", j, j, j);
+    }
+    tp_buf_append(&calls, "", 1);
+    run_t r = run_calls(dir,
+                        "{\"guards\": {\"max_calls\": 2}, \"tools\": [" PLUGIN_TOOL("noop") ","
+                        "{\"name\": \"pid\", \"plugin\": {\"path\": \"@P@\"}, \"idempotent\": false}]}",
+                        (char *)calls.data, 2, 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_EQUAL(json_array_size(r.rows), 1100);
+    CU_ASSERT_EQUAL(r.rep.summary.ok, 1100);
+    json_decref(r.rows);
+    tp_buf_free(&calls);
+    free(dir);
+}
+
+/*
+ * A half-open probe queued behind an attempt whose worker is killed never
+ * started: it keeps its admission and runs, instead of being refused by
+ * the probe slot it still holds.
+ */
+static void test_requeued_probe_runs(void)
+{
+    char *dir = new_store();
+    tp_buf_t calls = {0};
+    for (int i = 0; i < 10; i++)
+        tp_buf_printf(&calls, "{\"id\": \"ok%d\", \"tool\": \"flaky\", \"args\": {\"ok_at\": 1, \"i\": %d}}\n", i, i);
+    for (int i = 0; i < 10; i++)
+        tp_buf_printf(&calls, "{\"id\": \"z%d\", \"tool\": \"sleep\", \"args\": {\"ms\": 0, \"i\": %d}}\n", i, i);
+    for (int i = 0; i < 4; i++)
+        tp_buf_printf(&calls, "{\"id\": \"bad%d\", \"tool\": \"flaky\", \"args\": {\"ok_at\": 9, \"i\": %d}}\n", i, i);
+    tp_buf_puts(&calls, "{\"id\": \"wait\", \"tool\": \"echo\", \"args\": {}}\n");
+    tp_buf_puts(&calls, "{\"id\": \"pause\", \"tool\": \"logged\", \"args\": {\"log\":\"/dev/null\", \"ms\": 400}}\n");
+    tp_buf_puts(&calls, "{\"id\": \"hang\", \"tool\": \"sleep\", \"args\": {\"ms\": 5000}}\n");
+    tp_buf_puts(&calls, "{\"id\": \"probe\", \"tool\": \"flaky\", \"args\": {\"ok_at\": 1, \"i\": 99}}\n");
+    tp_buf_append(&calls, "", 1);
+    run_t r = run_calls(dir,
+                        "{\"defaults\": {\"attempts\": 1}, \"tools\": ["
+                        "{\"name\": \"flaky\", \"plugin\": {\"path\": \"@P@\"},"
+                        " \"breaker\": {\"tool\": {\"failure_rate\": 0.2, \"min_calls\": 4, \"cooldown\": \"300ms\"}}},"
+                        "{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"}, \"timeout\": \"100ms\"},"
+                        PLUGIN_TOOL("echo") "," PLUGIN_TOOL("logged") "]}",
+                        (char *)calls.data, 1, 0);
+    CU_ASSERT_STRING_EQUAL(str(row(&r, "hang"), "error"), "Timeout");
+    json_t *v = row(&r, "probe");
+    CU_ASSERT(json_is_true(json_object_get(v, "ok")));
+    CU_ASSERT_EQUAL(num(v, "attempts"), 1);
+    CU_ASSERT(r.rep.pool.requeued > 0); /* it was queued behind the hung call */
+    json_decref(r.rows);
+    tp_buf_free(&calls);
+    free(dir);
+}
+
 /* Starts `toolpool run` on a store; returns its pid. */
 static pid_t spawn_run(const char *dir, const char *reg, const char *calls, const char *out)
 {
@@ -370,5 +437,7 @@ int main(void)
     CU_add_test(s, "fallback chain, degraded answer, escalation", test_fallback_chain);
     CU_add_test(s, "guards: steps, cost, calls, wall", test_guards);
     CU_add_test(s, "two supervisors share one breaker", test_two_supervisors_share_a_breaker);
+    CU_add_test(s, "pipelining beside in-flight markers", test_pipelining_beside_markers);
+    CU_add_test(s, "a requeued half-open probe still runs", test_requeued_probe_runs);
     return tp_test_run();
 }
