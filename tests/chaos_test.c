@@ -52,14 +52,6 @@ static pid_t start_run(const char *store, const char *calls, const char *out, co
     return pid;
 }
 
-static int wait_exit(pid_t pid)
-{
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 /* Results by id; counts duplicates in *dups. */
 static json_t *load(const char *path, int *dups)
 {

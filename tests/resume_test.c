@@ -56,14 +56,6 @@ static pid_t start_run(const char *calls, const char *out, const char *err, char
     return pid;
 }
 
-static int wait_exit(pid_t pid)
-{
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
-        ;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
 static int run_to_end(const char *calls, const char *out, const char *err, char *const extra_env[])
 {
     return wait_exit(start_run(calls, out, err, extra_env));

@@ -148,3 +148,11 @@ double trace_ms(json_t *v, size_t i, const char *key)
     return json_number_value(json_object_get(json_array_get(json_object_get(v, "trace"), i), key));
 }
 
+
+int wait_exit(pid_t pid)
+{
+    int st;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}

@@ -9,6 +9,7 @@
 
 #include <jansson.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "batch.h"
 
@@ -26,6 +27,8 @@ const char *str(json_t *v, const char *key);
 long num(json_t *v, const char *key);
 double trace_ms(json_t *v, size_t i, const char *key);
 char *expand(const char *tmpl);
+/* Waits for a child: its exit status, or 128 + the signal that killed it. */
+int wait_exit(pid_t pid);
 int count_fds(void);
 
 #define PLUGIN_TOOL(name) "{\"name\": \"" name "\", \"plugin\": {\"path\": \"@P@\"}}"
