@@ -76,7 +76,6 @@ typedef struct tp_call {
     bool marked;                /* an in-flight marker is in the store (not idempotent) */
     bool interrupted;           /* found in flight after a crash: not to be run again */
     uint64_t step;
-    long line;
     bool started;               /* counted as a step of its job */
     bool probe;                 /* the running attempt is a half-open probe */
     bool readmit;               /* its attempt never started: admitted already */
@@ -157,7 +156,7 @@ typedef struct tp_batch {
     uint64_t txn_results;       /* results counted when it began */
     struct event *ev_commit;    /* closes the commit window */
     bool marker_pending;        /* a non-idempotent call ended in the open transaction */
-    bool keep_jobs;             /* guards count per job: keep idle jobs' usage */
+    bool keep_jobs;             /* guards, no store: keep idle jobs' usage in memory */
     uint64_t trimmed_at;        /* results when the store's map was last trimmed */
     uint64_t lookups;           /* ids looked up in the store */
     tp_tool_state_t *tools;
@@ -1193,7 +1192,6 @@ static void take_line(tp_batch_t *b, const char *line, size_t len)
     c->args_len = strlen(args);
     args = NULL;
     c->step = step;
-    c->line = no;
     c->att.kind = TP_KIND_OK;
     job_add(j, c);
     if (!j->touched) {
@@ -1517,7 +1515,8 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     tp_rng_seed(&b.rng, o->seed);
     b.window = o->window ? o->window : (size_t)o->workers * 64 + 1024;
     const tp_guards_t *g = &o->reg->guards;
-    b.keep_jobs = g->max_steps || g->max_calls || g->max_wall_us || g->max_cost > 0;
+    /* Without a store there is no checkpoint to take a job's usage up again from. */
+    b.keep_jobs = o->store == NULL && (g->max_steps || g->max_calls || g->max_wall_us || g->max_cost > 0);
     b.jobs_cap = 1024;
     b.jobs = calloc(b.jobs_cap, sizeof *b.jobs);
     b.tools = calloc(o->reg->n_tools, sizeof *b.tools);

@@ -246,6 +246,21 @@ static void test_guards(void)
     CU_ASSERT(json_is_true(json_object_get(row(&r, "o1"), "ok")));
     json_decref(r.rows);
 
+    /* A job's usage lives in its checkpoint: the next run goes on counting. */
+    free(dir);
+    dir = new_store();
+    r = run_calls(dir, "{\"guards\": {\"max_steps\": 2}, \"tools\": [" PLUGIN_TOOL("noop") "]}",
+                  "{\"id\": \"k1\", \"job\": \"k\", \"step\": 1, \"tool\": \"noop\"}\n", 1, 0);
+    CU_ASSERT(json_is_true(json_object_get(row(&r, "k1"), "ok")));
+    json_decref(r.rows);
+    r = run_calls(dir, "{\"guards\": {\"max_steps\": 2}, \"tools\": [" PLUGIN_TOOL("noop") "]}",
+                  "{\"id\": \"k2\", \"job\": \"k\", \"step\": 2, \"tool\": \"noop\"}\n"
+                  "{\"id\": \"k3\", \"job\": \"k\", \"step\": 3, \"tool\": \"noop\"}\n",
+                  1, 0);
+    CU_ASSERT(json_is_true(json_object_get(row(&r, "k2"), "ok")));
+    CU_ASSERT_STRING_EQUAL(str(row(&r, "k3"), "error"), "StepCapReached");
+    json_decref(r.rows);
+
     free(dir);
     dir = new_store(); /* a job's usage lives in its checkpoint: a new store, a new job */
     r = run_calls(dir, "{\"guards\": {\"max_cost\": 1}, \"tools\": [" PLUGIN_TOOL("costly") "]}",
