@@ -121,7 +121,7 @@ typedef struct {
  * How many attempts of a tool one worker may hold: as many as fit, one
  * after another, in TP_QUEUE_BUDGET_US of its average attempt, so a call
  * queued behind others waits about that long at most; known only after
- * TP_FAST_SAMPLES answers.
+ * TP_FAST_SAMPLES answers, the fastest of which seeds the average.
  */
 #define TP_QUEUE_BUDGET_US 2000.0
 #define TP_FAST_SAMPLES 8
@@ -642,7 +642,12 @@ static void settle(tp_batch_t *b, tp_call_t *c)
     if (a->ok || (a->kind != TP_KIND_TIMEOUT && a->kind != TP_KIND_WORKER_CRASHED && a->kind != TP_KIND_CANCELLED)) {
         tp_tool_state_t *ts = &b->tools[c->hop_tool->index];
         double us = (double)(a->ended_us - a->started_us);
-        ts->ewma_us = ts->samples ? ts->ewma_us * 0.9 + us * 0.1 : us;
+        /* The warm-up keeps the fastest answer: a worker's first call of a
+         * tool pays for loading it, which says nothing of the calls after. */
+        if (ts->samples < TP_FAST_SAMPLES)
+            ts->ewma_us = ts->samples == 0 || us < ts->ewma_us ? us : ts->ewma_us;
+        else
+            ts->ewma_us = ts->ewma_us * 0.9 + us * 0.1;
         ts->samples++;
     }
     j->usage.cost += a->cost;

@@ -448,20 +448,20 @@ static void test_invalid_arguments(void)
 static void test_pipeline_requeue(void)
 {
     tp_buf_t calls = {0};
-    for (int i = 0; i < 40; i++)
+    for (int i = 0; i < 140; i++)
         tp_buf_printf(&calls, "{\"id\": \"s%d\", \"tool\": \"sleep\", \"args\": {\"ms\": %d}}\n", i,
-                      i == 20 ? 10000 : 0);
+                      i == 120 ? 10000 : 0);
     tp_buf_append(&calls, "", 1);
     run_t r = run_calls(NULL,
                         "{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"},"
                         " \"timeout\": \"300ms\", \"attempts\": 1}]}",
                         (char *)calls.data, 1, 0);
-    CU_ASSERT_EQUAL(json_array_size(r.rows), 40);
+    CU_ASSERT_EQUAL(json_array_size(r.rows), 140);
     size_t i;
     json_t *v;
     int ok = 0;
     json_array_foreach(r.rows, i, v) {
-        if (strcmp(str(v, "id"), "s20") == 0) {
+        if (strcmp(str(v, "id"), "s120") == 0) {
             CU_ASSERT_STRING_EQUAL(str(v, "error"), "Timeout");
             CU_ASSERT(trace_ms(v, 0, "duration_ms") >= 299 && trace_ms(v, 0, "duration_ms") < 450);
             continue;
@@ -469,7 +469,7 @@ static void test_pipeline_requeue(void)
         ok += json_is_true(json_object_get(v, "ok"));
         CU_ASSERT_EQUAL(num(v, "attempts"), 1);
     }
-    CU_ASSERT_EQUAL(ok, 39);
+    CU_ASSERT_EQUAL(ok, 139);
     CU_ASSERT_EQUAL(r.rep.pool.timeouts, 1);
     CU_ASSERT(r.rep.pool.requeued > 0); /* calls were queued behind the hung one */
     json_decref(r.rows);
