@@ -5,8 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Length of the valid UTF-8 sequence at p (at most n bytes), or 0. */
-static size_t utf8_len(const unsigned char *p, size_t n)
+size_t tp_utf8_len(const unsigned char *p, size_t n)
 {
     size_t len;
     uint32_t cp;
@@ -53,7 +52,7 @@ int tp_json_put_string(tp_buf_t *b, const char *s, size_t n)
             continue;
         }
         if (c >= 0x80) {
-            size_t len = utf8_len((const unsigned char *)s + i, n - i);
+            size_t len = tp_utf8_len((const unsigned char *)s + i, n - i);
             if (len == 0) {
                 memcpy(o, "\\ufffd", 6);
                 o += 6;

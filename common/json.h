@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "buf.h"
 
@@ -23,6 +24,12 @@ enum {
     TP_JSON_CANONICAL = 2 | TP_JSON_SORT_KEYS,
 };
 
+/*
+ * Length of the valid UTF-8 sequence of a code point >= U+0080 at p (at
+ * most n bytes), or 0: overlong forms, surrogates and code points past
+ * U+10FFFF are not valid.
+ */
+size_t tp_utf8_len(const unsigned char *p, size_t n);
 /* Appends s (n bytes) as a JSON string, quotes included. */
 int tp_json_put_string(tp_buf_t *b, const char *s, size_t n);
 /* Appends v compact. 0, or -1 (ENOMEM). */

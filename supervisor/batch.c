@@ -27,6 +27,7 @@
 #include <xxhash.h>
 
 #include "breaker.h"
+#include "callline.h"
 #include "checkpoint.h"
 #include "buf.h"
 #include "clock.h"
@@ -133,6 +134,7 @@ typedef struct tp_batch {
     tp_rng_t rng;
     /* input */
     tp_buf_t in;
+    tp_buf_t line_strs, line_canon; /* scratch of the fast way in (callline.h) */
     size_t scan;                /* bytes of in already searched for '\n' */
     bool in_eof;
     bool in_regular;
@@ -1101,47 +1103,68 @@ static void take_line(tp_batch_t *b, const char *line, size_t len)
         return; /* blank lines are not calls */
 
     char msg[512];
-    json_error_t jerr;
-    json_t *v = json_loadb(line, len, 0, &jerr);
-    if (v == NULL || !json_is_object(v)) {
-        if (v == NULL)
-            snprintf(msg, sizeof msg, "line %ld: not valid JSON: %s (column %d)", no, jerr.text, jerr.column);
-        else
-            snprintf(msg, sizeof msg, "line %ld: a call must be a JSON object", no);
+    const char *id, *job, *tool;
+    uint64_t step;
+    char *args = NULL;
+    json_t *v = NULL, *jargs = NULL, *owned_args = NULL;
+    tp_call_line_t fast;
+    int plain = tp_call_line_scan(line, len, &fast, &b->line_strs, &b->line_canon);
+    if (plain < 0) {
+        snprintf(msg, sizeof msg, "line %ld: out of memory reading the call", no);
         emit_rejected(b, NULL, NULL, 0, NULL, NULL, TP_KIND_INVALID_REQUEST, msg);
-        json_decref(v);
         return;
     }
-    json_t *jid = json_object_get(v, "id"), *jjob = json_object_get(v, "job");
-    json_t *jstep = json_object_get(v, "step"), *jtool = json_object_get(v, "tool");
-    json_t *jargs = json_object_get(v, "args");
-    const char *id = json_is_string(jid) && json_string_length(jid) > 0 ? json_string_value(jid) : NULL;
-    const char *tool = json_string_value(jtool);
-    const char *bad = NULL;
-    if (id == NULL)
-        bad = "\"id\" must be a non-empty string";
-    else if (jjob && (!json_is_string(jjob) || json_string_length(jjob) == 0))
-        bad = "\"job\" must be a non-empty string";
-    else if (jstep && (!json_is_integer(jstep) || json_integer_value(jstep) < 0))
-        bad = "\"step\" must be a non-negative integer";
-    else if (tool == NULL || !*tool)
-        bad = "\"tool\" must be a non-empty string";
-    else if (jargs && !json_is_object(jargs))
-        bad = "\"args\" must be a JSON object";
-    const char *job = jjob ? json_string_value(jjob) : id;
-    uint64_t step = jstep ? (uint64_t)json_integer_value(jstep) : 0;
-    char *args = NULL;
-    tp_buf_t ab = {0};
-    if (jargs == NULL)
-        args = strdup("{}");
-    else if (tp_json_write(&ab, jargs, 0) == 0 && tp_buf_append(&ab, "", 1) == 0)
-        args = (char *)ab.data;
-    else
-        tp_buf_free(&ab);
-    if (bad) {
-        snprintf(msg, sizeof msg, "line %ld: %s", no, bad);
-        emit_rejected(b, id, id ? job : NULL, step, tool, NULL, TP_KIND_INVALID_REQUEST, msg);
-        goto out;
+    if (plain) {
+        id = fast.id;
+        tool = fast.tool;
+        job = fast.job ? fast.job : id;
+        step = fast.step;
+        args = fast.args;
+    } else {
+        /* jansson's way: escapes, reals, and every message for a bad line. */
+        json_error_t jerr;
+        v = json_loadb(line, len, 0, &jerr);
+        if (v == NULL || !json_is_object(v)) {
+            if (v == NULL)
+                snprintf(msg, sizeof msg, "line %ld: not valid JSON: %s (column %d)", no, jerr.text, jerr.column);
+            else
+                snprintf(msg, sizeof msg, "line %ld: a call must be a JSON object", no);
+            emit_rejected(b, NULL, NULL, 0, NULL, NULL, TP_KIND_INVALID_REQUEST, msg);
+            json_decref(v);
+            return;
+        }
+        json_t *jid = json_object_get(v, "id"), *jjob = json_object_get(v, "job");
+        json_t *jstep = json_object_get(v, "step"), *jtool = json_object_get(v, "tool");
+        jargs = json_object_get(v, "args");
+        id = json_is_string(jid) && json_string_length(jid) > 0 ? json_string_value(jid) : NULL;
+        tool = json_string_value(jtool);
+        const char *bad = NULL;
+        if (id == NULL)
+            bad = "\"id\" must be a non-empty string";
+        else if (jjob && (!json_is_string(jjob) || json_string_length(jjob) == 0))
+            bad = "\"job\" must be a non-empty string";
+        else if (jstep && (!json_is_integer(jstep) || json_integer_value(jstep) < 0))
+            bad = "\"step\" must be a non-negative integer";
+        else if (tool == NULL || !*tool)
+            bad = "\"tool\" must be a non-empty string";
+        else if (jargs && !json_is_object(jargs))
+            bad = "\"args\" must be a JSON object";
+        job = jjob ? json_string_value(jjob) : id;
+        step = jstep ? (uint64_t)json_integer_value(jstep) : 0;
+        tp_buf_t ab = {0};
+        if (jargs == NULL)
+            args = strdup("{}");
+        else if (tp_json_write(&ab, jargs, 0) == 0 && tp_buf_append(&ab, "", 1) == 0)
+            args = (char *)ab.data;
+        else
+            tp_buf_free(&ab);
+        if (bad) {
+            snprintf(msg, sizeof msg, "line %ld: %s", no, bad);
+            emit_rejected(b, id, id ? job : NULL, step, tool, NULL, TP_KIND_INVALID_REQUEST, msg);
+            goto out;
+        }
+        if (jargs == NULL)
+            jargs = owned_args = json_object();
     }
     const tp_tool_t *t = tp_registry_find(b->o->reg, tool);
     if (t == NULL) {
@@ -1152,13 +1175,15 @@ static void take_line(tp_batch_t *b, const char *line, size_t len)
         emit_rejected(b, id, job, step, tool, args, TP_KIND_UNKNOWN_TOOL, msg);
         goto out;
     }
+    if (t->schema && jargs == NULL && args && (jargs = owned_args = json_loads(args, 0, NULL)) == NULL) {
+        emit_rejected(b, id, job, step, tool, args, TP_KIND_INVALID_ARGUMENTS, "out of memory validating the arguments");
+        goto out;
+    }
     if (t->schema) {
         /* Malformed: the model's to fix, so no call happens and the message says what to change. */
-        json_t *empty = jargs ? NULL : json_object();
         tp_buf_t why = {0};
         tp_buf_printf(&why, "%s: invalid arguments: ", t->name);
-        int bad_args = tp_schema_validate(t->schema, jargs ? jargs : empty, &why, TP_ARGS_ERRORS_MAX);
-        json_decref(empty);
+        int bad_args = tp_schema_validate(t->schema, jargs, &why, TP_ARGS_ERRORS_MAX);
         if (bad_args != 0) {
             tp_buf_append(&why, "", 1);
             emit_rejected(b, id, job, step, tool, args, TP_KIND_INVALID_ARGUMENTS,
@@ -1171,9 +1196,10 @@ static void take_line(tp_batch_t *b, const char *line, size_t len)
     tp_digest_t digest = {{0}}, identity = {{0}};
     bool interrupted = false;
     if (b->o->store) {
-        json_t *empty = jargs ? NULL : json_object();
-        tp_digest_args(jargs ? jargs : empty, &digest);
-        json_decref(empty);
+        if (plain)
+            tp_digest_bytes(fast.canon, fast.canon_len, &digest);
+        else
+            tp_digest_args(jargs, &digest);
         tp_identity_digest(t->name, &digest, &identity);
         if (resume_lookup(b, id, job, step, tool, &identity, no, &interrupted))
             goto out;
@@ -1212,6 +1238,7 @@ static void take_line(tp_batch_t *b, const char *line, size_t len)
     b->live++;
 out:
     free(args);
+    json_decref(owned_args);
     json_decref(v);
 }
 
@@ -1594,6 +1621,8 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     free(b.jobs);
     free(b.tools);
     tp_buf_free(&b.in);
+    tp_buf_free(&b.line_strs);
+    tp_buf_free(&b.line_canon);
     tp_buf_free(&b.out);
     return status;
 }

@@ -13,15 +13,20 @@
 #define BUCKETS 10
 #define KEY_MAX 600
 
+void tp_digest_bytes(const void *canonical, size_t n, tp_digest_t *out)
+{
+    XXH128_hash_t h = XXH3_128bits(canonical, n);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, h);
+    memcpy(out->b, c.digest, TP_DIGEST_LEN);
+}
+
 void tp_digest_args(const json_t *args, tp_digest_t *out)
 {
     tp_buf_t b = {0};
     if (args == NULL || tp_json_write(&b, args, TP_JSON_CANONICAL) < 0)
         tp_buf_reset(&b);
-    XXH128_hash_t h = XXH3_128bits(b.data ? b.data : (const uint8_t *)"", b.len);
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, h);
-    memcpy(out->b, c.digest, TP_DIGEST_LEN);
+    tp_digest_bytes(b.data ? b.data : (const uint8_t *)"", b.len, out);
     tp_buf_free(&b);
 }
 

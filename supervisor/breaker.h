@@ -37,6 +37,8 @@ typedef struct {
 
 /* XXH128 of the canonical form of args (keys sorted, numbers in one form). */
 void tp_digest_args(const json_t *args, tp_digest_t *out);
+/* The same, of args already written in that form. */
+void tp_digest_bytes(const void *canonical, size_t n, tp_digest_t *out);
 /* 32 hex digits and a NUL. */
 void tp_digest_hex(const tp_digest_t *d, char out[2 * TP_DIGEST_LEN + 1]);
 
