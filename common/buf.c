@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int tp_buf_reserve(tp_buf_t *b, size_t extra)
+int tp_buf_grow(tp_buf_t *b, size_t extra)
 {
     if (b->cap - b->len >= extra)
         return 0;
@@ -33,21 +33,6 @@ int tp_buf_reserve(tp_buf_t *b, size_t extra)
     b->data = p;
     b->cap = cap;
     return 0;
-}
-
-int tp_buf_append(tp_buf_t *b, const void *p, size_t n)
-{
-    if (tp_buf_reserve(b, n) < 0)
-        return -1;
-    if (n > 0)
-        memcpy(b->data + b->len, p, n);
-    b->len += n;
-    return 0;
-}
-
-int tp_buf_puts(tp_buf_t *b, const char *s)
-{
-    return tp_buf_append(b, s, strlen(s));
 }
 
 int tp_buf_printf(tp_buf_t *b, const char *fmt, ...)

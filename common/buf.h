@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 typedef struct {
@@ -16,10 +17,33 @@ typedef struct {
     size_t cap;
 } tp_buf_t;
 
-/* Makes room for extra more bytes after len. 0, or -1 (ENOMEM). */
-int tp_buf_reserve(tp_buf_t *b, size_t extra);
-int tp_buf_append(tp_buf_t *b, const void *p, size_t n);
-int tp_buf_puts(tp_buf_t *b, const char *s);
+/* tp_buf_reserve's slow way: compacts or grows. */
+int tp_buf_grow(tp_buf_t *b, size_t extra);
+
+/*
+ * Makes room for extra more bytes after len. 0, or -1 (ENOMEM). Inline,
+ * with the appends: result lines and frames are built of many small ones.
+ */
+static inline int tp_buf_reserve(tp_buf_t *b, size_t extra)
+{
+    return b->cap - b->len >= extra ? 0 : tp_buf_grow(b, extra);
+}
+
+static inline int tp_buf_append(tp_buf_t *b, const void *p, size_t n)
+{
+    if (tp_buf_reserve(b, n) < 0)
+        return -1;
+    if (n > 0)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static inline int tp_buf_puts(tp_buf_t *b, const char *s)
+{
+    return tp_buf_append(b, s, strlen(s));
+}
+
 int tp_buf_printf(tp_buf_t *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Drops n consumed bytes from the front; compacts when worth it. */

@@ -1,6 +1,7 @@
 #include "frame.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint32_t get_le32(const uint8_t *p)
@@ -62,4 +63,62 @@ int tp_frame_recv(int fd, tp_buf_t *in, uint32_t max, const uint8_t **body, uint
             return -1;
         }
     }
+}
+
+/* ---- the unpacking arena ---- */
+
+#define TP_ARENA_ALIGN 16u
+
+static void *arena_alloc(void *data, size_t size)
+{
+    tp_arena_t *ar = data;
+    size_t need = (size + TP_ARENA_ALIGN - 1) & ~(size_t)(TP_ARENA_ALIGN - 1);
+    if (need >= size && ar->cap - ar->used >= need) {
+        void *p = ar->block + ar->used;
+        ar->used += need;
+        return p;
+    }
+    if (size > SIZE_MAX - TP_ARENA_ALIGN)
+        return NULL;
+    uint8_t *chunk = malloc(TP_ARENA_ALIGN + size);
+    if (chunk == NULL)
+        return NULL;
+    memcpy(chunk, &ar->big, sizeof ar->big);
+    ar->big = chunk;
+    return chunk + TP_ARENA_ALIGN;
+}
+
+static void arena_free(void *data, void *p)
+{
+    (void)data;
+    (void)p; /* all at once, in tp_arena_reset */
+}
+
+void tp_arena_init(tp_arena_t *ar, size_t cap)
+{
+    memset(ar, 0, sizeof *ar);
+    ar->allocator.alloc = arena_alloc;
+    ar->allocator.free = arena_free;
+    ar->allocator.allocator_data = ar;
+    ar->block = malloc(cap);
+    ar->cap = ar->block ? cap : 0; /* without its block, every allocation is big */
+}
+
+void tp_arena_reset(tp_arena_t *ar)
+{
+    while (ar->big) {
+        void *next;
+        memcpy(&next, ar->big, sizeof next);
+        free(ar->big);
+        ar->big = next;
+    }
+    ar->used = 0;
+}
+
+void tp_arena_free(tp_arena_t *ar)
+{
+    tp_arena_reset(ar);
+    free(ar->block);
+    ar->block = NULL;
+    ar->cap = 0;
 }

@@ -33,6 +33,24 @@ int tp_frame_peek(const tp_buf_t *in, uint32_t max, const uint8_t **body, uint32
 int tp_frame_append(tp_buf_t *out, const ProtobufCMessage *msg, uint32_t max);
 
 /*
+ * An allocator for unpacking frames (pass &arena.allocator to an _unpack):
+ * allocations bump through one block kept from frame to frame, those that
+ * do not fit get their own; tp_arena_reset drops them all at once, so an
+ * unpacked message is never freed field by field.
+ */
+typedef struct {
+    ProtobufCAllocator allocator;
+    uint8_t *block;
+    size_t used, cap;
+    void *big; /* the allocations that did not fit, linked */
+} tp_arena_t;
+
+void tp_arena_init(tp_arena_t *ar, size_t cap);
+/* Forgets every allocation: what was unpacked with it is gone. */
+void tp_arena_reset(tp_arena_t *ar);
+void tp_arena_free(tp_arena_t *ar);
+
+/*
  * Blocking: reads until one whole frame is buffered. Returns TP_FRAME_READY,
  * TP_FRAME_TOO_BIG, 0 at a clean EOF between frames, -1 on a read error or
  * an EOF inside a frame (errno EPIPE).

@@ -40,11 +40,15 @@
 #include "schema.h"
 
 /*
- * Group commit: a write transaction stays open across loop turns for at
- * most this long, or this many results, while attempts are running; one
- * fsync then covers every result in it.
+ * Group commit: a write transaction stays open across loop turns, while
+ * attempts are running, for at most a window or this many results; one
+ * fsync then covers every result in it. The loop waits out each commit,
+ * so the window is TP_COMMIT_SPAN times what commits take (their average),
+ * within its bounds: the loop spends a fifth of its time in them at most.
  */
-#define TP_COMMIT_WINDOW_US 2000u
+#define TP_COMMIT_WINDOW_MIN_US 2000.0
+#define TP_COMMIT_WINDOW_MAX_US 10000.0
+#define TP_COMMIT_SPAN 4.0
 #define TP_COMMIT_RESULTS 4096u
 
 /* Results between two trims of the store's map from the resident set. */
@@ -155,6 +159,7 @@ typedef struct tp_batch {
     int n_deferred;
     MDB_txn *txn;               /* the open write transaction, when there is a store */
     uint64_t txn_since_us;      /* when it began */
+    double commit_us;           /* what commits take, on average */
     uint64_t txn_results;       /* results counted when it began */
     struct event *ev_commit;    /* closes the commit window */
     bool marker_pending;        /* a non-idempotent call ended in the open transaction */
@@ -1362,11 +1367,18 @@ static void drain(tp_batch_t *b);
  * its result is durable, a crash would leave it Interrupted), or the run is
  * ending.
  */
+static uint64_t commit_window_us(const tp_batch_t *b)
+{
+    double w = b->commit_us * TP_COMMIT_SPAN;
+    return (uint64_t)(w < TP_COMMIT_WINDOW_MIN_US ? TP_COMMIT_WINDOW_MIN_US
+                      : w > TP_COMMIT_WINDOW_MAX_US ? TP_COMMIT_WINDOW_MAX_US : w);
+}
+
 static bool commit_due(const tp_batch_t *b)
 {
     return b->fatal || b->closing || b->draining || b->drain_asked || b->n_deferred > 0 || b->marker_pending ||
            tp_pool_busy(b->pool) == 0 || b->report->summary.calls - b->txn_results >= TP_COMMIT_RESULTS ||
-           tp_now_us() - b->txn_since_us >= TP_COMMIT_WINDOW_US;
+           tp_now_us() - b->txn_since_us >= commit_window_us(b);
 }
 
 /*
@@ -1403,7 +1415,8 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
          * one fsync will cover them all. The turn's lines wait for it.
          */
         if (!evtimer_pending(b->ev_commit, NULL)) {
-            uint64_t left = TP_COMMIT_WINDOW_US - (tp_now_us() - b->txn_since_us);
+            uint64_t window = commit_window_us(b), since = tp_now_us() - b->txn_since_us;
+            uint64_t left = since < window ? window - since : 0;
             struct timeval tv = {.tv_sec = 0, .tv_usec = (suseconds_t)left};
             evtimer_add(b->ev_commit, &tv);
         }
@@ -1417,9 +1430,13 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
         if (b->fatal) {
             mdb_txn_abort(txn);
             tp_buf_reset(&b->out);
-        } else if (tp_store_commit(b->o->store, txn, err, sizeof err) != 0) {
-            tp_buf_reset(&b->out);
-            fatal_cb(b, err);
+        } else {
+            uint64_t t0 = tp_now_us();
+            if (tp_store_commit(b->o->store, txn, err, sizeof err) != 0) {
+                tp_buf_reset(&b->out);
+                fatal_cb(b, err);
+            }
+            b->commit_us = b->commit_us * 0.8 + (double)(tp_now_us() - t0) * 0.2;
         }
         /* Keep the resident set flat however large the store grows. */
         if (b->report->summary.calls - b->trimmed_at >= TP_TRIM_EVERY) {

@@ -75,6 +75,7 @@ typedef struct tp_slot {
     bool dead;      /* reaped; its last frames are being read */
     bool said_hello;
     bool eof;       /* its reply pipe reached EOF */
+    bool unflushed; /* out holds Calls the flush event will write */
     uint64_t calls;
     uint64_t seq;
     tp_attempt_t *attempt;          /* running now */
@@ -94,6 +95,9 @@ struct tp_pool {
     int busy;
     int live;       /* slots with a process */
     struct event *ev_chld;
+    struct event *ev_flush; /* writes every slot's new Calls, once a turn */
+    tp_arena_t arena;       /* what a worker's frame unpacks into */
+    bool flush_pending;
     bool shutting_down;
     bool kill_busy;
     bool fatal;
@@ -143,6 +147,7 @@ static void slot_close_fds(tp_slot_t *s)
     s->call_fd = s->reply_fd = -1;
     tp_buf_reset(&s->in);
     tp_buf_reset(&s->out);
+    s->unflushed = false;
 }
 
 /* Flushes queued Call bytes; arms the write event while some remain. */
@@ -170,6 +175,37 @@ static void slot_flush(tp_slot_t *s)
 static void write_cb(evutil_socket_t fd, short what, void *arg)
 {
     slot_flush(arg);
+}
+
+/*
+ * A turn's new Calls go out in one write per worker, after the turn's
+ * callbacks, not in one write each: a write costs a syscall, and a
+ * wake-up when the worker sleeps in read().
+ */
+static void slot_flush_now(tp_slot_t *s)
+{
+    s->unflushed = false;
+    if (s->call_fd >= 0)
+        slot_flush(s);
+}
+
+static void flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_pool_t *p = arg;
+    p->flush_pending = false;
+    for (int i = 0; i < p->n; i++)
+        if (p->slots[i].unflushed)
+            slot_flush_now(&p->slots[i]);
+}
+
+static void slot_flush_later(tp_slot_t *s)
+{
+    tp_pool_t *p = s->pool;
+    s->unflushed = true;
+    if (!p->flush_pending) {
+        p->flush_pending = true;
+        event_active(p->ev_flush, 0, 0);
+    }
 }
 
 /* The attempt ends: fill in the failure, hand it back. */
@@ -272,8 +308,9 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
 static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
 {
     tp_pool_t *p = s->pool;
-    Toolpool__WorkerFrame *wf = toolpool__worker_frame__unpack(NULL, len, body);
+    Toolpool__WorkerFrame *wf = toolpool__worker_frame__unpack(&p->arena.allocator, len, body);
     if (wf == NULL) {
+        tp_arena_reset(&p->arena);
         snprintf(s->detail, sizeof s->detail, "garbage frame (%u bytes) from worker %d", len, (int)s->pid);
         return -1;
     }
@@ -303,7 +340,7 @@ static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
                  (int)wf->body_case, (int)s->pid);
         rc = -1;
     }
-    toolpool__worker_frame__free_unpacked(wf, NULL);
+    tp_arena_reset(&p->arena);
     return rc;
 }
 
@@ -368,6 +405,8 @@ static void slot_stop(tp_slot_t *s, stop_why_t why, int sig)
     s->state = SLOT_STOPPING;
     evtimer_del(s->ev_timer);
     if (sig == 0) {
+        if (s->unflushed)
+            slot_flush_now(s); /* the Calls it holds come before its EOF */
         if (s->ev_write)
             event_del(s->ev_write);
         if (s->call_fd >= 0)
@@ -668,6 +707,8 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts)
         s->ev_timer = evtimer_new(base, timer_cb, s);
     }
     p->ev_chld = evsignal_new(base, SIGCHLD, chld_cb, p);
+    p->ev_flush = event_new(base, -1, 0, flush_cb, p);
+    tp_arena_init(&p->arena, 4096);
     return p;
 }
 
@@ -677,7 +718,7 @@ int tp_pool_start(tp_pool_t *p)
         tp_log_error("worker program %s: %s", p->o.worker_path, strerror(errno));
         return -1;
     }
-    if (evsignal_add(p->ev_chld, NULL) < 0) {
+    if (p->ev_chld == NULL || p->ev_flush == NULL || evsignal_add(p->ev_chld, NULL) < 0) {
         tp_log_error("cannot watch SIGCHLD");
         return -1;
     }
@@ -791,7 +832,7 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         p->idle--;
         timer_arm(s, a->timeout_us);
     }
-    slot_flush(s);
+    slot_flush_later(s);
     return 0;
 }
 
@@ -864,6 +905,9 @@ void tp_pool_free(tp_pool_t *p)
     }
     if (p->ev_chld)
         event_free(p->ev_chld);
+    if (p->ev_flush)
+        event_free(p->ev_flush);
+    tp_arena_free(&p->arena);
     free(p->slots);
     free(p);
 }

@@ -1,7 +1,7 @@
 /*
  * Frames on real pipes: round trips, frames split at every byte, many
  * frames in one read, oversized lengths refused before any allocation,
- * garbage bodies refused by unpack, EOF inside a frame.
+ * garbage bodies refused by unpack, EOF inside a frame, the unpacking arena.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -155,6 +155,47 @@ static void test_garbage(void)
     }
 }
 
+/*
+ * Unpacking into an arena: small messages share its block, a large one
+ * gets its own allocation, garbage fails cleanly; a reset frees it all
+ * (ASan and valgrind say whether it did).
+ */
+static void test_arena(void)
+{
+    tp_arena_t ar;
+    tp_arena_init(&ar, 512);
+    tp_buf_t out = {0};
+    static uint8_t big[100000];
+    memset(big, 'x', sizeof big);
+    for (int i = 0; i < 100; i++) {
+        Toolpool__Reply r;
+        Toolpool__WorkerFrame *wf = make_reply((uint64_t)i, i % 2 ? "Timeout" : "ToolError", &r);
+        if (i % 10 == 0) {
+            r.result.data = big;
+            r.result.len = sizeof big;
+        }
+        tp_buf_reset(&out);
+        CU_ASSERT_EQUAL_FATAL(tp_frame_append(&out, &wf->base, TP_FRAME_DEFAULT_MAX), 0);
+        Toolpool__WorkerFrame *back =
+            toolpool__worker_frame__unpack(&ar.allocator, out.len - TP_FRAME_HEADER, out.data + TP_FRAME_HEADER);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(back);
+        CU_ASSERT_EQUAL(back->reply->seq, (uint64_t)i);
+        CU_ASSERT_STRING_EQUAL(back->reply->kind, i % 2 ? "Timeout" : "ToolError");
+        CU_ASSERT_STRING_EQUAL(back->reply->message, "a message");
+        CU_ASSERT_EQUAL(back->reply->result.len, i % 10 == 0 ? sizeof big : 0);
+        if (i % 10 == 0)
+            CU_ASSERT(ar.big != NULL && memcmp(back->reply->result.data, big, sizeof big) == 0);
+        /* A truncated copy of the same frame fails, and leaves nothing behind the reset. */
+        CU_ASSERT_PTR_NULL(toolpool__worker_frame__unpack(&ar.allocator, out.len - TP_FRAME_HEADER - 1,
+                                                          out.data + TP_FRAME_HEADER));
+        tp_arena_reset(&ar);
+        CU_ASSERT_PTR_NULL(ar.big);
+        CU_ASSERT_EQUAL(ar.used, 0);
+    }
+    tp_buf_free(&out);
+    tp_arena_free(&ar);
+}
+
 /* EOF between frames is clean; EOF inside one is an error. */
 static void test_eof(void)
 {
@@ -188,5 +229,6 @@ int main(void)
     CU_add_test(s, "oversized length", test_oversized);
     CU_add_test(s, "garbage body", test_garbage);
     CU_add_test(s, "eof", test_eof);
+    CU_add_test(s, "unpacking into an arena", test_arena);
     return tp_test_run();
 }
