@@ -1409,6 +1409,7 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
         advance_touched(b);
         dispatch(b);
     }
+    tp_pool_flush(b->pool); /* the workers start on them during the commit */
     if (b->txn && !commit_due(b)) {
         /*
          * Group commit: more results will come before the window closes;

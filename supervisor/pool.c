@@ -178,9 +178,10 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * A turn's new Calls go out in one write per worker, after the turn's
- * callbacks, not in one write each: a write costs a syscall, and a
- * wake-up when the worker sleeps in read().
+ * A turn's new Calls go out in one write per worker, not in one write
+ * each: a write costs a syscall, and a wake-up when the worker sleeps in
+ * read(). They go when the caller says (tp_pool_flush), or else after the
+ * turn's callbacks.
  */
 static void slot_flush_now(tp_slot_t *s)
 {
@@ -189,13 +190,18 @@ static void slot_flush_now(tp_slot_t *s)
         slot_flush(s);
 }
 
-static void flush_cb(evutil_socket_t fd, short what, void *arg)
+void tp_pool_flush(tp_pool_t *p)
 {
-    tp_pool_t *p = arg;
     p->flush_pending = false;
     for (int i = 0; i < p->n; i++)
         if (p->slots[i].unflushed)
             slot_flush_now(&p->slots[i]);
+}
+
+static void flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+    if (((tp_pool_t *)arg)->flush_pending)
+        tp_pool_flush(arg);
 }
 
 static void slot_flush_later(tp_slot_t *s)

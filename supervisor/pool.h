@@ -91,6 +91,13 @@ int tp_pool_idle(const tp_pool_t *pool);
 bool tp_pool_room(const tp_pool_t *pool, int depth);
 /* Attempts running now. */
 int tp_pool_busy(const tp_pool_t *pool);
+/*
+ * Writes the Calls submitted since the last flush to their workers. They
+ * go by themselves after the loop's current callbacks; a caller about to
+ * block (in a commit's fsync) sends them first, so the workers are busy
+ * meanwhile.
+ */
+void tp_pool_flush(tp_pool_t *pool);
 /* Whether a is on a slot now (submitted, running or queued, not yet ended). */
 bool tp_pool_is_running(const tp_pool_t *pool, const tp_attempt_t *a);
 /*
