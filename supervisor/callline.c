@@ -90,18 +90,41 @@ static int key_cmp(const unsigned char *a, size_t an, const unsigned char *b, si
 
 static bool value(scan_t *s, int depth);
 
+/* The opening byte of an object or array: 1 when it closes at once, 0 when members follow, -1 ENOMEM. */
+static int open_container(scan_t *s, const char *close)
+{
+    if (!emit(s, s->p++, 1))
+        return -1;
+    skip_ws(s);
+    if (s->p < s->end && *s->p == (unsigned char)*close) {
+        s->p++;
+        return emit(s, (const unsigned char *)close, 1) ? 1 : -1;
+    }
+    return 0;
+}
+
+/* After a member or an element: 0 when a comma says another follows, 1 at the closing byte, else -1. */
+static int next_or_close(scan_t *s, unsigned char close)
+{
+    skip_ws(s);
+    if (s->p == s->end)
+        return -1;
+    unsigned char c = *s->p++;
+    if (!emit(s, &c, 1) || (c != ',' && c != close))
+        return -1;
+    if (c == close)
+        return 1;
+    skip_ws(s);
+    return 0;
+}
+
 static bool object(scan_t *s, int depth)
 {
     const unsigned char *prev = NULL;
     size_t prev_n = 0;
-    s->p++;
-    if (!emit(s, (const unsigned char *)"{", 1))
-        return false;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == '}') {
-        s->p++;
-        return emit(s, (const unsigned char *)"}", 1);
-    }
+    int rc = open_container(s, "}");
+    if (rc != 0)
+        return rc > 0;
     for (;;) {
         const unsigned char *key;
         size_t n;
@@ -115,46 +138,23 @@ static bool object(scan_t *s, int depth)
         if (s->p == s->end || *s->p != ':')
             return false;
         s->p++;
-        if (!emit(s, (const unsigned char *)":", 1) || !value(s, depth))
+        if (!emit(s, (const unsigned char *)":", 1) || !value(s, depth) || (rc = next_or_close(s, '}')) < 0)
             return false;
-        skip_ws(s);
-        if (s->p == s->end)
-            return false;
-        unsigned char c = *s->p++;
-        if (!emit(s, &c, 1))
-            return false;
-        if (c == '}')
+        if (rc > 0)
             return true;
-        if (c != ',')
-            return false;
-        skip_ws(s);
     }
 }
 
 static bool array(scan_t *s, int depth)
 {
-    s->p++;
-    if (!emit(s, (const unsigned char *)"[", 1))
-        return false;
-    skip_ws(s);
-    if (s->p < s->end && *s->p == ']') {
-        s->p++;
-        return emit(s, (const unsigned char *)"]", 1);
-    }
+    int rc = open_container(s, "]");
+    if (rc != 0)
+        return rc > 0;
     for (;;) {
-        if (!value(s, depth))
+        if (!value(s, depth) || (rc = next_or_close(s, ']')) < 0)
             return false;
-        skip_ws(s);
-        if (s->p == s->end)
-            return false;
-        unsigned char c = *s->p++;
-        if (!emit(s, &c, 1))
-            return false;
-        if (c == ']')
+        if (rc > 0)
             return true;
-        if (c != ',')
-            return false;
-        skip_ws(s);
     }
 }
 
@@ -356,15 +356,11 @@ int tp_call_line_scan(const char *line, size_t len, tp_call_line_t *out, tp_buf_
         } else if (!value(&s, 0)) {
             goto not_plain;
         }
-        skip_ws(&s);
-        if (s.p == s.end)
+        int next = next_or_close(&s, '}');
+        if (next < 0)
             goto not_plain;
-        unsigned char c = *s.p++;
-        if (c == '}')
+        if (next > 0)
             break;
-        if (c != ',')
-            goto not_plain;
-        skip_ws(&s);
     }
     skip_ws(&s);
     if (s.p != s.end || !(seen & F_ID) || !(seen & F_TOOL))
