@@ -476,6 +476,30 @@ static void test_pipeline_requeue(void)
     tp_buf_free(&calls);
 }
 
+/*
+ * A tool whose first call is slow (as a plugin's first call, which loads
+ * it) still pipelines once it has proved fast: its queue depth comes from
+ * its fastest warm-up answer, not its first. From the first, 50 ms, it
+ * would take some forty fast calls before any call queued.
+ */
+static void test_depth_after_slow_first_call(void)
+{
+    tp_buf_t calls = {0};
+    for (int i = 0; i < 40; i++)
+        tp_buf_printf(&calls, "{\"id\": \"w%d\", \"tool\": \"sleep\", \"args\": {\"ms\": %d}}\n", i,
+                      i == 0 ? 50 : i == 20 ? 10000 : 0);
+    tp_buf_append(&calls, "", 1);
+    run_t r = run_calls(NULL,
+                        "{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"},"
+                        " \"timeout\": \"300ms\", \"attempts\": 1}]}",
+                        (char *)calls.data, 1, 0);
+    CU_ASSERT_EQUAL(json_array_size(r.rows), 40);
+    CU_ASSERT_EQUAL(r.rep.pool.timeouts, 1);
+    CU_ASSERT(r.rep.pool.requeued > 0); /* calls were queued behind the hung one */
+    json_decref(r.rows);
+    tp_buf_free(&calls);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -497,5 +521,6 @@ int main(void)
     CU_add_test(s, "job step order", test_job_order);
     CU_add_test(s, "invalid arguments: no call, a message to act on", test_invalid_arguments);
     CU_add_test(s, "pipelined calls behind a hung one run again", test_pipeline_requeue);
+    CU_add_test(s, "a slow first call does not keep a fast tool from pipelining", test_depth_after_slow_first_call);
     return tp_test_run();
 }
