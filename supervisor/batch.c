@@ -50,6 +50,8 @@
 #define TP_COMMIT_WINDOW_MAX_US 10000.0
 #define TP_COMMIT_SPAN 4.0
 #define TP_COMMIT_RESULTS 4096u
+/* Room left between a commit's expected end and an attempt's deadline. */
+#define TP_COMMIT_DEADLINE_MARGIN_US 500u
 
 /* Results between two trims of the store's map from the resident set. */
 #define TP_TRIM_EVERY 1024
@@ -1374,11 +1376,33 @@ static uint64_t commit_window_us(const tp_batch_t *b)
                       : w > TP_COMMIT_WINDOW_MAX_US ? TP_COMMIT_WINDOW_MAX_US : w);
 }
 
+static bool commit_urgent(const tp_batch_t *b)
+{
+    return b->fatal || b->closing || b->draining || b->drain_asked || b->n_deferred > 0 || b->marker_pending;
+}
+
 static bool commit_due(const tp_batch_t *b)
 {
-    return b->fatal || b->closing || b->draining || b->drain_asked || b->n_deferred > 0 || b->marker_pending ||
-           tp_pool_busy(b->pool) == 0 || b->report->summary.calls - b->txn_results >= TP_COMMIT_RESULTS ||
+    return commit_urgent(b) || tp_pool_busy(b->pool) == 0 ||
+           b->report->summary.calls - b->txn_results >= TP_COMMIT_RESULTS ||
            tp_now_us() - b->txn_since_us >= commit_window_us(b);
+}
+
+/*
+ * The loop sits in a commit's fsync for a while; an attempt's deadline
+ * that falls in it would be kept late. A commit that is due but not urgent
+ * waits for such a deadline (for at most TP_COMMIT_WINDOW_MAX_US beyond its
+ * window). Returns how long to wait, or 0 to commit now.
+ */
+static uint64_t commit_hold_us(const tp_batch_t *b)
+{
+    if (commit_urgent(b))
+        return 0;
+    uint64_t now = tp_now_us(), d = tp_pool_next_deadline(b->pool);
+    uint64_t span = (uint64_t)(2 * b->commit_us) + TP_COMMIT_DEADLINE_MARGIN_US;
+    if (d == 0 || d > now + span || now - b->txn_since_us >= commit_window_us(b) + TP_COMMIT_WINDOW_MAX_US)
+        return 0;
+    return (d > now ? d - now : 0) + 50;
 }
 
 /*
@@ -1410,6 +1434,12 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
         dispatch(b);
     }
     tp_pool_flush(b->pool); /* the workers start on them during the commit */
+    uint64_t hold;
+    if (b->txn && commit_due(b) && (hold = commit_hold_us(b)) > 0) {
+        struct timeval tv = {.tv_sec = (time_t)(hold / 1000000u), .tv_usec = (suseconds_t)(hold % 1000000u)};
+        evtimer_add(b->ev_commit, &tv);
+        return;
+    }
     if (b->txn && !commit_due(b)) {
         /*
          * Group commit: more results will come before the window closes;

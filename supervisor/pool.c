@@ -7,11 +7,19 @@
  *                                                         |
  *        (deadline: kill the group; EOF, garbage: kill) STOPPING --reaped--> DOWN
  *
- * A slot leaves the living only through SIGCHLD: the attempt it held ends
- * after the worker has been reaped, never before, so a retry can never run
- * beside the attempt it replaces. The slot remembers why it stopped its
- * worker (stop_why_t), so a timeout kill, a recycle or a shutdown is never
- * mistaken for a crash.
+ * A slot leaves the living only through SIGCHLD. The attempt it held ends
+ * when nothing of it can run any more, so a retry can never run beside the
+ * attempt it replaces: when the worker has been reaped, or, at a deadline,
+ * as soon as SIGKILL has gone to the worker's whole process group (no
+ * process of the group returns to user space after that; the reap follows
+ * on its own). The slot remembers why it stopped its worker (stop_why_t),
+ * so a timeout kill, a recycle or a shutdown is never mistaken for a crash.
+ *
+ * A deadline is kept to within a tenth of a millisecond, not to whenever an
+ * idle CPU happens to wake: the timer is set DEADLINE_LEAD_US early, and
+ * from then on the loop sleeps in short steps (still serving every pipe)
+ * until the deadline. Respawns and commits, which block the loop for about
+ * a millisecond, wait until a deadline that near has been kept.
  */
 #include "pool.h"
 
@@ -40,6 +48,25 @@ extern char **environ;
 #define EOF_GRACE_US 5000000u
 #define EOF_LINGER_US 1000000u
 #define PIPE_MAX 64
+/*
+ * How early an attempt's timer wakes the loop before its deadline, and the
+ * short sleeps it takes from then on. A timer on a CPU that has gone idle
+ * fires late, by up to a few milliseconds on a virtual machine whose halted
+ * vCPU the host has to wake; sleeps as short as a step end before an idle
+ * CPU halts (a guest's halt polling lasts about 200 us), so the deadline is
+ * kept to within about a step. The price: twenty wake-ups per attempt that
+ * runs into its deadline.
+ */
+#define DEADLINE_LEAD_US 2000u
+#define DEADLINE_STEP_US 100u
+/*
+ * A respawn blocks the loop for about a millisecond (posix_spawn returns
+ * once the child has exec'd). One due this close to another attempt's
+ * deadline waits until that deadline has been kept, for at most
+ * SPAWN_HOLD_MAX_US in all.
+ */
+#define SPAWN_QUIET_US 2000u
+#define SPAWN_HOLD_MAX_US 10000u
 
 typedef enum {
     SLOT_DOWN,      /* no process; maybe waiting for a throttled respawn */
@@ -79,6 +106,8 @@ typedef struct tp_slot {
     uint64_t calls;
     uint64_t seq;
     tp_attempt_t *attempt;          /* running now */
+    uint64_t deadline_us;           /* when the running attempt times out */
+    uint64_t held_since_us;         /* a respawn put off for a deadline: since when */
     tp_attempt_t *queue[PIPE_MAX];  /* sent after it, waiting their turn in the worker */
     int queued;
     unsigned crash_streak;
@@ -114,6 +143,13 @@ static void timer_arm(tp_slot_t *s, uint64_t us)
 {
     struct timeval tv = {.tv_sec = (time_t)(us / 1000000u), .tv_usec = (suseconds_t)(us % 1000000u)};
     evtimer_add(s->ev_timer, &tv);
+}
+
+/* Arms the timer of the attempt that starts now on s: DEADLINE_LEAD_US early. */
+static void deadline_arm(tp_slot_t *s, uint64_t now, uint64_t timeout_us)
+{
+    s->deadline_us = now + timeout_us;
+    timer_arm(s, timeout_us > 2 * DEADLINE_LEAD_US ? timeout_us - DEADLINE_LEAD_US : timeout_us);
 }
 
 /* A pipe whose ends are CLOEXEC and above fd 4, so dup2 to 3 and 4 always copies. */
@@ -289,7 +325,7 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
         /* It waited: what is left of its deadline may now be less than its timeout. */
         if (next->limit_us && next->limit_us < next->started_us + next->timeout_us)
             next->timeout_us = next->limit_us > next->started_us ? next->limit_us - next->started_us : 1;
-        timer_arm(s, next->timeout_us);
+        deadline_arm(s, next->started_us, next->timeout_us);
         p->o.done_cb(p->o.ctx, a);
         if (p->pipeline_room_cb_needed)
             p->o.idle_cb(p->o.ctx);
@@ -430,6 +466,52 @@ static void slot_stop(tp_slot_t *s, stop_why_t why, int sig)
     }
 }
 
+/* The attempts queued on a slot whose running attempt ended without a Reply. */
+typedef struct {
+    int n;
+    tp_attempt_t *a[PIPE_MAX];
+} queued_t;
+
+/* Takes the queue off s, before any callback can look at the pool. */
+static void slot_take_queue(tp_slot_t *s, queued_t *q)
+{
+    q->n = s->queued;
+    memcpy(q->a, s->queue, (size_t)q->n * sizeof q->a[0]);
+    s->queued = 0;
+    s->pool->busy -= q->n;
+}
+
+/* They never started: they go back, to run again uncounted. */
+static void pool_hand_back(tp_pool_t *p, queued_t *q)
+{
+    p->stats.requeued += (uint64_t)q->n;
+    uint64_t now = tp_now_us();
+    for (int i = 0; i < q->n; i++) {
+        q->a[i]->requeue = true;
+        q->a[i]->ended_us = now;
+        p->o.done_cb(p->o.ctx, q->a[i]);
+    }
+}
+
+/*
+ * SIGKILL has gone to the group of a worker whose attempt timed out: the
+ * attempt is over, and so is the wait of those queued behind it.
+ */
+static void slot_timed_out(tp_slot_t *s)
+{
+    tp_pool_t *p = s->pool;
+    tp_attempt_t *a = s->attempt;
+    if (a == NULL)
+        return;
+    s->attempt = NULL;
+    p->busy--;
+    queued_t q;
+    slot_take_queue(s, &q);
+    attempt_fail(a, TP_KIND_TIMEOUT, "%s exceeded %.3gs", a->tool->name, (double)a->timeout_us / 1e6);
+    p->o.done_cb(p->o.ctx, a);
+    pool_hand_back(p, &q);
+}
+
 static void timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_slot_t *s = arg;
@@ -440,23 +522,47 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     switch (s->state) {
-    case SLOT_DOWN:
+    case SLOT_DOWN: {
+        uint64_t now = tp_now_us(), d = tp_pool_next_deadline(p);
+        if (d != 0 && d < now + SPAWN_QUIET_US) {
+            if (s->held_since_us == 0)
+                s->held_since_us = now;
+            if (now - s->held_since_us < SPAWN_HOLD_MAX_US) {
+                timer_arm(s, (d > now ? d - now : 0) + 50);
+                break;
+            }
+        }
+        s->held_since_us = 0;
         slot_spawn(s);
         break;
+    }
     case SLOT_STARTING:
         snprintf(s->detail, sizeof s->detail, "worker %d sent no hello within %.1fs", (int)s->pid,
                  (double)p->o.hello_timeout_us / 1e6);
         slot_stop(s, WHY_HELLO, SIGKILL);
         break;
     case SLOT_BUSY: {
+        uint64_t now = tp_now_us();
+        if (now < s->deadline_us) {
+            /* Woken early on purpose: short sleeps until the deadline. */
+            uint64_t left = s->deadline_us - now;
+            timer_arm(s, left > DEADLINE_LEAD_US ? left - DEADLINE_LEAD_US
+                         : left > DEADLINE_STEP_US ? DEADLINE_STEP_US : left);
+            break;
+        }
         uint64_t grace = s->attempt->tool->policy.kill_grace_us;
         p->stats.timeouts++;
         slot_stop(s, WHY_TIMEOUT, grace > 0 ? SIGTERM : SIGKILL);
+        if (grace == 0)
+            slot_timed_out(s);
         break;
     }
     case SLOT_STOPPING:
-        if (s->term_sent)
+        if (s->term_sent) {
             kill(-s->pid, SIGKILL);
+            if (s->why == WHY_TIMEOUT)
+                slot_timed_out(s);
+        }
         break;
     case SLOT_IDLE:
         break;
@@ -497,11 +603,8 @@ static void slot_reaped(tp_slot_t *s, int status)
         p->idle--;
     if (a != NULL)
         p->busy--;
-    int nq = s->queued;
-    tp_attempt_t *queued[PIPE_MAX];
-    memcpy(queued, s->queue, (size_t)nq * sizeof queued[0]);
-    s->queued = 0;
-    p->busy -= nq;
+    queued_t q;
+    slot_take_queue(s, &q);
     slot_close_fds(s);
     evtimer_del(s->ev_timer);
     s->attempt = NULL;
@@ -562,13 +665,7 @@ static void slot_reaped(tp_slot_t *s, int status)
 
     if (a != NULL)
         p->o.done_cb(p->o.ctx, a);
-    /* Attempts queued behind the one that ended here never started: they go back. */
-    p->stats.requeued += (uint64_t)nq;
-    for (int i = 0; i < nq; i++) {
-        queued[i]->requeue = true;
-        queued[i]->ended_us = tp_now_us();
-        p->o.done_cb(p->o.ctx, queued[i]);
-    }
+    pool_hand_back(p, &q);
     if (p->shutting_down && p->live == 0 && !p->closed) {
         p->closed = true;
         p->o.closed_cb(p->o.ctx);
@@ -775,6 +872,17 @@ bool tp_pool_room(const tp_pool_t *p, int depth)
     return pipeline_slot((tp_pool_t *)p, depth) != NULL;
 }
 
+uint64_t tp_pool_next_deadline(const tp_pool_t *p)
+{
+    uint64_t next = 0;
+    for (int i = 0; i < p->n; i++) {
+        const tp_slot_t *s = &p->slots[i];
+        if (s->state == SLOT_BUSY && s->why == WHY_NONE && (next == 0 || s->deadline_us < next))
+            next = s->deadline_us;
+    }
+    return next;
+}
+
 bool tp_pool_is_running(const tp_pool_t *p, const tp_attempt_t *a)
 {
     for (int i = 0; i < p->n; i++) {
@@ -836,7 +944,7 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         s->attempt = a;
         s->state = SLOT_BUSY;
         p->idle--;
-        timer_arm(s, a->timeout_us);
+        deadline_arm(s, a->started_us, a->timeout_us);
     }
     slot_flush_later(s);
     return 0;

@@ -3,10 +3,12 @@
  *
  * A slot is one worker process (fork+exec of toolpool-worker, leader of its
  * own process group) and the two pipes to it. The pool runs one attempt per
- * slot at a time, arms the attempt's timer, kills the worker's whole group
- * when the timer fires, reaps it on SIGCHLD, and only then reports the
- * attempt's end and respawns the slot. Respawns of crashing workers are
- * throttled; a worker that cannot even start stops the pool.
+ * slot at a time (and queues more behind it), arms the attempt's timer,
+ * kills the worker's whole group when the timer fires, reports the
+ * attempt's end once nothing of it can run any more (the group has been
+ * sent SIGKILL, or the worker reaped), reaps it on SIGCHLD and respawns the
+ * slot. Respawns of crashing workers are throttled; a worker that cannot
+ * even start stops the pool.
  *
  * The pool holds no policy: it reports every attempt's end through done_cb
  * and the caller decides what follows.
@@ -98,6 +100,12 @@ int tp_pool_busy(const tp_pool_t *pool);
  * meanwhile.
  */
 void tp_pool_flush(tp_pool_t *pool);
+/*
+ * The soonest deadline of the attempts running now (tp_now_us() time), or 0.
+ * Work that would block the loop for a while (a commit's fsync) can wait
+ * until it has been kept.
+ */
+uint64_t tp_pool_next_deadline(const tp_pool_t *pool);
 /* Whether a is on a slot now (submitted, running or queued, not yet ended). */
 bool tp_pool_is_running(const tp_pool_t *pool, const tp_attempt_t *a);
 /*

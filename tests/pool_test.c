@@ -76,6 +76,39 @@ static void test_hung_killed_and_retried(void)
     json_decref(r.rows);
 }
 
+/*
+ * Deadlines that fall together, with a store: the loop wakes early for
+ * each, and holds its commits and respawns until they have been kept. No
+ * attempt may end before its deadline, and none may wait for long after.
+ */
+static void test_deadlines_together(void)
+{
+    enum { N = 12 };
+    tp_buf_t calls = {0};
+    for (int i = 0; i < N; i++)
+        tp_buf_printf(&calls, "{\"id\": \"h%d\", \"tool\": \"hang\"}\n", i);
+    tp_buf_append(&calls, "", 1);
+    char store[4200];
+    snprintf(store, sizeof store, "%s/store", tp_test_tmpdir("together"));
+    run_t r = run_calls(store,
+                        "{\"tools\": [{\"name\": \"hang\", \"exec\": [\"@T@/hang.sh\"], \"timeout\": \"100ms\","
+                        " \"attempts\": 1, \"breaker\": {\"same_call\": {\"failures\": 1000},"
+                        " \"tool\": {\"min_calls\": 1000}}}]}",
+                        (char *)calls.data, 4, 0);
+    CU_ASSERT_EQUAL(json_array_size(r.rows), N);
+    size_t i;
+    json_t *v;
+    json_array_foreach(r.rows, i, v) {
+        CU_ASSERT_STRING_EQUAL(str(v, "error"), "Timeout");
+        double ms = trace_ms(v, 0, "duration_ms");
+        CU_ASSERT(ms >= 100.0 && ms < 200.0);
+    }
+    CU_ASSERT_EQUAL(r.rep.pool.timeouts, N);
+    CU_ASSERT(r.secs < 3.0); /* three rounds of 100 ms, with room for a slow machine */
+    json_decref(r.rows);
+    tp_buf_free(&calls);
+}
+
 static bool process_gone(pid_t pid)
 {
     char path[64], buf[512];
@@ -321,6 +354,8 @@ static void test_env_and_fds(void)
     CU_ASSERT_STRING_EQUAL(str(v, "attempt"), "1");
     /* ls itself opens one directory fd (3) */
     CU_ASSERT_STRING_EQUAL(str(v, "fds"), "0 1 2 3 ");
+    /* Tools run as batch work (SCHED_BATCH, 3): they never preempt the supervisor. */
+    CU_ASSERT_STRING_EQUAL(str(v, "policy"), "3");
     json_decref(r.rows);
 }
 
@@ -508,6 +543,7 @@ int main(void)
     CU_pSuite s = CU_add_suite("pool", NULL, NULL);
     CU_add_test(s, "3000 no-op plugin calls, one record each", test_many_noops);
     CU_add_test(s, "hung tool killed at its timeout and retried", test_hung_killed_and_retried);
+    CU_add_test(s, "deadlines that fall together are all kept, none early", test_deadlines_together);
     CU_add_test(s, "grandchild of a hung tool dies too", test_grandchild_killed);
     CU_add_test(s, "kill_grace: TERM, then KILL", test_kill_grace);
     CU_add_test(s, "segfaulting plugin", test_segv_plugin);
