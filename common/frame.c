@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "toolpool.pb-c.h"
+
 static uint32_t get_le32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -43,6 +45,118 @@ int tp_frame_append(tp_buf_t *out, const ProtobufCMessage *msg, uint32_t max)
         errno = EPROTO;
         return -1;
     }
+    out->len += TP_FRAME_HEADER + n;
+    return 0;
+}
+
+/*
+ * The wire format (protobuf's encoding, for the fields of
+ * schema/toolpool.proto this writes): a key is (field number << 3) | wire
+ * type, 0 for a varint and 2 for length-delimited bytes.
+ */
+enum {
+    KEY_FRAME_CALL = 1 << 3 | 2,
+    KEY_SEQ = 1 << 3 | 0,
+    KEY_ARGS = 7 << 3 | 2,
+    KEY_CALL_ID = 8 << 3 | 2,
+    KEY_JOB = 9 << 3 | 2,
+    KEY_STEP = 10 << 3 | 0,
+    KEY_ATTEMPT = 11 << 3 | 0,
+};
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    for (; v >= 0x80; v >>= 7)
+        n++;
+    return n;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    for (; v >= 0x80; v >>= 7)
+        *p++ = (uint8_t)(v | 0x80);
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* Bytes of one field; as protobuf-c leaves out a zero or empty one, so does this. */
+static size_t varint_field_len(uint64_t v)
+{
+    return v ? 1 + varint_len(v) : 0;
+}
+
+static size_t bytes_field_len(size_t n)
+{
+    return n ? 1 + varint_len(n) + n : 0;
+}
+
+static uint8_t *put_varint_field(uint8_t *p, uint8_t key, uint64_t v)
+{
+    if (v == 0)
+        return p;
+    *p++ = key;
+    return put_varint(p, v);
+}
+
+static uint8_t *put_bytes_field(uint8_t *p, uint8_t key, const void *data, size_t n)
+{
+    if (n == 0)
+        return p;
+    *p++ = key;
+    p = put_varint(p, n);
+    memcpy(p, data, n);
+    return p + n;
+}
+
+int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv, size_t argc,
+                      const char *plugin_path, uint64_t max_output)
+{
+    Toolpool__Call call = TOOLPOOL__CALL__INIT;
+    call.tool = (char *)tool;
+    call.adapter = (Toolpool__Adapter)adapter;
+    call.argv = argv;
+    call.n_argv = argc;
+    call.plugin_path = (char *)(plugin_path ? plugin_path : "");
+    call.max_output = max_output;
+    size_t n = protobuf_c_message_get_packed_size(&call.base);
+    tp_buf_reset(head);
+    if (tp_buf_reserve(head, n) < 0)
+        return -1;
+    head->len = protobuf_c_message_pack(&call.base, head->data);
+    return head->len == n ? 0 : -1;
+}
+
+int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
+{
+    size_t id_len = c->call_id ? strlen(c->call_id) : 0, job_len = c->job ? strlen(c->job) : 0;
+    size_t call_len = varint_field_len(c->seq) + c->head->len + bytes_field_len(c->args_len) +
+                      bytes_field_len(id_len) + bytes_field_len(job_len) + varint_field_len(c->step) +
+                      varint_field_len(c->attempt);
+    size_t n = 1 + varint_len(call_len) + call_len;
+    if (n > max) {
+        errno = EMSGSIZE;
+        return -1;
+    }
+    if (tp_buf_reserve(out, TP_FRAME_HEADER + n) < 0)
+        return -1;
+    uint8_t *p = out->data + out->len;
+    p[0] = (uint8_t)n;
+    p[1] = (uint8_t)(n >> 8);
+    p[2] = (uint8_t)(n >> 16);
+    p[3] = (uint8_t)(n >> 24);
+    p += TP_FRAME_HEADER;
+    *p++ = KEY_FRAME_CALL;
+    p = put_varint(p, call_len);
+    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), then 7-11. */
+    p = put_varint_field(p, KEY_SEQ, c->seq);
+    memcpy(p, c->head->data, c->head->len);
+    p += c->head->len;
+    p = put_bytes_field(p, KEY_ARGS, c->args, c->args_len);
+    p = put_bytes_field(p, KEY_CALL_ID, c->call_id, id_len);
+    p = put_bytes_field(p, KEY_JOB, c->job, job_len);
+    p = put_varint_field(p, KEY_STEP, c->step);
+    p = put_varint_field(p, KEY_ATTEMPT, c->attempt);
     out->len += TP_FRAME_HEADER + n;
     return 0;
 }

@@ -33,6 +33,32 @@ int tp_frame_peek(const tp_buf_t *in, uint32_t max, const uint8_t **body, uint32
 int tp_frame_append(tp_buf_t *out, const ProtobufCMessage *msg, uint32_t max);
 
 /*
+ * A Call frame without protobuf-c's generic packer, which walked every
+ * field twice (to size, then to pack) for each call. The fields that are
+ * the same for every call of a tool (tool, adapter, argv, plugin_path,
+ * max_output) are packed by protobuf-c once, into the tool's head; each
+ * call then writes only its own fields around it. The bytes are exactly
+ * what protobuf-c would pack for the whole SupervisorFrame (frame_test
+ * compares them), so the worker decodes them as any other frame.
+ */
+typedef struct {
+    const tp_buf_t *head;   /* the tool's fields: tp_call_head_pack */
+    uint64_t seq;
+    const uint8_t *args;
+    size_t args_len;
+    const char *call_id;
+    const char *job;
+    uint64_t step;
+    uint32_t attempt;
+} tp_call_frame_t;
+
+/* Packs a tool's fields of a Call (the rest left out) into head. 0, or -1. */
+int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv, size_t argc,
+                      const char *plugin_path, uint64_t max_output);
+/* Appends header + SupervisorFrame{call} to out. 0, or -1 (ENOMEM, or EMSGSIZE: too big). */
+int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max);
+
+/*
  * An allocator for unpacking frames (pass &arena.allocator to an _unpack):
  * allocations bump through one block kept from frame to frame, those that
  * do not fit get their own; tp_arena_reset drops them all at once, so an

@@ -126,6 +126,8 @@ struct tp_pool {
     struct event *ev_chld;
     struct event *ev_flush; /* writes every slot's new Calls, once a turn */
     tp_arena_t arena;       /* what a worker's frame unpacks into */
+    tp_buf_t *heads;        /* by tool index: the tool's fields of a Call, packed once */
+    size_t n_heads;
     bool flush_pending;
     bool shutting_down;
     bool kill_busy;
@@ -896,6 +898,28 @@ bool tp_pool_is_running(const tp_pool_t *p, const tp_attempt_t *a)
     return false;
 }
 
+/* The tool's fields of a Call, packed at its first call. NULL: out of memory. */
+static const tp_buf_t *tool_head(tp_pool_t *p, const tp_tool_t *t)
+{
+    if (t->index >= p->n_heads) {
+        size_t n = t->index + 1 > 2 * p->n_heads ? t->index + 1 : 2 * p->n_heads;
+        tp_buf_t *h = realloc(p->heads, n * sizeof *h);
+        if (h == NULL)
+            return NULL;
+        memset(h + p->n_heads, 0, (n - p->n_heads) * sizeof *h);
+        p->heads = h;
+        p->n_heads = n;
+    }
+    tp_buf_t *h = &p->heads[t->index];
+    if (h->len == 0) {
+        int adapter = t->adapter == TP_ADAPTER_PLUGIN ? TOOLPOOL__ADAPTER__ADAPTER_PLUGIN
+                                                      : TOOLPOOL__ADAPTER__ADAPTER_EXEC;
+        if (tp_call_head_pack(h, t->name, adapter, t->argv, t->argc, t->plugin_path, t->policy.max_output) < 0)
+            return NULL;
+    }
+    return h;
+}
+
 int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
 {
     tp_slot_t *s = NULL;
@@ -906,34 +930,28 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         s = pipeline_slot(p, a->depth);
     if (s == NULL || p->shutting_down)
         return -1;
-    const tp_tool_t *t = a->tool;
-    Toolpool__Call call = TOOLPOOL__CALL__INIT;
-    call.seq = ++s->seq;
-    a->seq = call.seq;
+    const tp_buf_t *head = tool_head(p, a->tool);
+    a->seq = ++s->seq;
     a->requeue = false;
-    call.tool = t->name;
-    call.adapter = t->adapter == TP_ADAPTER_PLUGIN ? TOOLPOOL__ADAPTER__ADAPTER_PLUGIN
-                                                   : TOOLPOOL__ADAPTER__ADAPTER_EXEC;
-    call.argv = t->argv;
-    call.n_argv = t->argc;
-    call.plugin_path = t->plugin_path ? t->plugin_path : "";
-    call.max_output = t->policy.max_output;
-    call.args.data = (uint8_t *)a->args;
-    call.args.len = a->args_len;
-    call.call_id = (char *)a->call_id;
-    call.job = (char *)a->job;
-    call.step = a->step;
-    call.attempt = a->number;
-    Toolpool__SupervisorFrame sf = TOOLPOOL__SUPERVISOR_FRAME__INIT;
-    sf.body_case = TOOLPOOL__SUPERVISOR_FRAME__BODY_CALL;
-    sf.call = &call;
-
+    tp_call_frame_t call = {
+        .head = head,
+        .seq = a->seq,
+        .args = (const uint8_t *)a->args,
+        .args_len = a->args_len,
+        .call_id = a->call_id,
+        .job = a->job,
+        .step = a->step,
+        .attempt = a->number,
+    };
     a->started_us = tp_now_us();
     a->result = NULL;
     a->message = NULL;
     a->retry_after_ms = -1;
-    if (tp_frame_append(&s->out, &sf.base, p->o.max_frame) < 0) {
-        attempt_fail(a, TP_KIND_BAD_ARGUMENTS, "the call does not fit in a frame of %u bytes", p->o.max_frame);
+    if (head == NULL || tp_call_frame_append(&s->out, &call, p->o.max_frame) < 0) {
+        if (head != NULL && errno == EMSGSIZE)
+            attempt_fail(a, TP_KIND_BAD_ARGUMENTS, "the call does not fit in a frame of %u bytes", p->o.max_frame);
+        else
+            attempt_fail(a, TP_KIND_SERVER_ERROR, "out of memory for the call's frame");
         return -2;
     }
     p->busy++;
@@ -1022,6 +1040,9 @@ void tp_pool_free(tp_pool_t *p)
     if (p->ev_flush)
         event_free(p->ev_flush);
     tp_arena_free(&p->arena);
+    for (size_t i = 0; i < p->n_heads; i++)
+        tp_buf_free(&p->heads[i]);
+    free(p->heads);
     free(p->slots);
     free(p);
 }
