@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "toolpool.pb-c.h"
 
 static uint32_t get_le32(const uint8_t *p)
 {
@@ -159,6 +158,74 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
     p = put_varint_field(p, KEY_ATTEMPT, c->attempt);
     out->len += TP_FRAME_HEADER + n;
     return 0;
+}
+
+/* A varint at *p (at most 10 bytes, before end); false if it runs past either. */
+static bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t x = 0;
+    for (unsigned shift = 0; shift < 70 && *p < end; shift += 7) {
+        uint8_t c = *(*p)++;
+        x |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80)) {
+            *v = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "a Reply's cost is read as a little-endian double");
+
+bool tp_reply_decode_plain(const uint8_t *body, size_t len, Toolpool__Reply *r)
+{
+    const uint8_t *p = body, *end = body + len;
+    uint64_t key, n;
+    if (!get_varint(&p, end, &key) || key != (2 << 3 | 2) || !get_varint(&p, end, &n) || n != (uint64_t)(end - p))
+        return false;
+    Toolpool__Reply init = TOOLPOOL__REPLY__INIT;
+    *r = init;
+    unsigned seen = 0;
+    while (p < end) {
+        if (!get_varint(&p, end, &key) || key > (7 << 3 | 7))
+            return false;
+        unsigned field = (unsigned)(key >> 3), type = (unsigned)(key & 7);
+        if (seen & 1u << field)
+            return false; /* a repeated field: protobuf-c's rules decide */
+        seen |= 1u << field;
+        uint64_t v;
+        switch (field) {
+        case 1: /* seq */
+        case 2: /* ok */
+        case 6: /* retry_after_ms */
+            if (type != 0 || !get_varint(&p, end, &v))
+                return false;
+            if (field == 1)
+                r->seq = v;
+            else if (field == 2)
+                r->ok = v != 0;
+            else
+                r->retry_after_ms = (int64_t)v;
+            break;
+        case 3: /* result */
+            if (type != 2 || !get_varint(&p, end, &v) || v > (uint64_t)(end - p))
+                return false;
+            r->result.data = (uint8_t *)p;
+            r->result.len = (size_t)v;
+            p += v;
+            break;
+        case 7: /* cost */
+            if (type != 1 || end - p < 8)
+                return false;
+            memcpy(&v, p, 8); /* little-endian, as the hosts this runs on */
+            memcpy(&r->cost, &v, 8);
+            p += 8;
+            break;
+        default: /* kind, message (not plain) or a field this does not know */
+            return false;
+        }
+    }
+    return true;
 }
 
 int tp_frame_recv(int fd, tp_buf_t *in, uint32_t max, const uint8_t **body, uint32_t *len)

@@ -9,9 +9,11 @@
 #define TP_FRAME_H
 
 #include <protobuf-c/protobuf-c.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "buf.h"
+#include "toolpool.pb-c.h"
 
 #define TP_FRAME_HEADER 4u
 #define TP_FRAME_DEFAULT_MAX (64u << 20)
@@ -57,6 +59,15 @@ int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv
                       const char *plugin_path, uint64_t max_output);
 /* Appends header + SupervisorFrame{call} to out. 0, or -1 (ENOMEM, or EMSGSIZE: too big). */
 int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max);
+
+/*
+ * The common Reply without protobuf-c's generic unpacker: a WorkerFrame
+ * holding a Reply with no kind and no message (an ok answer), whose fields
+ * each come once, with the schema's wire types. Fills r (result points
+ * into body; kind and message are "") and returns true; returns false for
+ * anything else, which protobuf-c then unpacks (and words the error for).
+ */
+bool tp_reply_decode_plain(const uint8_t *body, size_t len, Toolpool__Reply *r);
 
 /*
  * An allocator for unpacking frames (pass &arena.allocator to an _unpack):

@@ -352,7 +352,14 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
 static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
 {
     tp_pool_t *p = s->pool;
-    Toolpool__WorkerFrame *wf = toolpool__worker_frame__unpack(&p->arena.allocator, len, body);
+    Toolpool__Reply plain;
+    Toolpool__WorkerFrame plain_wf = TOOLPOOL__WORKER_FRAME__INIT, *wf = &plain_wf;
+    if (tp_reply_decode_plain(body, len, &plain)) {
+        plain_wf.body_case = TOOLPOOL__WORKER_FRAME__BODY_REPLY;
+        plain_wf.reply = &plain;
+    } else {
+        wf = toolpool__worker_frame__unpack(&p->arena.allocator, len, body);
+    }
     if (wf == NULL) {
         tp_arena_reset(&p->arena);
         snprintf(s->detail, sizeof s->detail, "garbage frame (%u bytes) from worker %d", len, (int)s->pid);

@@ -292,6 +292,90 @@ static void test_call_frame(void)
     }
 }
 
+static void check_same_reply(const Toolpool__Reply *a, const Toolpool__Reply *b)
+{
+    CU_ASSERT_EQUAL(a->seq, b->seq);
+    CU_ASSERT_EQUAL(!!a->ok, !!b->ok);
+    CU_ASSERT_EQUAL(a->result.len, b->result.len);
+    CU_ASSERT(a->result.len == b->result.len &&
+              (a->result.len == 0 || memcmp(a->result.data, b->result.data, a->result.len) == 0));
+    CU_ASSERT_STRING_EQUAL(a->kind, b->kind);
+    CU_ASSERT_STRING_EQUAL(a->message, b->message);
+    CU_ASSERT_EQUAL(a->retry_after_ms, b->retry_after_ms);
+    CU_ASSERT(memcmp(&a->cost, &b->cost, sizeof a->cost) == 0);
+}
+
+/*
+ * The plain Reply decoder agrees with protobuf-c: every ok Reply protobuf-c
+ * packs, it decodes to the same fields; a Reply with a kind or a message it
+ * leaves to protobuf-c; and on those frames with a byte changed or cut
+ * short, whenever it says yes, protobuf-c unpacks the very same fields.
+ */
+static void test_plain_reply(void)
+{
+    srand(11);
+    int plain = 0, mutated_plain = 0;
+    for (int round = 0; round < 3000; round++) {
+        char *result = random_text(round % 100 == 0 ? 500 : 40), *kind = random_text(10), *msg = random_text(30);
+        Toolpool__Reply r = TOOLPOOL__REPLY__INIT;
+        r.seq = random_varint();
+        r.ok = rand() % 4 != 0;
+        r.result.data = (uint8_t *)result;
+        r.result.len = strlen(result);
+        if (!r.ok) {
+            r.kind = kind;
+            r.message = msg;
+        }
+        r.retry_after_ms = rand() % 3 == 0 ? -1 : (int64_t)random_varint();
+        r.cost = rand() % 3 == 0 ? 0.0 : (double)rand() / 7.0 - 100.0;
+        Toolpool__WorkerFrame wf = TOOLPOOL__WORKER_FRAME__INIT;
+        wf.body_case = TOOLPOOL__WORKER_FRAME__BODY_REPLY;
+        wf.reply = &r;
+        size_t n = protobuf_c_message_get_packed_size(&wf.base);
+        uint8_t *buf = malloc(n + 1);
+        protobuf_c_message_pack(&wf.base, buf);
+
+        Toolpool__Reply got;
+        bool fast = tp_reply_decode_plain(buf, n, &got);
+        bool has_text = r.kind[0] || r.message[0];
+        CU_ASSERT_EQUAL(fast, !has_text);
+        if (fast) {
+            plain++;
+            Toolpool__WorkerFrame *u = toolpool__worker_frame__unpack(NULL, n, buf);
+            CU_ASSERT_PTR_NOT_NULL_FATAL(u);
+            check_same_reply(&got, u->reply);
+            toolpool__worker_frame__free_unpacked(u, NULL);
+        }
+        for (int m = 0; m < 8; m++) {
+            uint8_t *b2 = malloc(n + 1);
+            memcpy(b2, buf, n);
+            size_t n2 = n;
+            if (m == 0)
+                n2 = (size_t)rand() % (n + 1);
+            else
+                b2[(size_t)rand() % n] ^= (uint8_t)(1u << (rand() % 8));
+            if (tp_reply_decode_plain(b2, n2, &got)) {
+                mutated_plain++;
+                Toolpool__WorkerFrame *u = toolpool__worker_frame__unpack(NULL, n2, b2);
+                CU_ASSERT_PTR_NOT_NULL(u);
+                if (u) {
+                    CU_ASSERT_EQUAL(u->body_case, TOOLPOOL__WORKER_FRAME__BODY_REPLY);
+                    if (u->body_case == TOOLPOOL__WORKER_FRAME__BODY_REPLY)
+                        check_same_reply(&got, u->reply);
+                    toolpool__worker_frame__free_unpacked(u, NULL);
+                }
+            }
+            free(b2);
+        }
+        free(buf);
+        free(result);
+        free(kind);
+        free(msg);
+    }
+    CU_ASSERT(plain > 1000);
+    CU_ASSERT(mutated_plain > 1000);
+}
+
 static void test_eof(void)
 {
     int p[2];
@@ -326,5 +410,6 @@ int main(void)
     CU_add_test(s, "eof", test_eof);
     CU_add_test(s, "unpacking into an arena", test_arena);
     CU_add_test(s, "a hand-built Call frame is protobuf-c's, byte for byte", test_call_frame);
+    CU_add_test(s, "the plain Reply decoder agrees with protobuf-c", test_plain_reply);
     return tp_test_run();
 }
