@@ -99,6 +99,14 @@ def sh(cmd):
         return ""
 
 
+def steal_ms():
+    """CPU time the hypervisor took from this machine's vCPUs so far (all of them)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    ticks = int(fields[8]) if len(fields) > 8 else 0
+    return ticks * 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
 def fsync_us(folder, n=200):
     """Median time of a 4 KiB write plus fsync in folder: what a durable
     commit pays at least once."""
@@ -393,7 +401,9 @@ def bench_hang(tp, cfg, scratch, res):
         "name": "hang", "exec": ["/bin/sleep", "3600"], "timeout": "200ms", "attempts": 1,
         "breaker": {"same_call": {"failures": 1000000}, "tool": {"min_calls": 1000000}}}])
     calls = write_calls(os.path.join(scratch, "hang.jsonl"), n, "hang")
+    stolen = steal_ms()
     r = tp.run(calls, reg, j, tp.fresh("hang"), expect="Timeout")
+    stolen = steal_ms() - stolen
     late = []
     with open(r["out"]) as f:
         for line in f:
@@ -414,12 +424,15 @@ def bench_hang(tp, cfg, scratch, res):
     say("  ended before the deadline (a negative figure: the kill or the report came early): "
         + ", ".join(f"{nm} {len(v)}" + (f" (earliest {v[0] / 1e3:.2f} ms)" if v else "")
                     for nm, v in early))
+    say(f"  steal time during the toolpool run: {stolen:.0f} ms of {r['seconds'] * os.cpu_count() * 1000:.0f} ms "
+        f"of vCPU time (time the hypervisor gave to something else: whatever was to run "
+        f"on a vCPU then, the supervisor included, waited)")
     p99 = pct(late, 99)
     say(f"  p99 ratios: pebble/toolpool {pct(pb['late_us'], 99) / p99:.1f}x, "
         f"workerpool/toolpool {pct(wp['late_us'], 99) / p99:.2f}x")
     target(f"hung-call deadline to result, p99 <= {HANG_P99_US / 1e3:.0f} ms",
            f"{p99 / 1e3:.2f} ms", p99 <= HANG_P99_US)
-    res["hang"] = {"toolpool": {"late_us": late, "seconds": r["seconds"], "calls": n},
+    res["hang"] = {"toolpool": {"late_us": late, "seconds": r["seconds"], "calls": n, "steal_ms": stolen},
                    "pebble": pb, "workerpool": wp, "workers": j}
     res["targets"]["hang_p99"] = {"value_us": p99, "pass": p99 <= HANG_P99_US}
     say()
