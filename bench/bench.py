@@ -36,6 +36,7 @@ PYTHON = "/usr/bin/python3"
 FULL = {
     "workers": [1, 2, 4, 8],
     "noop_durable": 100000, "noop_relaxed": 300000, "noop_pebble": 40000, "noop_workerpool": 30000,
+    "noop_rounds": 3,
     "exec": 5000, "exec_parallel": 2000,
     "hang": 200, "hang_workerpool": 40, "hang_workers": 2,
     "memory": 1000000,
@@ -45,6 +46,7 @@ FULL = {
 QUICK = {
     "workers": [1, 2, 4, 8],
     "noop_durable": 10000, "noop_relaxed": 10000, "noop_pebble": 5000, "noop_workerpool": 4000,
+    "noop_rounds": 1,
     "exec": 500, "exec_parallel": 200,
     "hang": 20, "hang_workerpool": 6, "hang_workers": 2,
     "memory": 200000,
@@ -324,6 +326,7 @@ def bench_noop(tp, cfg, scratch, res):
     say(f"== 1. no-op in-worker calls, per-call timeout 5 s: calls/s at "
         f"-j {', '.join(map(str, cfg['workers']))} (the plot), then -j 2 side by side")
     sweep = {"toolpool": {}, "toolpool --relaxed": {}, "pebble": {}, "workerpool": {}}
+    stolen, t0 = steal_ms(), time.monotonic()
     files = {}
     for key in ("noop_durable", "noop_relaxed"):
         files[key] = write_calls(os.path.join(scratch, f"{key}.jsonl"), cfg[key], "noop")
@@ -340,14 +343,32 @@ def bench_noop(tp, cfg, scratch, res):
     for name, d in sweep.items():
         say(f"  {name:38} " + " ".join(f"{fmt_int(d[j]['calls_per_s']):>9}" for j in cfg["workers"]))
     say()
-    rows = [("toolpool plugin noop (durable)", sweep["toolpool"][2]),
-            ("toolpool plugin noop (--relaxed)", sweep["toolpool --relaxed"][2]),
-            ("pebble ProcessPool.schedule(timeout=5)", sweep["pebble"][2]),
+    # The comparison at -j 2: more rounds of toolpool and pebble, one after
+    # the other, so a slow minute of the machine falls on both; the median
+    # round of each is compared.
+    rounds = {k: [sweep[k][2]] for k in ("toolpool", "toolpool --relaxed", "pebble")}
+    for i in range(1, cfg["noop_rounds"]):
+        rounds["pebble"].append(pebble("noop", cfg["noop_pebble"], 2))
+        rounds["toolpool"].append(tp.run(files["noop_durable"], tp.plugin_registry, 2,
+                                         tp.fresh(f"noop-j2-round{i}")))
+        rounds["toolpool --relaxed"].append(tp.run(files["noop_relaxed"], tp.plugin_registry, 2,
+                                                   tp.fresh(f"noop-relaxed-j2-round{i}"), relaxed=True))
+    med = {k: sorted(v, key=lambda f: f["calls_per_s"])[len(v) // 2] for k, v in rounds.items()}
+    res["noop_rounds"] = {k: [f["calls_per_s"] for f in v] for k, v in rounds.items()}
+    rows = [("toolpool plugin noop (durable)", med["toolpool"]),
+            ("toolpool plugin noop (--relaxed)", med["toolpool --relaxed"]),
+            ("pebble ProcessPool.schedule(timeout=5)", med["pebble"]),
             ("workerpool process .timeout(5000)", sweep["workerpool"][2])]
-    say("  -j 2:")
+    n = cfg["noop_rounds"]
+    say(f"  -j 2" + (f", the median of {n} rounds (calls/s of each round: "
+                     + "; ".join(f"{k} " + " ".join(fmt_int(f["calls_per_s"]) for f in v)
+                                 for k, v in rounds.items()) + ")" if n > 1 else "") + ":")
     table(rows, ["pebble ProcessPool.schedule(timeout=5)", "workerpool process .timeout(5000)"])
-    r = sweep["toolpool"][2]["calls_per_s"] / sweep["pebble"][2]["calls_per_s"]
-    rr = sweep["toolpool --relaxed"][2]["calls_per_s"] / sweep["pebble"][2]["calls_per_s"]
+    stolen, secs = steal_ms() - stolen, time.monotonic() - t0
+    say(f"  steal time during this section: {stolen:.0f} ms of {secs * os.cpu_count() * 1000:.0f} ms of vCPU time")
+    res["noop_steal_ms"] = stolen
+    r = med["toolpool"]["calls_per_s"] / med["pebble"]["calls_per_s"]
+    rr = med["toolpool --relaxed"]["calls_per_s"] / med["pebble"]["calls_per_s"]
     target(f"no-op calls (durable) >= {NOOP_VS_PEBBLE:.0f}x pebble", f"{r:.2f}x", r >= NOOP_VS_PEBBLE)
     target(f"  (the same with --relaxed)", f"{rr:.2f}x", rr >= NOOP_VS_PEBBLE)
     res["targets"]["noop_vs_pebble"] = {"value": r, "relaxed": rr, "pass": r >= NOOP_VS_PEBBLE}

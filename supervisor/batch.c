@@ -51,11 +51,17 @@
  * and 10 ms. The cost is that a result line may wait up to 20 ms, and a
  * crash of the supervisor may lose (and a rerun redo) up to 20 ms of
  * idempotent calls; a call of a tool that is not idempotent commits at once.
+ *
+ * The count bounds the memory a window holds (its result lines and the
+ * store's dirty pages, about 900 bytes a result), whatever the pace: with
+ * 4,096 the supervisor's peak RSS followed the pace of each run (7.1 MiB at
+ * 78,000 calls/s, 8.3 MiB at 128,000); with 1,024 it stays at 5.5 MiB, and
+ * 100,000 and 1,000,000 no-op calls took no longer.
  */
 #define TP_COMMIT_WINDOW_MIN_US 2000.0
 #define TP_COMMIT_WINDOW_MAX_US 20000.0
 #define TP_COMMIT_SPAN 8.0
-#define TP_COMMIT_RESULTS 4096u
+#define TP_COMMIT_RESULTS 1024u
 /* Room left between a commit's expected end and an attempt's deadline. */
 #define TP_COMMIT_DEADLINE_MARGIN_US 500u
 
