@@ -166,6 +166,8 @@ static bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
     uint64_t x = 0;
     for (unsigned shift = 0; shift < 70 && *p < end; shift += 7) {
         uint8_t c = *(*p)++;
+        if (shift == 63 && c > 1)
+            return false; /* bits past 64: protobuf-c's rules decide */
         x |= (uint64_t)(c & 0x7f) << shift;
         if (!(c & 0x80)) {
             *v = x;

@@ -48,7 +48,8 @@
  * A longer window also makes each commit cheaper per result (the same two
  * flushes, and the B-tree's upper pages rewritten once for more results):
  * 100,000 no-op calls took 15-20% less time with 8 and 20 ms than with 4
- * and 10 ms. The cost is that a result line may wait up to 20 ms, and a
+ * and 10 ms. The cost is that a result line may wait up to 20 ms (up to
+ * 20 ms more when a deadline holds the commit back), and a
  * crash of the supervisor may lose (and a rerun redo) up to 20 ms of
  * idempotent calls; a call of a tool that is not idempotent commits at once.
  *
@@ -64,6 +65,8 @@
 #define TP_COMMIT_RESULTS 1024u
 /* Room left between a commit's expected end and an attempt's deadline. */
 #define TP_COMMIT_DEADLINE_MARGIN_US 500u
+/* A deadline this far behind has been kept, or its timer is late anyway. */
+#define TP_COMMIT_DEADLINE_PAST_US 1000u
 
 /* Results between two trims of the store's map from the resident set. */
 #define TP_TRIM_EVERY 1024
@@ -1406,15 +1409,27 @@ static bool commit_due(const tp_batch_t *b)
  * waits for such a deadline (for at most TP_COMMIT_WINDOW_MAX_US beyond its
  * window). Returns how long to wait, or 0 to commit now.
  */
+uint64_t tp_commit_hold_us(uint64_t now, uint64_t deadline, uint64_t since, uint64_t window, double commit_us)
+{
+    double span = 2 * commit_us + TP_COMMIT_DEADLINE_MARGIN_US;
+    if (span > TP_COMMIT_WINDOW_MAX_US)
+        span = TP_COMMIT_WINDOW_MAX_US;
+    uint64_t limit = since + window + (uint64_t)TP_COMMIT_WINDOW_MAX_US;
+    /* No deadline near; or one long past (its timer is about to fire); or held long enough. */
+    if (deadline == 0 || (double)deadline > (double)now + span || deadline + TP_COMMIT_DEADLINE_PAST_US < now ||
+        now >= limit)
+        return 0;
+    uint64_t hold = (deadline > now ? deadline - now : 0) + 50;
+    return hold < limit - now ? hold : limit - now;
+}
+
 static uint64_t commit_hold_us(const tp_batch_t *b)
 {
-    if (commit_urgent(b))
+    /* Urgent, or as many results as a window may hold: at once. */
+    if (commit_urgent(b) || b->report->summary.calls - b->txn_results >= TP_COMMIT_RESULTS)
         return 0;
-    uint64_t now = tp_now_us(), d = tp_pool_next_deadline(b->pool);
-    uint64_t span = (uint64_t)(2 * b->commit_us) + TP_COMMIT_DEADLINE_MARGIN_US;
-    if (d == 0 || d > now + span || now - b->txn_since_us >= commit_window_us(b) + TP_COMMIT_WINDOW_MAX_US)
-        return 0;
-    return (d > now ? d - now : 0) + 50;
+    return tp_commit_hold_us(tp_now_us(), tp_pool_next_deadline(b->pool), b->txn_since_us, commit_window_us(b),
+                             b->commit_us);
 }
 
 /*

@@ -51,4 +51,14 @@ typedef struct {
  */
 int tp_batch_run(const tp_batch_opts_t *opts, tp_batch_report_t *report);
 
+/*
+ * How long a commit that is due may wait for an attempt's deadline, in us
+ * (0: commit now), so that the loop is not in an fsync when the deadline
+ * comes: until just past a deadline due within twice the average commit
+ * (commit_us) plus a margin, but never past the transaction's start
+ * (since) plus its window plus 20 ms. deadline 0: none. Times in
+ * tp_now_us().
+ */
+uint64_t tp_commit_hold_us(uint64_t now, uint64_t deadline, uint64_t since, uint64_t window, double commit_us);
+
 #endif

@@ -8,11 +8,12 @@
  *        (deadline: kill the group; EOF, garbage: kill) STOPPING --reaped--> DOWN
  *
  * A slot leaves the living only through SIGCHLD. The attempt it held ends
- * when nothing of it can run any more, so a retry can never run beside the
- * attempt it replaces: when the worker has been reaped, or, at a deadline,
- * as soon as SIGKILL has gone to the worker's whole process group (no
- * process of the group returns to user space after that; the reap follows
- * on its own). The slot remembers why it stopped its worker (stop_why_t),
+ * when no process of it can run code of its own any more, so a retry never
+ * runs beside the attempt it replaces: when the worker has been reaped, or,
+ * at a deadline, as soon as SIGKILL has gone to the worker's whole process
+ * group (no process of the group returns to user space after that; one in
+ * the middle of a system call finishes that call, and the reap follows on
+ * its own). The slot remembers why it stopped its worker (stop_why_t),
  * so a timeout kill, a recycle or a shutdown is never mistaken for a crash.
  *
  * A deadline is kept to within a tenth of a millisecond, not to whenever an
@@ -139,7 +140,7 @@ struct tp_pool {
 };
 
 static void slot_spawn(tp_slot_t *s);
-static void slot_stop(tp_slot_t *s, stop_why_t why, int sig);
+static int slot_stop(tp_slot_t *s, stop_why_t why, int sig);
 
 static void timer_arm(tp_slot_t *s, uint64_t us)
 {
@@ -444,9 +445,10 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 /*
  * Asks a worker to go: sig 0 closes its call pipe (it exits at EOF),
  * otherwise the signal goes to its whole process group. With a TERM, a KILL
- * follows after the attempt's tool's kill_grace.
+ * follows after the attempt's tool's kill_grace. Returns kill's result (0
+ * with sig 0).
  */
-static void slot_stop(tp_slot_t *s, stop_why_t why, int sig)
+static int slot_stop(tp_slot_t *s, stop_why_t why, int sig)
 {
     tp_pool_t *p = s->pool;
     if (s->state == SLOT_IDLE)
@@ -466,13 +468,14 @@ static void slot_stop(tp_slot_t *s, stop_why_t why, int sig)
         /* One that does not leave at EOF (stuck before its Hello, say) is killed. */
         s->term_sent = true;
         timer_arm(s, EOF_GRACE_US);
-        return;
+        return 0;
     }
-    kill(-s->pid, sig);
+    int rc = kill(-s->pid, sig);
     if (sig == SIGTERM) {
         s->term_sent = true;
         timer_arm(s, s->attempt ? s->attempt->tool->policy.kill_grace_us : 0);
     }
+    return rc;
 }
 
 /* The attempts queued on a slot whose running attempt ended without a Reply. */
@@ -561,17 +564,14 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
         }
         uint64_t grace = s->attempt->tool->policy.kill_grace_us;
         p->stats.timeouts++;
-        slot_stop(s, WHY_TIMEOUT, grace > 0 ? SIGTERM : SIGKILL);
-        if (grace == 0)
+        /* A KILL that failed to go out ends the attempt at the reap instead. */
+        if (slot_stop(s, WHY_TIMEOUT, grace > 0 ? SIGTERM : SIGKILL) == 0 && grace == 0)
             slot_timed_out(s);
         break;
     }
     case SLOT_STOPPING:
-        if (s->term_sent) {
-            kill(-s->pid, SIGKILL);
-            if (s->why == WHY_TIMEOUT)
-                slot_timed_out(s);
-        }
+        if (s->term_sent && kill(-s->pid, SIGKILL) == 0 && s->why == WHY_TIMEOUT)
+            slot_timed_out(s);
         break;
     case SLOT_IDLE:
         break;
@@ -886,7 +886,8 @@ uint64_t tp_pool_next_deadline(const tp_pool_t *p)
     uint64_t next = 0;
     for (int i = 0; i < p->n; i++) {
         const tp_slot_t *s = &p->slots[i];
-        if (s->state == SLOT_BUSY && s->why == WHY_NONE && (next == 0 || s->deadline_us < next))
+        /* One at EOF waits out its linger instead: its deadline no longer stands. */
+        if (s->state == SLOT_BUSY && s->why == WHY_NONE && !s->eof && (next == 0 || s->deadline_us < next))
             next = s->deadline_us;
     }
     return next;

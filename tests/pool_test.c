@@ -109,6 +109,36 @@ static void test_deadlines_together(void)
     tp_buf_free(&calls);
 }
 
+/*
+ * A commit that is due waits for a deadline it would otherwise sit across,
+ * but never for long: not past the transaction's start plus its window
+ * plus 20 ms, not for a deadline beyond twice a commit (capped at 20 ms,
+ * however slow commits have been), and not for one long past.
+ */
+static void test_commit_hold(void)
+{
+    const uint64_t t = 1000000000u; /* now */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, 0, t - 3000, 4000, 500), 0);                 /* no deadline */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 1000, t - 3000, 4000, 500), 1050);        /* just past it */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 1600, t - 3000, 4000, 500), 0);           /* beyond 2 x 500 + 500 */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t - 200, t - 3000, 4000, 500), 50);           /* due now: its timer fires */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t - 5000, t - 3000, 4000, 500), 0);           /* long past */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 1000, t - 24000, 4000, 500), 0);          /* held long enough */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 1000, t - 23500, 4000, 500), 500);        /* only to the bound */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 300000, t - 3000, 4000, 1000000.0), 0);   /* slow disk: span capped */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 15000, t - 3000, 4000, 1000000.0), 15050);
+    srand(5);
+    for (int i = 0; i < 100000; i++) {
+        uint64_t since = t - (uint64_t)(rand() % 40000), window = 2000 + (uint64_t)(rand() % 18000);
+        uint64_t d = rand() % 8 ? t - 5000 + (uint64_t)(rand() % 40000) : 0;
+        double commit_us = rand() % 10 ? rand() % 3000 : rand() % 2000000;
+        uint64_t h = tp_commit_hold_us(t, d, since, window, commit_us);
+        CU_ASSERT(t + h <= since + window + 20000 || h == 0);
+        CU_ASSERT(h <= 20050);
+        CU_ASSERT(h == 0 || (d != 0 && t + h <= (d > t ? d : t) + 50));
+    }
+}
+
 static bool process_gone(pid_t pid)
 {
     char path[64], buf[512];
@@ -544,6 +574,7 @@ int main(void)
     CU_add_test(s, "3000 no-op plugin calls, one record each", test_many_noops);
     CU_add_test(s, "hung tool killed at its timeout and retried", test_hung_killed_and_retried);
     CU_add_test(s, "deadlines that fall together are all kept, none early", test_deadlines_together);
+    CU_add_test(s, "a commit waits for a near deadline, within bounds", test_commit_hold);
     CU_add_test(s, "grandchild of a hung tool dies too", test_grandchild_killed);
     CU_add_test(s, "kill_grace: TERM, then KILL", test_kill_grace);
     CU_add_test(s, "segfaulting plugin", test_segv_plugin);
