@@ -85,7 +85,7 @@ run_t run_calls(const char *store_dir, const char *registry, const char *calls, 
         .worker_path = TP_TEST_BIN "/toolpool-worker",
         .max_frame = 1u << 20,
         .recycle_after = recycle,
-        .pipeline = 16,
+        .pipeline = 64,
         .drain_us = 1000000,
     };
     uint64_t t0 = tp_now_us();

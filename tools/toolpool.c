@@ -57,7 +57,8 @@ static const char run_usage[] =
     "      --recycle-after N  replace a worker after N calls (default: never)\n"
     "      --pipeline N       let a worker hold up to N calls of a quick tool, as\n"
     "                         many as its average call fits in 2ms: the next\n"
-    "                         starts as soon as one ends (default: 16; 1: off)\n"
+    "                         starts as soon as one ends (default: 64, the most;\n"
+    "                         1: off)\n"
     "      --max-frame BYTES  longest frame on a pipe, and longest input line\n"
     "                         (default: 67108864)\n"
     "      --drain DURATION   after SIGINT/SIGTERM, how long running calls may\n"
@@ -105,7 +106,7 @@ int tp_cmd_run(int argc, char **argv)
         .max_frame = TP_FRAME_DEFAULT_MAX,
         .drain_us = 10000000u,
         .worker_path = tp_pool_default_worker(),
-        .pipeline = 16,
+        .pipeline = 64,
     };
     bool quiet = false, progress = isatty(2), relaxed = false;
     int c;
