@@ -16,11 +16,16 @@
  * its own). The slot remembers why it stopped its worker (stop_why_t),
  * so a timeout kill, a recycle or a shutdown is never mistaken for a crash.
  *
- * A deadline is kept to within a tenth of a millisecond, not to whenever an
- * idle CPU happens to wake: the timer is set DEADLINE_LEAD_US early, and
- * from then on the loop sleeps in short steps (still serving every pipe)
- * until the deadline. Respawns and commits, which block the loop for about
- * a millisecond, wait until a deadline that near has been kept.
+ * A deadline is kept to within a tenth of a millisecond, whatever the loop
+ * is doing (a commit's fsync can take 100 ms on a stalling disk): a thread
+ * of the pool's own (wd_main) sleeps until DEADLINE_LEAD_US before it, then
+ * in short steps (an idle CPU can take milliseconds to wake), sends the
+ * group SIGKILL and tells the loop, which ends the attempt as of that
+ * moment. The thread leaves to the loop a worker that has died already, an
+ * answer waiting unread in the pipe, and an attempt with a kill_grace; the
+ * loop's own timer (the same lead and steps) keeps those. Respawns and
+ * commits, which block the loop for about a millisecond, also wait until a
+ * deadline that near has passed, so that the loop is free to record it.
  */
 #include "pool.h"
 
@@ -28,12 +33,16 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -60,6 +69,12 @@ extern char **environ;
  */
 #define DEADLINE_LEAD_US 2000u
 #define DEADLINE_STEP_US 100u
+/*
+ * When the deadline thread keeps an attempt's deadline, the loop's own
+ * timer for it is only a fallback (for a kill the thread could not send),
+ * this long after the deadline.
+ */
+#define DEADLINE_FALLBACK_US 5000u
 /*
  * A respawn blocks the loop for about a millisecond (posix_spawn returns
  * once the child has exec'd). One due this close to another attempt's
@@ -109,6 +124,11 @@ typedef struct tp_slot {
     tp_attempt_t *attempt;          /* running now */
     uint64_t deadline_us;           /* when the running attempt times out */
     uint64_t held_since_us;         /* a respawn put off for a deadline: since when */
+    /* Shared with the deadline thread, under the pool's wd_mu: */
+    pid_t wd_pid;                   /* the worker until it is reaped: its group may be killed */
+    int wd_reply_fd;                /* its reply pipe while open: an answer there comes first */
+    uint64_t wd_deadline;           /* the running attempt's, for the thread to keep; 0: none */
+    uint64_t wd_killed_us;          /* when the thread sent the group SIGKILL; 0: it has not */
     tp_attempt_t *queue[PIPE_MAX];  /* sent after it, waiting their turn in the worker */
     int queued;
     unsigned crash_streak;
@@ -137,10 +157,24 @@ struct tp_pool {
     bool pipeline_room_cb_needed; /* a queue shrank: the caller may submit more */
     tp_pool_stats_t stats;
     char max_frame_arg[16];
+    /*
+     * The deadline thread: it sends SIGKILL at each deadline that needs no
+     * grace, whatever the loop is doing (an fsync, a spawn), and tells the
+     * loop through wd_fd. The slots' wd_ fields and these are under wd_mu.
+     */
+    bool wd_running;
+    bool wd_stop;
+    uint64_t wd_next;               /* the deadline the thread waits for; 0: none */
+    pthread_t wd_thread;
+    pthread_mutex_t wd_mu;
+    pthread_cond_t wd_cond;
+    int wd_fd;                      /* eventfd */
+    struct event *ev_wd;
 };
 
 static void slot_spawn(tp_slot_t *s);
 static int slot_stop(tp_slot_t *s, stop_why_t why, int sig);
+static void slot_deadline(tp_slot_t *s, uint64_t killed_us);
 
 static void timer_arm(tp_slot_t *s, uint64_t us)
 {
@@ -148,11 +182,46 @@ static void timer_arm(tp_slot_t *s, uint64_t us)
     evtimer_add(s->ev_timer, &tv);
 }
 
-/* Arms the timer of the attempt that starts now on s: DEADLINE_LEAD_US early. */
-static void deadline_arm(tp_slot_t *s, uint64_t now, uint64_t timeout_us)
+/*
+ * Arms the deadline of a, which starts now on s. The deadline thread keeps
+ * it when a needs no kill_grace (the loop's timer is then a fallback);
+ * otherwise the loop's timer does, DEADLINE_LEAD_US early.
+ */
+static void deadline_arm(tp_slot_t *s, const tp_attempt_t *a, uint64_t now)
 {
-    s->deadline_us = now + timeout_us;
-    timer_arm(s, timeout_us > 2 * DEADLINE_LEAD_US ? timeout_us - DEADLINE_LEAD_US : timeout_us);
+    tp_pool_t *p = s->pool;
+    s->deadline_us = now + a->timeout_us;
+    bool thread = p->wd_running && a->tool->policy.kill_grace_us == 0 && !s->dead;
+    if (p->wd_running) {
+        pthread_mutex_lock(&p->wd_mu);
+        s->wd_deadline = thread ? s->deadline_us : 0;
+        s->wd_killed_us = 0;
+        if (thread && (p->wd_next == 0 || s->wd_deadline < p->wd_next))
+            pthread_cond_signal(&p->wd_cond);
+        pthread_mutex_unlock(&p->wd_mu);
+    }
+    if (thread) {
+        timer_arm(s, a->timeout_us + DEADLINE_FALLBACK_US);
+        return;
+    }
+    timer_arm(s, a->timeout_us > 2 * DEADLINE_LEAD_US ? a->timeout_us - DEADLINE_LEAD_US : a->timeout_us);
+}
+
+/*
+ * Takes s's deadline back from the thread. Returns when the thread killed
+ * the group for it, or 0: it has not, and now will not.
+ */
+static uint64_t deadline_disarm(tp_slot_t *s)
+{
+    tp_pool_t *p = s->pool;
+    if (!p->wd_running)
+        return 0;
+    pthread_mutex_lock(&p->wd_mu);
+    uint64_t killed = s->wd_killed_us;
+    s->wd_deadline = 0;
+    s->wd_killed_us = 0;
+    pthread_mutex_unlock(&p->wd_mu);
+    return killed;
 }
 
 /* A pipe whose ends are CLOEXEC and above fd 4, so dup2 to 3 and 4 always copies. */
@@ -328,7 +397,7 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
         /* It waited: what is left of its deadline may now be less than its timeout. */
         if (next->limit_us && next->limit_us < next->started_us + next->timeout_us)
             next->timeout_us = next->limit_us > next->started_us ? next->limit_us - next->started_us : 1;
-        deadline_arm(s, next->started_us, next->timeout_us);
+        deadline_arm(s, next, next->started_us);
         p->o.done_cb(p->o.ctx, a);
         if (p->pipeline_room_cb_needed)
             p->o.idle_cb(p->o.ctx);
@@ -386,7 +455,11 @@ static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
         }
     } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_REPLY && s->state == SLOT_BUSY &&
                wf->reply->seq == s->attempt->seq) {
-        slot_reply(s, wf->reply);
+        uint64_t killed = deadline_disarm(s);
+        if (killed)
+            slot_deadline(s, killed); /* the KILL went out first: too late */
+        else
+            slot_reply(s, wf->reply);
     } else {
         snprintf(s->detail, sizeof s->detail, "unexpected frame (case %d) from worker %d",
                  (int)wf->body_case, (int)s->pid);
@@ -506,10 +579,11 @@ static void pool_hand_back(tp_pool_t *p, queued_t *q)
 }
 
 /*
- * SIGKILL has gone to the group of a worker whose attempt timed out: the
- * attempt is over, and so is the wait of those queued behind it.
+ * SIGKILL has gone to the group of a worker whose attempt timed out (at
+ * killed_us; 0: just now): the attempt is over, and so is the wait of
+ * those queued behind it.
  */
-static void slot_timed_out(tp_slot_t *s)
+static void slot_timed_out(tp_slot_t *s, uint64_t killed_us)
 {
     tp_pool_t *p = s->pool;
     tp_attempt_t *a = s->attempt;
@@ -520,8 +594,32 @@ static void slot_timed_out(tp_slot_t *s)
     queued_t q;
     slot_take_queue(s, &q);
     attempt_fail(a, TP_KIND_TIMEOUT, "%s exceeded %.3gs", a->tool->name, (double)a->timeout_us / 1e6);
+    if (killed_us)
+        a->ended_us = killed_us;
     p->o.done_cb(p->o.ctx, a);
     pool_hand_back(p, &q);
+}
+
+/*
+ * The running attempt's deadline has passed: the group gets its signal
+ * (unless the deadline thread sent SIGKILL already, at killed_us) and,
+ * with no kill_grace, the attempt ends.
+ */
+static void slot_deadline(tp_slot_t *s, uint64_t killed_us)
+{
+    tp_pool_t *p = s->pool;
+    uint64_t grace = s->attempt->tool->policy.kill_grace_us;
+    p->stats.timeouts++;
+    if (killed_us) {
+        s->why = WHY_TIMEOUT;
+        s->state = SLOT_STOPPING;
+        evtimer_del(s->ev_timer);
+        slot_timed_out(s, killed_us);
+        return;
+    }
+    /* A KILL that failed to go out ends the attempt at the reap instead. */
+    if (slot_stop(s, WHY_TIMEOUT, grace > 0 ? SIGTERM : SIGKILL) == 0 && grace == 0)
+        slot_timed_out(s, 0);
 }
 
 static void timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -562,16 +660,12 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
                          : left > DEADLINE_STEP_US ? DEADLINE_STEP_US : left);
             break;
         }
-        uint64_t grace = s->attempt->tool->policy.kill_grace_us;
-        p->stats.timeouts++;
-        /* A KILL that failed to go out ends the attempt at the reap instead. */
-        if (slot_stop(s, WHY_TIMEOUT, grace > 0 ? SIGTERM : SIGKILL) == 0 && grace == 0)
-            slot_timed_out(s);
+        slot_deadline(s, deadline_disarm(s));
         break;
     }
     case SLOT_STOPPING:
         if (s->term_sent && kill(-s->pid, SIGKILL) == 0 && s->why == WHY_TIMEOUT)
-            slot_timed_out(s);
+            slot_timed_out(s, 0);
         break;
     case SLOT_IDLE:
         break;
@@ -696,6 +790,19 @@ static void chld_cb(evutil_socket_t fd, short what, void *arg)
         siginfo_t si = {0};
         if (waitid(P_PID, (id_t)s->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid != s->pid)
             continue;
+        /* The thread must not signal the group once the id can be reused. */
+        uint64_t killed = 0;
+        if (p->wd_running) {
+            pthread_mutex_lock(&p->wd_mu);
+            killed = s->wd_killed_us;
+            s->wd_pid = 0;
+            s->wd_reply_fd = -1; /* closed in slot_reaped */
+            s->wd_deadline = 0;
+            s->wd_killed_us = 0;
+            pthread_mutex_unlock(&p->wd_mu);
+        }
+        if (killed && s->state == SLOT_BUSY && s->why == WHY_NONE && s->attempt)
+            slot_deadline(s, killed); /* the thread's KILL, not a crash */
         kill(-s->pid, SIGKILL);
         int status;
         pid_t r;
@@ -747,6 +854,14 @@ static void slot_spawn(tp_slot_t *s)
     close(call_p[0]);
     close(reply_p[1]);
     s->pid = pid;
+    if (p->wd_running) {
+        pthread_mutex_lock(&p->wd_mu);
+        s->wd_pid = pid;
+        s->wd_reply_fd = reply_p[0];
+        s->wd_deadline = 0;
+        s->wd_killed_us = 0;
+        pthread_mutex_unlock(&p->wd_mu);
+    }
     s->call_fd = call_p[1];
     s->reply_fd = reply_p[0];
     fcntl(s->call_fd, F_SETFL, O_NONBLOCK);
@@ -815,13 +930,154 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts)
         tp_slot_t *s = &p->slots[i];
         s->pool = p;
         s->index = i;
-        s->call_fd = s->reply_fd = -1;
+        s->call_fd = s->reply_fd = s->wd_reply_fd = -1;
         s->ev_timer = evtimer_new(base, timer_cb, s);
     }
     p->ev_chld = evsignal_new(base, SIGCHLD, chld_cb, p);
     p->ev_flush = event_new(base, -1, 0, flush_cb, p);
+    p->wd_fd = -1;
     tp_arena_init(&p->arena, 4096);
     return p;
+}
+
+/* The loop hears from the deadline thread: end the attempts it killed. */
+static void wd_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_pool_t *p = arg;
+    uint64_t n;
+    if (read(fd, &n, sizeof n) < 0 && errno != EAGAIN)
+        tp_log_error("deadline thread's eventfd: %s", strerror(errno));
+    for (int i = 0; i < p->n; i++) {
+        tp_slot_t *s = &p->slots[i];
+        if (s->state != SLOT_BUSY || s->why != WHY_NONE || s->attempt == NULL)
+            continue;
+        pthread_mutex_lock(&p->wd_mu);
+        uint64_t killed = s->wd_killed_us;
+        pthread_mutex_unlock(&p->wd_mu);
+        if (killed)
+            slot_deadline(s, deadline_disarm(s));
+    }
+}
+
+/*
+ * The deadline thread. It sleeps until DEADLINE_LEAD_US before the soonest
+ * deadline it keeps, then in DEADLINE_STEP_US steps (an idle vCPU is slow
+ * to wake), sends SIGKILL to the group of each worker whose deadline has
+ * come, and tells the loop. It touches nothing but the wd_ fields, and
+ * signals a group only while its worker is unreaped (wd_pid), so the
+ * group's id cannot have been reused.
+ */
+static void *wd_main(void *arg)
+{
+    tp_pool_t *p = arg;
+    pthread_mutex_lock(&p->wd_mu);
+    while (!p->wd_stop) {
+        uint64_t now = tp_now_us(), next = 0;
+        bool fired = false;
+        for (int i = 0; i < p->n; i++) {
+            tp_slot_t *s = &p->slots[i];
+            if (s->wd_deadline == 0 || s->wd_killed_us != 0 || s->wd_pid <= 0)
+                continue;
+            if (s->wd_deadline <= now) {
+                siginfo_t si = {0};
+                int unread = 0;
+                if ((waitid(P_PID, (id_t)s->wd_pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid != 0) ||
+                    (s->wd_reply_fd >= 0 && ioctl(s->wd_reply_fd, FIONREAD, &unread) == 0 && unread > 0)) {
+                    /*
+                     * The worker has died of something else, or an answer
+                     * waits in its pipe: the loop, soon free, decides
+                     * (its fallback timer follows).
+                     */
+                    s->wd_deadline = 0;
+                } else if (kill(-s->wd_pid, SIGKILL) == 0) {
+                    s->wd_killed_us = tp_now_us();
+                    fired = true;
+                } else {
+                    s->wd_deadline = 0; /* the loop's fallback timer will see to it */
+                }
+            } else if (next == 0 || s->wd_deadline < next) {
+                next = s->wd_deadline;
+            }
+        }
+        p->wd_next = next;
+        if (fired) {
+            uint64_t one = 1;
+            pthread_mutex_unlock(&p->wd_mu);
+            if (write(p->wd_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+                tp_log_error("the deadline thread cannot wake the loop; its fallback timers will");
+            pthread_mutex_lock(&p->wd_mu);
+        } else if (next == 0) {
+            pthread_cond_wait(&p->wd_cond, &p->wd_mu);
+        } else if (next > now + DEADLINE_LEAD_US) {
+            uint64_t at = next - DEADLINE_LEAD_US;
+            struct timespec ts = {.tv_sec = (time_t)(at / 1000000u), .tv_nsec = (long)(at % 1000000u) * 1000};
+            pthread_cond_timedwait(&p->wd_cond, &p->wd_mu, &ts);
+        } else {
+            uint64_t step = next - now < DEADLINE_STEP_US ? next - now : DEADLINE_STEP_US;
+            struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)step * 1000};
+            pthread_mutex_unlock(&p->wd_mu);
+            nanosleep(&ts, NULL);
+            pthread_mutex_lock(&p->wd_mu);
+        }
+    }
+    pthread_mutex_unlock(&p->wd_mu);
+    return NULL;
+}
+
+/*
+ * Starts the deadline thread, with every signal blocked (they are the
+ * loop's). Without it (no thread, no eventfd), the loop's timers keep
+ * every deadline, as they do for attempts with a kill_grace.
+ */
+static void wd_start(tp_pool_t *p)
+{
+    pthread_condattr_t ca;
+    p->wd_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (p->wd_fd < 0)
+        return;
+    p->ev_wd = event_new(p->base, p->wd_fd, EV_READ | EV_PERSIST, wd_cb, p);
+    if (p->ev_wd == NULL || event_add(p->ev_wd, NULL) < 0 || pthread_condattr_init(&ca) != 0)
+        return;
+    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0)
+        rc = pthread_cond_init(&p->wd_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0)
+        return;
+    if (pthread_mutex_init(&p->wd_mu, NULL) != 0) {
+        pthread_cond_destroy(&p->wd_cond);
+        return;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    p->wd_running = pthread_create(&p->wd_thread, NULL, wd_main, p) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!p->wd_running) {
+        pthread_cond_destroy(&p->wd_cond);
+        pthread_mutex_destroy(&p->wd_mu);
+        tp_log_error("no deadline thread; the loop's timers keep the deadlines");
+    }
+}
+
+static void wd_stop(tp_pool_t *p)
+{
+    if (p->wd_running) {
+        pthread_mutex_lock(&p->wd_mu);
+        p->wd_stop = true;
+        pthread_cond_signal(&p->wd_cond);
+        pthread_mutex_unlock(&p->wd_mu);
+        pthread_join(p->wd_thread, NULL);
+        pthread_cond_destroy(&p->wd_cond);
+        pthread_mutex_destroy(&p->wd_mu);
+        p->wd_running = false;
+    }
+    if (p->ev_wd)
+        event_free(p->ev_wd);
+    p->ev_wd = NULL;
+    if (p->wd_fd >= 0)
+        close(p->wd_fd);
+    p->wd_fd = -1;
 }
 
 int tp_pool_start(tp_pool_t *p)
@@ -834,6 +1090,7 @@ int tp_pool_start(tp_pool_t *p)
         tp_log_error("cannot watch SIGCHLD");
         return -1;
     }
+    wd_start(p);
     for (int i = 0; i < p->n; i++)
         slot_spawn(&p->slots[i]);
     return 0;
@@ -970,7 +1227,7 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         s->attempt = a;
         s->state = SLOT_BUSY;
         p->idle--;
-        deadline_arm(s, a->started_us, a->timeout_us);
+        deadline_arm(s, a, a->started_us);
     }
     slot_flush_later(s);
     return 0;
@@ -1031,6 +1288,7 @@ void tp_pool_free(tp_pool_t *p)
 {
     if (p == NULL)
         return;
+    wd_stop(p);
     for (int i = 0; i < p->n; i++) {
         tp_slot_t *s = &p->slots[i];
         if (s->pid > 0) {

@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <event2/event.h>
+
 #include "batch.h"
 #include "buf.h"
 #include "clock.h"
@@ -109,6 +111,174 @@ static void test_deadlines_together(void)
     tp_buf_free(&calls);
 }
 
+static bool process_gone(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return true;
+    bool zombie = false;
+    if (fgets(buf, sizeof buf, f)) {
+        char *p = strrchr(buf, ')');
+        zombie = p && (p[2] == 'Z' || p[2] == 'X');
+    }
+    fclose(f);
+    return zombie;
+}
+
+/* The state letter of a process (R, S, Z...), or 0 when it is gone. */
+static char process_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    char st = 0;
+    if (fgets(buf, sizeof buf, f)) {
+        char *q = strrchr(buf, ')');
+        st = q ? q[2] : 0;
+    }
+    fclose(f);
+    return st;
+}
+
+/* Our one child process, or 0. */
+static pid_t only_child(void)
+{
+    pid_t found = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(buf, sizeof buf, f)) {
+            char *q = strrchr(buf, ')');
+            int ppid = 0;
+            if (q && sscanf(q + 2, "%*c %d", &ppid) == 1 && ppid == (int)getpid())
+                found = (pid_t)atoi(e->d_name);
+        }
+        fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+typedef struct {
+    int idle, done, closed;
+} wd_ctx_t;
+
+static void wd_done(void *ctx, tp_attempt_t *a)
+{
+    (void)a;
+    ((wd_ctx_t *)ctx)->done++;
+}
+
+static void wd_idle(void *ctx)
+{
+    ((wd_ctx_t *)ctx)->idle++;
+}
+
+static void wd_fatal(void *ctx, const char *msg)
+{
+    (void)ctx;
+    fprintf(stderr, "pool: %s\n", msg);
+}
+
+static void wd_closed(void *ctx)
+{
+    ((wd_ctx_t *)ctx)->closed++;
+}
+
+/* One attempt on a one-worker pool whose loop stops for 400 ms right after submitting it. */
+typedef struct {
+    tp_attempt_t a;
+    char state; /* the worker's, at the end of the 400 ms */
+    uint64_t timeouts, crashed;
+} blocked_t;
+
+static blocked_t run_with_loop_blocked(const char *registry, const char *args)
+{
+    blocked_t r = {0};
+    const char *dir = tp_test_tmpdir("wd");
+    char *reg_path = tp_test_write(dir, "tools.json", registry);
+    char err[512];
+    tp_registry_t *reg = tp_registry_load(reg_path, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    struct event_config *cfg = event_config_new();
+    event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+    event_config_set_flag(cfg, EVENT_BASE_FLAG_NO_CACHE_TIME);
+    struct event_base *base = event_base_new_with_config(cfg);
+    event_config_free(cfg);
+    wd_ctx_t c = {0};
+    tp_pool_opts_t o = {.workers = 1, .worker_path = TP_TEST_BIN "/toolpool-worker", .max_frame = 1u << 20,
+                        .pipeline = 1, .done_cb = wd_done, .idle_cb = wd_idle, .fatal_cb = wd_fatal,
+                        .closed_cb = wd_closed, .ctx = &c};
+    tp_pool_t *p = tp_pool_new(base, &o);
+    CU_ASSERT_EQUAL_FATAL(tp_pool_start(p), 0);
+    while (c.idle == 0)
+        event_base_loop(base, EVLOOP_ONCE);
+    pid_t worker = only_child();
+    CU_ASSERT(worker > 0);
+    r.a = (tp_attempt_t){.tool = &reg->tools[0], .call_id = "w1", .job = "w1", .number = 1, .args = args,
+                         .args_len = strlen(args), .timeout_us = 100000, .depth = 1};
+    CU_ASSERT_EQUAL_FATAL(tp_pool_submit(p, &r.a), 0);
+    tp_pool_flush(p);
+    usleep(400000); /* the loop does not run, as in a long fsync */
+    r.state = process_state(worker);
+    while (c.done == 0)
+        event_base_loop(base, EVLOOP_ONCE);
+    r.timeouts = tp_pool_stats(p)->timeouts;
+    r.crashed = tp_pool_stats(p)->crashed;
+    tp_pool_shutdown(p, true);
+    while (c.closed == 0)
+        event_base_loop(base, EVLOOP_ONCE);
+    tp_pool_free(p);
+    event_base_free(base);
+    free(r.a.message);
+    free(r.a.result);
+    r.a.message = r.a.result = NULL;
+    free(reg_path);
+    tp_registry_free(reg);
+    CU_ASSERT_EQUAL(waitpid(-1, NULL, WNOHANG), -1); /* no child left behind */
+    return r;
+}
+
+/*
+ * A deadline is kept while the loop is busy elsewhere: the deadline thread
+ * kills the worker's group at the deadline, and the attempt's end is that
+ * moment, not when the loop gets back to it.
+ */
+static void test_deadline_while_loop_blocked(void)
+{
+    blocked_t r = run_with_loop_blocked("{\"tools\": [{\"name\": \"hang\", \"exec\": [\"" TP_TEST_TOOLS
+                                        "/hang.sh\"], \"timeout\": \"100ms\", \"attempts\": 1}]}",
+                                        "{}");
+    CU_ASSERT_EQUAL(r.state, 'Z'); /* killed at its deadline, not yet reaped */
+    CU_ASSERT_EQUAL(r.a.kind, TP_KIND_TIMEOUT);
+    double late_ms = ((double)r.a.ended_us - (double)r.a.started_us - 100000.0) / 1000.0;
+    CU_ASSERT(late_ms >= 0 && late_ms < 50);
+    CU_ASSERT_EQUAL(r.timeouts, 1);
+    CU_ASSERT_EQUAL(r.crashed, 0);
+}
+
+/* An answer written before the deadline, still unread in the pipe, is not killed: it counts. */
+static void test_answer_waiting_at_deadline(void)
+{
+    blocked_t r = run_with_loop_blocked("{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \""
+                                        TP_TEST_PLUGIN "\"}, \"timeout\": \"100ms\", \"attempts\": 1}]}",
+                                        "{\"ms\": 20}");
+    CU_ASSERT_NOT_EQUAL(r.state, 'Z');
+    CU_ASSERT_EQUAL(r.a.kind, TP_KIND_OK);
+    CU_ASSERT(r.a.ok);
+    CU_ASSERT_EQUAL(r.timeouts, 0);
+}
+
 /*
  * A commit that is due waits for a deadline it would otherwise sit across,
  * but never for long: not past the transaction's start plus its window
@@ -139,21 +309,6 @@ static void test_commit_hold(void)
     }
 }
 
-static bool process_gone(pid_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return true;
-    bool zombie = false;
-    if (fgets(buf, sizeof buf, f)) {
-        char *p = strrchr(buf, ')');
-        zombie = p && (p[2] == 'Z' || p[2] == 'X');
-    }
-    fclose(f);
-    return zombie;
-}
 
 /* The timeout kills the worker's whole process group: the grandchild too. */
 static void test_grandchild_killed(void)
@@ -575,6 +730,8 @@ int main(void)
     CU_add_test(s, "hung tool killed at its timeout and retried", test_hung_killed_and_retried);
     CU_add_test(s, "deadlines that fall together are all kept, none early", test_deadlines_together);
     CU_add_test(s, "a commit waits for a near deadline, within bounds", test_commit_hold);
+    CU_add_test(s, "a deadline is kept while the loop is busy elsewhere", test_deadline_while_loop_blocked);
+    CU_add_test(s, "an answer waiting in the pipe at the deadline counts", test_answer_waiting_at_deadline);
     CU_add_test(s, "grandchild of a hung tool dies too", test_grandchild_killed);
     CU_add_test(s, "kill_grace: TERM, then KILL", test_kill_grace);
     CU_add_test(s, "segfaulting plugin", test_segv_plugin);
