@@ -25,21 +25,34 @@ int tp_frame_peek(const tp_buf_t *in, uint32_t max, const uint8_t **body, uint32
     return TP_FRAME_READY;
 }
 
-int tp_frame_append(tp_buf_t *out, const ProtobufCMessage *msg, uint32_t max)
+/*
+ * Room for a frame of n body bytes at the end of out, its header written:
+ * the body goes at the pointer returned (out->len is left for the caller to
+ * advance). NULL with errno EMSGSIZE when n is over max, or ENOMEM.
+ */
+static uint8_t *frame_begin(tp_buf_t *out, size_t n, uint32_t max)
 {
-    size_t n = protobuf_c_message_get_packed_size(msg);
     if (n > max) {
         errno = EMSGSIZE;
-        return -1;
+        return NULL;
     }
     if (tp_buf_reserve(out, TP_FRAME_HEADER + n) < 0)
-        return -1;
+        return NULL;
     uint8_t *p = out->data + out->len;
     p[0] = (uint8_t)n;
     p[1] = (uint8_t)(n >> 8);
     p[2] = (uint8_t)(n >> 16);
     p[3] = (uint8_t)(n >> 24);
-    size_t packed = protobuf_c_message_pack(msg, p + TP_FRAME_HEADER);
+    return p + TP_FRAME_HEADER;
+}
+
+int tp_frame_append(tp_buf_t *out, const ProtobufCMessage *msg, uint32_t max)
+{
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    uint8_t *p = frame_begin(out, n, max);
+    if (p == NULL)
+        return -1;
+    size_t packed = protobuf_c_message_pack(msg, p);
     if (packed != n) {
         errno = EPROTO;
         return -1;
@@ -133,18 +146,9 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
                       bytes_field_len(id_len) + bytes_field_len(job_len) + varint_field_len(c->step) +
                       varint_field_len(c->attempt);
     size_t n = 1 + varint_len(call_len) + call_len;
-    if (n > max) {
-        errno = EMSGSIZE;
+    uint8_t *p = frame_begin(out, n, max);
+    if (p == NULL)
         return -1;
-    }
-    if (tp_buf_reserve(out, TP_FRAME_HEADER + n) < 0)
-        return -1;
-    uint8_t *p = out->data + out->len;
-    p[0] = (uint8_t)n;
-    p[1] = (uint8_t)(n >> 8);
-    p[2] = (uint8_t)(n >> 16);
-    p[3] = (uint8_t)(n >> 24);
-    p += TP_FRAME_HEADER;
     *p++ = KEY_FRAME_CALL;
     p = put_varint(p, call_len);
     /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), then 7-11. */
