@@ -23,9 +23,9 @@
  * group SIGKILL and tells the loop, which ends the attempt as of that
  * moment. The thread leaves to the loop a worker that has died already, an
  * answer waiting unread in the pipe, and an attempt with a kill_grace; the
- * loop's own timer (the same lead and steps) keeps those. Respawns and
- * commits, which block the loop for about a millisecond, also wait until a
- * deadline that near has passed, so that the loop is free to record it.
+ * loop's own timer (the same lead and steps) keeps those; respawns and
+ * commits, which block the loop for a millisecond or more, wait until such
+ * a deadline, if near, has passed.
  */
 #include "pool.h"
 
@@ -77,8 +77,8 @@ extern char **environ;
 #define DEADLINE_FALLBACK_US 5000u
 /*
  * A respawn blocks the loop for about a millisecond (posix_spawn returns
- * once the child has exec'd). One due this close to another attempt's
- * deadline waits until that deadline has been kept, for at most
+ * once the child has exec'd). One due this close to a deadline the loop
+ * keeps waits until that deadline has been kept, for at most
  * SPAWN_HOLD_MAX_US in all.
  */
 #define SPAWN_QUIET_US 2000u
@@ -123,6 +123,7 @@ typedef struct tp_slot {
     uint64_t seq;
     tp_attempt_t *attempt;          /* running now */
     uint64_t deadline_us;           /* when the running attempt times out */
+    bool thread_keeps;              /* the deadline thread keeps it (else the loop's timer) */
     uint64_t held_since_us;         /* a respawn put off for a deadline: since when */
     /* Shared with the deadline thread, under the pool's wd_mu: */
     pid_t wd_pid;                   /* the worker until it is reaped: its group may be killed */
@@ -192,6 +193,7 @@ static void deadline_arm(tp_slot_t *s, const tp_attempt_t *a, uint64_t now)
     tp_pool_t *p = s->pool;
     s->deadline_us = now + a->timeout_us;
     bool thread = p->wd_running && a->tool->policy.kill_grace_us == 0 && !s->dead;
+    s->thread_keeps = thread;
     if (p->wd_running) {
         pthread_mutex_lock(&p->wd_mu);
         s->wd_deadline = thread ? s->deadline_us : 0;
@@ -1143,8 +1145,12 @@ uint64_t tp_pool_next_deadline(const tp_pool_t *p)
     uint64_t next = 0;
     for (int i = 0; i < p->n; i++) {
         const tp_slot_t *s = &p->slots[i];
-        /* One at EOF waits out its linger instead: its deadline no longer stands. */
-        if (s->state == SLOT_BUSY && s->why == WHY_NONE && !s->eof && (next == 0 || s->deadline_us < next))
+        /*
+         * One at EOF waits out its linger instead: its deadline no longer
+         * stands. One the thread keeps is kept whatever the loop does.
+         */
+        if (s->state == SLOT_BUSY && s->why == WHY_NONE && !s->eof && !s->thread_keeps &&
+            (next == 0 || s->deadline_us < next))
             next = s->deadline_us;
     }
     return next;

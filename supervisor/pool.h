@@ -101,9 +101,10 @@ int tp_pool_busy(const tp_pool_t *pool);
  */
 void tp_pool_flush(tp_pool_t *pool);
 /*
- * The soonest deadline of the attempts running now (tp_now_us() time), or 0.
- * Work that would block the loop for a while (a commit's fsync) can wait
- * until it has been kept.
+ * The soonest deadline the loop itself has to keep (tp_now_us() time), or
+ * 0: that of a running attempt with a kill_grace, or any when there is no
+ * deadline thread. Work that would block the loop for a while (a commit's
+ * fsync) can wait until it has been kept.
  */
 uint64_t tp_pool_next_deadline(const tp_pool_t *pool);
 /* Whether a is on a slot now (submitted, running or queued, not yet ended). */

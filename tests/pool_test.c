@@ -79,9 +79,9 @@ static void test_hung_killed_and_retried(void)
 }
 
 /*
- * Deadlines that fall together, with a store: the loop wakes early for
- * each, and holds its commits and respawns until they have been kept. No
- * attempt may end before its deadline, and none may wait for long after.
+ * Deadlines that fall together, with a store: the deadline thread wakes
+ * early for each and keeps them all while the loop commits and respawns.
+ * No attempt may end before its deadline, and none may wait for long after.
  */
 static void test_deadlines_together(void)
 {
@@ -200,6 +200,7 @@ typedef struct {
     tp_attempt_t a;
     char state; /* the worker's, at the end of the 400 ms */
     uint64_t timeouts, crashed;
+    uint64_t loop_deadline; /* tp_pool_next_deadline once it was submitted */
 } blocked_t;
 
 static blocked_t run_with_loop_blocked(const char *registry, const char *args)
@@ -228,6 +229,7 @@ static blocked_t run_with_loop_blocked(const char *registry, const char *args)
     r.a = (tp_attempt_t){.tool = &reg->tools[0], .call_id = "w1", .job = "w1", .number = 1, .args = args,
                          .args_len = strlen(args), .timeout_us = 100000, .depth = 1};
     CU_ASSERT_EQUAL_FATAL(tp_pool_submit(p, &r.a), 0);
+    r.loop_deadline = tp_pool_next_deadline(p);
     tp_pool_flush(p);
     usleep(400000); /* the loop does not run, as in a long fsync */
     r.state = process_state(worker);
@@ -265,6 +267,23 @@ static void test_deadline_while_loop_blocked(void)
     CU_ASSERT(late_ms >= 0 && late_ms < 50);
     CU_ASSERT_EQUAL(r.timeouts, 1);
     CU_ASSERT_EQUAL(r.crashed, 0);
+    CU_ASSERT_EQUAL(r.loop_deadline, 0); /* the thread's: no commit or respawn waits for it */
+}
+
+/*
+ * A deadline with a kill_grace (TERM first) is the loop's own to keep: it
+ * is the one commits and respawns wait for, and a blocked loop delays it.
+ */
+static void test_grace_deadline_is_the_loops(void)
+{
+    blocked_t r = run_with_loop_blocked("{\"tools\": [{\"name\": \"hang\", \"exec\": [\"" TP_TEST_TOOLS
+                                        "/hang.sh\"], \"timeout\": \"100ms\", \"kill_grace\": \"50ms\","
+                                        " \"attempts\": 1}]}",
+                                        "{}");
+    CU_ASSERT_EQUAL(r.loop_deadline, r.a.started_us + 100000);
+    CU_ASSERT_NOT_EQUAL(r.state, 'Z'); /* nobody signalled it while the loop was away */
+    CU_ASSERT_EQUAL(r.a.kind, TP_KIND_TIMEOUT);
+    CU_ASSERT_EQUAL(r.timeouts, 1);
 }
 
 /* An answer written before the deadline, still unread in the pipe, is not killed: it counts. */
@@ -732,6 +751,7 @@ int main(void)
     CU_add_test(s, "a commit waits for a near deadline, within bounds", test_commit_hold);
     CU_add_test(s, "a deadline is kept while the loop is busy elsewhere", test_deadline_while_loop_blocked);
     CU_add_test(s, "an answer waiting in the pipe at the deadline counts", test_answer_waiting_at_deadline);
+    CU_add_test(s, "a deadline with a kill_grace is the loop's to keep", test_grace_deadline_is_the_loops);
     CU_add_test(s, "grandchild of a hung tool dies too", test_grandchild_killed);
     CU_add_test(s, "kill_grace: TERM, then KILL", test_kill_grace);
     CU_add_test(s, "segfaulting plugin", test_segv_plugin);
