@@ -49,7 +49,7 @@
  * flushes, and the B-tree's upper pages rewritten once for more results):
  * 100,000 no-op calls took 15-20% less time with 8 and 20 ms than with 4
  * and 10 ms. The cost is that a result line may wait up to 20 ms (up to
- * 20 ms more when a deadline holds the commit back), and a
+ * 20 ms more when a deadline the loop keeps holds the commit back), and a
  * crash of the supervisor may lose (and a rerun redo) up to 20 ms of
  * idempotent calls; a call of a tool that is not idempotent commits at once.
  *
@@ -1404,9 +1404,10 @@ static bool commit_due(const tp_batch_t *b)
 }
 
 /*
- * The loop sits in a commit's fsync for a while; an attempt's deadline
- * that falls in it would be kept late. A commit that is due but not urgent
- * waits for such a deadline (for at most TP_COMMIT_WINDOW_MAX_US beyond its
+ * The loop sits in a commit's fsync for a while; a deadline the loop keeps
+ * itself (tp_pool_next_deadline: a kill_grace's TERM) that falls in it
+ * would be kept late. A commit that is due but not urgent waits for such
+ * a deadline (for at most TP_COMMIT_WINDOW_MAX_US beyond its
  * window). Returns how long to wait, or 0 to commit now.
  */
 uint64_t tp_commit_hold_us(uint64_t now, uint64_t deadline, uint64_t since, uint64_t window, double commit_us)
