@@ -73,8 +73,37 @@ int tp_checkpoint_step(tp_store_t *s, MDB_txn *txn, const char *job, const char 
     cp.stopped = (char *)(stopped != TP_KIND_OK ? tp_kind_name(stopped) : "");
     cp.stop_message = (char *)(stop_msg ? stop_msg : "");
     cp.updated_unix_us = tp_unix_us();
+    if (old && old->has_state) {
+        cp.has_state = true;
+        cp.state = old->state;
+        cp.state_step = old->state_step;
+        cp.state_unix_us = old->state_unix_us;
+    }
     rc = tp_store_put_msg(s, txn, TP_DB_JOBS, job, strlen(job), &cp.base);
     free(calls);
+    if (old)
+        toolpool__checkpoint__free_unpacked(old, NULL);
+    return rc;
+}
+
+int tp_checkpoint_state_put(tp_store_t *s, MDB_txn *txn, const char *job, uint64_t step, const char *json,
+                            size_t len)
+{
+    Toolpool__Checkpoint *old = NULL;
+    int rc = tp_checkpoint_get(s, txn, job, &old);
+    if (rc && rc != MDB_NOTFOUND)
+        return rc;
+    Toolpool__Checkpoint cp = TOOLPOOL__CHECKPOINT__INIT;
+    if (old)
+        cp = *old; /* what the engine recorded of the job stays */
+    cp.job = (char *)job;
+    cp.has_state = true;
+    cp.state.data = (uint8_t *)json;
+    cp.state.len = len;
+    cp.state_step = step;
+    cp.state_unix_us = tp_unix_us();
+    cp.updated_unix_us = cp.state_unix_us;
+    rc = tp_store_put_msg(s, txn, TP_DB_JOBS, job, strlen(job), &cp.base);
     if (old)
         toolpool__checkpoint__free_unpacked(old, NULL);
     return rc;

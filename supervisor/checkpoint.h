@@ -8,7 +8,9 @@
  *                the same input
  * jobs/JOB       the job's checkpoint, after each of its steps ends: the ids
  *                of its ended calls in order (its message list) and the
- *                usage its guards count, so a rerun continues where it was
+ *                usage its guards count, so a rerun continues where it was;
+ *                an agent loop's own checkpoint (serve's PUT /v1/jobs/JOB/checkpoint)
+ *                rides along: an opaque JSON document and its step
  * inflight/ID    a non-idempotent call whose attempt was committed as started
  *
  * All of it is written inside the supervisor's per-turn transaction.
@@ -38,6 +40,15 @@ int tp_checkpoint_get(tp_store_t *s, MDB_txn *txn, const char *job, Toolpool__Ch
 int tp_checkpoint_step(tp_store_t *s, MDB_txn *txn, const char *job, const char *call_id, uint64_t step,
                        const tp_job_usage_t *u, uint64_t wall_used_us, tp_kind_t stopped,
                        const char *stop_msg);
+
+/*
+ * Stores an agent loop's own checkpoint of job (an opaque JSON document of
+ * len bytes: its message list and loop state) with its step, in the job's
+ * checkpoint (state, state_step, state_unix_us), beside what the engine
+ * records of the job's calls; the latest replaces the one before.
+ */
+int tp_checkpoint_state_put(tp_store_t *s, MDB_txn *txn, const char *job, uint64_t step, const char *json,
+                            size_t len);
 
 int tp_inflight_put(tp_store_t *s, MDB_txn *txn, const Toolpool__InFlight *f);
 int tp_inflight_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__InFlight **out);

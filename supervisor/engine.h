@@ -1,0 +1,208 @@
+/*
+ * The engine: the pool, the store and every recovery decision, behind one
+ * small interface that each way in (a "front") calls.
+ *
+ * A front hands the engine calls (tp_engine_submit) and gets back, for each,
+ * exactly one answer: the call's Result record and its JSON rendering (the
+ * result line of `toolpool run`), delivered only once that record is
+ * durable in the store. Everything between (admission, guards, breakers,
+ * attempts on the pool, timeouts, classification, retries with backoff,
+ * fallback hops, degraded answers, escalations, in-flight markers of tools
+ * that are not idempotent, group commit, answering recorded ids from the
+ * store) is the engine's; no front decides any of it, and the engine never
+ * reads or writes a front's bytes.
+ *
+ *      JSONL (run)   HTTP (serve)   MCP
+ *            \            |         /
+ *             tp_engine_submit / answer
+ *                         |
+ *              engine: policy, store, pool
+ *
+ * Threading: everything here runs on the loop (the event_base given in the
+ * options), as do the callbacks.
+ *
+ * Ordering: answers are delivered in the order the engine produced them
+ * (the order calls ended, or were answered from the store, or rejected),
+ * after the commit that made them durable; then each front's flush hook
+ * runs once, so a front can write a turn's answers in one write.
+ */
+#ifndef TP_ENGINE_H
+#define TP_ENGINE_H
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <lmdb.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool.h"
+#include "registry.h"
+#include "store.h"
+#include "summary.h"
+#include "toolpool.pb-c.h"
+
+typedef struct tp_engine tp_engine_t;
+/* A call the engine holds: the front's handle for tp_engine_cancel, valid until its answer. */
+typedef struct tp_call tp_call_t;
+
+typedef struct {
+    const tp_registry_t *reg;
+    tp_store_t *store;          /* results, checkpoints, breakers, escalations; NULL: none */
+    struct event_base *base;    /* the loop the engine and its pool run on */
+    int workers;
+    const char *worker_path;
+    uint32_t max_frame;
+    uint64_t recycle_after;
+    int pipeline;               /* attempts of a fast tool one worker may hold (1: none) */
+    uint64_t drain_us;          /* tp_engine_drain: how long running calls may finish */
+    uint64_t seed;              /* jitter seed; 0 = random */
+} tp_engine_opts_t;
+
+/* One call, as a front read it. The engine copies what it keeps. */
+typedef struct {
+    const char *id;             /* non-empty */
+    const char *job;            /* NULL: the id (a job of one call) */
+    uint64_t step;
+    const char *tool;
+    const char *args;           /* compact JSON object text, NUL-terminated; NULL: {} */
+    size_t args_len;
+    /* Optional, when the front has them already (else the engine works them out): */
+    const json_t *jargs;        /* the args parsed */
+    const char *canon;          /* the args' canonical form (json.h), for the digests */
+    size_t canon_len;
+    const char *where;          /* prefix for messages about the call ("line 7"); NULL: none */
+    uint64_t deadline_us;       /* the caller's end for the whole call (tp_now_us time); 0: none */
+} tp_request_t;
+
+/* What a front gets back for one call. */
+typedef struct {
+    /*
+     * The record. For a call answered from the store (recorded) only id,
+     * ok, kind, attempts and duration_us are set: the rest is in line, as
+     * it was reported the first time. NULL when the call never started
+     * (started is false).
+     */
+    const Toolpool__Result *result;
+    const uint8_t *line;        /* its JSON rendering, '\n' included */
+    size_t len;
+    bool recorded;              /* answered from the store: it did not run now */
+    /* The engine was draining and the call never started: no record, no line; a rerun runs it. */
+    bool not_started;
+    tp_call_t *call;            /* the handle submit gave, or NULL */
+} tp_answer_t;
+
+typedef void (*tp_answer_fn)(void *ctx, const tp_answer_t *a);
+
+/* A front's hooks into the engine's turn. Any of them may be NULL. */
+typedef struct {
+    /*
+     * The engine's turn is open (its store transaction too): a front that
+     * reads calls in batches submits the next ones now. It keeps
+     * tp_engine_live() under its own window, and asks for another turn
+     * (tp_engine_kick) when it stops early with more to give.
+     */
+    void (*feed)(void *ctx);
+    /* A commit's answers have all been delivered. */
+    void (*flush)(void *ctx);
+    void *ctx;
+} tp_front_t;
+
+/*
+ * What the engine counts, for a front that reports it (the HTTP front's
+ * /metrics, run's summary). Counters only grow.
+ */
+typedef struct {
+    tp_summary_t *tools;        /* by tool index: calls by outcome, attempts, retries, latency */
+    uint64_t timeouts;          /* attempts that ran into their timeout */
+    uint64_t answered_recorded; /* answers served from the store */
+    uint64_t rejected;          /* requests answered without a call (malformed, unknown tool) */
+    uint64_t commits;
+    tp_summary_t commit_latency; /* commit durations (its histogram; calls counts commits) */
+} tp_engine_stats_t;
+
+tp_engine_t *tp_engine_new(const tp_engine_opts_t *opts);
+/* At most 4 fronts. 0, or -1 when full. */
+int tp_engine_add_front(tp_engine_t *e, const tp_front_t *front);
+/* Starts the workers. 0, or -1 with the reason logged (the caller exits 2). */
+int tp_engine_start(tp_engine_t *e);
+void tp_engine_free(tp_engine_t *e);
+
+/*
+ * Hands the engine one call; answer(ctx, ...) follows exactly once, on a
+ * later loop turn, never from inside this function. A call whose id the
+ * store has recorded for the same tool and args is answered from the store
+ * and not run; one recorded for other input is answered InvalidRequest. An
+ * unknown tool is answered UnknownTool, args that fail the tool's schema
+ * InvalidArguments (both class malformed, not recorded, nothing run).
+ * Returns the call's handle while it is held (so the front may cancel it),
+ * NULL when it was answered at once (from the store, or rejected) or the
+ * engine is draining (then it answers not_started).
+ */
+tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *req, tp_answer_fn answer, void *ctx);
+
+/*
+ * Answers a request the front could not make a call of (a line that is not
+ * JSON, a missing field) with an InvalidRequest result, in order with the
+ * engine's other answers. Any of id, job, tool may be NULL.
+ */
+void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
+                      const char *msg, tp_answer_fn answer, void *ctx);
+
+/*
+ * Ends a call the front no longer wants: one waiting (for its turn in its
+ * job, a slot, a backoff) ends at once; a running attempt's worker group is
+ * killed. Its answer is Cancelled (class guard), not recorded: the same id
+ * submitted again runs. why goes into the message.
+ */
+void tp_engine_cancel(tp_engine_t *e, tp_call_t *c, const char *why);
+
+/* Calls held now (submitted, not yet answered). */
+size_t tp_engine_live(const tp_engine_t *e);
+/* Asks for a turn soon (a front with more to feed). */
+void tp_engine_kick(tp_engine_t *e);
+
+/*
+ * The store's open write transaction, begun if there is none, for a front's
+ * own reads and writes (a checkpoint, a breaker reset) in the engine's
+ * group commit; NULL without a store or once the engine has failed. A
+ * front that wrote waits for tp_engine_when_durable before it answers.
+ */
+MDB_txn *tp_engine_txn(tp_engine_t *e);
+/*
+ * cb(ctx, ok) once everything written so far is committed (ok), or could
+ * not be (the engine failed), in order with the answers.
+ */
+void tp_engine_when_durable(tp_engine_t *e, void (*cb)(void *ctx, bool ok), void *ctx);
+/* A store operation of a front's failed: the engine cannot go on (as for its own). */
+void tp_engine_store_failed(tp_engine_t *e, int rc, const char *what);
+
+/*
+ * No more calls will come (the input ended): once the held ones are
+ * answered, the workers stop, and the loop exits.
+ */
+void tp_engine_close(tp_engine_t *e);
+/*
+ * Stops taking calls: calls not started are answered not_started, calls
+ * between attempts end Cancelled, running attempts may finish for drain_us,
+ * then are killed; then the engine closes. A second drain kills them now.
+ */
+void tp_engine_drain(tp_engine_t *e);
+bool tp_engine_draining(const tp_engine_t *e);
+/* Whether the engine stopped on an error it logged (a store or a worker failure): exit 2. */
+bool tp_engine_failed(const tp_engine_t *e);
+
+const tp_engine_stats_t *tp_engine_stats(const tp_engine_t *e);
+const tp_pool_stats_t *tp_engine_pool_stats(const tp_engine_t *e);
+/* Attempts running, and slots ready for one. */
+int tp_engine_busy(const tp_engine_t *e);
+int tp_engine_idle(const tp_engine_t *e);
+/* Calls waiting for a slot (ready, parked at a concurrency cap, or in a backoff). */
+size_t tp_engine_waiting(const tp_engine_t *e);
+const tp_registry_t *tp_engine_registry(const tp_engine_t *e);
+tp_store_t *tp_engine_store(const tp_engine_t *e);
+
+/* The closest tool names to a mistyped one (edit distance), comma-separated, for a message. */
+void tp_engine_suggest(const tp_registry_t *reg, const char *name, char *out, size_t cap);
+
+#endif
