@@ -99,6 +99,7 @@ typedef enum {
     WHY_PROTOCOL,
     WHY_HELLO,      /* never said Hello in time */
     WHY_SHUTDOWN,
+    WHY_CANCEL,     /* its running attempt was cancelled */
 } stop_why_t;
 
 typedef struct tp_slot {
@@ -369,20 +370,11 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
             attempt_fail(a, TP_KIND_SERVER_ERROR, "out of memory for the result");
         }
     } else {
+        /* The kind as the tool gave it: the engine decides what it may claim. */
         a->kind = tp_kind_from_name(r->kind);
-        tp_class_t klass = tp_kind_class(a->kind);
-        if (a->kind < TP_KIND__COUNT && (klass == TP_CLASS_GUARD || klass == TP_CLASS_MALFORMED)) {
-            /* Guard and malformed kinds are the pool's to give, not a tool's. */
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s reported %s, a kind only toolpool gives: %s", a->tool->name, r->kind,
-                     r->message);
-            a->kind = TP_KIND_TOOL_ERROR;
-            snprintf(a->kind_name, sizeof a->kind_name, "%s", tp_kind_name(TP_KIND_TOOL_ERROR));
-            a->message = strdup(msg);
-        } else {
-            snprintf(a->kind_name, sizeof a->kind_name, "%s", r->kind[0] ? r->kind : "ToolError");
-            a->message = strdup(r->message);
-        }
+        a->from_tool = true;
+        snprintf(a->kind_name, sizeof a->kind_name, "%s", r->kind[0] ? r->kind : "ToolError");
+        a->message = strdup(r->message);
     }
     if (!isfinite(a->cost) || a->cost < 0)
         a->cost = 0;
@@ -740,6 +732,8 @@ static void slot_reaped(tp_slot_t *s, int status)
                          (double)a->timeout_us / 1e6);
         else if (why == WHY_SHUTDOWN)
             attempt_fail(a, TP_KIND_CANCELLED, "%s cancelled: the run was stopped", a->tool->name);
+        else if (why == WHY_CANCEL)
+            attempt_fail(a, TP_KIND_CANCELLED, "%s cancelled while it ran", a->tool->name);
         else if (why == WHY_PROTOCOL)
             attempt_fail(a, TP_KIND_WORKER_CRASHED, "%s: protocol error: %s", a->tool->name, s->detail);
         else
@@ -1279,6 +1273,18 @@ void tp_pool_shutdown(tp_pool_t *p, bool kill_busy)
     }
     if (p->live == 0)
         event_base_once(p->base, -1, EV_TIMEOUT, closed_now_cb, p, NULL);
+}
+
+int tp_pool_cancel(tp_pool_t *p, tp_attempt_t *a)
+{
+    for (int i = 0; i < p->n; i++) {
+        tp_slot_t *s = &p->slots[i];
+        if (s->attempt != a || s->state != SLOT_BUSY)
+            continue;
+        deadline_disarm(s); /* the deadline thread must not end it as a Timeout */
+        return slot_stop(s, WHY_CANCEL, SIGKILL) == 0 ? 0 : -1;
+    }
+    return -1;
 }
 
 const tp_pool_stats_t *tp_pool_stats(const tp_pool_t *p)
