@@ -104,7 +104,7 @@ struct tp_engine {
     uint64_t lookups;           /* ids looked up in the store */
     struct event *ev_commit;    /* closes the commit window */
     /* answers made, and the ones being delivered */
-    tp_answers_t made, delivering;
+    tp_answers_t made;
     /* lifecycle */
     struct event *ev_kick;
     struct event *ev_drain;
@@ -316,15 +316,12 @@ static void call_release(tp_engine_t *e, tp_call_t *c)
  */
 static void deliver(tp_engine_t *e, bool ok)
 {
-    if (e->made.n == 0)
+    tp_answers_t *d = &e->made;
+    size_t n = d->n;
+    if (n == 0)
         return;
-    tp_answers_t t = e->delivering;
-    e->delivering = e->made;
-    e->made = t;
-    e->made.n = 0;
-    tp_buf_reset(&e->made.lines);
-    tp_answers_t *d = &e->delivering;
-    for (size_t i = 0; i < d->n; i++) {
+    /* By index, and the line's address anew each time: a callback's submit may grow both. */
+    for (size_t i = 0; i < n; i++) {
         tp_pending_t *p = &d->v[i];
         if (p->durable_fn) {
             p->durable_fn(p->ctx, ok);
@@ -334,22 +331,35 @@ static void deliver(tp_engine_t *e, bool ok)
             /* The record's copy could not be had (out of memory): the line still says it all. */
             Toolpool__Result bare = TOOLPOOL__RESULT__INIT;
             bare.kind = (char *)tp_kind_name(TP_KIND_CANCELLED);
+            tp_call_t *c = p->call;
             tp_answer_t a = {
-                .result = p->call ? &p->call->res : p->r ? p->r : p->not_started ? NULL : &bare,
+                .result = c ? &c->res : p->r ? p->r : p->not_started ? NULL : &bare,
                 .line = p->len ? d->lines.data + p->at : NULL,
                 .len = p->len,
                 .recorded = p->recorded,
                 .not_started = p->not_started,
-                .call = p->call,
+                .call = c,
             };
             p->fn(p->ctx, &a);
+            p = &d->v[i];
         }
         if (p->call)
             call_release(e, p->call);
         free(p->r);
     }
-    d->n = 0;
-    tp_buf_reset(&d->lines);
+    if (d->n > n) {
+        /* Answers made meanwhile wait for the next commit: they move to the front. */
+        size_t from = d->v[n].at;
+        memmove(d->v, d->v + n, (d->n - n) * sizeof *d->v);
+        d->n -= n;
+        for (size_t i = 0; i < d->n; i++)
+            d->v[i].at -= from;
+        memmove(d->lines.data, d->lines.data + from, d->lines.len - from);
+        d->lines.len -= from;
+    } else {
+        d->n = 0;
+        tp_buf_reset(&d->lines);
+    }
     if (ok)
         for (int i = 0; i < e->n_fronts; i++)
             if (e->fronts[i].flush)
@@ -514,8 +524,10 @@ static void finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, c
     tp_result_write(&e->made.lines, r);
     record(e, c, r, at);
     call_unlink(c);
-    if (c->ev_backoff)
-        event_del(c->ev_backoff);
+    if (c->ev_backoff) {
+        event_free(c->ev_backoff);
+        c->ev_backoff = NULL;
+    }
     tp_job_t *j = c->job;
     if (p == NULL) {
         tp_log_error("out of memory: the answer of call %s is lost", c->id);
@@ -1642,7 +1654,6 @@ void tp_engine_free(tp_engine_t *e)
         call_free(c);
     }
     answers_free(e, &e->made);
-    answers_free(e, &e->delivering);
     tp_jobs_free(&e->jobs);
     if (e->ev_kick)
         event_free(e->ev_kick);
