@@ -37,7 +37,7 @@
 #include "log.h"
 #include "result.h"
 #include "retry.h"
-#include "schema.h"
+#include "jsonschema.h"
 
 /*
  * Group commit: a write transaction stays open across loop turns, while
@@ -1205,7 +1205,7 @@ static void take_line(tp_batch_t *b, const char *line, size_t len)
         /* Malformed: the model's to fix, so no call happens and the message says what to change. */
         tp_buf_t why = {0};
         tp_buf_printf(&why, "%s: invalid arguments: ", t->name);
-        int bad_args = tp_schema_validate(t->schema, jargs, &why, TP_ARGS_ERRORS_MAX);
+        int bad_args = tp_jsonschema_validate(t->schema, jargs, &why, TP_ARGS_ERRORS_MAX);
         if (bad_args != 0) {
             tp_buf_append(&why, "", 1);
             emit_rejected(b, id, job, step, tool, args, TP_KIND_INVALID_ARGUMENTS,
