@@ -25,7 +25,7 @@
 #include "log.h"
 #include "result.h"
 #include "retry.h"
-#include "schema.h"
+#include "jsonschema.h"
 
 /* Results between two trims of the store's map from the resident set. */
 #define TP_TRIM_EVERY 1024
@@ -1289,7 +1289,7 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
         /* Malformed: the model's to fix, so no call happens and the message says what to change. */
         tp_buf_t why = {0};
         tp_buf_printf(&why, "%s: invalid arguments: ", t->name);
-        int bad = tp_schema_validate(t->schema, jargs, &why, TP_ARGS_ERRORS_MAX);
+        int bad = tp_jsonschema_validate(t->schema, jargs, &why, TP_ARGS_ERRORS_MAX);
         if (bad != 0) {
             tp_buf_append(&why, "", 1);
             reject(e, rq->id, job, rq->step, rq->tool, args, TP_KIND_INVALID_ARGUMENTS,
