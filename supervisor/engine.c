@@ -101,6 +101,8 @@ struct tp_engine {
     MDB_txn *txn;               /* the open write transaction, when there is a store */
     tp_commit_t commit;
     bool marker_pending;        /* a non-idempotent call ended in the open transaction */
+    size_t txn_bytes;           /* what the open transaction has written, about */
+    size_t need_room;           /* free map the next transaction begins with */
     uint64_t results;           /* calls ended so far */
     uint64_t trimmed_at;        /* results when the store's map was last trimmed */
     uint64_t lookups;           /* ids looked up in the store */
@@ -161,12 +163,15 @@ static void owners_sync(tp_engine_t *e);
 /* Begins the write transaction if none is open; false when there is none to have. */
 static bool ensure_txn(tp_engine_t *e)
 {
+    if (e->fatal)
+        return false; /* one failure, one message: nothing more is written */
     if (e->txn)
         return true;
-    if (e->o.store == NULL || e->fatal)
+    if (e->o.store == NULL)
         return false;
     char err[512];
-    if (tp_store_begin(e->o.store, &e->txn, err, sizeof err) != 0) {
+    e->txn_bytes = 0;
+    if (tp_store_begin_room(e->o.store, &e->txn, e->need_room, err, sizeof err) != 0) {
         e->txn = NULL;
         fail(e, err);
         return false;
@@ -439,6 +444,33 @@ static void advance_touched(tp_engine_t *e)
 
 /* ---- ending a call ---- */
 
+static void txn_commit(tp_engine_t *e);
+
+/*
+ * Makes room in the open transaction for a record of len bytes: when the
+ * map's free space, as the transaction began, may not hold it with what
+ * the transaction wrote already (LMDB copies each page it changes), the
+ * transaction commits now, and the next begins with room for the record
+ * (the map grows first). A record larger than half the map would
+ * otherwise never fit, whatever the store's size. false: the engine failed.
+ */
+#define TP_TXN_MARGIN (1u << 20) /* for a transaction's other writes: checkpoints, breakers */
+
+static bool txn_fit(tp_engine_t *e, size_t len)
+{
+    size_t need = 2 * len + 4096;
+    if (e->txn_bytes + need + TP_TXN_MARGIN <= tp_store_room(e->o.store)) {
+        e->txn_bytes += need;
+        return true;
+    }
+    txn_commit(e); /* what came before it is durable now; its answers still wait for the turn */
+    e->need_room = need + TP_TXN_MARGIN;
+    bool ok = ensure_txn(e);
+    e->need_room = 0;
+    e->txn_bytes = need;
+    return ok;
+}
+
 /*
  * Records a call's result (its line, at line_at in the answers' buffer) in
  * the open transaction, and the step in its job's checkpoint. A Cancelled
@@ -457,7 +489,10 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
     }
     tp_job_t *j = c->job;
     uint64_t now = tp_now_us();
-    rc = tp_result_put(e->o.store, e->txn, r, e->made.lines.data + line_at, e->made.lines.len - line_at);
+    size_t len = e->made.lines.len - line_at;
+    if (!txn_fit(e, len))
+        return;
+    rc = tp_result_put(e->o.store, e->txn, r, e->made.lines.data + line_at, len);
     /* A job named after its only call (the default) has nothing to checkpoint but that result. */
     bool own_job = strcmp(j->name, c->id) == 0;
     if (rc == 0 && !own_job)
@@ -1508,6 +1543,22 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
         kick(e);
         goto out;
     }
+    size_t args_len = rq->args ? rq->args_len : 2;
+    if (e->o.max_args && args_len > e->o.max_args) {
+        snprintf(msg, sizeof msg, "%sargs are %zu bytes, over the %zu-byte limit (--max-args)",
+                 prefix(pre, sizeof pre, rq), args_len, e->o.max_args);
+        reject(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, fn, ctx);
+        goto out;
+    }
+    /* The store keys calls by id and jobs by name: LMDB takes keys of at most 511 bytes. */
+    size_t max_key = e->o.store ? tp_store_max_key(e->o.store) : SIZE_MAX;
+    if (strlen(rq->id) > max_key || strlen(job) > max_key) {
+        bool id_long = strlen(rq->id) > max_key;
+        snprintf(msg, sizeof msg, "%s\"%s\" is %zu bytes; the store takes ids and job names of at most %zu",
+                 prefix(pre, sizeof pre, rq), id_long ? "id" : "job", strlen(id_long ? rq->id : job), max_key);
+        reject(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, fn, ctx); /* not recorded */
+        goto out;
+    }
     const tp_tool_t *t = tp_registry_find(e->o.reg, rq->tool);
     if (t == NULL) {
         char near[256];
@@ -1570,7 +1621,7 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     c->digest = digest;
     c->identity = identity;
     c->interrupted = interrupted;
-    c->args_len = rq->give_args || rq->args ? rq->args_len : 2;
+    c->args_len = args_len;
     c->step = rq->step;
     c->deadline_us = rq->deadline_us;
     c->submitted_gen = e->owners.generation;
@@ -1638,6 +1689,34 @@ static bool commit_urgent(const tp_engine_t *e)
     return e->fatal || e->closing || e->draining || e->drain_asked || e->n_deferred > 0 || e->marker_pending;
 }
 
+/*
+ * Commits the open transaction (aborts it after a failure), and keeps the
+ * resident set flat however large the store grows.
+ */
+static void txn_commit(tp_engine_t *e)
+{
+    char err[512];
+    MDB_txn *txn = e->txn;
+    e->txn = NULL;
+    e->marker_pending = false;
+    evtimer_del(e->ev_commit);
+    if (e->fatal) {
+        mdb_txn_abort(txn);
+    } else {
+        uint64_t t0 = tp_now_us();
+        if (tp_store_commit(e->o.store, txn, err, sizeof err) != 0)
+            fail(e, err);
+        uint64_t took = tp_now_us() - t0;
+        tp_commit_took(&e->commit, took);
+        e->stats.commits++;
+        tp_summary_add_latency(&e->stats.commit_latency, took);
+    }
+    if (e->results - e->trimmed_at >= TP_TRIM_EVERY) {
+        e->trimmed_at = e->results;
+        tp_store_trim(e->o.store);
+    }
+}
+
 static void drain(tp_engine_t *e);
 
 /*
@@ -1659,7 +1738,6 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
 
 static void turn(tp_engine_t *e)
 {
-    char err[512];
     ensure_txn(e);
     tp_call_t *c;
     while ((c = tp_queue_pop(&e->settle)) != NULL)
@@ -1695,28 +1773,8 @@ static void turn(tp_engine_t *e)
         }
         return;
     }
-    if (e->txn) {
-        MDB_txn *txn = e->txn;
-        e->txn = NULL;
-        e->marker_pending = false;
-        evtimer_del(e->ev_commit);
-        if (e->fatal) {
-            mdb_txn_abort(txn);
-        } else {
-            uint64_t t0 = tp_now_us();
-            if (tp_store_commit(e->o.store, txn, err, sizeof err) != 0)
-                fail(e, err);
-            uint64_t took = tp_now_us() - t0;
-            tp_commit_took(&e->commit, took);
-            e->stats.commits++;
-            tp_summary_add_latency(&e->stats.commit_latency, took);
-        }
-        /* Keep the resident set flat however large the store grows. */
-        if (e->results - e->trimmed_at >= TP_TRIM_EVERY) {
-            e->trimmed_at = e->results;
-            tp_store_trim(e->o.store);
-        }
-    }
+    if (e->txn)
+        txn_commit(e);
     tp_call_t *d;
     while ((d = tp_queue_pop(&e->deferred)) != NULL) {
         e->n_deferred--;

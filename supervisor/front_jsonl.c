@@ -345,6 +345,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         .recycle_after = o->recycle_after,
         .pipeline = o->pipeline,
         .drain_us = o->drain_us,
+        .max_args = o->max_args,
         .seed = o->seed,
     };
     tp_front_t front = {.feed = feed_cb, .flush = flush_cb, .ctx = &f};

@@ -6,10 +6,8 @@
  * mid-run leaves the other to finish, running no call of a tool that is
  * not idempotent twice, and never calling a live run's calls Interrupted.
  */
-#include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +18,6 @@
 #include "buf.h"
 #include "runutil.h"
 #include "testutil.h"
-
-extern char **environ;
 
 static char dir[1024];
 
@@ -37,15 +33,8 @@ static pid_t start_run(const char *out, const char *errname)
     path_in(err, sizeof err, errname);
     path_in(store, sizeof store, "store");
     path_in(calls, sizeof calls, "calls.jsonl");
-    char *argv[] = {TP_TEST_BIN "/toolpool", "run", "-q", "-j", "2", "--store", store, "-r", reg,
-                    "-o", (char *)out, calls, NULL};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    pid_t pid;
-    CU_ASSERT_EQUAL_FATAL(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    return pid;
+    char *args[] = {"run", "-q", "-j", "2", "--store", store, "-r", reg, "-o", (char *)out, calls, NULL};
+    return spawn_toolpool(args, err, NULL);
 }
 
 /* How many times each id is in the log (one line per execution). */
@@ -63,25 +52,6 @@ static json_t *count_log(const char *path)
     }
     free(text);
     return n;
-}
-
-/* Results by id from a results file; *lines counts the lines. */
-static json_t *load(const char *path, int *lines)
-{
-    json_t *by_id = json_object();
-    size_t len;
-    char *text = tp_test_slurp(path, &len);
-    *lines = 0;
-    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
-        json_t *v = json_loads(line, 0, NULL);
-        CU_ASSERT_PTR_NOT_NULL(v);
-        if (v == NULL)
-            continue;
-        (*lines)++;
-        json_object_set_new(by_id, json_string_value(json_object_get(v, "id")), v);
-    }
-    free(text);
-    return by_id;
 }
 
 enum { CALLS = 200 };
@@ -159,7 +129,7 @@ static void two_runs(long delay_ms)
     }
     CU_ASSERT_EQUAL(once, CALLS);
     int lines1, lines2;
-    json_t *r1 = load(out1, &lines1), *r2 = load(out2, &lines2);
+    json_t *r1 = load_results(out1, &lines1), *r2 = load_results(out2, &lines2);
     CU_ASSERT_EQUAL(lines1, CALLS);
     CU_ASSERT_EQUAL(lines2, CALLS);
     const char *id;
@@ -195,7 +165,7 @@ static void test_one_killed(void)
     CU_ASSERT_TRUE(status_b == 0 || status_b == 1);
     json_t *ex = executions();
     int lines2;
-    json_t *r2 = load(out2, &lines2);
+    json_t *r2 = load_results(out2, &lines2);
     CU_ASSERT_EQUAL(lines2, CALLS);
     for (int i = 0; i < CALLS; i += 2) { /* the tool that is not idempotent */
         char id[16];
