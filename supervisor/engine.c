@@ -116,7 +116,9 @@ struct tp_engine {
     size_t n_parked;
     struct event *ev_owners;    /* looks for arrivals, and again at parked calls */
     /* answers made, and the ones being delivered */
-    tp_answers_t made;
+    tp_answers_t made;          /* answers made, waiting for their commit */
+    tp_answers_t late;          /* answers made while others are being delivered */
+    tp_answers_t *add;          /* where answers go now: made, or late during a delivery */
     /* lifecycle */
     struct event *ev_kick;
     struct event *ev_drain;
@@ -192,7 +194,7 @@ MDB_txn *tp_engine_txn(tp_engine_t *e)
 
 static tp_pending_t *pending_add(tp_engine_t *e, tp_answer_fn fn, void *ctx)
 {
-    tp_answers_t *a = &e->made;
+    tp_answers_t *a = e->add;
     if (a->n == a->cap) {
         size_t cap = a->cap ? a->cap * 2 : 256;
         tp_pending_t *v = realloc(a->v, cap * sizeof *v);
@@ -272,8 +274,8 @@ static void reject(tp_engine_t *e, const char *id, const char *job, uint64_t ste
     tp_pending_t *p = pending_add(e, fn, ctx);
     if (p == NULL)
         return;
-    tp_result_write(&e->made.lines, &r);
-    p->len = e->made.lines.len - p->at;
+    tp_result_write(&e->add->lines, &r);
+    p->len = e->add->lines.len - p->at;
     pending_own(p, &r);
     kick(e);
 }
@@ -335,11 +337,11 @@ static void call_release(tp_engine_t *e, tp_call_t *c)
 static void deliver(tp_engine_t *e, bool ok)
 {
     tp_answers_t *d = &e->made;
-    size_t n = d->n;
-    if (n == 0)
+    if (d->n == 0)
         return;
-    /* By index, and the line's address anew each time: a callback's submit may grow both. */
-    for (size_t i = 0; i < n; i++) {
+    /* Answers made meanwhile go aside: these lines stay where they are until the fronts have flushed. */
+    e->add = &e->late;
+    for (size_t i = 0; i < d->n; i++) {
         tp_pending_t *p = &d->v[i];
         if (p->durable_fn) {
             p->durable_fn(p->ctx, ok);
@@ -359,29 +361,26 @@ static void deliver(tp_engine_t *e, bool ok)
                 .call = c,
             };
             p->fn(p->ctx, &a);
-            p = &d->v[i];
         }
-        if (p->call)
-            call_release(e, p->call);
-        free(p->r);
-    }
-    if (d->n > n) {
-        /* Answers made meanwhile wait for the next commit: they move to the front. */
-        size_t from = d->v[n].at;
-        memmove(d->v, d->v + n, (d->n - n) * sizeof *d->v);
-        d->n -= n;
-        for (size_t i = 0; i < d->n; i++)
-            d->v[i].at -= from;
-        memmove(d->lines.data, d->lines.data + from, d->lines.len - from);
-        d->lines.len -= from;
-    } else {
-        d->n = 0;
-        tp_buf_reset(&d->lines);
     }
     if (ok)
         for (int i = 0; i < e->n_fronts; i++)
             if (e->fronts[i].flush)
                 e->fronts[i].flush(e->fronts[i].ctx);
+    for (size_t i = 0; i < d->n; i++) {
+        if (d->v[i].call)
+            call_release(e, d->v[i].call);
+        free(d->v[i].r);
+    }
+    d->n = 0;
+    tp_buf_reset(&d->lines);
+    e->add = &e->made;
+    if (e->late.n > 0) {
+        /* They wait for the next commit, first in line. */
+        tp_answers_t t = e->made;
+        e->made = e->late;
+        e->late = t;
+    }
 }
 
 /* ---- jobs ---- */
@@ -489,10 +488,10 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
     }
     tp_job_t *j = c->job;
     uint64_t now = tp_now_us();
-    size_t len = e->made.lines.len - line_at;
+    size_t len = e->add->lines.len - line_at;
     if (!txn_fit(e, len))
         return;
-    rc = tp_result_put(e->o.store, e->txn, r, e->made.lines.data + line_at, len);
+    rc = tp_result_put(e->o.store, e->txn, r, e->add->lines.data + line_at, len);
     /* A job named after its only call (the default) has nothing to checkpoint but that result. */
     bool own_job = strcmp(j->name, c->id) == 0;
     if (rc == 0 && !own_job)
@@ -569,8 +568,8 @@ static void finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, c
     e->results++;
     tp_summary_add(&e->stats.tools[c->tool->index], r);
     tp_pending_t *p = pending_add(e, c->answer, c->answer_ctx);
-    size_t at = e->made.lines.len;
-    tp_result_write(&e->made.lines, r);
+    size_t at = e->add->lines.len;
+    tp_result_write(&e->add->lines, r);
     record(e, c, r, at);
     call_unlink(c);
     if (c->ev_backoff) {
@@ -591,7 +590,7 @@ static void finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, c
         return;
     }
     p->call = c;
-    p->len = e->made.lines.len - at;
+    p->len = e->add->lines.len - at;
     j->held++;
     if (c->current) {
         c->current = false;
@@ -1114,8 +1113,8 @@ static void answer_recorded(tp_engine_t *e, const char *id, const char *job, uin
     counted.kind = r->kind;
     counted.attempts = r->attempts;
     counted.duration_us = r->duration_us;
-    tp_buf_append(&e->made.lines, r->line.data, r->line.len);
-    p->len = e->made.lines.len - p->at;
+    tp_buf_append(&e->add->lines, r->line.data, r->line.len);
+    p->len = e->add->lines.len - p->at;
     p->recorded = true;
     pending_own(p, &counted);
     e->results++;
@@ -1884,6 +1883,7 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
     e->o = *o;
     e->base = o->base;
     e->touched_tail = &e->touched;
+    e->add = &e->made;
     tp_rng_seed(&e->rng, o->seed);
     /* Without /proc it cannot name itself to other supervisors: it works as if alone. */
     e->owner_known = o->store && tp_owner_self(&e->me) == 0;
@@ -1969,6 +1969,7 @@ void tp_engine_free(tp_engine_t *e)
         call_free(c);
     }
     answers_free(e, &e->made);
+    answers_free(e, &e->late);
     tp_jobs_free(&e->jobs);
     if (e->ev_kick)
         event_free(e->ev_kick);

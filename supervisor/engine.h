@@ -86,7 +86,7 @@ typedef struct {
      * (started is false).
      */
     const Toolpool__Result *result;
-    const uint8_t *line;        /* its JSON rendering, '\n' included */
+    const uint8_t *line;        /* its JSON rendering, '\n' included; valid until the fronts' flush hooks return */
     size_t len;
     bool recorded;              /* answered from the store: it did not run now */
     /* The engine was draining and the call never started: no record, no line; a rerun runs it. */

@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -49,8 +51,9 @@ typedef struct tp_jsonl {
     long line_no;
     size_t window;
     struct event *ev_input;
-    /* output */
-    tp_buf_t out;
+    /* output: the lines of a commit's answers, written in place at its flush */
+    struct iovec *iov;
+    size_t n_iov, cap_iov;
     bool out_failed;
     int status;
     /* lifecycle */
@@ -62,6 +65,7 @@ typedef struct tp_jsonl {
 } tp_jsonl_t;
 
 static void input_failed(tp_jsonl_t *f);
+static void out_stop(tp_jsonl_t *f);
 
 /* One call's answer: its line goes out with the rest of its commit's. */
 static void answer_cb(void *ctx, const tp_answer_t *a)
@@ -71,7 +75,18 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
         f->report->not_started++;
         return;
     }
-    tp_buf_append(&f->out, a->line, a->len);
+    if (f->n_iov == f->cap_iov) {
+        size_t cap = f->cap_iov ? f->cap_iov * 2 : 1024;
+        struct iovec *v = realloc(f->iov, cap * sizeof *v);
+        if (v == NULL) {
+            tp_log_error("out of memory writing results; stopping");
+            out_stop(f);
+            return;
+        }
+        f->iov = v;
+        f->cap_iov = cap;
+    }
+    f->iov[f->n_iov++] = (struct iovec){.iov_base = (void *)a->line, .iov_len = a->len};
     tp_summary_add(&f->report->summary, a->result);
     if (a->recorded)
         f->report->resumed++;
@@ -79,20 +94,47 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
         f->status = 1;
 }
 
+/* The output cannot be written: the run stops now, running calls killed (exit 2). */
+static void out_stop(tp_jsonl_t *f)
+{
+    f->out_failed = true;
+    f->status = 2;
+    tp_engine_drain(f->e);
+    tp_engine_drain(f->e); /* a second time: kill what runs */
+}
+
+/*
+ * A commit's answers have been delivered: their lines, still where the
+ * engine rendered them, go out in one writev (a copy fewer than gathering
+ * them first), resumed after a short write.
+ */
 static void flush_cb(void *ctx)
 {
     tp_jsonl_t *f = ctx;
-    if (tp_buf_avail(&f->out) == 0)
-        return;
-    if (!f->out_failed && tp_write_all(f->o->output_fd, tp_buf_head(&f->out), tp_buf_avail(&f->out)) < 0) {
-        tp_log_error("writing results: %s", strerror(errno));
-        tp_log_error("cannot write results; stopping");
-        f->out_failed = true;
-        f->status = 2;
-        tp_engine_drain(f->e);
-        tp_engine_drain(f->e); /* a second time: kill what runs */
+    struct iovec *v = f->iov;
+    size_t n = f->n_iov;
+    f->n_iov = 0;
+    while (n > 0 && !f->out_failed) {
+        ssize_t w = writev(f->o->output_fd, v, n > IOV_MAX ? IOV_MAX : (int)n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            tp_log_error("writing results: %s", strerror(errno));
+            tp_log_error("cannot write results; stopping");
+            out_stop(f);
+            return;
+        }
+        size_t done = (size_t)w;
+        while (n > 0 && done >= v->iov_len) {
+            done -= v->iov_len;
+            v++;
+            n--;
+        }
+        if (n > 0 && done > 0) {
+            v->iov_base = (char *)v->iov_base + done;
+            v->iov_len -= done;
+        }
     }
-    tp_buf_reset(&f->out);
 }
 
 /* "line N", without printf: this runs once a line. */
@@ -435,6 +477,6 @@ out:
     tp_buf_free(&f.in);
     tp_buf_free(&f.line_strs);
     tp_buf_free(&f.line_canon);
-    tp_buf_free(&f.out);
+    free(f.iov);
     return status;
 }
