@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "batch.h"
 #include "cli.h"
 #include "frame.h"
+#include "front_jsonl.h"
 #include "log.h"
 #include "registry.h"
 
