@@ -788,9 +788,11 @@ static void entry_answer_cb(void *ctx, const tp_answer_t *a)
         entry_drop(h, h->kept_head);
 }
 
-static void entry_submit(tp_http_t *h, tp_http_entry_t *e, const tp_request_t *rq)
+/* Hands the call to the engine (its args too, without a copy). */
+static void entry_submit(tp_http_t *h, tp_http_entry_t *e, tp_request_t *rq)
 {
     e->live = true;
+    tp_request_give_args(&h->parser, rq);
     e->call = tp_engine_submit(h->e, rq, entry_answer_cb, e);
 }
 
@@ -878,6 +880,10 @@ static void calls_post(tp_http_t *h, struct evhttp_request *req)
     tp_digest_t identity;
     identity_of(&rq, &identity);
     tp_http_entry_t *e = table_get(h, rq.id);
+    if (tp_engine_failed(h->e)) {
+        reply_error(h, req, 503, "Unavailable", "the engine stopped on an error (see the service's log)");
+        return;
+    }
     if (e && e->live) {
         if (memcmp(e->identity.b, identity.b, TP_DIGEST_LEN) != 0) {
             reply_error(h, req, 409, "InvalidRequest",
@@ -2230,6 +2236,9 @@ tp_http_t *tp_http_new(const tp_http_opts_t *o)
     evhttp_set_max_headers_size(h->http, TP_HTTP_MAX_HEADERS);
     evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
                                             EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+    /* A body past --max-body is read to its end and then refused, so the client hears the 413 (no reset). */
+    if (evhttp_set_flags(h->http, EVHTTP_SERVER_LINGERING_CLOSE) != 0)
+        tp_log_warn("http: this libevent cannot read an oversized body out before its 413");
     evhttp_set_gencb(h->http, request_cb, h);
     evhttp_set_bevcb(h->http, conn_bev_cb, h);
     if (tools_render(h) < 0)

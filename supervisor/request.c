@@ -35,6 +35,14 @@ static void say(char *msg, size_t cap, const char *where, const char *what)
         snprintf(msg, cap, "%s", what);
 }
 
+void tp_request_give_args(tp_request_parser_t *p, tp_request_t *req)
+{
+    if (req->args != NULL && req->args == p->args) {
+        req->give_args = true;
+        p->args = NULL;
+    }
+}
+
 void tp_request_too_long(char *msg, size_t cap, const char *where, uint64_t limit)
 {
     char what[96];

@@ -69,6 +69,13 @@ typedef struct {
 tp_request_kind_t tp_request_parse_line(tp_request_parser_t *p, const char *text, size_t len, const char *where,
                                         unsigned flags, tp_request_t *req, tp_request_bad_t *bad);
 
+/*
+ * Hands the args of the call just parsed to the engine with the request
+ * (req->give_args): the engine keeps them without a copy, and the parser
+ * lets go of them. For a front that submits each request once, at once.
+ */
+void tp_request_give_args(tp_request_parser_t *p, tp_request_t *req);
+
 /* The message for a line past the limit, as `run` words it ("line 7: longer than the 1024-byte limit"). */
 void tp_request_too_long(char *msg, size_t cap, const char *where, uint64_t limit);
 
