@@ -168,11 +168,23 @@ class ServeTest(unittest.TestCase):
         self.servers = []
 
     def tearDown(self):
+        # Every service still up stops cleanly (exit 0: under the sanitizers, no leak either),
+        # and none said a sanitizer's word.
+        problems = []
         for s in self.servers:
             if s.proc and s.proc.poll() is None:
-                s.proc.kill()
-                s.proc.wait()
+                try:
+                    rc = s.stop()
+                    if rc != 0:
+                        problems.append("serve exited %d at the end of the test" % rc)
+                except AssertionError as e:
+                    problems.append(str(e))
+            text = s.stderr()
+            if "Sanitizer" in text or "runtime error:" in text:
+                problems.append("sanitizer report:\n" + text)
         self._tmp.cleanup()
+        if problems:
+            self.fail("\n".join(problems))
 
     def write_registry(self):
         with open(os.path.join(self.tmp, "tools.json"), "w") as f:
@@ -569,6 +581,14 @@ class ServeTest(unittest.TestCase):
         c.sendall(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\n")
         self.assertEqual(c.recv(100), b"")
         c.close()
+        # A client waiting for a long call is not idle: it gets its answer.
+        st, r = s.json("POST", "/v1/calls", {"id": "patient", "tool": "work", "args": {"s": 2}})
+        self.assertEqual((st, r["ok"]), (200, True))
+        # Nor is one reading a long batch's stream.
+        status, _, body = s.request("POST", "/v1/batch", '{"id": "p1", "tool": "work", "args": {"s": 1.5}}\n'
+                                    '{"id": "p2", "tool": "work", "args": {"s": 1.5}}\n'
+                                    '{"id": "p3", "tool": "work", "args": {"s": 1.5}}\n')
+        self.assertEqual((status, len(body.splitlines())), (200, 3))
         self.assertEqual(s.request("GET", "/healthz")[0], 200)
 
     def test_connection_cap(self):
