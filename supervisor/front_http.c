@@ -562,9 +562,10 @@ static MDB_txn *store_txn(tp_http_t *h, struct evhttp_request *req)
 }
 
 /*
- * A store operation that failed in the engine's transaction: NOTFOUND and
- * a corrupt record are the request's (404, 500); anything else is the
- * store's, and stops the engine as its own would.
+ * A store operation that failed in the engine's transaction (the callers
+ * answer MDB_NOTFOUND themselves): a record that does not unpack is this
+ * request's 500; anything else is the store's, and stops the engine as
+ * a failure of its own would.
  */
 static void store_error(tp_http_t *h, struct evhttp_request *req, int rc, const char *what)
 {
