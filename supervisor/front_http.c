@@ -705,8 +705,11 @@ static void new_id(tp_http_t *h, char *buf, size_t cap)
  * How a call's answer is told over HTTP: its result line (200), except the
  * answers that are the request's fault rather than the model's to read: an
  * unknown tool (404, with the engine's did-you-mean), an id recorded for
- * other input (409), and a call the draining engine never started (503).
- * InvalidArguments stays a 200 result.
+ * other input (409), a request the engine refused otherwise (400: args
+ * past --max-args, an id past the store's key size), and a call the
+ * draining engine never started (503). InvalidArguments stays a 200
+ * result. The engine's answer names no reason but in its message, so a
+ * conflict is told by the words the engine uses for it ("for other input").
  */
 static int answer_render(const tp_answer_t *a, tp_buf_t *body)
 {
@@ -718,8 +721,9 @@ static int answer_render(const tp_answer_t *a, tp_buf_t *body)
     if (r && !r->ok && !a->recorded && r->kind) {
         tp_kind_t k = tp_kind_from_name(r->kind);
         if (k == TP_KIND_UNKNOWN_TOOL || k == TP_KIND_INVALID_REQUEST) {
-            error_body(body, r->kind, r->message ? r->message : "");
-            return k == TP_KIND_UNKNOWN_TOOL ? 404 : 409;
+            const char *msg = r->message ? r->message : "";
+            error_body(body, r->kind, msg);
+            return k == TP_KIND_UNKNOWN_TOOL ? 404 : strstr(msg, "for other input") ? 409 : 400;
         }
     }
     if (a->line == NULL || tp_buf_append(body, a->line, a->len) < 0) {

@@ -234,7 +234,7 @@ class ServeTest(unittest.TestCase):
         self.assertIn('"deadline" must be a duration', r["message"])
 
     def test_errors(self):
-        s = self.serve(args=["--max-body", "4096"])
+        s = self.serve(args=["--max-body", "4096", "--max-args", "100"])
         # Malformed JSON and missing fields: run's words, without "line N: ".
         st, r = s.json("POST", "/v1/calls", "{not json")
         self.assertEqual((st, r["error"]), (400, "InvalidRequest"))
@@ -252,6 +252,13 @@ class ServeTest(unittest.TestCase):
         self.assertEqual((st, r["message"]), (400, "a call must be a JSON object"))
         st, r = s.json("POST", "/v1/calls", "")
         self.assertEqual((st, r["error"]), (400, "InvalidRequest"))
+        # Refused by the engine before it runs: args past --max-args, an id past the store's keys.
+        st, r = s.json("POST", "/v1/calls", {"id": "big", "tool": "echo", "args": {"x": "y" * 200}})
+        self.assertEqual((st, r["error"]), (400, "InvalidRequest"))
+        self.assertIn("over the 100-byte limit (--max-args)", r["message"])
+        st, r = s.json("POST", "/v1/calls", {"id": "i" * 600, "tool": "echo"})
+        self.assertEqual((st, r["error"]), (400, "InvalidRequest"))
+        self.assertIn("the store takes ids and job names of at most", r["message"])
         # Unknown tool: 404 with the did-you-mean.
         st, r = s.json("POST", "/v1/calls", {"id": "u1", "tool": "ecko"})
         self.assertEqual((st, r["error"]), (404, "UnknownTool"))
