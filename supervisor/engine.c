@@ -69,6 +69,7 @@ typedef struct {
     size_t at, len;             /* its line in the answers' buffer */
     bool recorded;
     bool not_started;
+    bool conflict;
 } tp_pending_t;
 
 typedef struct {
@@ -250,8 +251,8 @@ static void pending_own(tp_pending_t *p, const Toolpool__Result *r)
 }
 
 /* Answers a request that never became a call, in order with the rest. */
-static void reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
-                   const char *args, tp_kind_t kind, const char *msg, tp_answer_fn fn, void *ctx)
+static tp_pending_t *reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
+                            const char *args, tp_kind_t kind, const char *msg, tp_answer_fn fn, void *ctx)
 {
     Toolpool__Result r = TOOLPOOL__RESULT__INIT;
     r.has_id = id != NULL;
@@ -273,11 +274,12 @@ static void reject(tp_engine_t *e, const char *id, const char *job, uint64_t ste
     e->results++;
     tp_pending_t *p = pending_add(e, fn, ctx);
     if (p == NULL)
-        return;
+        return NULL;
     tp_result_write(&e->add->lines, &r);
     p->len = e->add->lines.len - p->at;
     pending_own(p, &r);
     kick(e);
+    return p;
 }
 
 void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
@@ -358,6 +360,7 @@ static void deliver(tp_engine_t *e, bool ok)
                 .len = p->len,
                 .recorded = p->recorded,
                 .not_started = p->not_started,
+                .conflict = p->conflict,
                 .call = c,
             };
             p->fn(p->ctx, &a);
@@ -1250,8 +1253,10 @@ static tp_claim_t claim(tp_engine_t *e, tp_call_t *c)
                      "id \"%s\" was recorded in the store for other input while it waited; "
                      "give this call a new id, or run with a new store",
                      c->id);
-            reject(e, c->id, c->job->name, c->step, c->tool->name, c->args, TP_KIND_INVALID_REQUEST, msg, c->answer,
-                   c->answer_ctx);
+            tp_pending_t *p = reject(e, c->id, c->job->name, c->step, c->tool->name, c->args,
+                                     TP_KIND_INVALID_REQUEST, msg, c->answer, c->answer_ctx);
+            if (p)
+                p->conflict = true;
         }
         toolpool__stored_result__free_unpacked(r, NULL);
         retire(e, c);
@@ -1504,7 +1509,9 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
                      "%sid \"%s\" is recorded in the store for other input (tool %s, other args); "
                      "give this call a new id, or run with a new store",
                      prefix(pre, sizeof pre, rq), rq->id, stored_tool(r, tool_buf, sizeof tool_buf));
-            reject(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, fn, ctx);
+            tp_pending_t *p = reject(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, fn, ctx);
+            if (p)
+                p->conflict = true;
         }
         toolpool__stored_result__free_unpacked(r, NULL);
         return true;

@@ -89,6 +89,7 @@ typedef struct {
     const uint8_t *line;        /* its JSON rendering, '\n' included; valid until the fronts' flush hooks return */
     size_t len;
     bool recorded;              /* answered from the store: it did not run now */
+    bool conflict;              /* InvalidRequest: the id is recorded (or claimed) for other input */
     /* The engine was draining and the call never started: no record, no line; a rerun runs it. */
     bool not_started;
     tp_call_t *call;            /* the handle submit gave, or NULL */

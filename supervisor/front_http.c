@@ -708,8 +708,7 @@ static void new_id(tp_http_t *h, char *buf, size_t cap)
  * other input (409), a request the engine refused otherwise (400: args
  * past --max-args, an id past the store's key size), and a call the
  * draining engine never started (503). InvalidArguments stays a 200
- * result. The engine's answer names no reason but in its message, so a
- * conflict is told by the words the engine uses for it ("for other input").
+ * result.
  */
 static int answer_render(const tp_answer_t *a, tp_buf_t *body)
 {
@@ -723,7 +722,7 @@ static int answer_render(const tp_answer_t *a, tp_buf_t *body)
         if (k == TP_KIND_UNKNOWN_TOOL || k == TP_KIND_INVALID_REQUEST) {
             const char *msg = r->message ? r->message : "";
             error_body(body, r->kind, msg);
-            return k == TP_KIND_UNKNOWN_TOOL ? 404 : strstr(msg, "for other input") ? 409 : 400;
+            return k == TP_KIND_UNKNOWN_TOOL ? 404 : a->conflict ? 409 : 400;
         }
     }
     if (a->line == NULL || tp_buf_append(body, a->line, a->len) < 0) {
@@ -1607,13 +1606,13 @@ static const double tp_metrics_le[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 
 /*
  * One histogram's samples from a summary's log-linear one (summary.h, ~6%
  * wide buckets): a bucket counts under a bound when its middle is at or
- * below it, and _sum adds each bucket's middle, so both are within the
- * buckets' precision. labels: what goes before le, with its trailing comma.
+ * below it, so the counts are within the buckets' precision; _sum is the
+ * exact sum. labels: what goes before le, with its trailing comma.
  */
 static void put_histogram(tp_buf_t *b, const char *name, const char *labels, const tp_summary_t *s)
 {
     uint64_t cum[TP_METRICS_LE] = {0}, total = 0;
-    double sum_us = 0;
+    double sum_us = (double)s->sum_us;
     for (unsigned i = 0; i < TP_HIST_BUCKETS; i++) {
         uint64_t n = s->hist[i];
         if (n == 0)
@@ -1622,7 +1621,6 @@ static void put_histogram(tp_buf_t *b, const char *name, const char *labels, con
         tp_summary_bucket_range(i, &lo, &hi);
         double mid = hi == UINT64_MAX ? (double)lo : (double)lo + (double)(hi - lo - 1) / 2;
         total += n;
-        sum_us += mid * (double)n;
         for (size_t k = 0; k < TP_METRICS_LE; k++)
             if (mid <= tp_metrics_le[k] * 1e6)
                 cum[k] += n;

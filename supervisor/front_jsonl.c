@@ -12,7 +12,6 @@
 
 #include <errno.h>
 #include <event2/event.h>
-#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +23,10 @@
 #include <unistd.h>
 
 #include "buf.h"
-#include "callline.h"
 #include "clock.h"
 #include "engine.h"
-#include "json.h"
 #include "log.h"
+#include "request.h"
 
 /* Input lines one turn takes at most. */
 #define TP_LINES_PER_TURN 1024
@@ -39,7 +37,7 @@ typedef struct tp_jsonl {
     struct event_base *base;
     /* input */
     tp_buf_t in;
-    tp_buf_t line_strs, line_canon; /* scratch of the fast way in (callline.h) */
+    tp_request_parser_t parser; /* reads a line into a call (request.h) */
     size_t scan;                /* bytes of in already searched for '\n' */
     bool in_eof;
     bool in_regular;
@@ -155,94 +153,23 @@ static const char *line_where(char buf[32], long no)
     return buf;
 }
 
-/* Turns one input line into a call for the engine, or into an answer of its own. */
+/* Turns one input line into a call for the engine, or into an answer of its own (request.h). */
 static void take_line(tp_jsonl_t *f, const char *line, size_t len)
 {
-    long no = f->line_no;
-    size_t i = 0;
-    while (i < len && line[i] && strchr(" \t\r", line[i]))
-        i++;
-    if (i == len)
+    char where[32];
+    tp_request_t rq;
+    tp_request_bad_t bad;
+    switch (tp_request_parse_line(&f->parser, line, len, line_where(where, f->line_no), 0, &rq, &bad)) {
+    case TP_REQUEST_BLANK:
         return; /* blank lines are not calls */
-
-    char msg[512], where[32];
-    tp_request_t rq = {.where = line_where(where, no)};
-    json_t *v = NULL;
-    tp_call_line_t fast;
-    int plain = tp_call_line_scan(line, len, &fast, &f->line_strs, &f->line_canon);
-    if (plain < 0) {
-        snprintf(msg, sizeof msg, "line %ld: out of memory reading the call", no);
-        tp_engine_reject(f->e, NULL, NULL, 0, NULL, msg, answer_cb, f);
+    case TP_REQUEST_BAD:
+        tp_engine_reject(f->e, bad.id, bad.job, bad.step, bad.tool, bad.message, answer_cb, f);
         return;
-    }
-    if (plain) {
-        rq.id = fast.id;
-        rq.tool = fast.tool;
-        rq.job = fast.job;
-        rq.step = fast.step;
-        rq.args = fast.args;
-        rq.args_len = fast.args_len;
-        rq.give_args = true;
-        rq.canon = fast.canon;
-        rq.canon_len = fast.canon_len;
+    case TP_REQUEST_CALL:
+        tp_request_give_args(&f->parser, &rq);
         tp_engine_submit(f->e, &rq, answer_cb, f);
         return;
     }
-    /* jansson's way: escapes, reals, and every message for a bad line. */
-    json_error_t jerr;
-    v = json_loadb(line, len, 0, &jerr);
-    if (v == NULL || !json_is_object(v)) {
-        if (v == NULL)
-            snprintf(msg, sizeof msg, "line %ld: not valid JSON: %s (column %d)", no, jerr.text, jerr.column);
-        else
-            snprintf(msg, sizeof msg, "line %ld: a call must be a JSON object", no);
-        tp_engine_reject(f->e, NULL, NULL, 0, NULL, msg, answer_cb, f);
-        json_decref(v);
-        return;
-    }
-    json_t *jid = json_object_get(v, "id"), *jjob = json_object_get(v, "job");
-    json_t *jstep = json_object_get(v, "step"), *jtool = json_object_get(v, "tool");
-    json_t *jargs = json_object_get(v, "args"), *owned_args = NULL;
-    const char *id = json_is_string(jid) && json_string_length(jid) > 0 ? json_string_value(jid) : NULL;
-    const char *tool = json_string_value(jtool);
-    const char *bad = NULL;
-    if (id == NULL)
-        bad = "\"id\" must be a non-empty string";
-    else if (jjob && (!json_is_string(jjob) || json_string_length(jjob) == 0))
-        bad = "\"job\" must be a non-empty string";
-    else if (jstep && (!json_is_integer(jstep) || json_integer_value(jstep) < 0))
-        bad = "\"step\" must be a non-negative integer";
-    else if (tool == NULL || !*tool)
-        bad = "\"tool\" must be a non-empty string";
-    else if (jargs && !json_is_object(jargs))
-        bad = "\"args\" must be a JSON object";
-    const char *job = jjob ? json_string_value(jjob) : id;
-    uint64_t step = jstep ? (uint64_t)json_integer_value(jstep) : 0;
-    if (bad) {
-        snprintf(msg, sizeof msg, "line %ld: %s", no, bad);
-        tp_engine_reject(f->e, id, id ? job : NULL, step, tool, msg, answer_cb, f);
-        json_decref(v);
-        return;
-    }
-    if (jargs == NULL)
-        jargs = owned_args = json_object();
-    tp_buf_t ab = {0};
-    if (jargs && tp_json_write(&ab, jargs, 0) == 0 && tp_buf_append(&ab, "", 1) == 0) {
-        rq.id = id;
-        rq.tool = tool;
-        rq.job = job;
-        rq.step = step;
-        rq.args = (char *)ab.data;
-        rq.args_len = ab.len - 1;
-        rq.give_args = true;
-        rq.jargs = jargs;
-        tp_engine_submit(f->e, &rq, answer_cb, f);
-    } else {
-        tp_buf_free(&ab);
-        tp_engine_reject(f->e, id, job, step, tool, "out of memory", answer_cb, f);
-    }
-    json_decref(owned_args);
-    json_decref(v);
 }
 
 /*
@@ -281,9 +208,9 @@ static void feed_cb(void *ctx)
         }
         f->scan = avail;
         if (avail > f->o->max_frame && !f->in_skip) {
-            char msg[128];
+            char msg[128], where[32];
             f->in_skip = true;
-            snprintf(msg, sizeof msg, "line %ld: longer than the %u-byte limit", f->line_no + 1, f->o->max_frame);
+            tp_request_too_long(msg, sizeof msg, line_where(where, f->line_no + 1), f->o->max_frame);
             tp_engine_reject(f->e, NULL, NULL, 0, NULL, msg, answer_cb, f);
         }
         if (f->in_skip) {
@@ -475,8 +402,7 @@ out:
         event_free(f.ev_sigterm);
     event_base_free(f.base);
     tp_buf_free(&f.in);
-    tp_buf_free(&f.line_strs);
-    tp_buf_free(&f.line_canon);
+    tp_request_parser_free(&f.parser);
     free(f.iov);
     return status;
 }

@@ -1,5 +1,6 @@
 #include "request.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,33 @@ static tp_request_kind_t bad_call(tp_request_bad_t *bad, const char *where, cons
 }
 
 /*
+ * Whether byte offset at of a JSON text lies directly in its outermost
+ * object (depth 1), not in a value nested in it: brackets are counted
+ * outside strings.
+ */
+static bool top_level_at(const char *text, size_t at)
+{
+    int depth = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < at && text[i]; i++) {
+        char ch = text[i];
+        if (in_string) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in_string = false;
+        } else if (ch == '"') {
+            in_string = true;
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+        }
+    }
+    return depth == 1;
+}
+
+/*
  * jansson's way, for a line the scanner would not take: escapes, reals, a
  * missing or mistyped field, text that is not JSON. The checks and their
  * order (id, job, step, tool, args) are run's, and so are the words.
@@ -67,10 +95,27 @@ static tp_request_kind_t parse_slow(tp_request_parser_t *p, const char *text, si
                                     unsigned flags, tp_request_t *req, tp_request_bad_t *bad)
 {
     json_error_t jerr;
-    char what[JSON_ERROR_TEXT_LENGTH + 64];
-    p->doc = json_loadb(text, len, 0, &jerr);
+    char what[JSON_ERROR_TEXT_LENGTH + 160];
+    p->doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (p->doc == NULL && strncmp(jerr.text, "duplicate object key", 20) == 0) {
+        /*
+         * A key given twice at the top level makes the call ambiguous (which
+         * "tool" runs?): refused. Inside the args, the last one counts, as
+         * JSON parsers commonly have it.
+         */
+        if (top_level_at(text, (size_t)jerr.position)) {
+            snprintf(what, sizeof what, "a key is given twice (%s): each of a call's keys may be given once",
+                     jerr.text);
+            return bad_call(bad, where, what);
+        }
+        p->doc = json_loadb(text, len, 0, &jerr);
+    }
     if (p->doc == NULL) {
-        snprintf(what, sizeof what, "not valid JSON: %s (column %d)", jerr.text, jerr.column);
+        if (strncmp(jerr.text, "too big", 7) == 0 || strncmp(jerr.text, "real number overflow", 20) == 0)
+            snprintf(what, sizeof what, "a number toolpool cannot represent exactly (%s, column %d)", jerr.text,
+                     jerr.column);
+        else
+            snprintf(what, sizeof what, "not valid JSON: %s (column %d)", jerr.text, jerr.column);
         return bad_call(bad, where, what);
     }
     if (!json_is_object(p->doc))
@@ -95,7 +140,8 @@ static tp_request_kind_t parse_slow(tp_request_parser_t *p, const char *text, si
         problem = "\"args\" must be a JSON object";
     else if (jdeadline && (!json_is_string(jdeadline) || tp_duration_parse(json_string_value(jdeadline), &deadline) < 0))
         problem = "\"deadline\" must be a duration string like \"30s\"";
-    uint64_t step = jstep ? (uint64_t)json_integer_value(jstep) : 0;
+    /* A step that is not a non-negative integer is reported as 0, never as its bits. */
+    uint64_t step = json_is_integer(jstep) && json_integer_value(jstep) >= 0 ? (uint64_t)json_integer_value(jstep) : 0;
     if (problem) {
         say(bad->message, sizeof bad->message, where, problem);
         bad->id = id;

@@ -26,6 +26,7 @@ static uint64_t bucket_value(unsigned idx)
 void tp_summary_add_latency(tp_summary_t *s, uint64_t us)
 {
     s->hist[bucket_of(us)]++;
+    s->sum_us += us;
     if (us > s->max_us)
         s->max_us = us;
 }

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -98,11 +99,59 @@ static void test_inputs(void)
     free(msg);
 }
 
+/* Lines that are calls in form only: each is refused on its own, saying why, and trace reads the results. */
+static void test_bad_lines(void)
+{
+    snprintf(dir, sizeof dir, "%s", tp_test_tmpdir("input-lines"));
+    char *reg = expand("{\"tools\": [" PLUGIN_TOOL("noop") "," PLUGIN_TOOL("echo") "]}");
+    free(tp_test_write(dir, "tools.json", reg));
+    free(reg);
+    free(tp_test_write(dir, "calls.jsonl",
+                       "{\"id\": \"neg\", \"tool\": \"noop\", \"step\": -1}\n"
+                       "{\"id\": \"real\", \"tool\": \"noop\", \"step\": 1.5}\n"
+                       "{\"id\": \"dup\", \"tool\": \"noop\", \"tool\": \"echo\"}\n"
+                       "{\"id\": \"big\", \"tool\": \"echo\", \"args\": {\"n\": 123456789012345678901234567890}}\n"
+                       "{\"id\": \"nested\", \"tool\": \"echo\", \"args\": {\"a\": 1, \"a\": 2}}\n"));
+    char calls[1100], out[1100], err[1100], store[1100], reg_path[1100];
+    snprintf(calls, sizeof calls, "%s/calls.jsonl", dir);
+    snprintf(out, sizeof out, "%s/out.jsonl", dir);
+    snprintf(err, sizeof err, "%s/err.txt", dir);
+    snprintf(store, sizeof store, "%s/store", dir);
+    snprintf(reg_path, sizeof reg_path, "%s/tools.json", dir);
+    char *args[] = {"run", "-q", "--store", store, "-r", reg_path, "-o", out, calls, NULL};
+    CU_ASSERT_EQUAL(wait_exit(spawn_toolpool(args, err, NULL)), 1);
+    int lines;
+    json_t *rows = load_results(out, &lines);
+    CU_ASSERT_EQUAL(lines, 5);
+    json_t *neg = json_object_get(rows, "neg"), *real = json_object_get(rows, "real");
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(neg, "error")), "InvalidRequest");
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(neg, "step")), 0); /* not 18446744073709551615 */
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(real, "error")), "InvalidRequest");
+    /* Nested in the args, the last one counts, as before. */
+    json_t *nested = json_object_get(rows, "nested");
+    CU_ASSERT_TRUE(json_is_true(json_object_get(nested, "ok")));
+    json_decref(rows);
+    /*
+     * The duplicated key: refused, naming it (no id is trusted from an
+     * ambiguous call); the integer beyond 64 bits: said as such, not "not
+     * valid JSON".
+     */
+    char *text = tp_test_slurp(out, NULL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "line 3: a key is given twice (duplicate object key near '\\\"tool\\\"')"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "a number toolpool cannot represent exactly"));
+    CU_ASSERT_PTR_NULL(strstr(text, "not valid JSON"));
+    free(text);
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "%s/toolpool trace %s > /dev/null", TP_TEST_BIN, out);
+    CU_ASSERT_EQUAL(system(cmd), 0);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
         return 2;
     CU_pSuite s = CU_add_suite("input", NULL, NULL);
     CU_add_test(s, "directories, /dev/null and unreadable input", test_inputs);
+    CU_add_test(s, "bad steps, repeated keys, integers beyond 64 bits", test_bad_lines);
     return tp_test_run();
 }
