@@ -570,6 +570,7 @@ class Coprocess:
                     continue
                 p.record = rec
                 p.event.set()
+        out.close()
         rc = self._proc.wait()
         with self._lock:
             self._gone = f"toolpool run exited with status {rc}"
@@ -646,6 +647,11 @@ class Coprocess:
         self._proc.kill()
         self._proc.wait()
         self._reader.join()
+        with self._wlock:
+            try:
+                self._proc.stdin.close()
+            except OSError:
+                pass
 
     def __enter__(self):
         return self
