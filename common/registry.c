@@ -11,7 +11,7 @@
 #include "registry.h"
 
 #include "jsonpos.h"
-#include "schema.h"
+#include "jsonschema.h"
 #include "taxonomy.h"
 
 #include <errno.h>
@@ -866,7 +866,7 @@ static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
         if (!json_is_object(v) && !json_is_boolean(v))
             return fail(ld, "expected a JSON Schema (an object or a boolean), got %s", GOT(v));
         char serr[768];
-        tp_schema_t *compiled = tp_schema_compile(v, serr, sizeof serr);
+        tp_jsonschema_t *compiled = tp_jsonschema_compile(v, serr, sizeof serr);
         if (compiled == NULL) {
             /* serr is "POINTER: what": point the line at the schema keyword itself. */
             const char *colon = strstr(serr, ": ");
@@ -878,7 +878,7 @@ static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
             return -1;
         }
         tp_tool_t *tool = base;
-        tp_schema_free(tool->schema);
+        tp_jsonschema_free(tool->schema);
         tool->schema = compiled;
         json_decref(*slot);
         *slot = json_incref(v);
@@ -1358,7 +1358,7 @@ void tp_registry_free(tp_registry_t *reg)
         free(t->name);
         free(t->description);
         json_decref(t->parameters);
-        tp_schema_free(t->schema);
+        tp_jsonschema_free(t->schema);
         free_argv(t->argv);
         free(t->plugin_path);
         free_argv(t->mcp_command);

@@ -62,7 +62,7 @@ typedef struct {
     char *name;
     char *description;          /* "" when absent */
     json_t *parameters;         /* JSON Schema, or NULL */
-    struct tp_schema *schema;   /* parameters, compiled at load; NULL: no check */
+    struct tp_jsonschema *schema; /* parameters, compiled at load; NULL: no check */
     tp_adapter_t adapter;
     char **argv;                /* exec: NULL-terminated; argv[0] resolved */
     size_t argc;

@@ -65,8 +65,9 @@ typedef struct {
     const char *job;            /* NULL: the id (a job of one call) */
     uint64_t step;
     const char *tool;
-    const char *args;           /* compact JSON object text, NUL-terminated; NULL: {} */
+    char *args;                 /* compact JSON object text, NUL-terminated; NULL: {} */
     size_t args_len;
+    bool give_args;             /* args is malloc'd, and the engine's from now on (no copy) */
     /* Optional, when the front has them already (else the engine works them out): */
     const json_t *jargs;        /* the args parsed */
     const char *canon;          /* the args' canonical form (json.h), for the digests */
@@ -137,7 +138,8 @@ void tp_engine_free(tp_engine_t *e);
  * InvalidArguments (both class malformed, not recorded, nothing run).
  * Returns the call's handle while it is held (so the front may cancel it),
  * NULL when it was answered at once (from the store, or rejected) or the
- * engine is draining (then it answers not_started).
+ * engine is draining (then it answers not_started). After the engine has
+ * failed (tp_engine_failed) nothing is answered any more.
  */
 tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *req, tp_answer_fn answer, void *ctx);
 
@@ -157,7 +159,7 @@ void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t 
  */
 void tp_engine_cancel(tp_engine_t *e, tp_call_t *c, const char *why);
 
-/* Calls held now (submitted, not yet answered). */
+/* Calls held now (submitted, not yet ended; their answers may still wait for a commit). */
 size_t tp_engine_live(const tp_engine_t *e);
 /* Asks for a turn soon (a front with more to feed). */
 void tp_engine_kick(tp_engine_t *e);
@@ -189,6 +191,11 @@ void tp_engine_close(tp_engine_t *e);
  */
 void tp_engine_drain(tp_engine_t *e);
 bool tp_engine_draining(const tp_engine_t *e);
+/*
+ * After the loop has exited: the last turn, so attempts the pool ended on
+ * its way out still get their records and answers.
+ */
+void tp_engine_finish(tp_engine_t *e);
 /* Whether the engine stopped on an error it logged (a store or a worker failure): exit 2. */
 bool tp_engine_failed(const tp_engine_t *e);
 

@@ -18,14 +18,14 @@
  *
  * A deadline is kept to within a tenth of a millisecond, whatever the loop
  * is doing (a commit's fsync can take 100 ms on a stalling disk): a thread
- * of the pool's own (wd_main) sleeps until DEADLINE_LEAD_US before it, then
- * in short steps (an idle CPU can take milliseconds to wake), sends the
- * group SIGKILL and tells the loop, which ends the attempt as of that
- * moment. The thread leaves to the loop a worker that has died already, an
- * answer waiting unread in the pipe, and an attempt with a kill_grace; the
- * loop's own timer (the same lead and steps) keeps those; respawns and
- * commits, which block the loop for a millisecond or more, wait until such
- * a deadline, if near, has passed.
+ * of the pool's own (deadline.c) sleeps until TP_DEADLINE_LEAD_US before
+ * it, then in short steps (an idle CPU can take milliseconds to wake),
+ * sends the group SIGKILL and tells the loop, which ends the attempt as of
+ * that moment. The thread leaves to the loop a worker that has died
+ * already, an answer waiting unread in the pipe, and an attempt with a
+ * kill_grace; the loop's own timer (the same lead and steps) keeps those;
+ * respawns and commits, which block the loop for a millisecond or more,
+ * wait until such a deadline, if near, has passed.
  */
 #include "pool.h"
 
@@ -33,20 +33,18 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "buf.h"
 #include "clock.h"
+#include "deadline.h"
 #include "frame.h"
 #include "log.h"
 #include "toolpool.pb-c.h"
@@ -58,17 +56,6 @@ extern char **environ;
 #define EOF_GRACE_US 5000000u
 #define EOF_LINGER_US 1000000u
 #define PIPE_MAX 64
-/*
- * How early an attempt's timer wakes the loop before its deadline, and the
- * short sleeps it takes from then on. A timer on a CPU that has gone idle
- * fires late, by up to a few milliseconds on a virtual machine whose halted
- * vCPU the host has to wake; sleeps as short as a step end before an idle
- * CPU halts (a guest's halt polling lasts about 200 us), so the deadline is
- * kept to within about a step. The price: twenty wake-ups per attempt that
- * runs into its deadline.
- */
-#define DEADLINE_LEAD_US 2000u
-#define DEADLINE_STEP_US 100u
 /*
  * When the deadline thread keeps an attempt's deadline, the loop's own
  * timer for it is only a fallback (for a kill the thread could not send),
@@ -99,6 +86,7 @@ typedef enum {
     WHY_PROTOCOL,
     WHY_HELLO,      /* never said Hello in time */
     WHY_SHUTDOWN,
+    WHY_CANCEL,     /* its running attempt was cancelled */
 } stop_why_t;
 
 typedef struct tp_slot {
@@ -125,11 +113,6 @@ typedef struct tp_slot {
     uint64_t deadline_us;           /* when the running attempt times out */
     bool thread_keeps;              /* the deadline thread keeps it (else the loop's timer) */
     uint64_t held_since_us;         /* a respawn put off for a deadline: since when */
-    /* Shared with the deadline thread, under the pool's wd_mu: */
-    pid_t wd_pid;                   /* the worker until it is reaped: its group may be killed */
-    int wd_reply_fd;                /* its reply pipe while open: an answer there comes first */
-    uint64_t wd_deadline;           /* the running attempt's, for the thread to keep; 0: none */
-    uint64_t wd_killed_us;          /* when the thread sent the group SIGKILL; 0: it has not */
     tp_attempt_t *queue[PIPE_MAX];  /* sent after it, waiting their turn in the worker */
     int queued;
     unsigned crash_streak;
@@ -159,18 +142,11 @@ struct tp_pool {
     tp_pool_stats_t stats;
     char max_frame_arg[16];
     /*
-     * The deadline thread: it sends SIGKILL at each deadline that needs no
-     * grace, whatever the loop is doing (an fsync, a spawn), and tells the
-     * loop through wd_fd. The slots' wd_ fields and these are under wd_mu.
+     * The deadline thread (deadline.h): it sends SIGKILL at each deadline
+     * that needs no grace, whatever the loop is doing (an fsync, a spawn),
+     * and tells the loop, which ends the attempt in deadline_cb.
      */
-    bool wd_running;
-    bool wd_stop;
-    uint64_t wd_next;               /* the deadline the thread waits for; 0: none */
-    pthread_t wd_thread;
-    pthread_mutex_t wd_mu;
-    pthread_cond_t wd_cond;
-    int wd_fd;                      /* eventfd */
-    struct event *ev_wd;
+    tp_deadline_t *deadline;
 };
 
 static void slot_spawn(tp_slot_t *s);
@@ -186,44 +162,21 @@ static void timer_arm(tp_slot_t *s, uint64_t us)
 /*
  * Arms the deadline of a, which starts now on s. The deadline thread keeps
  * it when a needs no kill_grace (the loop's timer is then a fallback);
- * otherwise the loop's timer does, DEADLINE_LEAD_US early.
+ * otherwise the loop's timer does, TP_DEADLINE_LEAD_US early.
  */
 static void deadline_arm(tp_slot_t *s, const tp_attempt_t *a, uint64_t now)
 {
     tp_pool_t *p = s->pool;
     s->deadline_us = now + a->timeout_us;
-    bool thread = p->wd_running && a->tool->policy.kill_grace_us == 0 && !s->dead;
+    bool thread = tp_deadline_running(p->deadline) && a->tool->policy.kill_grace_us == 0 && !s->dead;
     s->thread_keeps = thread;
-    if (p->wd_running) {
-        pthread_mutex_lock(&p->wd_mu);
-        s->wd_deadline = thread ? s->deadline_us : 0;
-        s->wd_killed_us = 0;
-        if (thread && (p->wd_next == 0 || s->wd_deadline < p->wd_next))
-            pthread_cond_signal(&p->wd_cond);
-        pthread_mutex_unlock(&p->wd_mu);
-    }
+    tp_deadline_arm(p->deadline, s->index, thread ? s->deadline_us : 0);
     if (thread) {
         timer_arm(s, a->timeout_us + DEADLINE_FALLBACK_US);
         return;
     }
-    timer_arm(s, a->timeout_us > 2 * DEADLINE_LEAD_US ? a->timeout_us - DEADLINE_LEAD_US : a->timeout_us);
-}
-
-/*
- * Takes s's deadline back from the thread. Returns when the thread killed
- * the group for it, or 0: it has not, and now will not.
- */
-static uint64_t deadline_disarm(tp_slot_t *s)
-{
-    tp_pool_t *p = s->pool;
-    if (!p->wd_running)
-        return 0;
-    pthread_mutex_lock(&p->wd_mu);
-    uint64_t killed = s->wd_killed_us;
-    s->wd_deadline = 0;
-    s->wd_killed_us = 0;
-    pthread_mutex_unlock(&p->wd_mu);
-    return killed;
+    timer_arm(s, a->timeout_us > 2 * TP_DEADLINE_LEAD_US ? a->timeout_us - TP_DEADLINE_LEAD_US
+                                                         : a->timeout_us);
 }
 
 /* A pipe whose ends are CLOEXEC and above fd 4, so dup2 to 3 and 4 always copies. */
@@ -369,20 +322,11 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
             attempt_fail(a, TP_KIND_SERVER_ERROR, "out of memory for the result");
         }
     } else {
+        /* The kind as the tool gave it: the engine decides what it may claim. */
         a->kind = tp_kind_from_name(r->kind);
-        tp_class_t klass = tp_kind_class(a->kind);
-        if (a->kind < TP_KIND__COUNT && (klass == TP_CLASS_GUARD || klass == TP_CLASS_MALFORMED)) {
-            /* Guard and malformed kinds are the pool's to give, not a tool's. */
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s reported %s, a kind only toolpool gives: %s", a->tool->name, r->kind,
-                     r->message);
-            a->kind = TP_KIND_TOOL_ERROR;
-            snprintf(a->kind_name, sizeof a->kind_name, "%s", tp_kind_name(TP_KIND_TOOL_ERROR));
-            a->message = strdup(msg);
-        } else {
-            snprintf(a->kind_name, sizeof a->kind_name, "%s", r->kind[0] ? r->kind : "ToolError");
-            a->message = strdup(r->message);
-        }
+        a->from_tool = true;
+        snprintf(a->kind_name, sizeof a->kind_name, "%s", r->kind[0] ? r->kind : "ToolError");
+        a->message = strdup(r->message);
     }
     if (!isfinite(a->cost) || a->cost < 0)
         a->cost = 0;
@@ -457,7 +401,7 @@ static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
         }
     } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_REPLY && s->state == SLOT_BUSY &&
                wf->reply->seq == s->attempt->seq) {
-        uint64_t killed = deadline_disarm(s);
+        uint64_t killed = tp_deadline_disarm(p->deadline, s->index);
         if (killed)
             slot_deadline(s, killed); /* the KILL went out first: too late */
         else
@@ -658,11 +602,11 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
         if (now < s->deadline_us) {
             /* Woken early on purpose: short sleeps until the deadline. */
             uint64_t left = s->deadline_us - now;
-            timer_arm(s, left > DEADLINE_LEAD_US ? left - DEADLINE_LEAD_US
-                         : left > DEADLINE_STEP_US ? DEADLINE_STEP_US : left);
+            timer_arm(s, left > TP_DEADLINE_LEAD_US ? left - TP_DEADLINE_LEAD_US
+                         : left > TP_DEADLINE_STEP_US ? TP_DEADLINE_STEP_US : left);
             break;
         }
-        slot_deadline(s, deadline_disarm(s));
+        slot_deadline(s, tp_deadline_disarm(p->deadline, s->index));
         break;
     }
     case SLOT_STOPPING:
@@ -740,6 +684,8 @@ static void slot_reaped(tp_slot_t *s, int status)
                          (double)a->timeout_us / 1e6);
         else if (why == WHY_SHUTDOWN)
             attempt_fail(a, TP_KIND_CANCELLED, "%s cancelled: the run was stopped", a->tool->name);
+        else if (why == WHY_CANCEL)
+            attempt_fail(a, TP_KIND_CANCELLED, "%s cancelled while it ran", a->tool->name);
         else if (why == WHY_PROTOCOL)
             attempt_fail(a, TP_KIND_WORKER_CRASHED, "%s: protocol error: %s", a->tool->name, s->detail);
         else
@@ -792,17 +738,11 @@ static void chld_cb(evutil_socket_t fd, short what, void *arg)
         siginfo_t si = {0};
         if (waitid(P_PID, (id_t)s->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid != s->pid)
             continue;
-        /* The thread must not signal the group once the id can be reused. */
-        uint64_t killed = 0;
-        if (p->wd_running) {
-            pthread_mutex_lock(&p->wd_mu);
-            killed = s->wd_killed_us;
-            s->wd_pid = 0;
-            s->wd_reply_fd = -1; /* closed in slot_reaped */
-            s->wd_deadline = 0;
-            s->wd_killed_us = 0;
-            pthread_mutex_unlock(&p->wd_mu);
-        }
+        /*
+         * The thread must not signal the group once the id can be reused
+         * (it forgets the reply pipe too: closed in slot_reaped).
+         */
+        uint64_t killed = tp_deadline_forget(p->deadline, s->index);
         if (killed && s->state == SLOT_BUSY && s->why == WHY_NONE && s->attempt)
             slot_deadline(s, killed); /* the thread's KILL, not a crash */
         kill(-s->pid, SIGKILL);
@@ -856,14 +796,7 @@ static void slot_spawn(tp_slot_t *s)
     close(call_p[0]);
     close(reply_p[1]);
     s->pid = pid;
-    if (p->wd_running) {
-        pthread_mutex_lock(&p->wd_mu);
-        s->wd_pid = pid;
-        s->wd_reply_fd = reply_p[0];
-        s->wd_deadline = 0;
-        s->wd_killed_us = 0;
-        pthread_mutex_unlock(&p->wd_mu);
-    }
+    tp_deadline_watch(p->deadline, s->index, pid, reply_p[0]);
     s->call_fd = call_p[1];
     s->reply_fd = reply_p[0];
     fcntl(s->call_fd, F_SETFL, O_NONBLOCK);
@@ -924,7 +857,9 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts)
     snprintf(p->max_frame_arg, sizeof p->max_frame_arg, "%u", p->o.max_frame);
     p->n = p->o.workers;
     p->slots = calloc((size_t)p->n, sizeof *p->slots);
-    if (p->slots == NULL) {
+    p->deadline = p->slots ? tp_deadline_new(p->n) : NULL;
+    if (p->deadline == NULL) {
+        free(p->slots);
         free(p);
         return NULL;
     }
@@ -932,154 +867,26 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts)
         tp_slot_t *s = &p->slots[i];
         s->pool = p;
         s->index = i;
-        s->call_fd = s->reply_fd = s->wd_reply_fd = -1;
+        s->call_fd = s->reply_fd = -1;
         s->ev_timer = evtimer_new(base, timer_cb, s);
     }
     p->ev_chld = evsignal_new(base, SIGCHLD, chld_cb, p);
     p->ev_flush = event_new(base, -1, 0, flush_cb, p);
-    p->wd_fd = -1;
     tp_arena_init(&p->arena, 4096);
     return p;
 }
 
 /* The loop hears from the deadline thread: end the attempts it killed. */
-static void wd_cb(evutil_socket_t fd, short what, void *arg)
+static void deadline_cb(void *arg)
 {
     tp_pool_t *p = arg;
-    uint64_t n;
-    if (read(fd, &n, sizeof n) < 0 && errno != EAGAIN)
-        tp_log_error("deadline thread's eventfd: %s", strerror(errno));
     for (int i = 0; i < p->n; i++) {
         tp_slot_t *s = &p->slots[i];
         if (s->state != SLOT_BUSY || s->why != WHY_NONE || s->attempt == NULL)
             continue;
-        pthread_mutex_lock(&p->wd_mu);
-        uint64_t killed = s->wd_killed_us;
-        pthread_mutex_unlock(&p->wd_mu);
-        if (killed)
-            slot_deadline(s, deadline_disarm(s));
+        if (tp_deadline_killed(p->deadline, s->index))
+            slot_deadline(s, tp_deadline_disarm(p->deadline, s->index));
     }
-}
-
-/*
- * The deadline thread. It sleeps until DEADLINE_LEAD_US before the soonest
- * deadline it keeps, then in DEADLINE_STEP_US steps (an idle vCPU is slow
- * to wake), sends SIGKILL to the group of each worker whose deadline has
- * come, and tells the loop. It touches nothing but the wd_ fields, and
- * signals a group only while its worker is unreaped (wd_pid), so the
- * group's id cannot have been reused.
- */
-static void *wd_main(void *arg)
-{
-    tp_pool_t *p = arg;
-    pthread_mutex_lock(&p->wd_mu);
-    while (!p->wd_stop) {
-        uint64_t now = tp_now_us(), next = 0;
-        bool fired = false;
-        for (int i = 0; i < p->n; i++) {
-            tp_slot_t *s = &p->slots[i];
-            if (s->wd_deadline == 0 || s->wd_killed_us != 0 || s->wd_pid <= 0)
-                continue;
-            if (s->wd_deadline <= now) {
-                siginfo_t si = {0};
-                int unread = 0;
-                if ((waitid(P_PID, (id_t)s->wd_pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid != 0) ||
-                    (s->wd_reply_fd >= 0 && ioctl(s->wd_reply_fd, FIONREAD, &unread) == 0 && unread > 0)) {
-                    /*
-                     * The worker has died of something else, or an answer
-                     * waits in its pipe: the loop, soon free, decides
-                     * (its fallback timer follows).
-                     */
-                    s->wd_deadline = 0;
-                } else if (kill(-s->wd_pid, SIGKILL) == 0) {
-                    s->wd_killed_us = tp_now_us();
-                    fired = true;
-                } else {
-                    s->wd_deadline = 0; /* the loop's fallback timer will see to it */
-                }
-            } else if (next == 0 || s->wd_deadline < next) {
-                next = s->wd_deadline;
-            }
-        }
-        p->wd_next = next;
-        if (fired) {
-            uint64_t one = 1;
-            pthread_mutex_unlock(&p->wd_mu);
-            if (write(p->wd_fd, &one, sizeof one) < 0 && errno != EAGAIN)
-                tp_log_error("the deadline thread cannot wake the loop; its fallback timers will");
-            pthread_mutex_lock(&p->wd_mu);
-        } else if (next == 0) {
-            pthread_cond_wait(&p->wd_cond, &p->wd_mu);
-        } else if (next > now + DEADLINE_LEAD_US) {
-            uint64_t at = next - DEADLINE_LEAD_US;
-            struct timespec ts = {.tv_sec = (time_t)(at / 1000000u), .tv_nsec = (long)(at % 1000000u) * 1000};
-            pthread_cond_timedwait(&p->wd_cond, &p->wd_mu, &ts);
-        } else {
-            uint64_t step = next - now < DEADLINE_STEP_US ? next - now : DEADLINE_STEP_US;
-            struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)step * 1000};
-            pthread_mutex_unlock(&p->wd_mu);
-            nanosleep(&ts, NULL);
-            pthread_mutex_lock(&p->wd_mu);
-        }
-    }
-    pthread_mutex_unlock(&p->wd_mu);
-    return NULL;
-}
-
-/*
- * Starts the deadline thread, with every signal blocked (they are the
- * loop's). Without it (no thread, no eventfd), the loop's timers keep
- * every deadline, as they do for attempts with a kill_grace.
- */
-static void wd_start(tp_pool_t *p)
-{
-    pthread_condattr_t ca;
-    p->wd_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (p->wd_fd < 0)
-        return;
-    p->ev_wd = event_new(p->base, p->wd_fd, EV_READ | EV_PERSIST, wd_cb, p);
-    if (p->ev_wd == NULL || event_add(p->ev_wd, NULL) < 0 || pthread_condattr_init(&ca) != 0)
-        return;
-    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    if (rc == 0)
-        rc = pthread_cond_init(&p->wd_cond, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc != 0)
-        return;
-    if (pthread_mutex_init(&p->wd_mu, NULL) != 0) {
-        pthread_cond_destroy(&p->wd_cond);
-        return;
-    }
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &old);
-    p->wd_running = pthread_create(&p->wd_thread, NULL, wd_main, p) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (!p->wd_running) {
-        pthread_cond_destroy(&p->wd_cond);
-        pthread_mutex_destroy(&p->wd_mu);
-        tp_log_error("no deadline thread; the loop's timers keep the deadlines");
-    }
-}
-
-static void wd_stop(tp_pool_t *p)
-{
-    if (p->wd_running) {
-        pthread_mutex_lock(&p->wd_mu);
-        p->wd_stop = true;
-        pthread_cond_signal(&p->wd_cond);
-        pthread_mutex_unlock(&p->wd_mu);
-        pthread_join(p->wd_thread, NULL);
-        pthread_cond_destroy(&p->wd_cond);
-        pthread_mutex_destroy(&p->wd_mu);
-        p->wd_running = false;
-    }
-    if (p->ev_wd)
-        event_free(p->ev_wd);
-    p->ev_wd = NULL;
-    if (p->wd_fd >= 0)
-        close(p->wd_fd);
-    p->wd_fd = -1;
 }
 
 int tp_pool_start(tp_pool_t *p)
@@ -1092,7 +899,7 @@ int tp_pool_start(tp_pool_t *p)
         tp_log_error("cannot watch SIGCHLD");
         return -1;
     }
-    wd_start(p);
+    tp_deadline_start(p->deadline, p->base, deadline_cb, p);
     for (int i = 0; i < p->n; i++)
         slot_spawn(&p->slots[i]);
     return 0;
@@ -1281,6 +1088,18 @@ void tp_pool_shutdown(tp_pool_t *p, bool kill_busy)
         event_base_once(p->base, -1, EV_TIMEOUT, closed_now_cb, p, NULL);
 }
 
+int tp_pool_cancel(tp_pool_t *p, tp_attempt_t *a)
+{
+    for (int i = 0; i < p->n; i++) {
+        tp_slot_t *s = &p->slots[i];
+        if (s->attempt != a || s->state != SLOT_BUSY)
+            continue;
+        tp_deadline_disarm(p->deadline, s->index); /* the deadline thread must not end it as a Timeout */
+        return slot_stop(s, WHY_CANCEL, SIGKILL) == 0 ? 0 : -1;
+    }
+    return -1;
+}
+
 const tp_pool_stats_t *tp_pool_stats(const tp_pool_t *p)
 {
     return &p->stats;
@@ -1294,7 +1113,7 @@ void tp_pool_free(tp_pool_t *p)
 {
     if (p == NULL)
         return;
-    wd_stop(p);
+    tp_deadline_free(p->deadline);
     for (int i = 0; i < p->n; i++) {
         tp_slot_t *s = &p->slots[i];
         if (s->pid > 0) {

@@ -46,6 +46,7 @@ typedef struct tp_attempt {
     /* set by the pool when the attempt ends */
     bool ok;
     tp_kind_t kind;             /* TP_KIND_OTHER: see kind_name */
+    bool from_tool;             /* the kind is what the tool's Reply said (the pool's own: false) */
     char kind_name[64];
     char *message;              /* malloc'd or NULL; the caller frees */
     char *result;               /* malloc'd JSON text when ok; the caller frees */
@@ -117,6 +118,14 @@ bool tp_pool_is_running(const tp_pool_t *pool, const tp_attempt_t *a);
  * fit in a frame (a is then filled in as failed).
  */
 int tp_pool_submit(tp_pool_t *pool, tp_attempt_t *a);
+/*
+ * Ends a's attempt now, if it is a slot's running attempt: its worker's
+ * group is killed, and the attempt ends Cancelled at the reap (done_cb).
+ * An attempt queued behind another in a worker is left to end by itself
+ * (a pipelined attempt is a short one). Returns 0, or -1 when a is not
+ * running.
+ */
+int tp_pool_cancel(tp_pool_t *pool, tp_attempt_t *a);
 /*
  * Stops the pool: idle workers get EOF and exit; with kill_busy, busy ones
  * are killed at once (their attempts end Cancelled), else they finish first.

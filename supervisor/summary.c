@@ -120,3 +120,17 @@ void tp_progress_draw(FILE *f, const tp_summary_t *s, double fraction, double el
             running, elapsed_s > 0 ? (double)s->calls / elapsed_s : 0.0);
     fflush(f);
 }
+
+void tp_summary_bucket_range(unsigned idx, uint64_t *lo, uint64_t *hi)
+{
+    if (idx < TP_HIST_SUB) {
+        *lo = idx;
+        *hi = idx + 1u;
+        return;
+    }
+    unsigned e = (idx - TP_HIST_SUB) / TP_HIST_SUB + 4;
+    unsigned sub = (idx - TP_HIST_SUB) % TP_HIST_SUB;
+    *lo = (1ull << e) | ((uint64_t)sub << (e - 4));
+    /* The last bucket also holds everything past it (bucket_of). */
+    *hi = idx == TP_HIST_BUCKETS - 1 ? UINT64_MAX : *lo + (1ull << (e - 4));
+}

@@ -36,5 +36,7 @@ void tp_summary_print(FILE *f, const tp_summary_t *s, double elapsed_s);
  */
 void tp_progress_draw(FILE *f, const tp_summary_t *s, double fraction, double elapsed_s,
                       int running);
+/* The values (us) bucket idx of hist holds: [*lo, *hi). For a report in fixed bounds (/metrics). */
+void tp_summary_bucket_range(unsigned idx, uint64_t *lo, uint64_t *hi);
 
 #endif

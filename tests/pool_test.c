@@ -17,7 +17,7 @@
 
 #include <event2/event.h>
 
-#include "batch.h"
+#include "front_jsonl.h"
 #include "buf.h"
 #include "clock.h"
 #include "runutil.h"

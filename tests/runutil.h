@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "batch.h"
+#include "front_jsonl.h"
 
 typedef struct {
     json_t *rows;   /* array of result objects */

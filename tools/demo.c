@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "batch.h"
+#include "front_jsonl.h"
 #include "cli.h"
 #include "log.h"
 

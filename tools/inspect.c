@@ -1,11 +1,15 @@
 /*
- * toolpool breakers and toolpool escalations: a person's view of the store.
+ * toolpool breakers, escalations and checkpoints: a person's view of the
+ * store (or a program's, with --json).
  *
- *   toolpool breakers [list | show ID | reset ID] [--store DIR]
- *   toolpool escalations [list [--all] | show ID | resolve ID [--note TEXT]] [--store DIR]
+ *   toolpool breakers [list | show ID | reset ID] [--store DIR] [--json]
+ *   toolpool escalations [list [--all] | show ID | resolve ID [--note TEXT]] [--store DIR] [--json]
+ *   toolpool checkpoints [list | show JOB] [--store DIR] [--json]
  *
  * Reads run in a read transaction, so they never block a running
- * supervisor; reset and resolve take one short write.
+ * supervisor; reset and resolve take one short write. What they find and
+ * change, and the JSON, come from supervisor/records.c, which serve's
+ * endpoints use too.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -15,9 +19,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "breaker.h"
+#include "checkpoint.h"
 #include "cli.h"
 #include "log.h"
+#include "records.h"
 #include "store.h"
 #include "toolpool.pb-c.h"
 
@@ -27,15 +32,17 @@ typedef struct {
     const char *id;
     const char *note;
     bool all;
+    bool json;
 } args_t;
 
-/* [VERB [ID]] [--store DIR] [--all] [--note TEXT], in any order. */
+/* [VERB [ID]] [--store DIR] [--all] [--note TEXT] [--json], in any order. */
 static int parse(int argc, char **argv, args_t *a, const char *usage)
 {
     static const struct option longopts[] = {
         {"store", required_argument, NULL, 's'},
         {"all", no_argument, NULL, 'a'},
         {"note", required_argument, NULL, 'n'},
+        {"json", no_argument, NULL, 'J'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -47,6 +54,7 @@ static int parse(int argc, char **argv, args_t *a, const char *usage)
         case 's': a->store = optarg; break;
         case 'a': a->all = true; break;
         case 'n': a->note = optarg; break;
+        case 'J': a->json = true; break;
         case 'h': fputs(usage, stdout); exit(0);
         default: fputs(usage, stderr); return 2;
         }
@@ -72,6 +80,18 @@ static void put_time(FILE *out, uint64_t unix_us)
     fputs(buf, out);
 }
 
+/* Prints v (taking its reference) as indented JSON; 0, or 2 when it could not be built. */
+static int print_json(json_t *v, const args_t *a)
+{
+    if (v == NULL) {
+        tp_log_error("%s: out of memory rendering JSON", a->store);
+        return 2;
+    }
+    int rc = json_dumpf(v, stdout, JSON_INDENT(2)) == 0 && fputc('\n', stdout) != EOF ? 0 : 2;
+    json_decref(v);
+    return rc;
+}
+
 /* Opens the store named by the arguments (writable for a verb that writes); NULL is logged. */
 static tp_store_t *open_store(const args_t *a, bool write)
 {
@@ -94,10 +114,11 @@ static MDB_txn *read_txn(tp_store_t *s, const args_t *a)
 
 /*
  * Runs a verb that writes (reset, resolve) in one transaction, says what it
- * did, closes the store, and returns the exit status.
+ * did (naming id_out, the record's full id, when fn filled it in), closes
+ * the store, and returns the exit status.
  */
 static int run_write(tp_store_t *s, const args_t *a, tp_store_apply_fn fn, void *ctx, const char *thing,
-                     const char *done)
+                     const char *done, const char *id_out)
 {
     char err[1024];
     int rc = tp_store_write(s, fn, ctx, err, sizeof err);
@@ -110,40 +131,26 @@ static int run_write(tp_store_t *s, const args_t *a, tp_store_apply_fn fn, void 
         tp_log_error("%s", err);
         return 2;
     }
-    printf("%s %s\n", done, a->id);
+    const char *id = id_out && id_out[0] ? id_out : a->id;
+    if (a->json)
+        return print_json(json_pack("{s:s, s:b}", "id", id, done, 1), a);
+    printf("%s %s\n", done, id);
     return 0;
 }
 
 /* ---- breakers ---- */
 
 static const char breakers_usage[] =
-    "usage: toolpool breakers [list | show ID | reset ID] [--store DIR]\n"
+    "usage: toolpool breakers [list | show ID | reset ID] [--store DIR] [--json]\n"
     "Circuit breakers in the store. A tool breaker's ID is tool/NAME; a same-call\n"
     "breaker's is call/NAME/DIGEST (a unique prefix of the digest will do).\n"
-    "reset closes the breaker and forgets its failures.\n";
+    "reset closes the breaker and forgets its failures. --json: as JSON.\n";
 
 static const char *state_name(Toolpool__BreakerState st)
 {
     return st == TOOLPOOL__BREAKER_STATE__BREAKER_OPEN        ? "open"
            : st == TOOLPOOL__BREAKER_STATE__BREAKER_HALF_OPEN ? "half-open"
                                                               : "closed";
-}
-
-/* Writes the printable id of the breaker at key into id. */
-static void breaker_id(const MDB_val *k, char *id, size_t cap)
-{
-    const char *p = k->mv_data;
-    if (k->mv_size > 0 && p[0] == 't') {
-        snprintf(id, cap, "tool/%.*s", (int)(k->mv_size - 1), p + 1);
-        return;
-    }
-    size_t n = strnlen(p + 1, k->mv_size - 1);
-    tp_digest_t d = {0};
-    if (k->mv_size >= n + 2 + TP_DIGEST_LEN)
-        memcpy(d.b, p + 2 + n, TP_DIGEST_LEN);
-    char hex[2 * TP_DIGEST_LEN + 1];
-    tp_digest_hex(&d, hex);
-    snprintf(id, cap, "call/%.*s/%s", (int)n, p + 1, hex);
 }
 
 static void show_breaker(FILE *out, const char *id, const MDB_val *v, bool full)
@@ -175,8 +182,8 @@ static void show_breaker(FILE *out, const char *id, const MDB_val *v, bool full)
         fprintf(out, "%s  (corrupt record)\n", id);
         return;
     }
-    fprintf(out, "%-40s %-9s %zu failure%s", full ? id : id, cb->opened_unix_us ? "open" : "closed",
-            cb->n_failures_unix_us, cb->n_failures_unix_us == 1 ? "" : "s");
+    fprintf(out, "%-40s %-9s %zu failure%s", id, cb->opened_unix_us ? "open" : "closed", cb->n_failures_unix_us,
+            cb->n_failures_unix_us == 1 ? "" : "s");
     if (cb->opened_unix_us) {
         fputs(", opened ", out);
         put_time(out, cb->opened_unix_us);
@@ -197,37 +204,16 @@ static void show_breaker(FILE *out, const char *id, const MDB_val *v, bool full)
     toolpool__call_breaker__free_unpacked(cb, NULL);
 }
 
-/* The one breaker whose id starts with prefix: 0, MDB_NOTFOUND, or EEXIST (ambiguous). */
-static int find_breaker(tp_store_t *s, MDB_txn *txn, const char *prefix, MDB_val *key, MDB_val *val)
-{
-    MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur);
-    if (rc)
-        return rc;
-    MDB_val k, v;
-    int found = 0;
-    char id[700];
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        breaker_id(&k, id, sizeof id);
-        if (strncmp(id, prefix, strlen(prefix)) == 0 && (strlen(prefix) == strlen(id) || strncmp(prefix, "call/", 5) == 0)) {
-            *key = k;
-            *val = v;
-            found++;
-        }
-    }
-    mdb_cursor_close(cur);
-    return found == 1 ? 0 : found == 0 ? MDB_NOTFOUND : EEXIST;
-}
+typedef struct {
+    tp_store_t *s;
+    const char *prefix;
+    char id[TP_RECORDS_ID_MAX];
+} reset_ctx_t;
 
-static int reset_apply(MDB_txn *txn, void *ctx)
+static int reset_apply(MDB_txn *txn, void *arg)
 {
-    void **c = ctx;
-    tp_store_t *s = c[0];
-    MDB_val key, val;
-    int rc = find_breaker(s, txn, c[1], &key, &val);
-    if (rc)
-        return rc;
-    return mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &key, NULL);
+    reset_ctx_t *c = arg;
+    return tp_records_breaker_reset(c->s, txn, c->prefix, c->id, sizeof c->id);
 }
 
 int tp_cmd_breakers(int argc, char **argv)
@@ -244,8 +230,8 @@ int tp_cmd_breakers(int argc, char **argv)
     if (s == NULL)
         return 2;
     if (reset) {
-        void *ctx[2] = {s, (void *)a.id};
-        return run_write(s, &a, reset_apply, ctx, "breaker", "reset");
+        reset_ctx_t ctx = {.s = s, .prefix = a.id};
+        return run_write(s, &a, reset_apply, &ctx, "breaker", "reset", ctx.id);
     }
     int status = 0;
     MDB_txn *txn = read_txn(s, &a);
@@ -253,30 +239,47 @@ int tp_cmd_breakers(int argc, char **argv)
         tp_store_close(s);
         return 2;
     }
-    char id[700];
+    char id[TP_RECORDS_ID_MAX];
     if (show) {
         MDB_val k, v;
-        int rc = find_breaker(s, txn, a.id, &k, &v);
+        int rc = tp_records_breaker_find(s, txn, a.id, &k, &v);
         if (rc) {
             tp_log_error("%s: %s breaker %s", a.store, rc == EEXIST ? "more than one" : "no", a.id);
             status = 2;
+        } else if (a.json) {
+            status = print_json(tp_records_breaker_json(&k, &v, true), &a);
         } else {
-            breaker_id(&k, id, sizeof id);
+            tp_records_breaker_id(&k, id, sizeof id);
             show_breaker(stdout, id, &v, true);
+        }
+    } else if (a.json) {
+        json_t *all = NULL;
+        int rc = tp_records_breakers_json(s, txn, &all);
+        if (rc) {
+            tp_log_error("%s: cannot read the breakers: %s", a.store, mdb_strerror(rc));
+            status = 2;
+        } else {
+            status = print_json(json_pack("{s:o}", "breakers", all), &a);
         }
     } else {
         MDB_cursor *cur;
         MDB_val k, v;
-        int n = 0;
-        mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur);
-        for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-            breaker_id(&k, id, sizeof id);
-            show_breaker(stdout, id, &v, false);
-            n++;
+        int n = 0, rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur);
+        if (rc == 0) {
+            for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+                tp_records_breaker_id(&k, id, sizeof id);
+                show_breaker(stdout, id, &v, false);
+                n++;
+            }
+            mdb_cursor_close(cur);
         }
-        mdb_cursor_close(cur);
-        if (n == 0)
-            puts("no breakers: every circuit is closed");
+        if (rc != MDB_NOTFOUND) {
+            tp_log_error("%s: cannot read the breakers: %s", a.store, mdb_strerror(rc));
+            status = 2;
+        } else {
+            if (n == 0)
+                puts("no breakers: every circuit is closed");
+        }
     }
     mdb_txn_abort(txn);
     tp_store_close(s);
@@ -286,9 +289,9 @@ int tp_cmd_breakers(int argc, char **argv)
 /* ---- escalations ---- */
 
 static const char escalations_usage[] =
-    "usage: toolpool escalations [list [--all] | show ID | resolve ID [--note TEXT]] [--store DIR]\n"
+    "usage: toolpool escalations [list [--all] | show ID | resolve ID [--note TEXT]] [--store DIR] [--json]\n"
     "Calls handed to a person: an open same-call circuit, or a fallback chain\n"
-    "that ran out. list shows the open ones (--all: resolved ones too).\n";
+    "that ran out. list shows the open ones (--all: resolved ones too). --json: as JSON.\n";
 
 static void show_escalation(FILE *out, const Toolpool__Escalation *e, bool full)
 {
@@ -321,25 +324,16 @@ static void show_escalation(FILE *out, const Toolpool__Escalation *e, bool full)
     }
 }
 
-static int resolve_apply(MDB_txn *txn, void *ctx)
+typedef struct {
+    tp_store_t *s;
+    const char *id;
+    const char *note;
+} resolve_ctx_t;
+
+static int resolve_apply(MDB_txn *txn, void *arg)
 {
-    void **c = ctx;
-    tp_store_t *s = c[0];
-    const char *id = c[1], *note = c[2];
-    Toolpool__Escalation *e;
-    int rc = tp_store_get_msg(s, txn, TP_DB_ESCALATIONS, id, strlen(id), &toolpool__escalation__descriptor,
-                              (ProtobufCMessage **)&e);
-    if (rc)
-        return rc;
-    char *keep = e->note;
-    e->resolved = true;
-    e->resolved_unix_us = tp_unix_us();
-    if (note)
-        e->note = (char *)note;
-    rc = tp_store_put_msg(s, txn, TP_DB_ESCALATIONS, id, strlen(id), &e->base);
-    e->note = keep;
-    protobuf_c_message_free_unpacked(&e->base, NULL);
-    return rc;
+    resolve_ctx_t *c = arg;
+    return tp_records_escalation_resolve(c->s, txn, c->id, c->note);
 }
 
 int tp_cmd_escalations(int argc, char **argv)
@@ -357,8 +351,8 @@ int tp_cmd_escalations(int argc, char **argv)
     if (s == NULL)
         return 2;
     if (resolve) {
-        void *ctx[3] = {s, (void *)a.id, (void *)a.note};
-        return run_write(s, &a, resolve_apply, ctx, "escalation", "resolved");
+        resolve_ctx_t ctx = {.s = s, .id = a.id, .note = a.note};
+        return run_write(s, &a, resolve_apply, &ctx, "escalation", "resolved", NULL);
     }
     int status = 0;
     MDB_txn *txn = read_txn(s, &a);
@@ -368,35 +362,52 @@ int tp_cmd_escalations(int argc, char **argv)
     }
     if (show) {
         Toolpool__Escalation *e;
-        int rc = tp_store_get_msg(s, txn, TP_DB_ESCALATIONS, a.id, strlen(a.id), &toolpool__escalation__descriptor,
-                                  (ProtobufCMessage **)&e);
+        int rc = tp_records_escalation_get(s, txn, a.id, &e);
         if (rc) {
             tp_log_error("%s: %s escalation %s", a.store, rc == EPROTO ? "corrupt" : "no", a.id);
             status = 2;
         } else {
-            show_escalation(stdout, e, true);
-            protobuf_c_message_free_unpacked(&e->base, NULL);
+            if (a.json)
+                status = print_json(tp_records_escalation_json(e, true), &a);
+            else
+                show_escalation(stdout, e, true);
+            toolpool__escalation__free_unpacked(e, NULL);
+        }
+    } else if (a.json) {
+        json_t *all = NULL;
+        int rc = tp_records_escalations_json(s, txn, a.all, &all);
+        if (rc) {
+            tp_log_error("%s: cannot read the escalations: %s", a.store, mdb_strerror(rc));
+            status = 2;
+        } else {
+            status = print_json(json_pack("{s:o}", "escalations", all), &a);
         }
     } else {
         MDB_cursor *cur;
         MDB_val k, v;
-        int n = 0;
-        mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_ESCALATIONS), &cur);
-        for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-            Toolpool__Escalation *e = toolpool__escalation__unpack(NULL, v.mv_size, v.mv_data);
-            if (e == NULL) {
-                printf("%.*s  (corrupt record)\n", (int)k.mv_size, (const char *)k.mv_data);
-                continue;
+        int n = 0, rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_ESCALATIONS), &cur);
+        if (rc == 0) {
+            for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+                Toolpool__Escalation *e = toolpool__escalation__unpack(NULL, v.mv_size, v.mv_data);
+                if (e == NULL) {
+                    printf("%.*s  (corrupt record)\n", (int)k.mv_size, (const char *)k.mv_data);
+                    continue;
+                }
+                if (a.all || !e->resolved) {
+                    show_escalation(stdout, e, false);
+                    n++;
+                }
+                toolpool__escalation__free_unpacked(e, NULL);
             }
-            if (a.all || !e->resolved) {
-                show_escalation(stdout, e, false);
-                n++;
-            }
-            toolpool__escalation__free_unpacked(e, NULL);
+            mdb_cursor_close(cur);
         }
-        mdb_cursor_close(cur);
-        if (n == 0)
-            puts(a.all ? "no escalations" : "no open escalations");
+        if (rc != MDB_NOTFOUND) {
+            tp_log_error("%s: cannot read the escalations: %s", a.store, mdb_strerror(rc));
+            status = 2;
+        } else {
+            if (n == 0)
+                puts(a.all ? "no escalations" : "no open escalations");
+        }
     }
     mdb_txn_abort(txn);
     tp_store_close(s);
@@ -406,9 +417,11 @@ int tp_cmd_escalations(int argc, char **argv)
 /* ---- checkpoints ---- */
 
 static const char checkpoints_usage[] =
-    "usage: toolpool checkpoints [list | show JOB] [--store DIR]\n"
+    "usage: toolpool checkpoints [list | show JOB] [--store DIR] [--json]\n"
     "Each job's checkpoint: the step it reached, the usage its guards count, and\n"
-    "(show) its message list: every ended call in order, with what it returned.\n";
+    "(show) its message list: every ended call in order, with what it returned,\n"
+    "and the agent loop's own state when it saved one (serve's\n"
+    "PUT /v1/jobs/JOB/checkpoint). --json: as JSON.\n";
 
 static void put_secs_us(FILE *out, uint64_t us)
 {
@@ -423,15 +436,27 @@ static void list_checkpoint(FILE *out, const Toolpool__Checkpoint *cp)
     put_secs_us(out, cp->wall_used_us);
     if (cp->stopped[0])
         fprintf(out, ", stopped: %s", cp->stopped);
+    if (cp->has_state)
+        fprintf(out, ", agent state at step %llu", (unsigned long long)cp->state_step);
     fputc('\n', out);
+}
+
+/* The agent loop's own checkpoint, when it saved one: its step, when, and its state (cut at 2000 bytes). */
+static void show_agent_state(FILE *out, const Toolpool__Checkpoint *cp)
+{
+    if (!cp->has_state)
+        return;
+    fprintf(out, "  agent state: step %llu, saved ", (unsigned long long)cp->state_step);
+    put_time(out, cp->state_unix_us);
+    int n = cp->state.len > 2000 ? 2000 : (int)cp->state.len;
+    fprintf(out, "\n    %.*s%s\n", n, (const char *)cp->state.data, cp->state.len > 2000 ? "..." : "");
 }
 
 /* One line of a job's message list: the call and what came back. */
 static void show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const char *id)
 {
     Toolpool__StoredResult *sr;
-    int rc = tp_store_get_msg(s, txn, TP_DB_RESULTS, id, strlen(id), &toolpool__stored_result__descriptor,
-                              (ProtobufCMessage **)&sr);
+    int rc = tp_result_get(s, txn, id, &sr);
     json_t *r = rc ? NULL : json_loadb((const char *)sr->line.data, sr->line.len, 0, NULL);
     if (rc == 0)
         toolpool__stored_result__free_unpacked(sr, NULL);
@@ -455,6 +480,23 @@ static void show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const char *id)
     json_decref(r);
 }
 
+/* show JOB --json: the checkpoint, with the recorded results of its calls in order. */
+static int show_checkpoint_json(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, const args_t *a)
+{
+    json_t *o = tp_records_checkpoint_json(cp), *results = NULL;
+    int rc = o ? tp_records_checkpoint_results_json(s, txn, cp, &results) : ENOMEM;
+    if (rc) {
+        json_decref(o);
+        tp_log_error("%s: cannot read the results of job %s: %s", a->store, cp->job, mdb_strerror(rc));
+        return 2;
+    }
+    if (json_object_set_new(o, "results", results) != 0) {
+        json_decref(o);
+        o = NULL;
+    }
+    return print_json(o, a);
+}
+
 int tp_cmd_checkpoints(int argc, char **argv)
 {
     args_t a;
@@ -476,37 +518,55 @@ int tp_cmd_checkpoints(int argc, char **argv)
     int status = 0;
     if (show) {
         Toolpool__Checkpoint *cp;
-        int rc = tp_store_get_msg(s, txn, TP_DB_JOBS, a.id, strlen(a.id), &toolpool__checkpoint__descriptor,
-                                  (ProtobufCMessage **)&cp);
+        int rc = tp_checkpoint_get(s, txn, a.id, &cp);
         if (rc) {
             tp_log_error("%s: %s checkpoint for job %s", a.store, rc == EPROTO ? "corrupt" : "no", a.id);
             status = 2;
+        } else if (a.json) {
+            status = show_checkpoint_json(s, txn, cp, &a);
+            toolpool__checkpoint__free_unpacked(cp, NULL);
         } else {
             list_checkpoint(stdout, cp);
             if (cp->stopped[0])
                 printf("  stopped: %s\n", cp->stop_message);
+            show_agent_state(stdout, cp);
             for (size_t i = 0; i < cp->n_calls; i++)
                 show_step(stdout, s, txn, cp->calls[i]);
             toolpool__checkpoint__free_unpacked(cp, NULL);
         }
+    } else if (a.json) {
+        json_t *all = NULL;
+        int rc = tp_records_checkpoints_json(s, txn, &all);
+        if (rc) {
+            tp_log_error("%s: cannot read the checkpoints: %s", a.store, mdb_strerror(rc));
+            status = 2;
+        } else {
+            status = print_json(json_pack("{s:o}", "checkpoints", all), &a);
+        }
     } else {
         MDB_cursor *cur;
         MDB_val k, v;
-        int n = 0;
-        mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_JOBS), &cur);
-        for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-            Toolpool__Checkpoint *cp = toolpool__checkpoint__unpack(NULL, v.mv_size, v.mv_data);
-            if (cp == NULL) {
-                printf("%.*s  (corrupt record)\n", (int)k.mv_size, (const char *)k.mv_data);
-                continue;
+        int n = 0, rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_JOBS), &cur);
+        if (rc == 0) {
+            for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+                Toolpool__Checkpoint *cp = toolpool__checkpoint__unpack(NULL, v.mv_size, v.mv_data);
+                if (cp == NULL) {
+                    printf("%.*s  (corrupt record)\n", (int)k.mv_size, (const char *)k.mv_data);
+                    continue;
+                }
+                list_checkpoint(stdout, cp);
+                toolpool__checkpoint__free_unpacked(cp, NULL);
+                n++;
             }
-            list_checkpoint(stdout, cp);
-            toolpool__checkpoint__free_unpacked(cp, NULL);
-            n++;
+            mdb_cursor_close(cur);
         }
-        mdb_cursor_close(cur);
-        if (n == 0)
-            puts("no checkpoints");
+        if (rc != MDB_NOTFOUND) {
+            tp_log_error("%s: cannot read the checkpoints: %s", a.store, mdb_strerror(rc));
+            status = 2;
+        } else {
+            if (n == 0)
+                puts("no checkpoints");
+        }
     }
     mdb_txn_abort(txn);
     tp_store_close(s);

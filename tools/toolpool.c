@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "batch.h"
 #include "cli.h"
 #include "frame.h"
+#include "front_jsonl.h"
 #include "log.h"
 #include "registry.h"
 
@@ -24,6 +24,9 @@ static const char usage_text[] =
     "\n"
     "commands:\n"
     "  run          run a file of calls (JSON lines), one result line per call\n"
+    "  serve        the same pool as an HTTP/JSON service, on a Unix socket or\n"
+    "               a loopback port: calls, batches, checkpoints, breakers,\n"
+    "               escalations, metrics\n"
     "  demo         the bundled example: a hung search and its fallback, a\n"
     "               forbidden delete whose circuit opens, a rate-limited retry\n"
     "  trace        print a results file (or calls recorded in the store) as\n"
@@ -200,6 +203,8 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "run") == 0)
         return tp_cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "serve") == 0)
+        return tp_cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "demo") == 0)
         return tp_cmd_demo(argc - 1, argv + 1);
     if (strcmp(cmd, "trace") == 0)

@@ -1,17 +1,19 @@
 /*
- * The batch runner behind `toolpool run`: calls in as JSON lines, results
- * out as JSON lines, one per call.
+ * The JSONL front: the batch runner behind `toolpool run`. Calls in as
+ * JSON lines, results out as JSON lines, one per call; the engine
+ * (engine.h) runs them.
  *
  * Input is streamed: at most a window of calls is held at once, so a file
  * of any size runs in flat memory. Calls of one job run one at a time in
  * step order; jobs run in parallel across the pool.
  */
-#ifndef TP_BATCH_H
-#define TP_BATCH_H
+#ifndef TP_FRONT_JSONL_H
+#define TP_FRONT_JSONL_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "commit.h"
 #include "pool.h"
 #include "registry.h"
 #include "store.h"
@@ -50,15 +52,5 @@ typedef struct {
  * that cannot be written).
  */
 int tp_batch_run(const tp_batch_opts_t *opts, tp_batch_report_t *report);
-
-/*
- * How long a commit that is due may wait for an attempt's deadline, in us
- * (0: commit now), so that the loop is not in an fsync when the deadline
- * comes: until just past a deadline due within twice the average commit
- * (commit_us) plus a margin, but never past the transaction's start
- * (since) plus its window plus 20 ms. deadline 0: none. Times in
- * tp_now_us().
- */
-uint64_t tp_commit_hold_us(uint64_t now, uint64_t deadline, uint64_t since, uint64_t window, double commit_us);
 
 #endif

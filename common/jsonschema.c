@@ -2,7 +2,7 @@
  * JSON Schema draft-07, compiled: every schema object becomes a node_t with
  * its keywords checked, its numbers and sizes decoded, its property names
  * hashed and its regexes compiled, so validating is a walk over nodes that
- * allocates next to nothing on the valid path. See schema.h for what is
+ * allocates next to nothing on the valid path. See jsonschema.h for what is
  * supported and how messages read.
  *
  * Compiling: compile() turns one schema value into a node, memoised by the
@@ -20,7 +20,7 @@
  * at the first failure and write nothing; only when their verdict is a
  * violation and a message is wanted are they run again to say why.
  */
-#include "schema.h"
+#include "jsonschema.h"
 
 #include "json.h"
 
@@ -142,10 +142,10 @@ struct node {
     node_t *not_, *if_, *then_, *else_;
 };
 
-struct tp_schema {
+struct tp_jsonschema {
     json_t *doc; /* our deep copy; nodes borrow from it */
     node_t *root;
-    node_t **nodes; /* every node, for tp_schema_free */
+    node_t **nodes; /* every node, for tp_jsonschema_free */
     size_t n_nodes, cap_nodes;
 };
 
@@ -486,7 +486,7 @@ typedef struct {
 } memo_slot_t;
 
 typedef struct {
-    tp_schema_t *s;
+    tp_jsonschema_t *s;
     const json_t *root_id; /* the root's "$id", or NULL */
     char *err;
     size_t errlen;
@@ -593,7 +593,7 @@ static int memo_put(cctx_t *cc, const json_t *key, node_t *node)
  */
 static node_t *node_new(cctx_t *cc, const json_t *js, const seg_t *path)
 {
-    tp_schema_t *s = cc->s;
+    tp_jsonschema_t *s = cc->s;
     if (s->n_nodes == s->cap_nodes) {
         size_t cap = s->cap_nodes ? s->cap_nodes * 2 : 16;
         node_t **p = realloc(s->nodes, cap * sizeof *p);
@@ -706,7 +706,7 @@ static char *ecma_rewrite(const char *src, size_t n, size_t *out_len)
 }
 
 /*
- * Compiles pattern src (n bytes) as schema.h describes: rewritten by
+ * Compiles pattern src (n bytes) as jsonschema.h describes: rewritten by
  * ecma_rewrite, then PCRE2 with the ECMA-262-leaning options, JIT when it
  * can. A syntax error is reported against the pattern as written.
  */
@@ -1199,7 +1199,7 @@ static int put_token(tp_buf_t *b, const char *key, size_t n)
 static const json_t *find_id(const json_t *v, const char *id, size_t n, int depth, tp_buf_t *ptr)
 {
     size_t mark = ptr->len;
-    if (depth > TP_SCHEMA_MAX_DEPTH)
+    if (depth > TP_JSONSCHEMA_MAX_DEPTH)
         return NULL;
     if (json_is_object(v)) {
         const json_t *x = json_object_get(v, "$id");
@@ -1251,7 +1251,7 @@ static bool is_absolute_uri(const char *s)
 static int check_id_scopes(cctx_t *cc, const json_t *v, const json_t *scope, tp_buf_t *ptr, int depth)
 {
     size_t mark = ptr->len;
-    if (depth > TP_SCHEMA_MAX_DEPTH)
+    if (depth > TP_JSONSCHEMA_MAX_DEPTH)
         return 0; /* compile() says it */
     if (json_is_object(v)) {
         const json_t *id = json_object_get(v, "$id"), *ref = json_object_get(v, "$ref");
@@ -1426,7 +1426,7 @@ static node_t *compile(cctx_t *cc, const json_t *js, const seg_t *path)
         cfail(cc, path, "expected a schema (an object or a boolean), got %s", type_name(js));
         return NULL;
     }
-    if (cc->depth >= TP_SCHEMA_MAX_DEPTH) {
+    if (cc->depth >= TP_JSONSCHEMA_MAX_DEPTH) {
         cfail(cc, path, "schema nested too deeply");
         return NULL;
     }
@@ -1494,7 +1494,7 @@ static void node_free(node_t *n)
 }
 
 /* Every node, then the document copy they borrowed from. NULL is fine. */
-void tp_schema_free(tp_schema_t *s)
+void tp_jsonschema_free(tp_jsonschema_t *s)
 {
     if (s == NULL)
         return;
@@ -1529,7 +1529,7 @@ static int same_value_loop(cctx_t *cc, node_t *n, node_t **stack, size_t depth)
         }
         return 0; /* not reached: a loop needs a $ref */
     }
-    if (depth >= TP_SCHEMA_MAX_DEPTH)
+    if (depth >= TP_JSONSCHEMA_MAX_DEPTH)
         return 0; /* too long to search; validation's depth guard stays */
     n->mark = 1;
     stack[depth] = n;
@@ -1556,8 +1556,8 @@ static int same_value_loop(cctx_t *cc, node_t *n, node_t **stack, size_t depth)
  */
 static int finish_refs(cctx_t *cc)
 {
-    tp_schema_t *s = cc->s;
-    node_t **stack = malloc((TP_SCHEMA_MAX_DEPTH + 1) * sizeof *stack);
+    tp_jsonschema_t *s = cc->s;
+    node_t **stack = malloc((TP_JSONSCHEMA_MAX_DEPTH + 1) * sizeof *stack);
     if (stack == NULL) {
         cfail(cc, NULL, "out of memory");
         return -1;
@@ -1581,9 +1581,9 @@ static int finish_refs(cctx_t *cc)
 
 /*
  * Deep-copies schema, refuses $refs under a changed base URI, compiles from
- * the root, then checks and collapses the $refs. See schema.h.
+ * the root, then checks and collapses the $refs. See jsonschema.h.
  */
-tp_schema_t *tp_schema_compile(const json_t *schema, char *err, size_t errlen)
+tp_jsonschema_t *tp_jsonschema_compile(const json_t *schema, char *err, size_t errlen)
 {
     cctx_t cc = {.err = err, .errlen = errlen};
     if (err && errlen)
@@ -1621,7 +1621,7 @@ tp_schema_t *tp_schema_compile(const json_t *schema, char *err, size_t errlen)
 fail:
     pcre2_compile_context_free(cc.pcc);
     free(cc.memo);
-    tp_schema_free(cc.s);
+    tp_jsonschema_free(cc.s);
     return NULL;
 }
 
@@ -2185,7 +2185,7 @@ static void v_node(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *
         }
         return;
     }
-    if (c->depth >= TP_SCHEMA_MAX_DEPTH) {
+    if (c->depth >= TP_JSONSCHEMA_MAX_DEPTH) {
         if ((b = violation(c, path)) != NULL)
             put(c, b, "schema recursion too deep");
         return;
@@ -2258,7 +2258,7 @@ out:
  * One walk from the root; the match block of the regexes (if one ran) is
  * freed here, and "... and N more" written when the cap cut the list.
  */
-int tp_schema_validate(const tp_schema_t *s, const json_t *instance, tp_buf_t *msg, int max_errors)
+int tp_jsonschema_validate(const tp_jsonschema_t *s, const json_t *instance, tp_buf_t *msg, int max_errors)
 {
     if (s == NULL || instance == NULL) {
         errno = EINVAL;

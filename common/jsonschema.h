@@ -41,7 +41,7 @@
  *  - lookbehind must have a bounded length in PCRE2; ECMA-262 allows any.
  *  - case-insensitive matching never comes up: JSON Schema has no flags.
  *
- * Messages (tp_schema_validate) are written for a model to act on: every
+ * Messages (tp_jsonschema_validate) are written for a model to act on: every
  * violation as "POINTER: expected X, got Y", joined with "; ", capped with
  * "... and N more". POINTER is an RFC 6901 JSON Pointer into the instance;
  * the instance itself is written "(root)". Values are shown as compact JSON
@@ -61,22 +61,22 @@
  * threads at once. It owns a deep copy of the schema it came from, so the
  * caller may change or free its own.
  */
-#ifndef TP_SCHEMA_H
-#define TP_SCHEMA_H
+#ifndef TP_JSONSCHEMA_H
+#define TP_JSONSCHEMA_H
 
 #include <jansson.h>
 #include <stddef.h>
 
 #include "buf.h"
 
-typedef struct tp_schema tp_schema_t;
+typedef struct tp_jsonschema tp_jsonschema_t;
 
 /*
  * Most schema nodes a validation may enter on one path (the instance's
  * depth plus the $ref, allOf... hops at each level). Deeper is reported as
  * a violation, "schema recursion too deep", rather than risking the stack.
  */
-#define TP_SCHEMA_MAX_DEPTH 1000
+#define TP_JSONSCHEMA_MAX_DEPTH 1000
 
 /*
  * Compiles schema (an object or a boolean): checks every keyword it knows,
@@ -88,9 +88,9 @@ typedef struct tp_schema tp_schema_t;
  * error with one line in err naming the schema location, e.g.
  * "/properties/q/type: unknown type \"strin\"" or
  * "/$ref: unresolvable reference \"#/definitions/x\"". The caller owns the
- * result: tp_schema_free.
+ * result: tp_jsonschema_free.
  */
-tp_schema_t *tp_schema_compile(const json_t *schema, char *err, size_t errlen);
+tp_jsonschema_t *tp_jsonschema_compile(const json_t *schema, char *err, size_t errlen);
 
 /*
  * Checks instance against s. Returns the number of violations (0: valid),
@@ -100,8 +100,8 @@ tp_schema_t *tp_schema_compile(const json_t *schema, char *err, size_t errlen);
  * The valid path allocates only a PCRE2 match block when a regex runs, and
  * a string per key when propertyNames is used.
  */
-int tp_schema_validate(const tp_schema_t *s, const json_t *instance, tp_buf_t *msg, int max_errors);
+int tp_jsonschema_validate(const tp_jsonschema_t *s, const json_t *instance, tp_buf_t *msg, int max_errors);
 
-void tp_schema_free(tp_schema_t *s);
+void tp_jsonschema_free(tp_jsonschema_t *s);
 
 #endif

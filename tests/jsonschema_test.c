@@ -1,13 +1,13 @@
 /*
- * JSON Schema draft-07 (common/schema.c): the messages a model reads when
+ * JSON Schema draft-07 (common/jsonschema.c): the messages a model reads when
  * its arguments fail a tool's schema, exactly; the cap; compile errors that
  * name the schema location; code-point lengths; integers written 1.0; JSON
  * equality; recursive and escaped $refs; the ECMA-262 side of regexes. The
- * official test suite runs in schema_suite.c; this is what it does not
+ * official test suite runs in jsonschema_suite.c; this is what it does not
  * check: what the messages say.
  */
 #include "buf.h"
-#include "schema.h"
+#include "jsonschema.h"
 #include "testutil.h"
 
 #include <jansson.h>
@@ -24,11 +24,11 @@ static json_t *parse_at(const char *src, int line, const char *text)
     return v;
 }
 
-static tp_schema_t *compile_at(const char *src, int line, const char *schema)
+static tp_jsonschema_t *compile_at(const char *src, int line, const char *schema)
 {
     char err[512];
     json_t *js = parse_at(src, line, schema);
-    tp_schema_t *s = js ? tp_schema_compile(js, err, sizeof err) : NULL;
+    tp_jsonschema_t *s = js ? tp_jsonschema_compile(js, err, sizeof err) : NULL;
     if (js != NULL && s == NULL)
         fprintf(stderr, "\n%s:%d: did not compile: %s\n", src, line, err);
     json_decref(js);
@@ -42,12 +42,12 @@ static tp_schema_t *compile_at(const char *src, int line, const char *schema)
 static void expect_at(const char *src, int line, const char *schema, const char *instance, int max, int n,
                       const char *want)
 {
-    tp_schema_t *s = compile_at(src, line, schema);
+    tp_jsonschema_t *s = compile_at(src, line, schema);
     json_t *inst = parse_at(src, line, instance);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     CU_ASSERT_PTR_NOT_NULL_FATAL(inst);
     tp_buf_t msg = {0};
-    int got = tp_schema_validate(s, inst, &msg, max);
+    int got = tp_jsonschema_validate(s, inst, &msg, max);
     tp_buf_append(&msg, "", 1);
     const char *text = (const char *)msg.data;
     CU_ASSERT_EQUAL(got, n);
@@ -55,10 +55,10 @@ static void expect_at(const char *src, int line, const char *schema, const char 
     if (got != n || strcmp(text, want) != 0)
         fprintf(stderr, "\n%s:%d:\n  got:  %d %s\n  want: %d %s\n", src, line, got, text, n, want);
     /* The count does not depend on whether a message is wanted. */
-    CU_ASSERT_EQUAL(tp_schema_validate(s, inst, NULL, max), n);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, inst, NULL, max), n);
     tp_buf_free(&msg);
     json_decref(inst);
-    tp_schema_free(s);
+    tp_jsonschema_free(s);
 }
 #define EXPECT(schema, instance, n, want) expect_at(__FILE__, __LINE__, (schema), (instance), 0, (n), (want))
 #define EXPECT_CAP(schema, instance, max, n, want)                                                           \
@@ -71,12 +71,12 @@ static void expect_compile_error_at(const char *src, int line, const char *schem
     char err[512] = "untouched";
     json_t *js = parse_at(src, line, schema);
     CU_ASSERT_PTR_NOT_NULL_FATAL(js);
-    tp_schema_t *s = tp_schema_compile(js, err, sizeof err);
+    tp_jsonschema_t *s = tp_jsonschema_compile(js, err, sizeof err);
     CU_ASSERT_PTR_NULL(s);
     CU_ASSERT_STRING_EQUAL(err, want);
     if (s != NULL || strcmp(err, want) != 0)
         fprintf(stderr, "\n%s:%d:\n  got:  %s\n  want: %s\n", src, line, s ? "(compiled)" : err, want);
-    tp_schema_free(s);
+    tp_jsonschema_free(s);
     json_decref(js);
 }
 #define EXPECT_COMPILE_ERROR(schema, want) expect_compile_error_at(__FILE__, __LINE__, (schema), (want))
@@ -146,23 +146,23 @@ static void test_cap(void)
 /* A message is appended: what the buffer held stays; a valid value adds nothing. */
 static void test_appends(void)
 {
-    tp_schema_t *s = compile_at(__FILE__, __LINE__, "{\"type\": \"string\"}");
+    tp_jsonschema_t *s = compile_at(__FILE__, __LINE__, "{\"type\": \"string\"}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     json_t *ok = json_string("x"), *bad = json_integer(7);
     tp_buf_t msg = {0};
     tp_buf_puts(&msg, "args: ");
-    CU_ASSERT_EQUAL(tp_schema_validate(s, ok, &msg, 10), 0);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, ok, &msg, 10), 0);
     CU_ASSERT_EQUAL(msg.len, 6);
-    CU_ASSERT_EQUAL(tp_schema_validate(s, bad, &msg, 10), 1);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, bad, &msg, 10), 1);
     tp_buf_append(&msg, "", 1);
     CU_ASSERT_STRING_EQUAL((char *)msg.data, "args: (root): expected string, got number 7");
-    CU_ASSERT_EQUAL(tp_schema_validate(NULL, ok, &msg, 1), -1);
-    CU_ASSERT_EQUAL(tp_schema_validate(s, NULL, &msg, 1), -1);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(NULL, ok, &msg, 1), -1);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, NULL, &msg, 1), -1);
     tp_buf_free(&msg);
     json_decref(ok);
     json_decref(bad);
-    tp_schema_free(s);
-    tp_schema_free(NULL);
+    tp_jsonschema_free(s);
+    tp_jsonschema_free(NULL);
 }
 
 static void test_type_messages(void)
@@ -213,21 +213,21 @@ static void test_integer(void)
 /* Past 32 items uniqueItems hashes; it must find the same first pair. */
 static void test_unique_many(void)
 {
-    tp_schema_t *s = compile_at(__FILE__, __LINE__, "{\"uniqueItems\": true}");
+    tp_jsonschema_t *s = compile_at(__FILE__, __LINE__, "{\"uniqueItems\": true}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     json_t *arr = json_array();
     for (int i = 0; i < 200; i++)
         json_array_append_new(arr, i % 2 ? json_integer(i) : json_pack("{s:i,s:[i]}", "k", i, "v", i));
-    CU_ASSERT_EQUAL(tp_schema_validate(s, arr, NULL, 0), 0);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, arr, NULL, 0), 0);
     json_array_set_new(arr, 150, json_real(37.0));
     json_array_set_new(arr, 170, json_pack("{s:[i],s:i}", "v", 20, "k", 20));
     tp_buf_t msg = {0};
-    CU_ASSERT_EQUAL(tp_schema_validate(s, arr, &msg, 0), 1);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, arr, &msg, 0), 1);
     tp_buf_append(&msg, "", 1);
     CU_ASSERT_STRING_EQUAL((char *)msg.data, "(root): expected unique items, got 37 at 37 and 150");
     tp_buf_free(&msg);
     json_decref(arr);
-    tp_schema_free(s);
+    tp_jsonschema_free(s);
 }
 
 /* Lengths count code points: "é" is 1, an emoji (4 bytes) is 1. */
@@ -446,21 +446,21 @@ static void test_refs(void)
 /* A recursive schema over a very deep value stops at the guard, not the stack. */
 static void test_depth_guard(void)
 {
-    tp_schema_t *s = compile_at(__FILE__, __LINE__, "{\"items\": {\"$ref\": \"#\"}}");
+    tp_jsonschema_t *s = compile_at(__FILE__, __LINE__, "{\"items\": {\"$ref\": \"#\"}}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     json_t *v = json_array();
-    for (int i = 0; i < TP_SCHEMA_MAX_DEPTH + 50; i++) {
+    for (int i = 0; i < TP_JSONSCHEMA_MAX_DEPTH + 50; i++) {
         json_t *outer = json_array();
         json_array_append_new(outer, v);
         v = outer;
     }
     tp_buf_t msg = {0};
-    CU_ASSERT_EQUAL(tp_schema_validate(s, v, &msg, 1), 1);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, v, &msg, 1), 1);
     tp_buf_append(&msg, "", 1);
     CU_ASSERT_PTR_NOT_NULL(strstr((char *)msg.data, ": schema recursion too deep"));
     tp_buf_free(&msg);
     json_decref(v);
-    tp_schema_free(s);
+    tp_jsonschema_free(s);
 }
 
 static void test_compile_errors(void)
@@ -511,17 +511,17 @@ static void test_compile_errors(void)
         "/definitions/a/items/$ref: reference \"#/b\" is under a subschema with \"$id\" "
         "\"http://x/a.json\" (a base URI change): not supported");
     /* unknown keywords, format, and $ref's siblings are not checked */
-    tp_schema_t *s = compile_at(__FILE__, __LINE__,
+    tp_jsonschema_t *s = compile_at(__FILE__, __LINE__,
                                 "{\"format\": \"no-such\", \"x-anything\": {\"type\": 5}, \"title\": 1,"
                                 " \"properties\": {\"a\": {\"$ref\": \"#\", \"type\": \"bogus\"}}}");
     CU_ASSERT_PTR_NOT_NULL(s);
-    tp_schema_free(s);
+    tp_jsonschema_free(s);
     /* a small err buffer is cut, not overrun */
     char small[12];
     json_t *js = json_loads("{\"properties\": {\"q\": {\"type\": \"strin\"}}}", 0, NULL);
-    CU_ASSERT_PTR_NULL(tp_schema_compile(js, small, sizeof small));
+    CU_ASSERT_PTR_NULL(tp_jsonschema_compile(js, small, sizeof small));
     CU_ASSERT_STRING_EQUAL(small, "/properties");
-    CU_ASSERT_PTR_NULL(tp_schema_compile(js, NULL, 0));
+    CU_ASSERT_PTR_NULL(tp_jsonschema_compile(js, NULL, 0));
     json_decref(js);
 }
 
@@ -559,15 +559,15 @@ static void test_ecma_regex(void)
 static void test_owns_copy(void)
 {
     json_t *js = json_loads("{\"properties\": {\"a\": {\"enum\": [\"x\"]}}}", 0, NULL);
-    tp_schema_t *s = tp_schema_compile(js, NULL, 0);
+    tp_jsonschema_t *s = tp_jsonschema_compile(js, NULL, 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     json_array_set_new(json_object_get(json_object_get(json_object_get(js, "properties"), "a"), "enum"), 0,
                        json_string("y"));
     json_decref(js);
     json_t *inst = json_pack("{s:s}", "a", "x");
-    CU_ASSERT_EQUAL(tp_schema_validate(s, inst, NULL, 0), 0);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, inst, NULL, 0), 0);
     json_decref(inst);
-    tp_schema_free(s);
+    tp_jsonschema_free(s);
 }
 
 int main(void)

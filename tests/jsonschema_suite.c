@@ -1,6 +1,6 @@
 /*
  * Conformance: the official JSON Schema Test Suite (Debian package
- * json-schema-test-suite), draft7, against common/schema.c.
+ * json-schema-test-suite), draft7, against common/jsonschema.c.
  *
  * Every *.json under the draft7 folder (optional/ included) is run, and
  * every case in it must pass, unless the table below skips it with a
@@ -20,7 +20,7 @@
  * without one, and a message is written exactly when the case is invalid.
  */
 #include "buf.h"
-#include "schema.h"
+#include "jsonschema.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -138,7 +138,7 @@ static int run_file(const char *dir, const char *rel)
             tp_buf_printf(&notes, "      group \"%s\": $ref %s served from %s\n", gdesc, METASCHEMA_URI,
                           TP_DRAFT7_METASCHEMA);
         char err[512];
-        tp_schema_t *s = tp_schema_compile(schema, err, sizeof err);
+        tp_jsonschema_t *s = tp_jsonschema_compile(schema, err, sizeof err);
         size_t ti;
         json_t *t;
         json_array_foreach(tests, ti, t)
@@ -152,8 +152,8 @@ static int run_file(const char *dir, const char *rel)
                 continue;
             }
             tp_buf_t msg = {0};
-            int n = tp_schema_validate(s, data, &msg, 0);
-            int n_quiet = tp_schema_validate(s, data, NULL, 0);
+            int n = tp_jsonschema_validate(s, data, &msg, 0);
+            int n_quiet = tp_jsonschema_validate(s, data, NULL, 0);
             bool ok = n >= 0 && (n == 0) == want && n == n_quiet && (msg.len == 0) == (n == 0);
             if (ok) {
                 passed++;
@@ -168,7 +168,7 @@ static int run_file(const char *dir, const char *rel)
             }
             tp_buf_free(&msg);
         }
-        tp_schema_free(s);
+        tp_jsonschema_free(s);
     }
     printf("  %-36s %3d/%-3d%s%s\n", rel, passed, run, passed == run ? "" : "  FAIL", note);
     if (skipped)
@@ -212,7 +212,7 @@ static void list_files(const char *dir, const char *sub, char ***names, size_t *
         } else if (strlen(rel) > 5 && strcmp(rel + strlen(rel) - 5, ".json") == 0) {
             char **grown = realloc(*names, (*n + 1) * sizeof **names);
             if (grown == NULL || (grown[*n] = strdup(rel)) == NULL) {
-                perror("schema_suite");
+                perror("jsonschema_suite");
                 exit(2);
             }
             *names = grown;
@@ -230,7 +230,7 @@ int main(int argc, char **argv)
     struct stat st;
     if (*dir == 0 || strstr(dir, "NOTFOUND") || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         fprintf(stderr,
-                "schema_suite: the JSON Schema Test Suite's draft7 folder was not found (\"%s\").\n"
+                "jsonschema_suite: the JSON Schema Test Suite's draft7 folder was not found (\"%s\").\n"
                 "Run scripts/install-deps (it installs json-schema-test-suite), then configure again\n"
                 "(cmake -B BUILD) so that tests/CMakeLists.txt finds it.\n",
                 dir);
@@ -244,7 +244,7 @@ int main(int argc, char **argv)
     int failed = 0;
     list_files(dir, "", &names, &n);
     if (n == 0) {
-        fprintf(stderr, "schema_suite: no *.json under %s\n", dir);
+        fprintf(stderr, "jsonschema_suite: no *.json under %s\n", dir);
         return 1;
     }
     /* Run first, then list what was skipped, then the verdict. */

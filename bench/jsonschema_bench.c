@@ -1,10 +1,10 @@
 /*
- * How long tp_schema_validate takes on a typical call's arguments: a
+ * How long tp_jsonschema_validate takes on a typical call's arguments: a
  * 5-property object (types, required, an enum, a maximum, a pattern, a
  * nested object) against its tool's schema, the check every call pays
  * before it is dispatched. The target is under 2 us per validation.
  *
- *   cmake --build BUILD --target schema_bench && BUILD/schema_bench [N]
+ *   cmake --build BUILD --target jsonschema_bench && BUILD/jsonschema_bench [N]
  *
  * Averages over N validations (default 1,000,000) after a warm-up, and sets
  * the figure beside its peer on the same path: parsing the same arguments
@@ -12,7 +12,7 @@
  * pays. Also times an invalid call, message included (3 violations).
  */
 #include "buf.h"
-#include "schema.h"
+#include "jsonschema.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -52,14 +52,14 @@ static double now_ns(void)
 }
 
 /* Average ns of one validation over n, msg NULL or reset each time. */
-static double time_validate(const tp_schema_t *s, const json_t *v, tp_buf_t *msg, long n, int want)
+static double time_validate(const tp_jsonschema_t *s, const json_t *v, tp_buf_t *msg, long n, int want)
 {
     double t0 = now_ns();
     for (long i = 0; i < n; i++) {
         if (msg != NULL)
             tp_buf_reset(msg);
-        if (tp_schema_validate(s, v, msg, 10) != want) {
-            fprintf(stderr, "schema_bench: unexpected verdict\n");
+        if (tp_jsonschema_validate(s, v, msg, 10) != want) {
+            fprintf(stderr, "jsonschema_bench: unexpected verdict\n");
             exit(1);
         }
     }
@@ -86,16 +86,16 @@ int main(int argc, char **argv)
     json_t *args = json_loads(args_text, 0, NULL);
     json_t *bad = json_loads(bad_text, 0, NULL);
     if (js == NULL || args == NULL || bad == NULL || n < 1) {
-        fprintf(stderr, "schema_bench: bad fixture or N\n");
+        fprintf(stderr, "jsonschema_bench: bad fixture or N\n");
         return 1;
     }
-    tp_schema_t *s = tp_schema_compile(js, err, sizeof err);
+    tp_jsonschema_t *s = tp_jsonschema_compile(js, err, sizeof err);
     if (s == NULL) {
-        fprintf(stderr, "schema_bench: %s\n", err);
+        fprintf(stderr, "jsonschema_bench: %s\n", err);
         return 1;
     }
     tp_buf_t msg = {0};
-    tp_schema_validate(s, bad, &msg, 10);
+    tp_jsonschema_validate(s, bad, &msg, 10);
     printf("invalid args say: %.*s\n", (int)msg.len, (char *)msg.data);
 
     time_validate(s, args, NULL, n / 10 + 1, 0); /* warm-up */
@@ -111,7 +111,7 @@ int main(int argc, char **argv)
     printf("json_loads of the same args   %8.1f ns  (peer: validate costs %.2fx a parse)\n", parse,
            valid / parse);
     tp_buf_free(&msg);
-    tp_schema_free(s);
+    tp_jsonschema_free(s);
     json_decref(js);
     json_decref(args);
     json_decref(bad);

@@ -1,0 +1,267 @@
+/*
+ * The deadline thread (deadline.h). It keeps the deadlines of attempts
+ * without a kill_grace, so that no fsync or spawn in the loop can hold up
+ * a kill; the loop's own timer for such an attempt is only a fallback.
+ */
+#include "deadline.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "log.h"
+
+/* One slot, as the thread sees it. Shared with the loop, under mu. */
+typedef struct {
+    pid_t pid;          /* the worker until it is reaped: its group may be killed */
+    int reply_fd;       /* its reply pipe while open: an answer there comes first */
+    uint64_t deadline;  /* the running attempt's, for the thread to keep; 0: none */
+    uint64_t killed_us; /* when the thread sent the group SIGKILL; 0: it has not */
+} watch_t;
+
+struct tp_deadline {
+    int n;
+    watch_t *slots; /* by slot index */
+    bool running;   /* the loop's alone */
+    bool stop;
+    uint64_t next; /* the deadline the thread waits for; 0: none */
+    pthread_t thread;
+    pthread_mutex_t mu; /* over slots, stop and next */
+    pthread_cond_t cond;
+    int fd; /* eventfd */
+    struct event *ev;
+    tp_deadline_cb_t killed_cb;
+    void *ctx;
+};
+
+tp_deadline_t *tp_deadline_new(int n)
+{
+    tp_deadline_t *d = calloc(1, sizeof *d);
+    if (d == NULL)
+        return NULL;
+    d->slots = calloc((size_t)(n > 0 ? n : 1), sizeof *d->slots);
+    if (d->slots == NULL) {
+        free(d);
+        return NULL;
+    }
+    d->n = n;
+    for (int i = 0; i < n; i++)
+        d->slots[i].reply_fd = -1;
+    d->fd = -1;
+    return d;
+}
+
+/* The loop hears from the deadline thread: the pool ends the attempts it killed. */
+static void wake_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_deadline_t *d = arg;
+    uint64_t n;
+    if (read(fd, &n, sizeof n) < 0 && errno != EAGAIN)
+        tp_log_error("deadline thread's eventfd: %s", strerror(errno));
+    d->killed_cb(d->ctx);
+}
+
+/*
+ * The deadline thread. It sleeps until TP_DEADLINE_LEAD_US before the
+ * soonest deadline it keeps, then in TP_DEADLINE_STEP_US steps (an idle
+ * vCPU is slow to wake), sends SIGKILL to the group of each worker whose
+ * deadline has come, and tells the loop. It touches nothing but the
+ * fields under mu (and writes the eventfd), and signals a group only while
+ * its worker is unreaped (pid), so the group's id cannot have been reused.
+ */
+static void *deadline_main(void *arg)
+{
+    tp_deadline_t *d = arg;
+    pthread_mutex_lock(&d->mu);
+    while (!d->stop) {
+        uint64_t now = tp_now_us(), next = 0;
+        bool fired = false;
+        for (int i = 0; i < d->n; i++) {
+            watch_t *w = &d->slots[i];
+            if (w->deadline == 0 || w->killed_us != 0 || w->pid <= 0)
+                continue;
+            if (w->deadline <= now) {
+                siginfo_t si = {0};
+                int unread = 0;
+                if ((waitid(P_PID, (id_t)w->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid != 0) ||
+                    (w->reply_fd >= 0 && ioctl(w->reply_fd, FIONREAD, &unread) == 0 && unread > 0)) {
+                    /*
+                     * The worker has died of something else, or an answer
+                     * waits in its pipe: the loop, soon free, decides
+                     * (its fallback timer follows).
+                     */
+                    w->deadline = 0;
+                } else if (kill(-w->pid, SIGKILL) == 0) {
+                    w->killed_us = tp_now_us();
+                    fired = true;
+                } else {
+                    w->deadline = 0; /* the loop's fallback timer will see to it */
+                }
+            } else if (next == 0 || w->deadline < next) {
+                next = w->deadline;
+            }
+        }
+        d->next = next;
+        if (fired) {
+            uint64_t one = 1;
+            pthread_mutex_unlock(&d->mu);
+            if (write(d->fd, &one, sizeof one) < 0 && errno != EAGAIN)
+                tp_log_error("the deadline thread cannot wake the loop; its fallback timers will");
+            pthread_mutex_lock(&d->mu);
+        } else if (next == 0) {
+            pthread_cond_wait(&d->cond, &d->mu);
+        } else if (next > now + TP_DEADLINE_LEAD_US) {
+            uint64_t at = next - TP_DEADLINE_LEAD_US;
+            struct timespec ts = {.tv_sec = (time_t)(at / 1000000u), .tv_nsec = (long)(at % 1000000u) * 1000};
+            pthread_cond_timedwait(&d->cond, &d->mu, &ts);
+        } else {
+            uint64_t step = next - now < TP_DEADLINE_STEP_US ? next - now : TP_DEADLINE_STEP_US;
+            struct timespec ts = {.tv_sec = 0, .tv_nsec = (long)step * 1000};
+            pthread_mutex_unlock(&d->mu);
+            nanosleep(&ts, NULL);
+            pthread_mutex_lock(&d->mu);
+        }
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/*
+ * Starts the deadline thread, with every signal blocked (they are the
+ * loop's). Without it (no thread, no eventfd), the loop's timers keep
+ * every deadline, as they do for attempts with a kill_grace.
+ */
+void tp_deadline_start(tp_deadline_t *d, struct event_base *base, tp_deadline_cb_t killed_cb, void *ctx)
+{
+    pthread_condattr_t ca;
+    d->killed_cb = killed_cb;
+    d->ctx = ctx;
+    d->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (d->fd < 0)
+        return;
+    d->ev = event_new(base, d->fd, EV_READ | EV_PERSIST, wake_cb, d);
+    if (d->ev == NULL || event_add(d->ev, NULL) < 0 || pthread_condattr_init(&ca) != 0)
+        return;
+    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (rc == 0)
+        rc = pthread_cond_init(&d->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0)
+        return;
+    if (pthread_mutex_init(&d->mu, NULL) != 0) {
+        pthread_cond_destroy(&d->cond);
+        return;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    d->running = pthread_create(&d->thread, NULL, deadline_main, d) == 0;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!d->running) {
+        pthread_cond_destroy(&d->cond);
+        pthread_mutex_destroy(&d->mu);
+        tp_log_error("no deadline thread; the loop's timers keep the deadlines");
+    }
+}
+
+bool tp_deadline_running(const tp_deadline_t *d)
+{
+    return d->running;
+}
+
+void tp_deadline_stop(tp_deadline_t *d)
+{
+    if (d->running) {
+        pthread_mutex_lock(&d->mu);
+        d->stop = true;
+        pthread_cond_signal(&d->cond);
+        pthread_mutex_unlock(&d->mu);
+        pthread_join(d->thread, NULL);
+        pthread_cond_destroy(&d->cond);
+        pthread_mutex_destroy(&d->mu);
+        d->running = false;
+    }
+    if (d->ev)
+        event_free(d->ev);
+    d->ev = NULL;
+    if (d->fd >= 0)
+        close(d->fd);
+    d->fd = -1;
+}
+
+void tp_deadline_free(tp_deadline_t *d)
+{
+    if (d == NULL)
+        return;
+    tp_deadline_stop(d);
+    free(d->slots);
+    free(d);
+}
+
+void tp_deadline_watch(tp_deadline_t *d, int i, pid_t pid, int reply_fd)
+{
+    if (!d->running)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->slots[i].pid = pid;
+    d->slots[i].reply_fd = reply_fd;
+    d->slots[i].deadline = 0;
+    d->slots[i].killed_us = 0;
+    pthread_mutex_unlock(&d->mu);
+}
+
+uint64_t tp_deadline_forget(tp_deadline_t *d, int i)
+{
+    if (!d->running)
+        return 0;
+    pthread_mutex_lock(&d->mu);
+    uint64_t killed = d->slots[i].killed_us;
+    d->slots[i].pid = 0;
+    d->slots[i].reply_fd = -1;
+    d->slots[i].deadline = 0;
+    d->slots[i].killed_us = 0;
+    pthread_mutex_unlock(&d->mu);
+    return killed;
+}
+
+void tp_deadline_arm(tp_deadline_t *d, int i, uint64_t at)
+{
+    if (!d->running)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->slots[i].deadline = at;
+    d->slots[i].killed_us = 0;
+    if (at != 0 && (d->next == 0 || at < d->next))
+        pthread_cond_signal(&d->cond);
+    pthread_mutex_unlock(&d->mu);
+}
+
+uint64_t tp_deadline_disarm(tp_deadline_t *d, int i)
+{
+    if (!d->running)
+        return 0;
+    pthread_mutex_lock(&d->mu);
+    uint64_t killed = d->slots[i].killed_us;
+    d->slots[i].deadline = 0;
+    d->slots[i].killed_us = 0;
+    pthread_mutex_unlock(&d->mu);
+    return killed;
+}
+
+uint64_t tp_deadline_killed(tp_deadline_t *d, int i)
+{
+    if (!d->running)
+        return 0;
+    pthread_mutex_lock(&d->mu);
+    uint64_t killed = d->slots[i].killed_us;
+    pthread_mutex_unlock(&d->mu);
+    return killed;
+}

@@ -1,0 +1,1715 @@
+/*
+ * The engine: calls in from the fronts, attempts out to the pool, one
+ * answer per call back to its front once its record is durable.
+ *
+ * All work triggered by events (replies, reaps, timers, submits) is
+ * gathered by one deferred "kick" per loop turn, inside one store
+ * transaction: settle the attempts that ended, let the fronts feed more
+ * calls, dispatch to idle slots; commit when the group-commit window
+ * (commit.h) closes; only then deliver the answers the commit made
+ * durable, in the order they were made.
+ */
+#include "engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "call.h"
+#include "checkpoint.h"
+#include "clock.h"
+#include "commit.h"
+#include "guard.h"
+#include "json.h"
+#include "log.h"
+#include "result.h"
+#include "retry.h"
+#include "jsonschema.h"
+
+/* Results between two trims of the store's map from the resident set. */
+#define TP_TRIM_EVERY 1024
+
+/* Store lookups between two trims while resuming. */
+#define TP_TRIM_LOOKUPS 256
+
+/* Violations listed in an InvalidArguments message before "... and N more". */
+#define TP_ARGS_ERRORS_MAX 10
+
+#define TP_FRONTS_MAX 4
+
+/*
+ * How many attempts of a tool one worker may hold: as many as fit, one
+ * after another, in TP_QUEUE_BUDGET_US of its average attempt, so a call
+ * queued behind others waits about that long at most; known only after
+ * TP_FAST_SAMPLES answers, the fastest of which seeds the average.
+ */
+#define TP_QUEUE_BUDGET_US 2000.0
+#define TP_FAST_SAMPLES 8
+
+typedef struct {
+    int inflight;
+    tp_queue_t waiting;
+    double ewma_us;             /* how long its attempts take, when they answer */
+    uint32_t samples;
+} tp_tool_state_t;
+
+/*
+ * An answer made, waiting for the commit that makes it durable; or a
+ * front's wait for that commit (durable_fn).
+ */
+typedef struct {
+    tp_answer_fn fn;
+    void (*durable_fn)(void *ctx, bool ok);
+    void *ctx;
+    tp_call_t *call;            /* a call that ran: its record lives in it */
+    Toolpool__Result *r;        /* a rejected or recorded answer's record, and its strings */
+    size_t at, len;             /* its line in the answers' buffer */
+    bool recorded;
+    bool not_started;
+} tp_pending_t;
+
+typedef struct {
+    tp_pending_t *v;
+    size_t n, cap;
+    tp_buf_t lines;
+} tp_answers_t;
+
+struct tp_engine {
+    tp_engine_opts_t o;
+    struct event_base *base;
+    tp_pool_t *pool;
+    tp_rng_t rng;
+    tp_front_t fronts[TP_FRONTS_MAX];
+    int n_fronts;
+    /* calls */
+    size_t live;                /* calls submitted and not yet ended */
+    tp_call_t *all;             /* those calls */
+    tp_queue_t ready;
+    tp_queue_t settle;          /* calls whose attempt ended, for the next turn */
+    tp_queue_t deferred;        /* attempts that start once the turn has committed */
+    size_t n_waiting;           /* calls parked at their tool's concurrency cap */
+    int n_deferred;
+    tp_tool_state_t *tools;
+    tp_jobs_t jobs;
+    tp_job_t *touched;          /* jobs given calls since the last turn, in order */
+    tp_job_t **touched_tail;
+    bool keep_jobs;             /* guards, no store: keep idle jobs' usage in memory */
+    /* the store */
+    MDB_txn *txn;               /* the open write transaction, when there is a store */
+    tp_commit_t commit;
+    bool marker_pending;        /* a non-idempotent call ended in the open transaction */
+    uint64_t results;           /* calls ended so far */
+    uint64_t trimmed_at;        /* results when the store's map was last trimmed */
+    uint64_t lookups;           /* ids looked up in the store */
+    struct event *ev_commit;    /* closes the commit window */
+    /* answers made, and the ones being delivered */
+    tp_answers_t made;
+    /* lifecycle */
+    struct event *ev_kick;
+    struct event *ev_drain;
+    bool close_asked;
+    bool drain_asked;
+    bool draining;
+    bool closing;
+    bool fatal;
+    bool in_turn;               /* kick_cb is running */
+    tp_engine_stats_t stats;
+};
+
+static void kick(tp_engine_t *e)
+{
+    event_active(e->ev_kick, EV_TIMEOUT, 0);
+}
+
+void tp_engine_kick(tp_engine_t *e)
+{
+    kick(e);
+}
+
+static void fail(tp_engine_t *e, const char *message)
+{
+    if (e->fatal)
+        return;
+    tp_log_error("%s", message);
+    e->fatal = true;
+    e->closing = true;
+    tp_pool_shutdown(e->pool, true);
+}
+
+/* A store operation failed: the engine cannot record, so it cannot go on. */
+void tp_engine_store_failed(tp_engine_t *e, int rc, const char *what)
+{
+    char msg[512], why[256];
+    snprintf(msg, sizeof msg, "%s: %s: %s", tp_store_dir(e->o.store), what,
+             tp_store_strerror(e->o.store, rc, why, sizeof why));
+    fail(e, msg);
+}
+
+/* Begins the write transaction if none is open; false when there is none to have. */
+static bool ensure_txn(tp_engine_t *e)
+{
+    if (e->txn)
+        return true;
+    if (e->o.store == NULL || e->fatal)
+        return false;
+    char err[512];
+    if (tp_store_begin(e->o.store, &e->txn, err, sizeof err) != 0) {
+        e->txn = NULL;
+        fail(e, err);
+        return false;
+    }
+    tp_commit_begin(&e->commit, tp_now_us(), e->results);
+    if (!e->in_turn)
+        kick(e); /* a turn will commit it */
+    return true;
+}
+
+MDB_txn *tp_engine_txn(tp_engine_t *e)
+{
+    return ensure_txn(e) ? e->txn : NULL;
+}
+
+/* ---- answers ---- */
+
+static tp_pending_t *pending_add(tp_engine_t *e, tp_answer_fn fn, void *ctx)
+{
+    tp_answers_t *a = &e->made;
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 256;
+        tp_pending_t *v = realloc(a->v, cap * sizeof *v);
+        if (v == NULL)
+            return NULL;
+        a->v = v;
+        a->cap = cap;
+    }
+    tp_pending_t *p = &a->v[a->n++];
+    memset(p, 0, sizeof *p);
+    p->fn = fn;
+    p->ctx = ctx;
+    p->at = a->lines.len;
+    return p;
+}
+
+void tp_engine_when_durable(tp_engine_t *e, void (*cb)(void *ctx, bool ok), void *ctx)
+{
+    tp_pending_t *p = pending_add(e, NULL, ctx);
+    if (p == NULL) {
+        cb(ctx, false);
+        return;
+    }
+    p->durable_fn = cb;
+    kick(e);
+}
+
+/*
+ * Copies the strings of r into one block the pending answer owns (r is a
+ * rejected or recorded answer's, built on the stack).
+ */
+static void pending_own(tp_pending_t *p, const Toolpool__Result *r)
+{
+    const char *s[5] = {r->id, r->job, r->tool, r->message ? r->message : "", r->kind ? r->kind : ""};
+    size_t n[5], total = sizeof *p->r;
+    for (int i = 0; i < 5; i++)
+        total += (n[i] = strlen(s[i]) + 1);
+    if ((p->r = malloc(total)) == NULL)
+        return;
+    *p->r = *r;
+    p->r->trace = NULL;
+    p->r->n_trace = 0;
+    p->r->args.data = NULL;
+    p->r->args.len = 0;
+    p->r->result.data = NULL;
+    p->r->result.len = 0;
+    char *o = (char *)(p->r + 1), **d[5] = {&p->r->id, &p->r->job, &p->r->tool, &p->r->message, &p->r->kind};
+    for (int i = 0; i < 5; i++) {
+        memcpy(o, s[i], n[i]);
+        *d[i] = o;
+        o += n[i];
+    }
+}
+
+/* Answers a request that never became a call, in order with the rest. */
+static void reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
+                   const char *args, tp_kind_t kind, const char *msg, tp_answer_fn fn, void *ctx)
+{
+    Toolpool__Result r = TOOLPOOL__RESULT__INIT;
+    r.has_id = id != NULL;
+    r.id = (char *)(id ? id : "");
+    r.job = (char *)(job ? job : "");
+    r.step = step;
+    r.tool = (char *)(tool ? tool : "");
+    r.ok = false;
+    r.kind = (char *)tp_kind_name(kind);
+    r.klass = (char *)tp_class_name(tp_kind_class(kind));
+    r.message = (char *)msg;
+    r.retryable = false;
+    r.attempts = 0;
+    if (args) {
+        r.args.data = (uint8_t *)args;
+        r.args.len = strlen(args);
+    }
+    e->stats.rejected++;
+    e->results++;
+    tp_pending_t *p = pending_add(e, fn, ctx);
+    if (p == NULL)
+        return;
+    tp_result_write(&e->made.lines, &r);
+    p->len = e->made.lines.len - p->at;
+    pending_own(p, &r);
+    kick(e);
+}
+
+void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
+                      const char *msg, tp_answer_fn answer, void *ctx)
+{
+    reject(e, id, job, step, tool, NULL, TP_KIND_INVALID_REQUEST, msg, answer, ctx);
+}
+
+static void call_unlink(tp_call_t *c)
+{
+    tp_engine_t *e = c->e;
+    if (c->lprev)
+        c->lprev->lnext = c->lnext;
+    else
+        e->all = c->lnext;
+    if (c->lnext)
+        c->lnext->lprev = c->lprev;
+    c->lprev = c->lnext = NULL;
+    e->live--;
+}
+
+static void call_free(tp_call_t *c)
+{
+    for (size_t i = 1; i < c->n_trace; i++)
+        free(c->trace[i]);
+    if (c->trace != &c->trace0_at)
+        free(c->trace);
+    free(c->att.message);
+    free(c->att.result);
+    if (c->ev_backoff)
+        event_free(c->ev_backoff);
+    free(c->end_msg);
+    free(c->cancel_why);
+    tp_buf_free(&c->degraded);
+    free(c->id);
+    free(c->args);
+    free(c);
+}
+
+/* A delivered call lets go of its job: an idle job leaves the table. */
+static void call_release(tp_engine_t *e, tp_call_t *c)
+{
+    tp_job_t *j = c->job;
+    j->held--;
+    if (tp_job_idle(j) && !e->keep_jobs && !e->draining)
+        tp_jobs_drop(&e->jobs, j);
+    call_free(c);
+}
+
+/*
+ * Delivers the answers made so far (ok: their commit succeeded) to their
+ * fronts, in order, then lets each front flush. Answers made while this
+ * runs (a front that submits from its callback) wait for the next commit.
+ * When the commit failed, answers are dropped: nothing is reported that is
+ * not durable.
+ */
+static void deliver(tp_engine_t *e, bool ok)
+{
+    tp_answers_t *d = &e->made;
+    size_t n = d->n;
+    if (n == 0)
+        return;
+    /* By index, and the line's address anew each time: a callback's submit may grow both. */
+    for (size_t i = 0; i < n; i++) {
+        tp_pending_t *p = &d->v[i];
+        if (p->durable_fn) {
+            p->durable_fn(p->ctx, ok);
+            continue;
+        }
+        if (ok && p->fn) {
+            /* The record's copy could not be had (out of memory): the line still says it all. */
+            Toolpool__Result bare = TOOLPOOL__RESULT__INIT;
+            bare.kind = (char *)tp_kind_name(TP_KIND_CANCELLED);
+            tp_call_t *c = p->call;
+            tp_answer_t a = {
+                .result = c ? &c->res : p->r ? p->r : p->not_started ? NULL : &bare,
+                .line = p->len ? d->lines.data + p->at : NULL,
+                .len = p->len,
+                .recorded = p->recorded,
+                .not_started = p->not_started,
+                .call = c,
+            };
+            p->fn(p->ctx, &a);
+            p = &d->v[i];
+        }
+        if (p->call)
+            call_release(e, p->call);
+        free(p->r);
+    }
+    if (d->n > n) {
+        /* Answers made meanwhile wait for the next commit: they move to the front. */
+        size_t from = d->v[n].at;
+        memmove(d->v, d->v + n, (d->n - n) * sizeof *d->v);
+        d->n -= n;
+        for (size_t i = 0; i < d->n; i++)
+            d->v[i].at -= from;
+        memmove(d->lines.data, d->lines.data + from, d->lines.len - from);
+        d->lines.len -= from;
+    } else {
+        d->n = 0;
+        tp_buf_reset(&d->lines);
+    }
+    if (ok)
+        for (int i = 0; i < e->n_fronts; i++)
+            if (e->fronts[i].flush)
+                e->fronts[i].flush(e->fronts[i].ctx);
+}
+
+/* ---- jobs ---- */
+
+/*
+ * A job seen for the first time takes up its checkpoint: the usage its
+ * guards count (wall time included) and what stopped it.
+ */
+static void job_resume(tp_engine_t *e, tp_job_t *j)
+{
+    if (!ensure_txn(e))
+        return;
+    Toolpool__Checkpoint *cp;
+    int rc = tp_checkpoint_get(e->o.store, e->txn, j->name, &cp);
+    if (rc == MDB_NOTFOUND)
+        return;
+    if (rc) {
+        tp_engine_store_failed(e, rc, "reading a checkpoint");
+        return;
+    }
+    j->usage.steps = cp->steps;
+    j->usage.calls = cp->attempts;
+    j->usage.cost = cp->cost;
+    if (cp->wall_used_us)
+        j->usage.first_us = tp_now_us() - cp->wall_used_us;
+    if (cp->stopped[0]) {
+        j->stopped = tp_kind_from_name(cp->stopped);
+        j->stop_msg = strdup(cp->stop_message);
+    }
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+}
+
+/* The job's next call, if it is its turn: on to ready. */
+static void job_advance(tp_engine_t *e, tp_job_t *j)
+{
+    tp_call_t *c = tp_job_next(j);
+    if (c)
+        tp_queue_push(&e->ready, c);
+    else if (tp_job_idle(j) && !e->keep_jobs && !e->draining)
+        tp_jobs_drop(&e->jobs, j);
+}
+
+/*
+ * Jobs that got calls since the last turn start their first pending step
+ * only now, so steps submitted together start in step order, not in the
+ * order they came.
+ */
+static void advance_touched(tp_engine_t *e)
+{
+    tp_job_t *j = e->touched;
+    e->touched = NULL;
+    e->touched_tail = &e->touched;
+    while (j) {
+        tp_job_t *nx = j->tnext;
+        j->touched = false;
+        job_advance(e, j);
+        j = nx;
+    }
+}
+
+/* ---- ending a call ---- */
+
+/*
+ * Records a call's result (its line, at line_at in the answers' buffer) in
+ * the open transaction, and the step in its job's checkpoint. A Cancelled
+ * call is not recorded (the same id again runs); its in-flight marker is
+ * dropped only when no attempt of it ever started.
+ */
+static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size_t line_at)
+{
+    if (!ensure_txn(e))
+        return;
+    int rc = 0;
+    if (!r->ok && strcmp(r->kind, "Cancelled") == 0) {
+        if (c->marked && c->n_trace == 0 && (rc = tp_inflight_del(e->o.store, e->txn, c->id)) != 0)
+            tp_engine_store_failed(e, rc, "removing an in-flight marker");
+        return;
+    }
+    tp_job_t *j = c->job;
+    uint64_t now = tp_now_us();
+    rc = tp_result_put(e->o.store, e->txn, r, e->made.lines.data + line_at, e->made.lines.len - line_at);
+    /* A job named after its only call (the default) has nothing to checkpoint but that result. */
+    bool own_job = strcmp(j->name, c->id) == 0;
+    if (rc == 0 && !own_job)
+        rc = tp_checkpoint_step(e->o.store, e->txn, j->name, c->id, c->step, &j->usage,
+                                j->usage.first_us ? now - j->usage.first_us : 0, j->stopped, j->stop_msg);
+    if (rc == 0 && c->marked) {
+        rc = tp_inflight_del(e->o.store, e->txn, c->id);
+        e->marker_pending = true; /* commit it now: a crash before would call it Interrupted */
+    }
+    if (rc)
+        tp_engine_store_failed(e, rc, "recording a result");
+}
+
+typedef enum {
+    END_ANSWER,    /* the current hop answered */
+    END_DEGRADED,  /* the chain ran out; the declared degraded answer stands in */
+    END_FAIL,      /* a failure: the last attempt's, or the engine's own kind */
+} tp_end_t;
+
+/*
+ * Ends a call: builds its record, renders and records it, and queues its
+ * answer for after the commit. For END_FAIL, msg NULL means the last
+ * attempt's failure; otherwise kind and msg are the engine's (a guard, a
+ * cancellation, an open circuit). The job's next step becomes ready.
+ */
+static void finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, const char *msg)
+{
+    const tp_attempt_t *a = &c->att;
+    if (msg && (c->end_msg = strdup(msg)) == NULL)
+        msg = "out of memory";
+    else if (msg)
+        msg = c->end_msg;
+    Toolpool__Result *r = &c->res;
+    toolpool__result__init(r);
+    r->has_id = true;
+    r->id = c->id;
+    r->job = c->job->name;
+    r->step = c->step;
+    r->tool = (char *)c->tool->name;
+    r->ok = end != END_FAIL;
+    r->attempts = 0;
+    for (size_t i = 0; i < c->n_trace; i++)
+        r->attempts += strcmp(c->trace[i]->outcome, "CircuitOpen") != 0;
+    r->trace = c->trace;
+    r->n_trace = c->n_trace;
+    r->duration_us = c->first_us ? tp_now_us() - c->first_us : 0;
+    r->args.data = (uint8_t *)c->args;
+    r->args.len = c->args_len;
+    r->cost = a->cost;
+    r->escalated = c->escalated;
+    r->escalation = c->escalation;
+    if (end == END_ANSWER) {
+        r->result.data = (uint8_t *)a->result;
+        r->result.len = a->result_len;
+        r->served_by = (char *)c->hop_tool->name;
+        r->degraded = c->hop > 0;
+        r->stale = c->hop_tool->policy.stale;
+    } else if (end == END_DEGRADED) {
+        tp_json_write(&c->degraded, c->tool->policy.degraded, 0);
+        r->result.data = c->degraded.data;
+        r->result.len = c->degraded.len;
+        r->degraded = true;
+    } else {
+        bool from_attempt = msg == NULL;
+        r->kind = from_attempt ? (char *)a->kind_name : (char *)tp_kind_name(kind);
+        r->klass = (char *)tp_class_name(tp_kind_class(from_attempt ? a->kind : kind));
+        r->message = (char *)(from_attempt ? (a->message ? a->message : "") : msg);
+        r->retryable = from_attempt && a->kind < TP_KIND__COUNT &&
+                       (c->hop_tool->policy.retry_on & (1ull << a->kind)) != 0;
+    }
+    r->input_digest.data = c->identity.b;
+    r->input_digest.len = TP_DIGEST_LEN;
+    e->results++;
+    tp_summary_add(&e->stats.tools[c->tool->index], r);
+    tp_pending_t *p = pending_add(e, c->answer, c->answer_ctx);
+    size_t at = e->made.lines.len;
+    tp_result_write(&e->made.lines, r);
+    record(e, c, r, at);
+    call_unlink(c);
+    if (c->ev_backoff) {
+        event_free(c->ev_backoff);
+        c->ev_backoff = NULL;
+    }
+    tp_job_t *j = c->job;
+    if (p == NULL) {
+        tp_log_error("out of memory: the answer of call %s is lost", c->id);
+        if (c->current) {
+            c->current = false;
+            j->running = false;
+            job_advance(e, j);
+        }
+        j->held++;
+        call_release(e, c);
+        kick(e);
+        return;
+    }
+    p->call = c;
+    p->len = e->made.lines.len - at;
+    j->held++;
+    if (c->current) {
+        c->current = false;
+        j->running = false;
+        job_advance(e, j);
+    }
+    kick(e);
+}
+
+/*
+ * A call that never started, dropped while draining: no record, and its
+ * answer says so (a rerun runs it).
+ */
+static void drop_unstarted(tp_engine_t *e, tp_call_t *c)
+{
+    tp_pending_t *p = pending_add(e, c->answer, c->answer_ctx);
+    if (p)
+        p->not_started = true;
+    if (c->current) {
+        c->current = false;
+        c->job->running = false;
+    }
+    call_unlink(c);
+    call_free(c);
+    kick(e);
+}
+
+/*
+ * Appends one entry to the call's trace. NULL when out of memory. The
+ * first lives in the call itself, so a call that ends in one attempt
+ * allocates nothing for its trace; the tool's name is the registry's.
+ */
+static Toolpool__Attempt *trace_add(tp_call_t *c, uint32_t number, const char *outcome, uint64_t duration_us)
+{
+    tp_trace_entry_t *t;
+    if (c->n_trace == 0) {
+        t = &c->trace0;
+        c->trace0_at = &t->at;
+        c->trace = &c->trace0_at;
+    } else {
+        bool inline_first = c->trace == &c->trace0_at;
+        Toolpool__Attempt **grown = realloc(inline_first ? NULL : c->trace, (c->n_trace + 1) * sizeof *grown);
+        if (grown == NULL)
+            return NULL;
+        if (inline_first)
+            grown[0] = c->trace0_at;
+        c->trace = grown;
+        if ((t = malloc(sizeof *t)) == NULL)
+            return NULL;
+    }
+    toolpool__attempt__init(&t->at);
+    t->at.attempt = number;
+    t->at.tool = (char *)c->hop_tool->name;
+    size_t n = strnlen(outcome, sizeof t->outcome - 1);
+    memcpy(t->outcome, outcome, n);
+    t->outcome[n] = 0;
+    t->at.outcome = t->outcome;
+    t->at.duration_us = duration_us;
+    c->trace[c->n_trace++] = &t->at;
+    return &t->at;
+}
+
+/* Opens an escalation for c (once): a person takes it from here. */
+static void escalate(tp_engine_t *e, tp_call_t *c, const char *kind, const char *message, const char *reason)
+{
+    if (c->escalated || !ensure_txn(e))
+        return;
+    Toolpool__Escalation x = TOOLPOOL__ESCALATION__INIT;
+    x.call_id = c->id;
+    x.job = c->job->name;
+    x.step = c->step;
+    x.tool = (char *)c->hop_tool->name;
+    x.args.data = (uint8_t *)c->args;
+    x.args.len = c->args_len;
+    x.kind = (char *)kind;
+    x.message = (char *)(message ? message : "");
+    x.reason = (char *)reason;
+    x.trace = c->trace;
+    x.n_trace = c->n_trace;
+    int rc = tp_escalate(e->o.store, e->txn, &x, c->escalation);
+    if (rc) {
+        tp_engine_store_failed(e, rc, "recording an escalation");
+        return;
+    }
+    c->escalated = true;
+}
+
+/* Ends c Cancelled, with why the front gave. */
+static void finish_cancelled(tp_engine_t *e, tp_call_t *c)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s cancelled: %s", c->tool->name, c->cancel_why ? c->cancel_why : "by its caller");
+    finish(e, c, END_FAIL, TP_KIND_CANCELLED, msg);
+}
+
+/* The next hop of the call's fallback chain becomes current. */
+static void next_hop(tp_engine_t *e, tp_call_t *c)
+{
+    if (e->draining) {
+        finish(e, c, END_FAIL, TP_KIND_CANCELLED, "run interrupted before the next hop of the fallback chain");
+        return;
+    }
+    c->hop_tool = tp_registry_find(e->o.reg, c->tool->policy.fallback[c->hop]);
+    c->hop++;
+    c->hop_attempts = 0;
+    c->hop_deadline_us = 0;
+    tp_queue_push(&e->ready, c);
+}
+
+/*
+ * The current hop is done and did not answer (kind, msg as for finish).
+ * The chain goes on to its next hop when the failure's class is one the
+ * called tool falls back on (an open circuit always is); at the chain's end
+ * comes the declared degraded answer, or the escalation queue.
+ */
+static void hop_failed(tp_engine_t *e, tp_call_t *c, tp_kind_t kind, const char *msg)
+{
+    const tp_policy_t *p = &c->tool->policy;
+    tp_kind_t k = msg ? kind : c->att.kind;
+    tp_class_t klass = tp_kind_class(k);
+    bool fall = k == TP_KIND_CIRCUIT_OPEN || (p->fallback_on & (1u << klass));
+    if (fall && c->hop < p->n_fallback) {
+        next_hop(e, c);
+        return;
+    }
+    if (p->n_fallback > 0 && fall) {
+        if (p->degraded) {
+            finish(e, c, END_DEGRADED, TP_KIND_OK, NULL);
+            return;
+        }
+        escalate(e, c, msg ? tp_kind_name(kind) : c->att.kind_name, msg ? msg : c->att.message,
+                 "every hop of the fallback chain failed");
+    }
+    finish(e, c, END_FAIL, kind, msg);
+}
+
+/*
+ * A hop's final failure counts against its same-call breaker; the failure
+ * that opens the circuit escalates the call (the seed's open_circuit +
+ * escalate). A hop's answer clears the count.
+ */
+static void record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
+{
+    if (!ensure_txn(e))
+        return;
+    bool opened = false;
+    const tp_attempt_t *a = &c->att;
+    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, &c->digest, c->args, failed, a->kind_name,
+                                    a->message, tp_unix_us(), &opened);
+    if (rc) {
+        tp_engine_store_failed(e, rc, "recording a breaker");
+        return;
+    }
+    if (!opened)
+        return;
+    char reason[160];
+    snprintf(reason, sizeof reason, "the same call failed %u times within %.3gs: its circuit is open",
+             c->hop_tool->policy.same_call_failures, (double)c->hop_tool->policy.same_call_window_us / 1e6);
+    escalate(e, c, a->kind_name, a->message, reason);
+    if (c->escalated) {
+        rc = tp_breaker_call_set_escalation(e->o.store, e->txn, c->hop_tool, &c->digest, c->escalation);
+        if (rc)
+            tp_engine_store_failed(e, rc, "recording a breaker");
+    }
+}
+
+static void backoff_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_call_t *c = arg;
+    tp_queue_push(&c->e->ready, c);
+    kick(c->e);
+}
+
+/*
+ * Guard and malformed kinds are the engine's to give, never a tool's: a
+ * tool that claims one (a Cancelled, an InvalidArguments of its own) has
+ * failed, as ToolError, and its message says what it claimed.
+ */
+static void classify(tp_attempt_t *a)
+{
+    if (a->ok || !a->from_tool || a->kind >= TP_KIND__COUNT)
+        return;
+    tp_class_t klass = tp_kind_class(a->kind);
+    if (klass != TP_CLASS_GUARD && klass != TP_CLASS_MALFORMED)
+        return;
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s reported %s, a kind only toolpool gives: %s", a->tool->name, a->kind_name,
+             a->message ? a->message : "");
+    a->kind = TP_KIND_TOOL_ERROR;
+    snprintf(a->kind_name, sizeof a->kind_name, "%s", tp_kind_name(TP_KIND_TOOL_ERROR));
+    free(a->message);
+    a->message = strdup(msg);
+}
+
+/* The call's end for its whole run: the caller's own, or none. */
+static uint64_t call_deadline(const tp_call_t *c)
+{
+    uint64_t d = c->hop_deadline_us;
+    if (c->deadline_us && (d == 0 || c->deadline_us < d))
+        d = c->deadline_us;
+    return d;
+}
+
+/*
+ * The turn's work for one ended attempt: its trace entry, the tool's
+ * health, then a retry after its backoff, the next hop, or the call's end.
+ */
+static void settle(tp_engine_t *e, tp_call_t *c)
+{
+    tp_attempt_t *a = &c->att;
+    tp_job_t *j = c->job;
+    if (a->requeue) {
+        /* Queued behind an attempt whose worker died: it never ran, and counts for nothing. */
+        c->hop_attempts--;
+        j->usage.calls--;
+        c->readmit = true; /* admitted once (a half-open probe, maybe): it still is */
+        if (c->cancelled)
+            finish_cancelled(e, c);
+        else if (!e->draining)
+            tp_queue_push_front(&e->ready, c);
+        else if (c->n_trace == 0)
+            drop_unstarted(e, c);
+        else
+            finish(e, c, END_FAIL, TP_KIND_CANCELLED, "run interrupted between attempts");
+        return;
+    }
+    classify(a);
+    if (a->kind == TP_KIND_TIMEOUT)
+        e->stats.timeouts++;
+    if (a->ok || (a->kind != TP_KIND_TIMEOUT && a->kind != TP_KIND_WORKER_CRASHED && a->kind != TP_KIND_CANCELLED)) {
+        tp_tool_state_t *ts = &e->tools[c->hop_tool->index];
+        double us = (double)(a->ended_us - a->started_us);
+        /* The warm-up keeps the fastest answer: a worker's first call of a
+         * tool pays for loading it, which says nothing of the calls after. */
+        if (ts->samples < TP_FAST_SAMPLES)
+            ts->ewma_us = ts->samples == 0 || us < ts->ewma_us ? us : ts->ewma_us;
+        else
+            ts->ewma_us = ts->ewma_us * 0.9 + us * 0.1;
+        ts->samples++;
+    }
+    j->usage.cost += a->cost;
+    Toolpool__Attempt *t = trace_add(c, a->number, a->ok ? "ok" : a->kind_name, a->ended_us - a->started_us);
+    if (t == NULL) {
+        finish(e, c, END_FAIL, TP_KIND_CANCELLED, "out of memory recording the trace");
+        return;
+    }
+    if (ensure_txn(e)) {
+        int rc = tp_breaker_tool_record(e->o.store, e->txn, c->hop_tool, a->kind, c->probe, tp_unix_us());
+        if (rc)
+            tp_engine_store_failed(e, rc, "recording a breaker");
+    }
+    c->probe = false;
+    if (c->cancelled) {
+        finish_cancelled(e, c);
+        return;
+    }
+    if (a->ok) {
+        record_call_outcome(e, c, false);
+        finish(e, c, END_ANSWER, TP_KIND_OK, NULL);
+        return;
+    }
+    if (a->kind == TP_KIND_CANCELLED) {
+        finish(e, c, END_FAIL, TP_KIND_CANCELLED, a->message);
+        return;
+    }
+    tp_retry_t d = tp_retry_decide(&c->hop_tool->policy, a->kind, a->number, a->retry_after_ms, tp_now_us(),
+                                   call_deadline(c), &e->rng);
+    if (d.retry && e->draining) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "run interrupted after %zu attempt%s (last: %s: %s)", c->n_trace,
+                 c->n_trace == 1 ? "" : "s", a->kind_name, a->message ? a->message : "");
+        finish(e, c, END_FAIL, TP_KIND_CANCELLED, msg);
+        return;
+    }
+    if (!d.retry) {
+        record_call_outcome(e, c, true);
+        hop_failed(e, c, TP_KIND_OK, NULL);
+        return;
+    }
+    t->backoff_us = d.wait_us;
+    if (d.wait_us == 0) {
+        tp_queue_push(&e->ready, c);
+        return;
+    }
+    if (c->ev_backoff == NULL && (c->ev_backoff = evtimer_new(e->base, backoff_cb, c)) == NULL) {
+        tp_queue_push(&e->ready, c); /* no timer to be had: retry at once */
+        return;
+    }
+    struct timeval tv = {.tv_sec = (time_t)(d.wait_us / 1000000u), .tv_usec = (suseconds_t)(d.wait_us % 1000000u)};
+    evtimer_add(c->ev_backoff, &tv);
+}
+
+/*
+ * Before an attempt starts: the job's guards, then (at a hop's start) the
+ * same-call breaker, then the tool breaker. Returns true when the call may
+ * run; otherwise it has been moved on (ended, or on to its next hop).
+ */
+static bool admit(tp_engine_t *e, tp_call_t *c, uint64_t now, bool *probe)
+{
+    tp_job_t *j = c->job;
+    char msg[256];
+    *probe = false;
+    if (c->interrupted) {
+        snprintf(msg, sizeof msg,
+                 "%s was running when its supervisor stopped; it is not idempotent, so it is not run again",
+                 c->tool->name);
+        escalate(e, c, tp_kind_name(TP_KIND_INTERRUPTED), msg,
+                 "a call of a tool that is not idempotent was in flight at a crash");
+        c->marked = true; /* its marker goes with its record */
+        finish(e, c, END_FAIL, TP_KIND_INTERRUPTED, msg);
+        return false;
+    }
+    if (j->stopped != TP_KIND_OK) {
+        snprintf(msg, sizeof msg, "not run: %s", j->stop_msg ? j->stop_msg : "the job was stopped");
+        finish(e, c, END_FAIL, j->stopped, msg);
+        return false;
+    }
+    tp_kind_t g = tp_guard_check(&e->o.reg->guards, &j->usage, !c->started, now, msg, sizeof msg);
+    if (g != TP_KIND_OK) {
+        j->stopped = g;
+        free(j->stop_msg);
+        j->stop_msg = strdup(msg);
+        finish(e, c, END_FAIL, g, msg);
+        return false;
+    }
+    if (c->deadline_us && now >= c->deadline_us) {
+        snprintf(msg, sizeof msg, "%s: the call's deadline passed before %s", c->hop_tool->name,
+                 c->n_trace ? "its next attempt" : "it started");
+        finish(e, c, END_FAIL, TP_KIND_DEADLINE_EXCEEDED, msg);
+        return false;
+    }
+    if (!ensure_txn(e)) {
+        c->readmit = false;
+        return !e->fatal;
+    }
+    uint64_t wall = tp_unix_us();
+    if (c->hop_attempts == 0) {
+        bool open = false;
+        char esc[TP_ESCALATION_ID_MAX] = "";
+        int rc = tp_breaker_call_check(e->o.store, e->txn, c->hop_tool, &c->digest, wall, &open, esc, sizeof esc);
+        if (rc) {
+            tp_engine_store_failed(e, rc, "reading a breaker");
+            return false;
+        }
+        if (open) {
+            if (!trace_add(c, 0, "CircuitOpen", 0)) {
+                finish(e, c, END_FAIL, TP_KIND_CANCELLED, "out of memory recording the trace");
+                return false;
+            }
+            if (!c->escalated && esc[0]) {
+                c->escalated = true;
+                snprintf(c->escalation, sizeof c->escalation, "%s", esc);
+                if ((rc = tp_escalation_blocked(e->o.store, e->txn, esc)) != 0)
+                    tp_engine_store_failed(e, rc, "recording an escalation");
+            }
+            snprintf(msg, sizeof msg, "%s: this call's circuit is open (it failed %u times within %.3gs)%s%s",
+                     c->hop_tool->name, c->hop_tool->policy.same_call_failures,
+                     (double)c->hop_tool->policy.same_call_window_us / 1e6, esc[0] ? "; escalated as " : "", esc);
+            hop_failed(e, c, TP_KIND_CIRCUIT_OPEN, msg);
+            return false;
+        }
+    }
+    if (c->readmit) {
+        /* Its attempt never started: the tool breaker's earlier admission (a probe) stands. */
+        c->readmit = false;
+        *probe = c->probe;
+        return true;
+    }
+    tp_admit_t adm;
+    int rc = tp_breaker_tool_admit(e->o.store, e->txn, c->hop_tool, wall, &adm);
+    if (rc) {
+        tp_engine_store_failed(e, rc, "reading a breaker");
+        return false;
+    }
+    if (adm == TP_ADMIT_NO) {
+        if (!trace_add(c, c->hop_attempts + 1, "CircuitOpen", 0)) {
+            finish(e, c, END_FAIL, TP_KIND_CANCELLED, "out of memory recording the trace");
+            return false;
+        }
+        snprintf(msg, sizeof msg, "%s: the tool's circuit is open (too many failures; probing again after %.3gs)",
+                 c->hop_tool->name, (double)c->hop_tool->policy.tool_cooldown_us / 1e6);
+        hop_failed(e, c, TP_KIND_CIRCUIT_OPEN, msg);
+        return false;
+    }
+    *probe = adm == TP_ADMIT_PROBE;
+    return true;
+}
+
+static int tool_depth(const tp_engine_t *e, const tp_tool_t *t)
+{
+    const tp_tool_state_t *ts = &e->tools[t->index];
+    if (!t->policy.idempotent || ts->samples < TP_FAST_SAMPLES || e->o.pipeline <= 1)
+        return 1;
+    double fit = TP_QUEUE_BUDGET_US / (ts->ewma_us > 1 ? ts->ewma_us : 1);
+    return fit >= e->o.pipeline ? e->o.pipeline : fit < 1 ? 1 : (int)fit;
+}
+
+static void attempt_done_cb(void *ctx, tp_attempt_t *a);
+
+/* Hands the prepared attempt to an idle slot (or a fast one to a busy worker's queue). */
+static void submit_attempt(tp_engine_t *e, tp_call_t *c)
+{
+    int rc = tp_pool_submit(e->pool, &c->att);
+    if (rc == -2) {
+        /* Too big for a frame: the attempt ended before it began; a turn settles it. */
+        attempt_done_cb(e, &c->att);
+    } else if (rc < 0) {
+        /* Cannot happen (the caller saw a slot): undo the attempt, keep any probe's admission. */
+        e->tools[c->hop_tool->index].inflight--;
+        c->hop_attempts--;
+        c->job->usage.calls--;
+        c->readmit = true;
+        tp_queue_push(&e->ready, c);
+    }
+}
+
+/* Prepares the call's next attempt and starts it (the caller checked a slot is idle). */
+static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
+{
+    const tp_policy_t *p = &c->hop_tool->policy;
+    tp_job_t *j = c->job;
+    uint64_t now = tp_now_us();
+    if (c->first_us == 0)
+        c->first_us = now;
+    if (!c->started) {
+        c->started = true;
+        j->usage.steps++;
+        if (j->usage.first_us == 0)
+            j->usage.first_us = now;
+    }
+    if (c->hop_attempts == 0)
+        c->hop_deadline_us = p->deadline_us ? now + p->deadline_us : 0;
+    uint64_t timeout = p->timeout_us;
+    if (c->hop_deadline_us) {
+        if (now >= c->hop_deadline_us) {
+            hop_failed(e, c, TP_KIND_OK, NULL);
+            return;
+        }
+        if (c->hop_deadline_us - now < timeout)
+            timeout = c->hop_deadline_us - now;
+    }
+    if (c->deadline_us && c->deadline_us - now < timeout)
+        timeout = c->deadline_us - now; /* admit saw it still ahead */
+    uint64_t wall_left = tp_guard_wall_left(&e->o.reg->guards, &j->usage, now);
+    if (wall_left < timeout)
+        timeout = wall_left;
+    /* The absolute limit, for an attempt that starts later (queued behind another). */
+    uint64_t limit = call_deadline(c);
+    if (wall_left != UINT64_MAX && (limit == 0 || now + wall_left < limit))
+        limit = now + wall_left;
+    j->usage.calls++;
+    free(c->att.message);
+    free(c->att.result);
+    c->hop_attempts++;
+    c->probe = probe;
+    c->att = (tp_attempt_t){
+        .tool = c->hop_tool,
+        .call_id = c->id,
+        .job = j->name,
+        .step = c->step,
+        .number = c->hop_attempts,
+        .args = c->args,
+        .args_len = c->args_len,
+        .timeout_us = timeout,
+        .limit_us = limit,
+        .kind = TP_KIND_OK,
+        .depth = tool_depth(e, c->hop_tool),
+    };
+    e->tools[c->hop_tool->index].inflight++;
+    if (!p->idempotent && ensure_txn(e)) {
+        /* The marker must be durable before the tool can run: start after the commit. */
+        Toolpool__InFlight f = TOOLPOOL__IN_FLIGHT__INIT;
+        f.call_id = c->id;
+        f.input_digest.data = c->identity.b;
+        f.input_digest.len = TP_DIGEST_LEN;
+        f.tool = (char *)c->hop_tool->name;
+        f.job = j->name;
+        f.step = c->step;
+        f.attempt = c->att.number;
+        f.started_unix_us = tp_unix_us();
+        int rc = tp_inflight_put(e->o.store, e->txn, &f);
+        if (rc) {
+            tp_engine_store_failed(e, rc, "recording an in-flight marker");
+            return;
+        }
+        c->marked = true;
+        tp_queue_push(&e->deferred, c);
+        e->n_deferred++;
+        return;
+    }
+    if (e->fatal)
+        return;
+    submit_attempt(e, c);
+}
+
+/*
+ * The next call to try: one parked at its tool's concurrency cap whose tool
+ * has room now, else the head of the ready queue. Parked calls are looked
+ * at only while there are some, so runs without caps never scan.
+ */
+static tp_call_t *next_call(tp_engine_t *e)
+{
+    if (e->n_waiting > 0) {
+        for (size_t i = 0; i < e->o.reg->n_tools; i++) {
+            tp_tool_state_t *ts = &e->tools[i];
+            if (ts->waiting.head && ts->inflight < (int)e->o.reg->tools[i].policy.concurrency) {
+                e->n_waiting--;
+                return tp_queue_pop(&ts->waiting);
+            }
+        }
+    }
+    return tp_queue_pop(&e->ready);
+}
+
+static void dispatch(tp_engine_t *e)
+{
+    uint64_t now = tp_now_us();
+    while (!e->closing && !e->draining) {
+        bool idle = tp_pool_idle(e->pool) - e->n_deferred > 0;
+        tp_call_t *c = next_call(e);
+        if (c == NULL)
+            return;
+        /* Idle slots set aside for deferred attempts are not free for pipelining either. */
+        if (!idle && (tp_pool_idle(e->pool) > 0 || !tp_pool_room(e->pool, tool_depth(e, c->hop_tool)))) {
+            /* Only a fast tool waits in a busy worker's queue; this one waits for a free worker. */
+            tp_queue_push_front(&e->ready, c);
+            return;
+        }
+        tp_tool_state_t *ts = &e->tools[c->hop_tool->index];
+        uint32_t cap = c->hop_tool->policy.concurrency;
+        if (cap && ts->inflight >= (int)cap) {
+            tp_queue_push(&ts->waiting, c);
+            e->n_waiting++;
+            continue;
+        }
+        bool probe;
+        if (admit(e, c, now, &probe))
+            start_attempt(e, c, probe);
+    }
+}
+
+/* The pool's word that an attempt ended: its slot is free; the turn settles it. */
+static void attempt_done_cb(void *ctx, tp_attempt_t *a)
+{
+    tp_engine_t *e = ctx;
+    tp_call_t *c = (tp_call_t *)((char *)a - offsetof(tp_call_t, att));
+    e->tools[c->hop_tool->index].inflight--;
+    /*
+     * Workers never open the store, but a crash on this machine is the
+     * moment to clear reader slots any dead process (another supervisor,
+     * an inspection command) left behind, before they pin old pages.
+     */
+    if (a->kind == TP_KIND_WORKER_CRASHED && e->o.store)
+        tp_store_reader_check(e->o.store);
+    tp_queue_push(&e->settle, c);
+    kick(e);
+}
+
+static void idle_cb(void *ctx)
+{
+    kick(ctx);
+}
+
+static void fatal_cb(void *ctx, const char *message)
+{
+    fail(ctx, message);
+}
+
+static void closed_cb(void *ctx)
+{
+    tp_engine_t *e = ctx;
+    event_base_loopexit(e->base, NULL);
+}
+
+/* ---- submitting ---- */
+
+void tp_engine_suggest(const tp_registry_t *reg, const char *name, char *out, size_t cap)
+{
+    size_t n = strlen(name), best[3] = {SIZE_MAX, SIZE_MAX, SIZE_MAX};
+    const char *who[3] = {NULL, NULL, NULL};
+    if (n > 64)
+        n = 64;
+    for (size_t t = 0; t < reg->n_tools; t++) {
+        const char *cand = reg->tools[t].name;
+        size_t m = strlen(cand);
+        if (m > 64)
+            continue;
+        size_t row[65];
+        for (size_t j = 0; j <= m; j++)
+            row[j] = j;
+        for (size_t i = 1; i <= n; i++) {
+            size_t diag = row[0];
+            row[0] = i;
+            for (size_t j = 1; j <= m; j++) {
+                size_t up = row[j];
+                size_t cost = name[i - 1] == cand[j - 1] ? 0 : 1;
+                size_t v = diag + cost;
+                if (row[j] + 1 < v)
+                    v = row[j] + 1;
+                if (row[j - 1] + 1 < v)
+                    v = row[j - 1] + 1;
+                row[j] = v;
+                diag = up;
+            }
+        }
+        size_t d = row[m];
+        for (int k = 0; k < 3; k++)
+            if (d < best[k]) {
+                for (int s = 2; s > k; s--) {
+                    best[s] = best[s - 1];
+                    who[s] = who[s - 1];
+                }
+                best[k] = d;
+                who[k] = cand;
+                break;
+            }
+    }
+    out[0] = 0;
+    size_t len = 0;
+    for (int k = 0; k < 3 && who[k]; k++)
+        len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s", k ? ", " : "", who[k]);
+}
+
+/* "WHERE: ", the start of a message about the request, or "". */
+static const char *prefix(char *buf, size_t cap, const tp_request_t *rq)
+{
+    snprintf(buf, cap, "%s%s", rq->where ? rq->where : "", rq->where ? ": " : "");
+    return buf;
+}
+
+/* The tool a recorded line names, for a message. */
+static const char *stored_tool(const Toolpool__StoredResult *r, char *buf, size_t cap)
+{
+    json_t *v = json_loadb((const char *)r->line.data, r->line.len, 0, NULL);
+    const char *t = json_string_value(json_object_get(v, "tool"));
+    snprintf(buf, cap, "%s", t ? t : "?");
+    json_decref(v);
+    return buf;
+}
+
+/*
+ * A call the store already knows. Its recorded result, when the input is
+ * the same, is the answer instead of running it again (returns true); an
+ * id recorded for other input is answered InvalidRequest, never served
+ * (true as well). An in-flight marker means the call was running when a
+ * supervisor died.
+ */
+static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *job,
+                          const tp_digest_t *identity, bool *interrupted, tp_answer_fn fn, void *ctx)
+{
+    Toolpool__StoredResult *r;
+    /*
+     * Lookups of ids scattered over a large store fault in pages all over
+     * its map (and the kernel maps their neighbours too): trim often here,
+     * which is safe at any time, since the map is shared and read-only.
+     */
+    if (++e->lookups % TP_TRIM_LOOKUPS == 0)
+        tp_store_trim(e->o.store);
+    int rc = tp_result_get(e->o.store, e->txn, rq->id, &r);
+    if (rc == 0) {
+        if (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, identity->b, TP_DIGEST_LEN) == 0) {
+            /* The line as it was reported, and what a summary counts of it. */
+            tp_pending_t *p = pending_add(e, fn, ctx);
+            if (p) {
+                Toolpool__Result counted = TOOLPOOL__RESULT__INIT;
+                counted.has_id = true;
+                counted.id = (char *)rq->id;
+                counted.job = (char *)job;
+                counted.step = rq->step;
+                counted.tool = (char *)rq->tool;
+                counted.ok = r->ok;
+                counted.kind = r->kind;
+                counted.attempts = r->attempts;
+                counted.duration_us = r->duration_us;
+                tp_buf_append(&e->made.lines, r->line.data, r->line.len);
+                p->len = e->made.lines.len - p->at;
+                p->recorded = true;
+                pending_own(p, &counted);
+                e->results++;
+                e->stats.answered_recorded++;
+                kick(e);
+            }
+        } else {
+            char msg[512], tool_buf[128], pre[96];
+            snprintf(msg, sizeof msg,
+                     "%sid \"%s\" is recorded in the store for other input (tool %s, other args); "
+                     "give this call a new id, or run with a new store",
+                     prefix(pre, sizeof pre, rq), rq->id, stored_tool(r, tool_buf, sizeof tool_buf));
+            reject(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, fn, ctx);
+        }
+        toolpool__stored_result__free_unpacked(r, NULL);
+        return true;
+    }
+    if (rc != MDB_NOTFOUND) {
+        tp_engine_store_failed(e, rc, "reading a result");
+        return true;
+    }
+    Toolpool__InFlight *f;
+    rc = tp_inflight_get(e->o.store, e->txn, rq->id, &f);
+    if (rc == 0) {
+        *interrupted = true;
+        toolpool__in_flight__free_unpacked(f, NULL);
+    } else if (rc != MDB_NOTFOUND) {
+        tp_engine_store_failed(e, rc, "reading an in-flight marker");
+        return true;
+    }
+    return false;
+}
+
+tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn fn, void *ctx)
+{
+    char msg[512], pre[96];
+    const char *job = rq->job ? rq->job : rq->id;
+    const char *args = rq->args ? rq->args : "{}";
+    char *owned_args = rq->give_args ? rq->args : NULL;
+    json_t *owned_json = NULL;
+    tp_call_t *c = NULL;
+    if (e->fatal)
+        goto out;
+    if (e->draining || e->closing || e->close_asked) {
+        tp_pending_t *p = pending_add(e, fn, ctx);
+        if (p)
+            p->not_started = true;
+        kick(e);
+        goto out;
+    }
+    const tp_tool_t *t = tp_registry_find(e->o.reg, rq->tool);
+    if (t == NULL) {
+        char near[256];
+        tp_engine_suggest(e->o.reg, rq->tool, near, sizeof near);
+        snprintf(msg, sizeof msg, "%sunknown tool \"%s\"%s%s%s", prefix(pre, sizeof pre, rq), rq->tool, near[0] ? " (closest: " : "", near,
+                 near[0] ? ")" : "");
+        reject(e, rq->id, job, rq->step, rq->tool, args, TP_KIND_UNKNOWN_TOOL, msg, fn, ctx);
+        goto out;
+    }
+    const json_t *jargs = rq->jargs;
+    bool need_tree = t->schema != NULL || (e->o.store && rq->canon == NULL);
+    if (need_tree && jargs == NULL && (jargs = owned_json = json_loads(args, 0, NULL)) == NULL) {
+        snprintf(msg, sizeof msg, "%sargs are not a JSON object", prefix(pre, sizeof pre, rq));
+        reject(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, fn, ctx);
+        goto out;
+    }
+    if (t->schema) {
+        /* Malformed: the model's to fix, so no call happens and the message says what to change. */
+        tp_buf_t why = {0};
+        tp_buf_printf(&why, "%s: invalid arguments: ", t->name);
+        int bad = tp_jsonschema_validate(t->schema, jargs, &why, TP_ARGS_ERRORS_MAX);
+        if (bad != 0) {
+            tp_buf_append(&why, "", 1);
+            reject(e, rq->id, job, rq->step, rq->tool, args, TP_KIND_INVALID_ARGUMENTS,
+                   bad > 0 ? (const char *)why.data : "out of memory validating the arguments", fn, ctx);
+            tp_buf_free(&why);
+            goto out;
+        }
+        tp_buf_free(&why);
+    }
+    tp_digest_t digest = {{0}}, identity = {{0}};
+    bool interrupted = false;
+    if (e->o.store) {
+        if (rq->canon)
+            tp_digest_bytes(rq->canon, rq->canon_len, &digest);
+        else
+            tp_digest_args(jargs, &digest);
+        tp_identity_digest(t->name, &digest, &identity);
+        if (!ensure_txn(e) || resume_lookup(e, rq, job, &identity, &interrupted, fn, ctx))
+            goto out;
+    }
+    bool created;
+    c = calloc(1, sizeof *c);
+    tp_job_t *j = c ? tp_jobs_get(&e->jobs, job, strlen(job), &created) : NULL;
+    if (j && created && strcmp(job, rq->id) != 0)
+        job_resume(e, j); /* a job named after its one call has no checkpoint */
+    if (c == NULL || j == NULL || (c->id = strdup(rq->id)) == NULL ||
+        (c->args = owned_args ? owned_args : strdup(args)) == NULL) {
+        reject(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, "out of memory", fn, ctx);
+        if (c)
+            free(c->id);
+        free(c);
+        c = NULL;
+        goto out;
+    }
+    owned_args = NULL;
+    c->e = e;
+    c->tool = t;
+    c->hop_tool = t;
+    c->digest = digest;
+    c->identity = identity;
+    c->interrupted = interrupted;
+    c->args_len = rq->give_args || rq->args ? rq->args_len : 2;
+    c->step = rq->step;
+    c->deadline_us = rq->deadline_us;
+    c->answer = fn;
+    c->answer_ctx = ctx;
+    c->att.kind = TP_KIND_OK;
+    tp_job_add(j, c);
+    if (!j->touched) {
+        j->touched = true;
+        j->tnext = NULL;
+        *e->touched_tail = j;
+        e->touched_tail = &j->tnext;
+    }
+    c->lnext = e->all;
+    if (e->all)
+        e->all->lprev = c;
+    e->all = c;
+    e->live++;
+    kick(e);
+out:
+    free(owned_args);
+    json_decref(owned_json);
+    return c;
+}
+
+void tp_engine_cancel(tp_engine_t *e, tp_call_t *c, const char *why)
+{
+    if (c->cancelled || (c->lprev == NULL && e->all != c))
+        return; /* cancelled already, or ended: its answer is on its way */
+    c->cancelled = true;
+    c->cancel_why = strdup(why ? why : "by its caller");
+    bool waiting = (!c->current && tp_job_remove(c->job, c)) || tp_queue_remove(&e->ready, c);
+    if (!waiting && tp_queue_remove(&e->tools[c->hop_tool->index].waiting, c)) {
+        e->n_waiting--;
+        waiting = true;
+    }
+    if (!waiting && c->ev_backoff && evtimer_pending(c->ev_backoff, NULL)) {
+        evtimer_del(c->ev_backoff);
+        waiting = true;
+    }
+    if (waiting) {
+        finish_cancelled(e, c);
+        return;
+    }
+    /* Running: its worker's group is killed, and the end comes through settle. */
+    if (tp_pool_is_running(e->pool, &c->att))
+        tp_pool_cancel(e->pool, &c->att);
+    kick(e);
+}
+
+size_t tp_engine_live(const tp_engine_t *e)
+{
+    return e->live;
+}
+
+/* ---- the turn ---- */
+
+static bool commit_urgent(const tp_engine_t *e)
+{
+    return e->fatal || e->closing || e->draining || e->drain_asked || e->n_deferred > 0 || e->marker_pending;
+}
+
+static void drain(tp_engine_t *e);
+
+/*
+ * kick_cb: the loop turn's gathered work, in one store transaction: settle the
+ * attempts that ended, let the fronts feed more calls, dispatch to idle
+ * slots; commit; only then deliver the answers, so a record is durable
+ * before it is reported. A turn whose commit fails reports nothing and
+ * stops the engine.
+ */
+static void turn(tp_engine_t *e);
+
+static void kick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_engine_t *e = arg;
+    e->in_turn = true;
+    turn(e);
+    e->in_turn = false;
+}
+
+static void turn(tp_engine_t *e)
+{
+    char err[512];
+    ensure_txn(e);
+    tp_call_t *c;
+    while ((c = tp_queue_pop(&e->settle)) != NULL)
+        settle(e, c);
+    if (e->drain_asked && !e->draining)
+        drain(e);
+    if (!e->closing) {
+        for (int i = 0; i < e->n_fronts; i++)
+            if (e->fronts[i].feed && !e->draining)
+                e->fronts[i].feed(e->fronts[i].ctx);
+        advance_touched(e);
+        dispatch(e);
+    }
+    tp_pool_flush(e->pool); /* the workers start on them during the commit */
+    uint64_t now = tp_now_us(), hold;
+    bool urgent = commit_urgent(e);
+    bool due = e->txn && tp_commit_due(&e->commit, now, e->results, tp_pool_busy(e->pool), urgent);
+    if (due && (hold = tp_commit_hold(&e->commit, now, e->results, tp_pool_next_deadline(e->pool), urgent)) > 0) {
+        struct timeval tv = {.tv_sec = (time_t)(hold / 1000000u), .tv_usec = (suseconds_t)(hold % 1000000u)};
+        evtimer_add(e->ev_commit, &tv);
+        return;
+    }
+    if (e->txn && !due) {
+        /*
+         * Group commit: more results will come before the window closes;
+         * one fsync will cover them all. The turn's answers wait for it.
+         */
+        if (!evtimer_pending(e->ev_commit, NULL)) {
+            uint64_t window = tp_commit_window_us(&e->commit), since = now - e->commit.since_us;
+            uint64_t left = since < window ? window - since : 0;
+            struct timeval tv = {.tv_sec = 0, .tv_usec = (suseconds_t)left};
+            evtimer_add(e->ev_commit, &tv);
+        }
+        return;
+    }
+    if (e->txn) {
+        MDB_txn *txn = e->txn;
+        e->txn = NULL;
+        e->marker_pending = false;
+        evtimer_del(e->ev_commit);
+        if (e->fatal) {
+            mdb_txn_abort(txn);
+        } else {
+            uint64_t t0 = tp_now_us();
+            if (tp_store_commit(e->o.store, txn, err, sizeof err) != 0)
+                fail(e, err);
+            uint64_t took = tp_now_us() - t0;
+            tp_commit_took(&e->commit, took);
+            e->stats.commits++;
+            tp_summary_add_latency(&e->stats.commit_latency, took);
+        }
+        /* Keep the resident set flat however large the store grows. */
+        if (e->results - e->trimmed_at >= TP_TRIM_EVERY) {
+            e->trimmed_at = e->results;
+            tp_store_trim(e->o.store);
+        }
+    }
+    tp_call_t *d;
+    while ((d = tp_queue_pop(&e->deferred)) != NULL) {
+        e->n_deferred--;
+        if (d->cancelled) {
+            e->tools[d->hop_tool->index].inflight--;
+            d->hop_attempts--;
+            finish_cancelled(e, d);
+        } else if (e->fatal || e->closing) {
+            tp_queue_push(&e->ready, d); /* never started; freed with the rest */
+        } else {
+            submit_attempt(e, d);
+        }
+    }
+    deliver(e, !e->fatal);
+    bool idle = e->live == 0 || (e->draining && tp_pool_busy(e->pool) == 0);
+    if (!e->closing && (e->close_asked || e->draining) && idle) {
+        e->closing = true;
+        tp_pool_shutdown(e->pool, false);
+    }
+}
+
+/*
+ * Stops taking calls. Calls never started are answered not_started (a
+ * rerun runs them); calls between attempts end Cancelled now; running
+ * attempts may finish until the drain timer.
+ */
+static void drain(tp_engine_t *e)
+{
+    e->draining = true;
+    e->ready.head = e->ready.tail = NULL;
+    for (size_t i = 0; i < e->o.reg->n_tools; i++)
+        e->tools[i].waiting.head = e->tools[i].waiting.tail = NULL;
+    e->n_waiting = 0;
+    for (size_t k = 0; k < e->jobs.cap; k++)
+        for (tp_job_t *j = e->jobs.slots[k]; j; j = j->hnext)
+            j->pending.head = j->pending.tail = NULL; /* the calls stay on the live list */
+    /*
+     * The settle queue was emptied just before, and the deferred queue at
+     * the last commit (an attempt deferred makes its turn's commit urgent):
+     * a call not running now is waiting (for its turn, a slot, a backoff).
+     */
+    tp_call_t *c = e->all, *nx;
+    for (; c; c = nx) {
+        nx = c->lnext;
+        if (tp_pool_is_running(e->pool, &c->att))
+            continue;
+        if (c->n_trace == 0) {
+            drop_unstarted(e, c);
+        } else {
+            if (c->ev_backoff)
+                event_del(c->ev_backoff);
+            finish(e, c, END_FAIL, TP_KIND_CANCELLED, "run interrupted between attempts");
+        }
+    }
+}
+
+static void commit_cb(evutil_socket_t fd, short what, void *arg)
+{
+    kick(arg);
+}
+
+static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_engine_t *e = arg;
+    e->closing = true;
+    tp_pool_shutdown(e->pool, true);
+}
+
+void tp_engine_drain(tp_engine_t *e)
+{
+    if (e->drain_asked) {
+        drain_timeout_cb(-1, 0, e);
+        return;
+    }
+    e->drain_asked = true;
+    struct timeval tv = {.tv_sec = (time_t)(e->o.drain_us / 1000000u),
+                         .tv_usec = (suseconds_t)(e->o.drain_us % 1000000u)};
+    evtimer_add(e->ev_drain, &tv);
+    kick(e);
+}
+
+void tp_engine_close(tp_engine_t *e)
+{
+    e->close_asked = true;
+    kick(e);
+}
+
+bool tp_engine_draining(const tp_engine_t *e)
+{
+    return e->drain_asked;
+}
+
+bool tp_engine_failed(const tp_engine_t *e)
+{
+    return e->fatal;
+}
+
+/* ---- the engine itself ---- */
+
+tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
+{
+    tp_engine_t *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return NULL;
+    e->o = *o;
+    e->base = o->base;
+    e->touched_tail = &e->touched;
+    tp_rng_seed(&e->rng, o->seed);
+    const tp_guards_t *g = &o->reg->guards;
+    /* Without a store there is no checkpoint to take a job's usage up again from. */
+    e->keep_jobs = o->store == NULL && (g->max_steps || g->max_calls || g->max_wall_us || g->max_cost > 0);
+    size_t n = o->reg->n_tools ? o->reg->n_tools : 1;
+    e->tools = calloc(n, sizeof *e->tools);
+    e->stats.tools = calloc(n, sizeof *e->stats.tools);
+    tp_pool_opts_t po = {
+        .workers = o->workers,
+        .worker_path = o->worker_path,
+        .max_frame = o->max_frame,
+        .recycle_after = o->recycle_after,
+        .pipeline = o->pipeline,
+        .done_cb = attempt_done_cb,
+        .idle_cb = idle_cb,
+        .fatal_cb = fatal_cb,
+        .closed_cb = closed_cb,
+        .ctx = e,
+    };
+    if (e->tools == NULL || e->stats.tools == NULL || tp_jobs_init(&e->jobs) < 0 ||
+        (e->pool = tp_pool_new(e->base, &po)) == NULL ||
+        (e->ev_kick = event_new(e->base, -1, 0, kick_cb, e)) == NULL ||
+        (e->ev_drain = evtimer_new(e->base, drain_timeout_cb, e)) == NULL ||
+        (e->ev_commit = evtimer_new(e->base, commit_cb, e)) == NULL) {
+        tp_log_error("out of memory starting the engine");
+        tp_engine_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+int tp_engine_add_front(tp_engine_t *e, const tp_front_t *front)
+{
+    if (e->n_fronts == TP_FRONTS_MAX)
+        return -1;
+    e->fronts[e->n_fronts++] = *front;
+    return 0;
+}
+
+int tp_engine_start(tp_engine_t *e)
+{
+    if (tp_pool_start(e->pool) < 0)
+        return -1;
+    kick(e);
+    return 0;
+}
+
+/* Answers made and never delivered (the loop ended early), and their calls. */
+static void answers_free(tp_engine_t *e, tp_answers_t *a)
+{
+    for (size_t i = 0; i < a->n; i++) {
+        if (a->v[i].call)
+            call_release(e, a->v[i].call);
+        free(a->v[i].r);
+    }
+    free(a->v);
+    tp_buf_free(&a->lines);
+}
+
+void tp_engine_free(tp_engine_t *e)
+{
+    if (e == NULL)
+        return;
+    if (e->txn) {
+        mdb_txn_abort(e->txn); /* only after a failure: a clean end commits in its last turn */
+        e->txn = NULL;
+    }
+    tp_pool_free(e->pool);
+    e->keep_jobs = true; /* the jobs go all at once below */
+    while (e->all) {
+        tp_call_t *c = e->all;
+        call_unlink(c);
+        call_free(c);
+    }
+    answers_free(e, &e->made);
+    tp_jobs_free(&e->jobs);
+    if (e->ev_kick)
+        event_free(e->ev_kick);
+    if (e->ev_drain)
+        event_free(e->ev_drain);
+    if (e->ev_commit)
+        event_free(e->ev_commit);
+    free(e->tools);
+    free(e->stats.tools);
+    free(e);
+}
+
+/*
+ * After the loop: attempts the pool settled on its way out still get
+ * their records and answers.
+ */
+void tp_engine_finish(tp_engine_t *e)
+{
+    e->closing = true;
+    kick_cb(-1, 0, e);
+}
+
+const tp_engine_stats_t *tp_engine_stats(const tp_engine_t *e)
+{
+    return &e->stats;
+}
+
+const tp_pool_stats_t *tp_engine_pool_stats(const tp_engine_t *e)
+{
+    return tp_pool_stats(e->pool);
+}
+
+int tp_engine_busy(const tp_engine_t *e)
+{
+    return tp_pool_busy(e->pool);
+}
+
+int tp_engine_idle(const tp_engine_t *e)
+{
+    return tp_pool_idle(e->pool);
+}
+
+size_t tp_engine_waiting(const tp_engine_t *e)
+{
+    size_t n = e->n_waiting;
+    for (tp_call_t *c = e->ready.head; c; c = c->next)
+        n++;
+    return n;
+}
+
+const tp_registry_t *tp_engine_registry(const tp_engine_t *e)
+{
+    return e->o.reg;
+}
+
+tp_store_t *tp_engine_store(const tp_engine_t *e)
+{
+    return e->o.store;
+}

@@ -1,0 +1,763 @@
+#!/usr/bin/env python3
+"""toolpool serve, end to end: a real service process per test, on a temporary
+Unix socket (or a loopback port) and a temporary store, driven over HTTP.
+
+Standard library only. The build directory comes from $TOOLPOOL_BUILD_DIR
+(ctest sets it), else ../build beside this file.
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD = os.environ.get("TOOLPOOL_BUILD_DIR", os.path.join(HERE, "..", "build"))
+TOOLPOOL = os.path.join(BUILD, "toolpool")
+EXAMPLE_SO = os.path.join(BUILD, "examples", "example.so")
+TEST_TOOLS = os.environ.get("TOOLPOOL_TEST_TOOLS", os.path.join(HERE, "tools"))
+
+# A tool that notes each run of a call (its id, one line in the log file
+# named by argv[1]), sleeps args.s seconds, and answers.
+WORK_TOOL = r"""
+import json, os, sys, time
+a = json.load(sys.stdin)
+with open(sys.argv[1], "a") as f:
+    f.write(os.environ.get("TOOLPOOL_CALL_ID", "?") + "\n")
+time.sleep(float(a.get("s", 0)))
+print(json.dumps({"id": os.environ.get("TOOLPOOL_CALL_ID"), "slept": a.get("s", 0)}))
+"""
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over a Unix socket."""
+
+    def __init__(self, path, timeout=30):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(self.timeout)
+            s.connect(self.unix_path)
+        except OSError:
+            s.close()
+            raise
+        self.sock = s
+
+
+class Server:
+    """One `toolpool serve` process on its own socket, store and registry."""
+
+    def __init__(self, test, tmp, store=None, tcp=False, listen=None, args=(), token=None):
+        self.test = test
+        self.token = token
+        self.tmp = tmp
+        self.store = store or os.path.join(tmp, "store")
+        self.sock_path = os.path.join(tmp, "tp.sock")
+        self.listen = listen or ("127.0.0.1:0" if tcp else "unix:" + self.sock_path)
+        self.tcp = self.listen.split(":")[0] != "unix"
+        self.args = list(args)
+        self.proc = None
+        self.port = None
+        self.err_path = os.path.join(tmp, "serve-%d.err" % time.monotonic_ns())
+
+    def command(self):
+        return [TOOLPOOL, "serve", "--listen", self.listen, "-r", os.path.join(self.tmp, "tools.json"),
+                "-s", self.store, "-j", "2"] + self.args
+
+    def start(self):
+        self.err = open(self.err_path, "w")
+        self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=self.err, cwd=self.tmp)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            text = self.stderr()
+            m = re.search(r"listening on (\S+)", text)
+            if m:
+                if self.tcp:
+                    self.port = int(m.group(1).rsplit(":", 1)[1])
+                self.wait_ready()
+                return self
+            if self.proc.poll() is not None:
+                raise AssertionError("serve exited %d: %s" % (self.proc.returncode, text))
+            time.sleep(0.02)
+        raise AssertionError("serve did not start: " + self.stderr())
+
+    def wait_ready(self):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            auth = {"Authorization": "Bearer " + self.token} if self.token else {}
+            if self.request("GET", "/readyz", headers=auth)[0] == 200:
+                return
+            time.sleep(0.05)
+        raise AssertionError("serve never became ready")
+
+    def stderr(self):
+        with open(self.err_path) as f:
+            return f.read()
+
+    def connection(self, timeout=30):
+        if self.tcp:
+            return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        return UnixHTTPConnection(self.sock_path, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None, timeout=30):
+        """(status, headers, body bytes) of one request on a fresh connection."""
+        c = self.connection(timeout)
+        try:
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body)
+            c.request(method, path, body=body, headers=headers or {})
+            r = c.getresponse()
+            return r.status, dict(r.getheaders()), r.read()
+        finally:
+            c.close()
+
+    def json(self, method, path, body=None, headers=None, timeout=30):
+        status, _, data = self.request(method, path, body, headers, timeout)
+        return status, json.loads(data) if data else None
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError("serve did not stop within %ss" % timeout)
+        self.err.close()
+        return self.proc.returncode
+
+
+class ServeTest(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory(prefix="serve_test.")
+        self.tmp = self._tmp.name
+        self.log = os.path.join(self.tmp, "runs.log")
+        open(self.log, "w").close()
+        tool = os.path.join(self.tmp, "work.py")
+        with open(tool, "w") as f:
+            f.write(WORK_TOOL)
+        self.registry = {
+            "defaults": {"timeout": "30s"},
+            "tools": [
+                {"name": "echo", "description": "Returns its args.", "plugin": {"path": EXAMPLE_SO}},
+                {"name": "noop", "description": "Does nothing.", "plugin": {"path": EXAMPLE_SO}},
+                {"name": "work", "description": "Notes its run, sleeps args.s seconds.",
+                 "exec": ["python3", tool, self.log], "idempotent": True,
+                 "parameters": {"type": "object", "properties": {"s": {"type": "number"}}}},
+                {"name": "strict", "description": "Takes a string q.", "plugin": {"path": EXAMPLE_SO},
+                 "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}},
+                {"name": "deny", "description": "Always forbidden.",
+                 "exec": [os.path.join(TEST_TOOLS, "exit.sh"), "77"],
+                 "breaker": {"same_call": {"failures": 2, "window": "10m"}}},
+            ],
+        }
+        self.write_registry()
+        self.servers = []
+
+    def tearDown(self):
+        for s in self.servers:
+            if s.proc and s.proc.poll() is None:
+                s.proc.kill()
+                s.proc.wait()
+        self._tmp.cleanup()
+
+    def write_registry(self):
+        with open(os.path.join(self.tmp, "tools.json"), "w") as f:
+            json.dump(self.registry, f)
+
+    def serve(self, **kw):
+        s = Server(self, self.tmp, **kw)
+        self.servers.append(s)
+        return s.start()
+
+    def runs(self):
+        with open(self.log) as f:
+            return [line.strip() for line in f if line.strip()]
+
+    def toolpool(self, *args, stdin=None):
+        p = subprocess.run([TOOLPOOL] + list(args), input=stdin, capture_output=True, text=True, timeout=60,
+                           cwd=self.tmp)
+        return p.returncode, p.stdout, p.stderr
+
+    # ---- calls ----
+
+    def test_call_answers_run_result_line(self):
+        s = self.serve()
+        status, headers, body = s.request("POST", "/v1/calls", {"id": "c1", "tool": "echo", "args": {"b": [1, 2.5]}})
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["Content-Type"], "application/json")
+        self.assertTrue(body.endswith(b"\n") and body.count(b"\n") == 1)
+        r = json.loads(body)
+        self.assertEqual((r["id"], r["job"], r["tool"], r["ok"], r["result"]), ("c1", "c1", "echo", True, {"b": [1, 2.5]}))
+        # run, on the same store, answers the recorded line: byte for byte the same.
+        rc, out, err = self.toolpool("run", "-q", "-r", "tools.json", "-s", s.store, "-",
+                                     stdin='{"id": "c1", "tool": "echo", "args": {"b": [1, 2.5]}}\n')
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.encode(), body)
+        self.assertEqual(s.stop(), 0)
+
+    def test_call_without_id_gets_one_and_deadline(self):
+        s = self.serve()
+        st, r = s.json("POST", "/v1/calls", {"tool": "work", "args": {"s": 0}, "deadline": "20s"})
+        self.assertEqual(st, 200)
+        self.assertTrue(r["id"].startswith("call-"), r["id"])
+        self.assertTrue(r["ok"])
+        st2, r2 = s.json("POST", "/v1/calls", {"tool": "noop"})
+        self.assertNotEqual(r["id"], r2["id"])
+        st, r = s.json("POST", "/v1/calls", {"tool": "noop", "deadline": "soon"})
+        self.assertEqual((st, r["error"]), (400, "InvalidRequest"))
+        self.assertIn('"deadline" must be a duration', r["message"])
+
+    def test_errors(self):
+        s = self.serve(args=["--max-body", "4096"])
+        # Malformed JSON and missing fields: run's words, without "line N: ".
+        st, r = s.json("POST", "/v1/calls", "{not json")
+        self.assertEqual((st, r["error"]), (400, "InvalidRequest"))
+        self.assertTrue(r["message"].startswith("not valid JSON: "), r["message"])
+        rc, out, _ = self.toolpool("run", "-q", "-r", "tools.json", "-s", os.path.join(self.tmp, "other"), "-",
+                                   stdin="{not json\n")
+        self.assertEqual(json.loads(out)["message"], "line 1: " + r["message"])
+        st, r = s.json("POST", "/v1/calls", {"id": "x"})
+        self.assertEqual((st, r["message"]), (400, '"tool" must be a non-empty string'))
+        st, r = s.json("POST", "/v1/calls", {"id": "x", "tool": "echo", "args": [1]})
+        self.assertEqual((st, r["message"]), (400, '"args" must be a JSON object'))
+        st, r = s.json("POST", "/v1/calls", {"id": "", "tool": "echo"})
+        self.assertEqual((st, r["message"]), (400, '"id" must be a non-empty string'))
+        st, r = s.json("POST", "/v1/calls", "[1]")
+        self.assertEqual((st, r["message"]), (400, "a call must be a JSON object"))
+        st, r = s.json("POST", "/v1/calls", "")
+        self.assertEqual((st, r["error"]), (400, "InvalidRequest"))
+        # Unknown tool: 404 with the did-you-mean.
+        st, r = s.json("POST", "/v1/calls", {"id": "u1", "tool": "ecko"})
+        self.assertEqual((st, r["error"]), (404, "UnknownTool"))
+        self.assertEqual(r["message"], 'unknown tool "ecko" (closest: echo, noop, work)')
+        # InvalidArguments is a result: the model's to read.
+        st, r = s.json("POST", "/v1/calls", {"id": "ia", "tool": "strict", "args": {"q": 5}})
+        self.assertEqual((st, r["ok"], r["error"], r["attempts"]), (200, False, "InvalidArguments", 0))
+        self.assertIn("/q: expected string", r["message"])
+        # Unknown path, wrong method.
+        st, r = s.json("GET", "/v2/nothing")
+        self.assertEqual((st, r["error"]), (404, "NotFound"))
+        status, headers, body = s.request("GET", "/v1/calls")
+        self.assertEqual((status, headers.get("Allow")), (405, "POST"))
+        self.assertEqual(json.loads(body)["error"], "MethodNotAllowed")
+        st, r = s.json("PUT", "/v1/calls/x")
+        self.assertEqual(st, 405)
+        st, r = s.json("GET", "/v1/calls/")
+        self.assertEqual(st, 404)
+        # Too large a body.
+        status, _, _ = s.request("POST", "/v1/calls", json.dumps({"tool": "echo", "args": {"x": "y" * 8000}}))
+        self.assertEqual(status, 413)
+        # An id recorded for other input.
+        self.assertEqual(s.json("POST", "/v1/calls", {"id": "k", "tool": "echo", "args": {"a": 1}})[0], 200)
+        st, r = s.json("POST", "/v1/calls", {"id": "k", "tool": "echo", "args": {"a": 2}})
+        self.assertEqual((st, r["error"]), (409, "InvalidRequest"))
+        self.assertIn("recorded in the store for other input", r["message"])
+        self.assertEqual(s.stop(), 0)
+
+    def test_recorded_id_is_not_run_again(self):
+        s = self.serve()
+        call = {"id": "once", "tool": "work", "args": {"s": 0}}
+        a = s.request("POST", "/v1/calls", call)
+        b = s.request("POST", "/v1/calls", call)
+        self.assertEqual((a[0], b[0]), (200, 200))
+        self.assertEqual(a[2], b[2])
+        self.assertEqual(self.runs(), ["once"])
+
+    def test_live_id_is_attached_not_run_twice(self):
+        s = self.serve()
+        call = {"id": "live", "tool": "work", "args": {"s": 1.5}}
+        got = [None, None]
+
+        def post(i):
+            got[i] = s.request("POST", "/v1/calls", call)
+
+        t = threading.Thread(target=post, args=(0,))
+        t.start()
+        self.wait_for(lambda: self.runs() == ["live"])
+        # Running now: a second POST attaches to it, and so does a wait=0 one.
+        t2 = threading.Thread(target=post, args=(1,))
+        t2.start()
+        st, headers, body = s.request("POST", "/v1/calls?wait=0", call)
+        self.assertEqual(st, 202)
+        # Other input under the live id: refused, not attached.
+        st, r = s.json("POST", "/v1/calls", {"id": "live", "tool": "work", "args": {"s": 2}})
+        self.assertEqual((st, r["error"]), (409, "InvalidRequest"))
+        t.join(30)
+        t2.join(30)
+        self.assertEqual(got[0][0], 200)
+        self.assertEqual(got[0][2], got[1][2])
+        self.assertEqual(self.runs(), ["live"])
+
+    def test_wait0_then_get(self):
+        s = self.serve()
+        status, headers, body = s.request("POST", "/v1/calls?wait=0", {"id": "w/1 x", "tool": "work", "args": {"s": 1}})
+        self.assertEqual(status, 202)
+        self.assertEqual(json.loads(body), {"id": "w/1 x", "status": "running"})
+        self.assertEqual(headers["Location"], "/v1/calls/w%2F1%20x")
+        st, r = s.json("GET", headers["Location"])
+        self.assertEqual((st, r), (202, {"id": "w/1 x", "status": "running"}))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            st, r = s.json("GET", headers["Location"])
+            if st == 200:
+                break
+            time.sleep(0.05)
+        self.assertEqual((st, r["id"], r["ok"], r["result"]["slept"]), (200, "w/1 x", True, 1))
+        st, r = s.json("GET", "/v1/calls/nobody")
+        self.assertEqual((st, r["error"]), (404, "NotFound"))
+
+    def test_cancel(self):
+        s = self.serve()
+        waiter = {}
+        t = threading.Thread(target=lambda: waiter.update(r=s.json("POST", "/v1/calls",
+                                                                     {"id": "long", "tool": "work", "args": {"s": 30}})))
+        t.start()
+        self.wait_for(lambda: self.runs() == ["long"])  # its POST made the call: it waits for it
+        self.assertEqual(s.request("POST", "/v1/calls?wait=0", {"id": "long", "tool": "work", "args": {"s": 30}})[0], 202)
+        t0 = time.monotonic()
+        st, r = s.json("DELETE", "/v1/calls/long")
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertEqual((st, r["ok"], r["error"], r["class"]), (200, False, "Cancelled", "guard"))
+        t.join(10)
+        self.assertEqual(waiter["r"], (200, r))  # the attached POST got the same final answer
+        self.assertEqual(s.json("GET", "/v1/calls/long"), (200, r))
+        st, r2 = s.json("DELETE", "/v1/calls/long")
+        self.assertEqual((st, r2["error"]), (409, "Conflict"))
+        self.assertEqual(s.json("DELETE", "/v1/calls/nobody")[0], 404)
+        # Ended and recorded: 409 too.
+        self.assertEqual(s.json("POST", "/v1/calls", {"id": "done", "tool": "noop"})[0], 200)
+        self.assertEqual(s.json("DELETE", "/v1/calls/done")[0], 409)
+        # A queued call (both workers busy) is cancelled as well.
+        for i in range(2):
+            s.request("POST", "/v1/calls?wait=0", {"id": "busy%d" % i, "tool": "work", "args": {"s": 30}})
+        s.request("POST", "/v1/calls?wait=0", {"id": "queued", "tool": "work", "args": {"s": 30}})
+        st, r = s.json("DELETE", "/v1/calls/queued")
+        self.assertEqual((st, r["error"], r["attempts"]), (200, "Cancelled", 0))
+        for i in range(2):
+            self.assertEqual(s.json("DELETE", "/v1/calls/busy%d" % i)[0], 200)
+        self.assertNotIn("queued", self.runs())
+        # Cancelled is not recorded: the id runs again.
+        st, r = s.json("POST", "/v1/calls", {"id": "long", "tool": "work", "args": {"s": 0}})
+        self.assertEqual((st, r["ok"]), (200, True))
+        self.assertEqual(s.stop(), 0)
+
+    def test_client_gone_call_runs_on(self):
+        s = self.serve()
+        c = s.connection()
+        c.request("POST", "/v1/calls", json.dumps({"id": "gone", "tool": "work", "args": {"s": 0.8}}))
+        self.wait_for(lambda: self.runs() == ["gone"])
+        c.close()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            st, r = s.json("GET", "/v1/calls/gone")
+            if st == 200:
+                break
+            time.sleep(0.05)
+        self.assertEqual((st, r["ok"]), (200, True))
+        self.assertEqual(self.runs(), ["gone"])
+        self.assertEqual(s.stop(), 0)
+
+    # ---- batches ----
+
+    def test_batch_streams_run_results(self):
+        lines = [
+            '{"id": "b1", "tool": "echo", "args": {"n": 1}}',
+            "",
+            "not json",
+            '{"id": "b2", "job": "j", "step": 1, "tool": "noop"}',
+            '{"tool": "echo"}',
+            '{"id": "b3", "tool": "ecko"}',
+            '{"id": "b4", "tool": "strict", "args": {}}',
+            '{"id": "b5", "tool": "work", "args": {"s": 0}}',
+            '{"id": "b1", "tool": "echo", "args": {"n": 1}}',
+        ]
+        text = "\n".join(lines) + "\n"
+        s = self.serve()
+        status, headers, body = s.request("POST", "/v1/batch", text)
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["Content-Type"], "application/x-ndjson")
+        got = [json.loads(l) for l in body.decode().splitlines()]
+        rc, out, err = self.toolpool("run", "-q", "-r", "tools.json", "-s", os.path.join(self.tmp, "runstore"), "-",
+                                     stdin=text)
+        want = [json.loads(l) for l in out.splitlines()]
+
+        def key(r):
+            return (str(r["id"]), r["ok"], r.get("error"), r.get("message"), json.dumps(r.get("result")))
+
+        self.assertEqual(sorted(map(key, got)), sorted(map(key, want)))
+        self.assertEqual(len(got), 8)
+        self.assertIn("line 3: not valid JSON", body.decode())
+        # A large batch streams in full.
+        big = "".join('{"id": "n%d", "tool": "echo", "args": {"i": %d}}\n' % (i, i) for i in range(3000))
+        status, _, body = s.request("POST", "/v1/batch", big, timeout=120)
+        ids = [json.loads(l)["id"] for l in body.decode().splitlines()]
+        self.assertEqual((status, sorted(ids)), (200, sorted("n%d" % i for i in range(3000))))
+        self.assertEqual(s.stop(), 0)
+
+    # ---- tools ----
+
+    def test_tools(self):
+        s = self.serve()
+        st, r = s.json("GET", "/v1/tools")
+        self.assertEqual(st, 200)
+        work = next(t for t in r["tools"] if t["name"] == "work")
+        self.assertEqual(work["policy"], {"timeout": "30s", "attempts": 3, "idempotent": True, "fallback": []})
+        self.assertEqual(work["parameters"]["properties"]["s"], {"type": "number"})
+        st, r = s.json("GET", "/v1/tools?format=openai")
+        self.assertEqual(r[0]["type"], "function")
+        self.assertEqual(set(r[0]["function"]), {"name", "description", "parameters"})
+        self.assertEqual([t["function"]["name"] for t in r], ["echo", "noop", "work", "strict", "deny"])
+        st, r = s.json("GET", "/v1/tools?format=mcp")
+        self.assertEqual(set(r["tools"][3]), {"name", "description", "inputSchema"})
+        self.assertEqual(r["tools"][3]["inputSchema"]["required"], ["q"])
+        self.assertEqual(s.json("GET", "/v1/tools?format=yaml")[0], 400)
+
+    # ---- checkpoints, breakers, escalations ----
+
+    def test_checkpoint_round_trip(self):
+        s = self.serve()
+        state = {"messages": [{"role": "user", "content": "héllo"}], "loop": {"turn": 3}}
+        st, r = s.json("PUT", "/v1/jobs/agent%201/checkpoint", {"step": 3, "state": state})
+        self.assertEqual((st, r), (200, {"job": "agent 1", "step": 3}))
+        st, r = s.json("GET", "/v1/jobs/agent%201/checkpoint")
+        self.assertEqual((st, r["job"], r["step"], r["state"]), (200, "agent 1", 3, state))
+        self.assertLess(abs(r["updated_ms"] - time.time() * 1000), 60000)
+        # The latest replaces the last.
+        s.json("PUT", "/v1/jobs/agent%201/checkpoint", {"step": 4, "state": [1]})
+        self.assertEqual(s.json("GET", "/v1/jobs/agent%201/checkpoint")[1]["state"], [1])
+        self.assertEqual(s.json("GET", "/v1/jobs/nobody/checkpoint")[0], 404)
+        self.assertEqual(s.json("PUT", "/v1/jobs/j/checkpoint", {"state": 1})[0], 400)
+        self.assertEqual(s.json("PUT", "/v1/jobs/j/checkpoint", {"step": -1, "state": 1})[0], 400)
+        self.assertEqual(s.json("PUT", "/v1/jobs/j/checkpoint", "{")[0], 400)
+        # The CLI sees it, while the service runs.
+        rc, out, err = self.toolpool("checkpoints", "show", "agent 1", "--store", s.store)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("agent state: step 4", out)
+        self.assertIn("[1]", out)
+        rc, out, err = self.toolpool("checkpoints", "show", "agent 1", "--store", s.store, "--json")
+        self.assertEqual(json.loads(out)["agent"]["state"], [1])
+        # A job's calls and its agent state live side by side.
+        s.json("POST", "/v1/calls", {"id": "s1", "job": "agent 1", "step": 5, "tool": "noop"})
+        rc, out, err = self.toolpool("checkpoints", "show", "agent 1", "--store", s.store, "--json")
+        cp = json.loads(out)
+        self.assertEqual((cp["calls"], cp["agent"]["step"]), (["s1"], 4))
+        self.assertEqual(s.stop(), 0)
+
+    def test_breakers_and_escalations(self):
+        s = self.serve()
+        for i in range(2):
+            st, r = s.json("POST", "/v1/calls", {"id": "d%d" % i, "tool": "deny", "args": {"who": "me"}})
+            self.assertEqual((st, r["error"]), (200, "PermissionDenied"))
+        st, r = s.json("POST", "/v1/calls", {"id": "d2", "tool": "deny", "args": {"who": "me"}})
+        self.assertEqual((r["error"], r["escalated"]), ("CircuitOpen", True))
+        st, r = s.json("GET", "/v1/breakers")
+        open_ = [b for b in r["breakers"] if b["state"] == "open"]
+        self.assertEqual(len(open_), 1)
+        bid = open_[0]["id"]
+        self.assertTrue(bid.startswith("call/deny/"))
+        st, one = s.json("GET", "/v1/breakers/" + bid)
+        self.assertEqual((st, one["args"], one["last_error"]), (200, {"who": "me"}, "PermissionDenied"))
+        st, r = s.json("GET", "/v1/escalations")
+        self.assertEqual(len(r["escalations"]), 1)
+        eid = r["escalations"][0]["id"]
+        st, e = s.json("GET", "/v1/escalations/" + eid)
+        self.assertEqual((st, e["status"], e["tool"]), (200, "open", "deny"))
+        # The CLI and the service see one store.
+        rc, out, err = self.toolpool("breakers", "list", "--store", s.store, "--json")
+        self.assertEqual([b["id"] for b in json.loads(out)["breakers"] if b["state"] == "open"], [bid])
+        # Reset by a prefix of the digest; resolve with a note.
+        st, r = s.json("POST", "/v1/breakers/" + bid[:-20] + "/reset")
+        self.assertEqual((st, r), (200, {"id": bid, "reset": True}))
+        self.assertEqual(s.json("POST", "/v1/breakers/" + bid + "/reset")[0], 404)
+        self.assertEqual(s.json("POST", "/v1/breakers/tool/nothing/reset")[0], 404)
+        st, r = s.json("POST", "/v1/escalations/%s/resolve" % eid, {"note": "granted"})
+        self.assertEqual((st, r["status"], r["note"]), (200, "resolved", "granted"))
+        self.assertEqual(s.json("POST", "/v1/escalations/E999999/resolve")[0], 404)
+        self.assertEqual(s.json("GET", "/v1/escalations")[1], {"escalations": []})
+        self.assertEqual(len(s.json("GET", "/v1/escalations?all=1")[1]["escalations"]), 1)
+        rc, out, err = self.toolpool("escalations", "show", eid, "--store", s.store)
+        self.assertIn("resolved", out)
+        self.assertIn("granted", out)
+        # Closed again: the call runs (and fails) again.
+        st, r = s.json("POST", "/v1/calls", {"id": "d3", "tool": "deny", "args": {"who": "me"}})
+        self.assertEqual(r["error"], "PermissionDenied")
+        self.assertEqual(s.stop(), 0)
+
+    # ---- metrics, health ----
+
+    def test_metrics_and_health(self):
+        s = self.serve()
+        self.assertEqual(s.request("GET", "/healthz")[:3:2], (200, b"ok\n"))
+        self.assertEqual(s.request("GET", "/readyz")[0], 200)
+        for i in range(5):
+            s.json("POST", "/v1/calls", {"id": "m%d" % i, "tool": "echo", "args": {"i": i}})
+        s.json("POST", "/v1/calls", {"id": "m0", "tool": "echo", "args": {"i": 0}})  # from the store
+        status, headers, body = s.request("GET", "/metrics")
+        self.assertEqual(status, 200)
+        self.assertTrue(headers["Content-Type"].startswith("text/plain; version=0.0.4"))
+        samples = parse_prometheus(self, body.decode())
+        calls = {l["outcome"]: v for n, l, v in samples if n == "toolpool_calls_total" and l["tool"] == "echo"}
+        self.assertEqual(calls, {"ok": 5})
+        self.assertEqual(one(samples, "toolpool_answered_recorded_total"), 1)
+        self.assertEqual(one(samples, "toolpool_call_duration_seconds_count", tool="echo"), 5)
+        self.assertEqual(one(samples, "toolpool_call_duration_seconds_bucket", tool="echo", le="+Inf"), 5)
+        self.assertEqual(one(samples, "toolpool_workers", state="busy") + one(samples, "toolpool_workers", state="idle"), 2)
+        self.assertEqual(one(samples, "toolpool_escalations_open"), 0)
+        self.assertGreaterEqual(one(samples, "toolpool_commits_total"), 1)
+        self.assertEqual(one(samples, "toolpool_breakers", type="tool", state="open"), 0)
+        self.assertEqual(s.stop(), 0)
+
+    # ---- security ----
+
+    def test_token_rule(self):
+        rc, out, err = self.toolpool("serve", "--listen", "0.0.0.0:0", "-r", "tools.json", "-s", "st")
+        self.assertEqual(rc, 2)
+        self.assertIn("not a loopback address", err)
+        self.assertIn("--token-file", err)
+        token = os.path.join(self.tmp, "token")
+        with open(token, "w") as f:
+            f.write("s3cret-token\n")
+        os.chmod(token, 0o644)
+        rc, out, err = self.toolpool("serve", "--listen", "127.0.0.1:0", "--token-file", token, "-r", "tools.json")
+        self.assertEqual(rc, 2)
+        self.assertIn("chmod 600", err)
+        os.chmod(token, 0o600)
+        s = self.serve(tcp=True, args=["--token-file", token], token="s3cret-token")
+        self.assertEqual(s.request("GET", "/healthz")[0], 401)
+        st, r = s.json("GET", "/v1/tools")
+        self.assertEqual((st, r["error"]), (401, "Unauthorized"))
+        st, _, _ = s.request("GET", "/v1/tools", headers={"Authorization": "Bearer wrong"})
+        self.assertEqual(st, 401)
+        st, _, _ = s.request("GET", "/v1/tools", headers={"Authorization": "Bearer s3cret-token-and-more"})
+        self.assertEqual(st, 401)
+        st, _, _ = s.request("GET", "/v1/tools", headers={"Authorization": "Bearer s3cret-token"})
+        self.assertEqual(st, 200)
+        st, r = s.json("POST", "/v1/calls", {"tool": "echo", "args": {"t": 1}},
+                       headers={"Authorization": "Bearer s3cret-token"})
+        self.assertEqual((st, r["result"]), (200, {"t": 1}))
+        self.assertEqual(s.stop(), 0)
+
+    def test_idle_client_is_dropped(self):
+        s = self.serve(args=["--idle-timeout", "1s"])
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(10)
+        c.connect(s.sock_path)
+        t0 = time.monotonic()
+        self.assertEqual(c.recv(100), b"")  # closed by the service, with nothing said
+        took = time.monotonic() - t0
+        self.assertGreater(took, 0.8)
+        self.assertLess(took, 5)
+        c.close()
+        # A slow client that stops halfway through its headers too.
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(10)
+        c.connect(s.sock_path)
+        c.sendall(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\n")
+        self.assertEqual(c.recv(100), b"")
+        c.close()
+        self.assertEqual(s.request("GET", "/healthz")[0], 200)
+
+    def test_connection_cap(self):
+        s = self.serve(args=["--max-connections", "3"])
+        time.sleep(0.3)  # the readiness checks' connections are gone
+        held = []
+        for _ in range(3):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(s.sock_path)
+            held.append(c)
+        time.sleep(0.3)
+        st, headers, body = s.request("GET", "/healthz")  # a fourth: past the cap
+        self.assertEqual(st, 503)
+        self.assertEqual(headers.get("Connection"), "close")
+        self.assertIn(b"too many connections", body)
+        for c in held:
+            c.close()
+        self.wait_for(lambda: s.request("GET", "/healthz")[0] == 200)
+        self.assertEqual(s.request("GET", "/metrics")[0], 200)
+
+    def test_unix_socket_stale_and_live(self):
+        s = self.serve()
+        mode = os.stat(s.sock_path).st_mode & 0o777
+        self.assertEqual(mode, 0o600)
+        # Something listens on it: a second service refuses.
+        rc, out, err = self.toolpool("serve", "--listen", "unix:" + s.sock_path, "-r", "tools.json", "-s", "st2")
+        self.assertEqual(rc, 2)
+        self.assertIn("something is listening on it", err)
+        s.stop(signal.SIGKILL)
+        self.assertTrue(os.path.exists(s.sock_path))  # left behind: stale
+        s2 = self.serve()  # replaces it
+        self.assertEqual(s2.request("GET", "/healthz")[0], 200)
+        self.assertEqual(s2.stop(), 0)
+        self.assertFalse(os.path.exists(s2.sock_path))
+        with open(s2.sock_path, "w") as f:
+            f.write("not a socket")
+        rc, out, err = self.toolpool("serve", "--listen", "unix:" + s2.sock_path, "-r", "tools.json", "-s", "st")
+        self.assertEqual(rc, 2)
+        self.assertIn("not a socket", err)
+
+    # ---- lifecycle ----
+
+    def test_drain_on_sigterm(self):
+        s = self.serve()
+        got = {}
+        t = threading.Thread(target=lambda: got.update(r=s.json("POST", "/v1/calls",
+                                                                {"id": "slow", "tool": "work", "args": {"s": 1.5}})))
+        t.start()
+        self.wait_for(lambda: self.runs() == ["slow"])
+        keep = s.connection()
+        keep.request("GET", "/healthz")
+        self.assertEqual(keep.getresponse().read(), b"ok\n")
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        # A new connection is refused; one already open is answered 503.
+        with self.assertRaises(OSError):
+            s.request("GET", "/healthz", timeout=5)
+        keep.request("POST", "/v1/calls", json.dumps({"id": "late", "tool": "noop"}))
+        r = keep.getresponse()
+        self.assertEqual(r.status, 503)
+        self.assertEqual(json.loads(r.read())["error"], "Unavailable")
+        keep.request("GET", "/readyz")
+        r = keep.getresponse()
+        self.assertEqual(r.status, 503)
+        r.read()
+        keep.close()
+        t.join(30)
+        self.assertEqual((got["r"][0], got["r"][1]["ok"]), (200, True))
+        s.proc.wait(30)
+        self.assertEqual(s.proc.returncode, 0)
+        self.assertEqual(self.runs(), ["slow"])
+        # It was recorded: the next service answers it from the store.
+        s2 = self.serve()
+        self.assertEqual(s2.json("GET", "/v1/calls/slow"), got["r"])
+
+    def test_kill9_and_restart(self):
+        s = self.serve()
+        answers = {}
+        for i in range(5):
+            answers["k%d" % i] = s.request("POST", "/v1/calls", {"id": "k%d" % i, "tool": "work", "args": {"s": 0}})[2]
+        # One running when the service dies: never answered, so it may run again.
+        threading.Thread(target=lambda: self.swallow(s.request, "POST", "/v1/calls",
+                                                     {"id": "mid", "tool": "work", "args": {"s": 5}}),
+                         daemon=True).start()
+        self.wait_for(lambda: "mid" in self.runs())
+        s.stop(signal.SIGKILL)
+        s2 = self.serve()
+        for i in range(5):
+            status, _, body = s2.request("GET", "/v1/calls/k%d" % i)
+            self.assertEqual((status, body), (200, answers["k%d" % i]))
+            status, _, body = s2.request("POST", "/v1/calls", {"id": "k%d" % i, "tool": "work", "args": {"s": 0}})
+            self.assertEqual((status, body), (200, answers["k%d" % i]))
+        self.assertEqual(sorted(r for r in self.runs() if r != "mid"), ["k%d" % i for i in range(5)])
+        self.assertEqual(s2.stop(), 0)
+
+    def test_200_concurrent_connections(self):
+        s = self.serve()
+        n = 200
+        barrier = threading.Barrier(n)
+        results = [None] * n
+
+        def one(i):
+            c = s.connection(timeout=120)
+            try:
+                c.connect()
+                barrier.wait(30)
+                c.request("POST", "/v1/calls", json.dumps({"id": "cc%d" % i, "tool": "work", "args": {"s": 0}}))
+                r = c.getresponse()
+                results[i] = (r.status, json.loads(r.read()))
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(180)
+        self.assertTrue(all(r is not None for r in results), "some requests got no answer")
+        self.assertEqual([r[0] for r in results], [200] * n)
+        self.assertEqual([r[1]["id"] for r in results], ["cc%d" % i for i in range(n)])
+        self.assertTrue(all(r[1]["ok"] and r[1]["result"]["id"] == r[1]["id"] for r in results))
+        self.assertEqual(sorted(self.runs()), sorted("cc%d" % i for i in range(n)))
+        self.assertEqual(s.stop(), 0)
+
+    # ---- helpers ----
+
+    def wait_for(self, cond, timeout=20):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if cond():
+                return
+            time.sleep(0.02)
+        self.fail("condition not met in %ss" % timeout)
+
+    @staticmethod
+    def swallow(fn, *args):
+        try:
+            fn(*args)
+        except Exception:
+            pass
+
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*(,|$)')
+
+
+def parse_prometheus(test, text):
+    """The samples of a text exposition (0.0.4), checking its grammar on the way."""
+    samples, typed = [], {}
+    test.assertTrue(text.endswith("\n"))
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            continue
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            test.assertIn(kind, ("counter", "gauge", "histogram", "summary", "untyped"))
+            test.assertNotIn(name, typed, "TYPE twice for " + name)
+            typed[name] = kind
+            continue
+        m = SAMPLE.match(line)
+        test.assertIsNotNone(m, "not a sample: " + line)
+        name, labels, value = m.group(1), {}, m.group(4)
+        body = m.group(3) or ""
+        pos = 0
+        while pos < len(body):
+            lm = LABEL.match(body, pos)
+            test.assertIsNotNone(lm, "bad labels: " + line)
+            labels[lm.group(1)] = lm.group(2)
+            pos = lm.end()
+        base = re.sub(r"_(bucket|sum|count)$", "", name)
+        test.assertTrue(name in typed or base in typed, "no TYPE before " + name)
+        samples.append((name, labels, float(value)))
+    # Histogram buckets are cumulative.
+    by_series = {}
+    for name, labels, v in samples:
+        if name.endswith("_bucket"):
+            key = (name, tuple(sorted((k, x) for k, x in labels.items() if k != "le")))
+            by_series.setdefault(key, []).append((float(labels["le"]), v))
+    for key, buckets in by_series.items():
+        values = [v for _, v in sorted(buckets)]
+        test.assertEqual(values, sorted(values), "buckets not cumulative: %s" % (key,))
+    return samples
+
+
+def one(samples, name, **labels):
+    got = [v for n, l, v in samples if n == name and all(l.get(k) == x for k, x in labels.items())]
+    assert len(got) == 1, (name, labels, got)
+    return got[0]
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,354 @@
+/*
+ * toolpool serve: the pool as a service. The same engine as `run`, behind
+ * the HTTP front (supervisor/front_http.c) instead of the JSONL one.
+ *
+ * This file is the command: options, the registry, the store, the engine
+ * and the front, and the signals. SIGINT or SIGTERM drains: no new
+ * connection or request is taken, running calls may finish for --drain,
+ * their results are committed and answered, and serve exits 0. A second
+ * signal stops the running calls at once.
+ */
+#include <errno.h>
+#include <event2/event.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "engine.h"
+#include "frame.h"
+#include "front_http.h"
+#include "log.h"
+#include "registry.h"
+#include "store.h"
+
+static const char serve_usage[] =
+    "usage: toolpool serve [--listen unix:PATH | HOST:PORT] [--registry FILE] [--store DIR] [-j N] [OPTIONS]\n"
+    "\n"
+    "Runs the pool as an HTTP/JSON service: POST /v1/calls runs a call and\n"
+    "answers its result line (the same bytes as `run` writes) once it is\n"
+    "committed; POST /v1/batch takes `run`'s JSONL and streams the results\n"
+    "back; GET /v1/tools, /v1/breakers, /v1/escalations, /metrics, /healthz,\n"
+    "/readyz; PUT|GET /v1/jobs/JOB/checkpoint (docs/guide.md has them all). A\n"
+    "call id already recorded in the store is answered from it, never run\n"
+    "again. SIGINT/SIGTERM: stop taking requests, let running calls finish\n"
+    "(--drain), exit 0.\n"
+    "\n"
+    "  -l, --listen ADDR        unix:PATH (a socket file, mode 0600) or HOST:PORT\n"
+    "                           (default: unix:./toolpool.sock); an address other\n"
+    "                           than loopback needs --token-file\n"
+    "      --token-file FILE    every request must carry \"Authorization: Bearer\n"
+    "                           TOKEN\", TOKEN being the file's first line\n"
+    "  -r, --registry FILE      the tools (default: tools.json)\n"
+    "  -s, --store DIR          the store (default: $TOOLPOOL_STORE, else\n"
+    "                           .toolpool in this directory)\n"
+    "  -j, --workers N          worker processes (default: the number of cores)\n"
+    "      --relaxed            commit without fsync (see `toolpool run --help`)\n"
+    "      --recycle-after N    replace a worker after N calls (default: never)\n"
+    "      --pipeline N         calls of a quick tool one worker may hold\n"
+    "                           (default: 64; 1: off)\n"
+    "      --max-frame BYTES    longest frame on a pipe, and longest line of a\n"
+    "                           batch (default: 67108864)\n"
+    "      --max-body BYTES     longest request body; past it, 413 (default:\n"
+    "                           67108864)\n"
+    "      --max-connections N  open connections; past it, requests are answered\n"
+    "                           503 (default: 1024)\n"
+    "      --idle-timeout DURATION  drop a client that sends nothing, or reads\n"
+    "                           nothing, this long (default: 60s)\n"
+    "      --drain DURATION     after SIGINT/SIGTERM, how long running calls may\n"
+    "                           finish before they are killed (default: 30s)\n"
+    "      --seed N             seed the backoff jitter (default: random)\n"
+    "  -q, --quiet              no startup line, no summary at exit\n"
+    "  -h, --help               this text\n";
+
+/* An integer option in [min, max], or exit 2 naming the option. */
+static unsigned long long count_arg(const char *opt, const char *v, unsigned long long min, unsigned long long max)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || *end || end == v || n < min || n > max || v[0] == '-') {
+        tp_log_error("%s: expected an integer in [%llu, %llu], got \"%s\"", opt, min, max, v);
+        exit(2);
+    }
+    return n;
+}
+
+static uint64_t duration_arg(const char *opt, const char *v, uint64_t min_us)
+{
+    uint64_t us;
+    if (tp_duration_parse(v, &us) < 0 || us < min_us) {
+        tp_log_error("%s: expected a duration like \"30s\"%s, got \"%s\"", opt, min_us ? " (more than 0)" : "", v);
+        exit(2);
+    }
+    return us;
+}
+
+/*
+ * The token: the file's first line, without its line break. A token
+ * others can read is no secret, so a file readable by group or others is
+ * refused.
+ */
+static char *read_token(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (f == NULL) {
+        tp_log_error("--token-file %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n = 0;
+    if (fstat(fileno(f), &st) != 0)
+        tp_log_error("--token-file %s: %s", path, strerror(errno));
+    else if (st.st_mode & 077)
+        tp_log_error("--token-file %s: readable by others (mode %03o): chmod 600 it", path,
+                     (unsigned)(st.st_mode & 0777));
+    else if ((n = getline(&line, &cap, f)) <= 0)
+        tp_log_error("--token-file %s: no token in it", path);
+    fclose(f);
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
+        line[--n] = 0;
+    if (n <= 0) {
+        if (line && n == 0)
+            tp_log_error("--token-file %s: no token in it", path);
+        free(line);
+        return NULL;
+    }
+    return line;
+}
+
+/*
+ * Each connection is a descriptor: raise the soft limit to the hard one,
+ * so --max-connections (and the workers' pipes) fit under it.
+ */
+static void raise_nofile(int max_connections, int workers)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == rl.rlim_max)
+        return;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+        rl.rlim_cur < (rlim_t)(max_connections + 4 * workers + 64))
+        tp_log_warn("only %llu descriptors: --max-connections %d may not be reached",
+                    (unsigned long long)rl.rlim_cur, max_connections);
+}
+
+typedef struct {
+    tp_engine_t *e;
+    tp_http_t *front;
+    struct event_base *base;
+    struct event *ev_stop;      /* the last resort, should the drain not end */
+    uint64_t drain_us;
+    bool quiet;
+} serve_t;
+
+/* The drain went on far past its grace: stop the loop; what is committed stays. */
+static void stop_cb(evutil_socket_t fd, short what, void *arg)
+{
+    serve_t *s = arg;
+    tp_log_error("the drain did not end; stopping");
+    event_base_loopbreak(s->base);
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+    serve_t *s = arg;
+    if (tp_engine_draining(s->e)) {
+        tp_log_warn("second signal: stopping running calls now");
+        tp_engine_drain(s->e);
+        return;
+    }
+    int busy = tp_engine_busy(s->e);
+    if (!s->quiet)
+        tp_log_warn("%s: draining; finishing %d running call%s (signal again to stop now)", strsignal((int)sig), busy,
+                    busy == 1 ? "" : "s");
+    tp_http_drain(s->front);
+    tp_engine_drain(s->e);
+    uint64_t us = s->drain_us + 10000000u;
+    struct timeval tv = {.tv_sec = (time_t)(us / 1000000u), .tv_usec = (suseconds_t)(us % 1000000u)};
+    if (evtimer_add(s->ev_stop, &tv) != 0)
+        tp_log_warn("cannot arm the drain's last-resort timer");
+}
+
+int tp_cmd_serve(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"listen", required_argument, NULL, 'l'},
+        {"token-file", required_argument, NULL, 'T'},
+        {"registry", required_argument, NULL, 'r'},
+        {"store", required_argument, NULL, 's'},
+        {"workers", required_argument, NULL, 'j'},
+        {"relaxed", no_argument, NULL, 'L'},
+        {"recycle-after", required_argument, NULL, 'R'},
+        {"pipeline", required_argument, NULL, 'p'},
+        {"max-frame", required_argument, NULL, 'F'},
+        {"max-body", required_argument, NULL, 'B'},
+        {"max-connections", required_argument, NULL, 'C'},
+        {"idle-timeout", required_argument, NULL, 'I'},
+        {"drain", required_argument, NULL, 'D'},
+        {"seed", required_argument, NULL, 'S'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *listen = "unix:./toolpool.sock", *token_file = NULL, *registry = "tools.json";
+    const char *store_dir = tp_store_default_dir();
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    tp_engine_opts_t eo = {
+        .workers = cores > 0 ? (int)cores : 2,
+        .max_frame = TP_FRAME_DEFAULT_MAX,
+        .drain_us = 30000000u,
+        .worker_path = tp_pool_default_worker(),
+        .pipeline = 64,
+    };
+    tp_http_opts_t ho = {
+        .max_body = 64u << 20,
+        .idle_timeout_us = 60000000u,
+        .max_connections = 1024,
+    };
+    bool relaxed = false, quiet = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "l:r:s:j:qh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'l': listen = optarg; break;
+        case 'T': token_file = optarg; break;
+        case 'r': registry = optarg; break;
+        case 's': store_dir = optarg; break;
+        case 'j': eo.workers = (int)count_arg("-j", optarg, 1, 4096); break;
+        case 'L': relaxed = true; break;
+        case 'R': eo.recycle_after = count_arg("--recycle-after", optarg, 1, UINT64_MAX); break;
+        case 'p': eo.pipeline = (int)count_arg("--pipeline", optarg, 1, 64); break;
+        case 'F': eo.max_frame = (uint32_t)count_arg("--max-frame", optarg, 1024, 1u << 30); break;
+        case 'B': ho.max_body = (size_t)count_arg("--max-body", optarg, 1, 1ull << 40); break;
+        case 'C': ho.max_connections = (int)count_arg("--max-connections", optarg, 1, 1000000); break;
+        case 'I': ho.idle_timeout_us = duration_arg("--idle-timeout", optarg, 1); break;
+        case 'D': eo.drain_us = duration_arg("--drain", optarg, 0); break;
+        case 'S': eo.seed = count_arg("--seed", optarg, 1, UINT64_MAX); break;
+        case 'q': quiet = true; break;
+        case 'h': fputs(serve_usage, stdout); return 0;
+        default: fputs(serve_usage, stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        tp_log_error("serve takes no arguments, got \"%s\"", argv[optind]);
+        fputs(serve_usage, stderr);
+        return 2;
+    }
+
+    int status = 2;
+    char err[1024];
+    char *token = NULL;
+    tp_registry_t *reg = NULL;
+    tp_store_t *store = NULL;
+    struct event_base *base = NULL;
+    serve_t s = {.drain_us = eo.drain_us, .quiet = quiet};
+    struct event *ev_int = NULL, *ev_term = NULL;
+    tp_http_addr_t addr;
+
+    if (tp_http_addr_parse(listen, &addr, err, sizeof err) < 0) {
+        tp_log_error("%s", err);
+        goto out;
+    }
+    /* Anyone who can reach a port that is not loopback could run tools: not without a token. */
+    if (!addr.loopback && token_file == NULL) {
+        tp_log_error("--listen %s: not a loopback address; serving it needs --token-file (then every request "
+                     "must carry \"Authorization: Bearer TOKEN\"), or listen on 127.0.0.1 or a unix: socket",
+                     listen);
+        goto out;
+    }
+    if (token_file && (token = read_token(token_file)) == NULL)
+        goto out;
+    if ((reg = tp_registry_load(registry, err, sizeof err)) == NULL) {
+        tp_log_error("%s", err);
+        goto out;
+    }
+    if ((store = tp_store_open(store_dir, relaxed ? TP_STORE_NOSYNC : 0, err, sizeof err)) == NULL) {
+        tp_log_error("%s", err);
+        goto out;
+    }
+    signal(SIGPIPE, SIG_IGN); /* a client gone mid-reply is an error on its connection, not our death */
+    raise_nofile(ho.max_connections, eo.workers);
+    /* Attempt deadlines want better than epoll's millisecond rounding (as run). */
+    struct event_config *cfg = event_config_new();
+    if (cfg) {
+        if (event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER) != 0 ||
+            event_config_set_flag(cfg, EVENT_BASE_FLAG_NO_CACHE_TIME) != 0)
+            tp_log_warn("cannot ask for precise timers");
+        base = event_base_new_with_config(cfg);
+        event_config_free(cfg);
+    }
+    if (base == NULL) {
+        tp_log_error("out of memory");
+        goto out;
+    }
+    eo.reg = reg;
+    eo.store = store;
+    eo.base = base;
+    ho.base = base;
+    ho.token = token;
+    ho.window = (size_t)eo.workers * 64 + 1024;
+    ho.max_line = eo.max_frame;
+    s.base = base;
+    if ((s.e = tp_engine_new(&eo)) == NULL)
+        goto out;
+    ho.engine = s.e;
+    if ((s.front = tp_http_new(&ho)) == NULL)
+        goto out;
+    if (tp_http_listen(s.front, &addr, err, sizeof err) < 0) {
+        tp_log_error("%s", err);
+        goto out;
+    }
+    ev_int = evsignal_new(base, SIGINT, signal_cb, &s);
+    ev_term = evsignal_new(base, SIGTERM, signal_cb, &s);
+    s.ev_stop = evtimer_new(base, stop_cb, &s);
+    if (ev_int == NULL || ev_term == NULL || s.ev_stop == NULL || evsignal_add(ev_int, NULL) != 0 ||
+        evsignal_add(ev_term, NULL) != 0) {
+        tp_log_error("cannot set up the signals");
+        goto out;
+    }
+    if (tp_engine_start(s.e) != 0)
+        goto out;
+    if (!quiet)
+        fprintf(stderr, "toolpool serve: listening on %s (%d worker%s, store %s)\n", addr.text, eo.workers,
+                eo.workers == 1 ? "" : "s", store_dir);
+    if (event_base_dispatch(base) < 0)
+        tp_log_error("the event loop failed");
+    tp_engine_finish(s.e);
+    tp_http_finish(s.front, 2000000u);
+    status = tp_engine_failed(s.e) ? 2 : 0;
+    if (!quiet) {
+        const tp_engine_stats_t *st = tp_engine_stats(s.e);
+        uint64_t calls = 0, ok = 0;
+        for (size_t i = 0; i < reg->n_tools; i++) {
+            calls += st->tools[i].calls;
+            ok += st->tools[i].ok;
+        }
+        fprintf(stderr, "toolpool serve: stopped: %llu call%s answered, %llu ok, %llu from the store\n",
+                (unsigned long long)calls, calls == 1 ? "" : "s", (unsigned long long)ok,
+                (unsigned long long)st->answered_recorded);
+    }
+out:
+    /* The engine first: no answer may come to the front after it is freed. */
+    tp_engine_free(s.e);
+    tp_http_free(s.front);
+    if (ev_int)
+        event_free(ev_int);
+    if (ev_term)
+        event_free(ev_term);
+    if (s.ev_stop)
+        event_free(s.ev_stop);
+    if (base)
+        event_base_free(base);
+    tp_store_close(store);
+    tp_registry_free(reg);
+    free(token);
+    return status;
+}

@@ -1,0 +1,48 @@
+/*
+ * The outcome of one attempt: what a tool adapter hands back to the worker
+ * loop, before it becomes a Reply frame, and the helpers every adapter
+ * fills it with. Apart from the worker's main(), so an adapter can be
+ * linked into a test.
+ */
+#ifndef TP_OUTCOME_H
+#define TP_OUTCOME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+typedef struct {
+    bool ok;
+    tp_buf_t result; /* compact JSON text, when ok */
+    char kind[64];   /* the failure's kind, when not ok */
+    tp_buf_t message;
+    int64_t retry_after_ms; /* -1: none */
+    double cost;
+} tp_outcome_t;
+
+/*
+ * Readies o for the next attempt: not ok, no kind, both buffers emptied
+ * (their memory kept for the next one), no retry_after_ms, no cost.
+ */
+void tp_outcome_reset(tp_outcome_t *o);
+/* Frees what o's buffers hold; o may be reset and used again. */
+void tp_outcome_free(tp_outcome_t *o);
+/*
+ * Makes o a failure of kind (cut to 63 bytes) with the message fmt
+ * formats (cut to 1023), in place of any earlier one.
+ */
+void tp_outcome_fail(tp_outcome_t *o, const char *kind, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/*
+ * Reads a tool's answer text: with read_error, a JSON object whose top-level
+ * "error" is a string is that failure ("message", "retry_after_ms" read too); any other
+ * JSON is the result, re-written compact (one line); text that is not JSON
+ * becomes a JSON string (trailing whitespace dropped). A numeric top-level
+ * "cost" in an object is reported either way.
+ */
+void tp_outcome_from_text(tp_outcome_t *o, const char *text, size_t len, bool read_error);
+
+#endif
