@@ -16,6 +16,7 @@ import collections
 import json
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -412,7 +413,8 @@ class TCPTest(ServeCase):
     def setUpClass(cls):
         d = tempfile.mkdtemp(prefix="tp-token-")
         cls.token_dir = d
-        with open(os.path.join(d, "token"), "w") as f:
+        fd = os.open(os.path.join(d, "token"), os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "w") as f:
             f.write("s3cret-token\n")
         cls.extra = ("--token-file", os.path.join(d, "token"), "--idle-timeout", "1s")
         super().setUpClass()
@@ -440,6 +442,9 @@ class TCPTest(ServeCase):
         tp = self.client(token="s3cret-token")
         self.assertTrue(tp.call("noop")["ok"])
         time.sleep(1.5)             # serve closes it after --idle-timeout 1s
+        self.assertEqual(len(tp._idle), 1)
+        sock = tp._idle[0].sock
+        self.assertEqual(sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT), b"", "still open")
         self.assertTrue(tp.call("noop")["ok"])
 
 

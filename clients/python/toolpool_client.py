@@ -405,7 +405,7 @@ class Client:
 
     def _answer(self, status, reason, headers, data, method, path, call_id, ok, raw):
         if status in ok:
-            if raw or not data:
+            if raw or not data or "json" not in headers.get("content-type", "json"):
                 return status, data.decode("utf-8", "replace")
             return status, json.loads(data)
         error, message = reason or "HTTPError", data.decode("utf-8", "replace").strip()
@@ -569,8 +569,9 @@ class Client:
         return self._request("GET", "/metrics", raw=True)[1]
 
     def health(self):
-        """GET /healthz: the answer (parsed when it is JSON); ToolpoolError
-        when the service is not healthy or not there."""
+        """GET /healthz: the answer ("ok", or a document when the service
+        sends JSON); ToolpoolError when the service is not healthy or not
+        there."""
         return self._request("GET", "/healthz")[1]
 
     def ready(self):
