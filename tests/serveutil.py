@@ -79,20 +79,23 @@ class Serve:
             log.flush()
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
         c = toolpool_client.Client(self.listen, retries=0, timeout=5)
+        ready = False
         try:
             end = time.monotonic() + timeout
             while time.monotonic() < end:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"toolpool serve exited with {self.proc.returncode}:\n{self.tail()}")
                 try:
-                    if c.ready():
-                        return self
+                    ready = c.ready()
                 except toolpool_client.ToolpoolError as e:
-                    if e.status == 401:     # up, and asking for its token
-                        return self
+                    ready = e.status == 401     # up, and asking for its token
+                if ready:
+                    return self
                 time.sleep(0.02)
         finally:
             c.close()
+            if not ready:
+                self.kill9()
         raise RuntimeError(f"toolpool serve not ready after {timeout} s:\n{self.tail()}")
 
     def kill9(self):
