@@ -858,12 +858,17 @@ def bench_service(tp, cfg, scratch, res):
     anon_first, anon_all = max(x[2] for x in first), max(x[2] for x in s)
     fd_first, fd_rest, fd_end = max(x[4] for x in first), max(x[4] for x in rest), s[-1][4]
     rss_ratio = peak_all / peak_first
-    flat = rss_ratio <= SVC_RSS_FLAT
+    # Flat as in section 4: 10 %, or 1 MiB, whichever is more. At 5 MiB a
+    # tenth is half a MiB, about what the store's mapped pages (RssFile)
+    # swing by from one sample to the next.
+    flat = peak_all <= max(peak_first * SVC_RSS_FLAT, peak_first + RSS_FLAT_KIB)
     fds_flat = fd_rest <= fd_first
     say(f"  {fmt_int(mem['requests'])} requests (wrk, TCP) in {mem['seconds']:.1f} s, "
         f"{fmt_int(mem['calls_per_s'])} calls/s, {wrk_errors(mem)} errors; serve sampled every 0.1 s:")
     say(f"    RSS peak: {peak_first / 1024:.1f} MiB in the first 10 %, {peak_all / 1024:.1f} MiB overall "
-        f"({rss_ratio:.2f}x); heap (RssAnon) {anon_first / 1024:.1f} -> {anon_all / 1024:.1f} MiB; "
+        f"({rss_ratio:.2f}x, {(peak_all - peak_first) / 1024:+.1f} MiB); heap (RssAnon) "
+        f"{anon_first / 1024:.1f} -> {anon_all / 1024:.1f} MiB; store map (RssFile) "
+        f"{max(x[3] for x in first) / 1024:.1f} -> {max(x[3] for x in s) / 1024:.1f} MiB; "
         f"open fds: at most {fd_first} in the first 10 %, {fd_rest} after, {fd_end} at the end")
     stolen, secs = steal_ms() - stolen, time.monotonic() - t0
     say(f"  load average (1 min) {load0:.2f} at the start of this section, {loadavg():.2f} at its end; "
@@ -879,7 +884,7 @@ def bench_service(tp, cfg, scratch, res):
            r_py >= SVC_VS_CELERY)
     target(f"added latency over a run co-process, p50 < {SVC_ADDED_US / 1e3:.1f} ms",
            f"{added / 1e3:.3f} ms", added < SVC_ADDED_US)
-    target(f"serve RSS flat (<= {SVC_RSS_FLAT:.2f}x) and fds steady, {fmt_int(mem['requests'])} requests",
+    target(f"serve RSS flat (<= {SVC_RSS_FLAT:.2f}x or +1 MiB), fds steady, {fmt_int(mem['requests'])} req.",
            f"{rss_ratio:.2f}x, fds {fd_first}->{fd_rest}", flat and fds_flat)
     out.update({"python": py, "python_rounds": pys, "wrk": wrk, "wrk_rounds": wrks, "celery": cel,
                 "sequential_us": {"coprocess": direct, "serve": served, "added_p50": added},
