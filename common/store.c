@@ -31,6 +31,7 @@ struct tp_store {
     unsigned flags;
     size_t mapsize;
     size_t limit;   /* the map never grows past this: $TOOLPOOL_STORE_LIMIT, else 1 TiB */
+    size_t room;    /* the map's free bytes when the last write transaction began */
     unsigned long map_lo, map_hi; /* where data.mdb is mapped, for tp_store_trim */
     size_t map_for;               /* the mapsize it was found for */
     char dir[PATH_MAX];
@@ -47,6 +48,11 @@ const char *tp_store_default_dir(void)
 {
     const char *env = getenv("TOOLPOOL_STORE");
     return env && *env ? env : ".toolpool";
+}
+
+size_t tp_store_max_key(const tp_store_t *s)
+{
+    return (size_t)mdb_env_get_maxkeysize(s->env);
 }
 
 const char *tp_store_dir(const tp_store_t *s)
@@ -278,6 +284,11 @@ int tp_store_read(tp_store_t *s, MDB_txn **txn)
 
 int tp_store_begin(tp_store_t *s, MDB_txn **txn, char *err, size_t errlen)
 {
+    return tp_store_begin_room(s, txn, 0, err, errlen);
+}
+
+int tp_store_begin_room(tp_store_t *s, MDB_txn **txn, size_t need, char *err, size_t errlen)
+{
     if (s->flags & TP_STORE_RDONLY) {
         snprintf(err, errlen, "%s: opened read-only", s->dir);
         return EACCES;
@@ -286,11 +297,19 @@ int tp_store_begin(tp_store_t *s, MDB_txn **txn, char *err, size_t errlen)
     MDB_stat st;
     if (mdb_env_info(s->env, &info) == 0 && mdb_env_stat(s->env, &st) == 0) {
         s->mapsize = info.me_mapsize;
-        size_t used = (info.me_last_pgno + 1) * (size_t)st.ms_psize;
-        if (used > s->mapsize / 2 && s->mapsize < s->limit) {
-            size_t grown = s->mapsize * 2 < s->limit ? s->mapsize * 2 : s->limit;
-            if (mdb_env_set_mapsize(s->env, grown) == 0)
-                s->mapsize = grown;
+        size_t used = (info.me_last_pgno + 1) * (size_t)st.ms_psize, grown = s->mapsize;
+        /* Doubled while over half full, or short of what the caller will write, up to the limit. */
+        while ((used > grown / 2 || grown - used < need) && grown < s->limit)
+            grown = grown * 2 < s->limit ? grown * 2 : s->limit;
+        if (grown != s->mapsize && mdb_env_set_mapsize(s->env, grown) == 0)
+            s->mapsize = grown;
+        s->room = s->mapsize > used ? s->mapsize - used : 0;
+        if (s->room < need) {
+            snprintf(err, errlen,
+                     "%s: a write of %zu bytes does not fit in the store's size limit (%zu bytes; "
+                     "$TOOLPOOL_STORE_LIMIT raises it)",
+                     s->dir, need, s->limit);
+            return MDB_MAP_FULL;
         }
     }
     int rc = mdb_txn_begin(s->env, NULL, 0, txn);
@@ -299,6 +318,11 @@ int tp_store_begin(tp_store_t *s, MDB_txn **txn, char *err, size_t errlen)
     if (rc)
         snprintf(err, errlen, "%s: cannot begin a write: %s", s->dir, mdb_strerror(rc));
     return rc;
+}
+
+size_t tp_store_room(const tp_store_t *s)
+{
+    return s->room;
 }
 
 int tp_store_commit(tp_store_t *s, MDB_txn *txn, char *err, size_t errlen)

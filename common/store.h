@@ -58,6 +58,16 @@ const char *tp_store_default_dir(void);
  * limit. 0 or an LMDB code, with err saying what.
  */
 int tp_store_begin(tp_store_t *s, MDB_txn **txn, char *err, size_t errlen);
+/*
+ * The same, with room for at least need bytes of new pages: the map grows
+ * first when it has less free (one record larger than half the map would
+ * otherwise never fit). MDB_MAP_FULL when the limit leaves no such room.
+ */
+int tp_store_begin_room(tp_store_t *s, MDB_txn **txn, size_t need, char *err, size_t errlen);
+/* The map's free bytes when the last write transaction began. */
+size_t tp_store_room(const tp_store_t *s);
+/* The longest key LMDB takes (ids, job names): mdb_env_get_maxkeysize. */
+size_t tp_store_max_key(const tp_store_t *s);
 /* Commits; on failure err names the store and the cause (a full disk too). */
 int tp_store_commit(tp_store_t *s, MDB_txn *txn, char *err, size_t errlen);
 

@@ -45,7 +45,11 @@ struct tp_call {
     size_t args_len;
     tp_digest_t digest;         /* of the canonical args: the same-call breaker's key */
     tp_digest_t identity;       /* of tool and args: with the id, what a recorded result answers */
-    bool marked;                /* an in-flight marker is in the store (not idempotent) */
+    bool marked;                /* an in-flight marker of ours is in the store */
+    bool claim_only;            /* ... written only to claim it (orphaned, it may run again) */
+    bool claimed;               /* checked and claimed in one transaction, on a shared store */
+    bool submitted_shared;      /* other supervisors were on the store when it came */
+    uint64_t submitted_gen;     /* the store's owners' generation then */
     bool interrupted;           /* found in flight after a crash: not to be run again */
     bool current;               /* its job's call between its turn and its end */
     bool started;               /* counted as a step of its job */

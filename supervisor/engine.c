@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "call.h"
 #include "checkpoint.h"
@@ -23,6 +24,7 @@
 #include "guard.h"
 #include "json.h"
 #include "log.h"
+#include "owners.h"
 #include "result.h"
 #include "retry.h"
 #include "jsonschema.h"
@@ -99,10 +101,20 @@ struct tp_engine {
     MDB_txn *txn;               /* the open write transaction, when there is a store */
     tp_commit_t commit;
     bool marker_pending;        /* a non-idempotent call ended in the open transaction */
+    size_t txn_bytes;           /* what the open transaction has written, about */
+    size_t need_room;           /* free map the next transaction begins with */
     uint64_t results;           /* calls ended so far */
     uint64_t trimmed_at;        /* results when the store's map was last trimmed */
     uint64_t lookups;           /* ids looked up in the store */
     struct event *ev_commit;    /* closes the commit window */
+    /* sharing the store with other supervisors (owners.h) */
+    tp_owner_id_t me;
+    bool owner_known;           /* this process could name itself (/proc) */
+    tp_owners_state_t owners;   /* as of the open transaction */
+    uint64_t seen_gen;          /* the newest arrival this engine has claimed its calls for */
+    tp_queue_t parked;          /* calls another live supervisor runs: waiting for its record */
+    size_t n_parked;
+    struct event *ev_owners;    /* looks for arrivals, and again at parked calls */
     /* answers made, and the ones being delivered */
     tp_answers_t made;
     /* lifecycle */
@@ -146,15 +158,20 @@ void tp_engine_store_failed(tp_engine_t *e, int rc, const char *what)
     fail(e, msg);
 }
 
+static void owners_sync(tp_engine_t *e);
+
 /* Begins the write transaction if none is open; false when there is none to have. */
 static bool ensure_txn(tp_engine_t *e)
 {
+    if (e->fatal)
+        return false; /* one failure, one message: nothing more is written */
     if (e->txn)
         return true;
-    if (e->o.store == NULL || e->fatal)
+    if (e->o.store == NULL)
         return false;
     char err[512];
-    if (tp_store_begin(e->o.store, &e->txn, err, sizeof err) != 0) {
+    e->txn_bytes = 0;
+    if (tp_store_begin_room(e->o.store, &e->txn, e->need_room, err, sizeof err) != 0) {
         e->txn = NULL;
         fail(e, err);
         return false;
@@ -162,7 +179,8 @@ static bool ensure_txn(tp_engine_t *e)
     tp_commit_begin(&e->commit, tp_now_us(), e->results);
     if (!e->in_turn)
         kick(e); /* a turn will commit it */
-    return true;
+    owners_sync(e);
+    return !e->fatal;
 }
 
 MDB_txn *tp_engine_txn(tp_engine_t *e)
@@ -426,6 +444,33 @@ static void advance_touched(tp_engine_t *e)
 
 /* ---- ending a call ---- */
 
+static void txn_commit(tp_engine_t *e);
+
+/*
+ * Makes room in the open transaction for a record of len bytes: when the
+ * map's free space, as the transaction began, may not hold it with what
+ * the transaction wrote already (LMDB copies each page it changes), the
+ * transaction commits now, and the next begins with room for the record
+ * (the map grows first). A record larger than half the map would
+ * otherwise never fit, whatever the store's size. false: the engine failed.
+ */
+#define TP_TXN_MARGIN (1u << 20) /* for a transaction's other writes: checkpoints, breakers */
+
+static bool txn_fit(tp_engine_t *e, size_t len)
+{
+    size_t need = 2 * len + 4096;
+    if (e->txn_bytes + need + TP_TXN_MARGIN <= tp_store_room(e->o.store)) {
+        e->txn_bytes += need;
+        return true;
+    }
+    txn_commit(e); /* what came before it is durable now; its answers still wait for the turn */
+    e->need_room = need + TP_TXN_MARGIN;
+    bool ok = ensure_txn(e);
+    e->need_room = 0;
+    e->txn_bytes = need;
+    return ok;
+}
+
 /*
  * Records a call's result (its line, at line_at in the answers' buffer) in
  * the open transaction, and the step in its job's checkpoint. A Cancelled
@@ -444,7 +489,10 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
     }
     tp_job_t *j = c->job;
     uint64_t now = tp_now_us();
-    rc = tp_result_put(e->o.store, e->txn, r, e->made.lines.data + line_at, e->made.lines.len - line_at);
+    size_t len = e->made.lines.len - line_at;
+    if (!txn_fit(e, len))
+        return;
+    rc = tp_result_put(e->o.store, e->txn, r, e->made.lines.data + line_at, len);
     /* A job named after its only call (the default) has nothing to checkpoint but that result. */
     bool own_job = strcmp(j->name, c->id) == 0;
     if (rc == 0 && !own_job)
@@ -452,7 +500,8 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
                                 j->usage.first_us ? now - j->usage.first_us : 0, j->stopped, j->stop_msg);
     if (rc == 0 && c->marked) {
         rc = tp_inflight_del(e->o.store, e->txn, c->id);
-        e->marker_pending = true; /* commit it now: a crash before would call it Interrupted */
+        if (!c->claim_only)
+            e->marker_pending = true; /* commit it now: a crash before would call it Interrupted */
     }
     if (rc)
         tp_engine_store_failed(e, rc, "recording a result");
@@ -561,6 +610,9 @@ static void drop_unstarted(tp_engine_t *e, tp_call_t *c)
     tp_pending_t *p = pending_add(e, c->answer, c->answer_ctx);
     if (p)
         p->not_started = true;
+    int rc;
+    if (c->marked && ensure_txn(e) && (rc = tp_inflight_del(e->o.store, e->txn, c->id)) != 0)
+        tp_engine_store_failed(e, rc, "removing a claim");
     if (c->current) {
         c->current = false;
         c->job->running = false;
@@ -1023,12 +1075,16 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
         f.step = c->step;
         f.attempt = c->att.number;
         f.started_unix_us = tp_unix_us();
+        f.owner_pid = e->me.pid;
+        f.owner_start = e->me.start;
+        f.owner_boot = e->me.boot;
         int rc = tp_inflight_put(e->o.store, e->txn, &f);
         if (rc) {
             tp_engine_store_failed(e, rc, "recording an in-flight marker");
             return;
         }
         c->marked = true;
+        c->claim_only = false;
         tp_queue_push(&e->deferred, c);
         e->n_deferred++;
         return;
@@ -1036,6 +1092,234 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
     if (e->fatal)
         return;
     submit_attempt(e, c);
+}
+
+/*
+ * An answer served from the store: the line as it was reported, and what
+ * a summary counts of it.
+ */
+static void answer_recorded(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
+                            const Toolpool__StoredResult *r, tp_answer_fn fn, void *ctx)
+{
+    tp_pending_t *p = pending_add(e, fn, ctx);
+    if (p == NULL)
+        return;
+    Toolpool__Result counted = TOOLPOOL__RESULT__INIT;
+    counted.has_id = true;
+    counted.id = (char *)id;
+    counted.job = (char *)job;
+    counted.step = step;
+    counted.tool = (char *)tool;
+    counted.ok = r->ok;
+    counted.kind = r->kind;
+    counted.attempts = r->attempts;
+    counted.duration_us = r->duration_us;
+    tp_buf_append(&e->made.lines, r->line.data, r->line.len);
+    p->len = e->made.lines.len - p->at;
+    p->recorded = true;
+    pending_own(p, &counted);
+    e->results++;
+    e->stats.answered_recorded++;
+    kick(e);
+}
+
+/*
+ * Whether an in-flight marker found for a call means the call was running
+ * when its supervisor died, and must not run again blindly: a marker of a
+ * tool that is not idempotent whose owner is gone (or unnamed: an older
+ * store), or one of this engine's own (the same id twice in its input).
+ * A live owner's is no such thing (the call waits for its record), nor is
+ * a bare claim of a call that never started or may run again.
+ */
+static bool marker_orphaned(tp_engine_t *e, const Toolpool__InFlight *f)
+{
+    if (tp_owner_is(&e->me, f->owner_pid, f->owner_start, f->owner_boot))
+        return !f->claim_only;
+    if (tp_owner_alive(&e->me, f->owner_pid, f->owner_start, f->owner_boot))
+        return false;
+    return !f->claim_only;
+}
+
+/* Writes this engine's claim of c (an in-flight marker that names it) in the open transaction. */
+static int claim_put(tp_engine_t *e, tp_call_t *c, bool claim_only)
+{
+    Toolpool__InFlight f = TOOLPOOL__IN_FLIGHT__INIT;
+    f.call_id = c->id;
+    f.input_digest.data = c->identity.b;
+    f.input_digest.len = TP_DIGEST_LEN;
+    f.tool = (char *)c->hop_tool->name;
+    f.job = c->job->name;
+    f.step = c->step;
+    f.attempt = c->att.number;
+    f.owner_pid = e->me.pid;
+    f.owner_start = e->me.start;
+    f.owner_boot = e->me.boot;
+    f.claim_only = claim_only;
+    int rc = tp_inflight_put(e->o.store, e->txn, &f);
+    if (rc == 0) {
+        c->marked = true;
+        c->claim_only = claim_only;
+        c->claimed = true;
+    }
+    return rc;
+}
+
+/*
+ * Another supervisor has arrived on the store: every call this engine
+ * holds gets its claim, in the transaction that then acknowledges the
+ * arrival, so the newcomer, who starts nothing before that, never runs
+ * one of them. A running call of a tool that is not idempotent has its
+ * marker already.
+ */
+static void claim_live(tp_engine_t *e)
+{
+    for (tp_call_t *c = e->all; c; c = c->lnext) {
+        if (c->marked)
+            continue;
+        int rc = claim_put(e, c, true);
+        if (rc) {
+            tp_engine_store_failed(e, rc, "claiming a call");
+            return;
+        }
+    }
+}
+
+/*
+ * At the start of each write transaction: joins the store's owners,
+ * learns of arrivals and departures, and claims this engine's calls for
+ * an arrival it has not seen yet.
+ */
+static void owners_sync(tp_engine_t *e)
+{
+    if (!e->owner_known || e->fatal)
+        return;
+    int rc = tp_owners_sync(e->o.store, e->txn, &e->me, &e->owners);
+    if (rc == 0 && e->owners.generation > e->seen_gen) {
+        if (e->owners.others > 0)
+            claim_live(e);
+        if (!e->fatal && (rc = tp_owners_ack(e->o.store, e->txn, &e->me, e->owners.generation)) == 0)
+            e->seen_gen = e->owners.generation;
+    }
+    if (rc)
+        tp_engine_store_failed(e, rc, "reading the store's owners");
+}
+
+/* A call that ends without a record of its own (answered from the store): it lets go of its job. */
+static void retire(tp_engine_t *e, tp_call_t *c)
+{
+    tp_job_t *j = c->job;
+    bool current = c->current;
+    if (current) {
+        c->current = false;
+        j->running = false;
+    }
+    call_unlink(c);
+    call_free(c);
+    if (current)
+        job_advance(e, j);
+    kick(e);
+}
+
+typedef enum {
+    CLAIM_OK,       /* it is this engine's to run */
+    CLAIM_PARKED,   /* another live supervisor runs it: it waits for its record */
+    CLAIM_ANSWERED, /* recorded meanwhile: answered from the store */
+} tp_claim_t;
+
+/*
+ * On a store shared with other supervisors, before a call's first attempt:
+ * in one transaction, its record is looked for (another supervisor may
+ * have run it since it was submitted), its marker checked, and its claim
+ * written. Until every other live supervisor has acknowledged this one's
+ * arrival, nothing is claimed.
+ */
+static tp_claim_t claim(tp_engine_t *e, tp_call_t *c)
+{
+    if (!e->owners.peers_ready) {
+        tp_queue_push(&e->parked, c);
+        e->n_parked++;
+        return CLAIM_PARKED;
+    }
+    Toolpool__StoredResult *r;
+    int rc = tp_result_get(e->o.store, e->txn, c->id, &r);
+    if (rc == 0) {
+        if (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, c->identity.b, TP_DIGEST_LEN) == 0) {
+            answer_recorded(e, c->id, c->job->name, c->step, c->tool->name, r, c->answer, c->answer_ctx);
+        } else {
+            char msg[512];
+            snprintf(msg, sizeof msg,
+                     "id \"%s\" was recorded in the store for other input while it waited; "
+                     "give this call a new id, or run with a new store",
+                     c->id);
+            reject(e, c->id, c->job->name, c->step, c->tool->name, c->args, TP_KIND_INVALID_REQUEST, msg, c->answer,
+                   c->answer_ctx);
+        }
+        toolpool__stored_result__free_unpacked(r, NULL);
+        retire(e, c);
+        return CLAIM_ANSWERED;
+    }
+    if (rc != MDB_NOTFOUND) {
+        tp_engine_store_failed(e, rc, "reading a result");
+        return CLAIM_PARKED;
+    }
+    Toolpool__InFlight *f;
+    rc = tp_inflight_get(e->o.store, e->txn, c->id, &f);
+    if (rc == 0) {
+        bool mine = tp_owner_is(&e->me, f->owner_pid, f->owner_start, f->owner_boot);
+        bool elsewhere = !mine && tp_owner_alive(&e->me, f->owner_pid, f->owner_start, f->owner_boot);
+        bool orphaned = marker_orphaned(e, f);
+        toolpool__in_flight__free_unpacked(f, NULL);
+        if (elsewhere) {
+            tp_queue_push(&e->parked, c);
+            e->n_parked++;
+            return CLAIM_PARKED;
+        }
+        if (orphaned) {
+            c->interrupted = true; /* admit ends it Interrupted, and its marker with it */
+            c->claimed = true;
+            return CLAIM_OK;
+        }
+    } else if (rc != MDB_NOTFOUND) {
+        tp_engine_store_failed(e, rc, "reading an in-flight marker");
+        return CLAIM_PARKED;
+    }
+    if ((rc = claim_put(e, c, true)) != 0) {
+        tp_engine_store_failed(e, rc, "claiming a call");
+        return CLAIM_PARKED;
+    }
+    return CLAIM_OK;
+}
+
+/*
+ * Every 50 ms: parked calls are looked at again (back to the ready
+ * queue, to be claimed anew), and a newcomer on the store is looked for
+ * in a read transaction, so an engine with nothing to write still
+ * acknowledges it soon.
+ */
+#define TP_OWNERS_EVERY_US 50000
+
+static void owners_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_engine_t *e = arg;
+    if (e->fatal || e->closing)
+        return;
+    if (e->n_parked > 0) {
+        tp_call_t *c;
+        while ((c = tp_queue_pop(&e->parked)) != NULL)
+            tp_queue_push(&e->ready, c);
+        e->n_parked = 0;
+        kick(e);
+    }
+    if (e->txn || !e->owner_known)
+        return; /* the open transaction looked when it began */
+    MDB_txn *rd;
+    uint64_t generation = 0;
+    if (tp_store_read(e->o.store, &rd) != 0)
+        return;
+    tp_owners_generation(e->o.store, rd, &generation);
+    mdb_txn_abort(rd);
+    if (generation != e->seen_gen || (e->owners.others > 0 && !e->owners.peers_ready))
+        ensure_txn(e);
 }
 
 /*
@@ -1078,6 +1362,16 @@ static void dispatch(tp_engine_t *e)
             e->n_waiting++;
             continue;
         }
+        /*
+         * On a store shared with other supervisors, a call is checked and
+         * claimed before it first runs; so is one that was submitted while
+         * the store was shared, or before another supervisor came (and
+         * maybe went, having recorded it).
+         */
+        if (!c->claimed && !c->started &&
+            (e->owners.others > 0 || c->submitted_shared || c->submitted_gen != e->owners.generation) &&
+            ensure_txn(e) && claim(e, c) != CLAIM_OK)
+            continue;
         bool probe;
         if (admit(e, c, now, &probe))
             start_attempt(e, c, probe);
@@ -1204,27 +1498,7 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
     int rc = tp_result_get(e->o.store, e->txn, rq->id, &r);
     if (rc == 0) {
         if (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, identity->b, TP_DIGEST_LEN) == 0) {
-            /* The line as it was reported, and what a summary counts of it. */
-            tp_pending_t *p = pending_add(e, fn, ctx);
-            if (p) {
-                Toolpool__Result counted = TOOLPOOL__RESULT__INIT;
-                counted.has_id = true;
-                counted.id = (char *)rq->id;
-                counted.job = (char *)job;
-                counted.step = rq->step;
-                counted.tool = (char *)rq->tool;
-                counted.ok = r->ok;
-                counted.kind = r->kind;
-                counted.attempts = r->attempts;
-                counted.duration_us = r->duration_us;
-                tp_buf_append(&e->made.lines, r->line.data, r->line.len);
-                p->len = e->made.lines.len - p->at;
-                p->recorded = true;
-                pending_own(p, &counted);
-                e->results++;
-                e->stats.answered_recorded++;
-                kick(e);
-            }
+            answer_recorded(e, rq->id, job, rq->step, rq->tool, r, fn, ctx);
         } else {
             char msg[512], tool_buf[128], pre[96];
             snprintf(msg, sizeof msg,
@@ -1243,7 +1517,7 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
     Toolpool__InFlight *f;
     rc = tp_inflight_get(e->o.store, e->txn, rq->id, &f);
     if (rc == 0) {
-        *interrupted = true;
+        *interrupted = marker_orphaned(e, f);
         toolpool__in_flight__free_unpacked(f, NULL);
     } else if (rc != MDB_NOTFOUND) {
         tp_engine_store_failed(e, rc, "reading an in-flight marker");
@@ -1267,6 +1541,22 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
         if (p)
             p->not_started = true;
         kick(e);
+        goto out;
+    }
+    size_t args_len = rq->args ? rq->args_len : 2;
+    if (e->o.max_args && args_len > e->o.max_args) {
+        snprintf(msg, sizeof msg, "%sargs are %zu bytes, over the %zu-byte limit (--max-args)",
+                 prefix(pre, sizeof pre, rq), args_len, e->o.max_args);
+        reject(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, fn, ctx);
+        goto out;
+    }
+    /* The store keys calls by id and jobs by name: LMDB takes keys of at most 511 bytes. */
+    size_t max_key = e->o.store ? tp_store_max_key(e->o.store) : SIZE_MAX;
+    if (strlen(rq->id) > max_key || strlen(job) > max_key) {
+        bool id_long = strlen(rq->id) > max_key;
+        snprintf(msg, sizeof msg, "%s\"%s\" is %zu bytes; the store takes ids and job names of at most %zu",
+                 prefix(pre, sizeof pre, rq), id_long ? "id" : "job", strlen(id_long ? rq->id : job), max_key);
+        reject(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, fn, ctx); /* not recorded */
         goto out;
     }
     const tp_tool_t *t = tp_registry_find(e->o.reg, rq->tool);
@@ -1331,9 +1621,11 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     c->digest = digest;
     c->identity = identity;
     c->interrupted = interrupted;
-    c->args_len = rq->give_args || rq->args ? rq->args_len : 2;
+    c->args_len = args_len;
     c->step = rq->step;
     c->deadline_us = rq->deadline_us;
+    c->submitted_gen = e->owners.generation;
+    c->submitted_shared = e->owners.others > 0;
     c->answer = fn;
     c->answer_ctx = ctx;
     c->att.kind = TP_KIND_OK;
@@ -1367,6 +1659,10 @@ void tp_engine_cancel(tp_engine_t *e, tp_call_t *c, const char *why)
         e->n_waiting--;
         waiting = true;
     }
+    if (!waiting && tp_queue_remove(&e->parked, c)) {
+        e->n_parked--;
+        waiting = true;
+    }
     if (!waiting && c->ev_backoff && evtimer_pending(c->ev_backoff, NULL)) {
         evtimer_del(c->ev_backoff);
         waiting = true;
@@ -1393,6 +1689,34 @@ static bool commit_urgent(const tp_engine_t *e)
     return e->fatal || e->closing || e->draining || e->drain_asked || e->n_deferred > 0 || e->marker_pending;
 }
 
+/*
+ * Commits the open transaction (aborts it after a failure), and keeps the
+ * resident set flat however large the store grows.
+ */
+static void txn_commit(tp_engine_t *e)
+{
+    char err[512];
+    MDB_txn *txn = e->txn;
+    e->txn = NULL;
+    e->marker_pending = false;
+    evtimer_del(e->ev_commit);
+    if (e->fatal) {
+        mdb_txn_abort(txn);
+    } else {
+        uint64_t t0 = tp_now_us();
+        if (tp_store_commit(e->o.store, txn, err, sizeof err) != 0)
+            fail(e, err);
+        uint64_t took = tp_now_us() - t0;
+        tp_commit_took(&e->commit, took);
+        e->stats.commits++;
+        tp_summary_add_latency(&e->stats.commit_latency, took);
+    }
+    if (e->results - e->trimmed_at >= TP_TRIM_EVERY) {
+        e->trimmed_at = e->results;
+        tp_store_trim(e->o.store);
+    }
+}
+
 static void drain(tp_engine_t *e);
 
 /*
@@ -1414,7 +1738,6 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
 
 static void turn(tp_engine_t *e)
 {
-    char err[512];
     ensure_txn(e);
     tp_call_t *c;
     while ((c = tp_queue_pop(&e->settle)) != NULL)
@@ -1450,28 +1773,8 @@ static void turn(tp_engine_t *e)
         }
         return;
     }
-    if (e->txn) {
-        MDB_txn *txn = e->txn;
-        e->txn = NULL;
-        e->marker_pending = false;
-        evtimer_del(e->ev_commit);
-        if (e->fatal) {
-            mdb_txn_abort(txn);
-        } else {
-            uint64_t t0 = tp_now_us();
-            if (tp_store_commit(e->o.store, txn, err, sizeof err) != 0)
-                fail(e, err);
-            uint64_t took = tp_now_us() - t0;
-            tp_commit_took(&e->commit, took);
-            e->stats.commits++;
-            tp_summary_add_latency(&e->stats.commit_latency, took);
-        }
-        /* Keep the resident set flat however large the store grows. */
-        if (e->results - e->trimmed_at >= TP_TRIM_EVERY) {
-            e->trimmed_at = e->results;
-            tp_store_trim(e->o.store);
-        }
-    }
+    if (e->txn)
+        txn_commit(e);
     tp_call_t *d;
     while ((d = tp_queue_pop(&e->deferred)) != NULL) {
         e->n_deferred--;
@@ -1505,6 +1808,8 @@ static void drain(tp_engine_t *e)
     for (size_t i = 0; i < e->o.reg->n_tools; i++)
         e->tools[i].waiting.head = e->tools[i].waiting.tail = NULL;
     e->n_waiting = 0;
+    e->parked.head = e->parked.tail = NULL;
+    e->n_parked = 0;
     for (size_t k = 0; k < e->jobs.cap; k++)
         for (tp_job_t *j = e->jobs.slots[k]; j; j = j->hnext)
             j->pending.head = j->pending.tail = NULL; /* the calls stay on the live list */
@@ -1580,6 +1885,8 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
     e->base = o->base;
     e->touched_tail = &e->touched;
     tp_rng_seed(&e->rng, o->seed);
+    /* Without /proc it cannot name itself to other supervisors: it works as if alone. */
+    e->owner_known = o->store && tp_owner_self(&e->me) == 0;
     const tp_guards_t *g = &o->reg->guards;
     /* Without a store there is no checkpoint to take a job's usage up again from. */
     e->keep_jobs = o->store == NULL && (g->max_steps || g->max_calls || g->max_wall_us || g->max_cost > 0);
@@ -1602,7 +1909,8 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
         (e->pool = tp_pool_new(e->base, &po)) == NULL ||
         (e->ev_kick = event_new(e->base, -1, 0, kick_cb, e)) == NULL ||
         (e->ev_drain = evtimer_new(e->base, drain_timeout_cb, e)) == NULL ||
-        (e->ev_commit = evtimer_new(e->base, commit_cb, e)) == NULL) {
+        (e->ev_commit = evtimer_new(e->base, commit_cb, e)) == NULL ||
+        (e->ev_owners = event_new(e->base, -1, EV_PERSIST, owners_cb, e)) == NULL) {
         tp_log_error("out of memory starting the engine");
         tp_engine_free(e);
         return NULL;
@@ -1622,6 +1930,13 @@ int tp_engine_start(tp_engine_t *e)
 {
     if (tp_pool_start(e->pool) < 0)
         return -1;
+    if (e->owner_known) {
+        struct timeval tv = {0, TP_OWNERS_EVERY_US};
+        if (evtimer_add(e->ev_owners, &tv) < 0) {
+            tp_log_error("cannot arm the owners timer");
+            return -1;
+        }
+    }
     kick(e);
     return 0;
 }
@@ -1661,6 +1976,8 @@ void tp_engine_free(tp_engine_t *e)
         event_free(e->ev_drain);
     if (e->ev_commit)
         event_free(e->ev_commit);
+    if (e->ev_owners)
+        event_free(e->ev_owners);
     free(e->tools);
     free(e->stats.tools);
     free(e);
@@ -1674,6 +1991,19 @@ void tp_engine_finish(tp_engine_t *e)
 {
     e->closing = true;
     kick_cb(-1, 0, e);
+    /* The last transaction: this engine leaves the store's owners. */
+    char err[512];
+    int rc;
+    if (e->owner_known && e->seen_gen && !e->fatal && ensure_txn(e)) {
+        MDB_txn *txn = e->txn;
+        e->txn = NULL;
+        if ((rc = tp_owners_leave(e->o.store, txn, &e->me)) != 0) {
+            mdb_txn_abort(txn);
+            tp_engine_store_failed(e, rc, "leaving the store's owners");
+        } else if (tp_store_commit(e->o.store, txn, err, sizeof err) != 0) {
+            fail(e, err);
+        }
+    }
 }
 
 const tp_engine_stats_t *tp_engine_stats(const tp_engine_t *e)

@@ -56,6 +56,7 @@ typedef struct {
     uint64_t recycle_after;
     int pipeline;               /* attempts of a fast tool one worker may hold (1: none) */
     uint64_t drain_us;          /* tp_engine_drain: how long running calls may finish */
+    size_t max_args;            /* a call's args longer than this are refused (InvalidRequest); 0: none */
     uint64_t seed;              /* jitter seed; 0 = random */
 } tp_engine_opts_t;
 

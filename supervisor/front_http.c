@@ -194,8 +194,7 @@ struct tp_http {
     /* /v1/tools, rendered once */
     tp_buf_t tools_own, tools_openai, tools_mcp;
     /* counted for /metrics */
-    uint64_t replies[6];        /* by status class: 1xx..5xx (index 1..5) */
-    uint64_t by_status[600];
+    uint64_t by_status[600];    /* replies, by status code */
     uint64_t accepted;
 };
 
@@ -203,10 +202,8 @@ struct tp_http {
 
 static void count_reply(tp_http_t *h, int status)
 {
-    if (status >= 100 && status < 600) {
+    if (status >= 100 && status < 600)
         h->by_status[status]++;
-        h->replies[status / 100]++;
-    }
 }
 
 /*
@@ -565,9 +562,10 @@ static MDB_txn *store_txn(tp_http_t *h, struct evhttp_request *req)
 }
 
 /*
- * A store operation that failed in the engine's transaction: NOTFOUND and
- * a corrupt record are the request's (404, 500); anything else is the
- * store's, and stops the engine as its own would.
+ * A store operation that failed in the engine's transaction (the callers
+ * answer MDB_NOTFOUND themselves): a record that does not unpack is this
+ * request's 500; anything else is the store's, and stops the engine as
+ * a failure of its own would.
  */
 static void store_error(tp_http_t *h, struct evhttp_request *req, int rc, const char *what)
 {
@@ -707,8 +705,11 @@ static void new_id(tp_http_t *h, char *buf, size_t cap)
  * How a call's answer is told over HTTP: its result line (200), except the
  * answers that are the request's fault rather than the model's to read: an
  * unknown tool (404, with the engine's did-you-mean), an id recorded for
- * other input (409), and a call the draining engine never started (503).
- * InvalidArguments stays a 200 result.
+ * other input (409), a request the engine refused otherwise (400: args
+ * past --max-args, an id past the store's key size), and a call the
+ * draining engine never started (503). InvalidArguments stays a 200
+ * result. The engine's answer names no reason but in its message, so a
+ * conflict is told by the words the engine uses for it ("for other input").
  */
 static int answer_render(const tp_answer_t *a, tp_buf_t *body)
 {
@@ -720,8 +721,9 @@ static int answer_render(const tp_answer_t *a, tp_buf_t *body)
     if (r && !r->ok && !a->recorded && r->kind) {
         tp_kind_t k = tp_kind_from_name(r->kind);
         if (k == TP_KIND_UNKNOWN_TOOL || k == TP_KIND_INVALID_REQUEST) {
-            error_body(body, r->kind, r->message ? r->message : "");
-            return k == TP_KIND_UNKNOWN_TOOL ? 404 : 409;
+            const char *msg = r->message ? r->message : "";
+            error_body(body, r->kind, msg);
+            return k == TP_KIND_UNKNOWN_TOOL ? 404 : strstr(msg, "for other input") ? 409 : 400;
         }
     }
     if (a->line == NULL || tp_buf_append(body, a->line, a->len) < 0) {
@@ -826,12 +828,20 @@ static const char *query_get(struct evhttp_request *req, const char *name, char 
     return v ? buf : NULL;
 }
 
-/* The request's body, contiguous (NULL and 0 when empty). */
-static const char *body_of(struct evhttp_request *req, size_t *len)
+/*
+ * The request's body, made contiguous: *p (NULL when empty) and *len. -1
+ * when it cannot be (out of memory), answered 500 here.
+ */
+static int body_of(tp_http_t *h, struct evhttp_request *req, const char **p, size_t *len)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     *len = evbuffer_get_length(in);
-    return *len ? (const char *)evbuffer_pullup(in, -1) : NULL;
+    *p = *len ? (const char *)evbuffer_pullup(in, -1) : NULL;
+    if (*len && *p == NULL) {
+        reply_error(h, req, 500, "InternalError", "out of memory reading the body");
+        return -1;
+    }
+    return 0;
 }
 
 static void reply_accepted(tp_http_t *h, struct evhttp_request *req, const char *id)
@@ -858,7 +868,9 @@ static void calls_post(tp_http_t *h, struct evhttp_request *req)
 {
     bool wait = !query_off(req, "wait");
     size_t len;
-    const char *body = body_of(req, &len);
+    const char *body;
+    if (body_of(h, req, &body, &len) < 0)
+        return;
     tp_request_t rq;
     tp_request_bad_t bad;
     char id[64];
@@ -1243,6 +1255,10 @@ static void flush_cb(void *ctx)
  */
 static void batch_post(tp_http_t *h, struct evhttp_request *req)
 {
+    const char *body;
+    size_t len;
+    if (body_of(h, req, &body, &len) < 0)
+        return;
     tp_http_batch_t *b = calloc(1, sizeof *b);
     if (b == NULL || (b->out = evbuffer_new()) == NULL || (b->w = wait_new(h, req, TP_WAIT_BATCH)) == NULL) {
         if (b && b->out)
@@ -1253,9 +1269,8 @@ static void batch_post(tp_http_t *h, struct evhttp_request *req)
     }
     b->h = h;
     b->w->batch = b;
-    b->data = body_of(req, &b->len);
-    if (b->data == NULL)
-        b->len = 0;
+    b->data = body;
+    b->len = len;
     b->next = h->batches;
     if (b->next)
         b->next->prev = b;
@@ -1280,7 +1295,9 @@ static void batch_post(tp_http_t *h, struct evhttp_request *req)
 static void checkpoint_put(tp_http_t *h, struct evhttp_request *req, const char *job)
 {
     size_t len;
-    const char *body = body_of(req, &len);
+    const char *body;
+    if (body_of(h, req, &body, &len) < 0)
+        return;
     json_error_t jerr;
     json_t *doc = body ? json_loadb(body, len, 0, &jerr) : NULL;
     json_t *jstep = json_object_get(doc, "step"), *state = json_object_get(doc, "state");
@@ -1434,7 +1451,9 @@ static void escalations_get(tp_http_t *h, struct evhttp_request *req, const char
 static void escalations_resolve(tp_http_t *h, struct evhttp_request *req, const char *id)
 {
     size_t len;
-    const char *body = body_of(req, &len);
+    const char *body;
+    if (body_of(h, req, &body, &len) < 0)
+        return;
     json_t *doc = NULL;
     const char *note = NULL;
     if (body) {
@@ -1799,7 +1818,29 @@ static bool authorized(tp_http_t *h, struct evhttp_request *req)
     return token_equal(v, h->o.token);
 }
 
-/* n bytes of a path, percent-decoded and NUL-terminated (free it); NULL when empty or holding a NUL. */
+/* Whether s is valid UTF-8 (a JSON string can hold it). */
+static bool utf8_ok(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        if (p[i] < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k = tp_utf8_len(p + i, n - i);
+        if (k == 0)
+            return false;
+        i += k;
+    }
+    return true;
+}
+
+/*
+ * n bytes of a path, percent-decoded and NUL-terminated (free it); NULL
+ * when empty, or holding a NUL or text that is not UTF-8 (ids, jobs and
+ * breaker ids are JSON strings everywhere else).
+ */
 static char *path_decode(const char *s, size_t n)
 {
     char *raw = strndup(s, n);
@@ -1808,7 +1849,7 @@ static char *path_decode(const char *s, size_t n)
     size_t len = 0;
     char *out = evhttp_uridecode(raw, 0, &len);
     free(raw);
-    if (out && (len == 0 || strlen(out) != len)) {
+    if (out && (len == 0 || strlen(out) != len || !utf8_ok(out))) {
         free(out);
         return NULL;
     }
@@ -2206,6 +2247,10 @@ int tp_http_listen(tp_http_t *h, tp_http_addr_t *a, char *err, size_t cap)
 fail:
     if (fd >= 0)
         close(fd);
+    if (h->unix_path[0]) {
+        unlink(h->unix_path); /* bound, but not served */
+        h->unix_path[0] = 0;
+    }
     return -1;
 }
 

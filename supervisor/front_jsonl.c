@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,7 +31,7 @@
 /* Input lines one turn takes at most. */
 #define TP_LINES_PER_TURN 1024
 
-typedef struct {
+typedef struct tp_jsonl {
     const tp_batch_opts_t *o;
     tp_engine_t *e;
     struct event_base *base;
@@ -42,6 +43,7 @@ typedef struct {
     bool in_regular;
     bool in_ready;              /* a pipe's read event fired: one read will not block */
     bool in_skip;               /* discarding the rest of an overlong line */
+    bool in_failed;             /* a read failed: exit 2 */
     off_t in_size;
     uint64_t in_read;
     long line_no;
@@ -58,6 +60,8 @@ typedef struct {
     uint64_t t0;
     tp_batch_report_t *report;
 } tp_jsonl_t;
+
+static void input_failed(tp_jsonl_t *f);
 
 /* One call's answer: its line goes out with the rest of its commit's. */
 static void answer_cb(void *ctx, const tp_answer_t *a)
@@ -251,16 +255,23 @@ static void feed_cb(void *ctx)
          * stdout's too). A regular file is always ready.
          */
         if (!f->in_regular && !f->in_ready) {
-            event_add(f->ev_input, NULL);
+            if (event_add(f->ev_input, NULL) < 0) {
+                tp_log_error("reading %s: cannot wait for input", f->o->input_name);
+                input_failed(f);
+            }
             return;
         }
         f->in_ready = false;
         ssize_t n = tp_buf_read_fd(&f->in, f->o->input_fd);
-        if (n < 0 && errno == EAGAIN)
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
             continue;
-        if (n < 0)
+        if (n < 0) {
+            /* Not the end of the input: the calls after it were never read. */
             tp_log_error("reading %s: %s", f->o->input_name, strerror(errno));
-        if (n <= 0) {
+            input_failed(f);
+            return;
+        }
+        if (n == 0) {
             f->in_eof = true;
             if (tp_buf_avail(&f->in) > 0 && !f->in_skip) {
                 f->line_no++;
@@ -271,6 +282,18 @@ static void feed_cb(void *ctx)
             tp_engine_close(f->e);
         }
     }
+}
+
+/*
+ * The input cannot be read on: the calls read so far finish, and the run
+ * ends with exit 2 (a rerun on the same store takes it up from there).
+ */
+static void input_failed(tp_jsonl_t *f)
+{
+    f->in_eof = true;
+    f->in_failed = true;
+    tp_buf_reset(&f->in);
+    tp_engine_close(f->e);
 }
 
 static void input_cb(evutil_socket_t fd, short what, void *arg)
@@ -311,11 +334,27 @@ static void progress_cb(evutil_socket_t fd, short what, void *arg)
                      tp_engine_busy(f->e));
 }
 
+/* Whether epoll can watch fd (asked of a scratch epoll, so libevent does not complain). */
+static bool pollable(int fd)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0)
+        return true; /* libevent will say what is wrong */
+    struct epoll_event ev = {.events = EPOLLIN};
+    bool ok = epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0 || errno != EPERM;
+    close(ep);
+    return ok;
+}
+
 int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
 {
     tp_jsonl_t f = {.o = o, .report = report, .t0 = tp_now_us()};
     memset(report, 0, sizeof *report);
     struct stat st;
+    if (fstat(o->input_fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+        tp_log_error("%s is a directory: give a file of calls, one JSON object a line", o->input_name);
+        return 2;
+    }
     if (fstat(o->input_fd, &st) == 0 && S_ISREG(st.st_mode)) {
         f.in_regular = true;
         f.in_size = st.st_size;
@@ -345,6 +384,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         .recycle_after = o->recycle_after,
         .pipeline = o->pipeline,
         .drain_us = o->drain_us,
+        .max_args = o->max_args,
         .seed = o->seed,
     };
     tp_front_t front = {.feed = feed_cb, .flush = flush_cb, .ctx = &f};
@@ -359,6 +399,12 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         tp_log_error("out of memory");
         goto out;
     }
+    /*
+     * What epoll refuses to watch (/dev/null, some devices) is read the way
+     * a regular file is: each read blocks until there is something, or EOF.
+     */
+    if (!f.in_regular && !pollable(o->input_fd))
+        f.in_regular = true;
     if (o->progress) {
         f.ev_progress = event_new(f.base, -1, EV_PERSIST, progress_cb, &f);
         struct timeval tv = {0, 200000};
@@ -368,7 +414,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     if (tp_engine_start(f.e) == 0) {
         event_base_dispatch(f.base);
         tp_engine_finish(f.e);
-        status = tp_engine_failed(f.e) || f.out_failed ? 2 : f.status;
+        status = tp_engine_failed(f.e) || f.out_failed || f.in_failed ? 2 : f.status;
     }
     if (o->progress)
         fputs("\r\033[K", stderr);

@@ -28,6 +28,7 @@ typedef struct {
     int workers;
     const char *worker_path;
     uint32_t max_frame;         /* also the longest input line */
+    size_t max_args;            /* the longest args a call may have; 0: max_frame's */
     uint64_t recycle_after;
     int pipeline;               /* attempts of a fast tool one worker may hold (1: none) */
     uint64_t drain_us;          /* after SIGINT/SIGTERM, how long running calls may finish */

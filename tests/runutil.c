@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,4 +156,48 @@ int wait_exit(pid_t pid)
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
         ;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+extern char **environ;
+
+pid_t spawn_toolpool(char *const args[], const char *err_path, char *const extra_env[])
+{
+    char *argv[64], *envp[128];
+    int n = 0, m = 0;
+    argv[n++] = TP_TEST_BIN "/toolpool";
+    for (int i = 0; args[i] && n < 63; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    for (char **e = environ; *e && m < 100; e++)
+        envp[m++] = *e;
+    for (int i = 0; extra_env && extra_env[i] && m < 127; i++)
+        envp[m++] = extra_env[i];
+    envp[m] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    CU_ASSERT_EQUAL_FATAL(posix_spawn(&pid, argv[0], &fa, NULL, argv, envp), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    return pid;
+}
+
+json_t *load_results(const char *path, int *lines)
+{
+    json_t *by_id = json_object();
+    char *text = tp_test_slurp(path, NULL);
+    int n = 0;
+    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+        json_t *v = json_loads(line, 0, NULL);
+        CU_ASSERT_PTR_NOT_NULL(v);
+        if (v == NULL)
+            continue;
+        n++;
+        const char *id = json_string_value(json_object_get(v, "id"));
+        json_object_set_new(by_id, id ? id : "", v);
+    }
+    free(text);
+    if (lines)
+        *lines = n;
+    return by_id;
 }

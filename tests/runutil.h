@@ -30,6 +30,13 @@ char *expand(const char *tmpl);
 /* Waits for a child: its exit status, or 128 + the signal that killed it. */
 int wait_exit(pid_t pid);
 int count_fds(void);
+/*
+ * Starts the toolpool binary with args (NULL-terminated, without argv[0]),
+ * stderr to err_path (truncated), extra_env added to the environment.
+ */
+pid_t spawn_toolpool(char *const args[], const char *err_path, char *const extra_env[]);
+/* The result lines of a file, by id ("" for none); *lines counts them (may be NULL). */
+json_t *load_results(const char *path, int *lines);
 
 #define PLUGIN_TOOL(name) "{\"name\": \"" name "\", \"plugin\": {\"path\": \"@P@\"}}"
 

@@ -168,11 +168,23 @@ class ServeTest(unittest.TestCase):
         self.servers = []
 
     def tearDown(self):
+        # Every service still up stops cleanly (exit 0: under the sanitizers, no leak either),
+        # and none said a sanitizer's word.
+        problems = []
         for s in self.servers:
             if s.proc and s.proc.poll() is None:
-                s.proc.kill()
-                s.proc.wait()
+                try:
+                    rc = s.stop()
+                    if rc != 0:
+                        problems.append("serve exited %d at the end of the test" % rc)
+                except AssertionError as e:
+                    problems.append(str(e))
+            text = s.stderr()
+            if "Sanitizer" in text or "runtime error:" in text:
+                problems.append("sanitizer report:\n" + text)
         self._tmp.cleanup()
+        if problems:
+            self.fail("\n".join(problems))
 
     def write_registry(self):
         with open(os.path.join(self.tmp, "tools.json"), "w") as f:
@@ -222,7 +234,7 @@ class ServeTest(unittest.TestCase):
         self.assertIn('"deadline" must be a duration', r["message"])
 
     def test_errors(self):
-        s = self.serve(args=["--max-body", "4096"])
+        s = self.serve(args=["--max-body", "4096", "--max-args", "100"])
         # Malformed JSON and missing fields: run's words, without "line N: ".
         st, r = s.json("POST", "/v1/calls", "{not json")
         self.assertEqual((st, r["error"]), (400, "InvalidRequest"))
@@ -240,6 +252,13 @@ class ServeTest(unittest.TestCase):
         self.assertEqual((st, r["message"]), (400, "a call must be a JSON object"))
         st, r = s.json("POST", "/v1/calls", "")
         self.assertEqual((st, r["error"]), (400, "InvalidRequest"))
+        # Refused by the engine before it runs: args past --max-args, an id past the store's keys.
+        st, r = s.json("POST", "/v1/calls", {"id": "big", "tool": "echo", "args": {"x": "y" * 200}})
+        self.assertEqual((st, r["error"]), (400, "InvalidRequest"))
+        self.assertIn("over the 100-byte limit (--max-args)", r["message"])
+        st, r = s.json("POST", "/v1/calls", {"id": "i" * 600, "tool": "echo"})
+        self.assertEqual((st, r["error"]), (400, "InvalidRequest"))
+        self.assertIn("the store takes ids and job names of at most", r["message"])
         # Unknown tool: 404 with the did-you-mean.
         st, r = s.json("POST", "/v1/calls", {"id": "u1", "tool": "ecko"})
         self.assertEqual((st, r["error"]), (404, "UnknownTool"))
@@ -569,6 +588,14 @@ class ServeTest(unittest.TestCase):
         c.sendall(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\n")
         self.assertEqual(c.recv(100), b"")
         c.close()
+        # A client waiting for a long call is not idle: it gets its answer.
+        st, r = s.json("POST", "/v1/calls", {"id": "patient", "tool": "work", "args": {"s": 2}})
+        self.assertEqual((st, r["ok"]), (200, True))
+        # Nor is one reading a long batch's stream.
+        status, _, body = s.request("POST", "/v1/batch", '{"id": "p1", "tool": "work", "args": {"s": 1.5}}\n'
+                                    '{"id": "p2", "tool": "work", "args": {"s": 1.5}}\n'
+                                    '{"id": "p3", "tool": "work", "args": {"s": 1.5}}\n')
+        self.assertEqual((status, len(body.splitlines())), (200, 3))
         self.assertEqual(s.request("GET", "/healthz")[0], 200)
 
     def test_connection_cap(self):
@@ -684,8 +711,9 @@ class ServeTest(unittest.TestCase):
         threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + 180
         for t in threads:
-            t.join(180)
+            t.join(max(0.0, deadline - time.monotonic()))
         self.assertTrue(all(r is not None for r in results), "some requests got no answer")
         self.assertEqual([r[0] for r in results], [200] * n)
         self.assertEqual([r[1]["id"] for r in results], ["cc%d" % i for i in range(n)])

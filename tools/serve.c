@@ -54,6 +54,9 @@ static const char serve_usage[] =
     "                           (default: 64; 1: off)\n"
     "      --max-frame BYTES    longest frame on a pipe, and longest line of a\n"
     "                           batch (default: 67108864)\n"
+    "      --max-args BYTES     a call whose args are longer is refused (400, or\n"
+    "                           an InvalidRequest line in a batch; default:\n"
+    "                           16777216)\n"
     "      --max-body BYTES     longest request body; past it, 413 (default:\n"
     "                           67108864)\n"
     "      --max-connections N  open connections; past it, requests are answered\n"
@@ -189,6 +192,7 @@ int tp_cmd_serve(int argc, char **argv)
         {"recycle-after", required_argument, NULL, 'R'},
         {"pipeline", required_argument, NULL, 'p'},
         {"max-frame", required_argument, NULL, 'F'},
+        {"max-args", required_argument, NULL, 'A'},
         {"max-body", required_argument, NULL, 'B'},
         {"max-connections", required_argument, NULL, 'C'},
         {"idle-timeout", required_argument, NULL, 'I'},
@@ -207,6 +211,7 @@ int tp_cmd_serve(int argc, char **argv)
         .drain_us = 30000000u,
         .worker_path = tp_pool_default_worker(),
         .pipeline = 64,
+        .max_args = 16u << 20,
     };
     tp_http_opts_t ho = {
         .max_body = 64u << 20,
@@ -227,6 +232,7 @@ int tp_cmd_serve(int argc, char **argv)
         case 'R': eo.recycle_after = count_arg("--recycle-after", optarg, 1, UINT64_MAX); break;
         case 'p': eo.pipeline = (int)count_arg("--pipeline", optarg, 1, 64); break;
         case 'F': eo.max_frame = (uint32_t)count_arg("--max-frame", optarg, 1024, 1u << 30); break;
+        case 'A': eo.max_args = (size_t)count_arg("--max-args", optarg, 2, 1u << 30); break;
         case 'B': ho.max_body = (size_t)count_arg("--max-body", optarg, 1, 1ull << 40); break;
         case 'C': ho.max_connections = (int)count_arg("--max-connections", optarg, 1, 1000000); break;
         case 'I': ho.idle_timeout_us = duration_arg("--idle-timeout", optarg, 1); break;

@@ -64,6 +64,8 @@ static const char run_usage[] =
     "                         1: off)\n"
     "      --max-frame BYTES  longest frame on a pipe, and longest input line\n"
     "                         (default: 67108864)\n"
+    "      --max-args BYTES   a call whose args are longer is refused as\n"
+    "                         InvalidRequest (default: 16777216)\n"
     "      --drain DURATION   after SIGINT/SIGTERM, how long running calls may\n"
     "                         finish before they are killed (default: 10s)\n"
     "      --seed N           seed the backoff jitter (default: random)\n"
@@ -95,6 +97,7 @@ int tp_cmd_run(int argc, char **argv)
         {"relaxed", no_argument, NULL, 'L'},
         {"pipeline", required_argument, NULL, 'p'},
         {"max-frame", required_argument, NULL, 'F'},
+        {"max-args", required_argument, NULL, 'A'},
         {"drain", required_argument, NULL, 'D'},
         {"seed", required_argument, NULL, 'S'},
         {"quiet", no_argument, NULL, 'q'},
@@ -110,6 +113,7 @@ int tp_cmd_run(int argc, char **argv)
         .drain_us = 10000000u,
         .worker_path = tp_pool_default_worker(),
         .pipeline = 64,
+        .max_args = 16u << 20,
     };
     bool quiet = false, progress = isatty(2), relaxed = false;
     int c;
@@ -122,6 +126,7 @@ int tp_cmd_run(int argc, char **argv)
         case 'o': output = optarg; break;
         case 'R': o.recycle_after = parse_count("--recycle-after", optarg, 1, UINT64_MAX); break;
         case 'F': o.max_frame = (uint32_t)parse_count("--max-frame", optarg, 1024, 1u << 30); break;
+        case 'A': o.max_args = (size_t)parse_count("--max-args", optarg, 2, 1u << 30); break;
         case 'D':
             if (tp_duration_parse(optarg, &o.drain_us) < 0) {
                 tp_log_error("--drain: expected a duration like \"10s\", got \"%s\"", optarg);
