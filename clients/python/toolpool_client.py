@@ -27,12 +27,14 @@ record, never an exception. What raises is a request the service refused or
 could not be reached for: ``ToolpoolError`` with ``status`` (the HTTP status,
 or None when there was no HTTP answer), ``error`` and ``message``::
 
-    400 InvalidRequest    a malformed request
+    400 InvalidRequest    a malformed request (bad JSON, args not an object)
     401 Unauthorized      a missing or wrong token
     404 NotFound          an unknown tool, path or call id
-    409 Conflict          e.g. cancelling a call that already ended
-    413 TooLarge          a request body over the service's limit
-    503 Draining          the service is shutting down
+    409 Conflict          cancelling a call that already ended
+    409 InvalidRequest    an id recorded (or running) for other input
+    413                   a request body over the service's --max-body
+    503 Unavailable       the service is draining, has too many connections,
+                          or its store cannot be used now
     None Unavailable      no connection could be made (after the retries)
     None ClientTimeout    no answer within the client's timeout
 
