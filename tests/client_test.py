@@ -239,6 +239,11 @@ class ServeTest(ServeCase):
         self.assertTrue(first["ok"], first)
         self.assertEqual(first["result"], second["result"])
         self.assertEqual(runs_of(self.log, "same-1"), 1)
+        with self.assertRaises(ToolpoolError) as cm:
+            tp.call("step", {"n": 2}, id="same-1")      # the same id for other input
+        self.assertEqual(cm.exception.status, 409)
+        self.assertEqual(cm.exception.id, "same-1")
+        self.assertEqual(runs_of(self.log, "same-1"), 1)
 
     def test_submit_result_cancel(self):
         tp = self.client()
