@@ -14,8 +14,8 @@ picks each job's next tool call from the job's name and the messages so far,
 the same way every time. Its tools are the example plugin's echo and noop
 (build/examples/tools.json). Each step's arguments carry a digest of the
 answer before, so a job resumed with the wrong history would ask for other
-arguments, and toolpool would refuse the recorded id as "recorded for
-other input" rather than answer it.
+arguments, and toolpool would refuse the recorded id (409, "recorded for
+other input") rather than answer it.
 
 Why nothing runs twice: step N of job J is the call with id "J.N". The
 loop checkpoints only after the call's answer, so a crash between the two
@@ -29,6 +29,7 @@ Output, one line per event, for people and for tests:
     resume JOB STEP                a job resumed: STEP is the step it runs next
     step JOB STEP TOOL ok|ERROR    a step's answer (checkpoint follows)
     done JOB STEPS                 the final answer, after STEPS tool steps
+    error JOB STATUS ERROR "MSG"   toolpool refused a request of the job (ToolpoolError)
 
 Exit status: 0 when every job gave its final answer, 1 when a job stopped on
 an error from toolpool (ToolpoolError), 2 for a usage error.
