@@ -293,6 +293,26 @@ class ServeTest(ServeCase):
         tp.health()
         self.assertTrue(tp.ready())
 
+    def test_breaker_and_escalation(self):
+        tp = self.client()
+        rs = [tp.call("denied", {"esc": 1}) for _ in range(4)]
+        self.assertEqual([r["error"] for r in rs], ["PermissionDenied"] * 3 + ["CircuitOpen"])
+        eid = rs[2]["escalation"]
+        self.assertTrue(rs[2]["escalated"] and eid)
+        key = [b["id"] for b in tp.breakers()["breakers"]
+               if b["tool"] == "denied" and b.get("escalation") == eid]
+        self.assertEqual(len(key), 1)
+        self.assertTrue(key[0].startswith("call/denied/"))      # slashes in the path, escaped
+        tp.breaker_reset(key[0])
+        again = tp.call("denied", {"esc": 1})
+        self.assertEqual((again["error"], again["attempts"]), ("PermissionDenied", 1))
+        self.assertIn(eid, [e["id"] for e in tp.escalations()["escalations"] if e["status"] == "open"])
+        tp.escalation_resolve(eid, note="granted the role")
+        self.assertNotIn(eid, [e["id"] for e in tp.escalations()["escalations"] if e["status"] == "open"])
+        with self.assertRaises(ToolpoolError) as cm:
+            tp.escalation_resolve("E999999")
+        self.assertEqual(cm.exception.status, 404)
+
     def test_batch(self):
         calls = [{"id": f"b{i}", "tool": "echo", "args": {"i": i}} for i in range(200)]
         got = {r["id"]: r for r in self.client().batch(calls)}

@@ -42,11 +42,13 @@ Every call has an id. ``call`` makes one (``uuid4().hex``) when you give
 none, before the first byte is sent, and keeps it for the request's retries:
 when a connection is refused or dropped (the service is restarting, say),
 the same request, with the same id, is sent again, a bounded number of times
-with exponential backoff. The service never runs an id twice: an id it has
-recorded is answered from its store, and an id running right now attaches to
-that call. Give your own ids (``"agent-7/step-3"``) when a crash of your own
-program must not run a step again: the rerun asks for the same id and gets
-the recorded answer.
+with exponential backoff. The service answers an id it has recorded from
+its store, and attaches a request for an id running right now to that call,
+so a retry does not run a call again. (One exception is the service's own
+crash: a call of an idempotent tool that ended but was not yet committed
+runs again after the restart; docs/guide.md, "The store".) Give your own ids
+(``"agent-7/step-3"``) when a crash of your own program must not run a step
+again: the rerun asks for the same id and gets the recorded answer.
 
 Asynchronous calls::
 
