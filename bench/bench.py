@@ -21,6 +21,8 @@ import math
 import os
 import platform
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 PEERS = os.path.join(HERE, "peers")
 PYTHON = "/usr/bin/python3"
+sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
+import toolpool_client  # noqa: E402
 
 # Counts per benchmark: the full run (about 4 minutes on 2 cores) and --quick.
 FULL = {
@@ -42,6 +46,9 @@ FULL = {
     "memory": 1000000,
     "args_sizes": [10, 1000, 100000], "args_calls": {10: 20000, 1000: 20000, 100000: 1000},
     "growth_batches": 10, "growth_batch": 100000,
+    "svc_py_calls": 40000, "svc_py_threads": 8, "svc_latency_calls": 2000,
+    "svc_rounds": 3, "svc_wrk_seconds": 10, "svc_wrk_threads": 2, "svc_wrk_conns": 64,
+    "svc_memory": 1000000, "svc_celery": 4000, "svc_celery_threads": 8,
 }
 QUICK = {
     "workers": [1, 2, 4, 8],
@@ -52,6 +59,9 @@ QUICK = {
     "memory": 200000,
     "args_sizes": [10, 1000, 100000], "args_calls": {10: 2000, 1000: 2000, 100000: 100},
     "growth_batches": 4, "growth_batch": 20000,
+    "svc_py_calls": 4000, "svc_py_threads": 8, "svc_latency_calls": 300,
+    "svc_rounds": 1, "svc_wrk_seconds": 3, "svc_wrk_threads": 2, "svc_wrk_conns": 64,
+    "svc_memory": 100000, "svc_celery": 1000, "svc_celery_threads": 8,
 }
 
 # The project's performance targets.
@@ -64,8 +74,15 @@ RSS_FLAT = 1.10          # "flat": the 1M peak at most 10 % (or 1 MiB) above the
 RSS_FLAT_KIB = 1024
 RESUME_US = 5.0
 RESUME_RERUNS = 3        # a rerun takes under a second: the median of three
+SVC_WRK_CALLS = 30000    # serve: no-op calls/s with wrk
+SVC_VS_CELERY = 20.0     # serve (wrk) against Celery + Redis (its Python client)
+SVC_ADDED_US = 300.0     # serve's added latency over a run co-process, p50
+SVC_RSS_FLAT = 1.10      # serve's RSS: overall peak at most 10 % above the first 10 %'s
+
+SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service"]
 
 REPORT = []
+SERVICES = []            # every serve started, stopped at the end whatever happens
 
 
 def say(line=""):
@@ -158,6 +175,9 @@ def machine(scratch, build):
         "node": sh("node --version"),
         "workerpool": sh(f"node -p \"require('{HERE}/node_modules/workerpool/package.json').version\""),
         "parallel": sh("parallel --version 2>/dev/null | head -1"),
+        "wrk": sh("wrk -v 2>&1 | head -1 | cut -d' ' -f1,2"),
+        "celery": sh(f"{PYTHON} -c 'import celery; print(celery.__version__)'"),
+        "redis": sh("redis-server --version | cut -d' ' -f3"),
         "xargs": sh("xargs --version | head -1"),
     }
 
@@ -559,6 +579,350 @@ def bench_growth(tp, cfg, scratch, res):
 
 
 # ---------------------------------------------------------------------------
+# 7. The service: toolpool serve
+
+
+class Service:
+    """One `toolpool serve` with a fresh store, at listen ("unix:PATH" or
+    "127.0.0.1:PORT"), its resident memory and open descriptors sampled from
+    /proc every 0.1 s from start to stop."""
+
+    def __init__(self, tp, name, listen, workers=2, extra=()):
+        self.store = tp.fresh(name)
+        self.listen = listen
+        self.log = self.store + ".log"
+        self.cmd = [tp.bin, "serve", "--registry", tp.plugin_registry, "--store", self.store,
+                    "-j", str(workers), "--listen", listen, *extra]
+        self.samples = []           # (monotonic s, VmRSS KiB, RssAnon KiB, RssFile KiB, fds)
+        self.stopping = threading.Event()
+        self.sampler = None
+
+    def start(self):
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        SERVICES.append(self)
+        c = toolpool_client.Client(self.listen, retries=0, timeout=5)
+        end = time.monotonic() + 30
+        while not c.ready():
+            if self.proc.poll() is not None or time.monotonic() > end:
+                self.proc.kill()
+                with open(self.log) as f:
+                    sys.exit(f"bench: {' '.join(self.cmd)}: not ready (exit {self.proc.poll()}): "
+                             f"{f.read()[-2000:]}")
+            time.sleep(0.02)
+        c.close()
+        self.sampler = threading.Thread(target=self.sample, daemon=True)
+        self.sampler.start()
+        return self
+
+    def sample(self):
+        pid = self.proc.pid
+        while not self.stopping.is_set():
+            row = [time.monotonic(), 0, 0, 0, 0]
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        for i, key in ((1, "VmRSS:"), (2, "RssAnon:"), (3, "RssFile:")):
+                            if line.startswith(key):
+                                row[i] = int(line.split()[1])
+                row[4] = len(os.listdir(f"/proc/{pid}/fd"))
+            except OSError:
+                break
+            self.samples.append(tuple(row))
+            self.stopping.wait(0.1)
+
+    def stop(self):
+        self.stopping.set()
+        if self.sampler:
+            self.sampler.join()
+        if self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def py_clients(addr, n, threads):
+    """n no-op calls from `threads` threads sharing one client, each call
+    waiting for its answer: calls/s and the latencies (s), sorted."""
+    c = toolpool_client.Client(addr)
+    per = n // threads
+    lat, bad, errors = [], [], []
+    start = threading.Barrier(threads + 1)
+    lock = threading.Lock()
+
+    def worker():
+        mine = []
+        try:
+            start.wait()
+            for _ in range(per):
+                t = time.perf_counter()
+                r = c.call("noop")
+                mine.append(time.perf_counter() - t)
+                if not r["ok"]:
+                    bad.append(r)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+        with lock:
+            lat.extend(mine)
+
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    start.wait()
+    t0 = time.monotonic()
+    for t in ts:
+        t.join()
+    secs = time.monotonic() - t0
+    c.close()
+    if errors or bad or len(lat) != per * threads:
+        sys.exit(f"bench: Python client: {len(lat)} answers of {per * threads}, {len(bad)} not ok, "
+                 f"errors: {errors[:3]} {bad[:1]}")
+    lat.sort()
+    return {"calls": len(lat), "seconds": secs, "calls_per_s": len(lat) / secs, "threads": threads,
+            "p50_us": pct(lat, 50) * 1e6, "p99_us": pct(lat, 99) * 1e6}
+
+
+def one_at_a_time(tp, addr, n, relaxed=False):
+    """Sequential no-op calls, alternately through a `toolpool run -`
+    co-process and through serve at addr, so each pair sees the same moment
+    of the machine: the latencies (us) of each and the pairs' differences,
+    each sorted."""
+    c = toolpool_client.Client(addr)
+    cp = toolpool_client.Coprocess(tp.bin, registry=tp.plugin_registry, store=tp.fresh("coprocess"),
+                                   workers=2, args=["--relaxed"] if relaxed else [])
+    direct, served = [], []
+    for i in range(n + 50):         # the first 50 of each warm up
+        t = time.perf_counter()
+        r1 = cp.call("noop")
+        t1 = time.perf_counter()
+        r2 = c.call("noop")
+        t2 = time.perf_counter()
+        if not (r1["ok"] and r2["ok"]):
+            sys.exit(f"bench: sequential calls: {r1} {r2}")
+        if i >= 50:
+            direct.append((t1 - t) * 1e6)
+            served.append((t2 - t1) * 1e6)
+    cp.close()
+    c.close()
+    return sorted(direct), sorted(served), sorted(b - a for a, b in zip(direct, served))
+
+
+def run_wrk(url, cfg, prefix, seconds, quota=0, stop_when=None):
+    """wrk with bench/wrk_calls.lua against url; returns the figures its
+    done() prints. stop_when: polled every 0.5 s; when true, wrk gets SIGINT
+    (it stops and reports)."""
+    cmd = ["wrk", f"-t{cfg['svc_wrk_threads']}", f"-c{cfg['svc_wrk_conns']}", f"-d{seconds}s",
+           "--timeout", "10s", "-s", os.path.join(HERE, "wrk_calls.lua"), url, "--", prefix, str(quota)]
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if stop_when:
+        while p.poll() is None:
+            try:
+                p.wait(0.5)
+            except subprocess.TimeoutExpired:
+                if stop_when():
+                    p.send_signal(signal.SIGINT)
+                    break
+    out, err = p.communicate()
+    secs = time.monotonic() - t0
+    last = out.strip().splitlines()[-1] if out.strip() else ""
+    if p.returncode != 0 or not last.startswith("{"):
+        sys.exit(f"bench: {' '.join(cmd)}: exit {p.returncode}: {err.strip()[-1000:]} {out[-1000:]}")
+    f = json.loads(last)
+    f["wall_s"] = secs
+    f["seconds"] = f["duration_us"] / 1e6
+    f["calls_per_s"] = f["requests"] / f["seconds"]
+    f["calls"] = f["requests"]
+    f["issued"] = [int(x) for x in f["issued"]]
+    return f
+
+
+def check_ran(addr, prefix, issued, per_thread=50):
+    """Asks serve for calls wrk posted, spread over each thread's ids: each
+    must have run (ok, one attempt). Returns how many were checked."""
+    c = toolpool_client.Client(addr)
+    checked = 0
+    for t, n in enumerate(issued, 1):
+        # wrk calls the first thread's request() once to check the script,
+        # without sending: its id 1 never reaches serve. The last ones may
+        # have been cut off when wrk stopped.
+        top = max(2, n - 1000)
+        for k in sorted({2 + (top - 2) * i // max(1, per_thread - 1) for i in range(per_thread)}):
+            r = c.result(f"{prefix}-{t}-{k}", wait=True, timeout=30)
+            if not (r["ok"] and r["attempts"] == 1 and r["tool"] == "noop"):
+                sys.exit(f"bench: wrk's call {prefix}-{t}-{k}: {r}")
+            checked += 1
+    c.close()
+    return checked
+
+
+def wrk_errors(f):
+    return sum(f["errors"].values())
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def median_round(rounds):
+    return sorted(rounds, key=lambda f: f["calls_per_s"])[len(rounds) // 2]
+
+
+def bench_service(tp, cfg, scratch, res):
+    j = 2
+    say(f"== 7. the service: toolpool serve, no-op plugin calls (durable), -j {j}; "
+        f"HTTP/1.1 keep-alive")
+    out = {}
+    stolen, t0, load0 = steal_ms(), time.monotonic(), loadavg()
+    # wrk over TCP on the loopback and the Python client over the Unix
+    # socket, in alternating rounds (a slow minute of the machine falls on
+    # both), each on a serve of its own; then one call at a time.
+    port = free_port()
+    svc_tcp = Service(tp, "serve-tcp", f"127.0.0.1:{port}", j).start()
+    svc_unix = Service(tp, "serve-unix", f"unix:{os.path.join(scratch, 'serve.sock')}", j).start()
+    wrks, pys = [], []
+    for r in range(cfg["svc_rounds"]):
+        w = run_wrk(f"http://127.0.0.1:{port}", cfg, f"wrk{r}", cfg["svc_wrk_seconds"])
+        w["checked"] = check_ran(svc_tcp.listen, f"wrk{r}", w["issued"])
+        wrks.append(w)
+        pys.append(py_clients(svc_unix.listen, cfg["svc_py_calls"], cfg["svc_py_threads"]))
+    durable = one_at_a_time(tp, svc_unix.listen, cfg["svc_latency_calls"])
+    svc_tcp.stop()
+    svc_unix.stop()
+    # The same without fsync, on both sides: a commit's disk time is the
+    # same work in both paths, the largest part of a call and its noisiest
+    # (an fsync took 0.13 to 2 ms in minutes of the same hour), and it would
+    # drown the difference the service makes.
+    svc_relaxed = Service(tp, "serve-relaxed", f"unix:{os.path.join(scratch, 'relaxed.sock')}", j,
+                          ["--relaxed"]).start()
+    relaxed = one_at_a_time(tp, svc_relaxed.listen, cfg["svc_latency_calls"], relaxed=True)
+    svc_relaxed.stop()
+    wrk, py = median_round(wrks), median_round(pys)
+    # Celery, the peer.
+    cel = peer([PYTHON, os.path.join(PEERS, "celery_bench.py"), str(cfg["svc_celery"]), str(j),
+                str(cfg["svc_celery_threads"])])
+    if cel["errors"] or cel["calls"] == 0:
+        sys.exit(f"bench: celery: {cel}")
+
+    n = cfg["svc_rounds"]
+    if n > 1:
+        say(f"  wrk and the Python client: the median of {n} alternating rounds (calls/s of each round: "
+            f"wrk {' '.join(fmt_int(f['calls_per_s']) for f in wrks)}; "
+            f"Python {' '.join(fmt_int(f['calls_per_s']) for f in pys)})")
+    say(f"  {'':48} {'calls':>9} {'seconds':>8} {'calls/s':>9} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'vs Celery':>10}")
+    rows = [
+        (f"toolpool, wrk -t{cfg['svc_wrk_threads']} -c{cfg['svc_wrk_conns']}, TCP 127.0.0.1", wrk,
+         wrk["latency_us"]["p50"], wrk["latency_us"]["p99"]),
+        (f"toolpool, Python client, {py['threads']} threads, Unix socket", py, py["p50_us"], py["p99_us"]),
+        (f"Celery + Redis, prefork {j}, Python, {cel['threads']} threads", cel, cel["p50_us"],
+         cel["p99_us"]),
+    ]
+    for name, f, p50, p99 in rows:
+        say(f"  {name:48} {fmt_int(f['calls']):>9} {f['seconds']:8.2f} {fmt_int(f['calls_per_s']):>9} "
+            f"{p50 / 1e3:8.2f} {p99 / 1e3:8.2f} {f['calls_per_s'] / cel['calls_per_s']:9.2f}x")
+    say(f"  (wrk: {sum(wrk_errors(f) for f in wrks)} errors; "
+        f"{sum(f['checked'] for f in wrks)} of its calls asked for by id afterwards, each ok after "
+        f"1 attempt. Python clients: each thread calls and waits, toolpool_client's call(), "
+        f"Celery's noop.delay({{}}).get(). Celery's Redis keeps no file: its results are not "
+        f"durable; toolpool's are committed with fsync before they are answered)")
+    say(f"  one call at a time, {fmt_int(cfg['svc_latency_calls'])} calls each, alternating: a toolpool "
+        f"run - co-process, then serve over the Unix socket (us):")
+    for name, (direct, served, diff) in (("--relaxed", relaxed), ("durable", durable)):
+        say(f"    {name:10} co-process p50 {pct(direct, 50):6.0f}, p99 {pct(direct, 99):6.0f}; serve p50 "
+            f"{pct(served, 50):6.0f}, p99 {pct(served, 99):6.0f}; added, the median of the pairs' "
+            f"differences: {pct(diff, 50):5.0f}")
+    added = pct(relaxed[2], 50)
+
+    # Memory and descriptors through many requests.
+    n = cfg["svc_memory"]
+    port = free_port()
+    svc = Service(tp, "serve-memory", f"127.0.0.1:{port}", j).start()
+    threads = cfg["svc_wrk_threads"]
+    quota = n // threads
+    probe = toolpool_client.Client(svc.listen, retries=0, timeout=5)
+
+    def all_done():
+        try:
+            return all(probe.result(f"mem-{t}-{quota}", wait=False) for t in range(1, threads + 1))
+        except toolpool_client.ToolpoolError:
+            return False            # 404: not yet posted
+
+    probe.health()                  # its connection is open from the start: not a new fd
+    budget = max(60, int(3 * n / max(wrk["calls_per_s"], 1000)))
+    t_start = time.monotonic()
+    mem = run_wrk(f"http://127.0.0.1:{port}", cfg, "mem", budget, quota, all_done)
+    t_end = time.monotonic()
+    probe.close()
+    mem["checked"] = check_ran(svc.listen, "mem", mem["issued"], 20)
+    svc.stop()
+    s = [x for x in svc.samples if x[1] and t_start <= x[0] <= t_end]
+    t_first = s[0][0] + 0.1 * (s[-1][0] - s[0][0])
+    first = [x for x in s if x[0] <= t_first]
+    rest = [x for x in s if x[0] > t_first] or first
+    peak_first, peak_all = max(x[1] for x in first), max(x[1] for x in s)
+    anon_first, anon_all = max(x[2] for x in first), max(x[2] for x in s)
+    fd_first, fd_rest, fd_end = max(x[4] for x in first), max(x[4] for x in rest), s[-1][4]
+    rss_ratio = peak_all / peak_first
+    # Flat as in section 4: 10 %, or 1 MiB, whichever is more. At 5 MiB a
+    # tenth is half a MiB, about what the store's mapped pages (RssFile)
+    # swing by from one sample to the next.
+    flat = peak_all <= max(peak_first * SVC_RSS_FLAT, peak_first + RSS_FLAT_KIB)
+    fds_flat = fd_rest <= fd_first
+    say(f"  {fmt_int(mem['requests'])} requests (wrk, TCP) in {mem['seconds']:.1f} s, "
+        f"{fmt_int(mem['calls_per_s'])} calls/s, {wrk_errors(mem)} errors; serve sampled every 0.1 s:")
+    say(f"    RSS peak: {peak_first / 1024:.1f} MiB in the first 10 %, {peak_all / 1024:.1f} MiB overall "
+        f"({rss_ratio:.2f}x, {(peak_all - peak_first) / 1024:+.1f} MiB); heap (RssAnon) "
+        f"{anon_first / 1024:.1f} -> {anon_all / 1024:.1f} MiB; store map (RssFile) "
+        f"{max(x[3] for x in first) / 1024:.1f} -> {max(x[3] for x in s) / 1024:.1f} MiB; "
+        f"open fds: at most {fd_first} in the first 10 %, {fd_rest} after, {fd_end} at the end")
+    stolen, secs = steal_ms() - stolen, time.monotonic() - t0
+    say(f"  load average (1 min) {load0:.2f} at the start of this section, {loadavg():.2f} at its end; "
+        f"steal time {stolen:.0f} ms of {secs * os.cpu_count() * 1000:.0f} ms of vCPU time")
+
+    r_wrk = wrk["calls_per_s"] / cel["calls_per_s"]
+    r_py = py["calls_per_s"] / cel["calls_per_s"]
+    target(f"service calls/s with wrk >= {fmt_int(SVC_WRK_CALLS)}", fmt_int(wrk["calls_per_s"]),
+           wrk["calls_per_s"] >= SVC_WRK_CALLS)
+    target(f"service >= {SVC_VS_CELERY:.0f}x Celery (wrk; Celery's own client)", f"{r_wrk:.2f}x",
+           r_wrk >= SVC_VS_CELERY)
+    target(f"  (Python clients on both sides, {py['threads']} threads each)", f"{r_py:.2f}x",
+           r_py >= SVC_VS_CELERY)
+    target(f"added latency over a run co-process (--relaxed), p50 < {SVC_ADDED_US / 1e3:.1f} ms",
+           f"{added / 1e3:.3f} ms", added < SVC_ADDED_US)
+    target(f"serve RSS flat (<= {SVC_RSS_FLAT:.2f}x or +1 MiB), fds steady, {fmt_int(mem['requests'])} req.",
+           f"{rss_ratio:.2f}x, fds {fd_first}->{fd_rest}", flat and fds_flat)
+    out.update({"python": py, "python_rounds": pys, "wrk": wrk, "wrk_rounds": wrks, "celery": cel,
+                "sequential_us": {"relaxed": dict(zip(("coprocess", "serve", "pairs"), relaxed)),
+                                  "durable": dict(zip(("coprocess", "serve", "pairs"), durable)),
+                                  "added_p50": added},
+                "memory": {"wrk": mem, "samples": svc.samples, "peak_first_kib": peak_first,
+                           "peak_kib": peak_all, "ratio": rss_ratio, "fd_first": fd_first,
+                           "fd_rest": fd_rest, "fd_end": fd_end},
+                "steal_ms": stolen, "load": [load0, loadavg()]})
+    res["service"] = out
+    res["targets"]["svc_wrk"] = {"value": wrk["calls_per_s"], "pass": wrk["calls_per_s"] >= SVC_WRK_CALLS}
+    res["targets"]["svc_celery"] = {"value": r_wrk, "python": r_py, "pass": r_wrk >= SVC_VS_CELERY}
+    res["targets"]["svc_added"] = {"value_us": added, "pass": added < SVC_ADDED_US}
+    res["targets"]["svc_rss"] = {"value": rss_ratio, "fd_first": fd_first, "fd_rest": fd_rest,
+                                 "pass": flat and fds_flat}
+    say()
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+# ---------------------------------------------------------------------------
 # The plot
 
 
@@ -612,7 +976,17 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results"),
                     help="where the report, figures and plot go (default: bench/results)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder (stores, outputs)")
+    ap.add_argument("--only", metavar="SECTIONS",
+                    help="run only these sections, comma-separated, of: " + ", ".join(SECTIONS)
+                    + " (memory and resume run noop too)")
     a = ap.parse_args()
+    only = set(SECTIONS)
+    if a.only:
+        only = set(a.only.split(","))
+        if only - set(SECTIONS):
+            ap.error(f"--only: unknown sections {', '.join(sorted(only - set(SECTIONS)))}")
+        if only & {"memory", "resume"}:
+            only.add("noop")
 
     build = os.path.abspath(a.build if os.path.isabs(a.build) or os.path.isdir(a.build)
                             else os.path.join(ROOT, a.build))
@@ -635,32 +1009,56 @@ def main():
         say(f"  toolpool {m['toolpool']}")
         say(f"  peers:   {m['python']}, pebble {m['pebble']}; Node {m['node']}, workerpool "
             f"{m['workerpool']}; {m['xargs']}; {m['parallel']}")
+        say(f"           {m['wrk']}; Celery {m['celery']} with Redis {m['redis'].removeprefix('v=')}")
         say()
-        sweep = bench_noop(tp, cfg, scratch, res)
-        bench_exec(tp, cfg, scratch, res)
-        bench_hang(tp, cfg, scratch, res)
-        at_100k = sweep["toolpool"][2]
-        bench_memory(tp, cfg, scratch, res, at_100k)
-        bench_resume(tp, cfg, scratch, res, {
-            "toolpool noop (durable)": (os.path.join(scratch, "noop_durable.jsonl"), sweep["toolpool"][2]),
-            "toolpool noop (--relaxed)": (os.path.join(scratch, "noop_relaxed.jsonl"),
-                                          sweep["toolpool --relaxed"][2])})
-        bench_args(tp, cfg, scratch, res)
-        bench_growth(tp, cfg, scratch, res)
-        png = plot(sweep, cfg["workers"], a.out)
+        png = None
+        if "noop" in only:
+            sweep = bench_noop(tp, cfg, scratch, res)
+        if "exec" in only:
+            bench_exec(tp, cfg, scratch, res)
+        if "hang" in only:
+            bench_hang(tp, cfg, scratch, res)
+        if "memory" in only:
+            bench_memory(tp, cfg, scratch, res, sweep["toolpool"][2])
+        if "resume" in only:
+            bench_resume(tp, cfg, scratch, res, {
+                "toolpool noop (durable)": (os.path.join(scratch, "noop_durable.jsonl"), sweep["toolpool"][2]),
+                "toolpool noop (--relaxed)": (os.path.join(scratch, "noop_relaxed.jsonl"),
+                                              sweep["toolpool --relaxed"][2])})
+        if "args" in only:
+            bench_args(tp, cfg, scratch, res)
+        if "growth" in only:
+            bench_growth(tp, cfg, scratch, res)
+        if "service" in only:
+            bench_service(tp, cfg, scratch, res)
+        if "noop" in only:
+            png = plot(sweep, cfg["workers"], a.out)
 
         t = res["targets"]
         say("== targets")
         for name, key, val in [
-                ("no-op calls >= 10x pebble (durable)", "noop_vs_pebble", f"{t['noop_vs_pebble']['value']:.2f}x"),
-                ("exec >= 2x xargs -P2 timeout (durable)", "exec_vs_xargs", f"{t['exec_vs_xargs']['value']:.2f}x"),
-                ("exec >= 5x GNU parallel (durable)", "exec_vs_parallel", f"{t['exec_vs_parallel']['value']:.2f}x"),
-                ("hung call: deadline to result p99 <= 2 ms", "hang_p99", f"{t['hang_p99']['value_us'] / 1e3:.2f} ms"),
-                ("supervisor peak RSS < 64 MiB and flat", "rss", f"{t['rss']['value_kib'] / 1024:.1f} MiB, {t['rss']['ratio']:.2f}x"),
-                ("resume < 5 us per recorded call", "resume", f"{t['resume']['value_us']:.2f} us")]:
-            say(f"  {name:58} {val:>18}  {verdict(t[key]['pass'])}")
+                ("no-op calls >= 10x pebble (durable)", "noop_vs_pebble",
+                 lambda v: f"{v['value']:.2f}x"),
+                ("exec >= 2x xargs -P2 timeout (durable)", "exec_vs_xargs", lambda v: f"{v['value']:.2f}x"),
+                ("exec >= 5x GNU parallel (durable)", "exec_vs_parallel", lambda v: f"{v['value']:.2f}x"),
+                ("hung call: deadline to result p99 <= 2 ms", "hang_p99",
+                 lambda v: f"{v['value_us'] / 1e3:.2f} ms"),
+                ("supervisor peak RSS < 64 MiB and flat", "rss",
+                 lambda v: f"{v['value_kib'] / 1024:.1f} MiB, {v['ratio']:.2f}x"),
+                ("resume < 5 us per recorded call", "resume", lambda v: f"{v['value_us']:.2f} us"),
+                (f"serve: >= {fmt_int(SVC_WRK_CALLS)} calls/s with wrk", "svc_wrk",
+                 lambda v: fmt_int(v["value"])),
+                (f"serve: >= {SVC_VS_CELERY:.0f}x Celery (wrk; Celery's own client)", "svc_celery",
+                 lambda v: f"{v['value']:.2f}x"),
+                (f"serve: added latency p50 < {SVC_ADDED_US / 1e3:.1f} ms", "svc_added",
+                 lambda v: f"{v['value_us'] / 1e3:.3f} ms"),
+                ("serve: RSS flat and fds steady", "svc_rss",
+                 lambda v: f"{v['value']:.2f}x, fds {v['fd_first']}->{v['fd_rest']}")]:
+            if key in t:
+                say(f"  {name:58} {val(t[key]):>18}  {verdict(t[key]['pass'])}")
         say()
-        say(f"plot: {png}")
+        if png:
+            say(f"plot: {png}")
         say(f"figures: {os.path.join(a.out, 'results.json')}; took {time.monotonic() - t0:.0f} s")
         res["seconds"] = time.monotonic() - t0
         for f in res.get("hang", {}).values():
@@ -671,6 +1069,8 @@ def main():
         with open(os.path.join(a.out, "report.txt"), "w") as f:
             f.write("\n".join(REPORT) + "\n")
     finally:
+        for svc in SERVICES:
+            svc.stop()
         if a.keep:
             print(f"scratch kept: {scratch}", file=sys.stderr)
         else:
