@@ -1006,7 +1006,7 @@ static int parse_object(loader_t *ld, json_t *obj, const key_table_t *tab, void 
 /* A name as agents and MCP hosts accept it: [A-Za-z0-9_.-]+. */
 static bool name_ok(const char *s)
 {
-    if (*s == '\0')
+    if (*s == '\0' || strlen(s) > TP_TOOL_NAME_MAX)
         return false;
     for (; *s != '\0'; s++) {
         char c = *s;
@@ -1059,8 +1059,8 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool)
         return fail(ld, "missing required key \"name\"");
     mark_t mn = where_key(&ld->at, "name");
     if (!json_is_string(name) || !name_ok(json_string_value(name)))
-        return fail(ld, "expected a name of letters, digits, '_', '.' or '-', got %s",
-                    GOT(name));
+        return fail(ld, "expected a name of letters, digits, '_', '.' or '-', at most %d bytes, got %s",
+                    TP_TOOL_NAME_MAX, GOT(name));
     const tp_tool_t *prev = tp_registry_find(reg, json_string_value(name));
     if (prev != NULL)
         return fail(ld, "duplicate tool name %s (already declared as tools[%zu] on line %d)",

@@ -15,6 +15,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/*
+ * The longest tool name: MCP allows 128 characters, and a server's prefix
+ * comes on top when its tools are imported. The store's keys hold the
+ * name (LMDB keys are at most 511 bytes), so it must stay well short.
+ */
+#define TP_TOOL_NAME_MAX 200
+
 typedef enum {
     TP_ADAPTER_EXEC = 1,
     TP_ADAPTER_PLUGIN = 2,

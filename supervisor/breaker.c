@@ -21,6 +21,16 @@ void tp_digest_bytes(const void *canonical, size_t n, tp_digest_t *out)
     memcpy(out->b, c.digest, TP_DIGEST_LEN);
 }
 
+/*
+ * Microseconds from then to now on the wall clock, 0 when the clock has
+ * stepped back past then: a breaker opened "in the future" stays open
+ * (unsigned subtraction would wrap to a huge gap and release it at once).
+ */
+static uint64_t since(uint64_t now, uint64_t then)
+{
+    return now > then ? now - then : 0;
+}
+
 void tp_digest_args(const json_t *args, tp_digest_t *out)
 {
     tp_buf_t b = {0};
@@ -79,7 +89,7 @@ int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const
     if (rc)
         return rc;
     if (cb->opened_unix_us != 0) {
-        if (now - cb->opened_unix_us < t->policy.same_call_window_us) {
+        if (since(now, cb->opened_unix_us) < t->policy.same_call_window_us) {
             *open = true;
             snprintf(escalation, esc_len, "%s", cb->escalation);
             cb->blocked++;
@@ -118,7 +128,7 @@ int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, cons
         return ENOMEM;
     }
     for (size_t i = 0; old && i < old->n_failures_unix_us; i++)
-        if (now - old->failures_unix_us[i] < window)
+        if (since(now, old->failures_unix_us[i]) < window)
             fails[n++] = old->failures_unix_us[i];
     fails[n++] = now;
     Toolpool__CallBreaker cb = TOOLPOOL__CALL_BREAKER__INIT;
@@ -131,7 +141,7 @@ int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, cons
     cb.last_message = (char *)(message ? message : "");
     cb.args.data = (uint8_t *)args;
     cb.args.len = args ? strlen(args) : 0;
-    bool was_open = old && old->opened_unix_us != 0 && now - old->opened_unix_us < window;
+    bool was_open = old && old->opened_unix_us != 0 && since(now, old->opened_unix_us) < window;
     if (was_open) {
         cb.opened_unix_us = old->opened_unix_us;
         cb.escalation = old->escalation;
@@ -184,7 +194,7 @@ int tp_breaker_tool_admit(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, uint6
         return rc;
     const tp_policy_t *p = &t->policy;
     bool dirty = false;
-    if (tb->state == TOOLPOOL__BREAKER_STATE__BREAKER_OPEN && now - tb->opened_unix_us >= p->tool_cooldown_us) {
+    if (tb->state == TOOLPOOL__BREAKER_STATE__BREAKER_OPEN && since(now, tb->opened_unix_us) >= p->tool_cooldown_us) {
         tb->state = TOOLPOOL__BREAKER_STATE__BREAKER_HALF_OPEN;
         tb->probes_out = 0;
         dirty = true;
@@ -193,7 +203,7 @@ int tp_breaker_tool_admit(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, uint6
         *out = TP_ADMIT_NO;
     } else if (tb->state == TOOLPOOL__BREAKER_STATE__BREAKER_HALF_OPEN) {
         /* A probe that never came back (its supervisor died) is given up after a cooldown. */
-        if (tb->probes_out >= p->tool_probes && now - tb->probe_unix_us >= p->tool_cooldown_us)
+        if (tb->probes_out >= p->tool_probes && since(now, tb->probe_unix_us) >= p->tool_cooldown_us)
             tb->probes_out = 0;
         if (tb->probes_out < p->tool_probes) {
             tb->probes_out++;
@@ -243,7 +253,7 @@ int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_k
     uint64_t start = now - now % slice;
     for (size_t i = 0; old && i < old->n_buckets && nb < BUCKETS; i++) {
         Toolpool__BreakerBucket *ob = old->buckets[i];
-        if (now - ob->start_unix_us >= p->tool_window_us)
+        if (since(now, ob->start_unix_us) >= p->tool_window_us)
             continue;
         bucket_mem[nb] = *ob;
         buckets[nb] = &bucket_mem[nb];

@@ -3,19 +3,18 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 void tp_identity_digest(const char *tool, const tp_digest_t *args, tp_digest_t *out)
 {
-    uint8_t buf[512];
-    size_t n = strlen(tool);
-    if (n > sizeof buf - TP_DIGEST_LEN - 1)
-        n = sizeof buf - TP_DIGEST_LEN - 1;
-    memcpy(buf, tool, n);
-    buf[n] = 0;
-    memcpy(buf + n + 1, args->b, TP_DIGEST_LEN);
+    /* The tool's whole name, a NUL, the args' digest: the bytes stores have always hashed. */
+    XXH3_state_t st;
+    XXH3_128bits_reset(&st);
+    XXH3_128bits_update(&st, tool, strlen(tool) + 1);
+    XXH3_128bits_update(&st, args->b, TP_DIGEST_LEN);
     XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits(buf, n + 1 + TP_DIGEST_LEN));
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&st));
     memcpy(out->b, c.digest, TP_DIGEST_LEN);
 }
 

@@ -1,5 +1,6 @@
 #include "testutil.h"
 
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,4 +59,18 @@ char *tp_test_slurp(const char *path, size_t *len)
     if (len)
         *len = n;
     return s;
+}
+
+/* nftw's callback: removes each entry, children before their directory. */
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+int tp_test_rmtree(const char *dir)
+{
+    return nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -13,5 +13,7 @@ const char *tp_test_tmpdir(const char *tag);
 char *tp_test_write(const char *dir, const char *name, const char *s);
 /* Reads a whole file, NUL-terminated (malloc'd), or NULL. */
 char *tp_test_slurp(const char *path, size_t *len);
+/* Removes dir and everything under it (symlinks not followed); 0 or -1. */
+int tp_test_rmtree(const char *dir);
 
 #endif

@@ -1,0 +1,516 @@
+/*
+ * What makes a run resumable (supervisor/checkpoint.c), against a real
+ * store: results stored and served back byte for byte with their input's
+ * digest, a job's checkpoint growing step by step, an agent loop's own
+ * state riding beside it without either write losing the other's, and the
+ * in-flight markers of calls that must not run twice.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "testutil.h"
+
+typedef struct {
+    char *dir;
+    tp_store_t *store;
+    unsigned failures_before;
+} fx_t;
+
+static fx_t fx;
+
+static void fx_open(void)
+{
+    memset(&fx, 0, sizeof fx);
+    fx.failures_before = CU_get_number_of_failures();
+    fx.dir = strdup(tp_test_tmpdir("checkpoint"));
+    char err[1024];
+    fx.store = tp_store_open(fx.dir, TP_STORE_NOSYNC, err, sizeof err);
+    if (fx.store == NULL)
+        fprintf(stderr, "\n  store: %s\n", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fx.store);
+}
+
+/* Closes the store; the directory is kept (and named) when the test failed. */
+static void fx_close(void)
+{
+    tp_store_close(fx.store);
+    if (CU_get_number_of_failures() != fx.failures_before)
+        fprintf(stderr, "\n  kept %s\n", fx.dir);
+    else
+        tp_test_rmtree(fx.dir);
+    free(fx.dir);
+}
+
+/* Closes and reopens the store: what follows reads what was committed. */
+static void fx_reopen(void)
+{
+    char err[1024];
+    tp_store_close(fx.store);
+    fx.store = tp_store_open(fx.dir, TP_STORE_NOSYNC, err, sizeof err);
+    if (fx.store == NULL)
+        fprintf(stderr, "\n  reopen: %s\n", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fx.store);
+}
+
+static MDB_txn *begin(void)
+{
+    MDB_txn *txn = NULL;
+    char err[1024];
+    int rc = tp_store_begin(fx.store, &txn, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "\n  begin: %s\n", err);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    return txn;
+}
+
+static void commit(MDB_txn *txn)
+{
+    char err[1024];
+    int rc = tp_store_commit(fx.store, txn, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "\n  commit: %s\n", err);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+}
+
+static MDB_txn *reader(void)
+{
+    MDB_txn *txn = NULL;
+    CU_ASSERT_EQUAL_FATAL(tp_store_read(fx.store, &txn), 0);
+    return txn;
+}
+
+/* The job's checkpoint as committed; NULL (and the assertion fails) when there is none. */
+static Toolpool__Checkpoint *checkpoint(const char *job)
+{
+    Toolpool__Checkpoint *cp = NULL;
+    MDB_txn *txn = reader();
+    CU_ASSERT_EQUAL(tp_checkpoint_get(fx.store, txn, job, &cp), 0);
+    mdb_txn_abort(txn);
+    return cp;
+}
+
+/* One step, in a transaction of its own. */
+static void step(const char *job, const char *call, uint64_t n, uint64_t steps, uint64_t attempts,
+                 double cost, uint64_t wall, tp_kind_t stopped, const char *msg)
+{
+    tp_job_usage_t u = {.steps = steps, .calls = attempts, .cost = cost, .first_us = 1};
+    MDB_txn *txn = begin();
+    CU_ASSERT_EQUAL(tp_checkpoint_step(fx.store, txn, job, call, n, &u, wall, stopped, msg), 0);
+    commit(txn);
+}
+
+static void state_put(const char *job, uint64_t n, const char *json)
+{
+    MDB_txn *txn = begin();
+    CU_ASSERT_EQUAL(tp_checkpoint_state_put(fx.store, txn, job, n, json, strlen(json)), 0);
+    commit(txn);
+}
+
+static bool calls_are(const Toolpool__Checkpoint *cp, const char *const *want, size_t n)
+{
+    if (cp == NULL || cp->n_calls != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(cp->calls[i], want[i]) != 0)
+            return false;
+    return true;
+}
+
+static bool state_is(const Toolpool__Checkpoint *cp, const char *json)
+{
+    return cp && cp->has_state && cp->state.len == strlen(json) &&
+           memcmp(cp->state.data, json, cp->state.len) == 0;
+}
+
+/* ---- identity and results ---- */
+
+/* The identity digest depends on the tool and the args' digest, and is stable. */
+static void test_identity_digest(void)
+{
+    tp_digest_t args1, args2, a1, a1again, b1, a2;
+    tp_digest_bytes("{\"q\":1}", 7, &args1);
+    tp_digest_bytes("{\"q\":2}", 7, &args2);
+    tp_identity_digest("a", &args1, &a1);
+    tp_identity_digest("a", &args1, &a1again);
+    tp_identity_digest("b", &args1, &b1);
+    tp_identity_digest("a", &args2, &a2);
+    CU_ASSERT_EQUAL(memcmp(a1.b, a1again.b, TP_DIGEST_LEN), 0);
+    CU_ASSERT_NOT_EQUAL(memcmp(a1.b, b1.b, TP_DIGEST_LEN), 0);
+    CU_ASSERT_NOT_EQUAL(memcmp(a1.b, a2.b, TP_DIGEST_LEN), 0);
+    CU_ASSERT_NOT_EQUAL(memcmp(a1.b, args1.b, TP_DIGEST_LEN), 0);
+}
+
+/*
+ * A result comes back as stored: its line byte for byte (a NUL inside
+ * included), its input digest, and what the summary counts.
+ */
+static void test_result_round_trip(void)
+{
+    fx_open();
+    tp_digest_t args, ident;
+    tp_digest_bytes("{\"q\":1}", 7, &args);
+    tp_identity_digest("search", &args, &ident);
+    static const uint8_t line[] = "{\"id\":\"call-1\",\"ok\":true,\"result\":\"a\\u0000b\"}\n\0tail";
+    const size_t len = sizeof line - 1;
+
+    Toolpool__Result r = TOOLPOOL__RESULT__INIT;
+    r.id = "call-1";
+    r.tool = "search";
+    r.ok = true;
+    r.kind = "";
+    r.attempts = 2;
+    r.duration_us = 123456;
+    r.input_digest.data = ident.b;
+    r.input_digest.len = TP_DIGEST_LEN;
+    Toolpool__Result f = TOOLPOOL__RESULT__INIT;
+    f.id = "call-2";
+    f.ok = false;
+    f.kind = "Timeout";
+    f.attempts = 3;
+    f.duration_us = 9;
+    MDB_txn *txn = begin();
+    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, line, len), 0);
+    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &f, (const uint8_t *)"{}\n", 3), 0);
+    /* readable inside the transaction that wrote it */
+    Toolpool__StoredResult *sr = NULL;
+    CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "call-1", &sr), 0);
+    CU_ASSERT_PTR_NOT_NULL(sr);
+    if (sr)
+        toolpool__stored_result__free_unpacked(sr, NULL);
+    commit(txn);
+    fx_reopen();
+
+    txn = reader();
+    sr = NULL;
+    CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "call-1", &sr), 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sr);
+    CU_ASSERT_EQUAL(sr->line.len, len);
+    CU_ASSERT_EQUAL(sr->line.len == len ? memcmp(sr->line.data, line, len) : -1, 0);
+    CU_ASSERT_EQUAL(sr->input_digest.len, TP_DIGEST_LEN);
+    CU_ASSERT_EQUAL(
+        sr->input_digest.len == TP_DIGEST_LEN ? memcmp(sr->input_digest.data, ident.b, TP_DIGEST_LEN) : -1,
+        0);
+    CU_ASSERT_TRUE(sr->ok);
+    CU_ASSERT_STRING_EQUAL(sr->kind, "");
+    CU_ASSERT_EQUAL(sr->attempts, 2);
+    CU_ASSERT_EQUAL(sr->duration_us, 123456);
+    toolpool__stored_result__free_unpacked(sr, NULL);
+
+    sr = NULL;
+    CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "call-2", &sr), 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sr);
+    CU_ASSERT_FALSE(sr->ok);
+    CU_ASSERT_STRING_EQUAL(sr->kind, "Timeout");
+    CU_ASSERT_EQUAL(sr->attempts, 3);
+    CU_ASSERT_EQUAL(sr->input_digest.len, 0);
+    CU_ASSERT_EQUAL(sr->line.len, 3);
+    toolpool__stored_result__free_unpacked(sr, NULL);
+
+    /* an unknown id, or a prefix of a known one: MDB_NOTFOUND, nothing returned */
+    Toolpool__StoredResult dummy;
+    sr = &dummy; /* must be cleared */
+    CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "call-3", &sr), MDB_NOTFOUND);
+    CU_ASSERT_PTR_NULL(sr);
+    CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "call", &sr), MDB_NOTFOUND);
+    mdb_txn_abort(txn);
+    fx_close();
+}
+
+/* A result stored again under the same id replaces the first; a record that does not unpack is EPROTO. */
+static void test_result_replace_and_corrupt(void)
+{
+    fx_open();
+    Toolpool__Result r = TOOLPOOL__RESULT__INIT;
+    r.id = "x";
+    r.attempts = 1;
+    MDB_txn *txn = begin();
+    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, (const uint8_t *)"first line\n", 11), 0);
+    commit(txn);
+    r.attempts = 4;
+    txn = begin();
+    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, (const uint8_t *)"2nd\n", 4), 0);
+    /* a record that is not a StoredResult */
+    MDB_val k = {7, "garbage"}, v = {3, "\xff\xff\xff"};
+    CU_ASSERT_EQUAL(mdb_put(txn, tp_store_dbi(fx.store, TP_DB_RESULTS), &k, &v, 0), 0);
+    commit(txn);
+    txn = reader();
+    Toolpool__StoredResult *sr = NULL;
+    CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "x", &sr), 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sr);
+    CU_ASSERT_EQUAL(sr->line.len, 4);
+    CU_ASSERT_EQUAL(memcmp(sr->line.data, "2nd\n", 4), 0);
+    CU_ASSERT_EQUAL(sr->attempts, 4);
+    toolpool__stored_result__free_unpacked(sr, NULL);
+    sr = NULL;
+    CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "garbage", &sr), EPROTO);
+    CU_ASSERT_PTR_NULL(sr);
+    mdb_txn_abort(txn);
+    fx_close();
+}
+
+/* ---- job checkpoints ---- */
+
+/*
+ * Each step appends its call, in the order the steps end; last_step is the
+ * highest step ended, not the last; usage, wall and what stopped the job
+ * are the latest.
+ */
+static void test_checkpoint_steps(void)
+{
+    fx_open();
+    Toolpool__Checkpoint *cp = NULL;
+    MDB_txn *txn = reader();
+    CU_ASSERT_EQUAL(tp_checkpoint_get(fx.store, txn, "j1", &cp), MDB_NOTFOUND);
+    CU_ASSERT_PTR_NULL(cp);
+    mdb_txn_abort(txn);
+
+    step("j1", "c1", 1, 1, 1, 0.0, 1000, TP_KIND_OK, NULL);
+    step("j1", "c2", 3, 2, 3, 0.25, 2000, TP_KIND_OK, NULL);
+    step("j1", "c3", 2, 3, 5, 0.5, 7000, TP_KIND_OK, NULL);
+    step("j2", "other", 9, 1, 1, 0.0, 1, TP_KIND_OK, NULL);
+    fx_reopen();
+
+    cp = checkpoint("j1");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cp);
+    static const char *const want[] = {"c1", "c2", "c3"};
+    CU_ASSERT_TRUE(calls_are(cp, want, 3));
+    CU_ASSERT_STRING_EQUAL(cp->job, "j1");
+    CU_ASSERT_EQUAL(cp->last_step, 3);
+    CU_ASSERT_EQUAL(cp->steps, 3);
+    CU_ASSERT_EQUAL(cp->attempts, 5);
+    CU_ASSERT_DOUBLE_EQUAL(cp->cost, 0.5, 1e-12);
+    CU_ASSERT_EQUAL(cp->wall_used_us, 7000);
+    CU_ASSERT_STRING_EQUAL(cp->stopped, "");
+    CU_ASSERT_STRING_EQUAL(cp->stop_message, "");
+    CU_ASSERT_NOT_EQUAL(cp->updated_unix_us, 0);
+    CU_ASSERT_FALSE(cp->has_state);
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+
+    /* another job's steps are its own */
+    cp = checkpoint("j2");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cp);
+    static const char *const want2[] = {"other"};
+    CU_ASSERT_TRUE(calls_are(cp, want2, 1));
+    CU_ASSERT_EQUAL(cp->last_step, 9);
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+
+    /* a guard stops the job: its kind's name and message are kept */
+    step("j1", "c4", 4, 4, 6, 1.5, 8000, TP_KIND_BUDGET_EXCEEDED, "max_cost 1 reached");
+    cp = checkpoint("j1");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cp);
+    static const char *const want3[] = {"c1", "c2", "c3", "c4"};
+    CU_ASSERT_TRUE(calls_are(cp, want3, 4));
+    CU_ASSERT_EQUAL(cp->last_step, 4);
+    CU_ASSERT_STRING_EQUAL(cp->stopped, "BudgetExceeded");
+    CU_ASSERT_STRING_EQUAL(cp->stop_message, "max_cost 1 reached");
+    CU_ASSERT_DOUBLE_EQUAL(cp->cost, 1.5, 1e-12);
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+    fx_close();
+}
+
+/* Steps of one turn share a transaction: each sees the one before it. */
+static void test_checkpoint_steps_one_txn(void)
+{
+    fx_open();
+    tp_job_usage_t u = {.steps = 1, .calls = 1};
+    MDB_txn *txn = begin();
+    CU_ASSERT_EQUAL(tp_checkpoint_step(fx.store, txn, "j", "a", 5, &u, 0, TP_KIND_OK, NULL), 0);
+    u.steps = 2;
+    CU_ASSERT_EQUAL(tp_checkpoint_step(fx.store, txn, "j", "b", 6, &u, 0, TP_KIND_OK, NULL), 0);
+    u.steps = 3;
+    CU_ASSERT_EQUAL(tp_checkpoint_step(fx.store, txn, "j", "c", 1, &u, 0, TP_KIND_STEP_CAP_REACHED, NULL), 0);
+    commit(txn);
+    Toolpool__Checkpoint *cp = checkpoint("j");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cp);
+    static const char *const want[] = {"a", "b", "c"};
+    CU_ASSERT_TRUE(calls_are(cp, want, 3));
+    CU_ASSERT_EQUAL(cp->last_step, 6);
+    CU_ASSERT_EQUAL(cp->steps, 3);
+    CU_ASSERT_STRING_EQUAL(cp->stopped, "StepCapReached");
+    CU_ASSERT_STRING_EQUAL(cp->stop_message, "");
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+    /* an aborted turn leaves the checkpoint as it was */
+    txn = begin();
+    CU_ASSERT_EQUAL(tp_checkpoint_step(fx.store, txn, "j", "d", 7, &u, 0, TP_KIND_OK, NULL), 0);
+    mdb_txn_abort(txn);
+    cp = checkpoint("j");
+    CU_ASSERT_TRUE(calls_are(cp, want, 3));
+    if (cp)
+        toolpool__checkpoint__free_unpacked(cp, NULL);
+    fx_close();
+}
+
+/*
+ * The agent loop's state and the engine's steps share one record: a state
+ * write keeps every step, a step keeps the state, and the latest state
+ * replaces the one before (a shorter one too).
+ */
+static void test_checkpoint_state_and_steps(void)
+{
+    fx_open();
+    const char *s1 = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"turn\":5}";
+    const char *s2 = "{\"turn\":7}";
+
+    /* state first, on a job with no checkpoint yet */
+    state_put("j", 5, s1);
+    Toolpool__Checkpoint *cp = checkpoint("j");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cp);
+    CU_ASSERT_STRING_EQUAL(cp->job, "j");
+    CU_ASSERT_TRUE(state_is(cp, s1));
+    CU_ASSERT_EQUAL(cp->state_step, 5);
+    CU_ASSERT_NOT_EQUAL(cp->state_unix_us, 0);
+    CU_ASSERT_EQUAL(cp->n_calls, 0);
+    CU_ASSERT_EQUAL(cp->last_step, 0);
+    uint64_t state_at = cp->state_unix_us;
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+
+    /* a step keeps the state, its step and its time */
+    step("j", "c1", 6, 1, 2, 0.125, 300, TP_KIND_OK, NULL);
+    cp = checkpoint("j");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cp);
+    static const char *const want1[] = {"c1"};
+    CU_ASSERT_TRUE(calls_are(cp, want1, 1));
+    CU_ASSERT_TRUE(state_is(cp, s1));
+    CU_ASSERT_EQUAL(cp->state_step, 5);
+    CU_ASSERT_EQUAL(cp->state_unix_us, state_at);
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+
+    /* a later state keeps the steps, usage and stop, and replaces the document */
+    step("j", "c2", 7, 2, 3, 0.25, 400, TP_KIND_DEADLINE_EXCEEDED, "max_wall 1s");
+    state_put("j", 7, s2);
+    cp = checkpoint("j");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cp);
+    static const char *const want2[] = {"c1", "c2"};
+    CU_ASSERT_TRUE(calls_are(cp, want2, 2));
+    CU_ASSERT_EQUAL(cp->last_step, 7);
+    CU_ASSERT_EQUAL(cp->steps, 2);
+    CU_ASSERT_EQUAL(cp->attempts, 3);
+    CU_ASSERT_DOUBLE_EQUAL(cp->cost, 0.25, 1e-12);
+    CU_ASSERT_EQUAL(cp->wall_used_us, 400);
+    CU_ASSERT_STRING_EQUAL(cp->stopped, "DeadlineExceeded");
+    CU_ASSERT_STRING_EQUAL(cp->stop_message, "max_wall 1s");
+    CU_ASSERT_TRUE(state_is(cp, s2));
+    CU_ASSERT_EQUAL(cp->state_step, 7);
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+
+    /* and a step after that keeps the new one, across a reopening */
+    fx_reopen();
+    step("j", "c3", 8, 3, 4, 0.5, 500, TP_KIND_OK, NULL);
+    cp = checkpoint("j");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cp);
+    static const char *const want3[] = {"c1", "c2", "c3"};
+    CU_ASSERT_TRUE(calls_are(cp, want3, 3));
+    CU_ASSERT_TRUE(state_is(cp, s2));
+    CU_ASSERT_EQUAL(cp->state_step, 7);
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+    fx_close();
+}
+
+/* A state document of a few hundred kilobytes comes back whole. */
+static void test_checkpoint_large_state(void)
+{
+    fx_open();
+    size_t n = 300000;
+    char *doc = malloc(n + 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+    for (size_t i = 0; i < n; i++)
+        doc[i] = (char)('a' + i % 26);
+    doc[0] = '"';
+    doc[n - 1] = '"';
+    doc[n] = 0;
+    state_put("big", 1, doc);
+    step("big", "c1", 1, 1, 1, 0, 0, TP_KIND_OK, NULL);
+    Toolpool__Checkpoint *cp = checkpoint("big");
+    CU_ASSERT_TRUE(state_is(cp, doc));
+    if (cp)
+        toolpool__checkpoint__free_unpacked(cp, NULL);
+    free(doc);
+    fx_close();
+}
+
+/* ---- in-flight markers ---- */
+
+static void test_inflight(void)
+{
+    fx_open();
+    tp_digest_t d;
+    tp_digest_bytes("x", 1, &d);
+    Toolpool__InFlight f = TOOLPOOL__IN_FLIGHT__INIT;
+    f.call_id = "pay-1";
+    f.input_digest.data = d.b;
+    f.input_digest.len = TP_DIGEST_LEN;
+    f.tool = "payments.charge";
+    f.job = "order-7";
+    f.step = 3;
+    f.attempt = 1;
+    f.started_unix_us = 1700000000000000ull;
+    f.owner_pid = 4242;
+    f.owner_start = 987654;
+    f.owner_boot = "6f1c2d3e-boot";
+    f.claim_only = true;
+    MDB_txn *txn = begin();
+    CU_ASSERT_EQUAL(tp_inflight_put(fx.store, txn, &f), 0);
+    commit(txn);
+    fx_reopen();
+
+    Toolpool__InFlight *g = NULL;
+    txn = reader();
+    CU_ASSERT_EQUAL(tp_inflight_get(fx.store, txn, "pay-1", &g), 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(g);
+    CU_ASSERT_STRING_EQUAL(g->call_id, "pay-1");
+    CU_ASSERT_EQUAL(g->input_digest.len, TP_DIGEST_LEN);
+    CU_ASSERT_EQUAL(
+        g->input_digest.len == TP_DIGEST_LEN ? memcmp(g->input_digest.data, d.b, TP_DIGEST_LEN) : -1, 0);
+    CU_ASSERT_STRING_EQUAL(g->tool, "payments.charge");
+    CU_ASSERT_STRING_EQUAL(g->job, "order-7");
+    CU_ASSERT_EQUAL(g->step, 3);
+    CU_ASSERT_EQUAL(g->attempt, 1);
+    CU_ASSERT_EQUAL(g->started_unix_us, 1700000000000000ull);
+    CU_ASSERT_EQUAL(g->owner_pid, 4242);
+    CU_ASSERT_EQUAL(g->owner_start, 987654);
+    CU_ASSERT_STRING_EQUAL(g->owner_boot, "6f1c2d3e-boot");
+    CU_ASSERT_TRUE(g->claim_only);
+    protobuf_c_message_free_unpacked(&g->base, NULL);
+    g = NULL;
+    CU_ASSERT_EQUAL(tp_inflight_get(fx.store, txn, "pay-2", &g), MDB_NOTFOUND);
+    CU_ASSERT_PTR_NULL(g);
+    mdb_txn_abort(txn);
+
+    /* deleted: gone; deleting it again, or one never written, is no error */
+    txn = begin();
+    CU_ASSERT_EQUAL(tp_inflight_del(fx.store, txn, "pay-1"), 0);
+    CU_ASSERT_EQUAL(tp_inflight_del(fx.store, txn, "pay-1"), 0);
+    CU_ASSERT_EQUAL(tp_inflight_del(fx.store, txn, "never"), 0);
+    commit(txn);
+    txn = reader();
+    CU_ASSERT_EQUAL(tp_inflight_get(fx.store, txn, "pay-1", &g), MDB_NOTFOUND);
+    mdb_txn_abort(txn);
+    /* a marker is not a result: results and in-flight markers are apart */
+    txn = begin();
+    CU_ASSERT_EQUAL(tp_inflight_put(fx.store, txn, &f), 0);
+    Toolpool__StoredResult *sr = NULL;
+    CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "pay-1", &sr), MDB_NOTFOUND);
+    commit(txn);
+    fx_close();
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    CU_pSuite s = CU_add_suite("results", NULL, NULL);
+    CU_add_test(s, "identity digest", test_identity_digest);
+    CU_add_test(s, "put/get round trip, unknown id", test_result_round_trip);
+    CU_add_test(s, "replaced; a corrupt record is EPROTO", test_result_replace_and_corrupt);
+    s = CU_add_suite("checkpoints", NULL, NULL);
+    CU_add_test(s, "steps append in order, max last_step, usage, stop", test_checkpoint_steps);
+    CU_add_test(s, "steps of one transaction; an aborted one", test_checkpoint_steps_one_txn);
+    CU_add_test(s, "agent state and steps keep each other", test_checkpoint_state_and_steps);
+    CU_add_test(s, "a large state document", test_checkpoint_large_state);
+    s = CU_add_suite("in-flight", NULL, NULL);
+    CU_add_test(s, "put, get, del", test_inflight);
+    return tp_test_run();
+}
