@@ -65,6 +65,7 @@ typedef struct {
     void (*durable_fn)(void *ctx, bool ok);
     void *ctx;
     tp_call_t *call;            /* a call that ran: its record lives in it */
+    tp_call_t *hold;            /* a call answered otherwise, kept until then: its handle stays valid */
     Toolpool__Result *r;        /* a rejected or recorded answer's record, and its strings */
     size_t at, len;             /* its line in the answers' buffer */
     bool recorded;
@@ -189,6 +190,13 @@ static bool ensure_txn(tp_engine_t *e)
 MDB_txn *tp_engine_txn(tp_engine_t *e)
 {
     return ensure_txn(e) ? e->txn : NULL;
+}
+
+static bool txn_fit(tp_engine_t *e, size_t len);
+
+bool tp_engine_room(tp_engine_t *e, size_t len)
+{
+    return ensure_txn(e) && txn_fit(e, len);
 }
 
 /* ---- answers ---- */
@@ -356,12 +364,12 @@ static void deliver(tp_engine_t *e, bool ok)
             tp_call_t *c = p->call;
             tp_answer_t a = {
                 .result = c ? &c->res : p->r ? p->r : p->not_started ? NULL : &bare,
+                .call = c ? c : p->hold,
                 .line = p->len ? d->lines.data + p->at : NULL,
                 .len = p->len,
                 .recorded = p->recorded,
                 .not_started = p->not_started,
                 .conflict = p->conflict,
-                .call = c,
             };
             p->fn(p->ctx, &a);
         }
@@ -373,6 +381,8 @@ static void deliver(tp_engine_t *e, bool ok)
     for (size_t i = 0; i < d->n; i++) {
         if (d->v[i].call)
             call_release(e, d->v[i].call);
+        if (d->v[i].hold)
+            call_release(e, d->v[i].hold);
         free(d->v[i].r);
     }
     d->n = 0;
@@ -604,6 +614,34 @@ static void finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, c
 }
 
 /*
+ * c has been answered otherwise (p: that answer): it leaves the live calls
+ * now, but is kept until p is delivered, so the front's handle stays valid
+ * until its answer, as engine.h promises.
+ */
+static void hold_until(tp_engine_t *e, tp_call_t *c, tp_pending_t *p)
+{
+    tp_job_t *j = c->job;
+    bool current = c->current;
+    if (current) {
+        c->current = false;
+        j->running = false;
+    }
+    call_unlink(c);
+    if (c->ev_backoff) {
+        event_free(c->ev_backoff);
+        c->ev_backoff = NULL;
+    }
+    j->held++;
+    if (p)
+        p->hold = c;
+    else
+        call_release(e, c);
+    if (current && !e->draining)
+        job_advance(e, j);
+    kick(e);
+}
+
+/*
  * A call that never started, dropped while draining: no record, and its
  * answer says so (a rerun runs it).
  */
@@ -615,13 +653,7 @@ static void drop_unstarted(tp_engine_t *e, tp_call_t *c)
     int rc;
     if (c->marked && ensure_txn(e) && (rc = tp_inflight_del(e->o.store, e->txn, c->id)) != 0)
         tp_engine_store_failed(e, rc, "removing a claim");
-    if (c->current) {
-        c->current = false;
-        c->job->running = false;
-    }
-    call_unlink(c);
-    call_free(c);
-    kick(e);
+    hold_until(e, c, p);
 }
 
 /*
@@ -1100,12 +1132,12 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
  * An answer served from the store: the line as it was reported, and what
  * a summary counts of it.
  */
-static void answer_recorded(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
-                            const Toolpool__StoredResult *r, tp_answer_fn fn, void *ctx)
+static tp_pending_t *answer_recorded(tp_engine_t *e, const char *id, const char *job, uint64_t step,
+                                     const char *tool, const Toolpool__StoredResult *r, tp_answer_fn fn, void *ctx)
 {
     tp_pending_t *p = pending_add(e, fn, ctx);
     if (p == NULL)
-        return;
+        return NULL;
     Toolpool__Result counted = TOOLPOOL__RESULT__INIT;
     counted.has_id = true;
     counted.id = (char *)id;
@@ -1123,6 +1155,7 @@ static void answer_recorded(tp_engine_t *e, const char *id, const char *job, uin
     e->results++;
     e->stats.answered_recorded++;
     kick(e);
+    return p;
 }
 
 /*
@@ -1206,22 +1239,6 @@ static void owners_sync(tp_engine_t *e)
         tp_engine_store_failed(e, rc, "reading the store's owners");
 }
 
-/* A call that ends without a record of its own (answered from the store): it lets go of its job. */
-static void retire(tp_engine_t *e, tp_call_t *c)
-{
-    tp_job_t *j = c->job;
-    bool current = c->current;
-    if (current) {
-        c->current = false;
-        j->running = false;
-    }
-    call_unlink(c);
-    call_free(c);
-    if (current)
-        job_advance(e, j);
-    kick(e);
-}
-
 typedef enum {
     CLAIM_OK,       /* it is this engine's to run */
     CLAIM_PARKED,   /* another live supervisor runs it: it waits for its record */
@@ -1245,21 +1262,22 @@ static tp_claim_t claim(tp_engine_t *e, tp_call_t *c)
     Toolpool__StoredResult *r;
     int rc = tp_result_get(e->o.store, e->txn, c->id, &r);
     if (rc == 0) {
+        tp_pending_t *p;
         if (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, c->identity.b, TP_DIGEST_LEN) == 0) {
-            answer_recorded(e, c->id, c->job->name, c->step, c->tool->name, r, c->answer, c->answer_ctx);
+            p = answer_recorded(e, c->id, c->job->name, c->step, c->tool->name, r, c->answer, c->answer_ctx);
         } else {
             char msg[512];
             snprintf(msg, sizeof msg,
                      "id \"%s\" was recorded in the store for other input while it waited; "
                      "give this call a new id, or run with a new store",
                      c->id);
-            tp_pending_t *p = reject(e, c->id, c->job->name, c->step, c->tool->name, c->args,
-                                     TP_KIND_INVALID_REQUEST, msg, c->answer, c->answer_ctx);
+            p = reject(e, c->id, c->job->name, c->step, c->tool->name, c->args, TP_KIND_INVALID_REQUEST, msg,
+                       c->answer, c->answer_ctx);
             if (p)
                 p->conflict = true;
         }
         toolpool__stored_result__free_unpacked(r, NULL);
-        retire(e, c);
+        hold_until(e, c, p);
         return CLAIM_ANSWERED;
     }
     if (rc != MDB_NOTFOUND) {
@@ -1954,6 +1972,8 @@ static void answers_free(tp_engine_t *e, tp_answers_t *a)
     for (size_t i = 0; i < a->n; i++) {
         if (a->v[i].call)
             call_release(e, a->v[i].call);
+        if (a->v[i].hold)
+            call_release(e, a->v[i].hold);
         free(a->v[i].r);
     }
     free(a->v);

@@ -174,6 +174,12 @@ void tp_engine_kick(tp_engine_t *e);
  */
 MDB_txn *tp_engine_txn(tp_engine_t *e);
 /*
+ * Makes room in the open transaction for a front's write of len bytes (an
+ * agent's checkpoint): it commits what it holds and begins again, the map
+ * grown, when the write might not fit. false: the engine failed (logged).
+ */
+bool tp_engine_room(tp_engine_t *e, size_t len);
+/*
  * cb(ctx, ok) once everything written so far is committed (ok), or could
  * not be (the engine failed), in order with the answers.
  */

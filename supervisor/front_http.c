@@ -753,7 +753,9 @@ static void entry_answer_cb(void *ctx, const tp_answer_t *a)
     while (e->waits) {
         tp_http_wait_t *w = e->waits;
         e->waits = w->next;
-        if (w->kind == TP_WAIT_CANCEL && !e->cancelled) {
+        /* A DELETE that came as the call ended (its answer waiting for its commit) did not cancel it. */
+        bool cancelled = e->cancelled && a->result && a->result->kind && strcmp(a->result->kind, "Cancelled") == 0;
+        if (w->kind == TP_WAIT_CANCEL && !cancelled) {
             char msg[600];
             snprintf(msg, sizeof msg, "call \"%.500s\" ended before it could be cancelled", e->id);
             wait_error(w, 409, "Conflict", msg);
@@ -768,7 +770,8 @@ static void entry_answer_cb(void *ctx, const tp_answer_t *a)
         batch_answer_line(l->batch, a);
         free(l);
     }
-    if (!e->keep || h->freeing) {
+    /* Only a result is kept: an error answer (a conflict, a refusal) would hide what the store holds. */
+    if (!e->keep || h->freeing || status != 200) {
         tp_buf_free(&body);
         entry_drop(h, e);
         return;
@@ -903,6 +906,13 @@ static void calls_post(tp_http_t *h, struct evhttp_request *req)
             return;
         }
     } else {
+        if (tp_engine_live(h->e) >= h->o.max_queued) {
+            /* However many clients send wait=0 calls, what the service holds stays bounded. */
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+            reply_error(h, req, 503, "Unavailable", "%zu calls are held already (--max-queued); send it again shortly",
+                        tp_engine_live(h->e));
+            return;
+        }
         if (e)
             entry_drop(h, e); /* an ended call's kept answer: the engine answers the id anew */
         /* A wait=0 call to an unknown tool is told 404 like any other: it waits for the engine's answer. */
@@ -1325,11 +1335,23 @@ static void checkpoint_put(tp_http_t *h, struct evhttp_request *req, const char 
         return;
     }
     json_decref(doc);
-    MDB_txn *txn = store_txn(h, req);
-    int rc = txn ? tp_checkpoint_state_put(tp_engine_store(h->e), txn, job, step, (const char *)text.data, text.len) : 0;
-    tp_buf_free(&text);
-    if (txn == NULL)
+    tp_store_t *store = tp_engine_store(h->e);
+    if (store && strlen(job) > tp_store_max_key(store)) {
+        tp_buf_free(&text);
+        reply_error(h, req, 400, "InvalidRequest", "the job's name is %zu bytes; the store takes at most %zu",
+                    strlen(job), tp_store_max_key(store));
         return;
+    }
+    MDB_txn *txn = store_txn(h, req);
+    if (txn && !tp_engine_room(h->e, text.len))
+        txn = NULL; /* the engine failed making room: it said why */
+    int rc = txn ? tp_checkpoint_state_put(store, txn, job, step, (const char *)text.data, text.len) : 0;
+    tp_buf_free(&text);
+    if (txn == NULL) {
+        if (tp_engine_failed(h->e))
+            reply_error(h, req, 503, "Unavailable", "the store cannot be used now (see the service's log)");
+        return;
+    }
     if (rc) {
         store_error(h, req, rc, "saving a job's checkpoint");
         return;

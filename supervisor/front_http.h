@@ -53,6 +53,7 @@ typedef struct {
     size_t max_body;            /* bytes of a request body; past it, 413 */
     uint64_t idle_timeout_us;   /* a client silent this long (or not reading) is dropped */
     int max_connections;        /* past it, a connection's requests are answered 503 */
+    size_t max_queued;          /* calls held at once; past it, a new call is answered 503 */
     size_t window;              /* calls held at once (tp_engine_live) while batches feed more */
     uint64_t max_line;          /* longest line of a batch, as run's --max-frame */
 } tp_http_opts_t;

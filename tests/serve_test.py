@@ -339,6 +339,36 @@ class ServeTest(unittest.TestCase):
         st, r = s.json("GET", "/v1/calls/nobody")
         self.assertEqual((st, r["error"]), (404, "NotFound"))
 
+    def test_bounds_and_refusals_keep_serving(self):
+        s = self.serve(args=("--max-queued", "3"))
+        # A job name past the store's keys: 400, and the service goes on.
+        st, r = s.json("PUT", "/v1/jobs/" + "j" * 600 + "/checkpoint", {"step": 1, "state": {}})
+        self.assertEqual((st, r["error"]), (400, "InvalidRequest"))
+        self.assertIn("at most 511", r["message"])
+        self.assertEqual(s.json("POST", "/v1/calls", {"id": "after", "tool": "noop"})[0], 200)
+        # A refused answer is not kept: GET finds what the store holds.
+        self.assertEqual(s.json("POST", "/v1/calls", {"id": "k", "tool": "noop", "args": {"a": 1}})[0], 200)
+        s.json("POST", "/v1/calls?wait=0", {"id": "k", "tool": "noop", "args": {"a": 2}})
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            st, r = s.json("GET", "/v1/calls/k")
+            if st == 200:
+                break
+            time.sleep(0.05)
+        self.assertEqual((st, r["args"]), (200, {"a": 1}))
+        # wait=0 calls past --max-queued: 503 with Retry-After, nothing lost before it.
+        codes = []
+        for i in range(6):
+            status, headers, body = s.request("POST", "/v1/calls?wait=0",
+                                              {"id": "q%d" % i, "tool": "work", "args": {"s": 30}})
+            codes.append(status)
+            if status == 503:
+                self.assertEqual(headers["Retry-After"], "1")
+        self.assertEqual(codes[:3], [202, 202, 202])
+        self.assertIn(503, codes[3:])
+        for i in range(3):
+            self.assertEqual(s.json("DELETE", "/v1/calls/q%d" % i)[0], 200)
+
     def test_cancel(self):
         s = self.serve()
         waiter = {}

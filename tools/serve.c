@@ -61,6 +61,9 @@ static const char serve_usage[] =
     "                           67108864)\n"
     "      --max-connections N  open connections; past it, requests are answered\n"
     "                           503 (default: 1024)\n"
+    "      --max-queued N       calls held at once, running or waiting; past it,\n"
+    "                           a new call is answered 503 with Retry-After\n"
+    "                           (default: 10000)\n"
     "      --idle-timeout DURATION  drop a client that sends nothing, or reads\n"
     "                           nothing, this long (default: 60s)\n"
     "      --drain DURATION     after SIGINT/SIGTERM, how long running calls may\n"
@@ -195,6 +198,7 @@ int tp_cmd_serve(int argc, char **argv)
         {"max-args", required_argument, NULL, 'A'},
         {"max-body", required_argument, NULL, 'B'},
         {"max-connections", required_argument, NULL, 'C'},
+        {"max-queued", required_argument, NULL, 'Q'},
         {"idle-timeout", required_argument, NULL, 'I'},
         {"drain", required_argument, NULL, 'D'},
         {"seed", required_argument, NULL, 'S'},
@@ -217,6 +221,7 @@ int tp_cmd_serve(int argc, char **argv)
         .max_body = 64u << 20,
         .idle_timeout_us = 60000000u,
         .max_connections = 1024,
+        .max_queued = 10000,
     };
     bool relaxed = false, quiet = false;
     int c;
@@ -235,6 +240,7 @@ int tp_cmd_serve(int argc, char **argv)
         case 'A': eo.max_args = (size_t)count_arg("--max-args", optarg, 2, 1u << 30); break;
         case 'B': ho.max_body = (size_t)count_arg("--max-body", optarg, 1, 1ull << 40); break;
         case 'C': ho.max_connections = (int)count_arg("--max-connections", optarg, 1, 1000000); break;
+        case 'Q': ho.max_queued = (size_t)count_arg("--max-queued", optarg, 1, 100000000); break;
         case 'I': ho.idle_timeout_us = duration_arg("--idle-timeout", optarg, 1); break;
         case 'D': eo.drain_us = duration_arg("--drain", optarg, 0); break;
         case 'S': eo.seed = count_arg("--seed", optarg, 1, UINT64_MAX); break;
