@@ -190,8 +190,34 @@ int tp_cmd_run(int argc, char **argv)
     return status;
 }
 
+/*
+ * Makes sure fds 0, 1 and 2 are open before anything else opens a file, as
+ * daemons do. Started with one of them closed (`toolpool run <&- >&-`), the
+ * next file opened would take its number: LMDB's data file as fd 1, say,
+ * and the result lines meant for standard output would be written over the
+ * store. A closed one gets /dev/null. Exits 2 when even that fails.
+ */
+static void std_fds_open(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+            continue;
+        /* The lower ones are open, so this takes fd itself. */
+        int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        if (got != fd) {
+            int err = errno;
+            if (got >= 0)
+                close(got);
+            dprintf(2, "toolpool: fd %d is closed and /dev/null cannot take its place: %s\n", fd,
+                    strerror(got >= 0 ? EBADF : err));
+            exit(2);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
+    std_fds_open();
     tp_log_init("toolpool");
     if (argc < 2) {
         fputs(usage_text, stderr);
