@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,6 +254,109 @@ static void test_closed_std_streams(void)
     cleanup_dir(dir, f_start);
 }
 
+/* ---- damaged records ---- */
+
+/*
+ * Damages the store as a bad disk or a stray write would, with LMDB's own
+ * API: the record of results/c2 keeps its framing but has bytes of its
+ * line overwritten (so it still unpacks), and jobs/j1 becomes garbage.
+ */
+static void damage(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/store", dir);
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi results, jobs;
+    CU_ASSERT_EQUAL_FATAL(mdb_env_create(&env), 0);
+    mdb_env_set_maxdbs(env, 16);
+    CU_ASSERT_EQUAL_FATAL(mdb_env_open(env, path, 0, 0644), 0);
+    CU_ASSERT_EQUAL_FATAL(mdb_txn_begin(env, NULL, 0, &txn), 0);
+    CU_ASSERT_EQUAL_FATAL(mdb_dbi_open(txn, "results", 0, &results), 0);
+    CU_ASSERT_EQUAL_FATAL(mdb_dbi_open(txn, "jobs", 0, &jobs), 0);
+    MDB_val k = {2, "c2"}, v;
+    CU_ASSERT_EQUAL_FATAL(mdb_get(txn, results, &k, &v), 0);
+    uint8_t *copy = malloc(v.mv_size);
+    memcpy(copy, v.mv_data, v.mv_size);
+    uint8_t *line = memmem(copy, v.mv_size, "{\"id\"", 5);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(line);
+    memcpy(line, "\xff\xfe\x01Z", 4);
+    v.mv_data = copy;
+    CU_ASSERT_EQUAL(mdb_put(txn, results, &k, &v, 0), 0);
+    free(copy);
+    MDB_val jk = {2, "j1"}, junk = {6, "\xff\xff\xff\xff\x0a\x01"};
+    CU_ASSERT_EQUAL(mdb_put(txn, jobs, &jk, &junk, 0), 0);
+    CU_ASSERT_EQUAL(mdb_txn_commit(txn), 0);
+    mdb_env_close(env);
+}
+
+/*
+ * A store with damaged records: `store check` finds each of them, by
+ * database and key, with what is wrong; a rerun stops with an error that
+ * names the call and the store instead of writing the damaged line out;
+ * the inspection commands name the record, and print none of its bytes.
+ */
+static void test_damaged_records(void)
+{
+    unsigned f0 = CU_get_number_of_failures(), f_start = f0;
+    const char *dir = tp_test_tmpdir("store-damaged");
+    char *reg = write_registry(dir), *calls = write_calls(dir), store[4200];
+    snprintf(store, sizeof store, "%s/store", dir);
+    run_t r;
+    const char *args[] = {"run", "--registry", reg, "-j", "2", calls, NULL};
+    EXPECT_INT(run_tp(&r, dir, "run", args, false, 30000), 1);
+    run_dump_if_failed(&r, f0);
+    run_free(&r);
+
+    f0 = CU_get_number_of_failures();
+    const char *check[] = {"store", "check", "--store", store, NULL};
+    EXPECT_INT(run_tp(&r, dir, "check", check, false, 10000), 0);
+    EXPECT_HAS(r.out, "all sound (meta 2, results 8, jobs 1, inflight 0, breakers 1, escalations 1)");
+    run_dump_if_failed(&r, f0);
+    run_free(&r);
+
+    damage(dir);
+
+    f0 = CU_get_number_of_failures();
+    EXPECT_INT(run_tp(&r, dir, "check-damaged", check, false, 10000), 1);
+    EXPECT_HAS(r.out, "store: results \"c2\": its result line is not a JSON object (wrong at byte 0)\n");
+    EXPECT_HAS(r.out, "store: jobs \"j1\": it does not unpack as a Checkpoint (6 bytes)\n");
+    EXPECT_HAS(r.out, "2 bad records of 13");
+    CU_ASSERT(memmem(r.out, strlen(r.out), "\xff\xfe", 2) == NULL);
+    run_dump_if_failed(&r, f0);
+    run_free(&r);
+
+    /* The rerun: an error naming the call and the store; no line of the damaged record. */
+    f0 = CU_get_number_of_failures();
+    EXPECT_INT(run_tp(&r, dir, "rerun", args, false, 30000), 2);
+    EXPECT_HAS(r.err, "results \"c2\": its result line is not a JSON object");
+    EXPECT_HAS(r.err, store);
+    size_t ok;
+    json_lines(r.out, &ok);
+    CU_ASSERT(r.out && memmem(r.out, strlen(r.out), "\xff\xfe", 2) == NULL);
+    run_dump_if_failed(&r, f0);
+    run_free(&r);
+
+    f0 = CU_get_number_of_failures();
+    const char *trace[] = {"trace", "--store", store, "c2", NULL};
+    EXPECT_INT(run_tp(&r, dir, "trace", trace, false, 10000), 2);
+    EXPECT_HAS(r.err, "call c2: a corrupt record: results \"c2\"");
+    CU_ASSERT(r.out && r.out[0] == 0);
+    run_dump_if_failed(&r, f0);
+    run_free(&r);
+
+    f0 = CU_get_number_of_failures();
+    const char *list[] = {"checkpoints", "list", "--store", store, NULL};
+    EXPECT_INT(run_tp(&r, dir, "checkpoints", list, false, 10000), 2);
+    EXPECT_HAS(r.err, "jobs \"j1\": a corrupt record: it does not unpack as a Checkpoint");
+    run_dump_if_failed(&r, f0);
+    run_free(&r);
+
+    free(reg);
+    free(calls);
+    cleanup_dir(dir, f_start);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -260,5 +364,6 @@ int main(void)
         return 2;
     CU_pSuite s = CU_add_suite("store", NULL, NULL);
     CU_add_test(s, "closed standard streams leave the store whole", test_closed_std_streams);
+    CU_add_test(s, "damaged records: store check finds them, a rerun names them", test_damaged_records);
     return tp_test_run();
 }

@@ -18,6 +18,7 @@
 #include "breaker.h"
 #include "cli.h"
 #include "log.h"
+#include "record.h"
 #include "store.h"
 #include "toolpool.pb-c.h"
 
@@ -92,6 +93,64 @@ static MDB_txn *read_txn(tp_store_t *s, const args_t *a)
     return NULL;
 }
 
+/* A bad record met while listing or showing: said on stderr by name, with what is wrong. */
+static void report_bad(const args_t *a, tp_db_t db, const MDB_val *k, const char *why)
+{
+    char name[300];
+    tp_log_error("%s: %s: a corrupt record: %s (`toolpool store check --store %s` lists every bad record)",
+                 a->store, tp_record_name(db, k->mv_data, k->mv_size, name, sizeof name), why, a->store);
+}
+
+/* Unpacks and checks the record at k (report_bad when it is bad): 0 and *m, or EPROTO. */
+static int record_at(const args_t *a, tp_db_t db, const MDB_val *k, const MDB_val *v, ProtobufCMessage **m)
+{
+    char why[256];
+    const ProtobufCMessageDescriptor *desc = tp_record_type(db, k->mv_data, k->mv_size);
+    int rc = EPROTO;
+    *m = NULL;
+    if (desc == NULL)
+        snprintf(why, sizeof why, "no %s record has a key like it", tp_store_db_name(db));
+    else
+        rc = tp_record_unpack(db, k->mv_data, k->mv_size, v->mv_data, v->mv_size, desc, m, why, sizeof why);
+    if (rc)
+        report_bad(a, db, k, why);
+    return rc;
+}
+
+typedef void (*each_fn)(const MDB_val *k, const ProtobufCMessage *m, void *ctx);
+
+/*
+ * Calls fn on every record of db, unpacked and checked, in key order. A
+ * bad record is reported and passed over. 0, or 2 when some record was
+ * bad or the database could not be read to its end.
+ */
+static int walk(tp_store_t *s, MDB_txn *txn, const args_t *a, tp_db_t db, each_fn fn, void *ctx)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, tp_store_dbi(s, db), &cur);
+    if (rc) {
+        tp_log_error("%s: cannot read %s: %s", a->store, tp_store_db_name(db), mdb_strerror(rc));
+        return 2;
+    }
+    int status = 0;
+    MDB_val k, v;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        ProtobufCMessage *m;
+        if (record_at(a, db, &k, &v, &m) != 0) {
+            status = 2;
+            continue;
+        }
+        fn(&k, m, ctx);
+        protobuf_c_message_free_unpacked(m, NULL);
+    }
+    if (rc != MDB_NOTFOUND) {
+        tp_log_error("%s: cannot read %s to its end: %s", a->store, tp_store_db_name(db), mdb_strerror(rc));
+        status = 2;
+    }
+    mdb_cursor_close(cur);
+    return status;
+}
+
 /*
  * Runs a verb that writes (reset, resolve) in one transaction, says what it
  * did, closes the store, and returns the exit status.
@@ -146,14 +205,11 @@ static void breaker_id(const MDB_val *k, char *id, size_t cap)
     snprintf(id, cap, "call/%.*s/%s", (int)n, p + 1, hex);
 }
 
-static void show_breaker(FILE *out, const char *id, const MDB_val *v, bool full)
+/* One breaker (a ToolBreaker or a CallBreaker, checked), as a line; full adds its failures. */
+static void show_breaker(FILE *out, const char *id, const ProtobufCMessage *m, bool full)
 {
-    if (strncmp(id, "tool/", 5) == 0) {
-        Toolpool__ToolBreaker *tb = toolpool__tool_breaker__unpack(NULL, v->mv_size, v->mv_data);
-        if (tb == NULL) {
-            fprintf(out, "%s  (corrupt record)\n", id);
-            return;
-        }
+    if (m->descriptor == &toolpool__tool_breaker__descriptor) {
+        const Toolpool__ToolBreaker *tb = (const Toolpool__ToolBreaker *)m;
         uint64_t calls = 0, fails = 0;
         for (size_t i = 0; i < tb->n_buckets; i++) {
             calls += tb->buckets[i]->calls;
@@ -167,15 +223,10 @@ static void show_breaker(FILE *out, const char *id, const MDB_val *v, bool full)
             put_time(out, tb->opened_unix_us);
         }
         fputc('\n', out);
-        toolpool__tool_breaker__free_unpacked(tb, NULL);
         return;
     }
-    Toolpool__CallBreaker *cb = toolpool__call_breaker__unpack(NULL, v->mv_size, v->mv_data);
-    if (cb == NULL) {
-        fprintf(out, "%s  (corrupt record)\n", id);
-        return;
-    }
-    fprintf(out, "%-40s %-9s %zu failure%s", full ? id : id, cb->opened_unix_us ? "open" : "closed",
+    const Toolpool__CallBreaker *cb = (const Toolpool__CallBreaker *)m;
+    fprintf(out, "%-40s %-9s %zu failure%s", id, cb->opened_unix_us ? "open" : "closed",
             cb->n_failures_unix_us, cb->n_failures_unix_us == 1 ? "" : "s");
     if (cb->opened_unix_us) {
         fputs(", opened ", out);
@@ -194,7 +245,14 @@ static void show_breaker(FILE *out, const char *id, const MDB_val *v, bool full)
             fputc('\n', out);
         }
     }
-    toolpool__call_breaker__free_unpacked(cb, NULL);
+}
+
+static void list_breaker(const MDB_val *k, const ProtobufCMessage *m, void *ctx)
+{
+    char id[700];
+    breaker_id(k, id, sizeof id);
+    show_breaker(stdout, id, m, false);
+    ++*(int *)ctx;
 }
 
 /* The one breaker whose id starts with prefix: 0, MDB_NOTFOUND, or EEXIST (ambiguous). */
@@ -253,29 +311,28 @@ int tp_cmd_breakers(int argc, char **argv)
         tp_store_close(s);
         return 2;
     }
-    char id[700];
     if (show) {
         MDB_val k, v;
+        ProtobufCMessage *m;
         int rc = find_breaker(s, txn, a.id, &k, &v);
-        if (rc) {
+        if (rc == EEXIST || rc == MDB_NOTFOUND) {
             tp_log_error("%s: %s breaker %s", a.store, rc == EEXIST ? "more than one" : "no", a.id);
             status = 2;
+        } else if (rc) {
+            tp_log_error("%s: cannot read breakers: %s", a.store, mdb_strerror(rc));
+            status = 2;
+        } else if (record_at(&a, TP_DB_BREAKERS, &k, &v, &m) != 0) {
+            status = 2;
         } else {
+            char id[700];
             breaker_id(&k, id, sizeof id);
-            show_breaker(stdout, id, &v, true);
+            show_breaker(stdout, id, m, true);
+            protobuf_c_message_free_unpacked(m, NULL);
         }
     } else {
-        MDB_cursor *cur;
-        MDB_val k, v;
         int n = 0;
-        mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur);
-        for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-            breaker_id(&k, id, sizeof id);
-            show_breaker(stdout, id, &v, false);
-            n++;
-        }
-        mdb_cursor_close(cur);
-        if (n == 0)
+        status = walk(s, txn, &a, TP_DB_BREAKERS, list_breaker, &n);
+        if (n == 0 && status == 0)
             puts("no breakers: every circuit is closed");
     }
     mdb_txn_abort(txn);
@@ -318,6 +375,21 @@ static void show_escalation(FILE *out, const Toolpool__Escalation *e, bool full)
         const Toolpool__Attempt *t = e->trace[i];
         tp_trace_attempt(out, e->tool, t->attempt, t->tool, t->outcome, (double)t->duration_us / 1e3,
                          (double)t->backoff_us / 1e3);
+    }
+}
+
+typedef struct {
+    bool all;
+    int n;
+} esc_list_t;
+
+static void list_escalation(const MDB_val *k, const ProtobufCMessage *m, void *ctx)
+{
+    const Toolpool__Escalation *e = (const Toolpool__Escalation *)m;
+    esc_list_t *l = ctx;
+    if (l->all || !e->resolved) {
+        show_escalation(stdout, e, false);
+        l->n++;
     }
 }
 
@@ -371,31 +443,20 @@ int tp_cmd_escalations(int argc, char **argv)
         int rc = tp_store_get_msg(s, txn, TP_DB_ESCALATIONS, a.id, strlen(a.id), &toolpool__escalation__descriptor,
                                   (ProtobufCMessage **)&e);
         if (rc) {
-            tp_log_error("%s: %s escalation %s", a.store, rc == EPROTO ? "corrupt" : "no", a.id);
+            char why[600];
+            if (rc == MDB_NOTFOUND)
+                tp_log_error("%s: no escalation %s", a.store, a.id);
+            else
+                tp_log_error("%s: escalation %s: %s", a.store, a.id, tp_store_strerror(s, rc, why, sizeof why));
             status = 2;
         } else {
             show_escalation(stdout, e, true);
             protobuf_c_message_free_unpacked(&e->base, NULL);
         }
     } else {
-        MDB_cursor *cur;
-        MDB_val k, v;
-        int n = 0;
-        mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_ESCALATIONS), &cur);
-        for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-            Toolpool__Escalation *e = toolpool__escalation__unpack(NULL, v.mv_size, v.mv_data);
-            if (e == NULL) {
-                printf("%.*s  (corrupt record)\n", (int)k.mv_size, (const char *)k.mv_data);
-                continue;
-            }
-            if (a.all || !e->resolved) {
-                show_escalation(stdout, e, false);
-                n++;
-            }
-            toolpool__escalation__free_unpacked(e, NULL);
-        }
-        mdb_cursor_close(cur);
-        if (n == 0)
+        esc_list_t l = {.all = a.all};
+        status = walk(s, txn, &a, TP_DB_ESCALATIONS, list_escalation, &l);
+        if (l.n == 0 && status == 0)
             puts(a.all ? "no escalations" : "no open escalations");
     }
     mdb_txn_abort(txn);
@@ -426,8 +487,12 @@ static void list_checkpoint(FILE *out, const Toolpool__Checkpoint *cp)
     fputc('\n', out);
 }
 
-/* One line of a job's message list: the call and what came back. */
-static void show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const char *id)
+/*
+ * One line of a job's message list: the call and what came back. 0, or 2
+ * when its record is corrupt (said on stderr; the line says so, and shows
+ * none of its bytes).
+ */
+static int show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const args_t *a, const char *id)
 {
     Toolpool__StoredResult *sr;
     int rc = tp_store_get_msg(s, txn, TP_DB_RESULTS, id, strlen(id), &toolpool__stored_result__descriptor,
@@ -436,12 +501,19 @@ static void show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const char *id)
     if (rc == 0)
         toolpool__stored_result__free_unpacked(sr, NULL);
     if (r == NULL) {
-        fprintf(out, "  %s: (no record: %s)\n", id, rc == MDB_NOTFOUND ? "missing" : "corrupt");
-        return;
+        char why[600];
+        if (rc == MDB_NOTFOUND) {
+            fprintf(out, "  %s: (no record: missing)\n", id);
+            return 0;
+        }
+        fprintf(out, "  %s: (no record: corrupt)\n", id);
+        tp_log_error("%s: call %s: %s", a->store, id, tp_store_strerror(s, rc ? rc : EPROTO, why, sizeof why));
+        return 2;
     }
+    const char *tool = json_string_value(json_object_get(r, "tool"));
     char *args = json_dumps(json_object_get(r, "args"), JSON_COMPACT | JSON_ENCODE_ANY);
     fprintf(out, "  step %lld  %s  %s(args=%.200s)\n    → ", (long long)json_integer_value(json_object_get(r, "step")),
-            id, json_string_value(json_object_get(r, "tool")), args ? args : "{}");
+            id, tool ? tool : "?", args ? args : "{}");
     free(args);
     if (json_is_true(json_object_get(r, "ok"))) {
         char *res = json_dumps(json_object_get(r, "result"), JSON_COMPACT | JSON_ENCODE_ANY);
@@ -449,10 +521,18 @@ static void show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const char *id)
                 res ? res : "null", res && strlen(res) > 300 ? "..." : "");
         free(res);
     } else {
-        fprintf(out, "%s: %s\n", json_string_value(json_object_get(r, "error")),
-                json_string_value(json_object_get(r, "message")));
+        const char *kind = json_string_value(json_object_get(r, "error"));
+        const char *msg = json_string_value(json_object_get(r, "message"));
+        fprintf(out, "%s: %s\n", kind ? kind : "?", msg ? msg : "");
     }
     json_decref(r);
+    return 0;
+}
+
+static void list_checkpoint_cb(const MDB_val *k, const ProtobufCMessage *m, void *ctx)
+{
+    list_checkpoint(stdout, (const Toolpool__Checkpoint *)m);
+    ++*(int *)ctx;
 }
 
 int tp_cmd_checkpoints(int argc, char **argv)
@@ -479,33 +559,25 @@ int tp_cmd_checkpoints(int argc, char **argv)
         int rc = tp_store_get_msg(s, txn, TP_DB_JOBS, a.id, strlen(a.id), &toolpool__checkpoint__descriptor,
                                   (ProtobufCMessage **)&cp);
         if (rc) {
-            tp_log_error("%s: %s checkpoint for job %s", a.store, rc == EPROTO ? "corrupt" : "no", a.id);
+            char why[600];
+            if (rc == MDB_NOTFOUND)
+                tp_log_error("%s: no checkpoint for job %s", a.store, a.id);
+            else
+                tp_log_error("%s: checkpoint of job %s: %s", a.store, a.id, tp_store_strerror(s, rc, why, sizeof why));
             status = 2;
         } else {
             list_checkpoint(stdout, cp);
             if (cp->stopped[0])
                 printf("  stopped: %s\n", cp->stop_message);
             for (size_t i = 0; i < cp->n_calls; i++)
-                show_step(stdout, s, txn, cp->calls[i]);
+                if (show_step(stdout, s, txn, &a, cp->calls[i]) != 0)
+                    status = 2;
             toolpool__checkpoint__free_unpacked(cp, NULL);
         }
     } else {
-        MDB_cursor *cur;
-        MDB_val k, v;
         int n = 0;
-        mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_JOBS), &cur);
-        for (int rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-            Toolpool__Checkpoint *cp = toolpool__checkpoint__unpack(NULL, v.mv_size, v.mv_data);
-            if (cp == NULL) {
-                printf("%.*s  (corrupt record)\n", (int)k.mv_size, (const char *)k.mv_data);
-                continue;
-            }
-            list_checkpoint(stdout, cp);
-            toolpool__checkpoint__free_unpacked(cp, NULL);
-            n++;
-        }
-        mdb_cursor_close(cur);
-        if (n == 0)
+        status = walk(s, txn, &a, TP_DB_JOBS, list_checkpoint_cb, &n);
+        if (n == 0 && status == 0)
             puts("no checkpoints");
     }
     mdb_txn_abort(txn);

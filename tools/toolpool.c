@@ -31,6 +31,7 @@ static const char usage_text[] =
     "  breakers     list, show or reset circuit breakers in a store\n"
     "  escalations  list, show or resolve calls handed to a person\n"
     "  checkpoints  list jobs, or show one job's steps so far\n"
+    "  store check  read and check every record of a store; report the bad ones\n"
     "  help         this text; `toolpool COMMAND --help` for a command's options\n"
     "\n"
     "exit status: 0 every call ok, 1 some call failed, 2 usage, registry or store error\n";
@@ -236,6 +237,8 @@ int main(int argc, char **argv)
         return tp_cmd_escalations(argc - 1, argv + 1);
     if (strcmp(cmd, "checkpoints") == 0)
         return tp_cmd_checkpoints(argc - 1, argv + 1);
+    if (strcmp(cmd, "store") == 0)
+        return tp_cmd_store(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         fputs(usage_text, stdout);
         return 0;
