@@ -81,7 +81,10 @@ static void print_one(json_t *r, FILE *out)
     json_t *args = json_object_get(r, "args");
     if (tool) {
         fprintf(out, "%s(args=", tool);
-        put_json(out, args ? args : json_object(), 400);
+        if (args)
+            put_json(out, args, 400);
+        else
+            fputs("{}", out);
         fputs(")\n", out);
     } else {
         fputs("(rejected input)\n", out);
