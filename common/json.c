@@ -277,6 +277,11 @@ static const uint8_t *scan_scalar(const uint8_t *p, const uint8_t *end)
  */
 int tp_json_check(const void *text, size_t n, size_t *at)
 {
+    if (n == 0) { /* nothing is no JSON (and text may be NULL then: an empty bytes field) */
+        if (at)
+            *at = 0;
+        return -1;
+    }
     const uint8_t *start = text, *end = start + n, *p = skip_ws(start, end);
     uint8_t stack[TP_JSON_DEPTH_MAX / 8];
     size_t depth = 0;
@@ -365,6 +370,8 @@ static const uint8_t *skip_value(const uint8_t *p, const uint8_t *end)
 
 int tp_json_member(const void *text, size_t n, const char *name, const char **val, size_t *len)
 {
+    if (n == 0)
+        return -1;
     const uint8_t *end = (const uint8_t *)text + n, *p = skip_ws(text, end);
     size_t nlen = strlen(name);
     if (p >= end || *p != '{')

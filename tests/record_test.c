@@ -132,6 +132,9 @@ static void test_checkpoint(void)
     EXPECT_SOUND(TP_DB_JOBS, "j1", cp);
     cp.state.len -= 1;
     EXPECT_BAD(TP_DB_JOBS, "j1", cp, "agent state is not JSON");
+    cp.state.data = NULL; /* an empty bytes field, as protobuf-c unpacks one */
+    cp.state.len = 0;
+    EXPECT_BAD(TP_DB_JOBS, "j1", cp, "agent state is not JSON");
     cp.has_state = false;
     cp.stopped = "Timeout";
     EXPECT_BAD(TP_DB_JOBS, "j1", cp, "no guard's kind");
