@@ -1,6 +1,7 @@
 #include "frame.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -164,14 +165,24 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
     return 0;
 }
 
-/* A varint at *p (at most 10 bytes, before end); false if it runs past either. */
-static bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+/*
+ * The varints of a Reply, read by protobuf-c's rules (protobuf-c.c,
+ * 1.4): whatever this decoder takes, protobuf-c must take too, and read
+ * the same. A field's key (parse_tag_and_wiretype) and a length prefix
+ * (scan_length_prefixed_data) are at most 5 bytes, and a length no more
+ * than INT_MAX: a longer form is an error there, even one that says 0
+ * ("80 80 80 80 80 80 80 80 00"). A value is at most 10 bytes; bits past
+ * the 64th are left to protobuf-c (parse_boolean and parse_uint64 would
+ * read them differently). Each reads one varint of at most max bytes at
+ * *p, before end; false when it runs past either.
+ */
+static bool get_varint_max(const uint8_t **p, const uint8_t *end, unsigned max, uint64_t *v)
 {
     uint64_t x = 0;
-    for (unsigned shift = 0; shift < 70 && *p < end; shift += 7) {
+    for (unsigned i = 0, shift = 0; i < max && *p < end; i++, shift += 7) {
         uint8_t c = *(*p)++;
         if (shift == 63 && c > 1)
-            return false; /* bits past 64: protobuf-c's rules decide */
+            return false;
         x |= (uint64_t)(c & 0x7f) << shift;
         if (!(c & 0x80)) {
             *v = x;
@@ -181,19 +192,34 @@ static bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
     return false;
 }
 
+static bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    return get_varint_max(p, end, 10, v);
+}
+
+static bool get_key(const uint8_t **p, const uint8_t *end, uint64_t *key)
+{
+    return get_varint_max(p, end, 5, key);
+}
+
+static bool get_length(const uint8_t **p, const uint8_t *end, uint64_t *len)
+{
+    return get_varint_max(p, end, 5, len) && *len <= INT_MAX;
+}
+
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "a Reply's cost is read as a little-endian double");
 
 bool tp_reply_decode_plain(const uint8_t *body, size_t len, Toolpool__Reply *r)
 {
     const uint8_t *p = body, *end = body + len;
     uint64_t key, n;
-    if (!get_varint(&p, end, &key) || key != (2 << 3 | 2) || !get_varint(&p, end, &n) || n != (uint64_t)(end - p))
+    if (!get_key(&p, end, &key) || key != (2 << 3 | 2) || !get_length(&p, end, &n) || n != (uint64_t)(end - p))
         return false;
     Toolpool__Reply init = TOOLPOOL__REPLY__INIT;
     *r = init;
     unsigned seen = 0;
     while (p < end) {
-        if (!get_varint(&p, end, &key) || key > (7 << 3 | 7))
+        if (!get_key(&p, end, &key) || key > (7 << 3 | 7))
             return false;
         unsigned field = (unsigned)(key >> 3), type = (unsigned)(key & 7);
         if (seen & 1u << field)
@@ -214,7 +240,7 @@ bool tp_reply_decode_plain(const uint8_t *body, size_t len, Toolpool__Reply *r)
                 r->retry_after_ms = (int64_t)v;
             break;
         case 3: /* result */
-            if (type != 2 || !get_varint(&p, end, &v) || v > (uint64_t)(end - p))
+            if (type != 2 || !get_length(&p, end, &v) || v > (uint64_t)(end - p))
                 return false;
             r->result.data = (uint8_t *)p;
             r->result.len = (size_t)v;

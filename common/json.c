@@ -1,6 +1,7 @@
 #include "json.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,4 +170,233 @@ int tp_json_write(tp_buf_t *b, const json_t *v, int flags)
     default:
         return tp_buf_puts(b, "null");
     }
+}
+
+/* ---- checking a JSON text without parsing it into anything ---- */
+
+static const uint8_t *skip_ws(const uint8_t *p, const uint8_t *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+static bool is_digit(uint8_t c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static bool is_hex(uint8_t c)
+{
+    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* The string whose opening quote is at p: the byte after its closing quote, or NULL. */
+static const uint8_t *scan_string(const uint8_t *p, const uint8_t *end)
+{
+    for (p++; p < end;) {
+        uint8_t c = *p;
+        if (c == '"')
+            return p + 1;
+        if (c < 0x20)
+            return NULL;
+        if (c >= 0x80) {
+            size_t len = tp_utf8_len(p, (size_t)(end - p));
+            if (len == 0)
+                return NULL;
+            p += len;
+            continue;
+        }
+        if (c != '\\') {
+            p++;
+            continue;
+        }
+        if (end - p < 2)
+            return NULL;
+        switch (p[1]) {
+        case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+            p += 2;
+            break;
+        case 'u':
+            if (end - p < 6 || !is_hex(p[2]) || !is_hex(p[3]) || !is_hex(p[4]) || !is_hex(p[5]))
+                return NULL;
+            p += 6;
+            break;
+        default:
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+/* The number that starts at p: the byte after it, or NULL. */
+static const uint8_t *scan_number(const uint8_t *p, const uint8_t *end)
+{
+    if (p < end && *p == '-')
+        p++;
+    if (p >= end || !is_digit(*p))
+        return NULL;
+    if (*p++ != '0')
+        while (p < end && is_digit(*p))
+            p++;
+    if (p < end && *p == '.') {
+        if (++p >= end || !is_digit(*p))
+            return NULL;
+        while (p < end && is_digit(*p))
+            p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        if (++p < end && (*p == '+' || *p == '-'))
+            p++;
+        if (p >= end || !is_digit(*p))
+            return NULL;
+        while (p < end && is_digit(*p))
+            p++;
+    }
+    return p;
+}
+
+/* A scalar (string, number, literal) at p: the byte after it, or NULL. */
+static const uint8_t *scan_scalar(const uint8_t *p, const uint8_t *end)
+{
+    static const char *const literals[] = {"true", "false", "null"};
+    if (*p == '"')
+        return scan_string(p, end);
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(literals[i]);
+        if (*p == (uint8_t)literals[i][0])
+            return (size_t)(end - p) >= n && memcmp(p, literals[i], n) == 0 ? p + n : NULL;
+    }
+    return scan_number(p, end);
+}
+
+/*
+ * One pass, no recursion: a stack of one bit per open object (1) or array
+ * (0). At each step p is where a value, a member's key, or what follows a
+ * value must be.
+ */
+int tp_json_check(const void *text, size_t n, size_t *at)
+{
+    if (n == 0) { /* nothing is no JSON (and text may be NULL then: an empty bytes field) */
+        if (at)
+            *at = 0;
+        return -1;
+    }
+    const uint8_t *start = text, *end = start + n, *p = skip_ws(start, end);
+    uint8_t stack[TP_JSON_DEPTH_MAX / 8];
+    size_t depth = 0;
+    enum { VALUE, KEY, AFTER } want = VALUE;
+    for (;;) {
+        if (want == KEY) {
+            const uint8_t *q = p < end && *p == '"' ? scan_string(p, end) : NULL;
+            if (q == NULL)
+                goto bad;
+            p = skip_ws(q, end);
+            if (p >= end || *p != ':')
+                goto bad;
+            p = skip_ws(p + 1, end);
+            want = VALUE;
+        }
+        if (want == VALUE) {
+            if (p >= end)
+                goto bad;
+            if (*p == '{' || *p == '[') {
+                if (depth == TP_JSON_DEPTH_MAX)
+                    goto bad;
+                bool object = *p == '{';
+                if (object)
+                    stack[depth / 8] |= (uint8_t)(1u << depth % 8);
+                else
+                    stack[depth / 8] &= (uint8_t)~(1u << depth % 8);
+                depth++;
+                p = skip_ws(p + 1, end);
+                if (p < end && *p == (object ? '}' : ']')) {
+                    depth--;
+                    p++;
+                } else {
+                    want = object ? KEY : VALUE;
+                    continue;
+                }
+            } else {
+                const uint8_t *q = scan_scalar(p, end);
+                if (q == NULL)
+                    goto bad;
+                p = q;
+            }
+            want = AFTER;
+        }
+        /* after a value */
+        p = skip_ws(p, end);
+        if (depth == 0)
+            break;
+        bool object = stack[(depth - 1) / 8] >> (depth - 1) % 8 & 1;
+        if (p < end && *p == ',') {
+            p = skip_ws(p + 1, end);
+            want = object ? KEY : VALUE;
+        } else if (p < end && *p == (object ? '}' : ']')) {
+            depth--;
+            p++;
+        } else {
+            goto bad;
+        }
+    }
+    if (p == end)
+        return 0;
+bad:
+    if (at)
+        *at = (size_t)(p - start);
+    return -1;
+}
+
+/* In a text known to be valid: the byte after the value that starts at p. */
+static const uint8_t *skip_value(const uint8_t *p, const uint8_t *end)
+{
+    if (*p != '{' && *p != '[')
+        return scan_scalar(p, end);
+    size_t depth = 0;
+    do {
+        if (*p == '"') {
+            p = scan_string(p, end);
+            continue;
+        }
+        if (*p == '{' || *p == '[')
+            depth++;
+        else if (*p == '}' || *p == ']')
+            depth--;
+        p++;
+    } while (p != NULL && p < end && depth > 0);
+    return p;
+}
+
+int tp_json_member(const void *text, size_t n, const char *name, const char **val, size_t *len)
+{
+    if (n == 0)
+        return -1;
+    const uint8_t *end = (const uint8_t *)text + n, *p = skip_ws(text, end);
+    size_t nlen = strlen(name);
+    if (p >= end || *p != '{')
+        return -1;
+    p = skip_ws(p + 1, end);
+    while (p != NULL && p < end && *p == '"') {
+        const uint8_t *key = p + 1, *q = scan_string(p, end);
+        if (q == NULL)
+            return -1;
+        bool match = (size_t)(q - 1 - key) == nlen && memcmp(key, name, nlen) == 0;
+        p = skip_ws(q, end);
+        if (p >= end || *p != ':')
+            return -1;
+        p = skip_ws(p + 1, end);
+        const uint8_t *v = p;
+        if (p >= end || (p = skip_value(p, end)) == NULL)
+            return -1;
+        if (match) {
+            *val = (const char *)v;
+            *len = (size_t)(p - v);
+            return 0;
+        }
+        p = skip_ws(p, end);
+        if (p < end && *p == ',')
+            p = skip_ws(p + 1, end);
+    }
+    return -1;
 }

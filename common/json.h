@@ -37,4 +37,25 @@ int tp_json_write(tp_buf_t *b, const json_t *v, int flags);
 /* Appends a double in its shortest round-trip form ("1e+300", "0.1", "3"). */
 int tp_json_put_real(tp_buf_t *b, double d);
 
+/* The deepest nesting of objects and arrays tp_json_check takes. */
+#define TP_JSON_DEPTH_MAX 4096
+
+/*
+ * Whether text (n bytes) is exactly one JSON value (RFC 8259), with
+ * whitespace around it: strings of valid UTF-8 with no raw control
+ * characters and well-formed escapes, numbers in JSON's grammar, objects
+ * and arrays nested at most TP_JSON_DEPTH_MAX deep. Grammar only: a number
+ * past int64 or \u0000, which jansson refuses by default, are JSON here.
+ * Allocates nothing: the store checks every record it reads with it.
+ * 0, or -1 with *at (when at is not NULL) the offset where it goes wrong.
+ */
+int tp_json_check(const void *text, size_t n, size_t *at);
+
+/*
+ * In an object text that tp_json_check has passed: the value of its
+ * top-level member whose key is exactly name (as written, escapes and
+ * all), as *val and *len pointing into text. 0, or -1 when it has none.
+ */
+int tp_json_member(const void *text, size_t n, const char *name, const char **val, size_t *len);
+
 #endif

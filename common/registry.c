@@ -115,6 +115,14 @@ static void report(char *err, size_t errlen, const char *file, int line, const c
     if (line > 0)
         snprintf(at, sizeof at, ":%d", line);
     snprintf(err, errlen, "%s%s: %s%s%s", file, at, key, *key != '\0' ? ": " : "", msg);
+    /*
+     * One line, whatever the file holds: a key with "\n" in its name, or
+     * the text jansson quotes after "near" (raw bytes of the file), can
+     * carry control characters. Each is written as '?'.
+     */
+    for (char *p = err; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
 }
 
 /*

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "record.h"
 #include "toolpool.pb-c.h"
 
 #define MAP_INITIAL (64ull << 20)
@@ -34,6 +35,7 @@ struct tp_store {
     size_t room;    /* the map's free bytes when the last write transaction began */
     unsigned long map_lo, map_hi; /* where data.mdb is mapped, for tp_store_trim */
     size_t map_for;               /* the mapsize it was found for */
+    char bad[512];                /* the last bad record read, for tp_store_strerror(EPROTO) */
     char dir[PATH_MAX];
 };
 
@@ -63,6 +65,11 @@ const char *tp_store_dir(const tp_store_t *s)
 MDB_dbi tp_store_dbi(const tp_store_t *s, tp_db_t db)
 {
     return s->dbi[db];
+}
+
+const char *tp_store_db_name(tp_db_t db)
+{
+    return db >= 0 && db < TP_DB__COUNT ? db_names[db] : "?";
 }
 
 /*
@@ -105,7 +112,7 @@ static int open_dbs(tp_store_t *s, char *err, size_t errlen)
         snprintf(err, errlen, "%s: not a toolpool store (no format record)", s->dir);
     } else if (rc) {
         snprintf(err, errlen, "%s: cannot read the format record: %s", s->dir,
-                 rc == EPROTO ? "corrupt" : mdb_strerror(rc));
+                 rc == EPROTO ? s->bad : mdb_strerror(rc));
     }
     if (fmt)
         protobuf_c_message_free_unpacked(&fmt->base, NULL);
@@ -208,6 +215,9 @@ const char *tp_store_strerror(const tp_store_t *s, int rc, char *buf, size_t cap
                  "space and rerun: nothing recorded is lost)", s->limit);
     else if (rc == ENOSPC || (rc == EIO && disk_nearly_full(s->dir)))
         snprintf(buf, cap, "the disk is full (free space and rerun: nothing recorded is lost)");
+    else if (rc == EPROTO && s->bad[0])
+        snprintf(buf, cap, "a corrupt record: %s (`toolpool store check --store %s` lists every bad record)",
+                 s->bad, s->dir);
     else if (rc == EPROTO)
         snprintf(buf, cap, "a corrupt record");
     else
@@ -359,9 +369,17 @@ int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, s
     int rc = mdb_put(txn, s->dbi[db], &k, &v, MDB_RESERVE);
     if (rc)
         return rc;
-    if (protobuf_c_message_pack(msg, v.mv_data) != v.mv_size)
+    if (protobuf_c_message_pack(msg, v.mv_data) != v.mv_size) {
+        tp_store_note_bad(s, db, key, klen, "it packed to other than its size");
         return EPROTO;
+    }
     return 0;
+}
+
+void tp_store_note_bad(tp_store_t *s, tp_db_t db, const void *key, size_t klen, const char *why)
+{
+    char name[300];
+    snprintf(s->bad, sizeof s->bad, "%s: %s", tp_record_name(db, key, klen, name, sizeof name), why);
 }
 
 int tp_store_get_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen,
@@ -372,6 +390,9 @@ int tp_store_get_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, s
     int rc = mdb_get(txn, s->dbi[db], &k, &v);
     if (rc)
         return rc;
-    *out = protobuf_c_message_unpack(desc, NULL, v.mv_size, v.mv_data);
-    return *out ? 0 : EPROTO;
+    char why[256];
+    rc = tp_record_unpack(db, key, klen, v.mv_data, v.mv_size, desc, out, why, sizeof why);
+    if (rc)
+        tp_store_note_bad(s, db, key, klen, why);
+    return rc;
 }

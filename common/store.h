@@ -79,17 +79,27 @@ int tp_store_write(tp_store_t *s, tp_store_apply_fn apply, void *ctx, char *err,
 int tp_store_read(tp_store_t *s, MDB_txn **txn);
 
 MDB_dbi tp_store_dbi(const tp_store_t *s, tp_db_t db);
+/* The database's name in the environment: "results", "breakers"... */
+const char *tp_store_db_name(tp_db_t db);
 
 /* Packs msg into db[key] (MDB_RESERVE: packed straight into the page). */
 int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen,
                      const ProtobufCMessage *msg);
 /*
- * Reads db[key] and unpacks it with desc. Returns 0 and *out (free with
- * protobuf_c_message_free_unpacked), MDB_NOTFOUND, or EPROTO for a record
- * that does not unpack.
+ * Reads db[key], unpacks it with desc and checks it (common/record.h).
+ * Returns 0 and *out (free with protobuf_c_message_free_unpacked),
+ * MDB_NOTFOUND, or EPROTO for a record that does not unpack or is not
+ * sane; tp_store_strerror(EPROTO) then names the record and what is wrong.
  */
 int tp_store_get_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen,
                      const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out);
+
+/*
+ * Notes a bad record found in db under key, and why: the next
+ * tp_store_strerror(EPROTO) names it. tp_store_get_msg calls it; so does a
+ * reader of a raw value.
+ */
+void tp_store_note_bad(tp_store_t *s, tp_db_t db, const void *key, size_t klen, const char *why);
 
 /* What an LMDB or errno code means for a person, with what to do about it. */
 const char *tp_store_strerror(const tp_store_t *s, int rc, char *buf, size_t cap);

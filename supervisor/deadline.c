@@ -142,23 +142,47 @@ static void *deadline_main(void *arg)
 void tp_deadline_start(tp_deadline_t *d, struct event_base *base, tp_deadline_cb_t killed_cb, void *ctx)
 {
     pthread_condattr_t ca;
+    const char *what;
+    int rc;
     d->killed_cb = killed_cb;
     d->ctx = ctx;
     d->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (d->fd < 0)
-        return;
+    if (d->fd < 0) {
+        what = "eventfd";
+        rc = errno;
+        goto fail;
+    }
+    /* Without its event the loop would never hear of a kill: no thread then. */
     d->ev = event_new(base, d->fd, EV_READ | EV_PERSIST, wake_cb, d);
-    if (d->ev == NULL || event_add(d->ev, NULL) < 0 || pthread_condattr_init(&ca) != 0)
-        return;
-    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    if (d->ev == NULL) {
+        what = "event_new";
+        rc = ENOMEM;
+        goto fail;
+    }
+    errno = 0;
+    if (event_add(d->ev, NULL) < 0) {
+        what = "event_add";
+        rc = errno ? errno : ENOMEM;
+        event_free(d->ev);
+        d->ev = NULL;
+        goto fail;
+    }
+    if ((rc = pthread_condattr_init(&ca)) != 0) {
+        what = "pthread_condattr_init";
+        goto fail;
+    }
+    rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     if (rc == 0)
         rc = pthread_cond_init(&d->cond, &ca);
     pthread_condattr_destroy(&ca);
-    if (rc != 0)
-        return;
-    if (pthread_mutex_init(&d->mu, NULL) != 0) {
+    if (rc != 0) {
+        what = "pthread_cond_init";
+        goto fail;
+    }
+    if ((rc = pthread_mutex_init(&d->mu, NULL)) != 0) {
         pthread_cond_destroy(&d->cond);
-        return;
+        what = "pthread_mutex_init";
+        goto fail;
     }
     sigset_t all, old;
     sigfillset(&all);
@@ -170,6 +194,9 @@ void tp_deadline_start(tp_deadline_t *d, struct event_base *base, tp_deadline_cb
         pthread_mutex_destroy(&d->mu);
         tp_log_error("no deadline thread; the loop's timers keep the deadlines");
     }
+    return;
+fail:
+    tp_log_error("no deadline thread (%s: %s); the loop's timers keep the deadlines", what, strerror(rc));
 }
 
 bool tp_deadline_running(const tp_deadline_t *d)

@@ -1,7 +1,10 @@
 #include "escalate.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "record.h"
 
 int tp_escalate(tp_store_t *s, MDB_txn *txn, Toolpool__Escalation *e, char id[TP_ESCALATION_ID_MAX])
 {
@@ -9,10 +12,17 @@ int tp_escalate(tp_store_t *s, MDB_txn *txn, Toolpool__Escalation *e, char id[TP
     MDB_val k = {14, "escalation_seq"}, v;
     uint64_t seq = 0;
     int rc = mdb_get(txn, meta, &k, &v);
-    if (rc == 0 && v.mv_size == sizeof seq)
+    if (rc == 0) {
+        /* A damaged sequence would hand out an id already taken, over its record. */
+        char why[128];
+        if (tp_record_check_raw(TP_DB_META, k.mv_data, k.mv_size, v.mv_size, why, sizeof why) != 0) {
+            tp_store_note_bad(s, TP_DB_META, k.mv_data, k.mv_size, why);
+            return EPROTO;
+        }
         memcpy(&seq, v.mv_data, sizeof seq);
-    else if (rc && rc != MDB_NOTFOUND)
+    } else if (rc != MDB_NOTFOUND) {
         return rc;
+    }
     seq++;
     v.mv_size = sizeof seq;
     v.mv_data = &seq;

@@ -137,6 +137,7 @@ struct tp_pool {
     bool shutting_down;
     bool kill_busy;
     bool fatal;
+    char fatal_msg[256]; /* a failure found where fatal_cb cannot be called: flush_cb calls it */
     bool closed;    /* closed_cb has fired */
     bool pipeline_room_cb_needed; /* a queue shrank: the caller may submit more */
     tp_pool_stats_t stats;
@@ -153,10 +154,34 @@ static void slot_spawn(tp_slot_t *s);
 static int slot_stop(tp_slot_t *s, stop_why_t why, int sig);
 static void slot_deadline(tp_slot_t *s, uint64_t killed_us);
 
+/* The pool cannot go on: fatal_cb, once. */
+static void pool_fatal(tp_pool_t *p, const char *msg)
+{
+    if (p->fatal)
+        return;
+    p->fatal = true;
+    p->o.fatal_cb(p->o.ctx, msg);
+}
+
+/*
+ * The slot's one timer keeps its deadline, its hello timeout, its kill
+ * grace and its respawn: a slot whose timer cannot be armed (libevent out
+ * of memory) could hang an attempt past its deadline, or never respawn.
+ * The pool stops then, from flush_cb: the caller of timer_arm may be in the
+ * middle of handing out an attempt, no place to shut the pool down.
+ */
 static void timer_arm(tp_slot_t *s, uint64_t us)
 {
+    tp_pool_t *p = s->pool;
     struct timeval tv = {.tv_sec = (time_t)(us / 1000000u), .tv_usec = (suseconds_t)(us % 1000000u)};
-    evtimer_add(s->ev_timer, &tv);
+    if (evtimer_add(s->ev_timer, &tv) == 0)
+        return;
+    tp_log_error("worker slot %d (pid %d): cannot arm its timer", s->index, (int)s->pid);
+    if (!p->fatal && !p->fatal_msg[0]) {
+        snprintf(p->fatal_msg, sizeof p->fatal_msg,
+                 "cannot arm worker slot %d's timer: its deadlines cannot be kept", s->index);
+        event_active(p->ev_flush, 0, 0);
+    }
 }
 
 /*
@@ -225,7 +250,13 @@ static void slot_flush(tp_slot_t *s)
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && errno == EAGAIN) {
-            event_add(s->ev_write, NULL);
+            if (event_add(s->ev_write, NULL) == 0)
+                return;
+            /* Its Calls would wait for a wake-up that never comes: the worker goes, they are retried. */
+            tp_log_error("worker %d (slot %d): cannot wait for its call pipe to drain", (int)s->pid, s->index);
+            snprintf(s->detail, sizeof s->detail, "cannot wait for worker %d's call pipe to drain", (int)s->pid);
+            tp_buf_reset(&s->out);
+            slot_stop(s, WHY_PROTOCOL, SIGKILL);
             return;
         }
         /* EPIPE: the worker is gone; SIGCHLD will tell us how. */
@@ -263,8 +294,13 @@ void tp_pool_flush(tp_pool_t *p)
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg)
 {
-    if (((tp_pool_t *)arg)->flush_pending)
-        tp_pool_flush(arg);
+    tp_pool_t *p = arg;
+    if (p->fatal_msg[0] && !p->fatal) {
+        pool_fatal(p, p->fatal_msg);
+        return;
+    }
+    if (p->flush_pending)
+        tp_pool_flush(p);
 }
 
 static void slot_flush_later(tp_slot_t *s)
@@ -700,8 +736,7 @@ static void slot_reaped(tp_slot_t *s, int status)
             char msg[512];
             snprintf(msg, sizeof msg, "worker %s cannot start: %s (%u tries)", p->o.worker_path,
                      why == WHY_HELLO || why == WHY_PROTOCOL ? s->detail : how, s->start_failures);
-            p->fatal = true;
-            p->o.fatal_cb(p->o.ctx, msg);
+            pool_fatal(p, msg);
         } else if (!p->fatal) {
             timer_arm(s, 100000u * s->start_failures);
         }
@@ -760,6 +795,13 @@ static void chld_cb(evutil_socket_t fd, short what, void *arg)
  * Starts a worker in slot s: posix_spawn (vfork speed) with its own process
  * group, default signal dispositions, an empty mask, /dev/null on stdin and
  * stdout, the two pipes on fds 3 and 4, and every other fd closed.
+ *
+ * Each of those settings is asked for by a call that can fail (ENOMEM). A
+ * worker started without one (every fd closed, a group of its own) must not
+ * start at all: a failed setting is a failed spawn, logged each time with
+ * what failed, as nginx logs a failed fork, and throttled as a crash at
+ * start-up is. The reply pipe's event is set up before the spawn, so that
+ * nothing that fails after it has to take a worker back.
  */
 static void slot_spawn(tp_slot_t *s)
 {
@@ -767,32 +809,55 @@ static void slot_spawn(tp_slot_t *s)
     int call_p[2] = {-1, -1}, reply_p[2] = {-1, -1};
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
+    bool fa_made = false, attr_made = false;
     sigset_t all, none;
     sigfillset(&all);
     sigemptyset(&none);
+    const char *what = "pipe2";
+    int rc = 0;
 
-    if (pipe_high(call_p) < 0 || pipe_high(reply_p) < 0)
-        goto fail;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, call_p[0], 3);
-    posix_spawn_file_actions_adddup2(&fa, reply_p[1], 4);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addclosefrom_np(&fa, 5);
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    char *argv[] = {(char *)p->o.worker_path, "--max-frame", p->max_frame_arg, NULL};
-    pid_t pid;
-    int rc = posix_spawn(&pid, p->o.worker_path, &fa, &attr, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0) {
-        errno = rc;
+    if (pipe_high(call_p) < 0 || pipe_high(reply_p) < 0) {
+        rc = errno;
         goto fail;
     }
+    what = "event_new";
+    s->ev_read = event_new(p->base, reply_p[0], EV_READ | EV_PERSIST, read_cb, s);
+    s->ev_write = event_new(p->base, call_p[1], EV_WRITE | EV_PERSIST, write_cb, s);
+    if (s->ev_read == NULL || s->ev_write == NULL) {
+        rc = ENOMEM;
+        goto fail;
+    }
+    what = "event_add";
+    errno = 0;
+    if (event_add(s->ev_read, NULL) < 0) {
+        rc = errno ? errno : ENOMEM;
+        goto fail;
+    }
+#define SPAWN_STEP(fn, ...)                                                                                  \
+    do {                                                                                                     \
+        what = #fn;                                                                                          \
+        if ((rc = fn(__VA_ARGS__)) != 0)                                                                     \
+            goto fail;                                                                                       \
+    } while (0)
+    SPAWN_STEP(posix_spawn_file_actions_init, &fa);
+    fa_made = true;
+    SPAWN_STEP(posix_spawn_file_actions_adddup2, &fa, call_p[0], 3);
+    SPAWN_STEP(posix_spawn_file_actions_adddup2, &fa, reply_p[1], 4);
+    SPAWN_STEP(posix_spawn_file_actions_addopen, &fa, 0, "/dev/null", O_RDONLY, 0);
+    SPAWN_STEP(posix_spawn_file_actions_addopen, &fa, 1, "/dev/null", O_WRONLY, 0);
+    SPAWN_STEP(posix_spawn_file_actions_addclosefrom_np, &fa, 5);
+    SPAWN_STEP(posix_spawnattr_init, &attr);
+    attr_made = true;
+    SPAWN_STEP(posix_spawnattr_setflags, &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+    SPAWN_STEP(posix_spawnattr_setpgroup, &attr, 0);
+    SPAWN_STEP(posix_spawnattr_setsigdefault, &attr, &all);
+    SPAWN_STEP(posix_spawnattr_setsigmask, &attr, &none);
+    char *argv[] = {(char *)p->o.worker_path, "--max-frame", p->max_frame_arg, NULL};
+    pid_t pid;
+    SPAWN_STEP(posix_spawn, &pid, p->o.worker_path, &fa, &attr, argv, environ);
+#undef SPAWN_STEP
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
     close(call_p[0]);
     close(reply_p[1]);
     s->pid = pid;
@@ -801,9 +866,6 @@ static void slot_spawn(tp_slot_t *s)
     s->reply_fd = reply_p[0];
     fcntl(s->call_fd, F_SETFL, O_NONBLOCK);
     fcntl(s->reply_fd, F_SETFL, O_NONBLOCK);
-    s->ev_read = event_new(p->base, s->reply_fd, EV_READ | EV_PERSIST, read_cb, s);
-    s->ev_write = event_new(p->base, s->call_fd, EV_WRITE | EV_PERSIST, write_cb, s);
-    event_add(s->ev_read, NULL);
     s->state = SLOT_STARTING;
     s->why = WHY_NONE;
     s->said_hello = false;
@@ -813,24 +875,31 @@ static void slot_spawn(tp_slot_t *s)
     p->stats.spawned++;
     timer_arm(s, p->o.hello_timeout_us);
     return;
-fail:;
-    int err = errno;
+fail:
+    tp_log_error("%s failed while starting worker slot %d (%s): %s", what, s->index, p->o.worker_path,
+                 strerror(rc));
+    if (fa_made)
+        posix_spawn_file_actions_destroy(&fa);
+    if (attr_made)
+        posix_spawnattr_destroy(&attr);
+    if (s->ev_read)
+        event_free(s->ev_read);
+    if (s->ev_write)
+        event_free(s->ev_write);
+    s->ev_read = s->ev_write = NULL;
     for (int i = 0; i < 2; i++) {
         if (call_p[i] >= 0)
             close(call_p[i]);
         if (reply_p[i] >= 0)
             close(reply_p[i]);
     }
-    /* Out of processes or fds: the same throttle as a crash at start-up. */
+    /* Out of processes, fds or memory: the same throttle as a crash at start-up. */
     s->start_failures++;
-    snprintf(s->detail, sizeof s->detail, "%s", strerror(err));
+    snprintf(s->detail, sizeof s->detail, "%s: %s", what, strerror(rc));
     if (s->start_failures >= START_FAILURES_MAX) {
         char msg[512];
-        snprintf(msg, sizeof msg, "cannot start worker %s: %s", p->o.worker_path, strerror(err));
-        if (!p->fatal) {
-            p->fatal = true;
-            p->o.fatal_cb(p->o.ctx, msg);
-        }
+        snprintf(msg, sizeof msg, "cannot start worker %s: %s: %s", p->o.worker_path, what, strerror(rc));
+        pool_fatal(p, msg);
         return;
     }
     timer_arm(s, 100000u * s->start_failures);
@@ -863,16 +932,23 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts)
         free(p);
         return NULL;
     }
+    bool made = true;
     for (int i = 0; i < p->n; i++) {
         tp_slot_t *s = &p->slots[i];
         s->pool = p;
         s->index = i;
         s->call_fd = s->reply_fd = -1;
         s->ev_timer = evtimer_new(base, timer_cb, s);
+        made = made && s->ev_timer != NULL;
     }
     p->ev_chld = evsignal_new(base, SIGCHLD, chld_cb, p);
     p->ev_flush = event_new(base, -1, 0, flush_cb, p);
     tp_arena_init(&p->arena, 4096);
+    if (!made || p->ev_chld == NULL || p->ev_flush == NULL) {
+        tp_log_error("cannot make the pool's events: out of memory");
+        tp_pool_free(p);
+        return NULL;
+    }
     return p;
 }
 
@@ -1084,8 +1160,11 @@ void tp_pool_shutdown(tp_pool_t *p, bool kill_busy)
             break;
         }
     }
-    if (p->live == 0)
-        event_base_once(p->base, -1, EV_TIMEOUT, closed_now_cb, p, NULL);
+    if (p->live == 0 && event_base_once(p->base, -1, EV_TIMEOUT, closed_now_cb, p, NULL) < 0) {
+        /* Said from here, then, rather than never. */
+        tp_log_error("cannot defer the pool's closing: out of memory");
+        closed_now_cb(-1, 0, p);
+    }
 }
 
 int tp_pool_cancel(tp_pool_t *p, tp_attempt_t *a)
@@ -1122,7 +1201,8 @@ void tp_pool_free(tp_pool_t *p)
                 ;
         }
         slot_close_fds(s);
-        event_free(s->ev_timer);
+        if (s->ev_timer)
+            event_free(s->ev_timer);
         tp_buf_free(&s->in);
         tp_buf_free(&s->out);
     }

@@ -376,6 +376,142 @@ static void test_plain_reply(void)
     CU_ASSERT(mutated_plain > 1000);
 }
 
+/*
+ * Appends v as a varint written with pad more bytes than it needs (an
+ * overlong, non-canonical form protobuf's decoders may or may not take):
+ * the last byte of its short form gets the continuation bit, then pad - 1
+ * bytes 0x80 and a 0x00 follow. top, when not 0, is the last byte instead
+ * of 0x00 (bits past 64 when it lands in the tenth byte).
+ */
+static size_t put_varint_pad(uint8_t *p, uint64_t v, unsigned pad, uint8_t top)
+{
+    size_t n = 0;
+    for (; v >= 0x80; v >>= 7)
+        p[n++] = (uint8_t)(v | 0x80);
+    p[n++] = (uint8_t)v;
+    if (pad == 0)
+        return n;
+    p[n - 1] |= 0x80;
+    for (unsigned i = 1; i < pad; i++)
+        p[n++] = 0x80;
+    p[n++] = top;
+    return n;
+}
+
+/* Mostly no padding; now and then a byte or two; rarely enough to pass 5 or 10 bytes. */
+static unsigned random_pad(void)
+{
+    int r = rand() % 16;
+    return r < 9 ? 0 : r < 13 ? (unsigned)(1 + rand() % 2) : (unsigned)(3 + rand() % 8);
+}
+
+/*
+ * A random WorkerFrame body, built by hand: a Reply with some of seq, ok,
+ * result, retry_after_ms and cost (now and then one twice, a kind, a wrong
+ * wire type or an unknown field), in any order, every tag, length and
+ * value written with random overlong padding. Returns its length.
+ */
+static size_t random_reply_body(uint8_t *out)
+{
+    uint8_t body[512];
+    size_t n = 0;
+    int fields = rand() % 6;
+    for (int f = 0; f < fields; f++) {
+        static const unsigned choices[] = {1, 2, 3, 6, 7, 1, 2, 3, 6, 7, 4, 9};
+        unsigned field = choices[rand() % (int)(sizeof choices / sizeof choices[0])];
+        unsigned type = field == 3 || field == 4 ? 2 : field == 7 ? 1 : 0;
+        if (rand() % 40 == 0)
+            type = (unsigned)(rand() % 6);
+        n += put_varint_pad(body + n, field << 3 | type, rand() % 6 == 0 ? random_pad() : 0, 0);
+        switch (type) {
+        case 0: {
+            uint64_t v = rand() % 2 ? (uint64_t)(rand() % 3) : random_varint();
+            uint8_t top = rand() % 8 == 0 ? (uint8_t)(1 + rand() % 3) : 0;
+            n += put_varint_pad(body + n, v, random_pad(), top);
+            break;
+        }
+        case 1:
+            for (int i = 0; i < 8; i++)
+                body[n++] = (uint8_t)rand();
+            break;
+        case 2: {
+            size_t len = (size_t)rand() % 12;
+            n += put_varint_pad(body + n, len, random_pad(), 0);
+            for (size_t i = 0; i < len; i++)
+                body[n++] = (uint8_t)('a' + rand() % 26);
+            break;
+        }
+        case 5:
+            for (int i = 0; i < 4; i++)
+                body[n++] = (uint8_t)rand();
+            break;
+        default:
+            break;
+        }
+    }
+    size_t m = put_varint_pad(out, 2 << 3 | 2, rand() % 8 == 0 ? random_pad() : 0, 0);
+    m += put_varint_pad(out + m, n, random_pad(), 0);
+    memcpy(out + m, body, n);
+    return m + n;
+}
+
+/*
+ * Overlong and non-canonical varints: tags, lengths and values written
+ * with more bytes than they need. protobuf-c takes a tag or a length of at
+ * most 5 bytes (a length no more than INT_MAX) and a value of at most 10;
+ * whenever the plain decoder says yes to such a frame, protobuf-c must
+ * unpack the same fields from it.
+ */
+static void test_plain_reply_overlong(void)
+{
+    /* A length written as a 9-byte varint 0: protobuf-c refuses it. */
+    static const uint8_t nine[] = {0x12, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x00};
+    Toolpool__Reply got;
+    CU_ASSERT_PTR_NULL(toolpool__worker_frame__unpack(NULL, sizeof nine, nine));
+    CU_ASSERT_FALSE(tp_reply_decode_plain(nine, sizeof nine, &got));
+    /* The same 0 in 5 bytes is one it takes, and so may the plain decoder. */
+    static const uint8_t five[] = {0x12, 0x80, 0x80, 0x80, 0x80, 0x00};
+    Toolpool__WorkerFrame *u = toolpool__worker_frame__unpack(NULL, sizeof five, five);
+    CU_ASSERT_PTR_NOT_NULL(u);
+    toolpool__worker_frame__free_unpacked(u, NULL);
+    /* A 6-byte tag, and a result length of 6 bytes: both refused by protobuf-c. */
+    static const uint8_t tag6[] = {0x92, 0x80, 0x80, 0x80, 0x80, 0x00, 0x00};
+    CU_ASSERT_PTR_NULL(toolpool__worker_frame__unpack(NULL, sizeof tag6, tag6));
+    CU_ASSERT_FALSE(tp_reply_decode_plain(tag6, sizeof tag6, &got));
+    static const uint8_t res6[] = {0x12, 0x07, 0x1a, 0x81, 0x80, 0x80, 0x80, 0x80, 0x00};
+    CU_ASSERT_PTR_NULL(toolpool__worker_frame__unpack(NULL, sizeof res6, res6));
+    CU_ASSERT_FALSE(tp_reply_decode_plain(res6, sizeof res6, &got));
+
+    srand(13);
+    int fast = 0, refused = 0, overlong_fast = 0;
+    for (int round = 0; round < 30000; round++) {
+        uint8_t buf[1024];
+        size_t n = random_reply_body(buf);
+        Toolpool__WorkerFrame *wf = toolpool__worker_frame__unpack(NULL, n, buf);
+        refused += wf == NULL;
+        if (tp_reply_decode_plain(buf, n, &got)) {
+            fast++;
+            CU_ASSERT_PTR_NOT_NULL(wf);
+            if (wf == NULL) {
+                fprintf(stderr, "\n  plain decoder took a frame protobuf-c refuses:");
+                for (size_t i = 0; i < n; i++)
+                    fprintf(stderr, " %02x", buf[i]);
+                fputc('\n', stderr);
+            } else {
+                CU_ASSERT_EQUAL(wf->body_case, TOOLPOOL__WORKER_FRAME__BODY_REPLY);
+                if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_REPLY)
+                    check_same_reply(&got, wf->reply);
+                /* protobuf-c's own packing is shorter: this one was overlong */
+                overlong_fast += protobuf_c_message_get_packed_size(&wf->base) < n;
+            }
+        }
+        toolpool__worker_frame__free_unpacked(wf, NULL);
+    }
+    CU_ASSERT(fast > 1000);
+    CU_ASSERT(refused > 1000);
+    CU_ASSERT(overlong_fast > 500);
+}
+
 static void test_eof(void)
 {
     int p[2];
@@ -411,5 +547,6 @@ int main(void)
     CU_add_test(s, "unpacking into an arena", test_arena);
     CU_add_test(s, "a hand-built Call frame is protobuf-c's, byte for byte", test_call_frame);
     CU_add_test(s, "the plain Reply decoder agrees with protobuf-c", test_plain_reply);
+    CU_add_test(s, "... on overlong and non-canonical varints too", test_plain_reply_overlong);
     return tp_test_run();
 }

@@ -511,6 +511,8 @@ static void test_err_syntax(void)
                  "]}\n",                                /* 5 */
                  4, NULL, "duplicate object key");
     EXPECT_ERROR("", 1, NULL, "invalid JSON");
+    /* What jansson quotes of the file after "near" is raw: its newline does not end the message. */
+    EXPECT_ERROR("{\"tools\"\"}}]\\\n", 2, NULL, "invalid JSON: invalid escape near '\"}}]\\?'");
 }
 
 static void test_err_top_level(void)
@@ -552,6 +554,9 @@ static void test_err_unknown_tool_key(void)
                  "   \"a/b~c\": 1}\n"                            /* 3 */
                  "]}\n",                                         /* 4 */
                  "3: tools[0] (a).a/b~c: unknown key");
+    /* a control character in a key: the message stays one line */
+    EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"], \"a\\nb\\u0001\": 1}]}",
+                 "1: tools[0] (a).a?b?: unknown key");
 }
 
 static void test_err_unknown_policy_key(void)

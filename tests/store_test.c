@@ -276,7 +276,8 @@ static void test_open_bad_format_record(void)
     CU_ASSERT_EQUAL_FATAL(raw_meta(fx.path, put_garbage_format, NULL), 0);
     CU_ASSERT_PTR_NULL(tp_store_open(fx.path, 0, err, sizeof err));
     CU_ASSERT_TRUE(contains(err, fx.path));
-    CU_ASSERT_TRUE(contains(err, "cannot read the format record: corrupt"));
+    CU_ASSERT_TRUE(contains(err, "cannot read the format record: "));
+    CU_ASSERT_TRUE(contains(err, "does not unpack"));
 
     CU_ASSERT_EQUAL_FATAL(raw_meta(fx.path, del_format, NULL), 0);
     err[0] = 0;

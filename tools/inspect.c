@@ -22,6 +22,7 @@
 #include "checkpoint.h"
 #include "cli.h"
 #include "log.h"
+#include "record.h"
 #include "records.h"
 #include "store.h"
 #include "toolpool.pb-c.h"
@@ -110,6 +111,28 @@ static MDB_txn *read_txn(tp_store_t *s, const args_t *a)
         return txn;
     tp_log_error("%s: cannot read", a->store);
     return NULL;
+}
+
+/*
+ * Whether the record at k is sound (common/record.h): a bad one is said on
+ * stderr by name, with what is wrong, never printed.
+ */
+static bool sound(const args_t *a, tp_db_t db, const MDB_val *k, const MDB_val *v)
+{
+    char why[256], name[300];
+    ProtobufCMessage *m = NULL;
+    const ProtobufCMessageDescriptor *desc = tp_record_type(db, k->mv_data, k->mv_size);
+    int rc = EPROTO;
+    if (desc == NULL)
+        snprintf(why, sizeof why, "no %s record has a key like it", tp_store_db_name(db));
+    else
+        rc = tp_record_unpack(db, k->mv_data, k->mv_size, v->mv_data, v->mv_size, desc, &m, why, sizeof why);
+    if (m)
+        protobuf_c_message_free_unpacked(m, NULL);
+    if (rc)
+        tp_log_error("%s: %s: a corrupt record: %s (`toolpool store check --store %s` lists every bad record)",
+                     a->store, tp_record_name(db, k->mv_data, k->mv_size, name, sizeof name), why, a->store);
+    return rc == 0;
 }
 
 /*
@@ -250,13 +273,16 @@ int tp_cmd_breakers(int argc, char **argv)
             status = print_json(tp_records_breaker_json(&k, &v, true), &a);
         } else {
             tp_records_breaker_id(&k, id, sizeof id);
-            show_breaker(stdout, id, &v, true);
+            if (sound(&a, TP_DB_BREAKERS, &k, &v))
+                show_breaker(stdout, id, &v, true);
+            else
+                status = 2;
         }
     } else if (a.json) {
         json_t *all = NULL;
         int rc = tp_records_breakers_json(s, txn, &all);
         if (rc) {
-            tp_log_error("%s: cannot read the breakers: %s", a.store, mdb_strerror(rc));
+            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_BREAKERS), mdb_strerror(rc));
             status = 2;
         } else {
             status = print_json(json_pack("{s:o}", "breakers", all), &a);
@@ -267,6 +293,10 @@ int tp_cmd_breakers(int argc, char **argv)
         int n = 0, rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur);
         if (rc == 0) {
             for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+                if (!sound(&a, TP_DB_BREAKERS, &k, &v)) {
+                    status = 2;
+                    continue;
+                }
                 tp_records_breaker_id(&k, id, sizeof id);
                 show_breaker(stdout, id, &v, false);
                 n++;
@@ -274,7 +304,7 @@ int tp_cmd_breakers(int argc, char **argv)
             mdb_cursor_close(cur);
         }
         if (rc != MDB_NOTFOUND) {
-            tp_log_error("%s: cannot read the breakers: %s", a.store, mdb_strerror(rc));
+            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_BREAKERS), mdb_strerror(rc));
             status = 2;
         } else {
             if (n == 0)
@@ -377,7 +407,7 @@ int tp_cmd_escalations(int argc, char **argv)
         json_t *all = NULL;
         int rc = tp_records_escalations_json(s, txn, a.all, &all);
         if (rc) {
-            tp_log_error("%s: cannot read the escalations: %s", a.store, mdb_strerror(rc));
+            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_ESCALATIONS), mdb_strerror(rc));
             status = 2;
         } else {
             status = print_json(json_pack("{s:o}", "escalations", all), &a);
@@ -388,9 +418,10 @@ int tp_cmd_escalations(int argc, char **argv)
         int n = 0, rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_ESCALATIONS), &cur);
         if (rc == 0) {
             for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-                Toolpool__Escalation *e = toolpool__escalation__unpack(NULL, v.mv_size, v.mv_data);
-                if (e == NULL) {
-                    printf("%.*s  (corrupt record)\n", (int)k.mv_size, (const char *)k.mv_data);
+                Toolpool__Escalation *e = NULL;
+                if (!sound(&a, TP_DB_ESCALATIONS, &k, &v) ||
+                    (e = toolpool__escalation__unpack(NULL, v.mv_size, v.mv_data)) == NULL) {
+                    status = 2;
                     continue;
                 }
                 if (a.all || !e->resolved) {
@@ -402,7 +433,7 @@ int tp_cmd_escalations(int argc, char **argv)
             mdb_cursor_close(cur);
         }
         if (rc != MDB_NOTFOUND) {
-            tp_log_error("%s: cannot read the escalations: %s", a.store, mdb_strerror(rc));
+            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_ESCALATIONS), mdb_strerror(rc));
             status = 2;
         } else {
             if (n == 0)
@@ -538,7 +569,7 @@ int tp_cmd_checkpoints(int argc, char **argv)
         json_t *all = NULL;
         int rc = tp_records_checkpoints_json(s, txn, &all);
         if (rc) {
-            tp_log_error("%s: cannot read the checkpoints: %s", a.store, mdb_strerror(rc));
+            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_JOBS), mdb_strerror(rc));
             status = 2;
         } else {
             status = print_json(json_pack("{s:o}", "checkpoints", all), &a);
@@ -549,9 +580,10 @@ int tp_cmd_checkpoints(int argc, char **argv)
         int n = 0, rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_JOBS), &cur);
         if (rc == 0) {
             for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-                Toolpool__Checkpoint *cp = toolpool__checkpoint__unpack(NULL, v.mv_size, v.mv_data);
-                if (cp == NULL) {
-                    printf("%.*s  (corrupt record)\n", (int)k.mv_size, (const char *)k.mv_data);
+                Toolpool__Checkpoint *cp = NULL;
+                if (!sound(&a, TP_DB_JOBS, &k, &v) ||
+                    (cp = toolpool__checkpoint__unpack(NULL, v.mv_size, v.mv_data)) == NULL) {
+                    status = 2;
                     continue;
                 }
                 list_checkpoint(stdout, cp);
@@ -561,7 +593,7 @@ int tp_cmd_checkpoints(int argc, char **argv)
             mdb_cursor_close(cur);
         }
         if (rc != MDB_NOTFOUND) {
-            tp_log_error("%s: cannot read the checkpoints: %s", a.store, mdb_strerror(rc));
+            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_JOBS), mdb_strerror(rc));
             status = 2;
         } else {
             if (n == 0)

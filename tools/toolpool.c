@@ -34,6 +34,7 @@ static const char usage_text[] =
     "  breakers     list, show or reset circuit breakers in a store\n"
     "  escalations  list, show or resolve calls handed to a person\n"
     "  checkpoints  list jobs, or show one job's steps so far\n"
+    "  store check  read and check every record of a store; report the bad ones\n"
     "  help         this text; `toolpool COMMAND --help` for a command's options\n"
     "\n"
     "exit status: 0 every call ok, 1 some call failed, 2 usage, registry or store error\n";
@@ -198,8 +199,34 @@ int tp_cmd_run(int argc, char **argv)
     return status;
 }
 
+/*
+ * Makes sure fds 0, 1 and 2 are open before anything else opens a file, as
+ * daemons do. Started with one of them closed (`toolpool run <&- >&-`), the
+ * next file opened would take its number: LMDB's data file as fd 1, say,
+ * and the result lines meant for standard output would be written over the
+ * store. A closed one gets /dev/null. Exits 2 when even that fails.
+ */
+static void std_fds_open(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+            continue;
+        /* The lower ones are open, so this takes fd itself. */
+        int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        if (got != fd) {
+            int err = errno;
+            if (got >= 0)
+                close(got);
+            dprintf(2, "toolpool: fd %d is closed and /dev/null cannot take its place: %s\n", fd,
+                    strerror(got >= 0 ? EBADF : err));
+            exit(2);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
+    std_fds_open();
     tp_log_init("toolpool");
     if (argc < 2) {
         fputs(usage_text, stderr);
@@ -220,6 +247,8 @@ int main(int argc, char **argv)
         return tp_cmd_escalations(argc - 1, argv + 1);
     if (strcmp(cmd, "checkpoints") == 0)
         return tp_cmd_checkpoints(argc - 1, argv + 1);
+    if (strcmp(cmd, "store") == 0)
+        return tp_cmd_store(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         fputs(usage_text, stdout);
         return 0;

@@ -81,7 +81,10 @@ static void print_one(json_t *r, FILE *out)
     json_t *args = json_object_get(r, "args");
     if (tool) {
         fprintf(out, "%s(args=", tool);
-        put_json(out, args ? args : json_object(), 400);
+        if (args)
+            put_json(out, args, 400);
+        else
+            fputs("{}", out);
         fputs(")\n", out);
     } else {
         fputs("(rejected input)\n", out);
@@ -165,18 +168,29 @@ static int trace_store(const char *dir, int n, char **ids)
     for (int i = 0; i < n; i++) {
         Toolpool__StoredResult *r;
         int grc = tp_result_get(s, txn, ids[i], &r);
-        if (grc) {
-            tp_log_error("%s: %s call %s", dir, grc == EPROTO ? "corrupt record of" : "no recorded", ids[i]);
+        if (grc == MDB_NOTFOUND) {
+            tp_log_error("%s: no recorded call %s", dir, ids[i]);
             rc = 2;
             continue;
         }
-        json_t *v = json_loadb((const char *)r->line.data, r->line.len, 0, NULL);
-        toolpool__stored_result__free_unpacked(r, NULL);
-        if (v) {
-            print_one(v, stdout);
-            fputc('\n', stdout);
-            json_decref(v);
+        if (grc) {
+            char why[600];
+            tp_log_error("%s: call %s: %s", dir, ids[i], tp_store_strerror(s, grc, why, sizeof why));
+            rc = 2;
+            continue;
         }
+        json_error_t jerr;
+        json_t *v = json_loadb((const char *)r->line.data, r->line.len, 0, &jerr);
+        toolpool__stored_result__free_unpacked(r, NULL);
+        if (v == NULL) {
+            /* Sound JSON that jansson still refuses (a number past int64, say). */
+            tp_log_error("%s: call %s: its recorded line cannot be read: %s", dir, ids[i], jerr.text);
+            rc = 2;
+            continue;
+        }
+        print_one(v, stdout);
+        fputc('\n', stdout);
+        json_decref(v);
     }
     mdb_txn_abort(txn);
     tp_store_close(s);

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "adapter.h"
+#include "log.h"
 #include "taxonomy.h"
 
 #define STDERR_KEEP 2048
@@ -60,33 +62,55 @@ static char **call_env(const Toolpool__Call *call, char vars[4][320])
  * Starts the tool with posix_spawnp (vfork speed; it stays in the worker's
  * process group): fds 0-2 on the pipes, SIGPIPE back to its default (the
  * worker ignores it), the call in its environment. Every other fd the
- * worker holds is close-on-exec. Returns the pid, or -1 with errno.
+ * worker holds is close-on-exec. Returns the pid, or -1 with errno and
+ * *what naming the call that failed.
+ *
+ * Each setting is asked for by a call that can fail (ENOMEM): a tool
+ * started without one (its stdin not the args pipe, SIGPIPE ignored) must
+ * not start at all, so a failed setting is a failed start, logged with the
+ * tool and the call, as nginx logs a failed fork.
  */
-static pid_t spawn_tool(const Toolpool__Call *call, char **argv, int in_fd, int out_fd, int err_fd)
+static pid_t spawn_tool(const Toolpool__Call *call, char **argv, int in_fd, int out_fd, int err_fd,
+                        const char **what)
 {
     char vars[4][320];
     char **envp = call_env(call, vars);
     if (envp == NULL) {
+        *what = "malloc";
         errno = ENOMEM;
         return -1;
     }
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
+    bool fa_made = false, attr_made = false;
     sigset_t def;
     sigemptyset(&def);
     sigaddset(&def, SIGPIPE);
     sigaddset(&def, SIGTERM);
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in_fd, 0);
-    posix_spawn_file_actions_adddup2(&fa, out_fd, 1);
-    posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setsigdefault(&attr, &def);
-    pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
+    pid_t pid = -1;
+    int rc;
+#define SPAWN_STEP(fn, ...)                                                                                  \
+    do {                                                                                                     \
+        *what = #fn;                                                                                         \
+        if ((rc = fn(__VA_ARGS__)) != 0)                                                                     \
+            goto out;                                                                                        \
+    } while (0)
+    SPAWN_STEP(posix_spawn_file_actions_init, &fa);
+    fa_made = true;
+    SPAWN_STEP(posix_spawn_file_actions_adddup2, &fa, in_fd, 0);
+    SPAWN_STEP(posix_spawn_file_actions_adddup2, &fa, out_fd, 1);
+    SPAWN_STEP(posix_spawn_file_actions_adddup2, &fa, err_fd, 2);
+    SPAWN_STEP(posix_spawnattr_init, &attr);
+    attr_made = true;
+    SPAWN_STEP(posix_spawnattr_setflags, &attr, POSIX_SPAWN_SETSIGDEF);
+    SPAWN_STEP(posix_spawnattr_setsigdefault, &attr, &def);
+    SPAWN_STEP(posix_spawnp, &pid, argv[0], &fa, &attr, argv, envp);
+#undef SPAWN_STEP
+out:
+    if (fa_made)
+        posix_spawn_file_actions_destroy(&fa);
+    if (attr_made)
+        posix_spawnattr_destroy(&attr);
     free(envp);
     if (rc != 0) {
         errno = rc;
@@ -151,12 +175,20 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
         tp_outcome_fail(o, "ToolError", "pipe: %s", strerror(errno));
         goto out;
     }
-    pid_t pid = spawn_tool(call, argv, in_p[0], out_p[1], err_p[1]);
+    const char *what;
+    pid_t pid = spawn_tool(call, argv, in_p[0], out_p[1], err_p[1], &what);
     if (pid < 0) {
-        if (errno == EAGAIN || errno == ENOMEM)
-            tp_outcome_fail(o, "ServerError", "cannot start %s: %s", argv[0], strerror(errno));
-        else
-            tp_outcome_fail(o, "ToolError", "cannot exec %s: %s", argv[0], strerror(errno));
+        int err = errno;
+        if (strcmp(what, "posix_spawnp") != 0) {
+            /* Not the tool's doing: the worker could not set its start up. Transient. */
+            tp_log_error("%s failed while starting tool %s (call %s, attempt %u): %s", what, call->tool,
+                         call->call_id, call->attempt, strerror(err));
+            tp_outcome_fail(o, "ServerError", "cannot start %s: %s: %s", argv[0], what, strerror(err));
+        } else if (err == EAGAIN || err == ENOMEM) {
+            tp_outcome_fail(o, "ServerError", "cannot start %s: %s", argv[0], strerror(err));
+        } else {
+            tp_outcome_fail(o, "ToolError", "cannot exec %s: %s", argv[0], strerror(err));
+        }
         goto out;
     }
     close_fd(&in_p[0]);

@@ -1,0 +1,258 @@
+/*
+ * json_test: the JSON checker that vets every record the store reads
+ * (tp_json_check, tp_json_member), held to jansson on random and mutated
+ * texts, as callline_test holds the call-line scanner to it.
+ */
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "json.h"
+#include "testutil.h"
+
+static void check_text(const char *s, int want)
+{
+    size_t at = 0;
+    int got = tp_json_check(s, strlen(s), &at);
+    if (got != want)
+        fprintf(stderr, "\n  tp_json_check(%s) is %d, expected %d (at %zu)\n", s, got, want, at);
+    CU_ASSERT_EQUAL(got, want);
+}
+
+/* What JSON is and is not, one text at a time. */
+static void test_table(void)
+{
+    static const char *const good[] = {
+        "{}", "[]", " {\"a\": 1} \n", "0", "-0", "1.5e-3", "-12E+4", "\"\"", "true", "false", "null",
+        "[1, \"x\", {\"y\": [null, false, true]}]", "\"\\u00e9\\n\\t\\\\\\/\\\"\"", "\"é – 😀\"",
+        "{\"a\":{\"b\":{\"c\":[[[]]]}}}", "\"\\u0000\"", "\"\\ud800\"", "123456789012345678901234567890",
+    };
+    static const char *const bad[] = {
+        "", " ", "{", "}", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{a: 1}", "01", "1.", ".5", "1e", "+1", "-",
+        "--1", "tru", "nul", "True", "\"abc", "\"\\x\"", "\"\\u12g4\"", "\"a\nb\"", "[1 2]", "{} {}",
+        "[\"\xff\"]", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\"", "NaN", "[Infinity]", "{\"a\":}",
+        "{,}", "[,1]", "1 2", "\"\t\"",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        check_text(good[i], 0);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        check_text(bad[i], -1);
+    /* Nesting: as deep as TP_JSON_DEPTH_MAX, not one more. */
+    size_t n = TP_JSON_DEPTH_MAX + 1;
+    char *deep = malloc(2 * n + 1);
+    memset(deep, '[', n);
+    memset(deep + n, ']', n);
+    deep[2 * n] = 0;
+    CU_ASSERT_EQUAL(tp_json_check(deep, 2 * n, NULL), -1);
+    CU_ASSERT_EQUAL(tp_json_check(deep + 1, 2 * n - 2, NULL), 0);
+    free(deep);
+    /* Nothing at all (an empty bytes field: no pointer either) is not JSON. */
+    CU_ASSERT_EQUAL(tp_json_check(NULL, 0, NULL), -1);
+    const char *v;
+    size_t vlen;
+    CU_ASSERT_EQUAL(tp_json_member(NULL, 0, "id", &v, &vlen), -1);
+    /* The offset of what is wrong. */
+    size_t at = 0;
+    CU_ASSERT_EQUAL(tp_json_check("{\"a\": tru}", 10, &at), -1);
+    CU_ASSERT_EQUAL(at, 6);
+}
+
+/* ---- random JSON ---- */
+
+static const char *const keys[] = {"id", "a", "b", "tool", "ok", "é", "k\\\"q", ""};
+
+static void random_ws(tp_buf_t *b)
+{
+    static const char ws[] = " \t\n\r";
+    while (rand() % 6 == 0)
+        tp_buf_append(b, &ws[rand() % 4], 1);
+}
+
+static void random_string(tp_buf_t *b)
+{
+    static const char *const pieces[] = {
+        "a", "b", "xyz", " ", "\\n", "\\\"", "\\\\", "\\/", "\\u00e9", "\\ud83d\\ude00", "é", "😀", "–", "\\u0000",
+        "\\t", "\\b\\f\\r",
+    };
+    tp_buf_puts(b, "\"");
+    int n = rand() % 6;
+    for (int i = 0; i < n; i++)
+        tp_buf_puts(b, pieces[rand() % (int)(sizeof pieces / sizeof pieces[0])]);
+    tp_buf_puts(b, "\"");
+}
+
+static void random_number(tp_buf_t *b)
+{
+    switch (rand() % 5) {
+    case 0: tp_buf_printf(b, "%d", rand() % 100 - 50); break;
+    case 1: tp_buf_printf(b, "%d.%d", rand() % 1000, rand() % 1000); break;
+    case 2: tp_buf_printf(b, "%de%c%d", rand() % 10, "+-"[rand() % 2], rand() % 30); break;
+    case 3: tp_buf_printf(b, "-0.%03dE%d", rand() % 1000, rand() % 5); break;
+    default: tp_buf_puts(b, rand() % 2 ? "9223372036854775807" : "-9223372036854775808"); break;
+    }
+}
+
+static void random_value(tp_buf_t *b, int depth)
+{
+    int r = rand() % (depth > 4 ? 6 : 8);
+    random_ws(b);
+    switch (r) {
+    case 0: random_string(b); break;
+    case 1: random_number(b); break;
+    case 2: tp_buf_puts(b, "true"); break;
+    case 3: tp_buf_puts(b, "false"); break;
+    case 4: tp_buf_puts(b, "null"); break;
+    case 5: random_string(b); break;
+    case 6: {
+        tp_buf_puts(b, "[");
+        int n = rand() % 4;
+        for (int i = 0; i < n; i++) {
+            if (i)
+                tp_buf_puts(b, ",");
+            random_value(b, depth + 1);
+        }
+        random_ws(b);
+        tp_buf_puts(b, "]");
+        break;
+    }
+    default: {
+        tp_buf_puts(b, "{");
+        int n = rand() % 5, used = 0;
+        for (int i = 0; i < n; i++) {
+            int k = rand() % (int)(sizeof keys / sizeof keys[0]);
+            if (used & 1 << k)
+                continue; /* keys unique, so jansson's and the first member agree */
+            if (used)
+                tp_buf_puts(b, ",");
+            used |= 1 << k;
+            random_ws(b);
+            tp_buf_printf(b, "\"%s\"", keys[k]);
+            random_ws(b);
+            tp_buf_puts(b, ":");
+            random_value(b, depth + 1);
+        }
+        random_ws(b);
+        tp_buf_puts(b, "}");
+        break;
+    }
+    }
+    random_ws(b);
+}
+
+/*
+ * What jansson may refuse that is JSON by grammar: escapes of lone
+ * surrogates, \u0000 in a key (even with JSON_ALLOW_NUL), integers past
+ * int64, reals past double, nesting past its own limit.
+ */
+static bool jansson_only(const char *why)
+{
+    return strstr(why, "invalid Unicode") || strstr(why, "NUL byte") || strstr(why, "too big") ||
+           strstr(why, "overflow") || strstr(why, "maximum parsing depth");
+}
+
+/*
+ * tp_json_check and jansson on one text: the same verdict, but for what
+ * jansson_only allows; with members, tp_json_member finds what jansson does.
+ */
+static bool agree(const uint8_t *text, size_t n, bool members, int *accepted)
+{
+    json_error_t err;
+    json_t *v = json_loadb((const char *)text, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+    int got = tp_json_check(text, n, NULL);
+    *accepted = got == 0;
+    /* jansson drops a raw NUL byte where it finds one (its reader takes 0 for "refill"): not JSON. */
+    bool nul = memchr(text, 0, n) != NULL;
+    bool ok = (v != NULL) == (got == 0) || (v == NULL && jansson_only(err.text)) || (v != NULL && nul);
+    if (!ok) {
+        fprintf(stderr, "\n  tp_json_check says %d, jansson %s: ", got, v ? "valid" : err.text);
+        fwrite(text, 1, n, stderr);
+        fputc('\n', stderr);
+    }
+    /* The members it finds are jansson's (in a generated text, whose keys are unique). */
+    if (members && ok && v && got == 0 && json_is_object(v)) {
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            if (strchr(keys[k], '\\'))
+                continue; /* jansson knows the key unescaped */
+            const char *at;
+            size_t len;
+            json_t *want = json_object_get(v, keys[k]);
+            int found = tp_json_member(text, n, keys[k], &at, &len);
+            CU_ASSERT_EQUAL(found == 0, want != NULL);
+            if (found == 0 && want) {
+                json_t *got_v = json_loadb(at, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+                CU_ASSERT(got_v != NULL && json_equal(got_v, want));
+                if (got_v == NULL || !json_equal(got_v, want))
+                    fprintf(stderr, "\n  member %s of %.*s is %.*s\n", keys[k], (int)n, text, (int)len, at);
+                json_decref(got_v);
+            }
+        }
+    }
+    json_decref(v);
+    return ok;
+}
+
+/*
+ * 20,000 random texts, each then with a byte changed, one cut out, one put
+ * in, or the end cut off: tp_json_check says what jansson says.
+ */
+static void test_against_jansson(void)
+{
+    srand(17);
+    int valid = 0, mutated_valid = 0, mutated_invalid = 0, disagree = 0;
+    static const uint8_t junk[] = {'{', '}', '[', ']', ',', ':', '"', '\\', ' ', '0', '-', '.', 'e', 'x', 0xff,
+                                   0xc3, 0x80, 0x00, '\n', 't'};
+    for (int round = 0; round < 20000 && disagree < 10; round++) {
+        tp_buf_t b = {0};
+        random_value(&b, 0);
+        int acc;
+        disagree += !agree(b.data, b.len, true, &acc);
+        valid += acc;
+        for (int m = 0; m < 4; m++) {
+            tp_buf_t c = {0};
+            tp_buf_append(&c, b.data, b.len);
+            size_t at = c.len ? (size_t)rand() % c.len : 0;
+            switch (rand() % 4) {
+            case 0:
+                if (c.len)
+                    c.data[at] = junk[rand() % (int)sizeof junk];
+                break;
+            case 1:
+                if (c.len) {
+                    memmove(c.data + at, c.data + at + 1, c.len - at - 1);
+                    c.len--;
+                }
+                break;
+            case 2:
+                tp_buf_reserve(&c, 1);
+                memmove(c.data + at + 1, c.data + at, c.len - at);
+                c.data[at] = junk[rand() % (int)sizeof junk];
+                c.len++;
+                break;
+            default:
+                c.len = at;
+                break;
+            }
+            disagree += !agree(c.data, c.len, false, &acc);
+            mutated_valid += acc;
+            mutated_invalid += !acc;
+            tp_buf_free(&c);
+        }
+        tp_buf_free(&b);
+    }
+    CU_ASSERT_EQUAL(disagree, 0);
+    CU_ASSERT(valid > 19000);
+    CU_ASSERT(mutated_valid > 5000 && mutated_invalid > 20000);
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    CU_pSuite s = CU_add_suite("json", NULL, NULL);
+    CU_add_test(s, "what JSON is and is not", test_table);
+    CU_add_test(s, "tp_json_check and tp_json_member agree with jansson", test_against_jansson);
+    return tp_test_run();
+}
