@@ -153,7 +153,7 @@ static void test_result_round_trip(void)
     tp_digest_t args, ident;
     tp_digest_bytes("{\"q\":1}", 7, &args);
     tp_identity_digest("search", &args, &ident);
-    static const uint8_t line[] = "{\"id\":\"call-1\",\"ok\":true,\"result\":\"a\\u0000b\"}\n\0tail";
+    static const uint8_t line[] = "{\"id\":\"call-1\",\"ok\":true,\"result\":\"a\\u0000b\"}\n";
     const size_t len = sizeof line - 1;
 
     Toolpool__Result r = TOOLPOOL__RESULT__INIT;
@@ -171,9 +171,12 @@ static void test_result_round_trip(void)
     f.kind = "Timeout";
     f.attempts = 3;
     f.duration_us = 9;
+    f.input_digest.data = ident.b;
+    f.input_digest.len = TP_DIGEST_LEN;
+    static const char fline[] = "{\"id\":\"call-2\",\"ok\":false,\"error\":\"Timeout\"}\n";
     MDB_txn *txn = begin();
     CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, line, len), 0);
-    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &f, (const uint8_t *)"{}\n", 3), 0);
+    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &f, (const uint8_t *)fline, sizeof fline - 1), 0);
     /* readable inside the transaction that wrote it */
     Toolpool__StoredResult *sr = NULL;
     CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "call-1", &sr), 0);
@@ -205,8 +208,8 @@ static void test_result_round_trip(void)
     CU_ASSERT_FALSE(sr->ok);
     CU_ASSERT_STRING_EQUAL(sr->kind, "Timeout");
     CU_ASSERT_EQUAL(sr->attempts, 3);
-    CU_ASSERT_EQUAL(sr->input_digest.len, 0);
-    CU_ASSERT_EQUAL(sr->line.len, 3);
+    CU_ASSERT_EQUAL(sr->input_digest.len, TP_DIGEST_LEN);
+    CU_ASSERT_EQUAL(sr->line.len, sizeof fline - 1);
     toolpool__stored_result__free_unpacked(sr, NULL);
 
     /* an unknown id, or a prefix of a known one: MDB_NOTFOUND, nothing returned */
@@ -224,14 +227,19 @@ static void test_result_replace_and_corrupt(void)
 {
     fx_open();
     Toolpool__Result r = TOOLPOOL__RESULT__INIT;
+    uint8_t digest[TP_DIGEST_LEN] = {1};
     r.id = "x";
+    r.kind = "Timeout";
     r.attempts = 1;
+    r.input_digest.data = digest;
+    r.input_digest.len = TP_DIGEST_LEN;
+    static const char first[] = "{\"id\":\"x\",\"ok\":false,\"n\":1}\n", second[] = "{\"id\":\"x\",\"ok\":false,\"n\":2}\n";
     MDB_txn *txn = begin();
-    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, (const uint8_t *)"first line\n", 11), 0);
+    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, (const uint8_t *)first, sizeof first - 1), 0);
     commit(txn);
     r.attempts = 4;
     txn = begin();
-    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, (const uint8_t *)"2nd\n", 4), 0);
+    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, (const uint8_t *)second, sizeof second - 1), 0);
     /* a record that is not a StoredResult */
     MDB_val k = {7, "garbage"}, v = {3, "\xff\xff\xff"};
     CU_ASSERT_EQUAL(mdb_put(txn, tp_store_dbi(fx.store, TP_DB_RESULTS), &k, &v, 0), 0);
@@ -240,8 +248,8 @@ static void test_result_replace_and_corrupt(void)
     Toolpool__StoredResult *sr = NULL;
     CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "x", &sr), 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sr);
-    CU_ASSERT_EQUAL(sr->line.len, 4);
-    CU_ASSERT_EQUAL(memcmp(sr->line.data, "2nd\n", 4), 0);
+    CU_ASSERT_EQUAL(sr->line.len, sizeof second - 1);
+    CU_ASSERT_EQUAL(memcmp(sr->line.data, second, sizeof second - 1), 0);
     CU_ASSERT_EQUAL(sr->attempts, 4);
     toolpool__stored_result__free_unpacked(sr, NULL);
     sr = NULL;
