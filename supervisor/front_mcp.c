@@ -1169,7 +1169,7 @@ static void take_line(tp_mcp_t *m, const char *line, size_t len)
     if (i == len)
         return;
     json_error_t jerr;
-    json_t *msg = json_loadb(line, len, 0, &jerr);
+    json_t *msg = json_loadb(line, len, JSON_DECODE_ANY, &jerr);
     if (msg == NULL)
         reply_error(m, NULL, TP_RPC_PARSE_ERROR, NULL, "Parse error: %s (column %d)", jerr.text, jerr.column);
     else if (json_is_array(msg))
@@ -1190,6 +1190,14 @@ static void input_end(tp_mcp_t *m)
     tp_buf_reset(&m->in);
     m->scan = 0;
     tell_closed(m);
+}
+
+/* A line past the limit: refused whole (the rest of it is skipped as it comes), never allocated. */
+static void too_long(tp_mcp_t *m)
+{
+    reply_error(m, NULL, TP_RPC_INVALID_REQUEST, NULL,
+                "Invalid Request: a message longer than the %llu-byte limit (--max-frame); skipped",
+                (unsigned long long)m->o.max_message);
 }
 
 /*
@@ -1226,6 +1234,8 @@ static void feed_cb(void *ctx)
             m->scan = 0;
             if (m->in_skip)
                 m->in_skip = false;
+            else if (len > m->o.max_message)
+                too_long(m);
             else
                 take_line(m, (const char *)head, len);
             tp_buf_consume(&m->in, len + 1);
@@ -1234,9 +1244,7 @@ static void feed_cb(void *ctx)
         m->scan = avail;
         if (avail > m->o.max_message && !m->in_skip) {
             m->in_skip = true;
-            reply_error(m, NULL, TP_RPC_INVALID_REQUEST, NULL,
-                        "Invalid Request: a message longer than the %llu-byte limit (--max-frame); skipped",
-                        (unsigned long long)m->o.max_message);
+            too_long(m);
         }
         if (m->in_skip) {
             tp_buf_reset(&m->in);
@@ -1264,7 +1272,9 @@ static void feed_cb(void *ctx)
         }
         if (n == 0) {
             /* The last message may lack its newline. */
-            if (tp_buf_avail(&m->in) > 0 && !m->in_skip)
+            if (tp_buf_avail(&m->in) > m->o.max_message && !m->in_skip)
+                too_long(m);
+            else if (tp_buf_avail(&m->in) > 0 && !m->in_skip)
                 take_line(m, (const char *)tp_buf_head(&m->in), tp_buf_avail(&m->in));
             input_end(m);
             break;
