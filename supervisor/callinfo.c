@@ -4,7 +4,8 @@
 
 void tp_call_info(const tp_call_t *c, tp_call_info_t *out)
 {
-    *out = (tp_call_info_t){.entries = (uint32_t)c->n_trace};
+    /* The engine fills the call's record when it ends, and only then (engine.c, finish). */
+    *out = (tp_call_info_t){.entries = (uint32_t)c->n_trace, .ended = c->res.has_id};
     if (c->n_trace == 0)
         return;
     const Toolpool__Attempt *last = c->trace[c->n_trace - 1];

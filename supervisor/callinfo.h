@@ -21,6 +21,7 @@ typedef struct {
     const char *tool;           /* its tool (the registry's string); NULL with no entry */
     const char *outcome;        /* its outcome: "ok" or the kind */
     uint64_t backoff_us;        /* the wait after it, before the next (0: none, or not yet known) */
+    bool ended;                 /* the call has ended: its answer is on its way, and says it all */
 } tp_call_info_t;
 
 /* c: a handle tp_engine_submit gave, before its answer has been delivered. */

@@ -724,9 +724,9 @@ static void flush_cb(void *ctx)
 
 /*
  * notifications/progress for the calls whose client asked for it: one each
- * time an attempt has failed (progress: the trace's entries so far), which
- * is when a retry or the next hop of the chain follows. Read at each of
- * the engine's turns, right after it has settled the attempts that ended.
+ * time an attempt has failed and a retry or the next hop of the chain
+ * follows (progress: the trace's entries so far). Read at each of the
+ * engine's turns, right after it has settled the attempts that ended.
  */
 static void tell_progress(tp_mcp_t *m)
 {
@@ -738,8 +738,8 @@ static void tell_progress(tp_mcp_t *m)
         if (ci.entries <= r->told)
             continue;
         r->told = ci.entries;
-        if (strcmp(ci.outcome, "ok") == 0)
-            continue; /* it answered: the result follows */
+        if (ci.ended)
+            continue; /* no retry follows: the answer does, and says it all */
         char text[256];
         if (ci.number == 0)
             snprintf(text, sizeof text, "%s: %s, not run", ci.tool, ci.outcome);

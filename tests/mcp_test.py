@@ -455,6 +455,13 @@ class McpTest(unittest.TestCase):
         s.call("echo", {}, meta={"progressToken": "none"}, rid=3)
         s.call("flaky", {"ok_at": 2}, rid=4)
         self.assertEqual(s.quiet_for(0.2), [])
+        # The last failure is told by the answer alone: no retry follows it.
+        self.assert_tool_error(s.call("flaky", {"ok_at": 9}, meta={"progressToken": "f"}, rid=5), "ServerError",
+                               "transient", 3, True)
+        self.assert_tool_error(s.call("deny", {}, meta={"progressToken": "d"}, rid=6), "PermissionDenied",
+                               "permanent", 1, False)
+        prog = [m for m in s.quiet_for(0.1) if m.get("method") == "notifications/progress"]
+        self.assertEqual([(p["params"]["progressToken"], p["params"]["progress"]) for p in prog], [("f", 1), ("f", 2)])
 
     def test_cancel_a_running_call(self):
         s = self.ready(args=["-j", "1"])
