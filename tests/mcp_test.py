@@ -551,6 +551,39 @@ class McpTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertIn(esc, out)
 
+    def test_a_slow_reader_never_stalls_the_loop(self):
+        s = self.ready()
+        # 3 MB of answers the client does not read (a pipe holds 64 KiB)...
+        for i in range(6):
+            s.send({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                    "params": {"name": "big", "arguments": {"n": 500000}}})
+        # ...and still the next request is read and its call run and recorded: the loop never blocked on stdout.
+        s.send({"jsonrpc": "2.0", "id": "after", "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"k": "after"}, "_meta": {"job": "after"}}})
+        deadline = time.monotonic() + 20
+        while True:
+            rc, out, _ = self.toolpool("checkpoints", "show", "after", "--store", s.store)
+            if rc == 0 and "after" in out and "mcp-" in out:
+                break
+            self.assertLess(time.monotonic(), deadline, "the call after the backlog was never run")
+            time.sleep(0.1)
+        got = {}
+        for _ in range(7):
+            m = s.next_message()
+            got[m["id"]] = m
+        for i in range(6):
+            self.assertEqual(len(json.loads(got[i]["result"]["content"][0]["text"])), 500000)
+        self.assertEqual(got["after"]["result"]["structuredContent"], {"k": "after"})
+        # Past 8 MiB unread, input waits for the client; once it reads, everything is answered.
+        for i in range(20):
+            s.send({"jsonrpc": "2.0", "id": 100 + i, "method": "tools/call",
+                    "params": {"name": "big", "arguments": {"n": 500000}}})
+        time.sleep(1.5)
+        ids = sorted(s.next_message()["id"] for _ in range(20))
+        self.assertEqual(ids, list(range(100, 120)))
+        self.assertEqual(s.request("ping")["result"], {})
+        self.assertEqual(s.close(), 0)
+
     # ---- bad input ----
 
     def test_bad_input(self):
