@@ -774,6 +774,13 @@ static const char *version_pick(const char *asked)
     return tp_mcp_versions[0];
 }
 
+/*
+ * initialize: the version the client asked for when we speak it, else our
+ * newest (the client then speaks it or disconnects, as the lifecycle's
+ * version negotiation has it), our capabilities and who we are. Requests
+ * are taken from this answer on; notifications/initialized is not waited
+ * for, since nothing we do depends on it.
+ */
 static void do_initialize(tp_mcp_t *m, const json_t *id, const json_t *params)
 {
     if (m->initialized) {
@@ -886,6 +893,12 @@ static int tools_render(tp_mcp_t *m)
 /* The cursor of the page that starts at tool `at`: opaque to the client, checked when it comes back. */
 #define TP_MCP_CURSOR_PREFIX "toolpool-tools-"
 
+/*
+ * tools/list: a page of the tools rendered at start. The cursor names where
+ * the next page starts; a cursor we did not give (edited, or from another
+ * registry) is Invalid params, as the pagination section asks, never a
+ * page that starts somewhere else.
+ */
 static void do_tools_list(tp_mcp_t *m, const json_t *id, const json_t *params)
 {
     size_t from = 0, n = m->reg->n_tools;
@@ -927,6 +940,11 @@ static void do_tools_list(tp_mcp_t *m, const json_t *id, const json_t *params)
     msg_end(m, &w, "the tools/list result");
 }
 
+/*
+ * logging/setLevel: from now on, log messages at this level and above go
+ * to the client (escalations, at warning). Before it, none do: a client
+ * that never asked is not sent any.
+ */
 static void do_set_level(tp_mcp_t *m, const json_t *id, const json_t *params)
 {
     const char *level = json_string_value(json_object_get(params, "level"));
