@@ -630,6 +630,9 @@ class McpTest(unittest.TestCase):
         s.send(b'"method": "ping"}')
         self.assertEqual(s.response("split")["result"], {})
         self.assertEqual(s.call("echo", {"still": "here"})["result"]["structuredContent"], {"still": "here"})
+        # A result the frame cannot carry (--max-frame, less 1 KiB for the rest) is the tool's failure.
+        tm = self.assert_tool_error(s.call("big", {"n": 3500}), "OutputTooLarge", "permanent", 1, False)
+        self.assertIn("more than a frame carries (4096)", tm["message"])
         self.assertEqual(s.close(), 0)
 
     def test_last_message_without_newline(self):
