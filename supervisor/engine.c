@@ -1701,6 +1701,19 @@ void tp_engine_cancel(tp_engine_t *e, tp_call_t *c, const char *why)
     kick(e);
 }
 
+void tp_call_info(const tp_call_t *c, tp_call_info_t *out)
+{
+    /* The call's record is filled when it ends, and only then (finish). */
+    *out = (tp_call_info_t){.entries = (uint32_t)c->n_trace, .ended = c->res.has_id};
+    if (c->n_trace == 0)
+        return;
+    const Toolpool__Attempt *last = c->trace[c->n_trace - 1];
+    out->number = last->attempt;
+    out->tool = last->tool;
+    out->outcome = last->outcome;
+    out->backoff_us = last->backoff_us;
+}
+
 size_t tp_engine_live(const tp_engine_t *e)
 {
     return e->live;

@@ -161,6 +161,23 @@ void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t 
  */
 void tp_engine_cancel(tp_engine_t *e, tp_call_t *c, const char *why);
 
+/*
+ * What a front may read of a call it holds a handle to, between submit and
+ * answer: the attempts made so far (an MCP host that asked for progress
+ * hears of each retry as it happens).
+ */
+typedef struct {
+    uint32_t entries;           /* trace entries so far: attempts ended, and hops skipped (circuit open) */
+    uint32_t number;            /* the last entry's attempt number in its hop (0: a hop not run) */
+    const char *tool;           /* its tool (the registry's string); NULL with no entry */
+    const char *outcome;        /* its outcome: "ok" or the kind */
+    uint64_t backoff_us;        /* the wait after it, before the next (0: none, or not yet known) */
+    bool ended;                 /* the call has ended: its answer is on its way, and says it all */
+} tp_call_info_t;
+
+/* c: a handle tp_engine_submit gave, before its answer has been delivered. */
+void tp_call_info(const tp_call_t *c, tp_call_info_t *out);
+
 /* Calls held now (submitted, not yet ended; their answers may still wait for a commit). */
 size_t tp_engine_live(const tp_engine_t *e);
 /* Asks for a turn soon (a front with more to feed). */

@@ -27,6 +27,8 @@ static const char usage_text[] =
     "  serve        the same pool as an HTTP/JSON service, on a Unix socket or\n"
     "               a loopback port: calls, batches, checkpoints, breakers,\n"
     "               escalations, metrics\n"
+    "  mcp          the same pool as an MCP server on stdio, for an agent host:\n"
+    "               tools/list, and tools/call with every recovery rule\n"
     "  demo         the bundled example: a hung search and its fallback, a\n"
     "               forbidden delete whose circuit opens, a rate-limited retry\n"
     "  trace        print a results file (or calls recorded in the store) as\n"
@@ -237,6 +239,8 @@ int main(int argc, char **argv)
         return tp_cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "serve") == 0)
         return tp_cmd_serve(argc - 1, argv + 1);
+    if (strcmp(cmd, "mcp") == 0)
+        return tp_cmd_mcp(argc - 1, argv + 1);
     if (strcmp(cmd, "demo") == 0)
         return tp_cmd_demo(argc - 1, argv + 1);
     if (strcmp(cmd, "trace") == 0)
@@ -254,7 +258,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "--version") == 0) {
-        puts("toolpool 0.1.0");
+        puts("toolpool " TP_VERSION);
         return 0;
     }
     tp_log_error("unknown command \"%s\"", cmd);

@@ -144,7 +144,6 @@ int main(int argc, char **argv)
 
         Toolpool__Reply reply = TOOLPOOL__REPLY__INIT;
         reply.seq = call->seq;
-        reply.ok = o.ok;
         reply.retry_after_ms = o.retry_after_ms;
         reply.cost = o.cost;
         if (o.ok && o.result.len + 1024 > max) {
@@ -152,6 +151,7 @@ int main(int argc, char **argv)
             tp_outcome_fail(&o, "OutputTooLarge", "%s returned %zu bytes, more than a frame carries (%u)",
                             call->tool, o.result.len, max);
         }
+        reply.ok = o.ok; /* after the check: a result too large for the frame is no success */
         if (o.ok) {
             reply.result.data = o.result.data;
             reply.result.len = o.result.len;
