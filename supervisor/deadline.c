@@ -18,13 +18,15 @@
 
 #include "clock.h"
 #include "log.h"
+#include "proctree.h"
 
 /* One slot, as the thread sees it. Shared with the loop, under mu. */
 typedef struct {
     pid_t pid;          /* the worker until it is reaped: its group may be killed */
     int reply_fd;       /* its reply pipe while open: an answer there comes first */
     uint64_t deadline;  /* the running attempt's, for the thread to keep; 0: none */
-    uint64_t killed_us; /* when the thread sent the group SIGKILL; 0: it has not */
+    uint64_t killed_us; /* when the thread stopped the group to kill it; 0: it has not */
+    bool sweeping;      /* stopped; the thread is killing it outside mu (the loop waits) */
 } watch_t;
 
 struct tp_deadline {
@@ -36,6 +38,8 @@ struct tp_deadline {
     pthread_t thread;
     pthread_mutex_t mu; /* over slots, stop and next */
     pthread_cond_t cond;
+    pthread_cond_t swept; /* a slot's sweeping has ended */
+    tp_proctree_t *tree;  /* the thread's scratch for tp_proctree_kill */
     int fd; /* eventfd */
     struct event *ev;
     tp_deadline_cb_t killed_cb;
@@ -49,6 +53,12 @@ tp_deadline_t *tp_deadline_new(int n)
         return NULL;
     d->slots = calloc((size_t)(n > 0 ? n : 1), sizeof *d->slots);
     if (d->slots == NULL) {
+        free(d);
+        return NULL;
+    }
+    d->tree = malloc(sizeof *d->tree);
+    if (d->tree == NULL) {
+        free(d->slots);
         free(d);
         return NULL;
     }
@@ -70,10 +80,34 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
+ * Kills what an attempt started, at its deadline: the group was stopped
+ * (SIGSTOP, under mu, at the deadline itself), so none of it runs; now,
+ * outside mu, every descendant of the worker is killed, those that left
+ * the group included (a walk of /proc: 1-2 ms), then the group. The worker
+ * is alive, stopped, through it all, so its orphaned descendants are still
+ * reparented to it, and the loop waits (sweeping) before it could reap it,
+ * so no pid signalled here can have been reused.
+ */
+static void sweep(tp_deadline_t *d, watch_t *w)
+{
+    pid_t pid = w->pid;
+    pthread_mutex_unlock(&d->mu);
+    if (tp_proctree_kill(d->tree, pid) < 0)
+        tp_log_error("cannot read /proc to kill what worker %d started outside its group: %s", (int)pid,
+                     strerror(errno));
+    kill(-pid, SIGKILL);
+    pthread_mutex_lock(&d->mu);
+    w->sweeping = false;
+    pthread_cond_broadcast(&d->swept);
+}
+
+/*
  * The deadline thread. It sleeps until TP_DEADLINE_LEAD_US before the
  * soonest deadline it keeps, then in TP_DEADLINE_STEP_US steps (an idle
- * vCPU is slow to wake), sends SIGKILL to the group of each worker whose
- * deadline has come, and tells the loop. It touches nothing but the
+ * vCPU is slow to wake), stops the group of each worker whose deadline has
+ * come (SIGSTOP: from then on none of it runs), kills what those workers
+ * started, one sweep at a time (another deadline due meanwhile is stopped
+ * before the next sweep), and tells the loop. It touches nothing but the
  * fields under mu (and writes the eventfd), and signals a group only while
  * its worker is unreaped (pid), so the group's id cannot have been reused.
  */
@@ -83,9 +117,11 @@ static void *deadline_main(void *arg)
     pthread_mutex_lock(&d->mu);
     while (!d->stop) {
         uint64_t now = tp_now_us(), next = 0;
-        bool fired = false;
+        watch_t *to_sweep = NULL;
         for (int i = 0; i < d->n; i++) {
             watch_t *w = &d->slots[i];
+            if (w->sweeping && to_sweep == NULL)
+                to_sweep = w;
             if (w->deadline == 0 || w->killed_us != 0 || w->pid <= 0)
                 continue;
             if (w->deadline <= now) {
@@ -99,9 +135,11 @@ static void *deadline_main(void *arg)
                      * (its fallback timer follows).
                      */
                     w->deadline = 0;
-                } else if (kill(-w->pid, SIGKILL) == 0) {
+                } else if (kill(-w->pid, SIGSTOP) == 0) {
                     w->killed_us = tp_now_us();
-                    fired = true;
+                    w->sweeping = true;
+                    if (to_sweep == NULL)
+                        to_sweep = w;
                 } else {
                     w->deadline = 0; /* the loop's fallback timer will see to it */
                 }
@@ -110,7 +148,8 @@ static void *deadline_main(void *arg)
             }
         }
         d->next = next;
-        if (fired) {
+        if (to_sweep != NULL) {
+            sweep(d, to_sweep);
             uint64_t one = 1;
             pthread_mutex_unlock(&d->mu);
             if (write(d->fd, &one, sizeof one) < 0 && errno != EAGAIN)
@@ -156,8 +195,13 @@ void tp_deadline_start(tp_deadline_t *d, struct event_base *base, tp_deadline_cb
     pthread_condattr_destroy(&ca);
     if (rc != 0)
         return;
+    if (pthread_cond_init(&d->swept, NULL) != 0) {
+        pthread_cond_destroy(&d->cond);
+        return;
+    }
     if (pthread_mutex_init(&d->mu, NULL) != 0) {
         pthread_cond_destroy(&d->cond);
+        pthread_cond_destroy(&d->swept);
         return;
     }
     sigset_t all, old;
@@ -167,6 +211,7 @@ void tp_deadline_start(tp_deadline_t *d, struct event_base *base, tp_deadline_cb
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!d->running) {
         pthread_cond_destroy(&d->cond);
+        pthread_cond_destroy(&d->swept);
         pthread_mutex_destroy(&d->mu);
         tp_log_error("no deadline thread; the loop's timers keep the deadlines");
     }
@@ -186,6 +231,7 @@ void tp_deadline_stop(tp_deadline_t *d)
         pthread_mutex_unlock(&d->mu);
         pthread_join(d->thread, NULL);
         pthread_cond_destroy(&d->cond);
+        pthread_cond_destroy(&d->swept);
         pthread_mutex_destroy(&d->mu);
         d->running = false;
     }
@@ -202,8 +248,16 @@ void tp_deadline_free(tp_deadline_t *d)
     if (d == NULL)
         return;
     tp_deadline_stop(d);
+    free(d->tree);
     free(d->slots);
     free(d);
+}
+
+/* Called under mu: waits until the thread has finished killing slot i's processes. */
+static void wait_swept(tp_deadline_t *d, int i)
+{
+    while (d->slots[i].sweeping)
+        pthread_cond_wait(&d->swept, &d->mu);
 }
 
 void tp_deadline_watch(tp_deadline_t *d, int i, pid_t pid, int reply_fd)
@@ -211,6 +265,7 @@ void tp_deadline_watch(tp_deadline_t *d, int i, pid_t pid, int reply_fd)
     if (!d->running)
         return;
     pthread_mutex_lock(&d->mu);
+    wait_swept(d, i);
     d->slots[i].pid = pid;
     d->slots[i].reply_fd = reply_fd;
     d->slots[i].deadline = 0;
@@ -223,6 +278,7 @@ uint64_t tp_deadline_forget(tp_deadline_t *d, int i)
     if (!d->running)
         return 0;
     pthread_mutex_lock(&d->mu);
+    wait_swept(d, i);
     uint64_t killed = d->slots[i].killed_us;
     d->slots[i].pid = 0;
     d->slots[i].reply_fd = -1;
@@ -237,6 +293,7 @@ void tp_deadline_arm(tp_deadline_t *d, int i, uint64_t at)
     if (!d->running)
         return;
     pthread_mutex_lock(&d->mu);
+    wait_swept(d, i);
     d->slots[i].deadline = at;
     d->slots[i].killed_us = 0;
     if (at != 0 && (d->next == 0 || at < d->next))
@@ -249,6 +306,7 @@ uint64_t tp_deadline_disarm(tp_deadline_t *d, int i)
     if (!d->running)
         return 0;
     pthread_mutex_lock(&d->mu);
+    wait_swept(d, i);
     uint64_t killed = d->slots[i].killed_us;
     d->slots[i].deadline = 0;
     d->slots[i].killed_us = 0;
@@ -261,6 +319,7 @@ uint64_t tp_deadline_killed(tp_deadline_t *d, int i)
     if (!d->running)
         return 0;
     pthread_mutex_lock(&d->mu);
+    wait_swept(d, i);
     uint64_t killed = d->slots[i].killed_us;
     pthread_mutex_unlock(&d->mu);
     return killed;

@@ -1,11 +1,15 @@
 /*
- * The deadline thread: it sends SIGKILL at each deadline that needs no
- * grace, whatever the loop is doing (an fsync, a spawn), and tells the loop
+ * The deadline thread: at each deadline that needs no grace, whatever the
+ * loop is doing (an fsync, a spawn), it stops the worker's process group
+ * (SIGSTOP), kills every process the worker started, those that left the
+ * group included (common/proctree.h), then the group, and tells the loop
  * through an eventfd; the loop then ends the attempt as of the moment of
- * the kill. pool.c keeps the slots and their state machine; this keeps, by
- * slot index, what the thread needs to know of each, under one mutex: the
- * worker until it is reaped, its reply pipe, the running attempt's deadline,
- * and when the thread killed the group.
+ * the stop, from which none of the group ran. pool.c keeps the slots and
+ * their state machine; this keeps, by slot index, what the thread needs to
+ * know of each, under one mutex: the worker until it is reaped, its reply
+ * pipe, the running attempt's deadline, and when the thread stopped the
+ * group. While the thread kills a slot's processes (a millisecond or two),
+ * every call for that slot waits for it to finish.
  *
  * Every function is called from the loop's thread. Without the thread (not
  * started, or it could not start), the per-slot calls do nothing and report
@@ -61,7 +65,7 @@ void tp_deadline_watch(tp_deadline_t *d, int i, pid_t pid, int reply_fd);
  * Slot i's worker has exited and is about to be reaped: the thread must not
  * signal the group once the id can be reused. Forgets the worker, its reply
  * pipe (the caller closes it) and its deadline. Returns when the thread
- * killed the group for the running attempt, or 0.
+ * stopped the group to kill it for the running attempt, or 0.
  */
 uint64_t tp_deadline_forget(tp_deadline_t *d, int i);
 /*
@@ -72,10 +76,11 @@ uint64_t tp_deadline_forget(tp_deadline_t *d, int i);
 void tp_deadline_arm(tp_deadline_t *d, int i, uint64_t at);
 /*
  * Takes slot i's deadline back from the thread. Returns when the thread
- * killed the group for it, or 0: it has not, and now will not.
+ * stopped the group to kill it (it is dead by the time this returns), or
+ * 0: it has not, and now will not.
  */
 uint64_t tp_deadline_disarm(tp_deadline_t *d, int i);
-/* When the thread killed slot i's group, or 0; the deadline stays with it. */
+/* When the thread stopped slot i's group to kill it, or 0; the deadline stays with it. */
 uint64_t tp_deadline_killed(tp_deadline_t *d, int i);
 
 #endif

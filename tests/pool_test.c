@@ -231,7 +231,13 @@ static blocked_t run_with_loop_blocked(const char *registry, const char *args)
     CU_ASSERT_EQUAL_FATAL(tp_pool_submit(p, &r.a), 0);
     r.loop_deadline = tp_pool_next_deadline(p);
     tp_pool_flush(p);
-    usleep(400000); /* the loop does not run, as in a long fsync */
+    /*
+     * The loop does not run, as in a long fsync: 400 ms, whatever signal
+     * comes meanwhile (the SIGCHLD of the worker stopped at its deadline).
+     */
+    struct timespec blocked = {0, 400000000};
+    while (nanosleep(&blocked, &blocked) < 0 && errno == EINTR)
+        ;
     r.state = process_state(worker);
     while (c.done == 0)
         event_base_loop(base, EVLOOP_ONCE);

@@ -15,9 +15,12 @@
  *   logged          appends its call id to the file args.log (one line per
  *                   execution: the proof that a call did or did not run
  *                   twice), sleeps args.ms, then {"i": args.i}
+ *   escape          starts `sleep 300` in a session of its own, named
+ *                   args.marker in its argv, sleeps args.ms, then {}
  */
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +35,23 @@ static long arg_long(const char *args, const char *key, long def)
     snprintf(pat, sizeof pat, "\"%s\":", key);
     const char *p = strstr(args, pat);
     return p ? strtol(p + strlen(pat), NULL, 10) : def;
+}
+
+extern char **environ;
+
+/* The string value of "key" in a flat args object, into buf ("" when absent). */
+static const char *arg_str(const char *args, const char *key, char *buf, size_t cap)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *p = strstr(args, pat);
+    buf[0] = 0;
+    if (p) {
+        p += strlen(pat);
+        size_t n = strcspn(p, "\"");
+        snprintf(buf, cap, "%.*s", (int)(n < cap ? n : cap - 1), p);
+    }
+    return buf;
 }
 
 static char *fmt(const char *f, long v)
@@ -110,6 +130,25 @@ int tp_plugin_call_v1(const tp_plugin_call_t *call, tp_plugin_reply_t *reply)
             ;
         if (reply->error == NULL)
             reply->result = fmt("{\"i\":%ld}", arg_long(call->args, "i", 0));
+    } else if (strcmp(t, "escape") == 0) {
+        char marker[128];
+        arg_str(call->args, "marker", marker, sizeof marker);
+        char *argv[] = {"bash", "-c", "exec -a \"$0\" sleep 300", marker, NULL};
+        posix_spawnattr_t attr;
+        posix_spawnattr_init(&attr);
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+        pid_t pid;
+        int rc = posix_spawnp(&pid, "bash", NULL, &attr, argv, environ);
+        posix_spawnattr_destroy(&attr);
+        if (rc != 0) {
+            reply->error = "ToolError";
+            return 0;
+        }
+        long ms = arg_long(call->args, "ms", 0);
+        struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+        while (ms > 0 && nanosleep(&ts, &ts) != 0)
+            ;
+        reply->result = strdup("{}");
     } else if (strcmp(t, "costly") == 0) {
         reply->result = strdup("{}");
         reply->cost = (double)arg_long(call->args, "cents", 50) / 100.0;

@@ -9,6 +9,13 @@
  * kept up to call->max_output bytes: past that the tool is killed and the
  * attempt ends OutputTooLarge. The tail of stderr is kept for the message
  * of a failed exit.
+ *
+ * When the tool exits, whatever it left running is killed at once
+ * (contain.h): a background process that holds the tool's stdout open
+ * would otherwise keep the call waiting for an EOF until its timeout. The
+ * tool's exit is seen through a pidfd in the poll set (Linux 5.3 and
+ * later; without one, the call waits for the EOF as before, and the
+ * sweep after the call kills the rest).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,10 +25,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "adapter.h"
+#include "contain.h"
 #include "taxonomy.h"
 
 #define STDERR_KEEP 2048
@@ -163,6 +172,10 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
     close_fd(&out_p[1]);
     close_fd(&err_p[1]);
     fcntl(in_p[1], F_SETFL, O_NONBLOCK);
+    int exit_fd = -1; /* readable when the tool has exited */
+#ifdef SYS_pidfd_open
+    exit_fd = (int)syscall(SYS_pidfd_open, pid, 0);
+#endif
 
     tp_buf_t out = {0}, err = {0};
     size_t sent = 0;
@@ -170,15 +183,21 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
     if (call->args.len == 0)
         close_fd(&in_p[1]);
     while (out_p[0] >= 0 || err_p[0] >= 0) {
-        struct pollfd pf[3] = {
+        struct pollfd pf[4] = {
             {.fd = out_p[0], .events = POLLIN},
             {.fd = err_p[0], .events = POLLIN},
             {.fd = in_p[1], .events = POLLOUT},
+            {.fd = exit_fd, .events = POLLIN},
         };
-        if (poll(pf, 3, -1) < 0) {
+        if (poll(pf, 4, -1) < 0) {
             if (errno == EINTR)
                 continue;
             break;
+        }
+        if (pf[3].revents) {
+            /* The tool is gone: what it left must let go of its pipes; what it wrote stays. */
+            tp_contain_kill();
+            close_fd(&exit_fd);
         }
         if (pf[2].revents) {
             ssize_t w = write(in_p[1], call->args.data + sent, call->args.len - sent);
@@ -208,6 +227,7 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
         }
     }
     close_fd(&in_p[1]);
+    close_fd(&exit_fd);
 
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)

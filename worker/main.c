@@ -8,6 +8,10 @@
  * everything else live in the supervisor, which kills this whole process
  * group when an attempt runs past its deadline.
  *
+ * The worker is a child subreaper (contain.h): what a tool leaves running,
+ * in its process group or out of it (setsid, a double-forked daemon), is
+ * killed when the call ends, before the reply goes out.
+ *
  * Exit status: 0 when the supervisor closes the call pipe (recycling or the
  * end of a run), 3 on a protocol error (a garbage or oversized frame).
  */
@@ -21,6 +25,7 @@
 #include <unistd.h>
 
 #include "adapter.h"
+#include "contain.h"
 #include "frame.h"
 #include "log.h"
 
@@ -39,13 +44,16 @@ static pid_t supervisor_pid;
 /*
  * The same signal arrives as the parent-death signal when the supervisor
  * dies (SIGKILL included): then nobody will ever time this group out, so
- * the worker takes its whole group down itself, tool and all.
+ * the worker kills what its tool started outside the group (a walk of
+ * /proc, async-signal-safe) and takes its whole group down, tool and all.
  */
 static void term_handler(int sig)
 {
     (void)sig;
-    if (getppid() != supervisor_pid)
+    if (getppid() != supervisor_pid) {
+        tp_contain_kill_in_handler();
         kill(0, SIGKILL);
+    }
     terminating = 1;
 }
 
@@ -93,6 +101,10 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != supervisor_pid)
         return 0; /* the supervisor is already gone */
+    /* Orphans of a tool's processes reparent to us, not to init: we can still find them. */
+    if (tp_contain_init() < 0)
+        tp_log_error("cannot become a child subreaper: %s; a tool's double-forked daemon may outlive "
+                     "its call", strerror(errno));
     /*
      * The worker and the tools it starts run as batch work (SCHED_BATCH:
      * the same share of the CPU, the same nice value): waking, they never
@@ -139,6 +151,8 @@ int main(int argc, char **argv)
         }
         const Toolpool__Call *call = sf->call;
         run_call(call, &o);
+        /* Nothing the tool started outlives its call (one system call when it left nothing). */
+        tp_contain_sweep();
         if (terminating)
             _exit(0); /* timed out: nobody wants this reply */
 
@@ -165,6 +179,7 @@ int main(int argc, char **argv)
         send_frame(&out, &wf, max);
         toolpool__supervisor_frame__free_unpacked(sf, NULL);
     }
+    tp_contain_sweep();
     tp_outcome_free(&o);
     tp_buf_free(&in);
     tp_buf_free(&out);
