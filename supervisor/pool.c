@@ -135,6 +135,7 @@ struct tp_pool {
     struct event *ev_flush; /* writes every slot's new Calls, once a turn */
     tp_arena_t arena;       /* what a worker's frame unpacks into */
     tp_buf_t *heads;        /* by tool index: the tool's fields of a Call, packed once */
+    tp_buf_t *tails;        /* by tool index: its limits, packed once (empty: none) */
     size_t n_heads;
     bool flush_pending;
     bool shutting_down;
@@ -686,7 +687,14 @@ static void slot_reaped(tp_slot_t *s, int status)
     s->calls = 0;
     p->live--;
 
-    bool crash = why == WHY_NONE || why == WHY_PROTOCOL;
+    /*
+     * A plugin past its cpu limit: the worker, whose soft RLIMIT_CPU was
+     * lowered around the call, died of SIGXCPU. The tool's failure, not a
+     * crash of the worker's.
+     */
+    bool cpu_limit = a != NULL && why == WHY_NONE && a->tool->policy.limit_cpu_us && WIFSIGNALED(status) &&
+                     WTERMSIG(status) == SIGXCPU;
+    bool crash = (why == WHY_NONE && !cpu_limit) || why == WHY_PROTOCOL;
     /*
      * A worker that cannot start says so by exiting or crashing before its
      * Hello; one killed from outside (SIGKILL: an operator, the OOM killer)
@@ -709,6 +717,10 @@ static void slot_reaped(tp_slot_t *s, int status)
             attempt_fail(a, TP_KIND_CANCELLED, "%s cancelled while it ran", a->tool->name);
         else if (why == WHY_PROTOCOL)
             attempt_fail(a, TP_KIND_WORKER_CRASHED, "%s: protocol error: %s", a->tool->name, s->detail);
+        else if (cpu_limit)
+            attempt_fail(a, TP_KIND_RESOURCE_LIMIT,
+                         "%s exceeded its cpu limit (%llus of CPU time; killed by SIGXCPU)", a->tool->name,
+                         (unsigned long long)((a->tool->policy.limit_cpu_us + 999999u) / 1000000u));
         else
             attempt_fail(a, TP_KIND_WORKER_CRASHED, "worker running %s %s", a->tool->name, how);
     }
@@ -999,24 +1011,39 @@ bool tp_pool_is_running(const tp_pool_t *p, const tp_attempt_t *a)
     return false;
 }
 
-/* The tool's fields of a Call, packed at its first call. NULL: out of memory. */
-static const tp_buf_t *tool_head(tp_pool_t *p, const tp_tool_t *t)
+/*
+ * The tool's fields of a Call, packed at its first call, and its limits
+ * (*tail; the CPU time in whole seconds, rounded up, as RLIMIT_CPU counts
+ * it). NULL: out of memory.
+ */
+static const tp_buf_t *tool_head(tp_pool_t *p, const tp_tool_t *t, const tp_buf_t **tail)
 {
     if (t->index >= p->n_heads) {
         size_t n = t->index + 1 > 2 * p->n_heads ? t->index + 1 : 2 * p->n_heads;
         tp_buf_t *h = realloc(p->heads, n * sizeof *h);
-        if (h == NULL)
+        if (h != NULL)
+            p->heads = h;
+        tp_buf_t *tl = h ? realloc(p->tails, n * sizeof *tl) : NULL;
+        if (tl == NULL)
             return NULL;
+        p->tails = tl;
         memset(h + p->n_heads, 0, (n - p->n_heads) * sizeof *h);
-        p->heads = h;
+        memset(tl + p->n_heads, 0, (n - p->n_heads) * sizeof *tl);
         p->n_heads = n;
     }
     tp_buf_t *h = &p->heads[t->index];
+    *tail = &p->tails[t->index];
     if (h->len == 0) {
+        const tp_policy_t *pol = &t->policy;
         int adapter = t->adapter == TP_ADAPTER_PLUGIN ? TOOLPOOL__ADAPTER__ADAPTER_PLUGIN
                                                       : TOOLPOOL__ADAPTER__ADAPTER_EXEC;
-        if (tp_call_head_pack(h, t->name, adapter, t->argv, t->argc, t->plugin_path, t->policy.max_output) < 0)
+        uint64_t cpu_s = (pol->limit_cpu_us + 999999u) / 1000000u;
+        uint32_t cpu = cpu_s > UINT32_MAX ? UINT32_MAX : (uint32_t)cpu_s;
+        if (tp_call_head_pack(h, t->name, adapter, t->argv, t->argc, t->plugin_path, pol->max_output) < 0 ||
+            tp_call_tail_pack(&p->tails[t->index], pol->limit_memory, cpu, pol->limit_files) < 0) {
+            tp_buf_reset(h);
             return NULL;
+        }
     }
     return h;
 }
@@ -1031,11 +1058,12 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         s = pipeline_slot(p, a->depth);
     if (s == NULL || p->shutting_down)
         return -1;
-    const tp_buf_t *head = tool_head(p, a->tool);
+    const tp_buf_t *tail = NULL, *head = tool_head(p, a->tool, &tail);
     a->seq = ++s->seq;
     a->requeue = false;
     tp_call_frame_t call = {
         .head = head,
+        .tail = tail,
         .seq = a->seq,
         .args = (const uint8_t *)a->args,
         .args_len = a->args_len,
@@ -1155,9 +1183,12 @@ void tp_pool_free(tp_pool_t *p)
         event_free(p->ev_flush);
     tp_arena_free(&p->arena);
     free(p->tree);
-    for (size_t i = 0; i < p->n_heads; i++)
+    for (size_t i = 0; i < p->n_heads; i++) {
         tp_buf_free(&p->heads[i]);
+        tp_buf_free(&p->tails[i]);
+    }
     free(p->heads);
+    free(p->tails);
     free(p->slots);
     free(p);
 }

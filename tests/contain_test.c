@@ -291,8 +291,8 @@ static void test_proctree_kill(void)
     CU_ASSERT(tp_proctree_kill(t, c) >= 0);
     CU_ASSERT(gone(mg, 1000));
     CU_ASSERT(gone(md, 1000));
-    CU_ASSERT_EQUAL(count_marked(mu), 1);  /* not a descendant */
-    CU_ASSERT_EQUAL(kill(c, 0), 0);        /* nor the root itself */
+    CU_ASSERT_EQUAL(count_marked(mu), 1);       /* not a descendant */
+    CU_ASSERT_EQUAL(kill(c, 0), 0);             /* nor the root itself */
     CU_ASSERT_EQUAL(tp_proctree_kill(t, c), 0); /* only zombies are left: nothing alive */
     free(t);
     kill(c, SIGKILL);
@@ -308,8 +308,10 @@ int main(void)
         return 2;
     CU_pSuite s = CU_add_suite("contain", NULL, NULL);
     CU_add_test(s, "a setsid child of a hung tool dies at the timeout", test_setsid_child_killed_at_timeout);
-    CU_add_test(s, "a double-forked daemon of a hung tool dies at the timeout", test_daemon_killed_at_timeout);
-    CU_add_test(s, "a daemon left by a finished call is gone when it answers", test_daemon_of_finished_call_killed);
+    CU_add_test(s, "a double-forked daemon of a hung tool dies at the timeout",
+                test_daemon_killed_at_timeout);
+    CU_add_test(s, "a daemon left by a finished call is gone when it answers",
+                test_daemon_of_finished_call_killed);
     CU_add_test(s, "a daemon holding stdout does not hold the call", test_daemon_holding_stdout);
     CU_add_test(s, "with a kill_grace the worker kills what escaped", test_grace_kills_escaped);
     CU_add_test(s, "a plugin's setsid child dies with its worker", test_plugin_escape_killed);

@@ -17,6 +17,10 @@
  *                   twice), sleeps args.ms, then {"i": args.i}
  *   escape          starts `sleep 300` in a session of its own, named
  *                   args.marker in its argv, sleeps args.ms, then {}
+ *   hog*            mallocs args.mb megabytes and touches them, then frees
+ *                   them: {"mb": n}; when malloc fails, returns 1 (failed),
+ *                   as a plugin that gives up on NULL does
+ *   spin*           burns CPU until something stops it
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -149,6 +153,19 @@ int tp_plugin_call_v1(const tp_plugin_call_t *call, tp_plugin_reply_t *reply)
         while (ms > 0 && nanosleep(&ts, &ts) != 0)
             ;
         reply->result = strdup("{}");
+    } else if (strncmp(t, "hog", 3) == 0) {
+        size_t n = (size_t)arg_long(call->args, "mb", 1) << 20;
+        char *p = malloc(n);
+        if (p == NULL)
+            return 1;
+        memset(p, 1, n);
+        __asm__ volatile("" : : "r"(p) : "memory"); /* used: not optimized away */
+        free(p);
+        reply->result = fmt("{\"mb\":%ld}", arg_long(call->args, "mb", 1));
+    } else if (strncmp(t, "spin", 4) == 0) {
+        volatile unsigned long x = 0;
+        for (;;)
+            x++;
     } else if (strcmp(t, "costly") == 0) {
         reply->result = strdup("{}");
         reply->cost = (double)arg_long(call->args, "cents", 50) / 100.0;

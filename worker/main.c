@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "adapter.h"
@@ -55,6 +56,22 @@ static void term_handler(int sig)
         kill(0, SIGKILL);
     }
     terminating = 1;
+}
+
+/*
+ * SIGXCPU: a plugin ran past its cpu limit (the worker's soft RLIMIT_CPU,
+ * lowered around the call). The worker dies of it, as the default action
+ * says, so the supervisor sees why, but without the core dump that action
+ * also asks for.
+ */
+static void xcpu_handler(int sig)
+{
+    struct rlimit no_core = {0, 0};
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    setrlimit(RLIMIT_CORE, &no_core);
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig);
 }
 
 /* Packs and writes one WorkerFrame; a failed write means the supervisor is gone. */
@@ -99,6 +116,9 @@ int main(int argc, char **argv)
     struct sigaction sa = {.sa_handler = term_handler}; /* no SA_RESTART: poll sees EINTR */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
+    struct sigaction xa = {.sa_handler = xcpu_handler};
+    sigemptyset(&xa.sa_mask);
+    sigaction(SIGXCPU, &xa, NULL);
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != supervisor_pid)
         return 0; /* the supervisor is already gone */
     /* Orphans of a tool's processes reparent to us, not to init: we can still find them. */
