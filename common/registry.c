@@ -303,6 +303,17 @@ static const key_spec_t limits_keys[] = {
 };
 static const key_table_t limits_table = TABLE(limits_keys);
 
+/*
+ * Worker recycling: after a worker answers a call of this tool, it is
+ * replaced (between calls) once it has answered max_calls calls or holds
+ * max_rss bytes resident (supervisor/pool.c).
+ */
+static const key_spec_t worker_keys[] = {
+    {KEY("max_calls", K_UINT), POL(worker_max_calls), .min = 1},
+    {KEY("max_rss", K_BYTES), POL(worker_max_rss), .min = 1048576},
+};
+static const key_table_t worker_table = TABLE(worker_keys);
+
 /* Allowed in "defaults" and in every tool; the tool's value wins. */
 static const key_spec_t policy_keys[] = {
     {KEY("timeout", K_DURATION), POL(timeout_us), .flags = F_MIN_EXCL, .dflt = 30 * SEC},
@@ -314,6 +325,7 @@ static const key_spec_t policy_keys[] = {
     {KEY("concurrency", K_UINT), POL(concurrency)},
     {KEY("max_output", K_UINT), POL(max_output), .min = 1, .dflt = MAX_OUTPUT_DEFAULT},
     {KEY("limits", K_OBJECT), .sub = &limits_table},
+    {KEY("worker", K_OBJECT), .sub = &worker_table},
     {KEY("retry_on", K_KINDS), POL(retry_on),
      .dflt = (double)(KIND_BIT(TP_KIND_TIMEOUT) | KIND_BIT(TP_KIND_RATE_LIMITED) |
                       KIND_BIT(TP_KIND_SERVER_ERROR) | KIND_BIT(TP_KIND_WORKER_CRASHED))},

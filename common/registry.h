@@ -45,6 +45,9 @@ typedef struct {
     uint64_t limit_memory;      /* bytes of address space (RLIMIT_AS) */
     uint64_t limit_cpu_us;      /* CPU time (RLIMIT_CPU, whole seconds: rounded up) */
     uint32_t limit_files;       /* open descriptors (RLIMIT_NOFILE) */
+    /* "worker": when a worker that has just answered this tool is replaced; 0 = never */
+    uint64_t worker_max_calls;  /* calls the worker has answered, of any tool */
+    uint64_t worker_max_rss;    /* bytes resident in the worker (/proc/PID/statm) */
     uint64_t retry_on;          /* bit (1 << tp_kind_t) per kind retried */
     /* fallback chain */
     char **fallback;            /* tool names, n_fallback of them */

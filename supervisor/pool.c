@@ -110,7 +110,10 @@ typedef struct tp_slot {
     bool said_hello;
     bool eof;       /* its reply pipe reached EOF */
     bool unflushed; /* out holds Calls the flush event will write */
+    bool retiring;  /* past a tool's worker.max_calls or max_rss: replaced once its queue is done */
     uint64_t calls;
+    uint64_t call_cap; /* the most calls it may answer: --recycle-after, and the lowest
+                          worker.max_calls of the tools it has been given; 0: no cap */
     uint64_t seq;
     tp_attempt_t *attempt;          /* running now */
     uint64_t deadline_us;           /* when the running attempt times out */
@@ -323,6 +326,47 @@ static void slot_become_idle(tp_slot_t *s)
     s->pool->idle++;
 }
 
+/* The worker's resident memory in bytes (/proc/PID/statm, field 2), or 0 when unreadable. */
+static uint64_t slot_rss(const tp_slot_t *s)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/statm", (int)s->pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    unsigned long long size, resident;
+    if (sscanf(buf, "%llu %llu", &size, &resident) != 2)
+        return 0;
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/*
+ * After a reply of a's tool: whether its worker has served its time: it
+ * has answered as many calls as its cap (--recycle-after, or the lowest
+ * worker.max_calls of the tools it has run), or a's tool sets max_rss and
+ * the worker holds that much resident, read from /proc after the reply
+ * (only then: a read of /proc costs some microseconds). It is then
+ * replaced between calls, never during one: it takes no more calls, and
+ * its pipe is closed once those it holds are done (it exits at EOF).
+ */
+static bool slot_served(const tp_slot_t *s, const tp_attempt_t *a)
+{
+    const tp_policy_t *pol = &a->tool->policy;
+    if (s->call_cap && s->calls >= s->call_cap)
+        return true;
+    if (pol->worker_max_rss) {
+        uint64_t rss = slot_rss(s);
+        if (rss >= pol->worker_max_rss)
+            return true;
+    }
+    return false;
+}
+
 /* Takes a Reply off the pipe into the slot's attempt. */
 static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
 {
@@ -356,6 +400,8 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
     s->calls++;
     s->crash_streak = 0;
     p->busy--;
+    if (!s->retiring && slot_served(s, a))
+        s->retiring = true;
     if (s->queued > 0) {
         /* The worker has moved on to the next one: its clock starts now. */
         tp_attempt_t *next = s->queue[0];
@@ -371,7 +417,7 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
             p->o.idle_cb(p->o.ctx);
         return;
     }
-    bool recycle = p->o.recycle_after > 0 && s->calls >= p->o.recycle_after;
+    bool recycle = s->retiring;
     if (s->dead)
         s->state = SLOT_STOPPING;
     else if (p->shutting_down || recycle)
@@ -839,6 +885,8 @@ static void slot_spawn(tp_slot_t *s)
     event_add(s->ev_read, NULL);
     s->state = SLOT_STARTING;
     s->why = WHY_NONE;
+    s->retiring = false;
+    s->call_cap = p->o.recycle_after;
     s->said_hello = false;
     s->eof = false;
     s->detail[0] = 0;
@@ -953,7 +1001,8 @@ int tp_pool_busy(const tp_pool_t *p)
 /*
  * The busy worker with the shortest queue that may take one more attempt of
  * this depth: each attempt it holds allows one more, it is not being
- * stopped, and the attempt will not carry it past its recycling count.
+ * stopped or retired, and the attempt will not carry it past its recycling
+ * count.
  */
 static tp_slot_t *pipeline_slot(tp_pool_t *p, int depth)
 {
@@ -966,7 +1015,7 @@ static tp_slot_t *pipeline_slot(tp_pool_t *p, int depth)
         if (s->state != SLOT_BUSY || s->why != WHY_NONE || s->eof || held >= depth || held >= p->o.pipeline ||
             s->queued >= PIPE_MAX || s->attempt->depth <= held)
             continue;
-        if (p->o.recycle_after && s->calls + 1 + (uint64_t)held > p->o.recycle_after)
+        if (s->retiring || (s->call_cap && s->calls + 1 + (uint64_t)held > s->call_cap))
             continue;
         bool all = true;
         for (int k = 0; k < s->queued && all; k++)
@@ -1084,6 +1133,9 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         return -2;
     }
     p->busy++;
+    uint64_t max_calls = a->tool->policy.worker_max_calls;
+    if (max_calls && (s->call_cap == 0 || max_calls < s->call_cap))
+        s->call_cap = max_calls;
     if (s->state == SLOT_BUSY) {
         a->started_us = 0; /* it starts when the one before it ends */
         s->queue[s->queued++] = a;

@@ -559,6 +559,60 @@ static void test_err_limits(void)
                  1, "defaults.limits.output", "the same cap as \"max_output\"");
 }
 
+/* worker: recycling, from "defaults", a tool overriding one key. */
+static void test_worker_recycling(void)
+{
+    char err[1024], *path;
+    tp_registry_t *reg = load("worker.json",
+                              "{\"defaults\": {\"worker\": {\"max_calls\": 1000, \"max_rss\": \"512M\"}},\n"
+                              " \"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]},\n"
+                              "   {\"name\": \"b\", \"exec\": [\"/bin/true\"], \"worker\": {\"max_rss\": 52428800}}]}\n",
+                              &path, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    CU_ASSERT_EQUAL(reg->tools[0].policy.worker_max_calls, 1000);
+    CU_ASSERT_EQUAL(reg->tools[0].policy.worker_max_rss, 512ull << 20);
+    CU_ASSERT_EQUAL(reg->tools[1].policy.worker_max_calls, 1000);
+    CU_ASSERT_EQUAL(reg->tools[1].policy.worker_max_rss, 50ull << 20);
+    free(path);
+    tp_registry_free(reg);
+    reg = load("noworker.json", "{\"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]}]}", &path, err,
+               sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    CU_ASSERT_EQUAL(reg->tools[0].policy.worker_max_calls, 0);
+    CU_ASSERT_EQUAL(reg->tools[0].policy.worker_max_rss, 0);
+    free(path);
+    tp_registry_free(reg);
+}
+
+static void test_err_worker(void)
+{
+    EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"worker\": {\"max_calls\": 0}}]}\n",             /* 2 */
+                 "2: tools[0] (a).worker.max_calls: must be >= 1, got 0");
+    EXPECT_ERROR("{\"defaults\": {\"worker\": {\n"                     /* 1 */
+                 "   \"max_calls\": \"100\"}},\n"                      /* 2 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
+                 2, "defaults.worker.max_calls", "expected an integer, got \"100\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"worker\": {\"max_calls\": -5}}]}\n",            /* 2 */
+                 2, "tools[0] (a).worker.max_calls", "must be >= 1, got -5");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"worker\": {\"max_rss\": \"lots\"}}]}\n",        /* 2 */
+                 2, "tools[0] (a).worker.max_rss", "expected a size like \"512M\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"worker\": {\"max_rss\": \"512K\"}}]}\n",        /* 2 */
+                 2, "tools[0] (a).worker.max_rss", "must be >= 1048576, got \"512K\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"worker\": {\"max_call\": 5}}]}\n",              /* 2 */
+                 2, "tools[0] (a).worker.max_call", "unknown key (did you mean \"max_calls\"?)");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"worker\": 5}]}\n",                              /* 2 */
+                 2, "tools[0] (a).worker", "expected an object, got 5");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"max_calls\": 5}]}\n",                           /* 2 */
+                 2, "tools[0] (a).max_calls", "unknown key");
+}
+
 /* Many tools: every one found through the index, absolute paths untouched. */
 static void test_many_tools(void)
 {
@@ -1029,6 +1083,8 @@ int main(void)
         {"sizes", test_size_parse},
         {"limits", test_limits},
         {"error: limits", test_err_limits},
+        {"worker recycling", test_worker_recycling},
+        {"error: worker", test_err_worker},
         {"error: missing file", test_err_missing_file},
         {"error: JSON syntax", test_err_syntax},
         {"error: top level", test_err_top_level},

@@ -21,6 +21,8 @@
  *                   them: {"mb": n}; when malloc fails, returns 1 (failed),
  *                   as a plugin that gives up on NULL does
  *   spin*           burns CPU until something stops it
+ *   leak            mallocs args.mb megabytes (10 by default), touches them
+ *                   and keeps them for good: {"pid": the worker's pid}
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -57,6 +59,10 @@ static const char *arg_str(const char *args, const char *key, char *buf, size_t 
     }
     return buf;
 }
+
+/* leak's memory, kept where a leak checker still sees it: leaked on purpose, not lost. */
+char *testplugin_kept[4096];
+static int n_kept;
 
 static char *fmt(const char *f, long v)
 {
@@ -162,6 +168,14 @@ int tp_plugin_call_v1(const tp_plugin_call_t *call, tp_plugin_reply_t *reply)
         __asm__ volatile("" : : "r"(p) : "memory"); /* used: not optimized away */
         free(p);
         reply->result = fmt("{\"mb\":%ld}", arg_long(call->args, "mb", 1));
+    } else if (strcmp(t, "leak") == 0) {
+        size_t n = (size_t)arg_long(call->args, "mb", 10) << 20;
+        char *p = malloc(n);
+        if (p == NULL || n_kept == 4096)
+            return 1;
+        memset(p, 1, n);
+        testplugin_kept[n_kept++] = p;
+        reply->result = fmt("{\"pid\":%ld}", (long)getpid());
     } else if (strncmp(t, "spin", 4) == 0) {
         volatile unsigned long x = 0;
         for (;;)

@@ -13,6 +13,16 @@
 #ifndef TP_CONTAIN_H
 #define TP_CONTAIN_H
 
+/*
+ * A call shorter than this cannot have started a process, so the worker
+ * skips the sweep after it: fork copies the worker's page tables (50 us
+ * and more), and posix_spawn and system() return only once the child has
+ * exec'd (a few hundred us). Only a bare clone(CLONE_VM) could be quicker;
+ * what such a plugin starts is still killed after its next longer call,
+ * when its worker leaves, or at a timeout. Every exec call takes longer.
+ */
+#define TP_CONTAIN_QUICK_US 20u
+
 /* Makes this process a child subreaper. 0, or -1 with errno. */
 int tp_contain_init(void);
 
