@@ -12,6 +12,8 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,8 +40,10 @@ struct tp_deadline {
     pthread_t thread;
     pthread_mutex_t mu; /* over slots, stop and next */
     pthread_cond_t cond;
-    pthread_cond_t swept; /* a slot's sweeping has ended */
-    tp_proctree_t *tree;  /* the thread's scratch for tp_proctree_kill */
+    pthread_t sweeper;
+    pthread_cond_t to_sweep; /* the sweeper's: a slot is sweeping */
+    pthread_cond_t swept;    /* a slot's sweeping has ended */
+    tp_proctree_t *tree;     /* the sweeper's scratch for tp_proctree_kill */
     int fd; /* eventfd */
     struct event *ev;
     tp_deadline_cb_t killed_cb;
@@ -80,36 +84,66 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * Kills what an attempt started, at its deadline: the group was stopped
- * (SIGSTOP, under mu, at the deadline itself), so none of it runs; now,
- * outside mu, every descendant of the worker is killed, those that left
- * the group included (a walk of /proc: 1-2 ms), then the group. The worker
- * is alive, stopped, through it all, so its orphaned descendants are still
- * reparented to it, and the loop waits (sweeping) before it could reap it,
- * so no pid signalled here can have been reused.
+ * The sweeper thread: kills what an attempt started, after the deadline
+ * thread stopped its worker's group (SIGSTOP, at the deadline itself, so
+ * none of it runs). Outside mu it kills every descendant of the worker,
+ * those that left the group included (a walk of /proc: 1 to 3 ms), then
+ * the group, and tells the loop. A thread of its own, so that no walk
+ * holds up the deadline thread: the deadlines of two workers often fall
+ * together, and a walk between the two would make the second late. The
+ * worker is alive, stopped, throughout, so its orphaned descendants are
+ * still reparented to it, and the loop waits (sweeping) before it could
+ * reap it, so no pid signalled here can have been reused. It leaves when
+ * told to stop, once nothing is left to sweep.
  */
-static void sweep(tp_deadline_t *d, watch_t *w)
+static void *sweeper_main(void *arg)
 {
-    pid_t pid = w->pid;
-    pthread_mutex_unlock(&d->mu);
-    if (tp_proctree_kill(d->tree, pid) < 0)
-        tp_log_error("cannot read /proc to kill what worker %d started outside its group: %s", (int)pid,
-                     strerror(errno));
-    kill(-pid, SIGKILL);
+    tp_deadline_t *d = arg;
+    /*
+     * Below the deadline thread and the loop (nice 10, this thread alone):
+     * on two cores, a walk that held one while the loop held the other kept
+     * the deadline thread from waking for the next deadline.
+     */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
     pthread_mutex_lock(&d->mu);
-    w->sweeping = false;
-    pthread_cond_broadcast(&d->swept);
+    for (;;) {
+        watch_t *w = NULL;
+        for (int i = 0; i < d->n && w == NULL; i++)
+            if (d->slots[i].sweeping)
+                w = &d->slots[i];
+        if (w == NULL) {
+            if (d->stop)
+                break;
+            pthread_cond_wait(&d->to_sweep, &d->mu);
+            continue;
+        }
+        pid_t pid = w->pid;
+        pthread_mutex_unlock(&d->mu);
+        if (tp_proctree_kill(d->tree, pid) < 0)
+            tp_log_error("cannot read /proc to kill what worker %d started outside its group: %s", (int)pid,
+                         strerror(errno));
+        kill(-pid, SIGKILL);
+        uint64_t one = 1;
+        pthread_mutex_lock(&d->mu);
+        w->sweeping = false;
+        pthread_cond_broadcast(&d->swept);
+        pthread_mutex_unlock(&d->mu);
+        if (write(d->fd, &one, sizeof one) < 0 && errno != EAGAIN)
+            tp_log_error("the deadline thread cannot wake the loop; its fallback timers will");
+        pthread_mutex_lock(&d->mu);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
 }
 
 /*
  * The deadline thread. It sleeps until TP_DEADLINE_LEAD_US before the
  * soonest deadline it keeps, then in TP_DEADLINE_STEP_US steps (an idle
  * vCPU is slow to wake), stops the group of each worker whose deadline has
- * come (SIGSTOP: from then on none of it runs), kills what those workers
- * started, one sweep at a time (another deadline due meanwhile is stopped
- * before the next sweep), and tells the loop. It touches nothing but the
- * fields under mu (and writes the eventfd), and signals a group only while
- * its worker is unreaped (pid), so the group's id cannot have been reused.
+ * come (SIGSTOP: from then on none of it runs) and hands it to the sweeper
+ * thread, which kills it and tells the loop. It touches nothing but the
+ * fields under mu, and signals a group only while its worker is unreaped
+ * (pid), so the group's id cannot have been reused.
  */
 static void *deadline_main(void *arg)
 {
@@ -117,11 +151,8 @@ static void *deadline_main(void *arg)
     pthread_mutex_lock(&d->mu);
     while (!d->stop) {
         uint64_t now = tp_now_us(), next = 0;
-        watch_t *to_sweep = NULL;
         for (int i = 0; i < d->n; i++) {
             watch_t *w = &d->slots[i];
-            if (w->sweeping && to_sweep == NULL)
-                to_sweep = w;
             if (w->deadline == 0 || w->killed_us != 0 || w->pid <= 0)
                 continue;
             if (w->deadline <= now) {
@@ -138,8 +169,7 @@ static void *deadline_main(void *arg)
                 } else if (kill(-w->pid, SIGSTOP) == 0) {
                     w->killed_us = tp_now_us();
                     w->sweeping = true;
-                    if (to_sweep == NULL)
-                        to_sweep = w;
+                    pthread_cond_signal(&d->to_sweep);
                 } else {
                     w->deadline = 0; /* the loop's fallback timer will see to it */
                 }
@@ -148,14 +178,7 @@ static void *deadline_main(void *arg)
             }
         }
         d->next = next;
-        if (to_sweep != NULL) {
-            sweep(d, to_sweep);
-            uint64_t one = 1;
-            pthread_mutex_unlock(&d->mu);
-            if (write(d->fd, &one, sizeof one) < 0 && errno != EAGAIN)
-                tp_log_error("the deadline thread cannot wake the loop; its fallback timers will");
-            pthread_mutex_lock(&d->mu);
-        } else if (next == 0) {
+        if (next == 0) {
             pthread_cond_wait(&d->cond, &d->mu);
         } else if (next > now + TP_DEADLINE_LEAD_US) {
             uint64_t at = next - TP_DEADLINE_LEAD_US;
@@ -195,26 +218,37 @@ void tp_deadline_start(tp_deadline_t *d, struct event_base *base, tp_deadline_cb
     pthread_condattr_destroy(&ca);
     if (rc != 0)
         return;
-    if (pthread_cond_init(&d->swept, NULL) != 0) {
-        pthread_cond_destroy(&d->cond);
-        return;
-    }
-    if (pthread_mutex_init(&d->mu, NULL) != 0) {
-        pthread_cond_destroy(&d->cond);
-        pthread_cond_destroy(&d->swept);
-        return;
-    }
+    if (pthread_cond_init(&d->to_sweep, NULL) != 0)
+        goto no_to_sweep;
+    if (pthread_cond_init(&d->swept, NULL) != 0)
+        goto no_swept;
+    if (pthread_mutex_init(&d->mu, NULL) != 0)
+        goto no_mutex;
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
+    if (pthread_create(&d->sweeper, NULL, sweeper_main, d) != 0) {
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        goto no_thread;
+    }
     d->running = pthread_create(&d->thread, NULL, deadline_main, d) == 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (!d->running) {
-        pthread_cond_destroy(&d->cond);
-        pthread_cond_destroy(&d->swept);
-        pthread_mutex_destroy(&d->mu);
-        tp_log_error("no deadline thread; the loop's timers keep the deadlines");
-    }
+    if (d->running)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->stop = true;
+    pthread_cond_signal(&d->to_sweep);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->sweeper, NULL);
+no_thread:
+    pthread_mutex_destroy(&d->mu);
+no_mutex:
+    pthread_cond_destroy(&d->swept);
+no_swept:
+    pthread_cond_destroy(&d->to_sweep);
+no_to_sweep:
+    pthread_cond_destroy(&d->cond);
+    tp_log_error("no deadline thread; the loop's timers keep the deadlines");
 }
 
 bool tp_deadline_running(const tp_deadline_t *d)
@@ -228,9 +262,12 @@ void tp_deadline_stop(tp_deadline_t *d)
         pthread_mutex_lock(&d->mu);
         d->stop = true;
         pthread_cond_signal(&d->cond);
+        pthread_cond_signal(&d->to_sweep);
         pthread_mutex_unlock(&d->mu);
         pthread_join(d->thread, NULL);
+        pthread_join(d->sweeper, NULL); /* once what it was given is swept */
         pthread_cond_destroy(&d->cond);
+        pthread_cond_destroy(&d->to_sweep);
         pthread_cond_destroy(&d->swept);
         pthread_mutex_destroy(&d->mu);
         d->running = false;

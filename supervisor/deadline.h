@@ -1,10 +1,12 @@
 /*
  * The deadline thread: at each deadline that needs no grace, whatever the
  * loop is doing (an fsync, a spawn), it stops the worker's process group
- * (SIGSTOP), kills every process the worker started, those that left the
- * group included (common/proctree.h), then the group, and tells the loop
- * through an eventfd; the loop then ends the attempt as of the moment of
- * the stop, from which none of the group ran. pool.c keeps the slots and
+ * (SIGSTOP). A second thread, the sweeper, then kills every process the
+ * worker started, those that left the group included (common/proctree.h),
+ * then the group, and tells the loop through an eventfd; the loop ends the
+ * attempt as of the moment of the stop, from which none of the group ran.
+ * The walk of /proc takes a millisecond or more: in a thread apart, it
+ * never makes the next deadline late. pool.c keeps the slots and
  * their state machine; this keeps, by slot index, what the thread needs to
  * know of each, under one mutex: the worker until it is reaped, its reply
  * pipe, the running attempt's deadline, and when the thread stopped the
@@ -44,14 +46,18 @@ typedef void (*tp_deadline_cb_t)(void *ctx);
 /* The state for n slots, thread not started. NULL when out of memory. */
 tp_deadline_t *tp_deadline_new(int n);
 /*
- * Starts the thread, with every signal blocked (they are the loop's), and
- * watches its eventfd on base: killed_cb(ctx) runs there after each kill.
- * When something fails, logs it and the loop's timers keep the deadlines.
+ * Starts the thread and the sweeper, with every signal blocked (they are
+ * the loop's), and watches their eventfd on base: killed_cb(ctx) runs
+ * there after each kill. When something fails, logs it and the loop's
+ * timers keep the deadlines.
  */
 void tp_deadline_start(tp_deadline_t *d, struct event_base *base, tp_deadline_cb_t killed_cb, void *ctx);
 /* Whether the thread runs: it keeps the deadlines given to tp_deadline_arm. */
 bool tp_deadline_running(const tp_deadline_t *d);
-/* Stops and joins the thread, closes the eventfd. Safe to call again. */
+/*
+ * Stops and joins the threads (the sweeper once it has killed what it was
+ * given), closes the eventfd. Safe to call again.
+ */
 void tp_deadline_stop(tp_deadline_t *d);
 /* Stops the thread and frees d. NULL is fine. */
 void tp_deadline_free(tp_deadline_t *d);

@@ -175,8 +175,8 @@ int main(int argc, char **argv)
         run_call(call, &o);
         /*
          * Nothing the tool started outlives its call. The check costs a
-         * system call (0.5 us, 7% of a no-op plugin call's throughput), so
-         * a call too short to have started a process skips it: every exec
+         * system call (about 0.5 us: some 5% of a no-op plugin call), so a
+         * call too short to have started a process skips it: every exec
          * call, and any plugin call that forked or spawned, takes longer
          * (contain.h).
          */
