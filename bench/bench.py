@@ -457,8 +457,8 @@ def bench_hang(tp, cfg, scratch, res):
     hang_line("toolpool exec /bin/sleep 3600", late, r["seconds"], n, j)
     hang_line("pebble (time.sleep(3600))", pb["late_us"], pb["seconds"], n, j)
     hang_line("workerpool (Atomics.wait 1 h)", wp["late_us"], wp["seconds"], nw, j)
-    say("  (toolpool: trace duration_ms - 200, attempt start to SIGKILL sent to the worker group, before the "
-        "commit and the result line; peers: the library's own timer start + 200 ms to the "
+    say("  (toolpool: trace duration_ms - 200, attempt start to SIGSTOP sent to the worker group (the kill "
+        "follows), before the commit and the result line; peers: the library's own timer start + 200 ms to the "
         "future/promise reporting the timeout; ideal s: calls x 0.2 s / workers)")
     early = [(nm, [x for x in v if x < 0]) for nm, v in
              (("toolpool", late), ("pebble", pb["late_us"]), ("workerpool", wp["late_us"]))]

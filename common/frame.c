@@ -140,19 +140,34 @@ int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv
     return head->len == n ? 0 : -1;
 }
 
+int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files)
+{
+    Toolpool__Call call = TOOLPOOL__CALL__INIT;
+    call.limit_memory = limit_memory;
+    call.limit_cpu = limit_cpu;
+    call.limit_files = limit_files;
+    size_t n = protobuf_c_message_get_packed_size(&call.base);
+    tp_buf_reset(tail);
+    if (tp_buf_reserve(tail, n) < 0)
+        return -1;
+    tail->len = protobuf_c_message_pack(&call.base, tail->data);
+    return tail->len == n ? 0 : -1;
+}
+
 int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
 {
     size_t id_len = c->call_id ? strlen(c->call_id) : 0, job_len = c->job ? strlen(c->job) : 0;
+    size_t tail_len = c->tail ? c->tail->len : 0;
     size_t call_len = varint_field_len(c->seq) + c->head->len + bytes_field_len(c->args_len) +
                       bytes_field_len(id_len) + bytes_field_len(job_len) + varint_field_len(c->step) +
-                      varint_field_len(c->attempt);
+                      varint_field_len(c->attempt) + tail_len;
     size_t n = 1 + varint_len(call_len) + call_len;
     uint8_t *p = frame_begin(out, n, max);
     if (p == NULL)
         return -1;
     *p++ = KEY_FRAME_CALL;
     p = put_varint(p, call_len);
-    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), then 7-11. */
+    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-14). */
     p = put_varint_field(p, KEY_SEQ, c->seq);
     memcpy(p, c->head->data, c->head->len);
     p += c->head->len;
@@ -161,6 +176,8 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
     p = put_bytes_field(p, KEY_JOB, c->job, job_len);
     p = put_varint_field(p, KEY_STEP, c->step);
     p = put_varint_field(p, KEY_ATTEMPT, c->attempt);
+    if (tail_len)
+        memcpy(p, c->tail->data, tail_len); /* 12-14: the tool's limits */
     out->len += TP_FRAME_HEADER + n;
     return 0;
 }

@@ -39,12 +39,15 @@ int tp_frame_append(tp_buf_t *out, const ProtobufCMessage *msg, uint32_t max);
  * field twice (to size, then to pack) for each call. The fields that are
  * the same for every call of a tool (tool, adapter, argv, plugin_path,
  * max_output) are packed by protobuf-c once, into the tool's head; each
- * call then writes only its own fields around it. The bytes are exactly
+ * call then writes only its own fields around it, and the tool's limits
+ * (fields 12-14, packed once too, its tail) after them. The bytes are exactly
  * what protobuf-c would pack for the whole SupervisorFrame (frame_test
  * compares them), so the worker decodes them as any other frame.
  */
 typedef struct {
     const tp_buf_t *head;   /* the tool's fields: tp_call_head_pack */
+    const tp_buf_t *tail;   /* the tool's limits (fields 12-14, after the call's own):
+                               tp_call_tail_pack; NULL or empty when it has none */
     uint64_t seq;
     const uint8_t *args;
     size_t args_len;
@@ -57,6 +60,8 @@ typedef struct {
 /* Packs a tool's fields of a Call (the rest left out) into head. 0, or -1. */
 int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv, size_t argc,
                       const char *plugin_path, uint64_t max_output);
+/* Packs a tool's limits (0: none) into tail, fields 12-14 of a Call. 0, or -1. */
+int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files);
 /* Appends header + SupervisorFrame{call} to out. 0, or -1 (ENOMEM, or EMSGSIZE: too big). */
 int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max);
 

@@ -208,6 +208,7 @@ static const char *describe(const json_t *v, char *buf, size_t n)
 typedef enum {
     K_SKIP,     /* read before the table runs (a tool's name) */
     K_DURATION, /* "8s" -> uint64_t microseconds */
+    K_BYTES,    /* "512M" or an integer -> uint64_t bytes */
     K_UINT,     /* integer -> uint32_t or uint64_t, by the field's size */
     K_NUMBER,   /* integer or real -> double */
     K_BOOL,
@@ -295,6 +296,32 @@ static const key_spec_t breaker_keys[] = {
 };
 static const key_table_t breaker_table = TABLE(breaker_keys);
 
+#define MAX_OUTPUT_DEFAULT 1048576
+
+/*
+ * Resource limits, set with setrlimit for the tool (worker/rlimit.h).
+ * "output" is max_output under another name: either lands in the same
+ * field, and an object may not set both (check_output_once).
+ */
+static const key_spec_t limits_keys[] = {
+    {KEY("memory", K_BYTES), POL(limit_memory), .min = 1048576},
+    {KEY("cpu", K_DURATION), POL(limit_cpu_us), .flags = F_MIN_EXCL},
+    {KEY("files", K_UINT), POL(limit_files), .min = 3, .max = 1048576},
+    {KEY("output", K_BYTES), POL(max_output), .min = 1, .dflt = MAX_OUTPUT_DEFAULT},
+};
+static const key_table_t limits_table = TABLE(limits_keys);
+
+/*
+ * Worker recycling: after a worker answers a call of this tool, it is
+ * replaced (between calls) once it has answered max_calls calls or holds
+ * max_rss bytes resident (supervisor/pool.c).
+ */
+static const key_spec_t worker_keys[] = {
+    {KEY("max_calls", K_UINT), POL(worker_max_calls), .min = 1},
+    {KEY("max_rss", K_BYTES), POL(worker_max_rss), .min = 1048576},
+};
+static const key_table_t worker_table = TABLE(worker_keys);
+
 /* Allowed in "defaults" and in every tool; the tool's value wins. */
 static const key_spec_t policy_keys[] = {
     {KEY("timeout", K_DURATION), POL(timeout_us), .flags = F_MIN_EXCL, .dflt = 30 * SEC},
@@ -304,7 +331,9 @@ static const key_spec_t policy_keys[] = {
     {KEY("kill_grace", K_DURATION), POL(kill_grace_us)},
     {KEY("idempotent", K_BOOL), POL(idempotent), .dflt = 1},
     {KEY("concurrency", K_UINT), POL(concurrency)},
-    {KEY("max_output", K_UINT), POL(max_output), .min = 1, .dflt = 1048576},
+    {KEY("max_output", K_UINT), POL(max_output), .min = 1, .dflt = MAX_OUTPUT_DEFAULT},
+    {KEY("limits", K_OBJECT), .sub = &limits_table},
+    {KEY("worker", K_OBJECT), .sub = &worker_table},
     {KEY("retry_on", K_KINDS), POL(retry_on),
      .dflt = (double)(KIND_BIT(TP_KIND_TIMEOUT) | KIND_BIT(TP_KIND_RATE_LIMITED) |
                       KIND_BIT(TP_KIND_SERVER_ERROR) | KIND_BIT(TP_KIND_WORKER_CRASHED))},
@@ -433,6 +462,30 @@ int tp_duration_parse(const char *s, uint64_t *us)
     return -1;
 }
 
+int tp_size_parse(const char *s, uint64_t *bytes)
+{
+    if (s == NULL || bytes == NULL || *s < '0' || *s > '9')
+        return -1;
+    uint64_t v = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        uint64_t d = (uint64_t)(*s - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    unsigned shift = 0;
+    if (*s != '\0') {
+        const char *units = "KMGT", *u = strchr(units, *s >= 'a' ? *s - 'a' + 'A' : *s);
+        if (u == NULL || s[1] != '\0')
+            return -1;
+        shift = 10 * (unsigned)(u - units + 1);
+    }
+    if (v > (UINT64_MAX >> shift))
+        return -1;
+    *bytes = v << shift;
+    return 0;
+}
+
 /* ---- the policy: defaults, copies, teardown ---- */
 
 /* Writes an unsigned value into a field of 1, 4 or 8 bytes (bool, u32, u64). */
@@ -454,6 +507,7 @@ static void apply_defaults(const key_table_t *tab, void *base)
         void *field = (char *)base + s->off;
         switch (s->type) {
         case K_DURATION:
+        case K_BYTES:
         case K_UINT:
         case K_BOOL:
         case K_KINDS:
@@ -830,6 +884,18 @@ static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
         store_uint(field, s->size, us);
         return 0;
     }
+    case K_BYTES: {
+        uint64_t bytes;
+        if (json_is_integer(v) && json_integer_value(v) >= 0)
+            bytes = (uint64_t)json_integer_value(v);
+        else if (!json_is_string(v) || tp_size_parse(json_string_value(v), &bytes) < 0)
+            return fail(ld, "expected a size like \"512M\" (K, M, G, T: powers of 1024) or a number of "
+                            "bytes, got %s", GOT(v));
+        if (check_bounds(ld, s, (double)bytes, v) < 0)
+            return -1;
+        store_uint(field, s->size, bytes);
+        return 0;
+    }
     case K_UINT:
         if (!json_is_integer(v))
             return fail(ld, "expected an integer, got %s", GOT(v));
@@ -1009,6 +1075,34 @@ static int parse_object(loader_t *ld, json_t *obj, const key_table_t *tab, void 
     return 0;
 }
 
+/*
+ * "max_output" and "limits.output" are one cap under two names: an object
+ * may set one of them, not both (which one won would be a guess). The
+ * loader stands on obj.
+ */
+static int check_output_once(loader_t *ld, json_t *obj)
+{
+    if (json_object_get(obj, "max_output") == NULL ||
+        json_object_get(json_object_get(obj, "limits"), "output") == NULL)
+        return 0;
+    where_key(&ld->at, "limits");
+    where_key(&ld->at, "output");
+    return fail(ld, "the same cap as \"max_output\", which is set here too: set one of them");
+}
+
+/* check_output_once for "defaults", if there is one. */
+static int check_defaults(loader_t *ld)
+{
+    json_t *dflt = json_object_get(ld->root, "defaults");
+    if (dflt == NULL)
+        return 0;
+    mark_t m = where_key(&ld->at, "defaults");
+    if (check_output_once(ld, dflt) < 0)
+        return -1;
+    where_pop(&ld->at, m);
+    return 0;
+}
+
 /* ---- tools ---- */
 
 /* A name as agents and MCP hosts accept it: [A-Za-z0-9_.-]+. */
@@ -1082,7 +1176,7 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool)
     snprintf(note, sizeof note, " (%s)", tool->name);
     where_note(&ld->at, note);
 
-    if (parse_object(ld, t, &tool_table, tool) < 0)
+    if (parse_object(ld, t, &tool_table, tool) < 0 || check_output_once(ld, t) < 0)
         return -1;
     if (tool->adapter == 0)
         return fail(ld, "no adapter (expected exactly one of \"exec\", \"plugin\", \"mcp\", "
@@ -1343,7 +1437,7 @@ tp_registry_t *tp_registry_load(const char *path, char *err, size_t errlen)
         fail(&ld, "expected an object like {\"tools\": [...]}, got %s", GOT(root));
         goto fail;
     }
-    if (parse_object(&ld, root, &top_table, reg) < 0 || parse_tools(&ld) < 0 ||
+    if (parse_object(&ld, root, &top_table, reg) < 0 || check_defaults(&ld) < 0 || parse_tools(&ld) < 0 ||
         check_fallbacks(&ld) < 0)
         goto fail;
     json_decref(root);

@@ -47,7 +47,14 @@ typedef struct {
     uint64_t kill_grace_us;     /* TERM-to-KILL grace; 0 = KILL at once */
     bool idempotent;
     uint32_t concurrency;       /* most attempts at once; 0 = no cap */
-    uint64_t max_output;        /* bytes of a tool's stdout kept */
+    uint64_t max_output;        /* bytes of a tool's stdout kept (also "limits.output") */
+    /* "limits": setrlimit for the tool; 0 = none */
+    uint64_t limit_memory;      /* bytes of address space (RLIMIT_AS) */
+    uint64_t limit_cpu_us;      /* CPU time (RLIMIT_CPU, whole seconds: rounded up) */
+    uint32_t limit_files;       /* open descriptors (RLIMIT_NOFILE) */
+    /* "worker": when a worker that has just answered this tool is replaced; 0 = never */
+    uint64_t worker_max_calls;  /* calls the worker has answered, of any tool */
+    uint64_t worker_max_rss;    /* bytes resident in the worker (/proc/PID/statm) */
     uint64_t retry_on;          /* bit (1 << tp_kind_t) per kind retried */
     /* fallback chain */
     char **fallback;            /* tool names, n_fallback of them */
@@ -116,5 +123,11 @@ void tp_policy_init(tp_policy_t *p);
  * or -1 for anything else (a bare number other than 0 included).
  */
 int tp_duration_parse(const char *s, uint64_t *us);
+
+/*
+ * "512M", "16M", "1G", "64K", "2T" (powers of 1024, the unit in either
+ * case) or plain digits of bytes. Returns 0 and sets *bytes, or -1.
+ */
+int tp_size_parse(const char *s, uint64_t *bytes);
 
 #endif

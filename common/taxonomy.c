@@ -17,6 +17,8 @@ static const struct {
     [TP_KIND_BAD_ARGUMENTS] = {"BadArguments", TP_CLASS_PERMANENT},
     [TP_KIND_TOOL_ERROR] = {"ToolError", TP_CLASS_PERMANENT},
     [TP_KIND_OUTPUT_TOO_LARGE] = {"OutputTooLarge", TP_CLASS_PERMANENT},
+    [TP_KIND_OUT_OF_MEMORY] = {"OutOfMemory", TP_CLASS_PERMANENT},
+    [TP_KIND_RESOURCE_LIMIT] = {"ResourceLimit", TP_CLASS_PERMANENT},
     [TP_KIND_INVALID_ARGUMENTS] = {"InvalidArguments", TP_CLASS_MALFORMED},
     [TP_KIND_UNKNOWN_TOOL] = {"UnknownTool", TP_CLASS_MALFORMED},
     [TP_KIND_INVALID_REQUEST] = {"InvalidRequest", TP_CLASS_MALFORMED},

@@ -12,19 +12,23 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "log.h"
+#include "proctree.h"
 
 /* One slot, as the thread sees it. Shared with the loop, under mu. */
 typedef struct {
     pid_t pid;          /* the worker until it is reaped: its group may be killed */
     int reply_fd;       /* its reply pipe while open: an answer there comes first */
     uint64_t deadline;  /* the running attempt's, for the thread to keep; 0: none */
-    uint64_t killed_us; /* when the thread sent the group SIGKILL; 0: it has not */
+    uint64_t killed_us; /* when the thread stopped the group to kill it; 0: it has not */
+    bool sweeping;      /* stopped; the thread is killing it outside mu (the loop waits) */
 } watch_t;
 
 struct tp_deadline {
@@ -36,6 +40,10 @@ struct tp_deadline {
     pthread_t thread;
     pthread_mutex_t mu; /* over slots, stop and next */
     pthread_cond_t cond;
+    pthread_t sweeper;
+    pthread_cond_t to_sweep; /* the sweeper's: a slot is sweeping */
+    pthread_cond_t swept;    /* a slot's sweeping has ended */
+    tp_proctree_t *tree;     /* the sweeper's scratch for tp_proctree_kill */
     int fd; /* eventfd */
     struct event *ev;
     tp_deadline_cb_t killed_cb;
@@ -49,6 +57,12 @@ tp_deadline_t *tp_deadline_new(int n)
         return NULL;
     d->slots = calloc((size_t)(n > 0 ? n : 1), sizeof *d->slots);
     if (d->slots == NULL) {
+        free(d);
+        return NULL;
+    }
+    d->tree = malloc(sizeof *d->tree);
+    if (d->tree == NULL) {
+        free(d->slots);
         free(d);
         return NULL;
     }
@@ -70,12 +84,66 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
+ * The sweeper thread: kills what an attempt started, after the deadline
+ * thread stopped its worker's group (SIGSTOP, at the deadline itself, so
+ * none of it runs). Outside mu it kills every descendant of the worker,
+ * those that left the group included (a walk of /proc: 1 to 3 ms), then
+ * the group, and tells the loop. A thread of its own, so that no walk
+ * holds up the deadline thread: the deadlines of two workers often fall
+ * together, and a walk between the two would make the second late. The
+ * worker is alive, stopped, throughout, so its orphaned descendants are
+ * still reparented to it, and the loop waits (sweeping) before it could
+ * reap it, so no pid signalled here can have been reused. It leaves when
+ * told to stop, once nothing is left to sweep.
+ */
+static void *sweeper_main(void *arg)
+{
+    tp_deadline_t *d = arg;
+    /*
+     * Below the deadline thread and the loop (nice 10, this thread alone):
+     * on two cores, a walk that held one while the loop held the other kept
+     * the deadline thread from waking for the next deadline.
+     */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        watch_t *w = NULL;
+        for (int i = 0; i < d->n && w == NULL; i++)
+            if (d->slots[i].sweeping)
+                w = &d->slots[i];
+        if (w == NULL) {
+            if (d->stop)
+                break;
+            pthread_cond_wait(&d->to_sweep, &d->mu);
+            continue;
+        }
+        pid_t pid = w->pid;
+        pthread_mutex_unlock(&d->mu);
+        if (tp_proctree_kill(d->tree, pid) < 0)
+            tp_log_error("cannot read /proc to kill what worker %d started outside its group: %s", (int)pid,
+                         strerror(errno));
+        kill(-pid, SIGKILL);
+        uint64_t one = 1;
+        pthread_mutex_lock(&d->mu);
+        w->sweeping = false;
+        pthread_cond_broadcast(&d->swept);
+        pthread_mutex_unlock(&d->mu);
+        if (write(d->fd, &one, sizeof one) < 0 && errno != EAGAIN)
+            tp_log_error("the deadline thread cannot wake the loop; its fallback timers will");
+        pthread_mutex_lock(&d->mu);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+/*
  * The deadline thread. It sleeps until TP_DEADLINE_LEAD_US before the
  * soonest deadline it keeps, then in TP_DEADLINE_STEP_US steps (an idle
- * vCPU is slow to wake), sends SIGKILL to the group of each worker whose
- * deadline has come, and tells the loop. It touches nothing but the
- * fields under mu (and writes the eventfd), and signals a group only while
- * its worker is unreaped (pid), so the group's id cannot have been reused.
+ * vCPU is slow to wake), stops the group of each worker whose deadline has
+ * come (SIGSTOP: from then on none of it runs) and hands it to the sweeper
+ * thread, which kills it and tells the loop. It touches nothing but the
+ * fields under mu, and signals a group only while its worker is unreaped
+ * (pid), so the group's id cannot have been reused.
  */
 static void *deadline_main(void *arg)
 {
@@ -83,7 +151,6 @@ static void *deadline_main(void *arg)
     pthread_mutex_lock(&d->mu);
     while (!d->stop) {
         uint64_t now = tp_now_us(), next = 0;
-        bool fired = false;
         for (int i = 0; i < d->n; i++) {
             watch_t *w = &d->slots[i];
             if (w->deadline == 0 || w->killed_us != 0 || w->pid <= 0)
@@ -99,9 +166,10 @@ static void *deadline_main(void *arg)
                      * (its fallback timer follows).
                      */
                     w->deadline = 0;
-                } else if (kill(-w->pid, SIGKILL) == 0) {
+                } else if (kill(-w->pid, SIGSTOP) == 0) {
                     w->killed_us = tp_now_us();
-                    fired = true;
+                    w->sweeping = true;
+                    pthread_cond_signal(&d->to_sweep);
                 } else {
                     w->deadline = 0; /* the loop's fallback timer will see to it */
                 }
@@ -110,13 +178,7 @@ static void *deadline_main(void *arg)
             }
         }
         d->next = next;
-        if (fired) {
-            uint64_t one = 1;
-            pthread_mutex_unlock(&d->mu);
-            if (write(d->fd, &one, sizeof one) < 0 && errno != EAGAIN)
-                tp_log_error("the deadline thread cannot wake the loop; its fallback timers will");
-            pthread_mutex_lock(&d->mu);
-        } else if (next == 0) {
+        if (next == 0) {
             pthread_cond_wait(&d->cond, &d->mu);
         } else if (next > now + TP_DEADLINE_LEAD_US) {
             uint64_t at = next - TP_DEADLINE_LEAD_US;
@@ -179,21 +241,37 @@ void tp_deadline_start(tp_deadline_t *d, struct event_base *base, tp_deadline_cb
         what = "pthread_cond_init";
         goto fail;
     }
-    if ((rc = pthread_mutex_init(&d->mu, NULL)) != 0) {
-        pthread_cond_destroy(&d->cond);
-        what = "pthread_mutex_init";
-        goto fail;
-    }
+    if (pthread_cond_init(&d->to_sweep, NULL) != 0)
+        goto no_to_sweep;
+    if (pthread_cond_init(&d->swept, NULL) != 0)
+        goto no_swept;
+    if (pthread_mutex_init(&d->mu, NULL) != 0)
+        goto no_mutex;
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
+    if (pthread_create(&d->sweeper, NULL, sweeper_main, d) != 0) {
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        goto no_thread;
+    }
     d->running = pthread_create(&d->thread, NULL, deadline_main, d) == 0;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (!d->running) {
-        pthread_cond_destroy(&d->cond);
-        pthread_mutex_destroy(&d->mu);
-        tp_log_error("no deadline thread; the loop's timers keep the deadlines");
-    }
+    if (d->running)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->stop = true;
+    pthread_cond_signal(&d->to_sweep);
+    pthread_mutex_unlock(&d->mu);
+    pthread_join(d->sweeper, NULL);
+no_thread:
+    pthread_mutex_destroy(&d->mu);
+no_mutex:
+    pthread_cond_destroy(&d->swept);
+no_swept:
+    pthread_cond_destroy(&d->to_sweep);
+no_to_sweep:
+    pthread_cond_destroy(&d->cond);
+    tp_log_error("no deadline thread; the loop's timers keep the deadlines");
     return;
 fail:
     tp_log_error("no deadline thread (%s: %s); the loop's timers keep the deadlines", what, strerror(rc));
@@ -210,9 +288,13 @@ void tp_deadline_stop(tp_deadline_t *d)
         pthread_mutex_lock(&d->mu);
         d->stop = true;
         pthread_cond_signal(&d->cond);
+        pthread_cond_signal(&d->to_sweep);
         pthread_mutex_unlock(&d->mu);
         pthread_join(d->thread, NULL);
+        pthread_join(d->sweeper, NULL); /* once what it was given is swept */
         pthread_cond_destroy(&d->cond);
+        pthread_cond_destroy(&d->to_sweep);
+        pthread_cond_destroy(&d->swept);
         pthread_mutex_destroy(&d->mu);
         d->running = false;
     }
@@ -229,8 +311,16 @@ void tp_deadline_free(tp_deadline_t *d)
     if (d == NULL)
         return;
     tp_deadline_stop(d);
+    free(d->tree);
     free(d->slots);
     free(d);
+}
+
+/* Called under mu: waits until the thread has finished killing slot i's processes. */
+static void wait_swept(tp_deadline_t *d, int i)
+{
+    while (d->slots[i].sweeping)
+        pthread_cond_wait(&d->swept, &d->mu);
 }
 
 void tp_deadline_watch(tp_deadline_t *d, int i, pid_t pid, int reply_fd)
@@ -238,6 +328,7 @@ void tp_deadline_watch(tp_deadline_t *d, int i, pid_t pid, int reply_fd)
     if (!d->running)
         return;
     pthread_mutex_lock(&d->mu);
+    wait_swept(d, i);
     d->slots[i].pid = pid;
     d->slots[i].reply_fd = reply_fd;
     d->slots[i].deadline = 0;
@@ -250,6 +341,7 @@ uint64_t tp_deadline_forget(tp_deadline_t *d, int i)
     if (!d->running)
         return 0;
     pthread_mutex_lock(&d->mu);
+    wait_swept(d, i);
     uint64_t killed = d->slots[i].killed_us;
     d->slots[i].pid = 0;
     d->slots[i].reply_fd = -1;
@@ -264,6 +356,7 @@ void tp_deadline_arm(tp_deadline_t *d, int i, uint64_t at)
     if (!d->running)
         return;
     pthread_mutex_lock(&d->mu);
+    wait_swept(d, i);
     d->slots[i].deadline = at;
     d->slots[i].killed_us = 0;
     if (at != 0 && (d->next == 0 || at < d->next))
@@ -276,6 +369,7 @@ uint64_t tp_deadline_disarm(tp_deadline_t *d, int i)
     if (!d->running)
         return 0;
     pthread_mutex_lock(&d->mu);
+    wait_swept(d, i);
     uint64_t killed = d->slots[i].killed_us;
     d->slots[i].deadline = 0;
     d->slots[i].killed_us = 0;
@@ -288,6 +382,7 @@ uint64_t tp_deadline_killed(tp_deadline_t *d, int i)
     if (!d->running)
         return 0;
     pthread_mutex_lock(&d->mu);
+    wait_swept(d, i);
     uint64_t killed = d->slots[i].killed_us;
     pthread_mutex_unlock(&d->mu);
     return killed;

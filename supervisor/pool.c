@@ -10,18 +10,20 @@
  * A slot leaves the living only through SIGCHLD. The attempt it held ends
  * when no process of it can run code of its own any more, so a retry never
  * runs beside the attempt it replaces: when the worker has been reaped, or,
- * at a deadline, as soon as SIGKILL has gone to the worker's whole process
- * group (no process of the group returns to user space after that; one in
- * the middle of a system call finishes that call, and the reap follows on
- * its own). The slot remembers why it stopped its worker (stop_why_t),
- * so a timeout kill, a recycle or a shutdown is never mistaken for a crash.
+ * at a deadline, as soon as SIGKILL has gone to every process the worker
+ * started and to its whole process group (no process returns to user space
+ * after that; one in the middle of a system call finishes that call, and
+ * the reap follows on its own). A kill stops the group, kills the worker's
+ * descendants that left it (setsid, daemons: slot_kill), then the group.
+ * The slot remembers why it stopped its worker (stop_why_t), so a timeout
+ * kill, a recycle or a shutdown is never mistaken for a crash.
  *
  * A deadline is kept to within a tenth of a millisecond, whatever the loop
  * is doing (a commit's fsync can take 100 ms on a stalling disk): a thread
  * of the pool's own (deadline.c) sleeps until TP_DEADLINE_LEAD_US before
  * it, then in short steps (an idle CPU can take milliseconds to wake),
- * sends the group SIGKILL and tells the loop, which ends the attempt as of
- * that moment. The thread leaves to the loop a worker that has died
+ * stops the group, kills what the worker started and the group, and tells
+ * the loop, which ends the attempt as of the stop. The thread leaves to the loop a worker that has died
  * already, an answer waiting unread in the pipe, and an attempt with a
  * kill_grace; the loop's own timer (the same lead and steps) keeps those;
  * respawns and commits, which block the loop for a millisecond or more,
@@ -47,6 +49,7 @@
 #include "deadline.h"
 #include "frame.h"
 #include "log.h"
+#include "proctree.h"
 #include "toolpool.pb-c.h"
 
 extern char **environ;
@@ -107,7 +110,10 @@ typedef struct tp_slot {
     bool said_hello;
     bool eof;       /* its reply pipe reached EOF */
     bool unflushed; /* out holds Calls the flush event will write */
+    bool retiring;  /* past a tool's worker.max_calls or max_rss: replaced once its queue is done */
     uint64_t calls;
+    uint64_t call_cap; /* the most calls it may answer: --recycle-after, and the lowest
+                          worker.max_calls of the tools it has been given; 0: no cap */
     uint64_t seq;
     tp_attempt_t *attempt;          /* running now */
     uint64_t deadline_us;           /* when the running attempt times out */
@@ -132,6 +138,7 @@ struct tp_pool {
     struct event *ev_flush; /* writes every slot's new Calls, once a turn */
     tp_arena_t arena;       /* what a worker's frame unpacks into */
     tp_buf_t *heads;        /* by tool index: the tool's fields of a Call, packed once */
+    tp_buf_t *tails;        /* by tool index: its limits, packed once (empty: none) */
     size_t n_heads;
     bool flush_pending;
     bool shutting_down;
@@ -148,6 +155,7 @@ struct tp_pool {
      * and tells the loop, which ends the attempt in deadline_cb.
      */
     tp_deadline_t *deadline;
+    tp_proctree_t *tree;    /* the loop's scratch for killing a worker's processes */
 };
 
 static void slot_spawn(tp_slot_t *s);
@@ -219,6 +227,23 @@ static int pipe_high(int p[2])
         p[i] = hi;
     }
     return 0;
+}
+
+/*
+ * Kills worker s and everything it started, the processes that left its
+ * group (setsid, a double-forked daemon) included: the group is stopped
+ * first, so none of it runs or forks on; every descendant of the worker is
+ * killed (common/proctree.h: the worker is alive, stopped, so its orphans
+ * are still reparented to it, and unreaped, since the loop reaps); then
+ * the group. Returns the group kill's result. About 1-2 ms with 150
+ * processes on the machine, the walk of /proc.
+ */
+static int slot_kill(tp_slot_t *s)
+{
+    if (kill(-s->pid, SIGSTOP) == 0 && tp_proctree_kill(s->pool->tree, s->pid) < 0)
+        tp_log_error("cannot read /proc to kill what worker %d started outside its group: %s", (int)s->pid,
+                     strerror(errno));
+    return kill(-s->pid, SIGKILL);
 }
 
 static void slot_close_fds(tp_slot_t *s)
@@ -337,6 +362,47 @@ static void slot_become_idle(tp_slot_t *s)
     s->pool->idle++;
 }
 
+/* The worker's resident memory in bytes (/proc/PID/statm, field 2), or 0 when unreadable. */
+static uint64_t slot_rss(const tp_slot_t *s)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/statm", (int)s->pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    unsigned long long size, resident;
+    if (sscanf(buf, "%llu %llu", &size, &resident) != 2)
+        return 0;
+    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/*
+ * After a reply of a's tool: whether its worker has served its time: it
+ * has answered as many calls as its cap (--recycle-after, or the lowest
+ * worker.max_calls of the tools it has run), or a's tool sets max_rss and
+ * the worker holds that much resident, read from /proc after the reply
+ * (only then: a read of /proc costs some microseconds). It is then
+ * replaced between calls, never during one: it takes no more calls, and
+ * its pipe is closed once those it holds are done (it exits at EOF).
+ */
+static bool slot_served(const tp_slot_t *s, const tp_attempt_t *a)
+{
+    const tp_policy_t *pol = &a->tool->policy;
+    if (s->call_cap && s->calls >= s->call_cap)
+        return true;
+    if (pol->worker_max_rss) {
+        uint64_t rss = slot_rss(s);
+        if (rss >= pol->worker_max_rss)
+            return true;
+    }
+    return false;
+}
+
 /* Takes a Reply off the pipe into the slot's attempt. */
 static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
 {
@@ -370,6 +436,8 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
     s->calls++;
     s->crash_streak = 0;
     p->busy--;
+    if (!s->retiring && slot_served(s, a))
+        s->retiring = true;
     if (s->queued > 0) {
         /* The worker has moved on to the next one: its clock starts now. */
         tp_attempt_t *next = s->queue[0];
@@ -385,7 +453,7 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
             p->o.idle_cb(p->o.ctx);
         return;
     }
-    bool recycle = p->o.recycle_after > 0 && s->calls >= p->o.recycle_after;
+    bool recycle = s->retiring;
     if (s->dead)
         s->state = SLOT_STOPPING;
     else if (p->shutting_down || recycle)
@@ -525,7 +593,7 @@ static int slot_stop(tp_slot_t *s, stop_why_t why, int sig)
         timer_arm(s, EOF_GRACE_US);
         return 0;
     }
-    int rc = kill(-s->pid, sig);
+    int rc = sig == SIGKILL ? slot_kill(s) : kill(-s->pid, sig);
     if (sig == SIGTERM) {
         s->term_sent = true;
         timer_arm(s, s->attempt ? s->attempt->tool->policy.kill_grace_us : 0);
@@ -646,7 +714,7 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
         break;
     }
     case SLOT_STOPPING:
-        if (s->term_sent && kill(-s->pid, SIGKILL) == 0 && s->why == WHY_TIMEOUT)
+        if (s->term_sent && slot_kill(s) == 0 && s->why == WHY_TIMEOUT)
             slot_timed_out(s, 0);
         break;
     case SLOT_IDLE:
@@ -701,7 +769,14 @@ static void slot_reaped(tp_slot_t *s, int status)
     s->calls = 0;
     p->live--;
 
-    bool crash = why == WHY_NONE || why == WHY_PROTOCOL;
+    /*
+     * A plugin past its cpu limit: the worker, whose soft RLIMIT_CPU was
+     * lowered around the call, died of SIGXCPU. The tool's failure, not a
+     * crash of the worker's.
+     */
+    bool cpu_limit = a != NULL && why == WHY_NONE && a->tool->policy.limit_cpu_us && WIFSIGNALED(status) &&
+                     WTERMSIG(status) == SIGXCPU;
+    bool crash = (why == WHY_NONE && !cpu_limit) || why == WHY_PROTOCOL;
     /*
      * A worker that cannot start says so by exiting or crashing before its
      * Hello; one killed from outside (SIGKILL: an operator, the OOM killer)
@@ -724,6 +799,10 @@ static void slot_reaped(tp_slot_t *s, int status)
             attempt_fail(a, TP_KIND_CANCELLED, "%s cancelled while it ran", a->tool->name);
         else if (why == WHY_PROTOCOL)
             attempt_fail(a, TP_KIND_WORKER_CRASHED, "%s: protocol error: %s", a->tool->name, s->detail);
+        else if (cpu_limit)
+            attempt_fail(a, TP_KIND_RESOURCE_LIMIT,
+                         "%s exceeded its cpu limit (%llus of CPU time; killed by SIGXCPU)", a->tool->name,
+                         (unsigned long long)((a->tool->policy.limit_cpu_us + 999999u) / 1000000u));
         else
             attempt_fail(a, TP_KIND_WORKER_CRASHED, "worker running %s %s", a->tool->name, how);
     }
@@ -868,6 +947,8 @@ static void slot_spawn(tp_slot_t *s)
     fcntl(s->reply_fd, F_SETFL, O_NONBLOCK);
     s->state = SLOT_STARTING;
     s->why = WHY_NONE;
+    s->retiring = false;
+    s->call_cap = p->o.recycle_after;
     s->said_hello = false;
     s->eof = false;
     s->detail[0] = 0;
@@ -926,8 +1007,10 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts)
     snprintf(p->max_frame_arg, sizeof p->max_frame_arg, "%u", p->o.max_frame);
     p->n = p->o.workers;
     p->slots = calloc((size_t)p->n, sizeof *p->slots);
-    p->deadline = p->slots ? tp_deadline_new(p->n) : NULL;
+    p->tree = malloc(sizeof *p->tree);
+    p->deadline = p->slots && p->tree ? tp_deadline_new(p->n) : NULL;
     if (p->deadline == NULL) {
+        free(p->tree);
         free(p->slots);
         free(p);
         return NULL;
@@ -994,7 +1077,8 @@ int tp_pool_busy(const tp_pool_t *p)
 /*
  * The busy worker with the shortest queue that may take one more attempt of
  * this depth: each attempt it holds allows one more, it is not being
- * stopped, and the attempt will not carry it past its recycling count.
+ * stopped or retired, and the attempt will not carry it past its recycling
+ * count.
  */
 static tp_slot_t *pipeline_slot(tp_pool_t *p, int depth)
 {
@@ -1007,7 +1091,7 @@ static tp_slot_t *pipeline_slot(tp_pool_t *p, int depth)
         if (s->state != SLOT_BUSY || s->why != WHY_NONE || s->eof || held >= depth || held >= p->o.pipeline ||
             s->queued >= PIPE_MAX || s->attempt->depth <= held)
             continue;
-        if (p->o.recycle_after && s->calls + 1 + (uint64_t)held > p->o.recycle_after)
+        if (s->retiring || (s->call_cap && s->calls + 1 + (uint64_t)held > s->call_cap))
             continue;
         bool all = true;
         for (int k = 0; k < s->queued && all; k++)
@@ -1052,24 +1136,39 @@ bool tp_pool_is_running(const tp_pool_t *p, const tp_attempt_t *a)
     return false;
 }
 
-/* The tool's fields of a Call, packed at its first call. NULL: out of memory. */
-static const tp_buf_t *tool_head(tp_pool_t *p, const tp_tool_t *t)
+/*
+ * The tool's fields of a Call, packed at its first call, and its limits
+ * (*tail; the CPU time in whole seconds, rounded up, as RLIMIT_CPU counts
+ * it). NULL: out of memory.
+ */
+static const tp_buf_t *tool_head(tp_pool_t *p, const tp_tool_t *t, const tp_buf_t **tail)
 {
     if (t->index >= p->n_heads) {
         size_t n = t->index + 1 > 2 * p->n_heads ? t->index + 1 : 2 * p->n_heads;
         tp_buf_t *h = realloc(p->heads, n * sizeof *h);
-        if (h == NULL)
+        if (h != NULL)
+            p->heads = h;
+        tp_buf_t *tl = h ? realloc(p->tails, n * sizeof *tl) : NULL;
+        if (tl == NULL)
             return NULL;
+        p->tails = tl;
         memset(h + p->n_heads, 0, (n - p->n_heads) * sizeof *h);
-        p->heads = h;
+        memset(tl + p->n_heads, 0, (n - p->n_heads) * sizeof *tl);
         p->n_heads = n;
     }
     tp_buf_t *h = &p->heads[t->index];
+    *tail = &p->tails[t->index];
     if (h->len == 0) {
+        const tp_policy_t *pol = &t->policy;
         int adapter = t->adapter == TP_ADAPTER_PLUGIN ? TOOLPOOL__ADAPTER__ADAPTER_PLUGIN
                                                       : TOOLPOOL__ADAPTER__ADAPTER_EXEC;
-        if (tp_call_head_pack(h, t->name, adapter, t->argv, t->argc, t->plugin_path, t->policy.max_output) < 0)
+        uint64_t cpu_s = (pol->limit_cpu_us + 999999u) / 1000000u;
+        uint32_t cpu = cpu_s > UINT32_MAX ? UINT32_MAX : (uint32_t)cpu_s;
+        if (tp_call_head_pack(h, t->name, adapter, t->argv, t->argc, t->plugin_path, pol->max_output) < 0 ||
+            tp_call_tail_pack(&p->tails[t->index], pol->limit_memory, cpu, pol->limit_files) < 0) {
+            tp_buf_reset(h);
             return NULL;
+        }
     }
     return h;
 }
@@ -1084,11 +1183,12 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         s = pipeline_slot(p, a->depth);
     if (s == NULL || p->shutting_down)
         return -1;
-    const tp_buf_t *head = tool_head(p, a->tool);
+    const tp_buf_t *tail = NULL, *head = tool_head(p, a->tool, &tail);
     a->seq = ++s->seq;
     a->requeue = false;
     tp_call_frame_t call = {
         .head = head,
+        .tail = tail,
         .seq = a->seq,
         .args = (const uint8_t *)a->args,
         .args_len = a->args_len,
@@ -1109,6 +1209,9 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         return -2;
     }
     p->busy++;
+    uint64_t max_calls = a->tool->policy.worker_max_calls;
+    if (max_calls && (s->call_cap == 0 || max_calls < s->call_cap))
+        s->call_cap = max_calls;
     if (s->state == SLOT_BUSY) {
         a->started_us = 0; /* it starts when the one before it ends */
         s->queue[s->queued++] = a;
@@ -1156,7 +1259,7 @@ void tp_pool_shutdown(tp_pool_t *p, bool kill_busy)
             break;
         case SLOT_STOPPING:
             if (kill_busy)
-                kill(-s->pid, SIGKILL);
+                slot_kill(s);
             break;
         }
     }
@@ -1196,7 +1299,7 @@ void tp_pool_free(tp_pool_t *p)
     for (int i = 0; i < p->n; i++) {
         tp_slot_t *s = &p->slots[i];
         if (s->pid > 0) {
-            kill(-s->pid, SIGKILL);
+            slot_kill(s);
             while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
                 ;
         }
@@ -1211,9 +1314,13 @@ void tp_pool_free(tp_pool_t *p)
     if (p->ev_flush)
         event_free(p->ev_flush);
     tp_arena_free(&p->arena);
-    for (size_t i = 0; i < p->n_heads; i++)
+    free(p->tree);
+    for (size_t i = 0; i < p->n_heads; i++) {
         tp_buf_free(&p->heads[i]);
+        tp_buf_free(&p->tails[i]);
+    }
     free(p->heads);
+    free(p->tails);
     free(p->slots);
     free(p);
 }

@@ -244,6 +244,10 @@ static void test_call_frame(void)
         int adapter = rand() % 2 ? TOOLPOOL__ADAPTER__ADAPTER_PLUGIN : TOOLPOOL__ADAPTER__ADAPTER_EXEC;
         uint64_t max_output = random_varint(), seq = random_varint(), step = random_varint();
         uint32_t attempt = (uint32_t)random_varint();
+        /* limits: none (an empty tail), some, or all */
+        uint64_t limit_memory = rand() % 2 ? random_varint() : 0;
+        uint32_t limit_cpu = rand() % 2 ? (uint32_t)random_varint() : 0;
+        uint32_t limit_files = rand() % 2 ? (uint32_t)random_varint() : 0;
 
         Toolpool__Call call = TOOLPOOL__CALL__INIT;
         call.seq = seq;
@@ -259,14 +263,20 @@ static void test_call_frame(void)
         call.job = job;
         call.step = step;
         call.attempt = attempt;
+        call.limit_memory = limit_memory;
+        call.limit_cpu = limit_cpu;
+        call.limit_files = limit_files;
         Toolpool__SupervisorFrame sf = TOOLPOOL__SUPERVISOR_FRAME__INIT;
         sf.body_case = TOOLPOOL__SUPERVISOR_FRAME__BODY_CALL;
         sf.call = &call;
-        tp_buf_t want = {0}, got = {0}, head = {0};
+        tp_buf_t want = {0}, got = {0}, head = {0}, tail = {0};
         CU_ASSERT_EQUAL_FATAL(tp_frame_append(&want, &sf.base, 1u << 20), 0);
 
         CU_ASSERT_EQUAL_FATAL(tp_call_head_pack(&head, tool, adapter, argv, argc, plugin, max_output), 0);
-        tp_call_frame_t cf = {.head = &head, .seq = seq, .args = (const uint8_t *)args, .args_len = strlen(args),
+        CU_ASSERT_EQUAL_FATAL(tp_call_tail_pack(&tail, limit_memory, limit_cpu, limit_files), 0);
+        CU_ASSERT_EQUAL(tail.len == 0, !limit_memory && !limit_cpu && !limit_files);
+        tp_call_frame_t cf = {.head = &head, .tail = round % 3 || tail.len ? &tail : NULL, .seq = seq,
+                              .args = (const uint8_t *)args, .args_len = strlen(args),
                               .call_id = id, .job = job, .step = step, .attempt = attempt};
         CU_ASSERT_EQUAL_FATAL(tp_call_frame_append(&got, &cf, 1u << 20), 0);
         CU_ASSERT_EQUAL(got.len, want.len);
@@ -281,6 +291,7 @@ static void test_call_frame(void)
         tp_buf_free(&want);
         tp_buf_free(&got);
         tp_buf_free(&head);
+        tp_buf_free(&tail);
         tp_buf_free(&small);
         for (size_t i = 0; i < argc; i++)
             free(argv[i]);

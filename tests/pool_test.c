@@ -231,7 +231,13 @@ static blocked_t run_with_loop_blocked(const char *registry, const char *args)
     CU_ASSERT_EQUAL_FATAL(tp_pool_submit(p, &r.a), 0);
     r.loop_deadline = tp_pool_next_deadline(p);
     tp_pool_flush(p);
-    usleep(400000); /* the loop does not run, as in a long fsync */
+    /*
+     * The loop does not run, as in a long fsync: 400 ms, whatever signal
+     * comes meanwhile (the SIGCHLD of the worker stopped at its deadline).
+     */
+    struct timespec blocked = {0, 400000000};
+    while (nanosleep(&blocked, &blocked) < 0 && errno == EINTR)
+        ;
     r.state = process_state(worker);
     while (c.done == 0)
         event_base_loop(base, EVLOOP_ONCE);
@@ -449,6 +455,89 @@ static void test_recycling(void)
     }
     CU_ASSERT_EQUAL(n, 5);
     CU_ASSERT_EQUAL(r.rep.pool.recycled, 5);
+    CU_ASSERT_EQUAL(r.rep.pool.crashed, 0);
+    json_decref(r.rows);
+    tp_buf_free(&calls);
+}
+
+/* The distinct worker pids in the results' {"pid": N}, in order of first sight, with each one's count. */
+static int distinct_pids(json_t *rows, const char *prefix, int n, long *pids, int *counts, int cap)
+{
+    int found = 0;
+    for (int i = 0; i < n; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "%s%d", prefix, i);
+        run_t r = {.rows = rows};
+        long pid = (long)json_integer_value(json_object_get(json_object_get(row(&r, id), "result"), "pid"));
+        int k = 0;
+        while (k < found && pids[k] != pid)
+            k++;
+        if (k == found && found < cap) {
+            pids[found] = pid;
+            counts[found++] = 0;
+        }
+        if (k < found)
+            counts[k]++;
+    }
+    return found;
+}
+
+/*
+ * worker.max_rss: a plugin that leaks 10 MB a call, with max_rss 50M. The
+ * supervisor reads the worker's RSS after each reply; past 50M the worker
+ * is replaced between calls: its pid changes after about 5 calls, and no
+ * call fails.
+ */
+static void test_recycle_max_rss(void)
+{
+    enum { N = 12 };
+    tp_buf_t calls = {0};
+    for (int i = 0; i < N; i++)
+        tp_buf_printf(&calls, "{\"id\": \"l%d\", \"job\": \"j\", \"step\": %d, \"tool\": \"leak\"}\n", i, i + 1);
+    tp_buf_append(&calls, "", 1);
+    run_t r = run_calls(NULL,
+                        "{\"tools\": [{\"name\": \"leak\", \"plugin\": {\"path\": \"@P@\"},"
+                        " \"worker\": {\"max_rss\": \"50M\"}}]}",
+                        (char *)calls.data, 1, 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_EQUAL(r.rep.summary.ok, N);
+    long pids[N];
+    int counts[N];
+    int n = distinct_pids(r.rows, "l", N, pids, counts, N);
+    CU_ASSERT(n >= 2); /* replaced at least once */
+    for (int k = 0; k < n; k++)
+        CU_ASSERT(counts[k] <= 5); /* 5 x 10 MB is past 50M, whatever the worker's own RSS */
+#ifndef TP_TEST_SANITIZE
+    CU_ASSERT(counts[0] >= 4); /* and not before: the worker itself is a few MB (ASan's, more) */
+#endif
+    /* every worker that reached the limit, the last perhaps not */
+    CU_ASSERT(r.rep.pool.recycled >= (uint64_t)n - 1);
+    CU_ASSERT_EQUAL(r.rep.pool.crashed, 0);
+    json_decref(r.rows);
+    tp_buf_free(&calls);
+}
+
+/*
+ * worker.max_calls, from "defaults": no worker answers more than 3 calls,
+ * even when calls are queued on it (pipelining); none fails.
+ */
+static void test_recycle_max_calls(void)
+{
+    enum { N = 40 };
+    tp_buf_t calls = {0};
+    for (int i = 0; i < N; i++)
+        tp_buf_printf(&calls, "{\"id\": \"p%d\", \"tool\": \"pid\"}\n", i);
+    tp_buf_append(&calls, "", 1);
+    run_t r = run_calls(NULL, "{\"defaults\": {\"worker\": {\"max_calls\": 3}}, \"tools\": [" PLUGIN_TOOL("pid") "]}",
+                        (char *)calls.data, 2, 0);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_EQUAL(r.rep.summary.ok, N);
+    long pids[N];
+    int counts[N];
+    int n = distinct_pids(r.rows, "p", N, pids, counts, N);
+    CU_ASSERT(n >= N / 3);
+    for (int k = 0; k < n; k++)
+        CU_ASSERT(counts[k] <= 3);
     CU_ASSERT_EQUAL(r.rep.pool.crashed, 0);
     json_decref(r.rows);
     tp_buf_free(&calls);
@@ -756,6 +845,8 @@ int main(void)
     CU_add_test(s, "kill_grace: TERM, then KILL", test_kill_grace);
     CU_add_test(s, "segfaulting plugin", test_segv_plugin);
     CU_add_test(s, "worker recycling", test_recycling);
+    CU_add_test(s, "worker.max_rss: a leaking plugin's worker is replaced", test_recycle_max_rss);
+    CU_add_test(s, "worker.max_calls: no worker answers more, pipelined or not", test_recycle_max_calls);
     CU_add_test(s, "retry_after_ms honoured", test_retry_after);
     CU_add_test(s, "exec outcomes and kinds", test_exec_outcomes);
     CU_add_test(s, "stdout cap", test_output_cap);

@@ -429,6 +429,190 @@ static void test_builtin_defaults(void)
     tp_registry_free(reg);
 }
 
+/* Sizes: a unit (powers of 1024, either case) or plain bytes; nothing else. */
+static void test_size_parse(void)
+{
+    static const struct {
+        const char *s;
+        uint64_t bytes;
+    } ok[] = {
+        {"0", 0},
+        {"1048576", 1048576},
+        {"64K", 65536},
+        {"64k", 65536},
+        {"512M", 536870912},
+        {"16m", 16777216},
+        {"1G", 1073741824ull},
+        {"2T", 2199023255552ull},
+        {"16777215T", 16777215ull << 40},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        uint64_t b = 1;
+        CU_ASSERT_EQUAL(tp_size_parse(ok[i].s, &b), 0);
+        CU_ASSERT_EQUAL(b, ok[i].bytes);
+    }
+    static const char *const bad[] = {"",      "M",          "1.5G", "512MB", "512 M", "-1",
+                                      "12X",   "0x10",       "16777216T", "99999999999999999999", "1Ki"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t b = 7;
+        CU_ASSERT_EQUAL(tp_size_parse(bad[i], &b), -1);
+        CU_ASSERT_EQUAL(b, 7);
+    }
+}
+
+/*
+ * limits: from "defaults", overridden key by key by a tool; "output" is
+ * max_output; none by default; the CPU time kept as given (the pool rounds
+ * it up to whole seconds for RLIMIT_CPU).
+ */
+static void test_limits(void)
+{
+    char err[1024], *path;
+    tp_registry_t *reg = load("limits.json",
+                              "{\"defaults\": {\"limits\": {\"memory\": \"512M\", \"cpu\": \"30s\","
+                              " \"files\": 256, \"output\": \"16M\"}},\n"
+                              " \"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]},\n"
+                              "   {\"name\": \"b\", \"exec\": [\"/bin/true\"],"
+                              " \"limits\": {\"cpu\": \"1.5s\"}},\n"
+                              "   {\"name\": \"c\", \"exec\": [\"/bin/true\"], \"max_output\": 100,"
+                              " \"limits\": {\"memory\": 2097152}}]}\n",
+                              &path, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    const tp_policy_t *a = &reg->tools[0].policy, *b = &reg->tools[1].policy, *c = &reg->tools[2].policy;
+    CU_ASSERT_EQUAL(a->limit_memory, 512ull << 20);
+    CU_ASSERT_EQUAL(a->limit_cpu_us, 30000000);
+    CU_ASSERT_EQUAL(a->limit_files, 256);
+    CU_ASSERT_EQUAL(a->max_output, 16u << 20);
+    CU_ASSERT_EQUAL(b->limit_memory, 512ull << 20);
+    CU_ASSERT_EQUAL(b->limit_cpu_us, 1500000);
+    CU_ASSERT_EQUAL(b->limit_files, 256);
+    CU_ASSERT_EQUAL(c->limit_memory, 2097152);
+    CU_ASSERT_EQUAL(c->max_output, 100);
+    free(path);
+    tp_registry_free(reg);
+
+    reg = load("nolimits.json", "{\"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]}]}", &path, err,
+               sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    CU_ASSERT_EQUAL(reg->tools[0].policy.limit_memory, 0);
+    CU_ASSERT_EQUAL(reg->tools[0].policy.limit_cpu_us, 0);
+    CU_ASSERT_EQUAL(reg->tools[0].policy.limit_files, 0);
+    CU_ASSERT_EQUAL(reg->tools[0].policy.max_output, 1048576);
+    free(path);
+    tp_registry_free(reg);
+}
+
+/* Every bad limit is refused where it stands. */
+static void test_err_limits(void)
+{
+    EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"limits\": {\"memory\": \"12X\"}}]}\n",          /* 2 */
+                 "2: tools[0] (a).limits.memory: expected a size like \"512M\" (K, M, G, T: powers of "
+                 "1024) or a number of bytes, got \"12X\"");
+    EXPECT_ERROR("{\"defaults\": {\"limits\": {\n"                     /* 1 */
+                 "   \"memory\": \"64K\"}},\n"                         /* 2 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
+                 2, "defaults.limits.memory", "must be >= 1048576, got \"64K\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"limits\": {\"memory\": -1}}]}\n",               /* 2 */
+                 2, "tools[0] (a).limits.memory", "expected a size like \"512M\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"limits\": {\"memory\": 1.5}}]}\n",              /* 2 */
+                 2, "tools[0] (a).limits.memory", "got 1.5");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"limits\": {\"cpu\": \"fast\"}}]}\n",            /* 2 */
+                 2, "tools[0] (a).limits.cpu", "expected a duration like \"8s\", got \"fast\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"limits\": {\"cpu\": \"0s\"}}]}\n",              /* 2 */
+                 2, "tools[0] (a).limits.cpu", "must be > 0, got \"0s\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"limits\": {\"cpu\": 30}}]}\n",                  /* 2 */
+                 2, "tools[0] (a).limits.cpu", "expected a duration like \"8s\", got 30");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"limits\": {\"files\": 2}}]}\n",                 /* 2 */
+                 2, "tools[0] (a).limits.files", "must be >= 3, got 2");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"limits\": {\"files\": \"many\"}}]}\n",          /* 2 */
+                 2, "tools[0] (a).limits.files", "expected an integer, got \"many\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"limits\": {\"files\": 2000000}}]}\n",           /* 2 */
+                 2, "tools[0] (a).limits.files", "must be <= 1048576, got 2000000");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"limits\": {\"output\": 0}}]}\n",                /* 2 */
+                 2, "tools[0] (a).limits.output", "must be >= 1, got 0");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"limits\": \"512M\"}]}\n",                       /* 2 */
+                 2, "tools[0] (a).limits", "expected an object, got \"512M\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"limits\": {\"mem\": \"512M\"}}]}\n",            /* 2 */
+                 2, "tools[0] (a).limits.mem",
+                 "unknown key (expected one of \"memory\", \"cpu\", \"files\", \"output\")");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"limits\": {\"memroy\": \"512M\"}}]}\n",         /* 2 */
+                 2, "tools[0] (a).limits.memroy", "unknown key (did you mean \"memory\"?)");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"], \"max_output\": 10,\n" /* 1 */
+                 "   \"limits\": {\"output\": \"1M\"}}]}\n",                               /* 2 */
+                 2, "tools[0] (a).limits.output", "the same cap as \"max_output\"");
+    EXPECT_ERROR("{\"defaults\": {\"limits\": {\"output\": 5},\n"      /* 1 */
+                 "   \"max_output\": 10},\n"                           /* 2 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
+                 1, "defaults.limits.output", "the same cap as \"max_output\"");
+}
+
+/* worker: recycling, from "defaults", a tool overriding one key. */
+static void test_worker_recycling(void)
+{
+    char err[1024], *path;
+    tp_registry_t *reg = load("worker.json",
+                              "{\"defaults\": {\"worker\": {\"max_calls\": 1000, \"max_rss\": \"512M\"}},\n"
+                              " \"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]},\n"
+                              "   {\"name\": \"b\", \"exec\": [\"/bin/true\"], \"worker\": {\"max_rss\": 52428800}}]}\n",
+                              &path, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    CU_ASSERT_EQUAL(reg->tools[0].policy.worker_max_calls, 1000);
+    CU_ASSERT_EQUAL(reg->tools[0].policy.worker_max_rss, 512ull << 20);
+    CU_ASSERT_EQUAL(reg->tools[1].policy.worker_max_calls, 1000);
+    CU_ASSERT_EQUAL(reg->tools[1].policy.worker_max_rss, 50ull << 20);
+    free(path);
+    tp_registry_free(reg);
+    reg = load("noworker.json", "{\"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]}]}", &path, err,
+               sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    CU_ASSERT_EQUAL(reg->tools[0].policy.worker_max_calls, 0);
+    CU_ASSERT_EQUAL(reg->tools[0].policy.worker_max_rss, 0);
+    free(path);
+    tp_registry_free(reg);
+}
+
+static void test_err_worker(void)
+{
+    EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"worker\": {\"max_calls\": 0}}]}\n",             /* 2 */
+                 "2: tools[0] (a).worker.max_calls: must be >= 1, got 0");
+    EXPECT_ERROR("{\"defaults\": {\"worker\": {\n"                     /* 1 */
+                 "   \"max_calls\": \"100\"}},\n"                      /* 2 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
+                 2, "defaults.worker.max_calls", "expected an integer, got \"100\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"worker\": {\"max_calls\": -5}}]}\n",            /* 2 */
+                 2, "tools[0] (a).worker.max_calls", "must be >= 1, got -5");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"worker\": {\"max_rss\": \"lots\"}}]}\n",        /* 2 */
+                 2, "tools[0] (a).worker.max_rss", "expected a size like \"512M\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"worker\": {\"max_rss\": \"512K\"}}]}\n",        /* 2 */
+                 2, "tools[0] (a).worker.max_rss", "must be >= 1048576, got \"512K\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"worker\": {\"max_call\": 5}}]}\n",              /* 2 */
+                 2, "tools[0] (a).worker.max_call", "unknown key (did you mean \"max_calls\"?)");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"worker\": 5}]}\n",                              /* 2 */
+                 2, "tools[0] (a).worker", "expected an object, got 5");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"max_calls\": 5}]}\n",                           /* 2 */
+                 2, "tools[0] (a).max_calls", "unknown key");
+}
+
 /* Many tools: every one found through the index, absolute paths untouched. */
 static void test_many_tools(void)
 {
@@ -901,6 +1085,11 @@ int main(void)
         {"built-in defaults", test_builtin_defaults},
         {"many tools", test_many_tools},
         {"fallback diamond", test_fallback_diamond},
+        {"sizes", test_size_parse},
+        {"limits", test_limits},
+        {"error: limits", test_err_limits},
+        {"worker recycling", test_worker_recycling},
+        {"error: worker", test_err_worker},
         {"error: missing file", test_err_missing_file},
         {"error: JSON syntax", test_err_syntax},
         {"error: top level", test_err_top_level},

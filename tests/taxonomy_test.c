@@ -20,7 +20,8 @@ static void test_classes(void)
         {"ServerError", TP_CLASS_TRANSIENT},      {"WorkerCrashed", TP_CLASS_TRANSIENT},
         {"PermissionDenied", TP_CLASS_PERMANENT}, {"NotFound", TP_CLASS_PERMANENT},
         {"BadArguments", TP_CLASS_PERMANENT},     {"ToolError", TP_CLASS_PERMANENT},
-        {"OutputTooLarge", TP_CLASS_PERMANENT},   {"InvalidArguments", TP_CLASS_MALFORMED},
+        {"OutputTooLarge", TP_CLASS_PERMANENT},   {"OutOfMemory", TP_CLASS_PERMANENT},
+        {"ResourceLimit", TP_CLASS_PERMANENT},    {"InvalidArguments", TP_CLASS_MALFORMED},
         {"UnknownTool", TP_CLASS_MALFORMED},      {"InvalidRequest", TP_CLASS_MALFORMED},
         {"BudgetExceeded", TP_CLASS_GUARD},       {"StepCapReached", TP_CLASS_GUARD},
         {"CircuitOpen", TP_CLASS_GUARD},          {"DeadlineExceeded", TP_CLASS_GUARD},
@@ -137,8 +138,8 @@ static void test_retry_decisions(void)
     CU_ASSERT_STRING_EQUAL(r.why_not, "attempts");
     /* permanent, malformed, guard and unknown kinds: one attempt */
     tp_kind_t never[] = {TP_KIND_PERMISSION_DENIED, TP_KIND_NOT_FOUND, TP_KIND_BAD_ARGUMENTS,
-                         TP_KIND_TOOL_ERROR, TP_KIND_INVALID_ARGUMENTS, TP_KIND_CIRCUIT_OPEN,
-                         TP_KIND_CANCELLED, TP_KIND_OTHER};
+                         TP_KIND_TOOL_ERROR, TP_KIND_OUT_OF_MEMORY, TP_KIND_RESOURCE_LIMIT,
+                         TP_KIND_INVALID_ARGUMENTS, TP_KIND_CIRCUIT_OPEN, TP_KIND_CANCELLED, TP_KIND_OTHER};
     for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
         CU_ASSERT(!tp_retry_decide(&p, never[i], 1, -1, 0, 0, &rng).retry);
     /* every transient kind retries by default */

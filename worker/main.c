@@ -8,6 +8,10 @@
  * everything else live in the supervisor, which kills this whole process
  * group when an attempt runs past its deadline.
  *
+ * The worker is a child subreaper (contain.h): what a tool leaves running,
+ * in its process group or out of it (setsid, a double-forked daemon), is
+ * killed when the call ends, before the reply goes out.
+ *
  * Exit status: 0 when the supervisor closes the call pipe (recycling or the
  * end of a run), 3 on a protocol error (a garbage or oversized frame).
  */
@@ -18,9 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "adapter.h"
+#include "clock.h"
+#include "contain.h"
 #include "frame.h"
 #include "log.h"
 
@@ -39,14 +46,33 @@ static pid_t supervisor_pid;
 /*
  * The same signal arrives as the parent-death signal when the supervisor
  * dies (SIGKILL included): then nobody will ever time this group out, so
- * the worker takes its whole group down itself, tool and all.
+ * the worker kills what its tool started outside the group (a walk of
+ * /proc, async-signal-safe) and takes its whole group down, tool and all.
  */
 static void term_handler(int sig)
 {
     (void)sig;
-    if (getppid() != supervisor_pid)
+    if (getppid() != supervisor_pid) {
+        tp_contain_kill_in_handler();
         kill(0, SIGKILL);
+    }
     terminating = 1;
+}
+
+/*
+ * SIGXCPU: a plugin ran past its cpu limit (the worker's soft RLIMIT_CPU,
+ * lowered around the call). The worker dies of it, as the default action
+ * says, so the supervisor sees why, but without the core dump that action
+ * also asks for.
+ */
+static void xcpu_handler(int sig)
+{
+    struct rlimit no_core = {0, 0};
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    setrlimit(RLIMIT_CORE, &no_core);
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig);
 }
 
 /* Packs and writes one WorkerFrame; a failed write means the supervisor is gone. */
@@ -91,8 +117,15 @@ int main(int argc, char **argv)
     struct sigaction sa = {.sa_handler = term_handler}; /* no SA_RESTART: poll sees EINTR */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
+    struct sigaction xa = {.sa_handler = xcpu_handler};
+    sigemptyset(&xa.sa_mask);
+    sigaction(SIGXCPU, &xa, NULL);
     if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != supervisor_pid)
         return 0; /* the supervisor is already gone */
+    /* Orphans of a tool's processes reparent to us, not to init: we can still find them. */
+    if (tp_contain_init() < 0)
+        tp_log_error("cannot become a child subreaper: %s; a tool's double-forked daemon may outlive "
+                     "its call", strerror(errno));
     /*
      * The worker and the tools it starts run as batch work (SCHED_BATCH:
      * the same share of the CPU, the same nice value): waking, they never
@@ -138,9 +171,21 @@ int main(int argc, char **argv)
             return 3;
         }
         const Toolpool__Call *call = sf->call;
+        uint64_t started = tp_now_us();
         run_call(call, &o);
-        if (terminating)
+        /*
+         * Nothing the tool started outlives its call. The check costs a
+         * system call (about 0.5 us: some 5% of a no-op plugin call), so a
+         * call too short to have started a process skips it: every exec
+         * call, and any plugin call that forked or spawned, takes longer
+         * (contain.h).
+         */
+        if (tp_now_us() - started >= TP_CONTAIN_QUICK_US)
+            tp_contain_sweep();
+        if (terminating) {
+            tp_contain_sweep();
             _exit(0); /* timed out: nobody wants this reply */
+        }
 
         Toolpool__Reply reply = TOOLPOOL__REPLY__INIT;
         reply.seq = call->seq;
@@ -165,6 +210,7 @@ int main(int argc, char **argv)
         send_frame(&out, &wf, max);
         toolpool__supervisor_frame__free_unpacked(sf, NULL);
     }
+    tp_contain_sweep();
     tp_outcome_free(&o);
     tp_buf_free(&in);
     tp_buf_free(&out);

@@ -1,0 +1,213 @@
+/*
+ * Killing a process's descendants through /proc (proctree.h). Only system
+ * calls, on the caller's scratch: a worker calls this from its SIGTERM
+ * handler when its supervisor is gone.
+ */
+#include "proctree.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Passes before giving up on a tree that keeps growing (each pass kills all it sees). */
+#define PASSES_MAX 64
+
+typedef struct {
+    pid_t ppid;
+    char state; /* R, S, D, T, Z... */
+    uint64_t start;
+} stat_t;
+
+/* getdents64's record. */
+struct dent64 {
+    uint64_t ino;
+    int64_t off;
+    unsigned short reclen;
+    unsigned char type;
+    char name[];
+};
+
+/* "123" -> 123; 0 for anything that is not a positive decimal pid. */
+static pid_t parse_pid(const char *s)
+{
+    long v = 0;
+    if (*s == '\0')
+        return 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > 0x3fffffff)
+            return 0;
+        v = v * 10 + (*s - '0');
+    }
+    return (pid_t)v;
+}
+
+/* "PID/stat" into buf (at least 32 bytes). */
+static void stat_path(char *buf, pid_t pid)
+{
+    char digits[16];
+    int n = 0;
+    unsigned v = (unsigned)pid;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    int k = 0;
+    while (n > 0)
+        buf[k++] = digits[--n];
+    memcpy(buf + k, "/stat", 6);
+}
+
+/*
+ * Reads /proc/PID/stat: its state, parent and start time (fields 3, 4 and
+ * 22; the name, field 2, may hold spaces and parentheses, so counting
+ * starts after its last ')'). -1 when the process is gone.
+ */
+static int read_stat(int procfd, pid_t pid, stat_t *st)
+{
+    char path[32], buf[1024];
+    stat_path(path, pid);
+    int fd = openat(procfd, path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n;
+    do {
+        n = read(fd, buf, sizeof buf - 1);
+    } while (n < 0 && errno == EINTR);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *p = NULL;
+    for (ssize_t i = n - 1; i >= 0; i--) {
+        if (buf[i] == ')') {
+            p = buf + i + 1;
+            break;
+        }
+    }
+    if (p == NULL)
+        return -1;
+    /* p: " S PPID PGRP SID TTY TPGID FLAGS MINFLT CMINFLT MAJFLT CMAJFLT UTIME STIME ... START ..." */
+    int field = 2;
+    uint64_t v = 0;
+    bool in_num = false;
+    st->state = 0;
+    for (; *p; p++) {
+        if (*p == ' ') {
+            if (in_num) {
+                if (field == 4)
+                    st->ppid = (pid_t)v;
+                if (field == 22) {
+                    st->start = v;
+                    return st->state ? 0 : -1;
+                }
+            }
+            in_num = false;
+            field++;
+            v = 0;
+            continue;
+        }
+        if (field == 3) {
+            st->state = *p;
+        } else if (*p >= '0' && *p <= '9') {
+            v = v * 10 + (uint64_t)(*p - '0');
+            in_num = true;
+        }
+    }
+    return -1;
+}
+
+static tp_proctree_ent_t *find(tp_proctree_t *t, pid_t pid)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ents[i].pid == pid)
+            return &t->ents[i];
+    return NULL;
+}
+
+/*
+ * SIGKILL to pid, which was read as the process started at start. Through
+ * a pidfd, opened first and the process checked again after: if pid now
+ * names another process, nothing is sent. Without pidfds (before Linux
+ * 5.3), a plain kill: the window is a few microseconds, and a pid is only
+ * reused after the kernel has handed out every other one.
+ */
+static void kill_one(int procfd, pid_t pid, uint64_t start)
+{
+#if defined(SYS_pidfd_open) && defined(SYS_pidfd_send_signal)
+    int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pfd >= 0) {
+        stat_t again;
+        if (read_stat(procfd, pid, &again) == 0 && again.start == start)
+            syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
+        close(pfd);
+        return;
+    }
+    if (errno != ENOSYS)
+        return; /* gone already */
+#else
+    (void)procfd;
+    (void)start;
+#endif
+    kill(pid, SIGKILL);
+}
+
+int tp_proctree_kill(tp_proctree_t *t, pid_t root)
+{
+    int procfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (procfd < 0)
+        return -1;
+    t->n = 0;
+    int live = 0;
+    for (int pass = 0; pass < PASSES_MAX; pass++) {
+        bool news = false;
+        live = 0;
+        if (lseek(procfd, 0, SEEK_SET) < 0)
+            break;
+        for (;;) {
+            long k = syscall(SYS_getdents64, procfd, t->dents, sizeof t->dents);
+            if (k <= 0)
+                break;
+            for (long off = 0; off < k;) {
+                struct dent64 *e = (struct dent64 *)(void *)(t->dents + off);
+                off += e->reclen;
+                pid_t pid = parse_pid(e->name);
+                stat_t st;
+                if (pid <= 0 || pid == root || read_stat(procfd, pid, &st) < 0)
+                    continue;
+                if (st.state == 'Z' || st.state == 'X')
+                    continue; /* dead already: its parent reaps it */
+                tp_proctree_ent_t *ent = find(t, pid);
+                if (ent != NULL && ent->start != st.start)
+                    ent = NULL; /* the pid names another process now */
+                if (ent == NULL) {
+                    /*
+                     * A descendant: a child of root or of one found. A
+                     * child seen before its parent (pids wrap) is found by
+                     * the pass that follows the parent's discovery.
+                     */
+                    if (st.ppid != root && find(t, st.ppid) == NULL)
+                        continue;
+                    if (t->n < TP_PROCTREE_MAX) {
+                        ent = &t->ents[t->n++];
+                        *ent = (tp_proctree_ent_t){.pid = pid, .start = st.start};
+                    }
+                    news = true;
+                }
+                live++;
+                if (ent != NULL && ent->signalled)
+                    continue;
+                kill_one(procfd, pid, st.start);
+                if (ent != NULL)
+                    ent->signalled = true;
+                news = true;
+            }
+        }
+        if (!news)
+            break;
+    }
+    close(procfd);
+    return live;
+}
