@@ -7,8 +7,10 @@
 # its client asks for protocol 2025-11-25, the newest toolpool speaks, and it
 # runs on Node 18 and later (Debian 12 has 18, this project's machines 20).
 #
-# Without node and npm the test is skipped (exit 77), saying so; CI has
-# them (scripts/install-deps installs them).
+# Without node and npm, or when the npm registry cannot be reached from
+# here (no network, or a proxy whose certificate npm is not set up to
+# trust), the test is skipped (exit 77), saying why; CI has both
+# (scripts/install-deps installs node and npm).
 set -eu
 SDK_VERSION=1.32.2
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -25,7 +27,10 @@ have=$(node -e 'try { console.log(require(process.argv[1]).version) } catch (e) 
 if [ "$have" != "$SDK_VERSION" ]; then
     echo "mcp_sdk_test: installing @modelcontextprotocol/sdk@$SDK_VERSION into $NPM_DIR"
     mkdir -p "$NPM_DIR"
-    npm install --prefix "$NPM_DIR" --no-save --no-package-lock --no-audit --no-fund \
-        "@modelcontextprotocol/sdk@$SDK_VERSION"
+    if ! npm install --prefix "$NPM_DIR" --no-save --no-package-lock --no-audit --no-fund \
+        "@modelcontextprotocol/sdk@$SDK_VERSION"; then
+        echo "mcp_sdk_test: SKIPPED: @modelcontextprotocol/sdk@$SDK_VERSION could not be installed from the npm registry (npm's error above)"
+        exit 77
+    fi
 fi
 exec node --test --test-reporter=spec "$HERE/mcp_client_test.mjs"
