@@ -1913,6 +1913,19 @@ bool tp_engine_failed(const tp_engine_t *e)
 
 /* ---- the engine itself ---- */
 
+struct event_base *tp_engine_base_new(void)
+{
+    struct event_config *cfg = event_config_new();
+    if (cfg == NULL)
+        return NULL;
+    if (event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER) != 0 ||
+        event_config_set_flag(cfg, EVENT_BASE_FLAG_NO_CACHE_TIME) != 0)
+        tp_log_warn("cannot ask for precise timers");
+    struct event_base *base = event_base_new_with_config(cfg);
+    event_config_free(cfg);
+    return base;
+}
+
 tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
 {
     tp_engine_t *e = calloc(1, sizeof *e);

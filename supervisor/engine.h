@@ -124,6 +124,13 @@ typedef struct {
     tp_summary_t commit_latency; /* commit durations (its histogram; calls counts commits) */
 } tp_engine_stats_t;
 
+/*
+ * The loop an engine runs on, as it needs it: timers from timerfd (attempt
+ * deadlines want better than epoll's millisecond rounding), armed from the
+ * clock, not from the turn's cached time. NULL when out of memory.
+ */
+struct event_base *tp_engine_base_new(void);
+
 tp_engine_t *tp_engine_new(const tp_engine_opts_t *opts);
 /* At most 4 fronts. 0, or -1 when full. */
 int tp_engine_add_front(tp_engine_t *e, const tp_front_t *front);

@@ -330,16 +330,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     }
     signal(SIGPIPE, SIG_IGN);
     f.window = o->window ? o->window : (size_t)o->workers * 64 + 1024;
-    /* Attempt deadlines want better than epoll's millisecond rounding: timerfd. */
-    struct event_config *cfg = event_config_new();
-    if (cfg) {
-        event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
-        /* A timer is armed from the clock now, not from the loop turn's start. */
-        event_config_set_flag(cfg, EVENT_BASE_FLAG_NO_CACHE_TIME);
-        f.base = event_base_new_with_config(cfg);
-        event_config_free(cfg);
-    }
-    if (f.base == NULL) {
+    if ((f.base = tp_engine_base_new()) == NULL) {
         tp_log_error("out of memory");
         return 2;
     }

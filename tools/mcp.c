@@ -207,16 +207,7 @@ int tp_cmd_mcp(int argc, char **argv)
         goto out;
     }
     signal(SIGPIPE, SIG_IGN); /* a host gone mid-answer is a write error, not our death */
-    /* Attempt deadlines want better than epoll's millisecond rounding (as run). */
-    struct event_config *cfg = event_config_new();
-    if (cfg) {
-        if (event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER) != 0 ||
-            event_config_set_flag(cfg, EVENT_BASE_FLAG_NO_CACHE_TIME) != 0)
-            tp_log_warn("cannot ask for precise timers");
-        base = event_base_new_with_config(cfg);
-        event_config_free(cfg);
-    }
-    if (base == NULL) {
+    if ((base = tp_engine_base_new()) == NULL) {
         tp_log_error("out of memory");
         goto out;
     }

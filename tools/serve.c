@@ -288,16 +288,7 @@ int tp_cmd_serve(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-reply is an error on its connection, not our death */
     raise_nofile(ho.max_connections, eo.workers);
-    /* Attempt deadlines want better than epoll's millisecond rounding (as run). */
-    struct event_config *cfg = event_config_new();
-    if (cfg) {
-        if (event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER) != 0 ||
-            event_config_set_flag(cfg, EVENT_BASE_FLAG_NO_CACHE_TIME) != 0)
-            tp_log_warn("cannot ask for precise timers");
-        base = event_base_new_with_config(cfg);
-        event_config_free(cfg);
-    }
-    if (base == NULL) {
+    if ((base = tp_engine_base_new()) == NULL) {
         tp_log_error("out of memory");
         goto out;
     }
