@@ -36,20 +36,49 @@ static void path_in(char *out, size_t cap, const char *name)
     snprintf(out, cap, "%s/%s", dir, name);
 }
 
-static pid_t start_run(const char *store, const char *calls, const char *out, const char *workers)
+/* toolpool run on the store, reading its calls from IN (a path, or standard
+ * input when NULL) and standard input from FD (when not -1). */
+static pid_t spawn_run(const char *store, const char *calls, int fd, const char *out, const char *workers)
 {
     char reg[1100], err[1100];
     path_in(reg, sizeof reg, "tools.json");
     path_in(err, sizeof err, "stderr.txt");
     char *argv[] = {TP_TEST_BIN "/toolpool", "run", "-q", "-j", (char *)workers, "--relaxed", "--store",
-                    (char *)store, "-r", reg, "-o", (char *)out, (char *)calls, NULL};
+                    (char *)store, "-r", reg, "-o", (char *)out, calls ? (char *)calls : "-", NULL};
     posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    CU_ASSERT_EQUAL_FATAL(posix_spawn_file_actions_init(&fa), 0);
+    CU_ASSERT_EQUAL_FATAL(posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_APPEND, 0644), 0);
+    if (fd >= 0)
+        CU_ASSERT_EQUAL_FATAL(posix_spawn_file_actions_adddup2(&fa, fd, 0), 0);
     pid_t pid;
     CU_ASSERT_EQUAL_FATAL(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ), 0);
     posix_spawn_file_actions_destroy(&fa);
     return pid;
+}
+
+static pid_t start_run(const char *store, const char *calls, const char *out, const char *workers)
+{
+    return spawn_run(store, calls, -1, out, workers);
+}
+
+static pid_t start_run_fd(const char *store, int fd, const char *out, const char *workers)
+{
+    return spawn_run(store, NULL, fd, out, workers);
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
 }
 
 /* Results by id; counts duplicates in *dups. */
@@ -227,47 +256,51 @@ static int children(pid_t pid, pid_t *out, int cap)
 
 static void test_worker_kills(void)
 {
-    enum { N = 100000, KILLS = 1000 };
+    enum { N = 100000, KILLS = 1000, PER_KILL = N / KILLS };
     snprintf(dir, sizeof dir, "%s", tp_test_tmpdir("workers"));
     char *reg = expand("{\"defaults\": {\"attempts\": 20, \"backoff\": {\"base\": \"1ms\", \"max\": \"5ms\"},"
                        " \"breaker\": {\"tool\": {\"min_calls\": 1000000}}},"
                        " \"tools\": [" PLUGIN_TOOL("noop") "]}");
     free(tp_test_write(dir, "tools.json", reg));
     free(reg);
-    tp_buf_t text = {0};
-    for (int i = 0; i < N; i++)
-        tp_buf_printf(&text, "{\"id\": \"n%d\", \"tool\": \"noop\", \"args\": {\"i\": %d}}\n", i, i);
-    tp_buf_append(&text, "", 1);
-    free(tp_test_write(dir, "calls.jsonl", (char *)text.data));
-    tp_buf_free(&text);
-    char calls[1100], store[1100], out[1100];
-    path_in(calls, sizeof calls, "calls.jsonl");
+    char store[1100], out[1100];
     path_in(store, sizeof store, "store");
     path_in(out, sizeof out, "out.jsonl");
-    pid_t sup = start_run(store, calls, out, "4");
-    int kills = 0;
+    /* The calls go in through a pipe, PER_KILL of them after each kill: the
+     * run cannot end before every kill has landed, however fast the machine. */
+    int in[2];
+    CU_ASSERT_EQUAL_FATAL(pipe2(in, O_CLOEXEC), 0);
+    pid_t sup = start_run_fd(store, in[0], out, "4");
+    close(in[0]);
+    int kills = 0, sent = 0;
     srand(7);
+    tp_buf_t text = {0};
     while (kills < KILLS) {
         pid_t kids[16];
         int n = children(sup, kids, 16);
-        if (n < 0)
+        if (n < 0 || waitpid(sup, NULL, WNOHANG) == sup)
             break; /* the supervisor is gone */
-        if (n > 0 && kill(kids[rand() % n], SIGKILL) == 0)
+        if (n > 0 && kill(kids[rand() % n], SIGKILL) == 0) {
             kills++;
-        usleep(1500);
-        if (waitpid(sup, NULL, WNOHANG) == sup) {
-            sup = -1;
-            break;
+            text.len = 0;
+            for (int i = 0; i < PER_KILL; i++, sent++)
+                tp_buf_printf(&text, "{\"id\": \"n%d\", \"tool\": \"noop\", \"args\": {\"i\": %d}}\n", sent, sent);
+            if (write_all(in[1], text.data, text.len) != 0)
+                break;
         }
+        usleep(1500);
     }
-    int rc = sup > 0 ? wait_exit(sup) : 0;
+    tp_buf_free(&text);
+    close(in[1]);
+    int rc = wait_exit(sup);
     fprintf(stderr, "\n    %d worker kills\n", kills);
-    CU_ASSERT(kills >= KILLS);
+    CU_ASSERT_EQUAL(kills, KILLS);
     CU_ASSERT_EQUAL(rc, 0);
     int dups;
     json_t *all = load(out, &dups);
     CU_ASSERT_EQUAL(dups, 0);
-    CU_ASSERT_EQUAL(json_object_size(all), N);
+    CU_ASSERT_EQUAL(json_object_size(all), sent);
+    CU_ASSERT_EQUAL(sent, N);
     int crashed = 0, failed = 0;
     const char *id;
     json_t *v;
@@ -276,6 +309,7 @@ static void test_worker_kills(void)
         crashed += json_integer_value(json_object_get(v, "attempts")) > 1;
     }
     fprintf(stderr, "    %zu results, %d retried after a crash, %d failed\n", json_object_size(all), crashed, failed);
+    CU_ASSERT(crashed > 0);
     CU_ASSERT_EQUAL(failed, 0);
     json_decref(all);
 }
