@@ -1,14 +1,6 @@
 /*
- * The MCP front, behind `toolpool mcp`: JSON-RPC 2.0 lines in on stdin,
- * lines out on stdout, and each tools/call a call handed to the engine.
- *
- * The protocol is the legacy (handshake) era of MCP, revisions 2025-11-25
- * and 2025-06-18: initialize negotiates the version and must come first;
- * a client asking for any other version is offered the newest we speak,
- * as the lifecycle's version negotiation says. A 2026-07-28 (stateless)
- * client probes with server/discover first; that is an unknown method
- * here (-32601), which is how such a client learns to fall back to
- * initialize.
+ * The MCP front over stdio, behind `toolpool mcp`: JSON-RPC 2.0 lines in on
+ * stdin, lines out on stdout, one session (mcp_session.h) for the process.
  *
  * Input is read the way the JSONL front reads it: in the engine's turn
  * (its feed hook), once per readiness event, from a descriptor left
@@ -21,51 +13,24 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <jansson.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "buf.h"
-#include "checkpoint.h"
 #include "clock.h"
-#include "json.h"
 #include "log.h"
-#include "registry.h"
-#include "taxonomy.h"
+#include "mcp_session.h"
 
-/* The revisions spoken, newest first: a client asking for another is offered the first. */
-static const char *const tp_mcp_versions[] = {"2025-11-25", "2025-06-18"};
-#define TP_MCP_N_VERSIONS (sizeof tp_mcp_versions / sizeof tp_mcp_versions[0])
-
-/* Tools a tools/list page holds; more come with nextCursor. */
-#define TP_MCP_PAGE 100
 /* Input lines one turn takes at most: a turn stays short, whatever the client sends. */
 #define TP_MCP_LINES_PER_TURN 256
 /* Answers not yet taken by the client past which no more input is read (it is not reading). */
 #define TP_MCP_OUT_HIGH ((size_t)8 << 20)
-
-/* JSON-RPC 2.0's error codes, the ones MCP uses. */
-enum {
-    TP_RPC_PARSE_ERROR = -32700,
-    TP_RPC_INVALID_REQUEST = -32600,
-    TP_RPC_METHOD_NOT_FOUND = -32601,
-    TP_RPC_INVALID_PARAMS = -32602,
-    TP_RPC_INTERNAL_ERROR = -32603,
-};
-
-/* MCP's log levels (RFC 5424's, least severe first), for logging/setLevel. */
-static const char *const tp_mcp_levels[] = {"debug", "info", "notice", "warning",
-                                            "error", "critical", "alert", "emergency"};
-#define TP_MCP_LEVEL_WARNING 3
 
 /* How answers reach the output without blocking the loop. */
 typedef enum {
@@ -74,39 +39,12 @@ typedef enum {
     TP_OUT_SOCKET,              /* a socket (Node's child stdio is one): send(2) with MSG_DONTWAIT */
 } tp_out_mode_t;
 
-/* A tools/call handed to the engine, by its JSON-RPC id. */
-typedef struct tp_mcp_req {
-    struct tp_mcp_req *hnext;   /* the id table's chain */
-    struct tp_mcp_req *pnext;   /* the calls whose client asked for progress */
-    struct tp_mcp_req *pprev;
-    struct tp_mcp *m;
-    tp_call_t *call;            /* the engine's handle, while it may be cancelled */
-    json_t *progress;           /* the client's progressToken, or NULL */
-    uint32_t told;              /* trace entries already told in progress notifications */
-    bool cancelled;             /* the client cancelled it: no response goes out */
-    uint64_t hash;
-    uint64_t step;
-    const char *job;            /* into text[] */
-    const char *call_id;        /* into text[] */
-    size_t id_len;
-    char text[];                /* the request's id as JSON text (the key), then the call id, then the job */
-} tp_mcp_req_t;
-
-/* A job's last step given in this session. */
-typedef struct tp_mcp_job {
-    struct tp_mcp_job *next;
-    uint64_t hash;
-    uint64_t step;
-    char name[];
-} tp_mcp_job_t;
-
 struct tp_mcp {
     tp_mcp_opts_t o;
     tp_engine_t *e;
-    const tp_registry_t *reg;
-    char session[17];           /* 16 hex digits, random */
-    char session_job[24];       /* "mcp-" SESSION */
-    uint64_t seq;               /* calls made */
+    tp_mcp_catalog_t *tools;
+    tp_mcp_session_t *s;
+    size_t progress;            /* calls whose client asked for progress */
     /* input */
     tp_buf_t in;
     size_t scan;                /* bytes of in already searched for '\n' */
@@ -127,135 +65,26 @@ struct tp_mcp {
     bool out_waiting;           /* ev_out is armed */
     bool out_failed;
     struct event *ev_out;
-    /* the session */
-    bool initialized;           /* initialize was answered */
-    int log_level;              /* from logging/setLevel; -1: never set, nothing is sent */
     bool draining;
     bool closed_told;
-    /* requests in flight, by id */
-    tp_mcp_req_t **table;
-    size_t table_cap, table_n;
-    tp_mcp_req_t *progress;     /* those whose client asked for progress */
-    tp_mcp_job_t **jobs;
-    size_t jobs_cap, jobs_n;
-    /* tools/list: each tool's entry, rendered once (the registry does not change) */
-    tp_buf_t tools;
-    size_t *tool_at;            /* n_tools + 1 offsets into tools */
-    uint64_t calls, ok;
 };
 
-/* ---- writing messages ---- */
-
-/*
- * One message built into the output buffer. Running out of memory midway
- * would leave a broken line, so every append notes its failure, and
- * msg_end takes back a message that did not come out whole.
- */
-typedef struct {
-    tp_buf_t *b;
-    size_t mark;
-    int err;
-} tp_msg_t;
-
-static void w_raw(tp_msg_t *w, const void *p, size_t n)
+/* The session's messages, a line each, into the output buffer. */
+static int send_cb(void *ctx, void *tag, const char *msg, size_t len, bool final)
 {
-    if (tp_buf_append(w->b, p, n) < 0)
-        w->err = -1;
-}
-
-static void w_puts(tp_msg_t *w, const char *s)
-{
-    w_raw(w, s, strlen(s));
-}
-
-static void w_str(tp_msg_t *w, const char *s, size_t n)
-{
-    if (tp_json_put_string(w->b, s, n) < 0)
-        w->err = -1;
-}
-
-static void w_cstr(tp_msg_t *w, const char *s)
-{
-    w_str(w, s, strlen(s));
-}
-
-static void w_json(tp_msg_t *w, const json_t *v)
-{
-    if (v == NULL)
-        w_puts(w, "null");
-    else if (tp_json_write(w->b, v, 0) < 0)
-        w->err = -1;
-}
-
-static void w_u64(tp_msg_t *w, uint64_t v)
-{
-    if (tp_buf_printf(w->b, "%llu", (unsigned long long)v) < 0)
-        w->err = -1;
-}
-
-static void msg_begin(tp_mcp_t *m, tp_msg_t *w)
-{
-    *w = (tp_msg_t){.b = &m->out, .mark = m->out.len};
-}
-
-/* Ends the message with its newline; one that could not be made whole is taken back. 0 or -1. */
-static int msg_end(tp_mcp_t *m, tp_msg_t *w, const char *what)
-{
-    w_raw(w, "\n", 1);
-    if (w->err == 0 && !m->out_failed)
-        return 0;
-    m->out.len = w->mark < m->out.off ? m->out.off : w->mark;
-    if (!m->out_failed)
-        tp_log_error("mcp: out of memory writing %s; it is lost", what);
-    return -1;
-}
-
-/* {"jsonrpc":"2.0","id":ID,"result": — the head of a response; its id is written back as the client sent it. */
-static void w_result_head(tp_msg_t *w, const char *id, size_t id_len)
-{
-    w_puts(w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_raw(w, id, id_len);
-    w_puts(w, ",\"result\":");
-}
-
-/*
- * A JSON-RPC error response. id: the request's, or NULL when it could not
- * be read (null). data: JSON text of the error's data, or NULL.
- */
-static void reply_error(tp_mcp_t *m, const json_t *id, int code, const char *data, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static void reply_error(tp_mcp_t *m, const json_t *id, int code, const char *data, const char *fmt, ...)
-{
-    char message[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(message, sizeof message, fmt, ap);
-    va_end(ap);
-    tp_msg_t w;
-    msg_begin(m, &w);
-    w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_json(&w, id);
-    if (tp_buf_printf(w.b, ",\"error\":{\"code\":%d,\"message\":", code) < 0)
-        w.err = -1;
-    w_cstr(&w, message);
-    if (data) {
-        w_puts(&w, ",\"data\":");
-        w_puts(&w, data);
+    tp_mcp_t *m = ctx;
+    (void)tag;
+    (void)final;
+    if (m->out_failed)
+        return 0; /* nobody reads: dropped */
+    size_t mark = m->out.len;
+    if (tp_buf_append(&m->out, msg, len) < 0 || tp_buf_append(&m->out, "\n", 1) < 0) {
+        m->out.len = mark;
+        return -1;
     }
-    w_puts(&w, "}}");
-    msg_end(m, &w, "an error response");
+    return 0;
 }
 
-/* An empty result, {}: ping, logging/setLevel. */
-static void reply_empty(tp_mcp_t *m, const json_t *id)
-{
-    tp_msg_t w;
-    msg_begin(m, &w);
-    w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_json(&w, id);
-    w_puts(&w, ",\"result\":{}}");
-    msg_end(m, &w, "a response");
-}
 
 /* ---- output ---- */
 
@@ -366,350 +195,6 @@ static void out_setup(tp_mcp_t *m)
     }
 }
 
-/* ---- requests in flight, by id ---- */
-
-static uint64_t hash_bytes(const char *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
-    return h;
-}
-
-static tp_mcp_req_t *req_find(const tp_mcp_t *m, const char *id, size_t len)
-{
-    if (m->table_cap == 0)
-        return NULL;
-    uint64_t h = hash_bytes(id, len);
-    for (tp_mcp_req_t *r = m->table[h & (m->table_cap - 1)]; r; r = r->hnext)
-        if (r->hash == h && r->id_len == len && memcmp(r->text, id, len) == 0)
-            return r;
-    return NULL;
-}
-
-static int req_insert(tp_mcp_t *m, tp_mcp_req_t *r)
-{
-    if (m->table_n + 1 > m->table_cap / 2) {
-        size_t cap = m->table_cap ? m->table_cap * 2 : 64;
-        tp_mcp_req_t **t = calloc(cap, sizeof *t);
-        if (t == NULL)
-            return -1;
-        for (size_t i = 0; i < m->table_cap; i++)
-            while (m->table[i]) {
-                tp_mcp_req_t *x = m->table[i];
-                m->table[i] = x->hnext;
-                x->hnext = t[x->hash & (cap - 1)];
-                t[x->hash & (cap - 1)] = x;
-            }
-        free(m->table);
-        m->table = t;
-        m->table_cap = cap;
-    }
-    tp_mcp_req_t **slot = &m->table[r->hash & (m->table_cap - 1)];
-    r->hnext = *slot;
-    *slot = r;
-    m->table_n++;
-    if (r->progress) {
-        r->pnext = m->progress;
-        if (m->progress)
-            m->progress->pprev = r;
-        m->progress = r;
-    }
-    return 0;
-}
-
-static void req_remove(tp_mcp_t *m, tp_mcp_req_t *r)
-{
-    for (tp_mcp_req_t **p = &m->table[r->hash & (m->table_cap - 1)]; *p; p = &(*p)->hnext)
-        if (*p == r) {
-            *p = r->hnext;
-            m->table_n--;
-            break;
-        }
-    if (r->progress) {
-        if (r->pprev)
-            r->pprev->pnext = r->pnext;
-        else
-            m->progress = r->pnext;
-        if (r->pnext)
-            r->pnext->pprev = r->pprev;
-        r->pnext = r->pprev = NULL;
-    }
-}
-
-static void req_free(tp_mcp_req_t *r)
-{
-    json_decref(r->progress);
-    free(r);
-}
-
-/* ---- jobs and steps ---- */
-
-/*
- * The next step of job: one more than the last this session gave it. A job
- * the client names (_meta.job) may have run in an earlier session on the
- * same store: its steps go on from its checkpoint's last one, so they keep
- * counting up across sessions. 0 when the store failed (the engine stops).
- */
-static uint64_t job_next_step(tp_mcp_t *m, const char *name)
-{
-    size_t len = strlen(name);
-    uint64_t h = hash_bytes(name, len);
-    if (m->jobs_cap) {
-        for (tp_mcp_job_t *j = m->jobs[h & (m->jobs_cap - 1)]; j; j = j->next)
-            if (j->hash == h && strcmp(j->name, name) == 0)
-                return ++j->step;
-    }
-    if (m->jobs_n + 1 > m->jobs_cap / 2) {
-        size_t cap = m->jobs_cap ? m->jobs_cap * 2 : 16;
-        tp_mcp_job_t **t = calloc(cap, sizeof *t);
-        if (t == NULL)
-            return 0;
-        for (size_t i = 0; i < m->jobs_cap; i++)
-            while (m->jobs[i]) {
-                tp_mcp_job_t *x = m->jobs[i];
-                m->jobs[i] = x->next;
-                x->next = t[x->hash & (cap - 1)];
-                t[x->hash & (cap - 1)] = x;
-            }
-        free(m->jobs);
-        m->jobs = t;
-        m->jobs_cap = cap;
-    }
-    tp_mcp_job_t *j = malloc(sizeof *j + len + 1);
-    if (j == NULL)
-        return 0;
-    memcpy(j->name, name, len + 1);
-    j->hash = h;
-    j->step = 0;
-    tp_store_t *store = tp_engine_store(m->e);
-    MDB_txn *txn = store && strcmp(name, m->session_job) != 0 ? tp_engine_txn(m->e) : NULL;
-    if (txn) {
-        Toolpool__Checkpoint *cp;
-        int rc = tp_checkpoint_get(store, txn, name, &cp);
-        if (rc == 0) {
-            j->step = cp->last_step;
-            toolpool__checkpoint__free_unpacked(cp, NULL);
-        } else if (rc != MDB_NOTFOUND) {
-            tp_engine_store_failed(m->e, rc, "reading a job's checkpoint");
-        }
-    }
-    j->next = m->jobs[h & (m->jobs_cap - 1)];
-    m->jobs[h & (m->jobs_cap - 1)] = j;
-    m->jobs_n++;
-    return ++j->step;
-}
-
-/* ---- answers ---- */
-
-/* The seed's tool message: {"error","message","retryable","attempts"}, then what toolpool adds. */
-static void w_tool_message(tp_msg_t *w, const char *kind, const char *klass, const char *message, bool retryable,
-                           uint64_t attempts, const char *served_by, bool escalated, const char *escalation)
-{
-    w_puts(w, "{\"error\":");
-    w_cstr(w, kind);
-    w_puts(w, ",\"message\":");
-    w_cstr(w, message ? message : "");
-    w_puts(w, retryable ? ",\"retryable\":true,\"attempts\":" : ",\"retryable\":false,\"attempts\":");
-    w_u64(w, attempts);
-    w_puts(w, ",\"class\":");
-    w_cstr(w, klass && klass[0] ? klass : tp_class_name(tp_kind_class(tp_kind_from_name(kind))));
-    if (served_by && served_by[0]) {
-        w_puts(w, ",\"served_by\":");
-        w_cstr(w, served_by);
-    }
-    w_puts(w, escalated ? ",\"escalated\":true" : ",\"escalated\":false");
-    if (escalation && escalation[0]) {
-        w_puts(w, ",\"escalation\":");
-        w_cstr(w, escalation);
-    }
-    w_puts(w, "}");
-}
-
-/*
- * What the host may want beside the model's view: the call as toolpool
- * recorded it (its id, for `toolpool trace`), and whether the answer came
- * from elsewhere than the tool called (a fallback hop, a stale one, the
- * declared degraded answer).
- */
-static void w_meta(tp_msg_t *w, const tp_mcp_req_t *r, const char *served_by, bool degraded, bool stale)
-{
-    w_puts(w, ",\"_meta\":{\"toolpool\":{\"id\":");
-    w_cstr(w, r->call_id);
-    w_puts(w, ",\"job\":");
-    w_cstr(w, r->job);
-    w_puts(w, ",\"step\":");
-    w_u64(w, r->step);
-    w_puts(w, ",\"served_by\":");
-    if (served_by && served_by[0])
-        w_cstr(w, served_by);
-    else
-        w_puts(w, "null");
-    w_puts(w, degraded ? ",\"degraded\":true" : ",\"degraded\":false");
-    w_puts(w, stale ? ",\"stale\":true}}" : ",\"stale\":false}}");
-}
-
-/* A tool's JSON result, as the text block and, when it is an object, as structuredContent. */
-static void w_success(tp_msg_t *w, const char *res, size_t len)
-{
-    if (len == 0) {
-        res = "null";
-        len = 4;
-    }
-    w_puts(w, "{\"content\":[{\"type\":\"text\",\"text\":");
-    w_str(w, res, len);
-    w_puts(w, "}]");
-    if (res[0] == '{') {
-        w_puts(w, ",\"structuredContent\":");
-        size_t at = w->b->len;
-        w_raw(w, res, len);
-        /*
-         * Results are compact JSON, so a line break cannot be in one; were
-         * one there, it could only be whitespace between tokens, and a
-         * line must not hold one.
-         */
-        if (w->err == 0)
-            for (size_t i = at; i < w->b->len; i++)
-                if (w->b->data[i] == '\n' || w->b->data[i] == '\r')
-                    w->b->data[i] = ' ';
-    }
-    w_puts(w, ",\"isError\":false");
-}
-
-/*
- * A failure's CallToolResult: the tool message as the one text block, and
- * the same object as structuredContent, with isError.
- */
-static void w_failure(tp_msg_t *w, const tp_mcp_req_t *r, const char *kind, const char *klass, const char *message,
-                      bool retryable, uint64_t attempts, const char *served_by, bool escalated,
-                      const char *escalation, bool degraded, bool stale)
-{
-    tp_buf_t tm = {0};
-    tp_msg_t tw = {.b = &tm};
-    w_tool_message(&tw, kind, klass, message, retryable, attempts, served_by, escalated, escalation);
-    if (tw.err) {
-        w->err = -1;
-        tp_buf_free(&tm);
-        return;
-    }
-    w_puts(w, "{\"content\":[{\"type\":\"text\",\"text\":");
-    w_str(w, (const char *)tm.data, tm.len);
-    w_puts(w, "}],\"structuredContent\":");
-    w_raw(w, tm.data, tm.len);
-    w_puts(w, ",\"isError\":true");
-    w_meta(w, r, served_by, degraded, stale);
-    w_puts(w, "}");
-    tp_buf_free(&tm);
-}
-
-/* notifications/message to a client that set a level at or below this one. */
-static void log_to_client(tp_mcp_t *m, int level, const char *text, const char *call_id, const char *escalation)
-{
-    if (m->log_level < 0 || level < m->log_level)
-        return;
-    tp_msg_t w;
-    msg_begin(m, &w);
-    w_puts(&w, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":");
-    w_cstr(&w, tp_mcp_levels[level]);
-    w_puts(&w, ",\"logger\":\"toolpool\",\"data\":{\"message\":");
-    w_cstr(&w, text);
-    w_puts(&w, ",\"call\":");
-    w_cstr(&w, call_id);
-    if (escalation && escalation[0]) {
-        w_puts(&w, ",\"escalation\":");
-        w_cstr(&w, escalation);
-    }
-    w_puts(&w, "}}}");
-    msg_end(m, &w, "a log message");
-}
-
-/*
- * An answer served from the store has only its line (engine.h): the result
- * is read back from it. A line jansson cannot read (a number too large for
- * it) is given whole, as the text, which is JSON all the same.
- */
-static void w_recorded(tp_msg_t *w, const tp_mcp_req_t *r, const tp_answer_t *a)
-{
-    json_t *line = a->line ? json_loadb((const char *)a->line, a->len, 0, NULL) : NULL;
-    bool ok = a->result && a->result->ok;
-    if (line == NULL) {
-        w_puts(w, "{\"content\":[{\"type\":\"text\",\"text\":");
-        w_str(w, a->line ? (const char *)a->line : "null", a->line ? a->len - (a->len > 0) : 4);
-        w_puts(w, ok ? "}],\"isError\":false" : "}],\"isError\":true");
-        w_meta(w, r, NULL, false, false);
-        w_puts(w, "}");
-        return;
-    }
-    const char *served_by = json_string_value(json_object_get(line, "served_by"));
-    bool degraded = json_is_true(json_object_get(line, "degraded"));
-    bool stale = json_is_true(json_object_get(line, "stale"));
-    if (ok) {
-        json_t *result = json_object_get(line, "result");
-        tp_buf_t res = {0};
-        if (result && tp_json_write(&res, result, 0) < 0)
-            w->err = -1;
-        w_success(w, res.data ? (const char *)res.data : "", res.len);
-        tp_buf_free(&res);
-        w_meta(w, r, served_by, degraded, stale);
-        w_puts(w, "}");
-    } else {
-        json_t *att = json_object_get(line, "attempts");
-        const char *kind = json_string_value(json_object_get(line, "error"));
-        w_failure(w, r, kind ? kind : tp_kind_name(TP_KIND_TOOL_ERROR),
-                  json_string_value(json_object_get(line, "class")),
-                  json_string_value(json_object_get(line, "message")), json_is_true(json_object_get(line, "retryable")),
-                  json_is_integer(att) && json_integer_value(att) > 0 ? (uint64_t)json_integer_value(att) : 0,
-                  served_by, json_is_true(json_object_get(line, "escalated")),
-                  json_string_value(json_object_get(line, "escalation")), degraded, stale);
-    }
-    json_decref(line);
-}
-
-/*
- * The engine's answer for a tools/call: a CallToolResult, unless the client
- * cancelled the request (then nothing is sent, as the cancellation rules
- * have it). Every failure is a result with isError, for the model to read.
- */
-static void answer_cb(void *ctx, const tp_answer_t *a)
-{
-    tp_mcp_req_t *r = ctx;
-    tp_mcp_t *m = r->m;
-    req_remove(m, r);
-    if (r->cancelled) {
-        req_free(r);
-        return;
-    }
-    const Toolpool__Result *res = a->result;
-    m->calls++;
-    tp_msg_t w;
-    msg_begin(m, &w);
-    w_result_head(&w, r->text, r->id_len);
-    if (a->not_started || res == NULL) {
-        w_failure(&w, r, tp_kind_name(TP_KIND_CANCELLED), NULL,
-                  "toolpool mcp is stopping: the call was not started (send it again once the server is back)",
-                  false, 0, NULL, false, NULL, false, false);
-    } else if (a->recorded) {
-        w_recorded(&w, r, a);
-    } else if (res->ok) {
-        w_success(&w, (const char *)res->result.data, res->result.len);
-        w_meta(&w, r, res->served_by, res->degraded, res->stale);
-        w_puts(&w, "}");
-    } else {
-        w_failure(&w, r, res->kind, res->klass, res->message, res->retryable, res->attempts, res->served_by,
-                  res->escalated, res->escalation, res->degraded, res->stale);
-    }
-    w_puts(&w, "}");
-    if (msg_end(m, &w, "a tools/call result") == 0 && res && res->ok)
-        m->ok++;
-    if (res && !a->recorded && res->escalated && res->escalation && res->escalation[0]) {
-        char text[700];
-        snprintf(text, sizeof text, "%s: %s; escalated as %s", res->kind && res->kind[0] ? res->kind : "escalated",
-                 res->message ? res->message : "", res->escalation);
-        log_to_client(m, TP_MCP_LEVEL_WARNING, text, r->call_id, res->escalation);
-    }
-    req_free(r);
-}
-
 /* A commit's answers are in the buffer: out they go; input that waited for calls to end reads on. */
 static void flush_cb(void *ctx)
 {
@@ -719,484 +204,6 @@ static void flush_cb(void *ctx)
         m->held_window = false;
         tp_engine_kick(m->e);
     }
-}
-
-/*
- * notifications/progress for the calls whose client asked for it: one each
- * time an attempt has failed and a retry or the next hop of the chain
- * follows (progress: the trace's entries so far). Read at each of the
- * engine's turns, right after it has settled the attempts that ended.
- */
-static void tell_progress(tp_mcp_t *m)
-{
-    for (tp_mcp_req_t *r = m->progress; r; r = r->pnext) {
-        if (r->call == NULL || r->cancelled)
-            continue;
-        tp_call_info_t ci;
-        tp_call_info(r->call, &ci);
-        if (ci.entries <= r->told)
-            continue;
-        r->told = ci.entries;
-        if (ci.ended)
-            continue; /* no retry follows: the answer does, and says it all */
-        char text[256];
-        if (ci.number == 0)
-            snprintf(text, sizeof text, "%s: %s, not run", ci.tool, ci.outcome);
-        else if (ci.backoff_us >= 1000000u)
-            snprintf(text, sizeof text, "%s attempt %u: %s; next in %.1fs", ci.tool, ci.number, ci.outcome,
-                     (double)ci.backoff_us / 1e6);
-        else if (ci.backoff_us > 0)
-            snprintf(text, sizeof text, "%s attempt %u: %s; next in %llums", ci.tool, ci.number, ci.outcome,
-                     (unsigned long long)(ci.backoff_us + 500) / 1000u);
-        else
-            snprintf(text, sizeof text, "%s attempt %u: %s", ci.tool, ci.number, ci.outcome);
-        tp_msg_t w;
-        msg_begin(m, &w);
-        w_puts(&w, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":");
-        w_json(&w, r->progress);
-        w_puts(&w, ",\"progress\":");
-        w_u64(&w, ci.entries);
-        w_puts(&w, ",\"message\":");
-        w_cstr(&w, text);
-        w_puts(&w, "}}");
-        msg_end(m, &w, "a progress notification");
-    }
-}
-
-/* ---- the methods ---- */
-
-static const char *version_pick(const char *asked)
-{
-    for (size_t i = 0; i < TP_MCP_N_VERSIONS; i++)
-        if (strcmp(asked, tp_mcp_versions[i]) == 0)
-            return tp_mcp_versions[i];
-    return tp_mcp_versions[0];
-}
-
-/*
- * initialize: the version the client asked for when we speak it, else our
- * newest (the client then speaks it or disconnects, as the lifecycle's
- * version negotiation has it), our capabilities and who we are. Requests
- * are taken from this answer on; notifications/initialized is not waited
- * for, since nothing we do depends on it.
- */
-static void do_initialize(tp_mcp_t *m, const json_t *id, const json_t *params)
-{
-    if (m->initialized) {
-        reply_error(m, id, TP_RPC_INVALID_REQUEST, NULL,
-                    "Invalid Request: initialize was answered already (one session per process)");
-        return;
-    }
-    const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
-    json_t *caps = json_object_get(params, "capabilities"), *info = json_object_get(params, "clientInfo");
-    if (asked == NULL) {
-        reply_error(m, id, TP_RPC_INVALID_PARAMS, NULL, "Invalid params: \"protocolVersion\" must be a string");
-        return;
-    }
-    if ((caps && !json_is_object(caps)) || (info && !json_is_object(info))) {
-        reply_error(m, id, TP_RPC_INVALID_PARAMS, NULL,
-                    "Invalid params: \"capabilities\" and \"clientInfo\" must be objects");
-        return;
-    }
-    const char *version = version_pick(asked);
-    tp_msg_t w;
-    msg_begin(m, &w);
-    w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_json(&w, id);
-    w_puts(&w, ",\"result\":{\"protocolVersion\":");
-    w_cstr(&w, version);
-    w_puts(&w, ",\"capabilities\":{\"tools\":{\"listChanged\":false},\"logging\":{}}"
-               ",\"serverInfo\":{\"name\":\"toolpool\",\"version\":");
-    w_cstr(&w, m->o.version ? m->o.version : "0");
-    /*
-     * The contract a model needs to read our failures well, said once: the
-     * retries are done, and repeating a call that cannot recover only
-     * opens its circuit.
-     */
-    w_puts(&w, "},\"instructions\":");
-    w_cstr(&w, "Each tool runs under toolpool's recovery policy: timeouts, retries with backoff for transient "
-               "failures, fallbacks. A failed call comes back with isError true and a JSON tool message "
-               "{\"error\", \"message\", \"retryable\", \"attempts\"}: its retries are already done. When "
-               "retryable is false, do not repeat the same call with the same arguments: change them, use "
-               "another tool, or tell the user (repeating it opens its circuit and hands it to a person).");
-    w_puts(&w, "}}");
-    if (msg_end(m, &w, "the initialize result") == 0)
-        m->initialized = true;
-}
-
-/* The tools as tools/list lists them, rendered once: name, description, inputSchema. */
-
-/*
- * A tool's parameters as an inputSchema. MCP wants an object schema with
- * "type": "object" at its root (the TypeScript SDK refuses a tools/list
- * without it), and reads a schema that names no dialect as 2020-12, while
- * toolpool checks arguments against draft-07: so the dialect is named, and
- * a root without "type": "object" gets it. Arguments are always objects,
- * so for them the schema says what it said. A tool without parameters
- * takes any object.
- */
-static json_t *input_schema(const tp_tool_t *t)
-{
-    const json_t *p = t->parameters;
-    json_t *s = json_object();
-    if (s == NULL)
-        return NULL;
-    int rc = 0;
-    if (p == NULL || !json_is_object(p) || json_object_get(p, "$schema") == NULL)
-        rc |= json_object_set_new(s, "$schema", json_string("http://json-schema.org/draft-07/schema#"));
-    rc |= json_object_set_new(s, "type", json_string("object"));
-    if (json_is_false(p))
-        rc |= json_object_set_new(s, "not", json_object()); /* accepts nothing, as false does */
-    if (json_is_object(p)) {
-        const char *key;
-        json_t *v;
-        json_object_foreach((json_t *)p, key, v) {
-            if (strcmp(key, "type") != 0)
-                rc |= json_object_set(s, key, v);
-        }
-    }
-    if (rc != 0) {
-        json_decref(s);
-        return NULL;
-    }
-    return s;
-}
-
-static int tools_render(tp_mcp_t *m)
-{
-    m->tool_at = calloc(m->reg->n_tools + 1, sizeof *m->tool_at);
-    if (m->tool_at == NULL)
-        return -1;
-    tp_msg_t w = {.b = &m->tools};
-    for (size_t i = 0; i < m->reg->n_tools; i++) {
-        const tp_tool_t *t = &m->reg->tools[i];
-        m->tool_at[i] = m->tools.len;
-        json_t *schema = input_schema(t);
-        if (schema == NULL)
-            return -1;
-        w_puts(&w, "{\"name\":");
-        w_cstr(&w, t->name);
-        if (t->description && t->description[0]) {
-            w_puts(&w, ",\"description\":");
-            w_cstr(&w, t->description);
-        }
-        w_puts(&w, ",\"inputSchema\":");
-        w_json(&w, schema);
-        w_puts(&w, "}");
-        json_decref(schema);
-    }
-    m->tool_at[m->reg->n_tools] = m->tools.len;
-    return w.err;
-}
-
-/* The cursor of the page that starts at tool `at`: opaque to the client, checked when it comes back. */
-#define TP_MCP_CURSOR_PREFIX "toolpool-tools-"
-
-/*
- * tools/list: a page of the tools rendered at start. The cursor names where
- * the next page starts; a cursor we did not give (edited, or from another
- * registry) is Invalid params, as the pagination section asks, never a
- * page that starts somewhere else.
- */
-static void do_tools_list(tp_mcp_t *m, const json_t *id, const json_t *params)
-{
-    size_t from = 0, n = m->reg->n_tools;
-    json_t *jc = json_object_get(params, "cursor");
-    if (jc && !json_is_null(jc)) {
-        const char *c = json_string_value(jc);
-        size_t pl = strlen(TP_MCP_CURSOR_PREFIX);
-        char *end = NULL;
-        unsigned long long v = 0;
-        if (c && strncmp(c, TP_MCP_CURSOR_PREFIX, pl) == 0 && c[pl] >= '1' && c[pl] <= '9') {
-            errno = 0;
-            v = strtoull(c + pl, &end, 10);
-        }
-        if (c == NULL || end == NULL || *end || errno || v == 0 || v >= n) {
-            reply_error(m, id, TP_RPC_INVALID_PARAMS, NULL, "Invalid params: not a cursor this server gave");
-            return;
-        }
-        from = (size_t)v;
-    }
-    size_t to = n - from > TP_MCP_PAGE ? from + TP_MCP_PAGE : n;
-    tp_msg_t w;
-    msg_begin(m, &w);
-    w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_json(&w, id);
-    w_puts(&w, ",\"result\":{\"tools\":[");
-    for (size_t i = from; i < to; i++) {
-        if (i > from)
-            w_puts(&w, ",");
-        w_raw(&w, m->tools.data + m->tool_at[i], m->tool_at[i + 1] - m->tool_at[i]);
-    }
-    w_puts(&w, "]");
-    if (to < n) {
-        char cursor[64];
-        snprintf(cursor, sizeof cursor, TP_MCP_CURSOR_PREFIX "%zu", to);
-        w_puts(&w, ",\"nextCursor\":");
-        w_cstr(&w, cursor);
-    }
-    w_puts(&w, "}}");
-    msg_end(m, &w, "the tools/list result");
-}
-
-/*
- * logging/setLevel: from now on, log messages at this level and above go
- * to the client (escalations, at warning). Before it, none do: a client
- * that never asked is not sent any.
- */
-static void do_set_level(tp_mcp_t *m, const json_t *id, const json_t *params)
-{
-    const char *level = json_string_value(json_object_get(params, "level"));
-    for (int i = 0; level && i < (int)(sizeof tp_mcp_levels / sizeof tp_mcp_levels[0]); i++)
-        if (strcmp(level, tp_mcp_levels[i]) == 0) {
-            m->log_level = i;
-            reply_empty(m, id);
-            return;
-        }
-    reply_error(m, id, TP_RPC_INVALID_PARAMS, NULL,
-                "Invalid params: \"level\" must be one of debug, info, notice, warning, error, critical, alert, "
-                "emergency");
-}
-
-/*
- * tools/call: a call for the engine. Its id is ours (mcp-SESSION-N, never
- * one another session recorded), its job the session or the client's
- * _meta.job, its step the job's next. A tool the registry does not have is
- * a protocol error, as MCP has it (-32602), with toolpool's tool message
- * (and its did-you-mean) as the error's data; everything after that,
- * arguments that fail the schema included, is the call's result.
- */
-static void do_tools_call(tp_mcp_t *m, const json_t *id, const char *id_text, size_t id_len,
-                          const json_t *params)
-{
-    const char *name = json_string_value(json_object_get(params, "name"));
-    json_t *args = json_object_get(params, "arguments"), *meta = json_object_get(params, "_meta");
-    json_t *token = json_object_get(meta, "progressToken"), *jjob = json_object_get(meta, "job");
-    const char *problem = NULL;
-    if (name == NULL)
-        problem = "\"name\" must be a string: the tool to call";
-    else if (args && !json_is_object(args) && !json_is_null(args))
-        problem = "\"arguments\" must be an object";
-    else if (meta && !json_is_object(meta))
-        problem = "\"_meta\" must be an object";
-    else if (token && !json_is_string(token) && !json_is_integer(token))
-        problem = "\"_meta.progressToken\" must be a string or an integer";
-    else if (jjob && (!json_is_string(jjob) || json_string_length(jjob) == 0))
-        problem = "\"_meta.job\" must be a non-empty string";
-    if (problem) {
-        reply_error(m, id, TP_RPC_INVALID_PARAMS, NULL, "Invalid params: %s", problem);
-        return;
-    }
-    if (tp_registry_find(m->reg, name) == NULL) {
-        char near[256], msg[600];
-        tp_engine_suggest(m->reg, name, near, sizeof near);
-        snprintf(msg, sizeof msg, "unknown tool \"%.200s\"%s%s%s", name, near[0] ? " (closest: " : "", near,
-                 near[0] ? ")" : "");
-        tp_buf_t data = {0};
-        tp_msg_t dw = {.b = &data};
-        w_tool_message(&dw, tp_kind_name(TP_KIND_UNKNOWN_TOOL), NULL, msg, false, 0, NULL, false, NULL);
-        w_raw(&dw, "", 1);
-        reply_error(m, id, TP_RPC_INVALID_PARAMS, dw.err ? NULL : (const char *)data.data, "Unknown tool: %.200s%s%s%s",
-                    name, near[0] ? " (closest: " : "", near, near[0] ? ")" : "");
-        tp_buf_free(&data);
-        return;
-    }
-    if (req_find(m, id_text, id_len)) {
-        reply_error(m, id, TP_RPC_INVALID_REQUEST, NULL,
-                    "Invalid Request: id %.200s is in use by a tools/call still running", id_text);
-        return;
-    }
-    const char *job = jjob ? json_string_value(jjob) : m->session_job;
-    size_t job_len = strlen(job);
-    char call_id[64];
-    int cn = snprintf(call_id, sizeof call_id, "mcp-%s-%llu", m->session, (unsigned long long)++m->seq);
-    tp_mcp_req_t *r = calloc(1, sizeof *r + id_len + 1 + (size_t)cn + 1 + job_len + 1);
-    tp_buf_t ab = {0};
-    if (r == NULL || (args && !json_is_null(args) ? tp_json_write(&ab, args, 0) : tp_buf_puts(&ab, "{}")) < 0 ||
-        tp_buf_append(&ab, "", 1) < 0) {
-        free(r);
-        tp_buf_free(&ab);
-        reply_error(m, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
-        return;
-    }
-    r->m = m;
-    r->id_len = id_len;
-    memcpy(r->text, id_text, id_len);
-    r->call_id = r->text + id_len + 1;
-    memcpy((char *)r->call_id, call_id, (size_t)cn + 1);
-    r->job = r->call_id + cn + 1;
-    memcpy((char *)r->job, job, job_len + 1);
-    r->hash = hash_bytes(id_text, id_len);
-    r->progress = json_incref(token);
-    r->step = job_next_step(m, job);
-    if (r->step == 0 || req_insert(m, r) < 0) {
-        req_free(r);
-        tp_buf_free(&ab);
-        reply_error(m, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory (or the store failed)");
-        return;
-    }
-    json_t *empty = args && !json_is_null(args) ? NULL : json_object();
-    tp_request_t rq = {
-        .id = r->call_id,
-        .job = r->job,
-        .step = r->step,
-        .tool = name,
-        .args = (char *)ab.data,
-        .args_len = ab.len - 1,
-        .give_args = true,
-        .jargs = empty ? empty : args,
-    };
-    r->call = tp_engine_submit(m->e, &rq, answer_cb, r);
-    json_decref(empty);
-}
-
-/*
- * notifications/cancelled: the request is cancelled in the engine (a
- * waiting call ends at once, a running attempt's worker group is killed)
- * and gets no response. One that has ended already, or that we never
- * saw, is let be: the notice may cross the answer on its way.
- */
-static void do_cancelled(tp_mcp_t *m, const json_t *params)
-{
-    json_t *rid = json_object_get(params, "requestId");
-    if (!json_is_string(rid) && !json_is_integer(rid) && !json_is_real(rid))
-        return;
-    tp_buf_t key = {0};
-    if (tp_json_write(&key, rid, 0) < 0) {
-        tp_buf_free(&key);
-        return;
-    }
-    tp_mcp_req_t *r = req_find(m, (const char *)key.data, key.len);
-    tp_buf_free(&key);
-    if (r == NULL || r->cancelled)
-        return;
-    const char *reason = json_string_value(json_object_get(params, "reason"));
-    char why[600];
-    snprintf(why, sizeof why, "cancelled by the MCP client%s%.500s", reason ? ": " : "", reason ? reason : "");
-    r->cancelled = true;
-    if (r->call) {
-        tp_call_t *c = r->call;
-        r->call = NULL; /* one cancel per call */
-        tp_engine_cancel(m->e, c, why);
-    }
-}
-
-static bool method_known(const char *method)
-{
-    return strcmp(method, "tools/list") == 0 || strcmp(method, "tools/call") == 0 ||
-           strcmp(method, "logging/setLevel") == 0;
-}
-
-/* A request (it has an id): answered now, or by the engine for a tools/call. */
-static void take_request(tp_mcp_t *m, const json_t *id, const char *method, const json_t *params)
-{
-    if (params && !json_is_object(params)) {
-        reply_error(m, id, TP_RPC_INVALID_PARAMS, NULL, "Invalid params: MCP's params are an object");
-        return;
-    }
-    if (strcmp(method, "initialize") == 0) {
-        do_initialize(m, id, params);
-        return;
-    }
-    if (strcmp(method, "ping") == 0) {
-        reply_empty(m, id);
-        return;
-    }
-    if (!method_known(method)) {
-        reply_error(m, id, TP_RPC_METHOD_NOT_FOUND, NULL, "Method not found: %.200s", method);
-        return;
-    }
-    /* The lifecycle: nothing but ping before initialize. */
-    if (!m->initialized) {
-        reply_error(m, id, TP_RPC_INVALID_REQUEST, NULL,
-                    "Invalid Request: the session is not initialized: send initialize first");
-        return;
-    }
-    if (strcmp(method, "tools/list") == 0) {
-        do_tools_list(m, id, params);
-    } else if (strcmp(method, "logging/setLevel") == 0) {
-        do_set_level(m, id, params);
-    } else {
-        tp_buf_t key = {0};
-        if (tp_json_write(&key, id, 0) < 0) {
-            tp_buf_free(&key);
-            reply_error(m, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
-            return;
-        }
-        do_tools_call(m, id, (const char *)key.data, key.len, params);
-        tp_buf_free(&key);
-    }
-}
-
-/* A notification (no id): never answered, whatever it says. */
-static void take_notification(tp_mcp_t *m, const char *method, const json_t *params)
-{
-    /*
-     * notifications/initialized needs nothing: requests are taken from the
-     * initialize response on. Others (progress, roots/list_changed, ones to
-     * come) need nothing from us either.
-     */
-    if (strcmp(method, "notifications/cancelled") == 0 && json_is_object(params))
-        do_cancelled(m, params);
-}
-
-/*
- * One message, as JSON-RPC 2.0 reads it: a request (an id), a notification
- * (none), or a response (we send no requests: it is dropped). A message
- * that is none of them is an Invalid Request, answered with its id when it
- * had a usable one, else null.
- */
-static void take_message(tp_mcp_t *m, const json_t *msg)
-{
-    json_t *id = json_object_get(msg, "id"), *jv = json_object_get(msg, "jsonrpc");
-    json_t *jm = json_object_get(msg, "method"), *params = json_object_get(msg, "params");
-    bool id_ok = json_is_string(id) || json_is_integer(id) || json_is_real(id);
-    const json_t *rid = id_ok ? id : NULL;
-    if (!json_is_string(jv) || strcmp(json_string_value(jv), "2.0") != 0) {
-        reply_error(m, rid, TP_RPC_INVALID_REQUEST, NULL, "Invalid Request: \"jsonrpc\" must be \"2.0\"");
-        return;
-    }
-    if (jm == NULL && (json_object_get(msg, "result") || json_object_get(msg, "error")))
-        return; /* a response: to no request of ours (we send none) */
-    if (!json_is_string(jm)) {
-        reply_error(m, rid, TP_RPC_INVALID_REQUEST, NULL, "Invalid Request: \"method\" must be a string");
-        return;
-    }
-    if (id && !id_ok) {
-        reply_error(m, NULL, TP_RPC_INVALID_REQUEST, NULL,
-                    "Invalid Request: \"id\" must be a string or a number (MCP: never null)");
-        return;
-    }
-    if (params && !json_is_object(params) && !json_is_array(params)) {
-        reply_error(m, rid, TP_RPC_INVALID_REQUEST, NULL, "Invalid Request: \"params\" must be an object");
-        return;
-    }
-    if (id)
-        take_request(m, id, json_string_value(jm), params);
-    else
-        take_notification(m, json_string_value(jm), params);
-}
-
-/* One input line: a message, or the Parse error / Invalid Request it is. Blank lines are let be. */
-static void take_line(tp_mcp_t *m, const char *line, size_t len)
-{
-    size_t i = 0;
-    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r'))
-        i++;
-    if (i == len)
-        return;
-    json_error_t jerr;
-    json_t *msg = json_loadb(line, len, JSON_DECODE_ANY, &jerr);
-    if (msg == NULL)
-        reply_error(m, NULL, TP_RPC_PARSE_ERROR, NULL, "Parse error: %s (column %d)", jerr.text, jerr.column);
-    else if (json_is_array(msg))
-        reply_error(m, NULL, TP_RPC_INVALID_REQUEST, NULL,
-                    "Invalid Request: a batch (a JSON array); MCP takes one message a line");
-    else if (!json_is_object(msg))
-        reply_error(m, NULL, TP_RPC_INVALID_REQUEST, NULL, "Invalid Request: a message must be a JSON object");
-    else
-        take_message(m, msg);
-    json_decref(msg);
 }
 
 /* ---- input, in the engine's turn ---- */
@@ -1212,9 +219,10 @@ static void input_end(tp_mcp_t *m)
 /* A line past the limit: refused whole (the rest of it is skipped as it comes), never allocated. */
 static void too_long(tp_mcp_t *m)
 {
-    reply_error(m, NULL, TP_RPC_INVALID_REQUEST, NULL,
-                "Invalid Request: a message longer than the %llu-byte limit (--max-frame); skipped",
-                (unsigned long long)m->o.max_message);
+    char text[160];
+    snprintf(text, sizeof text, "Invalid Request: a message longer than the %llu-byte limit (--max-frame); skipped",
+             (unsigned long long)m->o.max_message);
+    tp_mcp_session_error(m->s, NULL, TP_RPC_INVALID_REQUEST, text);
 }
 
 /*
@@ -1227,7 +235,7 @@ static void feed_cb(void *ctx)
 {
     tp_mcp_t *m = ctx;
     if (m->progress)
-        tell_progress(m);
+        tp_mcp_session_progress(m->s);
     int budget = TP_MCP_LINES_PER_TURN;
     m->held_window = m->held_out = false;
     while (!m->in_eof && !m->draining && !m->out_failed) {
@@ -1254,7 +262,7 @@ static void feed_cb(void *ctx)
             else if (len > m->o.max_message)
                 too_long(m);
             else
-                take_line(m, (const char *)head, len);
+                tp_mcp_session_take(m->s, (const char *)head, len, NULL);
             tp_buf_consume(&m->in, len + 1);
             continue;
         }
@@ -1292,7 +300,7 @@ static void feed_cb(void *ctx)
             if (tp_buf_avail(&m->in) > m->o.max_message && !m->in_skip)
                 too_long(m);
             else if (tp_buf_avail(&m->in) > 0 && !m->in_skip)
-                take_line(m, (const char *)tp_buf_head(&m->in), tp_buf_avail(&m->in));
+                tp_mcp_session_take(m->s, (const char *)tp_buf_head(&m->in), tp_buf_avail(&m->in), NULL);
             input_end(m);
             break;
         }
@@ -1320,18 +328,6 @@ static bool pollable(int fd)
     return ok;
 }
 
-/* 64 random bits as 16 hex digits: call ids of two sessions never meet. */
-static void session_new(char out[17])
-{
-    uint64_t v = 0;
-    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        v = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 40) ^ tp_now_us();
-    }
-    snprintf(out, 17, "%016llx", (unsigned long long)v);
-}
-
 /* ---- the front ---- */
 
 tp_mcp_t *tp_mcp_new(const tp_mcp_opts_t *o)
@@ -1343,18 +339,18 @@ tp_mcp_t *tp_mcp_new(const tp_mcp_opts_t *o)
     }
     m->o = *o;
     m->e = o->engine;
-    m->reg = tp_engine_registry(o->engine);
-    m->log_level = -1;
     if (m->o.window == 0)
         m->o.window = 1024;
-    session_new(m->session);
-    snprintf(m->session_job, sizeof m->session_job, "mcp-%s", m->session);
     out_setup(m);
     m->in_regular = !pollable(o->in_fd);
     m->ev_in = event_new(o->base, o->in_fd, EV_READ, input_cb, m);
     m->ev_out = event_new(o->base, m->out_fd, EV_WRITE, out_cb, m);
+    tp_mcp_sink_t sink = {.send = send_cb, .ctx = m, .progress_count = &m->progress};
     tp_front_t front = {.feed = feed_cb, .flush = flush_cb, .ctx = m};
-    if (m->ev_in == NULL || m->ev_out == NULL || tools_render(m) != 0 || tp_engine_add_front(m->e, &front) != 0) {
+    if (m->ev_in == NULL || m->ev_out == NULL ||
+        (m->tools = tp_mcp_catalog_new(tp_engine_registry(o->engine))) == NULL ||
+        (m->s = tp_mcp_session_new(o->engine, m->tools, o->version, &sink)) == NULL ||
+        tp_engine_add_front(m->e, &front) != 0) {
         tp_log_error("mcp: out of memory setting up");
         tp_mcp_free(m);
         return NULL;
@@ -1365,7 +361,7 @@ tp_mcp_t *tp_mcp_new(const tp_mcp_opts_t *o)
 
 const char *tp_mcp_session(const tp_mcp_t *m)
 {
-    return m->session;
+    return tp_mcp_session_id(m->s);
 }
 
 void tp_mcp_drain(tp_mcp_t *m)
@@ -1412,28 +408,15 @@ void tp_mcp_finish(tp_mcp_t *m, uint64_t timeout_us)
 
 void tp_mcp_counts(const tp_mcp_t *m, uint64_t *calls, uint64_t *ok)
 {
-    *calls = m->calls;
-    *ok = m->ok;
+    tp_mcp_session_counts(m->s, calls, ok);
 }
 
 void tp_mcp_free(tp_mcp_t *m)
 {
     if (m == NULL)
         return;
-    for (size_t i = 0; i < m->table_cap; i++)
-        while (m->table[i]) {
-            tp_mcp_req_t *r = m->table[i];
-            m->table[i] = r->hnext;
-            req_free(r);
-        }
-    free(m->table);
-    for (size_t i = 0; i < m->jobs_cap; i++)
-        while (m->jobs[i]) {
-            tp_mcp_job_t *j = m->jobs[i];
-            m->jobs[i] = j->next;
-            free(j);
-        }
-    free(m->jobs);
+    tp_mcp_session_free(m->s);
+    tp_mcp_catalog_free(m->tools);
     if (m->ev_in)
         event_free(m->ev_in);
     if (m->ev_out)
@@ -1444,7 +427,5 @@ void tp_mcp_free(tp_mcp_t *m)
         close(m->out_fd);
     tp_buf_free(&m->in);
     tp_buf_free(&m->out);
-    tp_buf_free(&m->tools);
-    free(m->tool_at);
     free(m);
 }

@@ -1,25 +1,9 @@
 /*
- * The MCP front: `toolpool mcp`'s way in to the engine. The Model Context
- * Protocol over stdio: JSON-RPC 2.0, one message a line, requests read from
- * one descriptor (stdin) and answers written to another (stdout); logs go
- * to stderr only.
- *
- *   initialize                 protocol version (2025-11-25, 2025-06-18), capabilities, serverInfo
- *   ping, logging/setLevel     {}
- *   tools/list                 the registry's tools, 100 a page, an opaque cursor
- *   tools/call                 one call through the engine: its answer as a CallToolResult
- *   notifications/initialized, notifications/cancelled (the call is cancelled, and not answered)
- *
- * A tool's failure, whatever it is, is a result with isError true and the
- * seed's tool message as its text, never a JSON-RPC error, so the model
- * reads it and decides; only a request the protocol itself refuses (bad
- * JSON, an unknown method or tool, bad params) is a JSON-RPC error.
- *
- * The front decides nothing about a call: it makes each tools/call a call
- * with an id of its own (mcp-SESSION-N, unique across sessions), a job (the
- * session, or the client's _meta.job) and the job's next step, and renders
- * the engine's answer. Calls run as the engine runs them: several at once,
- * one at a time within a job, answered as they end.
+ * The MCP front over stdio: `toolpool mcp`'s way in to the engine. The
+ * Model Context Protocol as JSON-RPC 2.0, one message a line, requests
+ * read from one descriptor (stdin) and answers written to another
+ * (stdout); logs go to stderr only. One session (mcp_session.h, where the
+ * methods are) for the process.
  *
  * Reading and writing never block the loop: input is read once per
  * readiness, answers are buffered and written as the output takes them.
