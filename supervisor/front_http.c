@@ -47,6 +47,7 @@
 #include "clock.h"
 #include "json.h"
 #include "log.h"
+#include "mcp_session.h"
 #include "records.h"
 #include "request.h"
 #include "taxonomy.h"
@@ -94,7 +95,10 @@ typedef enum {
     TP_WAIT_CANCEL,             /* DELETE /v1/calls/ID: the answer of the call it cancelled */
     TP_WAIT_STORE,              /* a reply built in the engine's transaction, sent once durable */
     TP_WAIT_BATCH,              /* POST /v1/batch: its stream */
+    TP_WAIT_MCP,                /* POST /mcp: a request's response, as JSON or an event stream */
 } tp_wait_kind_t;
+
+typedef struct tp_http_mcp tp_http_mcp_t;
 
 /* A request whose reply comes later. */
 struct tp_http_wait {
@@ -109,6 +113,20 @@ struct tp_http_wait {
     const char *ctype;
     tp_buf_t body;
     tp_http_batch_t *batch;     /* TP_WAIT_BATCH */
+    /* TP_WAIT_MCP (on h->mcp_waits by sprev/snext) */
+    tp_http_mcp_t *mcp;
+    bool sse;                   /* the client takes an event stream: notifications go before the response */
+    bool json_ok;               /* the client takes application/json */
+    bool streaming;             /* the event stream has begun */
+    bool in_take;               /* the session is taking its message: a response now is the reply */
+    bool answered;              /* the response came while in_take, in body */
+};
+
+/* An MCP session over HTTP (POST /mcp), by its Mcp-Session-Id. */
+struct tp_http_mcp {
+    tp_http_mcp_t *prev, *next; /* on h->mcp_sessions, the most recently used first */
+    tp_mcp_session_t *s;
+    uint64_t used_us;           /* its last request */
 };
 
 struct tp_http_conn {
@@ -191,6 +209,12 @@ struct tp_http {
     tp_http_wait_t *store_waits;
     tp_request_parser_t parser;
     uint64_t id_prefix, id_seq;
+    /* /mcp: the sessions, and the tools as tools/list gives them, rendered once */
+    tp_mcp_catalog_t *mcp_tools;
+    tp_http_mcp_t *mcp_sessions;
+    size_t mcp_n;
+    size_t mcp_progress;        /* their calls whose client asked for progress */
+    tp_http_wait_t *mcp_waits;
     /* /v1/tools, rendered once */
     tp_buf_t tools_own, tools_openai, tools_mcp;
     /* counted for /metrics */
@@ -1210,6 +1234,9 @@ static size_t batch_backlog(const tp_http_batch_t *b)
 static void feed_cb(void *ctx)
 {
     tp_http_t *h = ctx;
+    if (h->mcp_progress > 0)
+        for (tp_http_mcp_t *x = h->mcp_sessions; x; x = x->next)
+            tp_mcp_session_progress(x->s);
     if (h->finished || h->batches == NULL)
         return;
     int budget = TP_HTTP_LINES_PER_TURN;
@@ -1292,6 +1319,360 @@ static void batch_post(tp_http_t *h, struct evhttp_request *req)
     if (bev && bufferevent_set_timeouts(bev, NULL, &h->idle_tv) != 0)
         tp_log_warn("http: cannot lift a streaming connection's read timeout");
     tp_engine_kick(h->e);
+}
+
+/* ---- /mcp: MCP's Streamable HTTP transport ---- */
+
+static void reply_method(tp_http_t *h, struct evhttp_request *req, const char *allow);
+
+/*
+ * Each POST carries one JSON-RPC message of a session (mcp_session.h). A
+ * notification or a response is answered 202 with no body; a request, 200
+ * with its response: as application/json, or, for a request whose answer
+ * comes later (a tools/call) from a client that takes an event stream, as
+ * text/event-stream, where the call's progress and log notifications go
+ * before its response, which ends the stream. initialize makes the
+ * session, and its reply gives the Mcp-Session-Id every later request
+ * must send; DELETE ends the session (its running calls run on, and are
+ * recorded). No stream is offered on GET: every message we send is about
+ * a request, on that request's stream.
+ */
+
+/* Sessions kept at once; past it, the least recently used one with no call running is ended. */
+#define TP_HTTP_MCP_SESSIONS 1024
+/* A session with no call running and no request for this long is ended when a new one needs room. */
+#define TP_HTTP_MCP_IDLE_US (3600ull * 1000000u)
+
+static void mcp_wait_free(tp_http_wait_t *w)
+{
+    tp_http_t *h = w->h;
+    if (w->sprev)
+        w->sprev->snext = w->snext;
+    else if (h->mcp_waits == w)
+        h->mcp_waits = w->snext;
+    if (w->snext)
+        w->snext->sprev = w->sprev;
+    wait_free(w);
+}
+
+/* The idle timeout applies again to the connection's next request. */
+static void restore_timeouts(tp_http_t *h, struct evhttp_request *req)
+{
+    struct bufferevent *bev = req_bev(req);
+    if (bev && bufferevent_set_timeouts(bev, &h->idle_tv, &h->idle_tv) != 0)
+        tp_log_warn("http: cannot restore a connection's timeouts");
+}
+
+/* One server-sent event carrying msg. */
+static int sse_event(struct evbuffer *b, const char *msg, size_t len)
+{
+    return evbuffer_add(b, "event: message\ndata: ", 21) == 0 && evbuffer_add(b, msg, len) == 0 &&
+                   evbuffer_add(b, "\n\n", 2) == 0
+               ? 0
+               : -1;
+}
+
+/*
+ * The session's messages for a POST: kept as the reply while the session
+ * takes the POST's message; later, the response as the reply (JSON), or
+ * each message as an event of the POST's stream. A client gone: dropped.
+ */
+static int mcp_send_cb(void *ctx, void *tag, const char *msg, size_t len, bool final)
+{
+    tp_http_wait_t *w = tag;
+    (void)ctx;
+    if (w == NULL)
+        return 0;
+    tp_http_t *h = w->h;
+    if (w->in_take) {
+        if (!final)
+            return 0;
+        w->answered = true;
+        return tp_buf_append(&w->body, msg, len);
+    }
+    if (w->req == NULL || (!w->sse && !final)) {
+        if (final)
+            mcp_wait_free(w);
+        return 0;
+    }
+    if (!w->sse) {
+        struct evhttp_request *req = wait_take(w);
+        restore_timeouts(h, req);
+        reply(h, req, 200, "application/json", msg, len);
+        mcp_wait_free(w);
+        return 0;
+    }
+    struct evbuffer *b = evbuffer_new();
+    if (b == NULL || sse_event(b, msg, len) != 0) {
+        if (b)
+            evbuffer_free(b);
+        return -1;
+    }
+    if (!w->streaming) {
+        struct evkeyvalq *hd = evhttp_request_get_output_headers(w->req);
+        if (evhttp_add_header(hd, "Content-Type", "text/event-stream") != 0 ||
+            evhttp_add_header(hd, "Cache-Control", "no-cache") != 0)
+            tp_log_warn("http: cannot set an event stream's headers");
+        count_reply(h, 200);
+        evhttp_send_reply_start(w->req, 200, NULL);
+        w->streaming = true;
+    }
+    evhttp_send_reply_chunk(w->req, b);
+    evbuffer_free(b);
+    if (final) {
+        struct evhttp_request *req = wait_take(w);
+        restore_timeouts(h, req);
+        evhttp_send_reply_end(req);
+        mcp_wait_free(w);
+    }
+    return 0;
+}
+
+static tp_http_mcp_t *mcp_find(tp_http_t *h, const char *id)
+{
+    for (tp_http_mcp_t *x = h->mcp_sessions; x; x = x->next)
+        if (strcmp(tp_mcp_session_id(x->s), id) == 0)
+            return x;
+    return NULL;
+}
+
+static void mcp_unlink(tp_http_t *h, tp_http_mcp_t *x)
+{
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        h->mcp_sessions = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    x->prev = x->next = NULL;
+}
+
+static void mcp_push(tp_http_t *h, tp_http_mcp_t *x)
+{
+    x->next = h->mcp_sessions;
+    if (x->next)
+        x->next->prev = x;
+    h->mcp_sessions = x;
+}
+
+/* Ends a session: no more requests; its running calls run on and are recorded. */
+static void mcp_end(tp_http_t *h, tp_http_mcp_t *x)
+{
+    mcp_unlink(h, x);
+    h->mcp_n--;
+    tp_mcp_session_close(x->s);
+    free(x);
+}
+
+/*
+ * Room for one more session: those idle past TP_HTTP_MCP_IDLE_US are
+ * ended, and at the cap the least recently used with no call running.
+ * false when every session has a call running.
+ */
+static bool mcp_room(tp_http_t *h)
+{
+    uint64_t now = tp_now_us();
+    tp_http_mcp_t *last = h->mcp_sessions;
+    while (last && last->next)
+        last = last->next;
+    for (tp_http_mcp_t *x = last, *pv; x; x = pv) {
+        pv = x->prev;
+        bool idle = tp_mcp_session_live(x->s) == 0;
+        if (idle && (h->mcp_n >= TP_HTTP_MCP_SESSIONS || now - x->used_us > TP_HTTP_MCP_IDLE_US))
+            mcp_end(h, x);
+    }
+    return h->mcp_n < TP_HTTP_MCP_SESSIONS;
+}
+
+static tp_http_mcp_t *mcp_new(tp_http_t *h)
+{
+    tp_http_mcp_t *x = calloc(1, sizeof *x);
+    tp_mcp_sink_t sink = {.send = mcp_send_cb, .ctx = h, .progress_count = &h->mcp_progress};
+    if (x == NULL || (x->s = tp_mcp_session_new(h->e, h->mcp_tools, h->o.version, &sink)) == NULL) {
+        free(x);
+        return NULL;
+    }
+    mcp_push(h, x);
+    h->mcp_n++;
+    return x;
+}
+
+/* Whether the Accept header names type (or a wildcard for it). No header: anything. */
+static bool accepts(struct evhttp_request *req, const char *type)
+{
+    const char *a = evhttp_find_header(evhttp_request_get_input_headers(req), "Accept");
+    if (a == NULL || strstr(a, "*/*"))
+        return true;
+    return strstr(a, type) != NULL;
+}
+
+/*
+ * The Origin a browser sends, checked as the transport asks (against DNS
+ * rebinding): none, a loopback host, or the host the request was sent to.
+ */
+static bool origin_ok(struct evhttp_request *req)
+{
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    const char *origin = evhttp_find_header(in, "Origin");
+    if (origin == NULL)
+        return true;
+    struct evhttp_uri *u = evhttp_uri_parse(origin);
+    const char *host = u ? evhttp_uri_get_host(u) : NULL;
+    bool ok = false;
+    if (host) {
+        ok = strcmp(host, "localhost") == 0 || strcmp(host, "127.0.0.1") == 0 || strcmp(host, "[::1]") == 0 ||
+             strcmp(host, "::1") == 0;
+        const char *to = evhttp_find_header(in, "Host");
+        size_t n = strlen(host);
+        if (!ok && to && strncmp(to, host, n) == 0 && (to[n] == '\0' || to[n] == ':'))
+            ok = true;
+    }
+    if (u)
+        evhttp_uri_free(u);
+    return ok;
+}
+
+/* A JSON-RPC error with a null id, as the body of an HTTP error. */
+static void mcp_http_error(tp_http_t *h, struct evhttp_request *req, int status, int code, const char *message)
+{
+    tp_buf_t b = {0};
+    tp_buf_printf(&b, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":%d,\"message\":", code);
+    tp_json_put_string(&b, message, strlen(message));
+    tp_buf_puts(&b, "}}\n");
+    reply(h, req, status, "application/json", b.data, b.len);
+    tp_buf_free(&b);
+}
+
+/* Whether the body is an initialize request (read only for a POST without a session). */
+static bool is_initialize(const char *body, size_t len)
+{
+    json_t *v = json_loadb(body, len, 0, NULL);
+    const char *m = json_string_value(json_object_get(v, "method"));
+    bool yes = m && strcmp(m, "initialize") == 0 && json_object_get(v, "id") != NULL;
+    json_decref(v);
+    return yes;
+}
+
+static void mcp_post(tp_http_t *h, struct evhttp_request *req)
+{
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    const char *body;
+    size_t len;
+    if (body_of(h, req, &body, &len) < 0)
+        return;
+    const char *version = evhttp_find_header(in, "MCP-Protocol-Version");
+    if (version && !tp_mcp_version_known(version)) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "Bad Request: unsupported MCP-Protocol-Version %.40s (this server speaks "
+                 "2025-11-25 and 2025-06-18)", version);
+        mcp_http_error(h, req, 400, TP_RPC_INVALID_REQUEST, msg);
+        return;
+    }
+    if (len == 0) {
+        mcp_http_error(h, req, 400, TP_RPC_PARSE_ERROR, "Parse error: the body is empty (one JSON-RPC message)");
+        return;
+    }
+    const char *sid = evhttp_find_header(in, "Mcp-Session-Id");
+    tp_http_mcp_t *x = NULL;
+    bool fresh = false;
+    if (sid) {
+        if ((x = mcp_find(h, sid)) == NULL) {
+            mcp_http_error(h, req, 404, TP_RPC_INVALID_REQUEST,
+                           "Not Found: no such session (it ended, or the server restarted): send initialize again");
+            return;
+        }
+    } else if (!is_initialize(body, len)) {
+        mcp_http_error(h, req, 400, TP_RPC_INVALID_REQUEST,
+                       "Bad Request: no Mcp-Session-Id header (a session begins with initialize)");
+        return;
+    } else if (!mcp_room(h)) {
+        mcp_http_error(h, req, 503, TP_RPC_INTERNAL_ERROR, "Service Unavailable: too many MCP sessions with calls running");
+        return;
+    } else if ((x = mcp_new(h)) == NULL) {
+        mcp_http_error(h, req, 500, TP_RPC_INTERNAL_ERROR, "Internal error: out of memory");
+        return;
+    } else {
+        fresh = true;
+    }
+    mcp_unlink(h, x);
+    mcp_push(h, x);
+    x->used_us = tp_now_us();
+    tp_http_wait_t *w = wait_new(h, req, TP_WAIT_MCP);
+    if (w == NULL) {
+        if (fresh)
+            mcp_end(h, x);
+        mcp_http_error(h, req, 500, TP_RPC_INTERNAL_ERROR, "Internal error: out of memory");
+        return;
+    }
+    w->mcp = x;
+    w->sse = accepts(req, "text/event-stream");
+    w->json_ok = accepts(req, "application/json");
+    w->snext = h->mcp_waits;
+    if (w->snext)
+        w->snext->sprev = w;
+    h->mcp_waits = w;
+    w->in_take = true;
+    tp_mcp_took_t took = tp_mcp_session_take(x->s, body, len, w);
+    w->in_take = false;
+    if (fresh) {
+        if (tp_mcp_session_initialized(x->s)) {
+            if (evhttp_add_header(evhttp_request_get_output_headers(req), "Mcp-Session-Id",
+                                  tp_mcp_session_id(x->s)) != 0)
+                tp_log_warn("http: cannot set a reply's Mcp-Session-Id");
+        } else {
+            mcp_end(h, x); /* initialize was refused: no session */
+        }
+    }
+    if (took == TP_MCP_TOOK_REQUEST && !w->answered) {
+        /* Its answer comes when the call ends: the client only listens meanwhile. */
+        struct bufferevent *bev = req_bev(req);
+        if (bev && bufferevent_set_timeouts(bev, NULL, &h->idle_tv) != 0)
+            tp_log_warn("http: cannot lift a waiting connection's read timeout");
+        return;
+    }
+    struct evhttp_request *r = wait_take(w);
+    if (took == TP_MCP_TOOK_NOTIFICATION) {
+        reply(h, r, 202, NULL, NULL, 0);
+    } else if (took == TP_MCP_TOOK_BAD) {
+        reply(h, r, 400, "application/json", w->body.data, w->body.len);
+    } else if (!w->json_ok && w->sse) {
+        struct evbuffer *b = evhttp_request_get_output_buffer(r);
+        if (sse_event(b, (const char *)w->body.data, w->body.len) != 0)
+            tp_log_error("http: out of memory for an event");
+        reply(h, r, 200, "text/event-stream", NULL, 0);
+    } else {
+        reply(h, r, 200, "application/json", w->body.data, w->body.len);
+    }
+    mcp_wait_free(w);
+}
+
+/* DELETE /mcp: the client ends its session. */
+static void mcp_delete(tp_http_t *h, struct evhttp_request *req)
+{
+    const char *sid = evhttp_find_header(evhttp_request_get_input_headers(req), "Mcp-Session-Id");
+    tp_http_mcp_t *x = sid ? mcp_find(h, sid) : NULL;
+    if (sid == NULL)
+        mcp_http_error(h, req, 400, TP_RPC_INVALID_REQUEST, "Bad Request: no Mcp-Session-Id header");
+    else if (x == NULL)
+        mcp_http_error(h, req, 404, TP_RPC_INVALID_REQUEST, "Not Found: no such session");
+    else {
+        mcp_end(h, x);
+        reply(h, req, 204, NULL, NULL, 0);
+    }
+}
+
+static void mcp_route(tp_http_t *h, struct evhttp_request *req, enum evhttp_cmd_type m)
+{
+    if (!origin_ok(req)) {
+        mcp_http_error(h, req, 403, TP_RPC_INVALID_REQUEST, "Forbidden: the request's Origin is not this server");
+        return;
+    }
+    if (m == EVHTTP_REQ_POST)
+        mcp_post(h, req);
+    else if (m == EVHTTP_REQ_DELETE)
+        mcp_delete(h, req);
+    else
+        reply_method(h, req, "POST, DELETE");
 }
 
 /* ---- /v1/jobs/JOB/checkpoint ---- */
@@ -2036,6 +2417,8 @@ static void request_cb(struct evhttp_request *req, void *arg)
             calls_post(h, req);
         else
             reply_method(h, req, "POST");
+    } else if (strcmp(path, "/mcp") == 0) {
+        mcp_route(h, req, m);
     } else if (strcmp(path, "/v1/batch") == 0) {
         if (m == EVHTTP_REQ_POST)
             batch_post(h, req);
@@ -2306,7 +2689,7 @@ tp_http_t *tp_http_new(const tp_http_opts_t *o)
         tp_log_warn("http: this libevent cannot read an oversized body out before its 413");
     evhttp_set_gencb(h->http, request_cb, h);
     evhttp_set_bevcb(h->http, conn_bev_cb, h);
-    if (tools_render(h) < 0)
+    if (tools_render(h) < 0 || (h->mcp_tools = tp_mcp_catalog_new(tp_engine_registry(h->e))) == NULL)
         goto nomem;
     tp_front_t f = {.feed = feed_cb, .flush = flush_cb, .ctx = h};
     if (tp_engine_add_front(h->e, &f) != 0) {
@@ -2378,6 +2761,14 @@ void tp_http_finish(tp_http_t *h, uint64_t timeout_us)
                 wait_error(w, 503, "Unavailable", "the service stopped before the call ended");
     for (tp_http_wait_t *w = h->store_waits; w; w = w->snext)
         wait_error(w, 503, "Unavailable", "the service stopped before the store committed");
+    for (tp_http_wait_t *w = h->mcp_waits; w; w = w->snext) {
+        struct evhttp_request *req = wait_take(w);
+        if (req && w->streaming)
+            evhttp_send_reply_end(req);
+        else if (req)
+            mcp_http_error(h, req, 503, TP_RPC_INTERNAL_ERROR,
+                           "Service Unavailable: the service stopped before the call ended");
+    }
     for (tp_http_batch_t *b = h->batches; b; b = b->next) {
         batch_send(b);
         struct evhttp_request *req = wait_take(b->w);
@@ -2422,6 +2813,18 @@ void tp_http_free(tp_http_t *h)
         h->store_waits = w->snext;
         wait_free(w);
     }
+    while (h->mcp_sessions) {
+        tp_http_mcp_t *x = h->mcp_sessions;
+        h->mcp_sessions = x->next;
+        tp_mcp_session_free(x->s);
+        free(x);
+    }
+    while (h->mcp_waits) {
+        tp_http_wait_t *w = h->mcp_waits;
+        h->mcp_waits = w->snext;
+        wait_free(w);
+    }
+    tp_mcp_catalog_free(h->mcp_tools);
     h->listener = NULL; /* evhttp frees it with its bound socket */
     if (h->http)
         evhttp_free(h->http); /* each connection's close callback frees its record */

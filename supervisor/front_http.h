@@ -10,6 +10,7 @@
  *   PUT|GET /v1/jobs/JOB/checkpoint      an agent loop's own checkpoint
  *   GET    /v1/breakers[/ID], POST /v1/breakers/ID/reset
  *   GET    /v1/escalations[/ID], POST /v1/escalations/ID/resolve
+ *   POST|DELETE /mcp                     MCP's Streamable HTTP transport (mcp_session.h)
  *   GET    /metrics, /healthz, /readyz
  *
  * The front decides nothing about a call: it reads it (request.h), hands it
@@ -56,6 +57,7 @@ typedef struct {
     size_t max_queued;          /* calls held at once; past it, a new call is answered 503 */
     size_t window;              /* calls held at once (tp_engine_live) while batches feed more */
     uint64_t max_line;          /* longest line of a batch, as run's --max-frame */
+    const char *version;        /* serverInfo.version of /mcp */
 } tp_http_opts_t;
 
 typedef struct tp_http tp_http_t;

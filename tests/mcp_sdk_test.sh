@@ -33,4 +33,4 @@ if [ "$have" != "$SDK_VERSION" ]; then
         exit 77
     fi
 fi
-exec node --test --test-reporter=spec "$HERE/mcp_client_test.mjs"
+exec node --test --test-reporter=spec "$HERE/mcp_client_test.mjs" "$HERE/mcp_http_client_test.mjs"

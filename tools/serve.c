@@ -299,6 +299,7 @@ int tp_cmd_serve(int argc, char **argv)
     ho.token = token;
     ho.window = (size_t)eo.workers * 64 + 1024;
     ho.max_line = eo.max_frame;
+    ho.version = TP_VERSION;
     s.base = base;
     if ((s.e = tp_engine_new(&eo)) == NULL)
         goto out;
