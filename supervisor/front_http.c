@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -193,6 +194,7 @@ struct tp_http {
     bool accept_error;
     bool draining, finished, freeing;
     char unix_path[108];        /* the socket file made, removed at free */
+    int unix_lock;              /* PATH.lock, flocked while we serve on PATH; -1: none */
     dev_t unix_dev;
     ino_t unix_ino;
     /* connections */
@@ -2594,6 +2596,25 @@ int tp_http_listen(tp_http_t *h, tp_http_addr_t *a, char *err, size_t cap)
 {
     int fd = -1;
     if (a->is_unix) {
+        /*
+         * PATH.lock, held while the service lives: two services started on
+         * one path at once would each find the old socket stale, and the
+         * second would unlink the first's new one.
+         */
+        char lock[sizeof a->path + 8];
+        snprintf(lock, sizeof lock, "%s.lock", a->path);
+        h->unix_lock = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (h->unix_lock < 0) {
+            snprintf(err, cap, "%s: %s", lock, strerror(errno));
+            return -1;
+        }
+        if (flock(h->unix_lock, LOCK_EX | LOCK_NB) != 0) {
+            snprintf(err, cap, "%s: %s", lock,
+                     errno == EWOULDBLOCK ? "held by another toolpool serve on this socket" : strerror(errno));
+            close(h->unix_lock);
+            h->unix_lock = -1;
+            return -1;
+        }
         if (unix_prepare(a->path, err, cap) < 0)
             return -1;
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -2666,6 +2687,7 @@ tp_http_t *tp_http_new(const tp_http_opts_t *o)
         goto nomem;
     h->o = *o;
     h->e = o->engine;
+    h->unix_lock = -1;
     h->idle_tv.tv_sec = (time_t)(o->idle_timeout_us / 1000000u);
     h->idle_tv.tv_usec = (suseconds_t)(o->idle_timeout_us % 1000000u);
     h->table_cap = 1024;
@@ -2848,5 +2870,7 @@ void tp_http_free(tp_http_t *h)
     struct stat st;
     if (h->unix_path[0] && stat(h->unix_path, &st) == 0 && st.st_dev == h->unix_dev && st.st_ino == h->unix_ino)
         unlink(h->unix_path);
+    if (h->unix_lock >= 0)
+        close(h->unix_lock); /* the lock file stays: removing it would race a successor's flock */
     free(h);
 }

@@ -650,10 +650,10 @@ class ServeTest(unittest.TestCase):
         s = self.serve()
         mode = os.stat(s.sock_path).st_mode & 0o777
         self.assertEqual(mode, 0o600)
-        # Something listens on it: a second service refuses.
+        # A service on it: a second one refuses (it holds PATH.lock).
         rc, out, err = self.toolpool("serve", "--listen", "unix:" + s.sock_path, "-r", "tools.json", "-s", "st2")
         self.assertEqual(rc, 2)
-        self.assertIn("something is listening on it", err)
+        self.assertIn("held by another toolpool serve", err)
         s.stop(signal.SIGKILL)
         self.assertTrue(os.path.exists(s.sock_path))  # left behind: stale
         s2 = self.serve()  # replaces it
@@ -665,6 +665,55 @@ class ServeTest(unittest.TestCase):
         rc, out, err = self.toolpool("serve", "--listen", "unix:" + s2.sock_path, "-r", "tools.json", "-s", "st")
         self.assertEqual(rc, 2)
         self.assertIn("not a socket", err)
+        os.unlink(s2.sock_path)
+        # Something else listens on it: refused, and left alone.
+        other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        other.bind(s2.sock_path)
+        other.listen(1)
+        try:
+            rc, out, err = self.toolpool("serve", "--listen", "unix:" + s2.sock_path, "-r", "tools.json", "-s", "st")
+            self.assertEqual(rc, 2)
+            self.assertIn("something is listening on it", err)
+        finally:
+            other.close()
+            os.unlink(s2.sock_path)
+
+    def test_unix_socket_two_at_once(self):
+        # Two services started together on one path over a stale socket:
+        # one serves, the other refuses; the one serving is reachable.
+        path = os.path.join(self.tmp, "race.sock")
+
+        def healthz():
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+                    c.settimeout(5)
+                    c.connect(path)
+                    c.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+                    return c.recv(64).split(b" ")[1:2] == [b"200"]
+            except OSError:
+                return False
+
+        for round_ in range(5):
+            stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            stale.bind(path)
+            stale.close()
+            procs = [subprocess.Popen([TOOLPOOL, "serve", "--listen", "unix:" + path, "-r", "tools.json",
+                                       "-s", "race%d" % i, "-j", "1"], cwd=self.tmp, stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for i in range(2)]
+            try:
+                self.wait_for(lambda: any(p.poll() is not None for p in procs))
+                refused = [p for p in procs if p.poll() is not None]
+                self.assertEqual(len(refused), 1)
+                self.assertEqual(refused[0].returncode, 2)
+                self.assertIn(b"held by another toolpool serve", refused[0].stderr.read())
+                self.wait_for(healthz)
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.send_signal(signal.SIGTERM)
+                        self.assertEqual(p.wait(30), 0)
+                    p.stderr.close()
+            self.assertFalse(os.path.exists(path))
 
     # ---- lifecycle ----
 
