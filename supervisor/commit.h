@@ -35,6 +35,12 @@
 #define TP_COMMIT_WINDOW_MAX_US 20000.0
 #define TP_COMMIT_SPAN 8.0
 #define TP_COMMIT_RESULTS 1024u
+/*
+ * And by bytes: a window whose answers (the result lines, results and all)
+ * hold this much commits at once, so large results do not multiply by the
+ * count above.
+ */
+#define TP_COMMIT_BYTES ((size_t)4 << 20)
 /* Room left between a commit's expected end and an attempt's deadline. */
 #define TP_COMMIT_DEADLINE_MARGIN_US 500u
 /* A deadline this far behind has been kept, or its timer is late anyway. */

@@ -88,6 +88,7 @@ struct tp_engine {
     int n_fronts;
     /* calls */
     size_t live;                /* calls submitted and not yet ended */
+    size_t live_bytes;          /* their args' bytes */
     tp_call_t *all;             /* those calls */
     tp_queue_t ready;
     tp_queue_t settle;          /* calls whose attempt ended, for the next turn */
@@ -307,6 +308,7 @@ static void call_unlink(tp_call_t *c)
         c->lnext->lprev = c->lprev;
     c->lprev = c->lnext = NULL;
     e->live--;
+    e->live_bytes -= c->args_len;
 }
 
 static void call_free(tp_call_t *c)
@@ -1665,6 +1667,7 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
         e->all->lprev = c;
     e->all = c;
     e->live++;
+    e->live_bytes += c->args_len;
     kick(e);
 out:
     free(owned_args);
@@ -1717,6 +1720,11 @@ void tp_call_info(const tp_call_t *c, tp_call_info_t *out)
 size_t tp_engine_live(const tp_engine_t *e)
 {
     return e->live;
+}
+
+bool tp_engine_takes(const tp_engine_t *e, size_t window)
+{
+    return e->live < window && (e->live == 0 || e->live_bytes < TP_ENGINE_LIVE_BYTES);
 }
 
 /* ---- the turn ---- */
@@ -1790,7 +1798,8 @@ static void turn(tp_engine_t *e)
     }
     tp_pool_flush(e->pool); /* the workers start on them during the commit */
     uint64_t now = tp_now_us(), hold;
-    bool urgent = commit_urgent(e);
+    /* A window whose answers hold TP_COMMIT_BYTES commits now, whatever their count: memory stays bounded. */
+    bool urgent = commit_urgent(e) || e->add->lines.len >= TP_COMMIT_BYTES;
     bool due = e->txn && tp_commit_due(&e->commit, now, e->results, tp_pool_busy(e->pool), urgent);
     if (due && (hold = tp_commit_hold(&e->commit, now, e->results, tp_pool_next_deadline(e->pool), urgent)) > 0) {
         struct timeval tv = {.tv_sec = (time_t)(hold / 1000000u), .tv_usec = (suseconds_t)(hold % 1000000u)};

@@ -187,6 +187,14 @@ void tp_call_info(const tp_call_t *c, tp_call_info_t *out);
 
 /* Calls held now (submitted, not yet ended; their answers may still wait for a commit). */
 size_t tp_engine_live(const tp_engine_t *e);
+/*
+ * The args of calls held, in bytes, past which fronts hand over no more
+ * (one call is always taken): with large payloads the memory held follows
+ * this, not the count of calls in a front's window.
+ */
+#define TP_ENGINE_LIVE_BYTES ((size_t)8 << 20)
+/* Whether a front may hand over another call: fewer than window are held, and their args under TP_ENGINE_LIVE_BYTES. */
+bool tp_engine_takes(const tp_engine_t *e, size_t window);
 /* Asks for a turn soon (a front with more to feed). */
 void tp_engine_kick(tp_engine_t *e);
 

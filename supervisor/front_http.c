@@ -1245,7 +1245,7 @@ static void feed_cb(void *ctx)
     bool more = false;
     for (tp_http_batch_t *b = h->batches, *nx; b; b = nx) {
         nx = b->next;
-        while (batch_taking(b) && budget > 0 && tp_engine_live(h->e) < h->o.window) {
+        while (batch_taking(b) && budget > 0 && tp_engine_takes(h->e, h->o.window)) {
             if (batch_backlog(b) > TP_HTTP_BATCH_BACKLOG) {
                 b->stalled = true;
                 break;

@@ -186,7 +186,7 @@ static void feed_cb(void *ctx)
      * answers and its transaction stay small and the loop stays responsive.
      */
     int budget = TP_LINES_PER_TURN;
-    while (!f->in_eof && !tp_engine_draining(f->e) && tp_engine_live(f->e) < f->window) {
+    while (!f->in_eof && !tp_engine_draining(f->e) && tp_engine_takes(f->e, f->window)) {
         if (budget-- == 0) {
             tp_engine_kick(f->e);
             return;

@@ -239,7 +239,7 @@ static void feed_cb(void *ctx)
     int budget = TP_MCP_LINES_PER_TURN;
     m->held_window = m->held_out = false;
     while (!m->in_eof && !m->draining && !m->out_failed) {
-        if (tp_engine_live(m->e) >= m->o.window) {
+        if (!tp_engine_takes(m->e, m->o.window)) {
             m->held_window = true;
             break;
         }

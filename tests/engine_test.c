@@ -94,7 +94,7 @@ static void fx_open(fx_t *fx, const char *registry, bool store, int workers)
         .base = fx->base,
         .workers = workers,
         .worker_path = TP_TEST_BIN "/toolpool-worker",
-        .max_frame = 1u << 20,
+        .max_frame = 16u << 20,
         .pipeline = 1,
         .drain_us = 5000000,
         .seed = 7,
@@ -153,6 +153,41 @@ static const char *REG = "{\"defaults\": {\"timeout\": \"5s\", \"backoff\": {\"b
                          "{\"name\": \"liar\", \"exec\": [\"@T@/print.sh\","
                          " \"{\\\"error\\\": \\\"Cancelled\\\", \\\"message\\\": \\\"I say so\\\"}\"]}"
                          "]}";
+
+/*
+ * Fronts take calls by bytes as well as by count: once the args held reach
+ * TP_ENGINE_LIVE_BYTES the engine takes no more, however wide a front's
+ * window, but it always takes one; and every call is answered all the same.
+ */
+static void test_live_bytes(void)
+{
+    fx_t fx;
+    fx_open(&fx, REG, true, 2);
+    size_t big = TP_ENGINE_LIVE_BYTES / 4 + 1;
+    char *args = malloc(big + 16);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(args);
+    int n = snprintf(args, 16, "{\"p\":\"");
+    memset(args + n, 'x', big);
+    strcpy(args + n + big, "\"}");
+    CU_ASSERT_TRUE(tp_engine_takes(fx.e, 1000));
+    fx_submit(&fx, "b0", NULL, 0, "noop", args, 0);
+    CU_ASSERT_TRUE(tp_engine_takes(fx.e, 1000)); /* a quarter of the budget */
+    fx_submit(&fx, "b1", NULL, 0, "noop", args, 0);
+    fx_submit(&fx, "b2", NULL, 0, "noop", args, 0);
+    CU_ASSERT_TRUE(tp_engine_takes(fx.e, 1000));
+    fx_submit(&fx, "b3", NULL, 0, "noop", args, 0);
+    CU_ASSERT_EQUAL(tp_engine_live(fx.e), 4);
+    CU_ASSERT_FALSE(tp_engine_takes(fx.e, 1000)); /* past the bytes, far from the count */
+    CU_ASSERT_FALSE(tp_engine_takes(fx.e, 4));
+    fx.expect = 4;
+    fx_run(&fx);
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT_TRUE(fx.a[i].got && fx.a[i].ok);
+    CU_ASSERT_EQUAL(tp_engine_live(fx.e), 0);
+    CU_ASSERT_TRUE(tp_engine_takes(fx.e, 1)); /* nothing held: one is always taken */
+    free(args);
+    fx_close(&fx);
+}
 
 /* Every call answered once, in the order they ended; the line is the record's. */
 static void test_answers(void)
@@ -325,6 +360,7 @@ int main(void)
     if (CU_initialize_registry() != CUE_SUCCESS)
         return 2;
     CU_pSuite s = CU_add_suite("engine", NULL, NULL);
+    CU_add_test(s, "the args held bound what fronts hand over", test_live_bytes);
     CU_add_test(s, "every call answered once, after its commit", test_answers);
     CU_add_test(s, "a recorded id is answered from the store", test_recorded);
     CU_add_test(s, "cancel a running call and waiting ones", test_cancel);
