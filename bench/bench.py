@@ -49,6 +49,9 @@ FULL = {
     "svc_py_calls": 40000, "svc_py_threads": 8, "svc_latency_calls": 2000,
     "svc_rounds": 3, "svc_wrk_seconds": 10, "svc_wrk_threads": 2, "svc_wrk_conns": 64,
     "svc_memory": 1000000, "svc_celery": 4000, "svc_celery_threads": 8,
+    "payload_sizes": [10000, 100000, 1000000],
+    "payload_calls": {10000: 5000, 100000: 1000, 1000000: 200},
+    "payload_exec_calls": {10000: 2000, 100000: 1000, 1000000: 200},
 }
 QUICK = {
     "workers": [1, 2, 4, 8],
@@ -62,12 +65,16 @@ QUICK = {
     "svc_py_calls": 4000, "svc_py_threads": 8, "svc_latency_calls": 300,
     "svc_rounds": 1, "svc_wrk_seconds": 3, "svc_wrk_threads": 2, "svc_wrk_conns": 64,
     "svc_memory": 100000, "svc_celery": 1000, "svc_celery_threads": 8,
+    "payload_sizes": [10000, 100000, 1000000],
+    "payload_calls": {10000: 500, 100000: 100, 1000000: 20},
+    "payload_exec_calls": {10000: 200, 100000: 100, 1000000: 20},
 }
 
 # The project's performance targets.
 NOOP_VS_PEBBLE = 10.0
 EXEC_VS_XARGS = 2.0
 EXEC_VS_PARALLEL = 5.0
+PAYLOAD_VS_PEBBLE = 2.0     # durable echo calls/s at 100 KB and at 1 MB
 HANG_P99_US = 2000.0
 RSS_LIMIT_KIB = 64 * 1024
 RSS_FLAT = 1.10          # "flat": the 1M peak at most 10 % (or 1 MiB) above the 100k peak
@@ -79,7 +86,7 @@ SVC_VS_CELERY = 20.0     # serve (wrk) against Celery + Redis (its Python client
 SVC_ADDED_US = 300.0     # serve's added latency over a run co-process, p50
 SVC_RSS_FLAT = 1.10      # serve's RSS: overall peak at most 10 % above the first 10 %'s
 
-SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service"]
+SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload"]
 
 REPORT = []
 SERVICES = []            # every serve started, stopped at the end whatever happens
@@ -914,6 +921,63 @@ def bench_service(tp, cfg, scratch, res):
     say()
 
 
+def bench_payload(tp, cfg, scratch, res):
+    say("== 9. payloads of real size: echo of 10 KB, 100 KB and 1 MB args (in, and back out as the "
+        "result), -j 2: calls/s, MiB/s of args, supervisor peak RSS")
+    say(f"  {'':34} {'10 KB':>26} {'100 KB':>26} {'1 MB':>26}")
+    rows = {"toolpool plugin echo (durable)": {}, "toolpool plugin echo (--relaxed)": {},
+            "pebble ProcessPool.schedule(echo)": {}, "toolpool exec cat (durable)": {}, "xargs -P2 cat": {}}
+    exec_registry = os.path.join(scratch, "cat.json")
+    write_registry(exec_registry, [{"name": "cat", "exec": ["cat"]}])
+    for size in cfg["payload_sizes"]:
+        n, ne = cfg["payload_calls"][size], cfg["payload_exec_calls"][size]
+        args = json.dumps({"p": "x" * (size - len('{"p":""}'))}, separators=(",", ":"))
+        calls = write_calls(os.path.join(scratch, f"payload{size}.jsonl"), n, "echo", args)
+        for key, relaxed in (("toolpool plugin echo (durable)", False), ("toolpool plugin echo (--relaxed)", True)):
+            r = tp.run(calls, tp.plugin_registry, 2, tp.fresh(f"payload{size}{'r' if relaxed else ''}"), relaxed)
+            os.unlink(r["out"])
+            rows[key][size] = r
+        os.unlink(calls)
+        rows["pebble ProcessPool.schedule(echo)"][size] = pebble("echo", n, 2, size)
+        calls = write_calls(os.path.join(scratch, f"payload-cat{size}.jsonl"), ne, "cat", args)
+        r = tp.run(calls, exec_registry, 2, tp.fresh(f"payload-cat{size}"))
+        os.unlink(r["out"])
+        os.unlink(calls)
+        rows["toolpool exec cat (durable)"][size] = r
+        one = os.path.join(scratch, f"payload{size}.json")
+        with open(one, "w") as f:
+            f.write(args)
+        with open(one + ".list", "w") as f:
+            f.write((one + "\n") * ne)
+        rows["xargs -P2 cat"][size] = shell_peer(f"xargs -P2 -n1 -a {one}.list cat > /dev/null", ne)
+        os.unlink(one)
+        os.unlink(one + ".list")
+    for name, d in rows.items():
+        cells = []
+        for size in cfg["payload_sizes"]:
+            f = d[size]
+            rss = f" {f['rss_kib'] / 1024:4.0f}M" if "rss_kib" in f else "      "
+            cells.append(f"{fmt_int(f['calls_per_s']):>6}/s {f['calls_per_s'] * size / 1048576:6.1f} MiB/s{rss}")
+        say(f"  {name:34} " + " ".join(f"{c:>26}" for c in cells))
+    say("  (each cell: calls/s, MiB/s of args, and for toolpool the supervisor's peak RSS)")
+    res["payload"] = {k: {str(s): v for s, v in d.items()} for k, d in rows.items()}
+    ratios = {}
+    for size in cfg["payload_sizes"]:
+        ratios[size] = (rows["toolpool plugin echo (durable)"][size]["calls_per_s"]
+                        / rows["pebble ProcessPool.schedule(echo)"][size]["calls_per_s"])
+        xr = rows["toolpool exec cat (durable)"][size]["calls_per_s"] / rows["xargs -P2 cat"][size]["calls_per_s"]
+        say(f"  {fmt_int(size):>9} bytes: toolpool (durable) / pebble {ratios[size]:.2f}x; "
+            f"toolpool exec cat / xargs -P2 cat {xr:.2f}x")
+    peak = max(rows[k][s]["rss_kib"] for k in rows if k.startswith("toolpool") for s in cfg["payload_sizes"])
+    ok = all(ratios[s] >= PAYLOAD_VS_PEBBLE for s in cfg["payload_sizes"] if s >= 100000)
+    worst = min(ratios[s] for s in cfg["payload_sizes"] if s >= 100000)
+    target(f"echo at 100 KB and 1 MB (durable) >= {PAYLOAD_VS_PEBBLE:.0f}x pebble", f"{worst:.2f}x (the lower)", ok)
+    target("supervisor peak RSS < 64 MiB at every payload size", f"{peak / 1024:.1f} MiB", peak < RSS_LIMIT_KIB)
+    res["targets"]["payload_vs_pebble"] = {"value": worst, "pass": ok}
+    res["targets"]["payload_rss"] = {"value_kib": peak, "pass": peak < RSS_LIMIT_KIB}
+    say()
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -1031,6 +1095,8 @@ def main():
             bench_growth(tp, cfg, scratch, res)
         if "service" in only:
             bench_service(tp, cfg, scratch, res)
+        if "payload" in only:
+            bench_payload(tp, cfg, scratch, res)
         if "noop" in only:
             png = plot(sweep, cfg["workers"], a.out)
 
@@ -1053,7 +1119,11 @@ def main():
                 (f"serve: added latency p50 < {SVC_ADDED_US / 1e3:.1f} ms", "svc_added",
                  lambda v: f"{v['value_us'] / 1e3:.3f} ms"),
                 ("serve: RSS flat and fds steady", "svc_rss",
-                 lambda v: f"{v['value']:.2f}x, fds {v['fd_first']}->{v['fd_rest']}")]:
+                 lambda v: f"{v['value']:.2f}x, fds {v['fd_first']}->{v['fd_rest']}"),
+                (f"echo at 100 KB and 1 MB (durable) >= {PAYLOAD_VS_PEBBLE:.0f}x pebble", "payload_vs_pebble",
+                 lambda v: f"{v['value']:.2f}x"),
+                ("supervisor peak RSS < 64 MiB at every payload size", "payload_rss",
+                 lambda v: f"{v['value_kib'] / 1024:.1f} MiB")]:
             if key in t:
                 say(f"  {name:58} {val(t[key]):>18}  {verdict(t[key]['pass'])}")
         say()

@@ -3,6 +3,7 @@
 
     pebble_bench.py noop N WORKERS          no-op calls, timeout 5 s each
     pebble_bench.py hang N WORKERS MS       calls that never return, timeout MS
+    pebble_bench.py echo N WORKERS BYTES    calls whose args ({"p": "xx..."}, BYTES of JSON) come back
 
 Prints one JSON object on stdout.
 
@@ -33,6 +34,21 @@ def noop(args):
 
 def hang():
     time.sleep(3600)
+
+
+def echo(args):
+    return args
+
+
+def bench_echo(n, workers, size):
+    args = {"p": "x" * (size - len('{"p":""}'))}
+    t0 = time.monotonic()
+    with ProcessPool(max_workers=workers) as pool:
+        futures = [pool.schedule(echo, args=(args,), timeout=5) for _ in range(n)]
+        for f in futures:
+            assert len(f.result()["p"]) == len(args["p"])
+    secs = time.monotonic() - t0
+    return {"calls": n, "workers": workers, "seconds": secs, "calls_per_s": n / secs}
 
 
 def bench_noop(n, workers):
@@ -78,6 +94,8 @@ def bench_hang(n, workers, timeout_ms):
 def main(argv):
     if len(argv) >= 4 and argv[1] == "noop":
         out = bench_noop(int(argv[2]), int(argv[3]))
+    elif len(argv) >= 5 and argv[1] == "echo":
+        out = bench_echo(int(argv[2]), int(argv[3]), int(argv[4]))
     elif len(argv) >= 5 and argv[1] == "hang":
         out = bench_hang(int(argv[2]), int(argv[3]), float(argv[4]))
     else:
