@@ -4,9 +4,13 @@
  * other JSON is the result written compact, other text becomes a JSON
  * string, and a numeric top-level "cost" is read either way.
  */
+#include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "json.h"
+#include "jsonscan.h"
 #include "outcome.h"
 #include "testutil.h"
 
@@ -146,6 +150,125 @@ static void test_cost(void)
     tp_outcome_free(&o);
 }
 
+/* ---- the plain way against the jansson way ---- */
+
+static unsigned rng_state = 20261201;
+
+static unsigned rnd(unsigned n)
+{
+    rng_state = rng_state * 1103515245u + 12345u;
+    return (rng_state >> 8) % n;
+}
+
+/* A random string's body: ASCII, UTF-8, and escapes of every kind, some of them not the ones written back. */
+static void gen_string(tp_buf_t *b)
+{
+    static const char *const pieces[] = {"a", "Z", " ", "/", "caf\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+                                         "\\n", "\\t", "\\r", "\\b", "\\f", "\\\"", "\\\\", "\\u001f",
+                                         "\\u0001", "\\u0000", "\\u000a", "\\u001F", "\\u00e9", "\\/", "\\ud83d",
+                                         "\x7f", "\xff", "\xc0\x80"};
+    tp_buf_append(b, "\"", 1);
+    for (unsigned i = rnd(8); i > 0; i--)
+        tp_buf_puts(b, pieces[rnd(sizeof pieces / sizeof pieces[0])]);
+    tp_buf_append(b, "\"", 1);
+}
+
+static void gen_ws(tp_buf_t *b)
+{
+    static const char *const ws[] = {"", "", "", " ", "\n", "\t ", "\r\n"};
+    tp_buf_puts(b, ws[rnd(7)]);
+}
+
+static void gen_value(tp_buf_t *b, int depth)
+{
+    static const char *const scalars[] = {"0", "-1", "42", "-0", "1.5", "1e3", "9223372036854775807",
+                                          "9223372036854775808", "-9223372036854775808", "true", "false",
+                                          "null", "007", "tru"};
+    unsigned k = depth > 4 ? rnd(2) : rnd(4);
+    gen_ws(b);
+    if (k == 0) {
+        tp_buf_puts(b, scalars[rnd(sizeof scalars / sizeof scalars[0])]);
+    } else if (k == 1) {
+        gen_string(b);
+    } else if (k == 2) {
+        tp_buf_append(b, "[", 1);
+        for (unsigned i = rnd(4), first = 1; i > 0; i--, first = 0) {
+            if (!first)
+                tp_buf_append(b, ",", 1);
+            gen_value(b, depth + 1);
+        }
+        tp_buf_append(b, "]", 1);
+    } else {
+        static const char *const keys[] = {"\"a\"", "\"b\"", "\"cost\"", "\"error\"", "\"k\\n\"", "\"\\u0000\"",
+                                           "\"z\"", "\"\xc3\xa9\""};
+        tp_buf_append(b, "{", 1);
+        for (unsigned i = rnd(4), first = 1; i > 0; i--, first = 0) {
+            if (!first)
+                tp_buf_append(b, ",", 1);
+            gen_ws(b);
+            tp_buf_puts(b, keys[rnd(sizeof keys / sizeof keys[0])]);
+            gen_ws(b);
+            tp_buf_append(b, ":", 1);
+            gen_value(b, depth + 1);
+        }
+        tp_buf_append(b, "}", 1);
+    }
+    gen_ws(b);
+}
+
+/*
+ * Most answers are plain JSON and take the way without a tree; each must
+ * come out byte for byte as jansson's reading and tp_json_write would make
+ * it (the fuzz target jsonscan does the same over arbitrary bytes). Half a
+ * million generated answers, some of them damaged.
+ */
+static void test_plain_way(void)
+{
+    tp_outcome_t o = {0};
+    tp_buf_t text = {0}, slow = {0};
+    int plain = 0, checked = 0;
+    for (int i = 0; i < 500000; i++) {
+        tp_buf_reset(&text);
+        gen_value(&text, 0);
+        if (rnd(10) == 0 && text.len > 0)
+            text.data[rnd((unsigned)text.len)] = (uint8_t)"\"{}[],:\\ x"[rnd(10)];
+        tp_buf_t probe = {0};
+        int rc = tp_json_compact_plain((const char *)text.data, text.len, &probe);
+        json_t *v = json_loadb((const char *)text.data, text.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        if (rc == 1) {
+            plain++;
+            tp_buf_reset(&slow);
+            CU_ASSERT_FATAL(v != NULL);
+            CU_ASSERT_FATAL(tp_json_write(&slow, v, 0) == 0);
+            if (slow.len != probe.len || memcmp(slow.data, probe.data, slow.len) != 0) {
+                fprintf(stderr, "\n  text: %.*s\n  plain: %.*s\n  jansson: %.*s\n", (int)text.len, text.data,
+                        (int)probe.len, probe.data, (int)slow.len, slow.data);
+                CU_FAIL_FATAL("the plain way and the jansson way differ");
+            }
+        } else {
+            CU_ASSERT_EQUAL_FATAL(rc, 0);
+            CU_ASSERT_EQUAL_FATAL(probe.len, 0);
+        }
+        if (v && !json_is_object(v)) {
+            /* Whichever way it goes, the adapters' reading gives jansson's bytes. */
+            tp_outcome_reset(&o);
+            tp_outcome_from_text(&o, (const char *)text.data, text.len, true);
+            tp_buf_reset(&slow);
+            tp_json_write(&slow, v, 0);
+            CU_ASSERT_TRUE(o.ok);
+            CU_ASSERT_TRUE(o.result.len == slow.len && memcmp(o.result.data, slow.data, slow.len) == 0);
+            checked++;
+        }
+        json_decref(v);
+        tp_buf_free(&probe);
+    }
+    fprintf(stderr, "\n    %d of 500,000 plain; %d read through the adapters' way\n", plain, checked);
+    CU_ASSERT(plain > 50000);
+    tp_buf_free(&text);
+    tp_buf_free(&slow);
+    tp_outcome_free(&o);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
@@ -155,5 +278,6 @@ int main(void)
     CU_add_test(s, "any other JSON is the result, compact", test_result_compacted);
     CU_add_test(s, "other text is a JSON string", test_text_becomes_string);
     CU_add_test(s, "a numeric top-level cost", test_cost);
+    CU_add_test(s, "the plain way gives the jansson way's bytes", test_plain_way);
     return tp_test_run();
 }
