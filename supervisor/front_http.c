@@ -1387,7 +1387,7 @@ static int mcp_send_cb(void *ctx, void *tag, const char *msg, size_t len, bool f
         return 0;
     tp_http_t *h = w->h;
     if (w->in_take) {
-        if (!final)
+        if (!final || msg == NULL)
             return 0;
         w->answered = true;
         return tp_buf_append(&w->body, msg, len);
@@ -1395,6 +1395,17 @@ static int mcp_send_cb(void *ctx, void *tag, const char *msg, size_t len, bool f
     if (w->req == NULL || (!w->sse && !final)) {
         if (final)
             mcp_wait_free(w);
+        return 0;
+    }
+    if (msg == NULL) {
+        /* Cancelled, or its session ended: no response; a client still there hears the end. */
+        struct evhttp_request *req = wait_take(w);
+        restore_timeouts(h, req);
+        if (w->streaming)
+            evhttp_send_reply_end(req);
+        else
+            reply(h, req, 202, NULL, NULL, 0);
+        mcp_wait_free(w);
         return 0;
     }
     if (!w->sse) {

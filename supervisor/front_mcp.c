@@ -75,8 +75,8 @@ static int send_cb(void *ctx, void *tag, const char *msg, size_t len, bool final
     tp_mcp_t *m = ctx;
     (void)tag;
     (void)final;
-    if (m->out_failed)
-        return 0; /* nobody reads: dropped */
+    if (m->out_failed || msg == NULL)
+        return 0; /* nobody reads, or nothing to say: dropped */
     size_t mark = m->out.len;
     if (tp_buf_append(&m->out, msg, len) < 0 || tp_buf_append(&m->out, "\n", 1) < 0) {
         m->out.len = mark;

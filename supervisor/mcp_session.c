@@ -566,6 +566,8 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
     tp_mcp_session_t *s = r->s;
     req_remove(s, r);
     if (r->cancelled || s->closed) {
+        /* No response goes out; the transport lets go of the request all the same. */
+        s->sink.send(s->sink.ctx, r->tag, NULL, 0, true);
         req_free(r);
         if (s->closed && s->table_n == 0)
             session_free(s);

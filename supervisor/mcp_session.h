@@ -43,7 +43,9 @@ typedef struct {
      * A message out, without a line end. tag: as given to the take that
      * caused it. final: it is the response to that request (nothing more
      * about it follows); else a notification about it (progress, a log).
-     * Returns 0, or -1 when it could not be taken (out of memory).
+     * msg NULL (final): the request ends without a response (it was
+     * cancelled, or the session closed). Returns 0, or -1 when it could not
+     * be taken (out of memory).
      */
     int (*send)(void *ctx, void *tag, const char *msg, size_t len, bool final);
     void *ctx;
