@@ -65,6 +65,7 @@
 #define TP_JSONSCHEMA_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "buf.h"
@@ -91,6 +92,40 @@ typedef struct tp_jsonschema tp_jsonschema_t;
  * result: tp_jsonschema_free.
  */
 tp_jsonschema_t *tp_jsonschema_compile(const json_t *schema, char *err, size_t errlen);
+
+/* The dialects: what "$schema" may name, and the default without one. */
+typedef enum {
+    TP_JSONSCHEMA_DRAFT7 = 7,
+    TP_JSONSCHEMA_2020_12 = 2020,
+} tp_jsonschema_dialect_t;
+
+typedef struct {
+    /* the dialect of a schema (or a loaded document) without "$schema"; 0: draft-07 */
+    tp_jsonschema_dialect_t dialect;
+    /* check "format" (the formats listed above); false: an annotation only */
+    bool assert_formats;
+    /*
+     * Another document a reference names, by its absolute URI without the
+     * fragment: a new reference (the compiled schema keeps a copy), or NULL
+     * when there is none. Called only while compiling; never the network
+     * unless the caller's function goes there. NULL: no other documents.
+     */
+    json_t *(*load)(const char *uri, void *arg);
+    void *load_arg;
+} tp_jsonschema_opts_t;
+
+/* tp_jsonschema_compile with options; opts NULL is the same as all zero. */
+tp_jsonschema_t *tp_jsonschema_compile_opts(const json_t *schema, const tp_jsonschema_opts_t *opts, char *err,
+                                            size_t errlen);
+
+/* The dialect s was compiled in (its root's). */
+tp_jsonschema_dialect_t tp_jsonschema_dialect(const tp_jsonschema_t *s);
+
+/*
+ * Parses a dialect's name as the registry writes it: "draft-07" or
+ * "2020-12", or any "$schema" URI of the two. 0 and *out, or -1.
+ */
+int tp_jsonschema_dialect_parse(const char *name, tp_jsonschema_dialect_t *out);
 
 /*
  * Checks instance against s. Returns the number of violations (0: valid),
