@@ -1,9 +1,16 @@
 /*
- * JSON Schema draft-07, compiled: every schema object becomes a node_t with
- * its keywords checked, its numbers and sizes decoded, its property names
- * hashed and its regexes compiled, so validating is a walk over nodes that
- * allocates next to nothing on the valid path. See jsonschema.h for what is
- * supported and how messages read.
+ * JSON Schema (draft-07 and 2020-12), compiled: every schema object becomes
+ * a node_t with its keywords checked, its numbers and sizes decoded, its
+ * property names hashed and its regexes compiled, so validating is a walk
+ * over nodes that allocates next to nothing on the valid path. See
+ * jsonschema.h for what is supported and how messages read.
+ *
+ * Indexing: before compiling, every document (the schema, and each one the
+ * loader gives when a reference names it) is walked once to give each
+ * schema object its resource (res_t: the base URI an "$id" set, and the
+ * dialect) and to name the resources and anchors by URI. A reference then
+ * resolves by RFC 3986 against its object's resource: a name, then its
+ * fragment.
  *
  * Compiling: compile() turns one schema value into a node, memoised by the
  * json_t it came from, so a value reached twice (by the tree and by a $ref)
@@ -19,6 +26,12 @@
  * (anyOf, oneOf, not, if, contains, propertyNames) run "quiet": they stop
  * at the first failure and write nothing; only when their verdict is a
  * violation and a message is wanted are they run again to say why.
+ * 2020-12's unevaluated* need to know what the other keywords evaluated: a
+ * node with one gathers it in an ev_t that each subschema applied in place
+ * fills with its own (kept only when it passed); nothing is gathered
+ * elsewhere, so schemas without unevaluated* pay nothing. The dynamic
+ * scope ($dynamicRef) is a chain of resources on the stack, kept only when
+ * some $dynamicRef needs it.
  */
 #include "jsonschema.h"
 
@@ -1896,9 +1909,6 @@ static res_t *index_doc(cctx_t *cc, const json_t *doc, const char *uri, const ch
         }
     }
     free(abs);
-    if (json_is_object(doc) && dd.draft != TP_JSONSCHEMA_DRAFT7) {
-        /* the root's own anchors: index_value skips "$id" for the root only */
-    }
     return index_value(cc, doc, r, NULL, 0) < 0 ? NULL : r;
 }
 

@@ -925,8 +925,9 @@ static json_t *schema_load(const char *uri, void *arg)
 }
 
 /*
- * A tool's "parameters", compiled with its dialect and formats (its own,
- * else the registry's): the loader stands on the tool. An error points at
+ * A tool's "parameters", compiled with its dialect and formats: its own,
+ * else (the dialect) 2020-12 for an MCP server's tool, else the registry's.
+ * The loader stands on the tool. An error points at
  * the schema keyword itself, "tools[0] (a).parameters/properties/q/type".
  */
 static int compile_parameters(loader_t *ld, tp_tool_t *tool)
@@ -934,7 +935,10 @@ static int compile_parameters(loader_t *ld, tp_tool_t *tool)
     if (tool->parameters == NULL)
         return 0;
     tp_registry_t *reg = ld->reg;
-    int dialect = tool->schema_dialect ? tool->schema_dialect : reg->schema_dialect;
+    /* MCP reads an inputSchema without "$schema" as 2020-12: so does an MCP server's tool */
+    int dialect = tool->schema_dialect                ? tool->schema_dialect
+                  : tool->adapter == TP_ADAPTER_MCP ? TP_JSONSCHEMA_2020_12
+                                                    : reg->schema_dialect;
     int formats = tool->formats ? tool->formats : reg->formats;
     tp_jsonschema_opts_t opts = {
         .dialect = dialect ? (tp_jsonschema_dialect_t)dialect : TP_JSONSCHEMA_DRAFT7,
