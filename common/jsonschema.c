@@ -2096,7 +2096,11 @@ static const json_t *resolve(cctx_t *cc, const json_t *from, const char *ref, co
         free(name);
     }
 out:
-    if (target != NULL) {
+    if (target != NULL && memo_get(cc, target) != NULL) {
+        /* compiled already: its location is not needed again */
+        if ((*where = strdup("")) == NULL)
+            target = NULL;
+    } else if (target != NULL) {
         res_t *tr = json_is_object(target) ? res_of(cc, target) : res_of(cc, doc);
         tp_buf_t ptr = {0};
         const json_t *tdoc = tr ? tr->doc : cc->s->doc;
