@@ -1,9 +1,16 @@
 /*
- * JSON Schema draft-07, compiled: every schema object becomes a node_t with
- * its keywords checked, its numbers and sizes decoded, its property names
- * hashed and its regexes compiled, so validating is a walk over nodes that
- * allocates next to nothing on the valid path. See jsonschema.h for what is
- * supported and how messages read.
+ * JSON Schema (draft-07 and 2020-12), compiled: every schema object becomes
+ * a node_t with its keywords checked, its numbers and sizes decoded, its
+ * property names hashed and its regexes compiled, so validating is a walk
+ * over nodes that allocates next to nothing on the valid path. See
+ * jsonschema.h for what is supported and how messages read.
+ *
+ * Indexing: before compiling, every document (the schema, and each one the
+ * loader gives when a reference names it) is walked once to give each
+ * schema object its resource (res_t: the base URI an "$id" set, and the
+ * dialect) and to name the resources and anchors by URI. A reference then
+ * resolves by RFC 3986 against its object's resource: a name, then its
+ * fragment.
  *
  * Compiling: compile() turns one schema value into a node, memoised by the
  * json_t it came from, so a value reached twice (by the tree and by a $ref)
@@ -19,10 +26,17 @@
  * (anyOf, oneOf, not, if, contains, propertyNames) run "quiet": they stop
  * at the first failure and write nothing; only when their verdict is a
  * violation and a message is wanted are they run again to say why.
+ * 2020-12's unevaluated* need to know what the other keywords evaluated: a
+ * node with one gathers it in an ev_t that each subschema applied in place
+ * fills with its own (kept only when it passed); nothing is gathered
+ * elsewhere, so schemas without unevaluated* pay nothing. The dynamic
+ * scope ($dynamicRef) is a chain of resources on the stack, kept only when
+ * some $dynamicRef needs it.
  */
 #include "jsonschema.h"
 
 #include "json.h"
+#include "jsonformat.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -98,11 +112,54 @@ typedef struct {
     const json_t *need; /* array form: names that must be present too */
 } dep_t;
 
+/* A dialect, as "$schema" (or the caller's default) sets it for a resource. */
+typedef struct {
+    int draft;          /* TP_JSONSCHEMA_DRAFT7 or TP_JSONSCHEMA_2020_12 */
+    bool no_validation; /* 2020-12 meta-schema without the validation vocabulary */
+} dialect_t;
+
+/* A "$dynamicAnchor" of a resource: its name, its schema, its node once compiled. */
+typedef struct {
+    const char *name;
+    const json_t *js;
+    node_t *node;
+} dyn_t;
+
+/*
+ * A schema resource: a document's root or a subschema with an "$id" that
+ * changes the base URI. Every node knows its resource; the dynamic scope
+ * ($dynamicRef) is the chain of resources a validation has entered.
+ */
+typedef struct res {
+    char *uri; /* absolute, without fragment; "" for a root without "$id" */
+    const json_t *js;
+    const json_t *doc;    /* the document it is in */
+    const char *doc_name; /* that document's URI, NULL for the schema itself */
+    dialect_t d;
+    dyn_t *dyn;
+    size_t n_dyn;
+} res_t;
+
+/* The formats "formats": "assert" checks (jsonformat.h). */
+typedef tp_format_t format_t;
+#define F_NONE TP_FORMAT_NONE
+#define F_REGEX TP_FORMAT_REGEX
+
 struct node {
     node_kind_t kind;
     uint8_t mark;    /* compile time only: the loop search's colour */
     node_t *ref;     /* N_REF: the target (after compile: never a N_REF) */
-    char *ref_where; /* N_REF: its schema path and reference, for errors */
+    char *ref_where; /* any reference: its schema path and what it says, for errors */
+    const res_t *res; /* the resource it is in (NULL: a boolean schema) */
+    /* 2020-12 references apply beside the other keywords */
+    node_t *apply_ref;    /* $ref */
+    node_t *dyn_ref;      /* $dynamicRef: its static target */
+    const char *dyn_name; /* $dynamicRef to a $dynamicAnchor: looked up in the dynamic scope */
+    node_t *uneval_props, *uneval_items;
+    bool collects;        /* has unevaluated*: gathers what its subschemas evaluated */
+    const char *add_items_kw; /* "additionalItems" or "items", for messages */
+    size_t min_contains, max_contains;
+    format_t format;
     unsigned groups;
     bool has_type;
     unsigned types;
@@ -147,6 +204,12 @@ struct tp_jsonschema {
     node_t *root;
     node_t **nodes; /* every node, for tp_jsonschema_free */
     size_t n_nodes, cap_nodes;
+    res_t **res; /* every resource */
+    size_t n_res, cap_res;
+    json_t **docs; /* documents the loader gave (copies), and meta-schemas read */
+    char **doc_names;
+    size_t n_docs;
+    bool dynamic; /* some $dynamicRef needs the dynamic scope */
 };
 
 /*
@@ -486,8 +549,24 @@ typedef struct {
 } memo_slot_t;
 
 typedef struct {
+    const json_t *key;
+    res_t *res;
+} obj_slot_t;
+
+typedef struct {
+    char *key; /* "URI" or "URI#anchor" */
+    const json_t *js;
+} name_t;
+
+typedef struct {
     tp_jsonschema_t *s;
-    const json_t *root_id; /* the root's "$id", or NULL */
+    tp_jsonschema_opts_t opts;
+    dialect_t dflt;    /* for documents without "$schema" */
+    res_t *root_res;
+    obj_slot_t *objs;  /* schema object -> its resource, open addressing */
+    size_t objs_cap, objs_n;
+    name_t *names;     /* URIs and anchors -> schemas */
+    size_t n_names, cap_names;
     char *err;
     size_t errlen;
     bool failed;
@@ -646,6 +725,48 @@ static int get_size(cctx_t *cc, const json_t *v, const seg_t *path, size_t *out)
 #define ECMA_DOT "[^\\n\\r\\u{2028}\\u{2029}]"
 
 /*
+ * ECMA-262's long names of Unicode properties (\p{Letter},
+ * \p{General_Category=Letter}, \p{Script=Greek}) as PCRE2 writes them
+ * (\p{L}, \p{Greek}); NULL: leave the name as written.
+ */
+static const char *ecma_property(const char *s, size_t n)
+{
+    static const char *const gc[][2] = {
+        {"Letter", "L"},          {"Cased_Letter", "LC"},     {"Uppercase_Letter", "Lu"},
+        {"Lowercase_Letter", "Ll"}, {"Titlecase_Letter", "Lt"}, {"Modifier_Letter", "Lm"},
+        {"Other_Letter", "Lo"},   {"Mark", "M"},              {"Combining_Mark", "M"},
+        {"Nonspacing_Mark", "Mn"}, {"Spacing_Mark", "Mc"},    {"Enclosing_Mark", "Me"},
+        {"Number", "N"},          {"Decimal_Number", "Nd"},   {"digit", "Nd"},
+        {"Letter_Number", "Nl"},  {"Other_Number", "No"},     {"Punctuation", "P"},
+        {"punct", "P"},           {"Connector_Punctuation", "Pc"}, {"Dash_Punctuation", "Pd"},
+        {"Open_Punctuation", "Ps"}, {"Close_Punctuation", "Pe"}, {"Initial_Punctuation", "Pi"},
+        {"Final_Punctuation", "Pf"}, {"Other_Punctuation", "Po"}, {"Symbol", "S"},
+        {"Math_Symbol", "Sm"},    {"Currency_Symbol", "Sc"},  {"Modifier_Symbol", "Sk"},
+        {"Other_Symbol", "So"},   {"Separator", "Z"},         {"Space_Separator", "Zs"},
+        {"Line_Separator", "Zl"}, {"Paragraph_Separator", "Zp"}, {"Other", "C"},
+        {"Control", "Cc"},        {"cntrl", "Cc"},            {"Format", "Cf"},
+        {"Surrogate", "Cs"},      {"Private_Use", "Co"},      {"Unassigned", "Cn"},
+    };
+    const char *eq = memchr(s, '=', n);
+    if (eq != NULL) {
+        size_t k = (size_t)(eq - s);
+        bool script = (k == 6 && memcmp(s, "Script", 6) == 0) || (k == 2 && memcmp(s, "sc", 2) == 0) ||
+                      (k == 17 && memcmp(s, "Script_Extensions", 17) == 0) || (k == 3 && memcmp(s, "scx", 3) == 0);
+        bool cat = (k == 16 && memcmp(s, "General_Category", 16) == 0) || (k == 2 && memcmp(s, "gc", 2) == 0);
+        if (script)
+            return eq + 1; /* up to the closing brace: the caller prints the name's length */
+        if (!cat)
+            return NULL;
+        n -= k + 1;
+        s = eq + 1;
+    }
+    for (size_t i = 0; i < sizeof gc / sizeof gc[0]; i++)
+        if (strlen(gc[i][0]) == n && memcmp(gc[i][0], s, n) == 0)
+            return gc[i][1];
+    return NULL;
+}
+
+/*
  * Rewrites the three things PCRE2 has no option for, so they mean what
  * ECMA-262 says: \s and \S (Unicode white space, not ASCII) and "." (any
  * character but the four line terminators). Escapes are copied as pairs,
@@ -661,6 +782,19 @@ static char *ecma_rewrite(const char *src, size_t n, size_t *out_len)
         char ch = src[i];
         if (ch == '\\' && i + 1 < n) {
             char e = src[++i];
+            if ((e == 'p' || e == 'P') && i + 1 < n && src[i + 1] == '{') {
+                const char *close = memchr(src + i + 2, '}', n - i - 2);
+                if (close != NULL) {
+                    size_t len = (size_t)(close - (src + i + 2));
+                    const char *name = ecma_property(src + i + 2, len);
+                    size_t nl = name == NULL                      ? len
+                                : name >= src + i + 2 && name < close ? (size_t)(close - name)
+                                                                      : strlen(name);
+                    rc = tp_buf_printf(&b, "\\%c{%.*s}", e, (int)nl, name ? name : src + i + 2);
+                    i = (size_t)(close - src);
+                    continue;
+                }
+            }
             if (e == 's')
                 rc = tp_buf_puts(&b, in_class ? ECMA_SPACE : "[" ECMA_SPACE "]");
             else if (e == 'S')
@@ -705,6 +839,9 @@ static char *ecma_rewrite(const char *src, size_t n, size_t *out_len)
     return (char *)b.data;
 }
 
+#define RE_OPTS                                                                                              \
+    (PCRE2_UTF | PCRE2_ALT_BSUX | PCRE2_ALLOW_EMPTY_CLASS | PCRE2_MATCH_UNSET_BACKREF | PCRE2_DOLLAR_ENDONLY)
+
 /*
  * Compiles pattern src (n bytes) as jsonschema.h describes: rewritten by
  * ecma_rewrite, then PCRE2 with the ECMA-262-leaning options, JIT when it
@@ -712,8 +849,7 @@ static char *ecma_rewrite(const char *src, size_t n, size_t *out_len)
  */
 static int regex_compile(cctx_t *cc, re_t *re, const char *src, size_t n, const seg_t *path)
 {
-    const uint32_t opts = PCRE2_UTF | PCRE2_ALT_BSUX | PCRE2_ALLOW_EMPTY_CLASS | PCRE2_MATCH_UNSET_BACKREF |
-                          PCRE2_DOLLAR_ENDONLY;
+    const uint32_t opts = RE_OPTS;
     int code;
     PCRE2_SIZE off;
     size_t len;
@@ -875,24 +1011,33 @@ static int compile_pattern_props(cctx_t *cc, node_t *n, const json_t *v, const s
 }
 
 /* dependencies: per property, an array of names that must come with it, or a schema. */
-static int compile_deps(cctx_t *cc, node_t *n, const json_t *v, const seg_t *path)
+/* forms: DEP_NAMES (arrays of names), DEP_SCHEMAS, or both (draft-07's dependencies). */
+enum { DEP_NAMES = 1, DEP_SCHEMAS = 2 };
+
+static int compile_deps(cctx_t *cc, node_t *n, const json_t *v, const seg_t *path, unsigned forms)
 {
     if (!json_is_object(v)) {
         cfail(cc, path, "expected an object");
         return -1;
     }
-    n->deps = calloc(json_object_size(v) + 1, sizeof *n->deps);
-    if (n->deps == NULL) {
+    dep_t *grown = realloc(n->deps, (n->n_deps + json_object_size(v) + 1) * sizeof *n->deps);
+    if (grown == NULL) {
         cfail(cc, path, "out of memory");
         return -1;
     }
+    n->deps = grown;
     for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
         const json_t *d = json_object_iter_value(it);
         seg_t at = {path, json_object_iter_key(it), json_object_iter_key_len(it), false};
         dep_t *dep = &n->deps[n->n_deps++];
+        memset(dep, 0, sizeof *dep);
         dep->name = at.key;
         dep->len = at.n;
-        if (json_is_array(d)) {
+        if (forms == DEP_NAMES && !json_is_array(d)) {
+            cfail(cc, &at, "expected an array of strings");
+            return -1;
+        }
+        if (json_is_array(d) && (forms & DEP_NAMES)) {
             for (size_t i = 0; i < json_array_size(d); i++) {
                 if (!json_is_string(json_array_get(d, i))) {
                     seg_t ai = {&at, NULL, i, false};
@@ -976,46 +1121,84 @@ typedef enum {
     K_THEN,
     K_ELSE,
     K_DEFINITIONS,
+    K_DEFS,
+    K_PREFIX_ITEMS,
+    K_MIN_CONTAINS,
+    K_MAX_CONTAINS,
+    K_DEP_REQUIRED,
+    K_DEP_SCHEMAS,
+    K_UNEVAL_PROPS,
+    K_UNEVAL_ITEMS,
+    K_FORMAT,
 } kw_t;
+
+enum {
+    D7 = 1,    /* draft-07 keyword */
+    D2020 = 2, /* 2020-12 keyword */
+    DBOTH = 3,
+};
 
 static const struct {
     const char *name;
     kw_t kw;
+    unsigned dialects;
+    bool validation; /* in 2020-12's validation vocabulary */
 } keywords[] = {
-    {"type", K_TYPE},
-    {"enum", K_ENUM},
-    {"const", K_CONST},
-    {"properties", K_PROPERTIES},
-    {"required", K_REQUIRED},
-    {"patternProperties", K_PATTERN_PROPS},
-    {"additionalProperties", K_ADDITIONAL_PROPS},
-    {"propertyNames", K_PROPERTY_NAMES},
-    {"minProperties", K_MIN_PROPS},
-    {"maxProperties", K_MAX_PROPS},
-    {"dependencies", K_DEPENDENCIES},
-    {"items", K_ITEMS},
-    {"additionalItems", K_ADDITIONAL_ITEMS},
-    {"minItems", K_MIN_ITEMS},
-    {"maxItems", K_MAX_ITEMS},
-    {"uniqueItems", K_UNIQUE},
-    {"contains", K_CONTAINS},
-    {"minLength", K_MIN_LEN},
-    {"maxLength", K_MAX_LEN},
-    {"pattern", K_PATTERN},
-    {"minimum", K_MINIMUM},
-    {"maximum", K_MAXIMUM},
-    {"exclusiveMinimum", K_XMINIMUM},
-    {"exclusiveMaximum", K_XMAXIMUM},
-    {"multipleOf", K_MULTIPLE_OF},
-    {"allOf", K_ALL_OF},
-    {"anyOf", K_ANY_OF},
-    {"oneOf", K_ONE_OF},
-    {"not", K_NOT},
-    {"if", K_IF},
-    {"then", K_THEN},
-    {"else", K_ELSE},
-    {"definitions", K_DEFINITIONS},
+    {"type", K_TYPE, DBOTH, true},
+    {"enum", K_ENUM, DBOTH, true},
+    {"const", K_CONST, DBOTH, true},
+    {"properties", K_PROPERTIES, DBOTH, false},
+    {"required", K_REQUIRED, DBOTH, true},
+    {"patternProperties", K_PATTERN_PROPS, DBOTH, false},
+    {"additionalProperties", K_ADDITIONAL_PROPS, DBOTH, false},
+    {"propertyNames", K_PROPERTY_NAMES, DBOTH, false},
+    {"minProperties", K_MIN_PROPS, DBOTH, true},
+    {"maxProperties", K_MAX_PROPS, DBOTH, true},
+    {"dependencies", K_DEPENDENCIES, DBOTH, false}, /* 2020-12: kept for compatibility */
+    {"items", K_ITEMS, DBOTH, false},
+    {"additionalItems", K_ADDITIONAL_ITEMS, D7, false},
+    {"minItems", K_MIN_ITEMS, DBOTH, true},
+    {"maxItems", K_MAX_ITEMS, DBOTH, true},
+    {"uniqueItems", K_UNIQUE, DBOTH, true},
+    {"contains", K_CONTAINS, DBOTH, false},
+    {"minLength", K_MIN_LEN, DBOTH, true},
+    {"maxLength", K_MAX_LEN, DBOTH, true},
+    {"pattern", K_PATTERN, DBOTH, true},
+    {"minimum", K_MINIMUM, DBOTH, true},
+    {"maximum", K_MAXIMUM, DBOTH, true},
+    {"exclusiveMinimum", K_XMINIMUM, DBOTH, true},
+    {"exclusiveMaximum", K_XMAXIMUM, DBOTH, true},
+    {"multipleOf", K_MULTIPLE_OF, DBOTH, true},
+    {"allOf", K_ALL_OF, DBOTH, false},
+    {"anyOf", K_ANY_OF, DBOTH, false},
+    {"oneOf", K_ONE_OF, DBOTH, false},
+    {"not", K_NOT, DBOTH, false},
+    {"if", K_IF, DBOTH, false},
+    {"then", K_THEN, DBOTH, false},
+    {"else", K_ELSE, DBOTH, false},
+    {"definitions", K_DEFINITIONS, DBOTH, false},
+    {"$defs", K_DEFS, D2020, false},
+    {"prefixItems", K_PREFIX_ITEMS, D2020, false},
+    {"minContains", K_MIN_CONTAINS, D2020, true},
+    {"maxContains", K_MAX_CONTAINS, D2020, true},
+    {"dependentRequired", K_DEP_REQUIRED, D2020, true},
+    {"dependentSchemas", K_DEP_SCHEMAS, D2020, false},
+    {"unevaluatedProperties", K_UNEVAL_PROPS, D2020, false},
+    {"unevaluatedItems", K_UNEVAL_ITEMS, D2020, false},
+    {"format", K_FORMAT, DBOTH, false},
 };
+
+/* "format": its name, checked only when formats are asserted; unknown names stay annotations. */
+static int compile_format(cctx_t *cc, node_t *n, const json_t *v, const seg_t *at)
+{
+    if (!json_is_string(v)) {
+        cfail(cc, at, "expected a string");
+        return -1;
+    }
+    if (cc->opts.assert_formats)
+        n->format = tp_jsonformat_lookup(json_string_value(v));
+    return 0;
+}
 
 /* One keyword of a schema object into n. 0, or -1 with the error recorded. */
 static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, const seg_t *at)
@@ -1051,9 +1234,20 @@ static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, cons
         n->groups |= G_OBJECT;
         return get_size(cc, v, at, &n->max_props);
     case K_DEPENDENCIES:
-        return compile_deps(cc, n, v, at);
+    case K_DEP_REQUIRED:
+    case K_DEP_SCHEMAS:
+        return compile_deps(cc, n, v, at,
+                            kw == K_DEP_REQUIRED   ? DEP_NAMES
+                            : kw == K_DEP_SCHEMAS ? DEP_SCHEMAS
+                                                  : DEP_NAMES | DEP_SCHEMAS);
     case K_ITEMS:
         n->groups |= G_ARRAY;
+        if (n->res != NULL && n->res->d.draft == TP_JSONSCHEMA_2020_12) {
+            /* 2020-12: the schema for every item after prefixItems */
+            n->tuple_form = true;
+            n->add_items_kw = "items";
+            return (n->add_items = compile(cc, v, at)) ? 0 : -1;
+        }
         if (json_is_array(v)) {
             n->tuple_form = true;
             return compile_list(cc, v, at, false, &n->tuple, &n->n_tuple);
@@ -1061,7 +1255,26 @@ static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, cons
         return (n->items = compile(cc, v, at)) ? 0 : -1;
     case K_ADDITIONAL_ITEMS:
         n->groups |= G_ARRAY;
+        n->add_items_kw = "additionalItems";
         return (n->add_items = compile(cc, v, at)) ? 0 : -1;
+    case K_PREFIX_ITEMS:
+        n->groups |= G_ARRAY;
+        n->tuple_form = true;
+        return compile_list(cc, v, at, true, &n->tuple, &n->n_tuple);
+    case K_MIN_CONTAINS:
+        n->groups |= G_ARRAY;
+        return get_size(cc, v, at, &n->min_contains);
+    case K_MAX_CONTAINS:
+        n->groups |= G_ARRAY;
+        return get_size(cc, v, at, &n->max_contains);
+    case K_UNEVAL_PROPS:
+        n->collects = true;
+        return (n->uneval_props = compile(cc, v, at)) ? 0 : -1;
+    case K_UNEVAL_ITEMS:
+        n->collects = true;
+        return (n->uneval_items = compile(cc, v, at)) ? 0 : -1;
+    case K_FORMAT:
+        return compile_format(cc, n, v, at);
     case K_MIN_ITEMS:
         n->groups |= G_ARRAY;
         return get_size(cc, v, at, &n->min_items);
@@ -1128,6 +1341,7 @@ static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, cons
     case K_ELSE:
         return (n->else_ = compile(cc, v, at)) ? 0 : -1;
     case K_DEFINITIONS:
+    case K_DEFS:
         /* Compiled now, so a broken definition is an error even unused. */
         if (!json_is_object(v)) {
             cfail(cc, at, "expected an object");
@@ -1141,6 +1355,175 @@ static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, cons
         return 0;
     }
     return 0;
+}
+
+/* ---- URIs, resources, references ---- */
+
+/* The five parts of a URI reference (RFC 3986 section 3), as spans of one string. */
+typedef struct {
+    const char *s;
+    size_t n;
+    bool has;
+} span_t;
+
+typedef struct {
+    span_t scheme, auth, path, query, frag;
+} uri_t;
+
+static bool is_alpha(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+}
+
+static bool is_digit(char ch)
+{
+    return ch >= '0' && ch <= '9';
+}
+
+/* Splits s by RFC 3986 appendix B's rules: never fails, every part may be absent. */
+static void uri_split(const char *s, uri_t *u)
+{
+    size_t len = strlen(s), i = 0, k = 0;
+    memset(u, 0, sizeof *u);
+    if (is_alpha(s[0])) {
+        k = 1;
+        while (is_alpha(s[k]) || is_digit(s[k]) || s[k] == '+' || s[k] == '-' || s[k] == '.')
+            k++;
+        if (s[k] == ':') {
+            u->scheme = (span_t){s, k, true};
+            i = k + 1;
+        }
+    }
+    if (s[i] == '/' && s[i + 1] == '/') {
+        size_t j = i + 2;
+        while (j < len && s[j] != '/' && s[j] != '?' && s[j] != '#')
+            j++;
+        u->auth = (span_t){s + i + 2, j - i - 2, true};
+        i = j;
+    }
+    size_t j = i;
+    while (j < len && s[j] != '?' && s[j] != '#')
+        j++;
+    u->path = (span_t){s + i, j - i, true};
+    i = j;
+    if (s[i] == '?') {
+        j = i + 1;
+        while (j < len && s[j] != '#')
+            j++;
+        u->query = (span_t){s + i + 1, j - i - 1, true};
+        i = j;
+    }
+    if (s[i] == '#')
+        u->frag = (span_t){s + i + 1, len - i - 1, true};
+}
+
+/* RFC 3986 5.2.4: appends path p with its "." and ".." segments removed. */
+static int put_path(tp_buf_t *b, const char *p, size_t n)
+{
+    size_t start = b->len;
+    size_t i = 0;
+    while (i < n) {
+        if (n - i >= 3 && memcmp(p + i, "../", 3) == 0) {
+            i += 3;
+        } else if (n - i >= 2 && memcmp(p + i, "./", 2) == 0) {
+            i += 2;
+        } else if ((n - i >= 3 && memcmp(p + i, "/./", 3) == 0) || (n - i == 2 && memcmp(p + i, "/.", 2) == 0)) {
+            i += 2;
+            if (i >= n && tp_buf_append(b, "/", 1) < 0)
+                return -1;
+            if (i < n && p[i] == '/')
+                continue;
+        } else if ((n - i >= 4 && memcmp(p + i, "/../", 4) == 0) || (n - i == 3 && memcmp(p + i, "/..", 3) == 0)) {
+            i += 3;
+            while (b->len > start && b->data[b->len - 1] != '/')
+                b->len--;
+            if (b->len > start)
+                b->len--;
+            if (i >= n && tp_buf_append(b, "/", 1) < 0)
+                return -1;
+        } else if ((n - i == 1 && p[i] == '.') || (n - i == 2 && memcmp(p + i, "..", 2) == 0)) {
+            i = n;
+        } else {
+            size_t j = i + (p[i] == '/');
+            while (j < n && p[j] != '/')
+                j++;
+            if (tp_buf_append(b, p + i, j - i) < 0)
+                return -1;
+            i = j;
+        }
+    }
+    return 0;
+}
+
+/*
+ * RFC 3986 5.2.2: ref resolved against base, as a malloc'd string (with
+ * ref's fragment, if any), or NULL (ENOMEM). An empty base leaves a
+ * relative ref relative: a schema without "$id" has no base to speak of.
+ */
+static char *uri_resolve(const char *base, const char *ref)
+{
+    uri_t b, r;
+    uri_split(base, &b);
+    uri_split(ref, &r);
+    tp_buf_t o = {0};
+    int rc = 0;
+    const span_t *scheme, *auth, *query;
+    tp_buf_t path = {0};
+    if (r.scheme.has) {
+        scheme = &r.scheme;
+        auth = &r.auth;
+        rc = put_path(&path, r.path.s, r.path.n);
+        query = &r.query;
+    } else {
+        scheme = &b.scheme;
+        if (r.auth.has) {
+            auth = &r.auth;
+            rc = put_path(&path, r.path.s, r.path.n);
+            query = &r.query;
+        } else {
+            auth = &b.auth;
+            if (r.path.n == 0) {
+                rc = tp_buf_append(&path, b.path.s, b.path.n);
+                query = r.query.has ? &r.query : &b.query;
+            } else {
+                if (r.path.s[0] == '/') {
+                    rc = put_path(&path, r.path.s, r.path.n);
+                } else {
+                    /* merge: the base's path up to its last "/", then ref's */
+                    tp_buf_t m = {0};
+                    size_t keep = b.path.n;
+                    while (keep > 0 && b.path.s[keep - 1] != '/')
+                        keep--;
+                    if (b.auth.has && b.path.n == 0)
+                        rc = tp_buf_append(&m, "/", 1);
+                    else
+                        rc = tp_buf_append(&m, b.path.s, keep);
+                    rc = rc ? rc : tp_buf_append(&m, r.path.s, r.path.n);
+                    if (rc == 0)
+                        rc = keep > 0 || (b.auth.has && b.path.n == 0) ? put_path(&path, (char *)m.data, m.len)
+                                                                       : tp_buf_append(&path, m.data, m.len);
+                    tp_buf_free(&m);
+                }
+                query = &r.query;
+            }
+        }
+    }
+    if (rc == 0 && scheme->has)
+        rc = tp_buf_append(&o, scheme->s, scheme->n) || tp_buf_append(&o, ":", 1) ? -1 : 0;
+    if (rc == 0 && auth->has)
+        rc = tp_buf_append(&o, "//", 2) || tp_buf_append(&o, auth->s, auth->n) ? -1 : 0;
+    if (rc == 0)
+        rc = tp_buf_append(&o, path.data, path.len);
+    if (rc == 0 && query->has)
+        rc = tp_buf_append(&o, "?", 1) || tp_buf_append(&o, query->s, query->n) ? -1 : 0;
+    if (rc == 0 && r.frag.has)
+        rc = tp_buf_append(&o, "#", 1) || tp_buf_append(&o, r.frag.s, r.frag.n) ? -1 : 0;
+    tp_buf_free(&path);
+    if (rc != 0 || tp_buf_append(&o, "", 1) < 0) {
+        tp_buf_free(&o);
+        return NULL;
+    }
+    return (char *)o.data;
 }
 
 /* Decodes %XX in s into a malloc'd string (*n bytes, NUL-terminated), or NULL. */
@@ -1178,11 +1561,26 @@ static char *percent_decode(const char *s, size_t len, size_t *n)
     return out;
 }
 
-/* Keys whose values are data, not schemas: never searched for "$id" or "$ref". */
-static bool is_data_key(const char *k)
+
+/*
+ * Where a keyword holds schemas: 1, a schema or an array of them (items,
+ * allOf...); 2, an object of them (properties, $defs...); 0, nowhere.
+ */
+static int schema_place(const char *k)
 {
-    return strcmp(k, "enum") == 0 || strcmp(k, "const") == 0 || strcmp(k, "default") == 0 ||
-           strcmp(k, "examples") == 0;
+    static const char *const one[] = {"items", "additionalItems", "additionalProperties", "propertyNames",
+                                      "contains", "not", "if", "then", "else", "allOf", "anyOf", "oneOf",
+                                      "prefixItems", "unevaluatedProperties", "unevaluatedItems",
+                                      "contentSchema"};
+    static const char *const map[] = {"properties", "patternProperties", "definitions", "$defs",
+                                      "dependentSchemas", "dependencies"};
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
+        if (strcmp(k, one[i]) == 0)
+            return 1;
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(k, map[i]) == 0)
+            return 2;
+    return 0;
 }
 
 /* Appends "/" and key escaped per RFC 6901. */
@@ -1192,105 +1590,32 @@ static int put_token(tp_buf_t *b, const char *key, size_t n)
     return put_pointer(b, &one);
 }
 
-/*
- * The subschema whose "$id" is exactly id ("#name", or a whole URI),
- * searched depth first; ptr gets its JSON Pointer.
- */
-static const json_t *find_id(const json_t *v, const char *id, size_t n, int depth, tp_buf_t *ptr)
+/* The JSON Pointer of target inside v, into ptr; false when it is not there. */
+static bool find_ptr(const json_t *v, const json_t *target, int depth, tp_buf_t *ptr)
 {
     size_t mark = ptr->len;
+    if (v == target)
+        return true;
     if (depth > TP_JSONSCHEMA_MAX_DEPTH)
-        return NULL;
+        return false;
     if (json_is_object(v)) {
-        const json_t *x = json_object_get(v, "$id");
-        if (json_is_string(x) && json_string_length(x) == n && memcmp(json_string_value(x), id, n) == 0)
-            return v;
         for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
-            const char *k = json_object_iter_key(it);
-            if (is_data_key(k))
-                continue;
-            if (put_token(ptr, k, json_object_iter_key_len(it)) < 0)
-                return NULL;
-            if ((x = find_id(json_object_iter_value(it), id, n, depth + 1, ptr)) != NULL)
-                return x;
+            if (put_token(ptr, json_object_iter_key(it), json_object_iter_key_len(it)) < 0)
+                return false;
+            if (find_ptr(json_object_iter_value(it), target, depth + 1, ptr))
+                return true;
             ptr->len = mark;
         }
     } else if (json_is_array(v)) {
         for (size_t i = 0; i < json_array_size(v); i++) {
             if (tp_buf_printf(ptr, "/%zu", i) < 0)
-                return NULL;
-            const json_t *x = find_id(json_array_get(v, i), id, n, depth + 1, ptr);
-            if (x != NULL)
-                return x;
+                return false;
+            if (find_ptr(json_array_get(v, i), target, depth + 1, ptr))
+                return true;
             ptr->len = mark;
         }
     }
-    return NULL;
-}
-
-/* A reference with a scheme ("http:", "urn:"): it means the same under any base. */
-static bool is_absolute_uri(const char *s)
-{
-    size_t i = 0;
-    if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z')))
-        return false;
-    while (s[i] && (strchr("+-.", s[i]) || (s[i] >= '0' && s[i] <= '9') ||
-                    ((s[i] | 0x20) >= 'a' && (s[i] | 0x20) <= 'z')))
-        i++;
-    return s[i] == ':';
-}
-
-/*
- * draft-07 lets a subschema's "$id" change the base URI that the $refs
- * under it resolve against; this module resolves against the document. So
- * a relative $ref under such a subschema (which would silently mean
- * something else here) is an error, found by this walk over the document
- * before anything is compiled. ptr is the pointer of v; scope the "$id" in
- * force, or NULL.
- */
-static int check_id_scopes(cctx_t *cc, const json_t *v, const json_t *scope, tp_buf_t *ptr, int depth)
-{
-    size_t mark = ptr->len;
-    if (depth > TP_JSONSCHEMA_MAX_DEPTH)
-        return 0; /* compile() says it */
-    if (json_is_object(v)) {
-        const json_t *id = json_object_get(v, "$id"), *ref = json_object_get(v, "$ref");
-        if (json_is_string(ref) && scope != NULL && !is_absolute_uri(json_string_value(ref))) {
-            char q[160], qs[160];
-            seg_t at = {NULL, (const char *)ptr->data, ptr->len, true}, r = {&at, "$ref", 4, false};
-            cfail(cc, &r,
-                  "reference %s is under a subschema with \"$id\" %s (a base URI change): not supported",
-                  quoted(json_string_value(ref), json_string_length(ref), q, sizeof q),
-                  quoted(json_string_value(scope), json_string_length(scope), qs, sizeof qs));
-            return -1;
-        }
-        /* The root's $id is the document's base; a $ref's sibling $id is ignored. */
-        if (depth > 0 && ref == NULL && json_is_string(id) && json_string_value(id)[0] != '#')
-            scope = id;
-        for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
-            const char *k = json_object_iter_key(it);
-            if (is_data_key(k))
-                continue;
-            if (put_token(ptr, k, json_object_iter_key_len(it)) < 0) {
-                cfail(cc, NULL, "out of memory");
-                return -1;
-            }
-            if (check_id_scopes(cc, json_object_iter_value(it), scope, ptr, depth + 1) < 0)
-                return -1;
-            ptr->len = mark;
-        }
-    } else if (json_is_array(v)) {
-        for (size_t i = 0; i < json_array_size(v); i++) {
-            if (tp_buf_printf(ptr, "/%zu", i) < 0) {
-                cfail(cc, NULL, "out of memory");
-                return -1;
-            }
-            if (check_id_scopes(cc, json_array_get(v, i), scope, ptr, depth + 1) < 0)
-                return -1;
-            ptr->len = mark;
-        }
-    }
-    return 0;
+    return false;
 }
 
 /* Walks JSON Pointer p (n bytes, already percent-decoded) from doc. */
@@ -1334,70 +1659,498 @@ static const json_t *walk_pointer(const json_t *doc, const char *p, size_t n)
     return cur;
 }
 
-/*
- * The value a $ref names, or NULL. Local only: "#", "#/json/pointer",
- * "#name" (a subschema with that "$id"), any of these after the root's own
- * "$id", or a URI that is exactly some subschema's "$id". *where gets the
- * target's JSON Pointer, for error paths (malloc'd).
- */
-static const json_t *resolve(cctx_t *cc, const char *ref, size_t len, char **where)
+/* The pointer-keyed table of objinfo: which resource each schema object is in. */
+static res_t *res_of(cctx_t *cc, const json_t *js)
 {
-    const json_t *doc = cc->s->doc, *target = NULL;
-    const char *hash = memchr(ref, '#', len);
-    size_t base = hash ? (size_t)(hash - ref) : len, n;
-    tp_buf_t ptr = {0};
-    char *frag = NULL;
-    *where = NULL;
-    if (base > 0) {
-        /* The root's own URI: its "$id" with the fragment (if any) dropped. */
-        const char *id = cc->root_id ? json_string_value(cc->root_id) : NULL;
-        size_t idlen = id ? strcspn(id, "#") : 0;
-        if (id == NULL || idlen != base || memcmp(id, ref, base) != 0) {
-            target = find_id(doc, ref, len, 0, &ptr);
-            goto out;
+    if (cc->objs_cap == 0)
+        return NULL;
+    for (size_t i = ptr_hash(js, cc->objs_cap - 1);; i = (i + 1) & (cc->objs_cap - 1)) {
+        if (cc->objs[i].key == NULL)
+            return NULL;
+        if (cc->objs[i].key == js)
+            return cc->objs[i].res;
+    }
+}
+
+static int res_put(cctx_t *cc, const json_t *js, res_t *res)
+{
+    if ((cc->objs_n + 1) * 2 > cc->objs_cap) {
+        size_t cap = cc->objs_cap ? cc->objs_cap * 2 : 64;
+        obj_slot_t *m = calloc(cap, sizeof *m);
+        if (m == NULL)
+            return -1;
+        for (size_t j = 0; j < cc->objs_cap; j++) {
+            if (cc->objs[j].key == NULL)
+                continue;
+            size_t i = ptr_hash(cc->objs[j].key, cap - 1);
+            while (m[i].key != NULL)
+                i = (i + 1) & (cap - 1);
+            m[i] = cc->objs[j];
+        }
+        free(cc->objs);
+        cc->objs = m;
+        cc->objs_cap = cap;
+    }
+    size_t i = ptr_hash(js, cc->objs_cap - 1);
+    while (cc->objs[i].key != NULL && cc->objs[i].key != js)
+        i = (i + 1) & (cc->objs_cap - 1);
+    if (cc->objs[i].key == NULL)
+        cc->objs_n++;
+    cc->objs[i].key = js;
+    cc->objs[i].res = res;
+    return 0;
+}
+
+/* The schema a name ("URI" or "URI#anchor") was given to, or NULL. */
+static const json_t *name_get(cctx_t *cc, const char *key)
+{
+    for (size_t i = 0; i < cc->n_names; i++)
+        if (strcmp(cc->names[i].key, key) == 0)
+            return cc->names[i].js;
+    return NULL;
+}
+
+/* Gives a name to a schema; the first one given wins. 0, or -1 (ENOMEM). */
+static int name_put(cctx_t *cc, const char *key, const json_t *js)
+{
+    if (name_get(cc, key) != NULL)
+        return 0;
+    if (cc->n_names == cc->cap_names) {
+        size_t cap = cc->cap_names ? cc->cap_names * 2 : 16;
+        name_t *p = realloc(cc->names, cap * sizeof *p);
+        if (p == NULL)
+            return -1;
+        cc->names = p;
+        cc->cap_names = cap;
+    }
+    if ((cc->names[cc->n_names].key = strdup(key)) == NULL)
+        return -1;
+    cc->names[cc->n_names++].js = js;
+    return 0;
+}
+
+/* "URI#frag" as a malloc'd string, or NULL. */
+static char *uri_with(const char *uri, const char *frag)
+{
+    size_t a = strlen(uri), f = strlen(frag);
+    char *s = malloc(a + f + 2);
+    if (s != NULL) {
+        memcpy(s, uri, a);
+        s[a] = '#';
+        memcpy(s + a + 1, frag, f + 1);
+    }
+    return s;
+}
+
+/* A new resource (its URI copied, fragment cut) that js starts. NULL: ENOMEM. */
+static res_t *res_new(cctx_t *cc, const char *uri, const json_t *js, const json_t *doc, const char *doc_name,
+                      const dialect_t *d)
+{
+    tp_jsonschema_t *s = cc->s;
+    if (s->n_res == s->cap_res) {
+        size_t cap = s->cap_res ? s->cap_res * 2 : 8;
+        res_t **p = realloc(s->res, cap * sizeof *p);
+        if (p == NULL)
+            return NULL;
+        s->res = p;
+        s->cap_res = cap;
+    }
+    res_t *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return NULL;
+    s->res[s->n_res++] = r;
+    r->uri = strndup(uri, strcspn(uri, "#"));
+    r->js = js;
+    r->doc = doc;
+    r->doc_name = doc_name;
+    r->d = *d;
+    if (r->uri == NULL || name_put(cc, r->uri, js) < 0)
+        return NULL;
+    return r;
+}
+
+static int dialect_of(cctx_t *cc, const json_t *schema_kw, dialect_t *d, const seg_t *path, int depth);
+
+/*
+ * Walks one document, giving every schema object its resource: a "$id"
+ * (resolved against the resource around it) starts a new one, "$anchor",
+ * "$dynamicAnchor" and draft-07's "$id": "#name" name a schema in the
+ * resource they are in. draft-07 ignores a "$id" beside "$ref". Values of
+ * enum, const, default and examples are data, not searched.
+ */
+static int index_value(cctx_t *cc, const json_t *v, res_t *res, const seg_t *path, int depth)
+{
+    if (depth > TP_JSONSCHEMA_MAX_DEPTH)
+        return 0; /* compile() says it */
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            seg_t at = {path, NULL, i, false};
+            if (index_value(cc, json_array_get(v, i), res, &at, depth + 1) < 0)
+                return -1;
+        }
+        return 0;
+    }
+    if (!json_is_object(v))
+        return 0;
+    bool d7 = res->d.draft == TP_JSONSCHEMA_DRAFT7;
+    const json_t *id = json_object_get(v, "$id");
+    if (json_is_string(id) && !(d7 && json_object_get(v, "$ref") != NULL) && v != res->js) {
+        char *abs = uri_resolve(res->uri, json_string_value(id));
+        if (abs == NULL)
+            goto nomem;
+        size_t base = strcspn(abs, "#");
+        const char *frag = abs[base] ? abs + base + 1 : "";
+        if (json_string_value(id)[0] != '#') {
+            dialect_t d = res->d;
+            const json_t *sk = json_object_get(v, "$schema");
+            seg_t at = {path, "$schema", 7, false};
+            if (sk != NULL && dialect_of(cc, sk, &d, &at, 0) < 0) {
+                free(abs);
+                return -1;
+            }
+            abs[base] = 0;
+            res = res_new(cc, abs, v, res->doc, res->doc_name, &d);
+            if (res == NULL) {
+                free(abs);
+                goto nomem;
+            }
+            d7 = res->d.draft == TP_JSONSCHEMA_DRAFT7;
+        }
+        if (d7 && *frag) {
+            char *name = uri_with(res->uri, frag);
+            int rc = name ? name_put(cc, name, v) : -1;
+            free(name);
+            if (rc < 0) {
+                free(abs);
+                goto nomem;
+            }
+        }
+        free(abs);
+    }
+    if (!d7) {
+        const char *kws[] = {"$anchor", "$dynamicAnchor"};
+        for (int k = 0; k < 2; k++) {
+            const json_t *a = json_object_get(v, kws[k]);
+            if (!json_is_string(a))
+                continue;
+            char *name = uri_with(res->uri, json_string_value(a));
+            int rc = name ? name_put(cc, name, v) : -1;
+            free(name);
+            if (rc < 0)
+                goto nomem;
+            if (k == 1) {
+                dyn_t *p = realloc(res->dyn, (res->n_dyn + 1) * sizeof *p);
+                if (p == NULL)
+                    goto nomem;
+                res->dyn = p;
+                p[res->n_dyn++] = (dyn_t){json_string_value(a), v, NULL};
+            }
         }
     }
-    if ((frag = percent_decode(hash ? hash + 1 : "", hash ? len - base - 1 : 0, &n)) == NULL)
+    if (res_put(cc, v, res) < 0)
+        goto nomem;
+    /* only where schemas are: "$id" inside an unknown keyword or data names nothing */
+    for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
+        const char *k = json_object_iter_key(it);
+        int where = schema_place(k);
+        if (where == 0)
+            continue;
+        seg_t at = {path, k, json_object_iter_key_len(it), false};
+        const json_t *val = json_object_iter_value(it);
+        if (where == 2 && json_is_object(val)) {
+            for (void *j = json_object_iter((json_t *)val); j; j = json_object_iter_next((json_t *)val, j)) {
+                seg_t at2 = {&at, json_object_iter_key(j), json_object_iter_key_len(j), false};
+                if (index_value(cc, json_object_iter_value(j), res, &at2, depth + 2) < 0)
+                    return -1;
+            }
+        } else if (where != 2 && index_value(cc, val, res, &at, depth + 1) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+nomem:
+    cfail(cc, path, "out of memory");
+    return -1;
+}
+
+/*
+ * A whole document: its root becomes a resource named uri (and its own
+ * "$id", when it has one), of the dialect its "$schema" names or else d.
+ */
+static res_t *index_doc(cctx_t *cc, const json_t *doc, const char *uri, const char *doc_name, const dialect_t *d)
+{
+    dialect_t dd = *d;
+    const json_t *sk = json_is_object(doc) ? json_object_get(doc, "$schema") : NULL;
+    seg_t at = {NULL, "$schema", 7, false};
+    if (sk != NULL && dialect_of(cc, sk, &dd, &at, 0) < 0)
+        return NULL;
+    const json_t *id = json_is_object(doc) ? json_object_get(doc, "$id") : NULL;
+    bool ignore_id = dd.draft == TP_JSONSCHEMA_DRAFT7 && json_object_get(doc, "$ref") != NULL;
+    char *abs = json_is_string(id) && !ignore_id ? uri_resolve(uri, json_string_value(id)) : strdup(uri);
+    res_t *r = abs ? res_new(cc, abs, doc, doc, doc_name, &dd) : NULL;
+    if (r == NULL) {
+        free(abs);
+        cfail(cc, NULL, "out of memory");
+        return NULL;
+    }
+    if (*uri && strcmp(r->uri, uri) != 0 && name_put(cc, uri, doc) < 0) {
+        free(abs);
+        cfail(cc, NULL, "out of memory");
+        return NULL;
+    }
+    /* draft-07: a root "$id" may carry an anchor too, "http://x/s.json#top" */
+    size_t base = strcspn(abs, "#");
+    if (dd.draft == TP_JSONSCHEMA_DRAFT7 && abs[base] && abs[base + 1]) {
+        int rc = name_put(cc, abs, doc);
+        if (rc < 0) {
+            free(abs);
+            cfail(cc, NULL, "out of memory");
+            return NULL;
+        }
+    }
+    free(abs);
+    return index_value(cc, doc, r, NULL, 0) < 0 ? NULL : r;
+}
+
+/* Keeps doc (owned now) and its name (malloc'd or NULL) with the schema. 0, or -1 (both freed). */
+static int keep_doc(tp_jsonschema_t *s, json_t *doc, char *name)
+{
+    json_t **docs = realloc(s->docs, (s->n_docs + 1) * sizeof *docs);
+    if (docs != NULL)
+        s->docs = docs;
+    char **names = realloc(s->doc_names, (s->n_docs + 1) * sizeof *names);
+    if (names != NULL)
+        s->doc_names = names;
+    if (docs == NULL || names == NULL) {
+        json_decref(doc);
+        free(name);
+        return -1;
+    }
+    s->docs[s->n_docs] = doc;
+    s->doc_names[s->n_docs++] = name;
+    return 0;
+}
+
+/*
+ * Another document, by its absolute URI (no fragment): asked of the
+ * caller's loader (never the network), copied, indexed. NULL when there is
+ * none; an error only when it came but is broken.
+ */
+static res_t *load_doc(cctx_t *cc, const char *uri, const seg_t *path)
+{
+    if (cc->opts.load == NULL)
+        return NULL;
+    json_t *got = cc->opts.load(uri, cc->opts.load_arg);
+    if (got == NULL)
+        return NULL;
+    json_t *doc = json_deep_copy(got);
+    json_decref(got);
+    char *name = strdup(uri);
+    if (doc == NULL || name == NULL || keep_doc(cc->s, doc, name) < 0) {
+        if (doc == NULL || name == NULL) {
+            json_decref(doc);
+            free(name);
+        }
+        cfail(cc, path, "out of memory");
+        return NULL;
+    }
+    if (!json_is_object(doc) && !json_is_boolean(doc)) {
+        cfail(cc, path, "document \"%.200s\" is not a schema (an object or a boolean)", uri);
+        return NULL;
+    }
+    return index_doc(cc, doc, uri, name, &cc->dflt);
+}
+
+/* The known dialect a "$schema" URI names: 0 when it names none of them. */
+static int known_dialect(const char *s)
+{
+    static const struct {
+        const char *uri;
+        int draft;
+    } known[] = {
+        {"http://json-schema.org/draft-07/schema", TP_JSONSCHEMA_DRAFT7},
+        {"https://json-schema.org/draft-07/schema", TP_JSONSCHEMA_DRAFT7},
+        {"https://json-schema.org/draft/2020-12/schema", TP_JSONSCHEMA_2020_12},
+        {"http://json-schema.org/draft/2020-12/schema", TP_JSONSCHEMA_2020_12},
+    };
+    size_t n = strlen(s);
+    if (n > 0 && s[n - 1] == '#')
+        n--;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strlen(known[i].uri) == n && memcmp(s, known[i].uri, n) == 0)
+            return known[i].draft;
+    return 0;
+}
+
+/*
+ * "$schema": draft-07 or 2020-12 by name, or a meta-schema the loader
+ * knows, whose own "$schema" gives the dialect and whose "$vocabulary"
+ * says which keywords count (2020-12: without the validation vocabulary,
+ * type, enum, minimum... are not checked; a required vocabulary this
+ * module does not know is an error).
+ */
+static int dialect_of(cctx_t *cc, const json_t *sk, dialect_t *d, const seg_t *path, int depth)
+{
+    char q[160];
+    if (!json_is_string(sk)) {
+        cfail(cc, path, "expected a URI string");
+        return -1;
+    }
+    int known = known_dialect(json_string_value(sk));
+    if (known != 0) {
+        d->draft = known;
+        d->no_validation = false;
+        return 0;
+    }
+    const json_t *meta = NULL;
+    if (depth < 4) {
+        char *uri = strndup(json_string_value(sk), strcspn(json_string_value(sk), "#"));
+        if (uri == NULL) {
+            cfail(cc, path, "out of memory");
+            return -1;
+        }
+        meta = name_get(cc, uri);
+        if (meta == NULL && cc->opts.load != NULL) {
+            json_t *got = cc->opts.load(uri, cc->opts.load_arg);
+            if (got != NULL && keep_doc(cc->s, got, NULL) == 0)
+                meta = got;
+        }
+        free(uri);
+    }
+    if (!json_is_object(meta)) {
+        cfail(cc, path, "unsupported dialect %s (supported: draft-07, 2020-12)",
+              quoted(json_string_value(sk), json_string_length(sk), q, sizeof q));
+        return -1;
+    }
+    const json_t *own = json_object_get(meta, "$schema");
+    if (own == NULL || strcmp(json_string_value(own) ? json_string_value(own) : "", json_string_value(sk)) == 0) {
+        cfail(cc, path, "unsupported dialect %s (supported: draft-07, 2020-12)",
+              quoted(json_string_value(sk), json_string_length(sk), q, sizeof q));
+        return -1;
+    }
+    if (dialect_of(cc, own, d, path, depth + 1) < 0)
+        return -1;
+    const json_t *vocab = json_object_get(meta, "$vocabulary");
+    if (json_is_object(vocab)) {
+        static const char *const known_vocab[] = {"core", "applicator", "unevaluated", "validation", "meta-data",
+                                                  "format-annotation", "format-assertion", "content"};
+        const char *prefix = "https://json-schema.org/draft/2020-12/vocab/";
+        d->no_validation = true;
+        for (void *it = json_object_iter((json_t *)vocab); it; it = json_object_iter_next((json_t *)vocab, it)) {
+            const char *k = json_object_iter_key(it);
+            bool ok = false;
+            if (strncmp(k, prefix, strlen(prefix)) == 0)
+                for (size_t i = 0; i < sizeof known_vocab / sizeof known_vocab[0]; i++)
+                    if (strcmp(k + strlen(prefix), known_vocab[i]) == 0)
+                        ok = true;
+            if (ok && strcmp(k + strlen(prefix), "validation") == 0)
+                d->no_validation = false;
+            if (!ok && json_is_true(json_object_iter_value(it))) {
+                cfail(cc, path, "required vocabulary %s is not supported",
+                      quoted(k, strlen(k), q, sizeof q));
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/*
+ * The schema a reference names, resolved against the base URI of the
+ * schema object it is in: a resource by its URI (this document's, or one
+ * the loader gives), then its fragment, empty, a JSON Pointer from the
+ * resource, or an anchor. *where gets the target's location for error
+ * paths (malloc'd): its JSON Pointer, after its document's URI when it is
+ * not this one.
+ */
+static const json_t *resolve(cctx_t *cc, const json_t *from, const char *ref, const seg_t *path, char **where)
+{
+    res_t *res = res_of(cc, from);
+    const json_t *target = NULL;
+    char *abs = uri_resolve(res ? res->uri : cc->root_res->uri, ref), *frag = NULL;
+    size_t n = 0;
+    *where = NULL;
+    if (abs == NULL)
+        return NULL;
+    size_t base = strcspn(abs, "#");
+    bool has_frag = abs[base] != 0;
+    abs[base] = 0;
+    const json_t *doc = name_get(cc, abs);
+    if (doc == NULL && *abs) {
+        res_t *r = load_doc(cc, abs, path);
+        if (cc->failed)
+            goto out;
+        doc = r ? r->js : NULL;
+    }
+    if (doc == NULL)
+        goto out;
+    if ((frag = percent_decode(has_frag ? abs + base + 1 : "", has_frag ? strlen(abs + base + 1) : 0, &n)) == NULL)
         goto out;
     if (n == 0) {
         target = doc;
     } else if (frag[0] == '/') {
         target = walk_pointer(doc, frag, n);
-        if (tp_buf_append(&ptr, frag, n) < 0)
-            target = NULL;
-    } else if (tp_buf_puts(&ptr, "#") == 0 && tp_buf_append(&ptr, frag, n) == 0) {
-        char *id = strndup((const char *)ptr.data, ptr.len);
-        ptr.len = 0;
-        target = id ? find_id(doc, id, n + 1, 0, &ptr) : NULL;
-        free(id);
+    } else {
+        char *name = uri_with(abs, frag);
+        target = name ? name_get(cc, name) : NULL;
+        free(name);
     }
 out:
-    free(frag);
-    if (target != NULL && tp_buf_append(&ptr, "", 1) == 0) {
-        *where = (char *)ptr.data;
-        return target;
+    if (target != NULL && memo_get(cc, target) != NULL) {
+        /* compiled already: its location is not needed again */
+        if ((*where = strdup("")) == NULL)
+            target = NULL;
+    } else if (target != NULL) {
+        res_t *tr = json_is_object(target) ? res_of(cc, target) : res_of(cc, doc);
+        tp_buf_t ptr = {0};
+        const json_t *tdoc = tr ? tr->doc : cc->s->doc;
+        if (tr && tr->doc_name && (tp_buf_puts(&ptr, tr->doc_name) < 0 || tp_buf_puts(&ptr, "#") < 0))
+            target = NULL;
+        if (target && !find_ptr(tdoc, target, 0, &ptr))
+            ptr.len = tr && tr->doc_name ? ptr.len : 0;
+        if (target && tp_buf_append(&ptr, "", 1) == 0)
+            *where = (char *)ptr.data;
+        else
+            tp_buf_free(&ptr);
+        if (*where == NULL)
+            target = NULL;
     }
-    tp_buf_free(&ptr);
-    return NULL;
+    free(frag);
+    free(abs);
+    return target;
 }
 
-/* "$ref": resolved now; compiled (or found compiled) as the target's node. */
-static int compile_ref(cctx_t *cc, node_t *n, const json_t *ref, const seg_t *path)
+/*
+ * "$ref" or "$dynamicRef": resolved now, and the target compiled (or
+ * found compiled). *out gets its node; a $dynamicRef whose target has a
+ * "$dynamicAnchor" of the fragment's name also gets that name (it is
+ * looked up again in the dynamic scope when validating).
+ */
+static int compile_ref(cctx_t *cc, node_t *n, const json_t *from, const char *kw, const json_t *ref,
+                       const seg_t *path, node_t **out)
 {
-    seg_t at = {path, "$ref", 4, false};
+    seg_t at = {path, kw, strlen(kw), false};
     char q[160], *where;
     if (!json_is_string(ref)) {
         cfail(cc, &at, "expected a string");
         return -1;
     }
     quoted(json_string_value(ref), json_string_length(ref), q, sizeof q);
-    const json_t *target = resolve(cc, json_string_value(ref), json_string_length(ref), &where);
+    const json_t *target = resolve(cc, from, json_string_value(ref), &at, &where);
+    if (cc->failed)
+        return -1;
     if (target == NULL) {
-        cfail(cc, &at, "unresolvable reference %s%s", q,
-              json_string_value(ref)[0] == '#' ? "" : " (only references within this schema are supported)");
+        const char *r = json_string_value(ref);
+        if (r[0] == '#')
+            cfail(cc, &at, "unresolvable reference %s", q);
+        else
+            cfail(cc, &at,
+                  "unresolvable reference %s (a document that is not this schema must be given in "
+                  "\"schema_refs\"; nothing is fetched from the network)",
+                  q);
         return -1;
     }
-    /* For the cycle check after compiling: where this $ref is and what it says. */
+    /* For the cycle check after compiling: where this reference is and what it says. */
     tp_buf_t b = {0};
     if (put_location(&b, &at) < 0 || tp_buf_printf(&b, ": circular reference %s", q) < 0 ||
         tp_buf_append(&b, "", 1) < 0) {
@@ -1406,11 +2159,20 @@ static int compile_ref(cctx_t *cc, node_t *n, const json_t *ref, const seg_t *pa
         cfail(cc, &at, "out of memory");
         return -1;
     }
+    free(n->ref_where);
     n->ref_where = (char *)b.data;
+    if (strcmp(kw, "$dynamicRef") == 0 && json_is_object(target)) {
+        const char *hash = strchr(json_string_value(ref), '#');
+        const json_t *da = json_object_get(target, "$dynamicAnchor");
+        if (hash && hash[1] != '/' && json_is_string(da) && strcmp(json_string_value(da), hash + 1) == 0) {
+            n->dyn_name = json_string_value(da);
+            cc->s->dynamic = true;
+        }
+    }
     seg_t tpath = {NULL, where, strlen(where), true};
-    n->ref = compile(cc, target, *where ? &tpath : NULL);
+    *out = compile(cc, target, *where ? &tpath : NULL);
     free(where);
-    return n->ref ? 0 : -1;
+    return *out ? 0 : -1;
 }
 
 /*
@@ -1436,15 +2198,33 @@ static node_t *compile(cctx_t *cc, const json_t *js, const seg_t *path)
         n->kind = json_is_true(js) ? N_TRUE : N_FALSE;
         return n;
     }
+    n->res = res_of(cc, js);
+    if (n->res == NULL)
+        n->res = cc->root_res; /* a schema inside data ("#/enum/0"): the document's */
+    const dialect_t *d = &n->res->d;
+    unsigned mine = d->draft == TP_JSONSCHEMA_DRAFT7 ? D7 : D2020;
     cc->depth++;
     const json_t *ref = json_object_get(js, "$ref");
-    if (ref != NULL) {
+    if (ref != NULL && mine == D7) {
         n->kind = N_REF; /* draft-07: its siblings are ignored */
-        int rc = compile_ref(cc, n, ref, path);
+        int rc = compile_ref(cc, n, js, "$ref", ref, path, &n->ref);
         cc->depth--;
         return rc == 0 ? n : NULL;
     }
     n->kind = N_SCHEMA;
+    n->min_contains = 1;
+    n->max_contains = SIZE_MAX;
+    if (ref != NULL) {
+        n->groups |= G_COMBINE;
+        if (compile_ref(cc, n, js, "$ref", ref, path, &n->apply_ref) < 0)
+            goto fail;
+    }
+    const json_t *dref = mine == D2020 ? json_object_get(js, "$dynamicRef") : NULL;
+    if (dref != NULL) {
+        n->groups |= G_COMBINE;
+        if (compile_ref(cc, n, js, "$dynamicRef", dref, path, &n->dyn_ref) < 0)
+            goto fail;
+    }
     const json_t *props = NULL, *req = NULL;
     for (void *it = json_object_iter((json_t *)js); it; it = json_object_iter_next((json_t *)js, it)) {
         const char *k = json_object_iter_key(it);
@@ -1452,8 +2232,9 @@ static node_t *compile(cctx_t *cc, const json_t *js, const seg_t *path)
         for (i = 0; i < sizeof keywords / sizeof keywords[0]; i++)
             if (strcmp(k, keywords[i].name) == 0)
                 break;
-        if (i == sizeof keywords / sizeof keywords[0])
-            continue; /* unknown keywords are ignored */
+        if (i == sizeof keywords / sizeof keywords[0] || !(keywords[i].dialects & mine) ||
+            (keywords[i].validation && d->no_validation))
+            continue; /* unknown keywords are ignored, and those of another dialect */
         seg_t at = {path, k, json_object_iter_key_len(it), false};
         const json_t *v = json_object_iter_value(it);
         if (keywords[i].kw == K_PROPERTIES)
@@ -1467,11 +2248,29 @@ static node_t *compile(cctx_t *cc, const json_t *js, const seg_t *path)
         goto fail;
     if (n->n_deps > 0 || n->additional || n->prop_names || n->min_props || n->max_props != SIZE_MAX)
         n->groups |= G_OBJECT;
+    if (n->uneval_items != NULL || n->min_contains != 1 || n->max_contains != SIZE_MAX)
+        n->groups |= G_ARRAY;
+    if (n->uneval_props != NULL)
+        n->groups |= G_OBJECT;
+    if (n->format != F_NONE)
+        n->groups |= G_STRING;
+    if (n->add_items_kw == NULL)
+        n->add_items_kw = "additionalItems";
     cc->depth--;
     return n;
 fail:
     cc->depth--;
     return NULL;
+}
+
+/* What only compiling needed. */
+static void cctx_free(cctx_t *cc)
+{
+    free(cc->memo);
+    free(cc->objs);
+    for (size_t i = 0; i < cc->n_names; i++)
+        free(cc->names[i].key);
+    free(cc->names);
 }
 
 /* A node and what it owns; what it borrows (from the document) stays. */
@@ -1501,6 +2300,21 @@ void tp_jsonschema_free(tp_jsonschema_t *s)
     for (size_t i = 0; i < s->n_nodes; i++)
         node_free(s->nodes[i]);
     free(s->nodes);
+    for (size_t i = 0; i < s->n_res; i++) {
+        if (s->res[i] == NULL)
+            continue;
+        free(s->res[i]->uri);
+        free(s->res[i]->dyn);
+        free(s->res[i]);
+    }
+    free(s->res);
+    for (size_t i = 0; i < s->n_docs; i++) {
+        json_decref(s->docs[i]);
+        if (s->doc_names != NULL && i < s->n_docs)
+            free(s->doc_names[i]);
+    }
+    free(s->docs);
+    free(s->doc_names);
     json_decref(s->doc);
     free(s);
 }
@@ -1519,7 +2333,7 @@ static int same_value_loop(cctx_t *cc, node_t *n, node_t **stack, size_t depth)
         return 0;
     if (n->mark == 1) {
         for (size_t i = depth; i-- > 0;) {
-            if (stack[i]->kind == N_REF) {
+            if (stack[i]->ref_where != NULL) {
                 if (cc->err && cc->errlen)
                     snprintf(cc->err, cc->errlen, "%s", stack[i]->ref_where);
                 return -1;
@@ -1533,7 +2347,7 @@ static int same_value_loop(cctx_t *cc, node_t *n, node_t **stack, size_t depth)
         return 0; /* too long to search; validation's depth guard stays */
     n->mark = 1;
     stack[depth] = n;
-    node_t *one[] = {n->ref, n->not_, n->if_, n->then_, n->else_};
+    node_t *one[] = {n->ref, n->not_, n->if_, n->then_, n->else_, n->apply_ref, n->dyn_ref};
     node_t **lists[] = {n->all_of, n->any_of, n->one_of};
     size_t sizes[] = {n->n_all, n->n_any, n->n_one};
     for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
@@ -1580,12 +2394,18 @@ static int finish_refs(cctx_t *cc)
 }
 
 /*
- * Deep-copies schema, refuses $refs under a changed base URI, compiles from
- * the root, then checks and collapses the $refs. See jsonschema.h.
+ * Deep-copies schema, indexes its resources and anchors, compiles from the
+ * root (loading what the references name), then the $dynamicAnchors of
+ * every resource (a $dynamicRef may land on any of them), then checks and
+ * collapses the references. See jsonschema.h.
  */
-tp_jsonschema_t *tp_jsonschema_compile(const json_t *schema, char *err, size_t errlen)
+tp_jsonschema_t *tp_jsonschema_compile_opts(const json_t *schema, const tp_jsonschema_opts_t *opts, char *err,
+                                            size_t errlen)
 {
     cctx_t cc = {.err = err, .errlen = errlen};
+    if (opts != NULL)
+        cc.opts = *opts;
+    cc.dflt.draft = cc.opts.dialect == TP_JSONSCHEMA_2020_12 ? TP_JSONSCHEMA_2020_12 : TP_JSONSCHEMA_DRAFT7;
     if (err && errlen)
         err[0] = 0;
     if (schema == NULL) {
@@ -1599,30 +2419,67 @@ tp_jsonschema_t *tp_jsonschema_compile(const json_t *schema, char *err, size_t e
             snprintf(err, errlen, "(root): out of memory");
         goto fail;
     }
-    cc.root_id = json_is_object(cc.s->doc) ? json_object_get(cc.s->doc, "$id") : NULL;
-    if (!json_is_string(cc.root_id))
-        cc.root_id = NULL;
     cc.pcc = pcre2_compile_context_create(NULL);
     if (cc.pcc == NULL || pcre2_set_compile_extra_options(cc.pcc, PCRE2_EXTRA_ALT_BSUX) != 0) {
         cfail(&cc, NULL, "out of memory");
         goto fail;
     }
-    tp_buf_t ptr = {0};
-    int scoped = check_id_scopes(&cc, cc.s->doc, NULL, &ptr, 0);
-    tp_buf_free(&ptr);
-    if (scoped < 0)
+    if ((cc.root_res = index_doc(&cc, cc.s->doc, "", NULL, &cc.dflt)) == NULL)
         goto fail;
     cc.s->root = compile(&cc, cc.s->doc, NULL);
-    if (cc.s->root == NULL || finish_refs(&cc) < 0)
+    if (cc.s->root == NULL)
+        goto fail;
+    for (size_t r = 0; r < cc.s->n_res; r++) {
+        res_t *res = cc.s->res[r];
+        for (size_t i = 0; i < res->n_dyn; i++) {
+            tp_buf_t ptr = {0};
+            if (res->doc_name && (tp_buf_puts(&ptr, res->doc_name) < 0 || tp_buf_puts(&ptr, "#") < 0))
+                ptr.len = 0;
+            find_ptr(res->doc, res->dyn[i].js, 0, &ptr);
+            seg_t at = {NULL, (const char *)ptr.data, ptr.len, true};
+            res->dyn[i].node = compile(&cc, res->dyn[i].js, ptr.len ? &at : NULL);
+            tp_buf_free(&ptr);
+            if (res->dyn[i].node == NULL)
+                goto fail;
+        }
+    }
+    if (finish_refs(&cc) < 0)
         goto fail;
     pcre2_compile_context_free(cc.pcc);
-    free(cc.memo);
+    cctx_free(&cc);
     return cc.s;
 fail:
+    if (!cc.failed && err && errlen && !err[0])
+        snprintf(err, errlen, "(root): out of memory");
     pcre2_compile_context_free(cc.pcc);
-    free(cc.memo);
+    cctx_free(&cc);
     tp_jsonschema_free(cc.s);
     return NULL;
+}
+
+tp_jsonschema_t *tp_jsonschema_compile(const json_t *schema, char *err, size_t errlen)
+{
+    return tp_jsonschema_compile_opts(schema, NULL, err, errlen);
+}
+
+tp_jsonschema_dialect_t tp_jsonschema_dialect(const tp_jsonschema_t *s)
+{
+    return s->root->res != NULL ? (tp_jsonschema_dialect_t)s->root->res->d.draft
+           : s->n_res > 0       ? (tp_jsonschema_dialect_t)s->res[0]->d.draft
+                                : TP_JSONSCHEMA_DRAFT7;
+}
+
+int tp_jsonschema_dialect_parse(const char *name, tp_jsonschema_dialect_t *out)
+{
+    if (strcmp(name, "draft-07") == 0 || strcmp(name, "draft7") == 0)
+        *out = TP_JSONSCHEMA_DRAFT7;
+    else if (strcmp(name, "2020-12") == 0)
+        *out = TP_JSONSCHEMA_2020_12;
+    else if (known_dialect(name) != 0)
+        *out = (tp_jsonschema_dialect_t)known_dialect(name);
+    else
+        return -1;
+    return 0;
 }
 
 /* ---- validating ---- */
@@ -1636,9 +2493,87 @@ typedef struct {
     bool oom;
     int depth;
     pcre2_match_data *md; /* made on the first regex match, freed at the end */
+    bool dynamic;         /* keep the dynamic scope (some $dynamicRef needs it) */
+    const struct scope *scope;
 } vctx_t;
 
-static void v_node(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path);
+/* The dynamic scope: the resources a validation has entered, innermost first. */
+typedef struct scope {
+    const res_t *res;
+    const struct scope *up;
+} scope_t;
+
+/*
+ * What the subschemas applied to one instance evaluated (2020-12
+ * annotations, for unevaluatedProperties and unevaluatedItems): a bit per
+ * member of the instance, its keys in iteration order or its items.
+ * Collected only under a node that has one of the two.
+ */
+typedef struct {
+    uint64_t *bits;
+    size_t n;
+    uint64_t inl;
+} ev_t;
+
+static void ev_init(vctx_t *c, ev_t *e, const json_t *inst)
+{
+    e->n = json_is_object(inst) ? json_object_size(inst) : json_is_array(inst) ? json_array_size(inst) : 0;
+    e->inl = 0;
+    e->bits = &e->inl;
+    if (e->n > 64) {
+        e->bits = calloc((e->n + 63) / 64, sizeof *e->bits);
+        if (e->bits == NULL) {
+            c->oom = true;
+            e->bits = &e->inl;
+            e->n = 0;
+        }
+    }
+}
+
+static void ev_free(ev_t *e)
+{
+    if (e->bits != &e->inl)
+        free(e->bits);
+}
+
+static void ev_set(ev_t *e, size_t i)
+{
+    if (e != NULL && i < e->n)
+        e->bits[i / 64] |= (uint64_t)1 << (i % 64);
+}
+
+static bool ev_get(const ev_t *e, size_t i)
+{
+    return i < e->n && (e->bits[i / 64] >> (i % 64) & 1);
+}
+
+static void ev_merge(ev_t *dst, const ev_t *src)
+{
+    for (size_t i = 0; i < (src->n + 63) / 64 && i < (dst->n + 63) / 64; i++)
+        dst->bits[i] |= src->bits[i];
+}
+
+static void v_node(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path, ev_t *ev);
+
+/*
+ * A subschema applied to the same instance (allOf, $ref, if...): with a
+ * collector, it gets its own, kept only when it passed (a failed
+ * subschema's annotations are dropped).
+ */
+static void v_in(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path, ev_t *ev)
+{
+    if (ev == NULL) {
+        v_node(c, n, inst, path, NULL);
+        return;
+    }
+    ev_t mine;
+    ev_init(c, &mine, inst);
+    int before = c->count;
+    v_node(c, n, inst, path, &mine);
+    if (c->count == before)
+        ev_merge(ev, &mine);
+    ev_free(&mine);
+}
 
 /*
  * Counts one violation at path and returns the buffer to write what it is
@@ -1709,18 +2644,23 @@ static void put_types(vctx_t *c, tp_buf_t *b, unsigned types)
         put(c, b, "no type at all (\"type\" is [])");
 }
 
-/* Runs n on inst for a verdict only: true when valid. */
-static bool v_quiet(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
+/* Runs n on inst for a verdict only: true when valid. With ev, as v_in. */
+static bool v_quiet_ev(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path, ev_t *ev)
 {
     int count = c->count;
     bool quiet = c->quiet;
     c->count = 0;
     c->quiet = true;
-    v_node(c, n, inst, path);
+    v_in(c, n, inst, path, ev);
     bool ok = c->count == 0;
     c->count = count;
     c->quiet = quiet;
     return ok;
+}
+
+static bool v_quiet(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
+{
+    return v_quiet_ev(c, n, inst, path, NULL);
 }
 
 /*
@@ -1740,7 +2680,7 @@ static void put_first(vctx_t *c, tp_buf_t *b, const node_t *n, const json_t *ins
     c->max = 1;
     c->written = c->count = 0;
     c->quiet = false;
-    v_node(c, n, inst, path);
+    v_node(c, n, inst, path, NULL);
     int found = c->count;
     c->out = out;
     c->max = max;
@@ -1831,7 +2771,7 @@ static void v_name(vctx_t *c, const node_t *n, const char *key, size_t klen, con
  * the patterns, else given to additionalProperties), then the required
  * names the pass did not see, then dependencies.
  */
-static void v_object(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
+static void v_object(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path, ev_t *ev)
 {
     size_t size = json_object_size(inst);
     tp_buf_t *b;
@@ -1845,7 +2785,8 @@ static void v_object(vctx_t *c, const node_t *n, const json_t *inst, const seg_t
         return;
     /* One pass over the instance's keys: properties, patterns, the rest. */
     uint64_t seen = 0;
-    for (void *it = json_object_iter((json_t *)inst); it; it = json_object_iter_next((json_t *)inst, it)) {
+    size_t pos = 0;
+    for (void *it = json_object_iter((json_t *)inst); it; it = json_object_iter_next((json_t *)inst, it), pos++) {
         const char *key = json_object_iter_key(it);
         size_t klen = json_object_iter_key_len(it);
         const json_t *val = json_object_iter_value(it);
@@ -1858,14 +2799,14 @@ static void v_object(vctx_t *c, const node_t *n, const json_t *inst, const seg_t
                 seen |= p->req_bits;
                 if (p->schema != NULL) {
                     matched = true;
-                    v_node(c, p->schema, val, &at);
+                    v_node(c, p->schema, val, &at, NULL);
                 }
             }
         }
         for (size_t i = 0; i < n->n_pprops; i++) {
             if (v_match(c, &n->pprops[i].re, key, klen)) {
                 matched = true;
-                v_node(c, n->pprops[i].schema, val, &at);
+                v_node(c, n->pprops[i].schema, val, &at, NULL);
             }
         }
         if (!matched && n->additional != NULL) {
@@ -1873,9 +2814,12 @@ static void v_object(vctx_t *c, const node_t *n, const json_t *inst, const seg_t
                 if ((b = violation(c, &at)) != NULL)
                     put(c, b, "unexpected property (additionalProperties is false)");
             } else {
-                v_node(c, n->additional, val, &at);
+                v_node(c, n->additional, val, &at, NULL);
             }
+            matched = true;
         }
+        if (matched)
+            ev_set(ev, pos);
         if (n->prop_names != NULL)
             v_name(c, n, key, klen, path);
         if (c->quiet && c->count)
@@ -1897,7 +2841,9 @@ static void v_object(vctx_t *c, const node_t *n, const json_t *inst, const seg_t
         if (json_object_getn(inst, d->name, d->len) == NULL)
             continue;
         if (d->schema != NULL) {
-            v_node(c, d->schema, inst, path);
+            v_in(c, d->schema, inst, path, ev);
+            if (c->quiet && c->count)
+                return;
             continue;
         }
         for (size_t k = 0; k < json_array_size(d->need); k++) {
@@ -1973,7 +2919,7 @@ static bool find_duplicate(vctx_t *c, const json_t *arr, size_t *pi, size_t *pj)
 }
 
 /* The array keywords: sizes, items (both forms), uniqueItems, contains. */
-static void v_array(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
+static void v_array(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path, ev_t *ev)
 {
     size_t size = json_array_size(inst);
     tp_buf_t *b;
@@ -1986,19 +2932,21 @@ static void v_array(vctx_t *c, const node_t *n, const json_t *inst, const seg_t 
     if (n->tuple_form) {
         for (size_t i = 0; i < size && i < n->n_tuple; i++) {
             seg_t at = {path, NULL, i, false};
-            v_node(c, n->tuple[i], json_array_get(inst, i), &at);
+            v_node(c, n->tuple[i], json_array_get(inst, i), &at, NULL);
+            ev_set(ev, i);
             if (c->quiet && c->count)
                 return;
         }
         if (size > n->n_tuple && n->add_items != NULL) {
             if (is_false(n->add_items)) {
                 if ((b = violation(c, path)) != NULL)
-                    putf(c, b, "expected at most %zu item%s (additionalItems is false), got %zu", n->n_tuple,
-                         n->n_tuple == 1 ? "" : "s", size);
+                    putf(c, b, "expected at most %zu item%s (%s is false), got %zu", n->n_tuple,
+                         n->n_tuple == 1 ? "" : "s", n->add_items_kw, size);
             } else {
                 for (size_t i = n->n_tuple; i < size; i++) {
                     seg_t at = {path, NULL, i, false};
-                    v_node(c, n->add_items, json_array_get(inst, i), &at);
+                    v_node(c, n->add_items, json_array_get(inst, i), &at, NULL);
+                    ev_set(ev, i);
                     if (c->quiet && c->count)
                         return;
                 }
@@ -2007,7 +2955,7 @@ static void v_array(vctx_t *c, const node_t *n, const json_t *inst, const seg_t 
     } else if (n->items != NULL) {
         for (size_t i = 0; i < size; i++) {
             seg_t at = {path, NULL, i, false};
-            v_node(c, n->items, json_array_get(inst, i), &at);
+            v_node(c, n->items, json_array_get(inst, i), &at, NULL);
             if (c->quiet && c->count)
                 return;
         }
@@ -2019,17 +2967,60 @@ static void v_array(vctx_t *c, const node_t *n, const json_t *inst, const seg_t 
         putf(c, b, " at %zu and %zu", i, j);
     }
     if (n->contains != NULL) {
-        bool found = false;
-        for (size_t k = 0; k < size && !found; k++) {
+        /* draft-07: one match; 2020-12: minContains to maxContains of them */
+        size_t found = 0;
+        bool all = ev != NULL || n->max_contains != SIZE_MAX;
+        for (size_t k = 0; k < size && (all || found < n->min_contains); k++) {
             seg_t at = {path, NULL, k, false};
-            found = v_quiet(c, n->contains, json_array_get(inst, k), &at);
+            if (v_quiet(c, n->contains, json_array_get(inst, k), &at)) {
+                found++;
+                ev_set(ev, k);
+            }
         }
-        if (!found && (b = violation(c, path)) != NULL)
-            putf(c, b, "expected at least one item matching the \"contains\" schema, got none of %zu", size);
+        if (found < n->min_contains && (b = violation(c, path)) != NULL) {
+            if (n->min_contains == 1)
+                putf(c, b, "expected at least one item matching the \"contains\" schema, got none of %zu", size);
+            else
+                putf(c, b, "expected at least %zu items matching the \"contains\" schema, got %zu of %zu",
+                     n->min_contains, found, size);
+        }
+        if (found > n->max_contains && (b = violation(c, path)) != NULL)
+            putf(c, b, "expected at most %zu item%s matching the \"contains\" schema, got %zu of %zu",
+                 n->max_contains, n->max_contains == 1 ? "" : "s", found, size);
     }
 }
 
-/* minLength and maxLength in code points, then pattern. */
+/*
+ * A string in an asserted format. "regex" is the one jsonformat.c cannot
+ * say alone: a pattern is valid when it compiles the way "pattern" does.
+ */
+static bool v_format(vctx_t *c, format_t f, const char *s, size_t n)
+{
+    if (f != F_REGEX)
+        return tp_jsonformat_check(f, s, n);
+    size_t len;
+    char *ecma = ecma_rewrite(s, n, &len);
+    if (ecma == NULL) {
+        c->oom = true;
+        return false;
+    }
+    int code;
+    PCRE2_SIZE off;
+    pcre2_compile_context *pcc = pcre2_compile_context_create(NULL);
+    if (pcc == NULL || pcre2_set_compile_extra_options(pcc, PCRE2_EXTRA_ALT_BSUX) != 0) {
+        pcre2_compile_context_free(pcc);
+        free(ecma);
+        c->oom = true;
+        return false;
+    }
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)ecma, len, RE_OPTS, &code, &off, pcc);
+    pcre2_compile_context_free(pcc);
+    free(ecma);
+    pcre2_code_free(re);
+    return re != NULL;
+}
+
+/* minLength and maxLength in code points, the format, then pattern. */
 static void v_string(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
 {
     const char *s = json_string_value(inst);
@@ -2047,6 +3038,12 @@ static void v_string(vctx_t *c, const node_t *n, const json_t *inst, const seg_t
             put(c, b, ")");
         }
         if (c->quiet && c->count)
+            return;
+    }
+    if (n->format != F_NONE && !v_format(c, n->format, s, bytes) && (b = violation(c, path)) != NULL) {
+        putf(c, b, "expected a valid %s, got ", tp_jsonformat_name(n->format));
+        put_value(c, b, inst, SHORT);
+        if (c->quiet)
             return;
     }
     if (n->pattern.code != NULL && !v_match(c, &n->pattern, s, bytes) && (b = violation(c, path)) != NULL) {
@@ -2070,7 +3067,7 @@ static bool is_multiple(const json_t *v, const json_t *m)
         return iv % im == 0;
     double q = num_value(v) / num_value(m);
     if (!isfinite(q))
-        return false;
+        return isfinite(num_value(v)) && fmod(num_value(v), num_value(m)) == 0; /* 1e308 by 0.5 */
     double err = fabs(q - nearbyint(q));
     return err <= 1e-9 || err <= fabs(q) * 1e-15;
 }
@@ -2119,18 +3116,36 @@ static void v_number(vctx_t *c, const node_t *n, const json_t *inst, const seg_t
  * allOf (every violation of every branch counts), then anyOf and oneOf
  * (run quiet; one summary violation when they fail), not, if/then/else.
  */
-static void v_combine(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
+static void v_combine(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path, ev_t *ev)
 {
     tp_buf_t *b;
+    if (n->apply_ref != NULL) {
+        v_in(c, n->apply_ref, inst, path, ev);
+        if (c->quiet && c->count)
+            return;
+    }
+    if (n->dyn_ref != NULL) {
+        const node_t *t = n->dyn_ref;
+        if (n->dyn_name != NULL) {
+            /* the outermost resource in the dynamic scope with that $dynamicAnchor */
+            for (const scope_t *sc = c->scope; sc != NULL; sc = sc->up)
+                for (size_t i = 0; i < sc->res->n_dyn; i++)
+                    if (strcmp(sc->res->dyn[i].name, n->dyn_name) == 0)
+                        t = sc->res->dyn[i].node;
+        }
+        v_in(c, t, inst, path, ev);
+        if (c->quiet && c->count)
+            return;
+    }
     for (size_t i = 0; i < n->n_all; i++) {
-        v_node(c, n->all_of[i], inst, path);
+        v_in(c, n->all_of[i], inst, path, ev);
         if (c->quiet && c->count)
             return;
     }
     if (n->n_any > 0) {
         bool any = false;
-        for (size_t i = 0; i < n->n_any && !any; i++)
-            any = v_quiet(c, n->any_of[i], inst, path);
+        for (size_t i = 0; i < n->n_any && (!any || ev != NULL); i++)
+            any |= v_quiet_ev(c, n->any_of[i], inst, path, ev);
         if (!any && (b = violation(c, path)) != NULL)
             put_alternatives(c, b, n->any_of, n->n_any, "", inst, path);
         if (c->quiet && c->count)
@@ -2139,7 +3154,7 @@ static void v_combine(vctx_t *c, const node_t *n, const json_t *inst, const seg_
     if (n->n_one > 0) {
         size_t matched = 0, first = 0, second = 0;
         for (size_t i = 0; i < n->n_one; i++) {
-            if (!v_quiet(c, n->one_of[i], inst, path))
+            if (!v_quiet_ev(c, n->one_of[i], inst, path, ev))
                 continue;
             if (matched == 0)
                 first = i;
@@ -2164,14 +3179,44 @@ static void v_combine(vctx_t *c, const node_t *n, const json_t *inst, const seg_
     if (c->quiet && c->count)
         return;
     if (n->if_ != NULL) {
-        const node_t *branch = v_quiet(c, n->if_, inst, path) ? n->then_ : n->else_;
+        const node_t *branch = v_quiet_ev(c, n->if_, inst, path, ev) ? n->then_ : n->else_;
         if (branch != NULL)
-            v_node(c, branch, inst, path);
+            v_in(c, branch, inst, path, ev);
     }
 }
 
-/* One schema node against one value; violations go to c. */
-static void v_node(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path)
+/* unevaluatedProperties / unevaluatedItems: the members ev has not seen, each against sub. */
+static void v_unevaluated(vctx_t *c, const node_t *sub, const json_t *inst, const seg_t *path, ev_t *ev)
+{
+    tp_buf_t *b;
+    bool obj = json_is_object(inst);
+    size_t pos = 0;
+    void *it = obj ? json_object_iter((json_t *)inst) : NULL;
+    size_t size = obj ? json_object_size(inst) : json_array_size(inst);
+    for (pos = 0; pos < size; pos++, it = obj ? json_object_iter_next((json_t *)inst, it) : NULL) {
+        if (ev_get(ev, pos))
+            continue;
+        const json_t *val = obj ? json_object_iter_value(it) : json_array_get(inst, pos);
+        seg_t at = obj ? (seg_t){path, json_object_iter_key(it), json_object_iter_key_len(it), false}
+                       : (seg_t){path, NULL, pos, false};
+        if (is_false(sub)) {
+            if ((b = violation(c, &at)) != NULL)
+                put(c, b, obj ? "unexpected property (unevaluatedProperties is false)"
+                              : "unexpected item (unevaluatedItems is false)");
+        } else {
+            v_node(c, sub, val, &at, NULL);
+        }
+        ev_set(ev, pos);
+        if (c->quiet && c->count)
+            return;
+    }
+}
+
+/*
+ * One schema node against one value; violations go to c. ev, when not
+ * NULL, collects what this node evaluated of the value (see ev_t).
+ */
+static void v_node(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path, ev_t *ev)
 {
     tp_buf_t *b;
     if (n->kind == N_REF)
@@ -2191,6 +3236,20 @@ static void v_node(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *
         return;
     }
     c->depth++;
+    scope_t sc;
+    const scope_t *outer = c->scope;
+    if (c->dynamic && (outer == NULL || outer->res != n->res)) {
+        sc.res = n->res;
+        sc.up = outer;
+        c->scope = &sc;
+    }
+    ev_t local;
+    bool own_ev = false;
+    if (n->collects && ev == NULL && (json_is_object(inst) || json_is_array(inst))) {
+        ev_init(c, &local, inst);
+        ev = &local;
+        own_ev = true;
+    }
     if (n->has_type && !(n->types & type_bits(inst))) {
         /* The wrong type: said once, not again by every keyword of the node. */
         if ((b = violation(c, path)) != NULL) {
@@ -2228,11 +3287,11 @@ static void v_node(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *
     switch (json_typeof(inst)) {
     case JSON_OBJECT:
         if (n->groups & G_OBJECT)
-            v_object(c, n, inst, path);
+            v_object(c, n, inst, path, ev);
         break;
     case JSON_ARRAY:
         if (n->groups & G_ARRAY)
-            v_array(c, n, inst, path);
+            v_array(c, n, inst, path, ev);
         break;
     case JSON_STRING:
         if (n->groups & G_STRING)
@@ -2249,8 +3308,18 @@ static void v_node(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *
     if (c->quiet && c->count)
         goto out;
     if (n->groups & G_COMBINE)
-        v_combine(c, n, inst, path);
+        v_combine(c, n, inst, path, ev);
+    if (c->quiet && c->count)
+        goto out;
+    /* last: what every other keyword here (and below, in place) left unevaluated */
+    if (n->uneval_props != NULL && json_is_object(inst))
+        v_unevaluated(c, n->uneval_props, inst, path, ev);
+    if (n->uneval_items != NULL && json_is_array(inst))
+        v_unevaluated(c, n->uneval_items, inst, path, ev);
 out:
+    if (own_ev)
+        ev_free(&local);
+    c->scope = outer;
     c->depth--;
 }
 
@@ -2264,8 +3333,8 @@ int tp_jsonschema_validate(const tp_jsonschema_t *s, const json_t *instance, tp_
         errno = EINVAL;
         return -1;
     }
-    vctx_t c = {.out = msg, .max = max_errors > 0 ? max_errors : INT_MAX};
-    v_node(&c, s->root, instance, NULL);
+    vctx_t c = {.out = msg, .max = max_errors > 0 ? max_errors : INT_MAX, .dynamic = s->dynamic};
+    v_node(&c, s->root, instance, NULL, NULL);
     if (c.md != NULL)
         pcre2_match_data_free(c.md);
     if (msg != NULL && c.count > c.written && c.written > 0 && !c.oom &&

@@ -1,23 +1,44 @@
 /*
- * JSON Schema draft-07: a tool's "parameters", compiled once when the
- * registry loads, then checked against the args of every call before any
- * call happens (an invalid call ends InvalidArguments, class malformed, with
- * the message this module writes, for the model to fix on its next turn).
+ * JSON Schema, draft-07 and 2020-12: a tool's "parameters", compiled once
+ * when the registry loads, then checked against the args of every call
+ * before any call happens (an invalid call ends InvalidArguments, class
+ * malformed, with the message this module writes, for the model to fix on
+ * its next turn).
  *
- * Supported: type (integer: any number with no fractional part, so 1.0 is
- * one), enum, const, properties, required, additionalProperties,
+ * Dialects: "$schema" names one (draft-07 or 2020-12, http or https, with
+ * or without the final "#"), else the caller's default (draft-07 unless
+ * tp_jsonschema_opts_t says 2020-12). A "$schema" naming a meta-schema the
+ * loader gives is read for its own "$schema" (the dialect) and its
+ * "$vocabulary" (without 2020-12's validation vocabulary, its keywords are
+ * not checked; a required vocabulary not known here is an error). Any other
+ * "$schema" is a compile error. Embedded resources ("$id" and "$schema" in
+ * a subschema) may change the dialect for what is under them.
+ *
+ * Both dialects: type (integer: any number with no fractional part, so 1.0
+ * is one), enum, const, properties, required, additionalProperties,
  * patternProperties, propertyNames, minProperties, maxProperties,
- * dependencies (both forms), items (both forms), additionalItems, minItems,
- * maxItems, uniqueItems, contains, minLength, maxLength (code points),
- * pattern, minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, the
- * draft-07 form), multipleOf, allOf, anyOf, oneOf, not, if/then/else,
- * boolean schemas, definitions, and $ref to any place in the same document:
- * "#", "#/definitions/x", any JSON pointer (~0 ~1 and %XX decoded), a
- * "#name" fragment naming a subschema whose "$id" is "#name", and the root's
- * own "$id" followed by a fragment. A $ref's sibling keywords are ignored
- * (draft-07). Other references (another document, an $id-relative URI) are a
- * compile error. Unknown keywords are ignored; "format", "default",
- * "contentMediaType" and "contentEncoding" are annotations, never asserted.
+ * dependencies (both forms), minItems, maxItems, uniqueItems, contains,
+ * minLength, maxLength (code points), pattern, minimum, maximum,
+ * exclusiveMinimum, exclusiveMaximum (numbers), multipleOf, allOf, anyOf,
+ * oneOf, not, if/then/else, boolean schemas, definitions, $ref, $id.
+ * draft-07: items (both forms), additionalItems; a $ref's siblings are
+ * ignored, "$id": "#name" names a subschema. 2020-12: $defs, prefixItems,
+ * items (after prefixItems), minContains, maxContains, dependentRequired,
+ * dependentSchemas, unevaluatedProperties, unevaluatedItems (annotations
+ * collected in place through allOf, anyOf, oneOf, if/then/else,
+ * dependentSchemas, $ref and $dynamicRef; a failed subschema's dropped),
+ * $anchor, $dynamicRef/$dynamicAnchor (the outermost resource of the
+ * dynamic scope with the anchor wins); $ref applies beside its siblings.
+ *
+ * References resolve by RFC 3986 against the base URI of the schema they
+ * are in, which every "$id" changes for what is under it: JSON Pointers
+ * (~0 ~1 and %XX decoded) from the resource the URI names, anchors, other
+ * resources of the document, and other documents, which only the caller's
+ * loader gives (never the network). Unknown keywords are ignored, and
+ * "$id"/anchors inside them or inside enum, const, default and examples
+ * name nothing. "format" is an annotation unless formats are asserted
+ * (jsonformat.h lists what is checked); "default", "contentMediaType",
+ * "contentEncoding" and "contentSchema" are annotations, never asserted.
  * enum, const and uniqueItems compare by JSON equality: 1 == 1.0, and an
  * object's key order does not matter. Numbers are compared as 64-bit
  * integers when both sides are integers, as doubles otherwise.
@@ -65,6 +86,7 @@
 #define TP_JSONSCHEMA_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "buf.h"
@@ -79,18 +101,53 @@ typedef struct tp_jsonschema tp_jsonschema_t;
 #define TP_JSONSCHEMA_MAX_DEPTH 1000
 
 /*
- * Compiles schema (an object or a boolean): checks every keyword it knows,
- * compiles the regexes, resolves every $ref. A recursive schema is fine
- * ({"items": {"$ref": "#"}}); a loop that comes back to the same value
- * without descending into it ({"anyOf": [..., {"$ref": "#"}]}) is an error,
- * and so is a relative $ref under a subschema whose "$id" changes the base
- * URI (it would resolve elsewhere than this module looks). Returns NULL on
- * error with one line in err naming the schema location, e.g.
+ * Compiles schema (an object or a boolean) as draft-07 unless "$schema"
+ * says otherwise: checks every keyword it knows, compiles the regexes,
+ * resolves every reference (only within the schema: no loader). A
+ * recursive schema is fine ({"items": {"$ref": "#"}}); a loop that comes
+ * back to the same value without descending into it ({"anyOf": [...,
+ * {"$ref": "#"}]}) is an error. Returns NULL on error with one line in err
+ * naming the schema location (for a place in another document, its URI,
+ * "#" and the pointer), e.g.
  * "/properties/q/type: unknown type \"strin\"" or
  * "/$ref: unresolvable reference \"#/definitions/x\"". The caller owns the
  * result: tp_jsonschema_free.
  */
 tp_jsonschema_t *tp_jsonschema_compile(const json_t *schema, char *err, size_t errlen);
+
+/* The dialects: what "$schema" may name, and the default without one. */
+typedef enum {
+    TP_JSONSCHEMA_DRAFT7 = 7,
+    TP_JSONSCHEMA_2020_12 = 2020,
+} tp_jsonschema_dialect_t;
+
+typedef struct {
+    /* the dialect of a schema (or a loaded document) without "$schema"; 0: draft-07 */
+    tp_jsonschema_dialect_t dialect;
+    /* check "format" (the formats listed above); false: an annotation only */
+    bool assert_formats;
+    /*
+     * Another document a reference names, by its absolute URI without the
+     * fragment: a new reference (the compiled schema keeps a copy), or NULL
+     * when there is none. Called only while compiling; never the network
+     * unless the caller's function goes there. NULL: no other documents.
+     */
+    json_t *(*load)(const char *uri, void *arg);
+    void *load_arg;
+} tp_jsonschema_opts_t;
+
+/* tp_jsonschema_compile with options; opts NULL is the same as all zero. */
+tp_jsonschema_t *tp_jsonschema_compile_opts(const json_t *schema, const tp_jsonschema_opts_t *opts, char *err,
+                                            size_t errlen);
+
+/* The dialect s was compiled in (its root's). */
+tp_jsonschema_dialect_t tp_jsonschema_dialect(const tp_jsonschema_t *s);
+
+/*
+ * Parses a dialect's name as the registry writes it: "draft-07" or
+ * "2020-12", or any "$schema" URI of the two. 0 and *out, or -1.
+ */
+int tp_jsonschema_dialect_parse(const char *name, tp_jsonschema_dialect_t *out);
 
 /*
  * Checks instance against s. Returns the number of violations (0: valid),

@@ -223,6 +223,9 @@ typedef enum {
     K_OBJECT,   /* a nested object: sub's keys, fields from base + off */
     K_ADAPTER,  /* a tool's exec / plugin / mcp / http */
     K_TOOLS,    /* the top-level tools array, read after everything else */
+    K_DIALECT,  /* "draft-07" | "2020-12" (or a "$schema" URI of one) -> int TP_JSONSCHEMA_* */
+    K_FORMATS,  /* "annotate" | "assert" -> int TP_FORMATS_* */
+    K_SCHEMA_REFS, /* {URI: FILE}: each file read now, kept as a document by URI */
 } key_type_t;
 
 enum {
@@ -366,6 +369,8 @@ static const key_spec_t tool_keys[] = {
     {KEY("name", K_SKIP)},
     {KEY("description", K_STRING), TOOL(description)},
     {KEY("parameters", K_SCHEMA), TOOL(parameters)},
+    {KEY("schema_dialect", K_DIALECT), TOOL(schema_dialect)},
+    {KEY("formats", K_FORMATS), TOOL(formats)},
     {KEY("exec", K_ADAPTER), .adapter = TP_ADAPTER_EXEC, .flags = F_PATH},
     {KEY("plugin", K_ADAPTER), .adapter = TP_ADAPTER_PLUGIN, .sub = &plugin_table},
     {KEY("mcp", K_ADAPTER), .adapter = TP_ADAPTER_MCP, .sub = &mcp_table},
@@ -386,6 +391,9 @@ static const key_table_t guard_table = TABLE(guard_keys);
 static const key_spec_t top_keys[] = {
     {KEY("defaults", K_OBJECT), FIELD(tp_registry_t, defaults), .sub = &policy_table},
     {KEY("guards", K_OBJECT), FIELD(tp_registry_t, guards), .sub = &guard_table},
+    {KEY("schema_dialect", K_DIALECT), FIELD(tp_registry_t, schema_dialect)},
+    {KEY("formats", K_FORMATS), FIELD(tp_registry_t, formats)},
+    {KEY("schema_refs", K_SCHEMA_REFS), FIELD(tp_registry_t, schema_refs)},
     {KEY("tools", K_TOOLS), .flags = F_REQUIRED},
 };
 static const key_table_t top_table = TABLE(top_keys);
@@ -868,6 +876,92 @@ static int parse_tools_value(loader_t *ld, json_t *v)
 }
 
 /* One value, by its row's type, into base + row offset. */
+/*
+ * "schema_refs": {URI: FILE}. Each file (relative to the registry) is read
+ * now, so a missing or broken one is an error here, naming its URI; the
+ * documents are kept by URI (a trailing "#" dropped) for schema_load.
+ */
+static int parse_schema_refs(loader_t *ld, json_t *v, json_t **out)
+{
+    char got[96];
+    if (!json_is_object(v))
+        return fail(ld, "expected an object of URI: file, got %s", GOT(v));
+    json_t *docs = json_object();
+    if (docs == NULL)
+        return fail_oom(ld);
+    json_decref(*out);
+    *out = docs;
+    const char *uri;
+    json_t *file;
+    json_object_foreach(v, uri, file) {
+        mark_t m = where_key(&ld->at, uri);
+        if (!json_is_string(file) || json_string_length(file) == 0)
+            return fail(ld, "expected a file name, got %s", GOT(file));
+        char *path = resolve_path(ld->reg->dir, json_string_value(file));
+        if (path == NULL)
+            return fail_oom(ld);
+        json_error_t jerr;
+        json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+        if (doc == NULL) {
+            int rc = fail(ld, "cannot read the schema %s: %s (line %d)", path, jerr.text, jerr.line);
+            free(path);
+            return rc;
+        }
+        free(path);
+        size_t n = strcspn(uri, "#");
+        if (json_object_setn_new(docs, uri, n, doc) < 0)
+            return fail_oom(ld);
+        where_pop(&ld->at, m);
+    }
+    return 0;
+}
+
+/* The loader a tool's parameters compile with: the registry's schema_refs, by URI. */
+static json_t *schema_load(const char *uri, void *arg)
+{
+    const tp_registry_t *reg = arg;
+    json_t *doc = reg->schema_refs ? json_object_get(reg->schema_refs, uri) : NULL;
+    return doc ? json_incref(doc) : NULL;
+}
+
+/*
+ * A tool's "parameters", compiled with its dialect and formats: its own,
+ * else (the dialect) 2020-12 for an MCP server's tool, else the registry's.
+ * The loader stands on the tool. An error points at
+ * the schema keyword itself, "tools[0] (a).parameters/properties/q/type".
+ */
+static int compile_parameters(loader_t *ld, tp_tool_t *tool)
+{
+    if (tool->parameters == NULL)
+        return 0;
+    tp_registry_t *reg = ld->reg;
+    /* MCP reads an inputSchema without "$schema" as 2020-12: so does an MCP server's tool */
+    int dialect = tool->schema_dialect                ? tool->schema_dialect
+                  : tool->adapter == TP_ADAPTER_MCP ? TP_JSONSCHEMA_2020_12
+                                                    : reg->schema_dialect;
+    int formats = tool->formats ? tool->formats : reg->formats;
+    tp_jsonschema_opts_t opts = {
+        .dialect = dialect ? (tp_jsonschema_dialect_t)dialect : TP_JSONSCHEMA_DRAFT7,
+        .assert_formats = formats == TP_FORMATS_ASSERT,
+        .load = schema_load,
+        .load_arg = reg,
+    };
+    char serr[768];
+    mark_t mp = where_key(&ld->at, "parameters");
+    tp_jsonschema_t *compiled = tp_jsonschema_compile_opts(tool->parameters, &opts, serr, sizeof serr);
+    if (compiled == NULL) {
+        /* serr is "POINTER: what": point the line at the schema keyword itself. */
+        const char *colon = strstr(serr, ": ");
+        if (serr[0] == '/' && colon)
+            where_add(ld->at.ptr, &ld->at.ptr_len, serr, (size_t)(colon - serr));
+        return fail(ld, "invalid JSON Schema at %s", serr);
+    }
+    tp_jsonschema_free(tool->schema);
+    tool->schema = compiled;
+    where_pop(&ld->at, mp);
+    return 0;
+}
+
 static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
 {
     char got[96];
@@ -936,28 +1030,31 @@ static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
         return 0;
     }
     case K_SCHEMA: {
+        /* compiled by compile_parameters once the tool's keys are all read */
         json_t **slot = field;
         if (!json_is_object(v) && !json_is_boolean(v))
             return fail(ld, "expected a JSON Schema (an object or a boolean), got %s", GOT(v));
-        char serr[768];
-        tp_jsonschema_t *compiled = tp_jsonschema_compile(v, serr, sizeof serr);
-        if (compiled == NULL) {
-            /* serr is "POINTER: what": point the line at the schema keyword itself. */
-            const char *colon = strstr(serr, ": ");
-            mark_t m = {ld->at.ptr_len, ld->at.key_len};
-            if (serr[0] == '/' && colon)
-                where_add(ld->at.ptr, &ld->at.ptr_len, serr, (size_t)(colon - serr));
-            fail(ld, "invalid JSON Schema at %s", serr);
-            where_pop(&ld->at, m);
-            return -1;
-        }
-        tp_tool_t *tool = base;
-        tp_jsonschema_free(tool->schema);
-        tool->schema = compiled;
         json_decref(*slot);
         *slot = json_incref(v);
         return 0;
     }
+    case K_DIALECT: {
+        tp_jsonschema_dialect_t d;
+        if (!json_is_string(v) || tp_jsonschema_dialect_parse(json_string_value(v), &d) < 0)
+            return fail(ld, "expected \"draft-07\" or \"2020-12\", got %s", GOT(v));
+        *(int *)field = (int)d;
+        return 0;
+    }
+    case K_FORMATS:
+        if (json_is_string(v) && strcmp(json_string_value(v), "annotate") == 0)
+            *(int *)field = TP_FORMATS_ANNOTATE;
+        else if (json_is_string(v) && strcmp(json_string_value(v), "assert") == 0)
+            *(int *)field = TP_FORMATS_ASSERT;
+        else
+            return fail(ld, "expected \"annotate\" or \"assert\", got %s", GOT(v));
+        return 0;
+    case K_SCHEMA_REFS:
+        return parse_schema_refs(ld, v, (json_t **)field);
     case K_STRING:
         return parse_string(ld, s, v, (char **)field);
     case K_ARGV:
@@ -1176,7 +1273,8 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool)
     snprintf(note, sizeof note, " (%s)", tool->name);
     where_note(&ld->at, note);
 
-    if (parse_object(ld, t, &tool_table, tool) < 0 || check_output_once(ld, t) < 0)
+    if (parse_object(ld, t, &tool_table, tool) < 0 || check_output_once(ld, t) < 0 ||
+        compile_parameters(ld, tool) < 0)
         return -1;
     if (tool->adapter == 0)
         return fail(ld, "no adapter (expected exactly one of \"exec\", \"plugin\", \"mcp\", "
@@ -1475,6 +1573,7 @@ void tp_registry_free(tp_registry_t *reg)
         free(ix->slots);
         free(ix);
     }
+    json_decref(reg->schema_refs);
     free(reg->path);
     free(reg->dir);
     free(reg);

@@ -1,7 +1,8 @@
 /*
  * The registry: tools.json, loaded once, validated whole, then read-only.
  *
- * {"defaults": {POLICY}, "guards": {...}, "tools": [TOOL, ...]}
+ * {"defaults": {POLICY}, "guards": {...}, "schema_dialect": "draft-07",
+ *  "formats": "annotate", "schema_refs": {URI: FILE}, "tools": [TOOL, ...]}
  *
  * Every key comes from one table per object (see registry.c); an unknown
  * key, a wrong type or an out-of-range value is an error that names the
@@ -77,6 +78,8 @@ typedef struct {
     char *description;          /* "" when absent */
     json_t *parameters;         /* JSON Schema, or NULL */
     struct tp_jsonschema *schema; /* parameters, compiled at load; NULL: no check */
+    int schema_dialect;         /* "schema_dialect": TP_JSONSCHEMA_*, 0 = the registry's */
+    int formats;                /* "formats": TP_FORMATS_*, 0 = the registry's */
     tp_adapter_t adapter;
     char **argv;                /* exec: NULL-terminated; argv[0] resolved */
     size_t argc;
@@ -96,9 +99,24 @@ typedef struct {
     double max_cost;
 } tp_guards_t;
 
+/* "formats": whether "format" in a tool's parameters is checked. */
+enum {
+    TP_FORMATS_ANNOTATE = 1, /* an annotation only (the default, as JSON Schema says) */
+    TP_FORMATS_ASSERT = 2,   /* checked: date-time, date, time, email, uri... (common/jsonformat.h) */
+};
+
 typedef struct tp_registry {
     char *path;
     char *dir;                  /* the directory relative paths start from */
+    /*
+     * JSON Schema settings for every tool's parameters: the dialect of a
+     * schema without "$schema" (0: draft-07), formats, and "schema_refs",
+     * the documents a "$ref" may name by URI (URI -> the document, read at
+     * load from the file given), never fetched from the network.
+     */
+    int schema_dialect;
+    int formats;
+    json_t *schema_refs;
     tp_policy_t defaults;
     tp_guards_t guards;
     tp_tool_t *tools;

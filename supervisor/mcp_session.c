@@ -28,6 +28,7 @@
 #include "checkpoint.h"
 #include "clock.h"
 #include "json.h"
+#include "jsonschema.h"
 #include "log.h"
 #include "registry.h"
 #include "taxonomy.h"
@@ -716,7 +717,8 @@ static void do_initialize(tp_mcp_session_t *s, const json_t *id, const json_t *p
  * A tool's parameters as an inputSchema. MCP wants an object schema with
  * "type": "object" at its root (the TypeScript SDK refuses a tools/list
  * without it), and reads a schema that names no dialect as 2020-12, while
- * toolpool checks arguments against draft-07: so the dialect is named, and
+ * toolpool checks arguments in the dialect the registry gives the tool
+ * (draft-07 unless "schema_dialect" says 2020-12): so the dialect is named, and
  * a root without "type": "object" gets it. Arguments are always objects,
  * so for them the schema says what it said. A tool without parameters
  * takes any object.
@@ -728,8 +730,13 @@ static json_t *input_schema(const tp_tool_t *t)
     if (s == NULL)
         return NULL;
     int rc = 0;
-    if (p == NULL || !json_is_object(p) || json_object_get(p, "$schema") == NULL)
-        rc |= json_object_set_new(s, "$schema", json_string("http://json-schema.org/draft-07/schema#"));
+    if (p == NULL || !json_is_object(p) || json_object_get(p, "$schema") == NULL) {
+        /* the dialect the arguments are checked in: the tool's, else draft-07 */
+        bool d2020 = t->schema != NULL && tp_jsonschema_dialect(t->schema) == TP_JSONSCHEMA_2020_12;
+        rc |= json_object_set_new(s, "$schema",
+                                  json_string(d2020 ? "https://json-schema.org/draft/2020-12/schema"
+                                                    : "http://json-schema.org/draft-07/schema#"));
+    }
     rc |= json_object_set_new(s, "type", json_string("object"));
     if (json_is_false(p))
         rc |= json_object_set_new(s, "not", json_object()); /* accepts nothing, as false does */

@@ -640,6 +640,66 @@ static void test_all_ok_exits_zero(void)
     cleanup_dir(dir, f_start);
 }
 
+/*
+ * A tool whose parameters are written as an MCP server writes inputSchema
+ * in 2020-12 ($defs, a $ref into them), one more by a $ref to a document
+ * named in "schema_refs", formats asserted: toolpool run checks each call
+ * by those rules before any call happens.
+ */
+static void test_schema_2020_12(void)
+{
+    unsigned f0 = CU_get_number_of_failures(), f_start = f0;
+    const char *dir = tp_test_tmpdir("cli-schema");
+    free(tp_test_write(dir, "units.json", "{\"enum\": [\"metric\", \"imperial\"]}"));
+    char text[4096];
+    snprintf(text, sizeof text,
+             "{\"formats\": \"assert\",\n"
+             " \"schema_refs\": {\"https://example.com/units.json\": \"units.json\"},\n"
+             " \"tools\": [\n"
+             "  {\"name\": \"echo\", \"plugin\": {\"path\": \"%s\"},\n"
+             "   \"parameters\": {\"$schema\": \"https://json-schema.org/draft/2020-12/schema\",\n"
+             "     \"type\": \"object\", \"required\": [\"loc\"], \"unevaluatedProperties\": false,\n"
+             "     \"properties\": {\"loc\": {\"$ref\": \"#/$defs/point\"}, \"day\": {\"type\": \"string\", "
+             "\"format\": \"date\"},\n"
+             "                    \"units\": {\"$ref\": \"https://example.com/units.json\"}},\n"
+             "     \"$defs\": {\"point\": {\"type\": \"object\", \"required\": [\"lat\", \"lon\"],\n"
+             "       \"properties\": {\"lat\": {\"type\": \"number\"}, \"lon\": {\"type\": \"number\"}}}}}}\n"
+             " ]}\n",
+             TP_TEST_PLUGIN);
+    char *reg = tp_test_write(dir, "tools.json", text);
+    char *calls = tp_test_write(
+        dir, "calls.jsonl",
+        "{\"id\": \"ok\", \"tool\": \"echo\", \"args\": {\"loc\": {\"lat\": 52.5, \"lon\": 13.4}, "
+        "\"day\": \"2026-12-01\", \"units\": \"metric\"}}\n"
+        "{\"id\": \"bad\", \"tool\": \"echo\", \"args\": {\"loc\": {\"lat\": \"north\"}}}\n"
+        "{\"id\": \"date\", \"tool\": \"echo\", \"args\": {\"loc\": {\"lat\": 1, \"lon\": 2}, "
+        "\"day\": \"tomorrow\", \"units\": \"si\", \"x\": 1}}\n");
+    proc_t p;
+    const char *args[] = {"run", "--registry", reg, calls, NULL};
+    int st = proc_run(&p, dir, "run", args, NULL, 20000);
+    EXPECT_INT(st, 1);
+    json_t *res = parse_lines(p.out);
+    EXPECT_INT(json_array_size(res), 3);
+    json_t *ok = by_id(res, "ok");
+    CU_ASSERT(ok != NULL && json_is_true(json_object_get(ok, "ok")));
+    CU_ASSERT(ok != NULL && json_equal(json_object_get(ok, "result"), json_object_get(ok, "args")));
+    json_t *bad = by_id(res, "bad");
+    expect_rejected(bad, "InvalidArguments", "bad");
+    EXPECT_HAS(str_of(bad, "message"), "/loc/lat: expected number, got string \"north\"");
+    EXPECT_HAS(str_of(bad, "message"), "/loc: missing required property \"lon\"");
+    json_t *date = by_id(res, "date");
+    expect_rejected(date, "InvalidArguments", "date");
+    EXPECT_HAS(str_of(date, "message"), "/day: expected a valid date, got \"tomorrow\"");
+    EXPECT_HAS(str_of(date, "message"), "/units: expected one of [\"metric\",\"imperial\"], got \"si\"");
+    EXPECT_HAS(str_of(date, "message"), "/x: unexpected property (unevaluatedProperties is false)");
+    proc_dump_if_failed(&p, f0);
+    json_decref(res);
+    proc_free(&p);
+    free(reg);
+    free(calls);
+    cleanup_dir(dir, f_start);
+}
+
 /* ---- 2. usage and registry errors ---- */
 
 static void test_registry_errors(void)
@@ -1127,6 +1187,7 @@ int main(void)
     CU_pSuite s = CU_add_suite("cli", suite_init, NULL);
     CU_add_test(s, "malformed input lines", test_malformed_lines);
     CU_add_test(s, "all calls ok: exit 0", test_all_ok_exits_zero);
+    CU_add_test(s, "2020-12 parameters with $defs, schema_refs, formats", test_schema_2020_12);
     CU_add_test(s, "registry, calls file and flag errors: exit 2", test_registry_errors);
     CU_add_test(s, "SIGTERM drains the running calls", test_sigterm_drains);
     CU_add_test(s, "SIGTERM with --drain 100ms cancels hung calls", test_sigterm_short_drain_cancels);

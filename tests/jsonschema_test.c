@@ -7,6 +7,7 @@
  * check: what the messages say.
  */
 #include "buf.h"
+#include "jsonformat.h"
 #include "jsonschema.h"
 #include "testutil.h"
 
@@ -475,8 +476,13 @@ static void test_compile_errors(void)
     EXPECT_COMPILE_ERROR("{\"$ref\": \"#/definitions/x\"}",
                          "/$ref: unresolvable reference \"#/definitions/x\"");
     EXPECT_COMPILE_ERROR("{\"items\": {\"$ref\": \"other.json#/x\"}}",
-                         "/items/$ref: unresolvable reference \"other.json#/x\" (only references within this "
-                         "schema are supported)");
+                         "/items/$ref: unresolvable reference \"other.json#/x\" (a document that is not this "
+                         "schema must be given in \"schema_refs\"; nothing is fetched from the network)");
+    EXPECT_COMPILE_ERROR("{\"$schema\": \"http://json-schema.org/draft-04/schema#\"}",
+                         "/$schema: unsupported dialect \"http://json-schema.org/draft-04/schema#\" (supported: "
+                         "draft-07, 2020-12)");
+    EXPECT_COMPILE_ERROR("{\"$schema\": \"https://json-schema.org/draft/2020-12/schema\", \"prefixItems\": []}",
+                         "/prefixItems: expected a non-empty array of schemas");
     EXPECT_COMPILE_ERROR("{\"minLength\": -1}", "/minLength: expected a non-negative integer");
     EXPECT_COMPILE_ERROR("{\"maxItems\": 1.5}", "/maxItems: expected a non-negative integer");
     EXPECT_COMPILE_ERROR("{\"items\": [{}, 3]}",
@@ -505,11 +511,10 @@ static void test_compile_errors(void)
     EXPECT_COMPILE_ERROR(
         "{\"definitions\": {\"a\": {\"$ref\": \"#/definitions/b\"}, \"b\": {\"$ref\": \"#/definitions/a\"}}}",
         "/definitions/b/$ref: circular reference \"#/definitions/a\"");
-    /* a base URI change under which a $ref would mean something else */
+    /* under a base URI change, "#/b" is a pointer into the subschema with the "$id" */
     EXPECT_COMPILE_ERROR(
         "{\"definitions\": {\"a\": {\"$id\": \"http://x/a.json\", \"items\": {\"$ref\": \"#/b\"}}}}",
-        "/definitions/a/items/$ref: reference \"#/b\" is under a subschema with \"$id\" "
-        "\"http://x/a.json\" (a base URI change): not supported");
+        "/definitions/a/items/$ref: unresolvable reference \"#/b\"");
     /* unknown keywords, format, and $ref's siblings are not checked */
     tp_jsonschema_t *s = compile_at(__FILE__, __LINE__,
                                 "{\"format\": \"no-such\", \"x-anything\": {\"type\": 5}, \"title\": 1,"
@@ -556,6 +561,149 @@ static void test_ecma_regex(void)
 }
 
 /* The compiled schema owns a copy: the caller's may change or go. */
+#define S2020 "\"$schema\": \"https://json-schema.org/draft/2020-12/schema\", "
+
+/* 2020-12: the keywords it adds, and their messages in the same JSON Pointer form. */
+static void test_2020_12(void)
+{
+    /* an MCP-style input schema: $defs and a $ref into them */
+    const char *mcp = "{" S2020 "\"type\": \"object\", \"properties\": {\"loc\": {\"$ref\": \"#/$defs/loc\"}},"
+                      " \"required\": [\"loc\"], \"$defs\": {\"loc\": {\"type\": \"object\","
+                      " \"properties\": {\"lat\": {\"type\": \"number\"}}, \"required\": [\"lat\"]}}}";
+    VALID(mcp, "{\"loc\": {\"lat\": 1.5}}");
+    EXPECT(mcp, "{\"loc\": {\"lat\": \"x\"}}", 1, "/loc/lat: expected number, got string \"x\"");
+    /* 2020-12's $ref applies beside its siblings (draft-07 ignores them) */
+    EXPECT("{" S2020 "\"$ref\": \"#/$defs/s\", \"maxLength\": 2, \"$defs\": {\"s\": {\"type\": \"string\"}}}",
+           "\"abc\"", 1, "(root): expected at most 2 characters, got 3 (\"abc\")");
+    VALID("{\"$ref\": \"#/definitions/s\", \"maxLength\": 2, \"definitions\": {\"s\": {\"type\": \"string\"}}}",
+          "\"abc\"");
+    EXPECT("{" S2020 "\"allOf\": [{\"properties\": {\"a\": true}}], \"unevaluatedProperties\": false}",
+           "{\"a\": 1, \"b\": 2}", 1, "/b: unexpected property (unevaluatedProperties is false)");
+    VALID("{" S2020 "\"anyOf\": [{\"properties\": {\"a\": true}}, {\"properties\": {\"b\": true}}],"
+          " \"unevaluatedProperties\": false}",
+          "{\"a\": 1, \"b\": 2}");
+    EXPECT("{" S2020 "\"prefixItems\": [{\"type\": \"string\"}], \"items\": false}", "[\"a\", 1]", 1,
+           "(root): expected at most 1 item (items is false), got 2");
+    EXPECT("{" S2020 "\"prefixItems\": [true], \"unevaluatedItems\": {\"type\": \"string\"}}", "[1, 2]", 1,
+           "/1: expected string, got number 2");
+    EXPECT("{" S2020 "\"contains\": {\"type\": \"integer\"}, \"maxContains\": 1}", "[1, 2]", 1,
+           "(root): expected at most 1 item matching the \"contains\" schema, got 2 of 2");
+    EXPECT("{" S2020 "\"contains\": {\"type\": \"integer\"}, \"minContains\": 2}", "[1, \"x\"]", 1,
+           "(root): expected at least 2 items matching the \"contains\" schema, got 1 of 2");
+    EXPECT("{" S2020 "\"dependentRequired\": {\"a\": [\"b\"]}}", "{\"a\": 1}", 1,
+           "(root): missing property \"b\" (required when \"a\" is present)");
+    EXPECT("{" S2020 "\"dependentSchemas\": {\"a\": {\"required\": [\"c\"]}}}", "{\"a\": 1}", 1,
+           "(root): missing required property \"c\"");
+    /* $anchor, and a $dynamicRef that the outer resource's $dynamicAnchor wins */
+    EXPECT("{" S2020 "\"$ref\": \"#n\", \"$defs\": {\"x\": {\"$anchor\": \"n\", \"type\": \"null\"}}}", "1", 1,
+           "(root): expected null, got number 1");
+    const char *dyn = "{" S2020 "\"$id\": \"https://example.com/strict\", \"$dynamicAnchor\": \"node\","
+                      " \"$ref\": \"tree\", \"unevaluatedProperties\": false,"
+                      " \"$defs\": {\"tree\": {\"$id\": \"tree\", \"$dynamicAnchor\": \"node\","
+                      " \"type\": \"object\", \"properties\": {\"kids\": {\"type\": \"array\","
+                      " \"items\": {\"$dynamicRef\": \"#node\"}}}}}}";
+    VALID(dyn, "{\"kids\": [{\"kids\": []}]}");
+    /* the failed $ref's annotations are dropped, so "kids" is unevaluated at the root too */
+    EXPECT(dyn, "{\"kids\": [{\"kidz\": []}]}", 2,
+           "/kids/0/kidz: unexpected property (unevaluatedProperties is false); "
+           "/kids: unexpected property (unevaluatedProperties is false)");
+    /* without "$schema" the default is draft-07, where these keywords mean nothing */
+    VALID("{\"prefixItems\": [{\"type\": \"string\"}], \"dependentRequired\": {\"a\": [\"b\"]}}", "[1]");
+    /* ... unless the caller's default says 2020-12 */
+    char err[512];
+    json_t *js = json_loads("{\"prefixItems\": [{\"type\": \"string\"}]}", 0, NULL);
+    tp_jsonschema_opts_t o = {.dialect = TP_JSONSCHEMA_2020_12};
+    tp_jsonschema_t *s = tp_jsonschema_compile_opts(js, &o, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    CU_ASSERT_EQUAL(tp_jsonschema_dialect(s), TP_JSONSCHEMA_2020_12);
+    json_t *inst = json_loads("[1]", 0, NULL);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, inst, NULL, 0), 1);
+    json_decref(inst);
+    tp_jsonschema_free(s);
+    json_decref(js);
+    tp_jsonschema_dialect_t d;
+    CU_ASSERT_EQUAL(tp_jsonschema_dialect_parse("2020-12", &d), 0);
+    CU_ASSERT_EQUAL(d, TP_JSONSCHEMA_2020_12);
+    CU_ASSERT_EQUAL(tp_jsonschema_dialect_parse("http://json-schema.org/draft-07/schema", &d), 0);
+    CU_ASSERT_EQUAL(d, TP_JSONSCHEMA_DRAFT7);
+    CU_ASSERT_EQUAL(tp_jsonschema_dialect_parse("draft-04", &d), -1);
+}
+
+/* draft-07's $ref in full: "$id" changes the base URI of what is under it. */
+static void test_id_scopes(void)
+{
+    const char *s = "{\"$id\": \"http://x/root.json\", \"definitions\": {\"a\": {\"$id\": \"a.json\","
+                    " \"definitions\": {\"b\": {\"type\": \"integer\"}}, \"items\": {\"$ref\": \"#/definitions/b\"}}},"
+                    " \"properties\": {\"p\": {\"$ref\": \"a.json\"}, \"q\": {\"$ref\": \"/root.json#/definitions/a\"}}}";
+    VALID(s, "{\"p\": [1], \"q\": [2]}");
+    EXPECT(s, "{\"p\": [\"x\"], \"q\": [3.5]}", 2,
+           "/p/0: expected integer, got string \"x\"; /q/0: expected integer, got number 3.5");
+}
+
+/* A loader standing in for schema_refs: one document, by URI. */
+static json_t *load_one(const char *uri, void *arg)
+{
+    (void)arg;
+    if (strcmp(uri, "https://example.com/a.json") != 0)
+        return NULL;
+    return json_loads("{\"definitions\": {\"id\": {\"type\": \"string\", \"minLength\": 3}}}", 0, NULL);
+}
+
+static void test_remote_and_formats(void)
+{
+    char err[512];
+    json_t *js = json_loads("{\"properties\": {\"id\": {\"$ref\": \"https://example.com/a.json#/definitions/id\"},"
+                            " \"day\": {\"type\": \"string\", \"format\": \"date\"}}}",
+                            0, NULL);
+    json_t *bad = json_loads("{\"id\": \"ab\", \"day\": \"tomorrow\"}", 0, NULL);
+    CU_ASSERT_PTR_NULL(tp_jsonschema_compile(js, err, sizeof err)); /* no loader: unresolvable */
+    tp_jsonschema_opts_t o = {.load = load_one};
+    tp_jsonschema_t *s = tp_jsonschema_compile_opts(js, &o, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    tp_buf_t msg = {0};
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, bad, &msg, 0), 1); /* format: an annotation */
+    CU_ASSERT_EQUAL(tp_buf_append(&msg, "", 1), 0);
+    CU_ASSERT_STRING_EQUAL((char *)msg.data, "/id: expected at least 3 characters, got 2 (\"ab\")");
+    tp_jsonschema_free(s);
+    o.assert_formats = true;
+    s = tp_jsonschema_compile_opts(js, &o, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    tp_buf_reset(&msg);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, bad, &msg, 0), 2);
+    CU_ASSERT_EQUAL(tp_buf_append(&msg, "", 1), 0);
+    CU_ASSERT_STRING_EQUAL((char *)msg.data, "/id: expected at least 3 characters, got 2 (\"ab\"); "
+                                             "/day: expected a valid date, got \"tomorrow\"");
+    tp_buf_free(&msg);
+    tp_jsonschema_free(s);
+    json_decref(bad);
+    json_decref(js);
+    /* the format checks themselves, a few edges each */
+    static const struct {
+        tp_format_t f;
+        const char *s;
+        bool ok;
+    } cases[] = {
+        {TP_FORMAT_DATE, "2024-02-29", true},         {TP_FORMAT_DATE, "2023-02-29", false},
+        {TP_FORMAT_DATE_TIME, "2024-01-01T10:00:00Z", true}, {TP_FORMAT_DATE_TIME, "2024-01-01 10:00:00Z", false},
+        {TP_FORMAT_TIME, "23:59:60Z", true},          {TP_FORMAT_TIME, "12:00:00", false},
+        {TP_FORMAT_DURATION, "P1DT2H", true},         {TP_FORMAT_DURATION, "P1D2H", false},
+        {TP_FORMAT_EMAIL, "a.b@example.com", true},   {TP_FORMAT_EMAIL, "a..b@example.com", false},
+        {TP_FORMAT_HOSTNAME, "api-1.example.com", true}, {TP_FORMAT_HOSTNAME, "-x.com", false},
+        {TP_FORMAT_IPV4, "192.168.0.1", true},        {TP_FORMAT_IPV4, "192.168.0.01", false},
+        {TP_FORMAT_IPV6, "2001:db8::1", true},        {TP_FORMAT_IPV6, "1::2::3", false},
+        {TP_FORMAT_URI, "https://example.com/a?b#c", true}, {TP_FORMAT_URI, "/relative", false},
+        {TP_FORMAT_URI_REFERENCE, "/relative", true}, {TP_FORMAT_URI_REFERENCE, "a b", false},
+        {TP_FORMAT_UUID, "123e4567-e89b-12d3-a456-426614174000", true}, {TP_FORMAT_UUID, "123e4567", false},
+        {TP_FORMAT_JSON_POINTER, "/a~1b", true},      {TP_FORMAT_JSON_POINTER, "/a~2", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bool got = tp_jsonformat_check(cases[i].f, cases[i].s, strlen(cases[i].s));
+        CU_ASSERT_EQUAL(got, cases[i].ok);
+        if (got != cases[i].ok)
+            fprintf(stderr, "\n%s %s: got %d\n", tp_jsonformat_name(cases[i].f), cases[i].s, got);
+    }
+}
+
 static void test_owns_copy(void)
 {
     json_t *js = json_loads("{\"properties\": {\"a\": {\"enum\": [\"x\"]}}}", 0, NULL);
@@ -590,6 +738,9 @@ int main(void)
     CU_add_test(suite, "number messages", test_number_messages);
     CU_add_test(suite, "combinators", test_combinators);
     CU_add_test(suite, "refs", test_refs);
+    CU_add_test(suite, "2020-12", test_2020_12);
+    CU_add_test(suite, "$id scopes", test_id_scopes);
+    CU_add_test(suite, "remote documents and formats", test_remote_and_formats);
     CU_add_test(suite, "depth guard", test_depth_guard);
     CU_add_test(suite, "compile errors", test_compile_errors);
     CU_add_test(suite, "ECMA-262 regex", test_ecma_regex);

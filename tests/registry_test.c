@@ -5,6 +5,7 @@
  * comments; the line numbers asserted below are those.
  */
 #include "jsonpos.h"
+#include "jsonschema.h"
 #include "registry.h"
 #include "taxonomy.h"
 #include "testutil.h"
@@ -699,6 +700,45 @@ static void test_err_syntax(void)
     EXPECT_ERROR("{\"tools\"\"}}]\\\n", 2, NULL, "invalid JSON: invalid escape near '\"}}]\\?'");
 }
 
+/* schema_dialect, formats, schema_refs: registry-wide, per tool, and their errors */
+static void test_schema_settings(void)
+{
+    char err[1024], *path;
+    char *units = tp_test_write(tmpdir, "units.json", "{\"type\": \"string\"}");
+    tp_registry_t *reg =
+        load("schema.json",
+             "{\"schema_dialect\": \"2020-12\", \"formats\": \"assert\",\n"
+             " \"schema_refs\": {\"https://example.com/units.json#\": \"units.json\"},\n"
+             " \"tools\": [\n"
+             "  {\"name\": \"a\", \"exec\": [\"x\"], \"parameters\": {\"prefixItems\": [{\"format\": \"date\"}],"
+             " \"items\": {\"$ref\": \"https://example.com/units.json\"}}},\n"
+             "  {\"name\": \"b\", \"exec\": [\"x\"], \"schema_dialect\": \"draft-07\", \"formats\": \"annotate\",\n"
+             "   \"parameters\": {\"prefixItems\": [{\"format\": \"date\"}]}}]}\n",
+             &path, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    json_t *args = json_loads("[\"tomorrow\", 5]", 0, NULL);
+    /* a: 2020-12 by the registry's default, formats asserted, the $ref served from units.json */
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(tp_registry_find(reg, "a")->schema, args, NULL, 0), 2);
+    /* b: draft-07 (prefixItems means nothing there), formats annotations */
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(tp_registry_find(reg, "b")->schema, args, NULL, 0), 0);
+    json_decref(args);
+    tp_registry_free(reg);
+    free(path);
+    free(units);
+    EXPECT_ERROR("{\"schema_dialect\": \"draft-04\",\n" /* 1 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}\n",
+                 1, "schema_dialect", "expected \"draft-07\" or \"2020-12\", got \"draft-04\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+                 "   \"formats\": true}]}\n",                          /* 2 */
+                 2, "tools[0] (a).formats", "expected \"annotate\" or \"assert\", got true");
+    EXPECT_ERROR("{\"schema_refs\": {\"https://x/a.json\": \"missing.json\"},\n" /* 1 */
+                 " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}\n",
+                 1, "schema_refs.https://x/a.json", "cannot read the schema");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n"            /* 1 */
+                 "   \"parameters\": {\"properties\": {\"q\": {\"$ref\": \"https://x/b.json\"}}}}]}\n", /* 2 */
+                 2, "tools[0] (a).parameters", "/properties/q/$ref: unresolvable reference \"https://x/b.json\"");
+}
+
 static void test_err_top_level(void)
 {
     EXPECT_EXACT("{\n"                                             /* 1 */
@@ -708,7 +748,8 @@ static void test_err_top_level(void)
                  "3: tool: unknown key (did you mean \"tools\"?)");
     EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}],\n" /* 1 */
                  " \"version\": 2}\n",                                  /* 2 */
-                 "2: version: unknown key (expected one of \"defaults\", \"guards\", \"tools\")");
+                 "2: version: unknown key (expected one of \"defaults\", \"guards\", \"schema_dialect\", "
+                 "\"formats\", \"schema_refs\", \"tools\")");
     EXPECT_EXACT("{\"defaults\": {}}", "1: missing required key \"tools\"");
     EXPECT_EXACT("{\n \"tools\": []\n}", "2: tools: expected a non-empty array of tools, got []");
     EXPECT_EXACT("{\"tools\": {\"a\": 1}}",
@@ -1093,6 +1134,7 @@ int main(void)
         {"error: missing file", test_err_missing_file},
         {"error: JSON syntax", test_err_syntax},
         {"error: top level", test_err_top_level},
+        {"schema_dialect, formats, schema_refs", test_schema_settings},
         {"error: unknown tool key", test_err_unknown_tool_key},
         {"error: unknown policy key", test_err_unknown_policy_key},
         {"error: wrong type", test_err_wrong_type},

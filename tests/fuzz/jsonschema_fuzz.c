@@ -1,29 +1,37 @@
 /*
  * The JSON Schema compiler and validator (common/jsonschema.h). The input
  * is a schema and an instance, split at the first NUL byte (with none, the
- * schema is checked against itself). A schema that does not compile says
- * why; one that does gives the same number of violations with and without
- * a message, a message exactly when there are violations, and the same
- * count again once the caller's copy of the schema is gone (the compiled
- * schema owns its own).
+ * schema is checked against itself). The schema is compiled twice: as
+ * draft-07 with formats annotations, and as 2020-12 (its default dialect)
+ * with formats asserted and a loader that serves the schema itself as the
+ * document "https://fuzz.example/self", so $dynamicRef, unevaluated*,
+ * remote references and the format checks are reached too. A schema that
+ * does not compile says why; one that does gives the same number of
+ * violations with and without a message, a message exactly when there are
+ * violations, and the same count again once the caller's copy of the
+ * schema is gone (the compiled schema owns its own).
  */
 #include <string.h>
 
 #include "fuzz.h"
 #include "jsonschema.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static json_t *self_doc;
+
+static json_t *load_self(const char *uri, void *arg)
 {
-    const uint8_t *nul = memchr(data, 0, size);
-    size_t slen = nul ? (size_t)(nul - data) : size;
-    json_t *schema = json_loadb((const char *)data, slen, JSON_DECODE_ANY, NULL);
+    (void)arg;
+    return strcmp(uri, "https://fuzz.example/self") == 0 && self_doc ? json_incref(self_doc) : NULL;
+}
+
+static void one(const json_t *schema_in, const json_t *instance, const tp_jsonschema_opts_t *opts)
+{
+    json_t *schema = json_deep_copy(schema_in);
     if (schema == NULL)
-        return 0;
-    json_t *instance = nul ? json_loadb((const char *)nul + 1, size - slen - 1, JSON_DECODE_ANY, NULL)
-                           : json_incref(schema);
+        return;
     char err[512];
     err[0] = 0;
-    tp_jsonschema_t *s = tp_jsonschema_compile(schema, err, sizeof err);
+    tp_jsonschema_t *s = tp_jsonschema_compile_opts(schema, opts, err, sizeof err);
     if (s == NULL) {
         TP_FUZZ_CHECK(err[0] != 0);
     } else if (instance) {
@@ -38,6 +46,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         tp_buf_free(&msg);
     }
     tp_jsonschema_free(s);
+    json_decref(schema);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const uint8_t *nul = memchr(data, 0, size);
+    size_t slen = nul ? (size_t)(nul - data) : size;
+    json_t *schema = json_loadb((const char *)data, slen, JSON_DECODE_ANY, NULL);
+    if (schema == NULL)
+        return 0;
+    json_t *instance = nul ? json_loadb((const char *)nul + 1, size - slen - 1, JSON_DECODE_ANY, NULL)
+                           : json_incref(schema);
+    tp_jsonschema_opts_t d7 = {.dialect = TP_JSONSCHEMA_DRAFT7};
+    one(schema, instance, &d7);
+    self_doc = schema;
+    tp_jsonschema_opts_t d2020 = {.dialect = TP_JSONSCHEMA_2020_12, .assert_formats = true, .load = load_self};
+    one(schema, instance, &d2020);
+    self_doc = NULL;
     json_decref(schema);
     json_decref(instance);
     return 0;
