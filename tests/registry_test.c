@@ -708,7 +708,7 @@ static void test_err_top_level(void)
                  "3: tool: unknown key (did you mean \"tools\"?)");
     EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}],\n" /* 1 */
                  " \"version\": 2}\n",                                  /* 2 */
-                 "2: version: unknown key (expected one of \"defaults\", \"guards\", \"tools\")");
+                 "2: version: unknown key (expected one of \"defaults\", \"guards\", \"tools\", \"mcp_servers\")");
     EXPECT_EXACT("{\"defaults\": {}}", "1: missing required key \"tools\"");
     EXPECT_EXACT("{\n \"tools\": []\n}", "2: tools: expected a non-empty array of tools, got []");
     EXPECT_EXACT("{\"tools\": {\"a\": 1}}",
@@ -970,12 +970,8 @@ static void test_err_adapter_shapes(void)
                  "  {\"name\": \"c\",\n"                             /* 4 */
                  "   \"http\": {\"url\": \"https://example.com/c\"}}\n" /* 5 */
                  "]}\n",                                             /* 6 */
-                 "5: tools[2] (c).http: the http adapter is not available in this build (exec "
-                 "and plugin are)");
-    EXPECT_EXACT("{\"tools\": [{\"name\": \"m\",\n"                  /* 1 */
-                 "   \"mcp\": {\"command\": [\"./srv\"], \"tool\": \"search\"}}]}\n", /* 2 */
-                 "2: tools[0] (m).mcp: the mcp adapter is not available in this build (exec "
-                 "and plugin are)");
+                 "5: tools[2] (c).http: the http adapter is not available in this build (exec, "
+                 "plugin and mcp are)");
     /* their shape is checked first */
     EXPECT_ERROR("{\"tools\": [{\"name\": \"c\",\n"                  /* 1 */
                  "   \"http\": {\"url\": \"ftp://example.com\"}}]}\n", /* 2 */
