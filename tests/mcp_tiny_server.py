@@ -4,13 +4,14 @@ mcp adapter's deterministic cases: no npm needed.
 
 Tools: echo, add, fail (isError with a JSON error object), oops (isError
 with plain text), badparams (JSON-RPC -32602), sleep (until its time or a
-notifications/cancelled), pid, crash (exits mid-call), env (a variable).
+notifications/cancelled), pid, crash (exits mid-call), crash_once, env (a variable).
 
 Environment:
   TINY_LOG         a file each notable event is appended to ("cancelled 3")
   TINY_CRASH       "start": exits 1 before answering initialize, after a word on stderr
   TINY_PAGE        tools per page of tools/list (nextCursor pagination); 0: one page
   TINY_VERSION     the protocolVersion answered (default: the one asked for)
+  TINY_MARK        crash_once's marker file
 """
 import json
 import os
@@ -31,6 +32,8 @@ TOOLS = [
      "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}}},
     {"name": "pid", "description": "Its process id.", "inputSchema": {"type": "object"}},
     {"name": "crash", "description": "Exits mid-call.", "inputSchema": {"type": "object"}},
+    {"name": "crash_once", "description": "Exits mid-call the first time ($TINY_MARK not there).",
+     "inputSchema": {"type": "object"}},
     {"name": "env", "description": "A variable of its environment, and its directory.",
      "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}},
 ]
@@ -93,6 +96,12 @@ def call(req):
         return text(str(os.getpid()))
     if name == "env":
         return text(json.dumps({"value": os.environ.get(args.get("name", ""), None), "cwd": os.getcwd()}))
+    if name == "crash_once":
+        mark = os.environ["TINY_MARK"]
+        if os.path.exists(mark):
+            return text("survived")
+        open(mark, "w").close()
+        os._exit(3)
     if name == "crash":
         sys.stderr.write("tiny: crashing on purpose\n")
         sys.stderr.flush()
