@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,6 +251,18 @@ int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volati
         tp_buf_free(&line);
         return TP_MCP_NOMEM;
     }
+    /*
+     * A server gone is EPIPE, never our death: the supervisor imports
+     * before it ignores SIGPIPE. The signal is blocked around the writes,
+     * and one they raised is taken off again, unless one was pending
+     * already.
+     */
+    sigset_t pipe_set, old, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    sigpending(&pending);
+    bool was_pending = sigismember(&pending, SIGPIPE) == 1;
     int rc = 0;
     size_t sent = 0;
     while (sent < line.len) {
@@ -268,6 +281,11 @@ int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volati
         rc = TP_MCP_EXITED; /* EPIPE: it closed its stdin, or is gone */
         break;
     }
+    if (rc == TP_MCP_EXITED && !was_pending) {
+        struct timespec zero = {0, 0};
+        sigtimedwait(&pipe_set, NULL, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     tp_buf_free(&line);
     return rc;
 }

@@ -1507,14 +1507,14 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
             }
             json_t *obj = imported_tool(server, sp, t, name, sizeof name);
             size_t *from = realloc(ld->imported_from, (json_array_size(ld->imported) + 1) * sizeof *from);
+            if (from != NULL)
+                ld->imported_from = from;
             if (obj == NULL || from == NULL) {
                 json_decref(obj);
-                free(from == ld->imported_from ? NULL : from);
                 snprintf(err, sizeof err, "out of memory");
                 names_ok = false;
                 break;
             }
-            ld->imported_from = from;
             from[json_array_size(ld->imported)] = pos;
             json_array_append_new(ld->imported, obj);
             listed++;

@@ -60,6 +60,7 @@ class McpAdapterTest(unittest.TestCase):
                             "-j", str(j), src], capture_output=True, text=True, timeout=240)
         if expect_rc is not None:
             self.assertEqual(p.returncode, expect_rc, p.stderr)
+        self.assertNotRegex(p.stderr, "Sanitizer|runtime error:")
         out = {}
         for line in p.stdout.splitlines():
             r = json.loads(line)
@@ -71,7 +72,8 @@ class McpAdapterTest(unittest.TestCase):
 
     def test_results_and_classification(self):
         reg = {"defaults": self.defaults(), "tools": [
-            self.tool("echo", "echo"), self.tool("add", "add"), self.tool("fail", "fail", attempts=2),
+            self.tool("echo", "echo"), {"name": "add", "mcp": {"command": TINY, "tool": "add"}},  # no env, no cwd
+            self.tool("fail", "fail", attempts=2),
             self.tool("oops", "oops"), self.tool("bad", "badparams"), self.tool("nope", "nope"),
             self.tool("pid", "pid"), self.tool("env", "env", env={"FOO": "bar"}, ),
         ]}
@@ -199,6 +201,7 @@ class McpAdapterTest(unittest.TestCase):
         p = subprocess.run([TOOLPOOL, "run", "--registry", path, "--store", os.path.join(self.tmp, "store"), src],
                            capture_output=True, text=True, timeout=120)
         self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertNotRegex(p.stderr, "Sanitizer|runtime error:")
         return p.stderr
 
     def test_import_errors(self):

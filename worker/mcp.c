@@ -189,7 +189,8 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
         return -1;
     }
     memcpy(argv, call->argv, call->n_argv * sizeof *argv);
-    memcpy(env, call->mcp_env, call->n_mcp_env * sizeof *env);
+    if (call->n_mcp_env > 0)
+        memcpy(env, call->mcp_env, call->n_mcp_env * sizeof *env);
     int rc = tp_mcpio_spawn(&s->conn, argv, env, call->mcp_cwd[0] ? call->mcp_cwd : NULL, false, err, sizeof err);
     free(argv);
     free(env);
