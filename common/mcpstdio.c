@@ -222,12 +222,26 @@ static int wait_ms(uint64_t deadline_us)
  */
 static int wait_fd(tp_mcpio_t *c, int fd, short events, uint64_t deadline_us, volatile sig_atomic_t *stop)
 {
+    /*
+     * SIGTERM (what sets stop) is blocked but inside ppoll, so one that
+     * comes between the flag's check and the wait still ends the wait.
+     */
+    sigset_t term, old;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
     for (;;) {
-        if (stop && *stop)
-            return TP_MCP_INTR;
         struct pollfd pf[2] = {{.fd = fd, .events = events}, {.fd = c->err_fd, .events = POLLIN}};
         int ms = wait_ms(deadline_us);
-        int n = poll(pf, 2, ms);
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        if (stop)
+            pthread_sigmask(SIG_BLOCK, &term, &old);
+        if (stop && *stop) {
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            return TP_MCP_INTR;
+        }
+        int n = ppoll(pf, 2, ms < 0 ? NULL : &ts, stop ? &old : NULL);
+        if (stop)
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (n < 0) {
             if (errno == EINTR)
                 continue; /* the flag is checked at the top */

@@ -7,9 +7,10 @@
  * Two users: the worker's mcp adapter (worker/mcp.c), which keeps a session
  * open across calls, and the registry's import of "mcp_servers"
  * (common/registry.c), which starts a server, lists its tools and stops it.
- * Every wait has a deadline and may be cut short by a flag a signal handler
- * sets; nothing here installs a handler or reaps any process but the
- * server.
+ * Every wait has a deadline and may be cut short by a flag the caller's
+ * SIGTERM handler sets (SIGTERM is let through only inside the wait, so
+ * one that comes just before it is not missed); nothing here installs a
+ * handler or reaps any process but the server.
  */
 #ifndef TP_MCPSTDIO_H
 #define TP_MCPSTDIO_H
