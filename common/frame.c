@@ -140,12 +140,18 @@ int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv
     return head->len == n ? 0 : -1;
 }
 
-int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files)
+int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files,
+                      const char *mcp_tool, char **mcp_env, const char *mcp_cwd)
 {
     Toolpool__Call call = TOOLPOOL__CALL__INIT;
     call.limit_memory = limit_memory;
     call.limit_cpu = limit_cpu;
     call.limit_files = limit_files;
+    call.mcp_tool = (char *)(mcp_tool ? mcp_tool : "");
+    call.mcp_env = mcp_env;
+    for (call.n_mcp_env = 0; mcp_env && mcp_env[call.n_mcp_env]; call.n_mcp_env++)
+        ;
+    call.mcp_cwd = (char *)(mcp_cwd ? mcp_cwd : "");
     size_t n = protobuf_c_message_get_packed_size(&call.base);
     tp_buf_reset(tail);
     if (tp_buf_reserve(tail, n) < 0)
@@ -167,7 +173,7 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
         return -1;
     *p++ = KEY_FRAME_CALL;
     p = put_varint(p, call_len);
-    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-14). */
+    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-17). */
     p = put_varint_field(p, KEY_SEQ, c->seq);
     memcpy(p, c->head->data, c->head->len);
     p += c->head->len;
@@ -177,7 +183,7 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
     p = put_varint_field(p, KEY_STEP, c->step);
     p = put_varint_field(p, KEY_ATTEMPT, c->attempt);
     if (tail_len)
-        memcpy(p, c->tail->data, tail_len); /* 12-14: the tool's limits */
+        memcpy(p, c->tail->data, tail_len); /* 12-17: the tool's limits, an mcp server's fields */
     out->len += TP_FRAME_HEADER + n;
     return 0;
 }

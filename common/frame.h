@@ -40,7 +40,8 @@ int tp_frame_append(tp_buf_t *out, const ProtobufCMessage *msg, uint32_t max);
  * the same for every call of a tool (tool, adapter, argv, plugin_path,
  * max_output) are packed by protobuf-c once, into the tool's head; each
  * call then writes only its own fields around it, and the tool's limits
- * (fields 12-14, packed once too, its tail) after them. The bytes are exactly
+ * (fields 12-14, packed once too, its tail, with an mcp tool's server
+ * fields 15-17) after them. The bytes are exactly
  * what protobuf-c would pack for the whole SupervisorFrame (frame_test
  * compares them), so the worker decodes them as any other frame.
  */
@@ -60,8 +61,13 @@ typedef struct {
 /* Packs a tool's fields of a Call (the rest left out) into head. 0, or -1. */
 int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv, size_t argc,
                       const char *plugin_path, uint64_t max_output);
-/* Packs a tool's limits (0: none) into tail, fields 12-14 of a Call. 0, or -1. */
-int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files);
+/*
+ * Packs a tool's limits (0: none) into tail, fields 12-14 of a Call, and an
+ * mcp tool's server fields after them (15-17; mcp_tool NULL: none, env a
+ * NULL-terminated "K=V" list or NULL, cwd NULL: none). 0, or -1.
+ */
+int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files,
+                      const char *mcp_tool, char **mcp_env, const char *mcp_cwd);
 /* Appends header + SupervisorFrame{call} to out. 0, or -1 (ENOMEM, or EMSGSIZE: too big). */
 int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max);
 

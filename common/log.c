@@ -35,3 +35,11 @@ void tp_log_warn(const char *fmt, ...)
     vlog("warning: ", fmt, ap);
     va_end(ap);
 }
+
+void tp_log_info(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog("", fmt, ap);
+    va_end(ap);
+}

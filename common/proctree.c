@@ -156,6 +156,19 @@ static void kill_one(int procfd, pid_t pid, uint64_t start)
 
 int tp_proctree_kill(tp_proctree_t *t, pid_t root)
 {
+    return tp_proctree_kill_but(t, root, NULL, 0);
+}
+
+static bool spared(const pid_t *spare, size_t n, pid_t pid)
+{
+    for (size_t i = 0; i < n; i++)
+        if (spare[i] == pid)
+            return true;
+    return false;
+}
+
+int tp_proctree_kill_but(tp_proctree_t *t, pid_t root, const pid_t *spare, size_t n_spare)
+{
     int procfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (procfd < 0)
         return -1;
@@ -175,8 +188,8 @@ int tp_proctree_kill(tp_proctree_t *t, pid_t root)
                 off += e->reclen;
                 pid_t pid = parse_pid(e->name);
                 stat_t st;
-                if (pid <= 0 || pid == root || read_stat(procfd, pid, &st) < 0)
-                    continue;
+                if (pid <= 0 || pid == root || spared(spare, n_spare, pid) || read_stat(procfd, pid, &st) < 0)
+                    continue; /* a spared one's children are nobody's found: spared too */
                 if (st.state == 'Z' || st.state == 'X')
                     continue; /* dead already: its parent reaps it */
                 tp_proctree_ent_t *ent = find(t, pid);

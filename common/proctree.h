@@ -53,4 +53,11 @@ typedef struct {
  */
 int tp_proctree_kill(tp_proctree_t *t, pid_t root);
 
+/*
+ * tp_proctree_kill, sparing the n processes in spare (children of root)
+ * and everything descended from them: a worker's MCP servers, which live
+ * from call to call.
+ */
+int tp_proctree_kill_but(tp_proctree_t *t, pid_t root, const pid_t *spare, size_t n);
+
 #endif

@@ -10,8 +10,10 @@
  */
 #include "registry.h"
 
+#include "clock.h"
 #include "jsonpos.h"
 #include "jsonschema.h"
+#include "mcpstdio.h"
 #include "taxonomy.h"
 
 #include <errno.h>
@@ -103,6 +105,9 @@ typedef struct {
     tp_registry_t *reg;
     json_t *root;
     json_t *tools_json; /* the "tools" array, read after "defaults" */
+    json_t *servers_json; /* "mcp_servers", imported after "defaults" */
+    json_t *imported;   /* the tools the servers listed, as tool objects, in order */
+    size_t *imported_from; /* for each, its server's position in "mcp_servers" */
 } loader_t;
 
 /* The one format of every message: "FILE:LINE: KEYPATH: msg", parts left out when unknown. */
@@ -226,6 +231,8 @@ typedef enum {
     K_DIALECT,  /* "draft-07" | "2020-12" (or a "$schema" URI of one) -> int TP_JSONSCHEMA_* */
     K_FORMATS,  /* "annotate" | "assert" -> int TP_FORMATS_* */
     K_SCHEMA_REFS, /* {URI: FILE}: each file read now, kept as a document by URI */
+    K_ENV,      /* an object of strings -> NULL-terminated char ** of "K=V" */
+    K_SERVERS,  /* the top-level mcp_servers object, imported after "defaults" */
 } key_type_t;
 
 enum {
@@ -356,6 +363,8 @@ static const key_table_t plugin_table = TABLE(plugin_keys);
 static const key_spec_t mcp_keys[] = {
     {KEY("command", K_ARGV), TOOL(mcp_command), .flags = F_REQUIRED | F_PATH},
     {KEY("tool", K_STRING), TOOL(mcp_tool), .flags = F_REQUIRED | F_NONEMPTY},
+    {KEY("env", K_ENV), TOOL(mcp_env)},
+    {KEY("cwd", K_STRING), TOOL(mcp_cwd), .flags = F_NONEMPTY | F_PATH},
 };
 static const key_table_t mcp_table = TABLE(mcp_keys);
 
@@ -394,7 +403,8 @@ static const key_spec_t top_keys[] = {
     {KEY("schema_dialect", K_DIALECT), FIELD(tp_registry_t, schema_dialect)},
     {KEY("formats", K_FORMATS), FIELD(tp_registry_t, formats)},
     {KEY("schema_refs", K_SCHEMA_REFS), FIELD(tp_registry_t, schema_refs)},
-    {KEY("tools", K_TOOLS), .flags = F_REQUIRED},
+    {KEY("tools", K_TOOLS)},
+    {KEY("mcp_servers", K_SERVERS)},
 };
 static const key_table_t top_table = TABLE(top_keys);
 
@@ -405,7 +415,7 @@ static const struct {
 } adapters[] = {
     [TP_ADAPTER_EXEC] = {"exec", true},
     [TP_ADAPTER_PLUGIN] = {"plugin", true},
-    [TP_ADAPTER_MCP] = {"mcp", false},
+    [TP_ADAPTER_MCP] = {"mcp", true},
     [TP_ADAPTER_HTTP] = {"http", false},
 };
 
@@ -865,13 +875,56 @@ static int parse_adapter(loader_t *ld, const key_spec_t *s, json_t *v, tp_tool_t
     return parse_object(ld, v, s->sub, tool);
 }
 
-/* "tools" is only checked here; parse_tools reads it once "defaults" is known. */
+/*
+ * "tools" is only checked here; parse_tools reads it once "defaults" is
+ * known. It may be empty when "mcp_servers" brings tools (check_some_tools).
+ */
 static int parse_tools_value(loader_t *ld, json_t *v)
 {
     char got[96];
-    if (!json_is_array(v) || json_array_size(v) == 0)
+    if (!json_is_array(v))
         return fail(ld, "expected a non-empty array of tools, got %s", GOT(v));
     ld->tools_json = v;
+    return 0;
+}
+
+/* "mcp_servers": an object of servers, read by import_servers once "defaults" is known. */
+static int parse_servers_value(loader_t *ld, json_t *v)
+{
+    char got[96];
+    if (!json_is_object(v))
+        return fail(ld, "expected an object of MCP servers like {\"fs\": {\"command\": [...]}}, got %s",
+                    GOT(v));
+    ld->servers_json = v;
+    return 0;
+}
+
+/* env: {"NAME": "value"} -> "NAME=value" entries, NULL-terminated. */
+static int parse_env(loader_t *ld, json_t *v, char ***out)
+{
+    char got[96];
+    if (!json_is_object(v))
+        return fail(ld, "expected an object of environment variables like {\"HOME\": \"/tmp\"}, got %s", GOT(v));
+    char **env = calloc(json_object_size(v) + 1, sizeof *env);
+    if (env == NULL)
+        return fail_oom(ld);
+    free_argv(*out);
+    *out = env;
+    size_t i = 0;
+    const char *k;
+    json_t *e;
+    json_object_foreach(v, k, e) {
+        mark_t m = where_key(&ld->at, k);
+        if (*k == '\0' || strchr(k, '=') != NULL)
+            return fail(ld, "expected a variable name without '='");
+        if (!json_is_string(e))
+            return fail(ld, "expected a string, got %s", GOT(e));
+        size_t n = strlen(k) + json_string_length(e) + 2;
+        if ((env[i] = malloc(n)) == NULL)
+            return fail_oom(ld);
+        snprintf(env[i++], n, "%s=%s", k, json_string_value(e));
+        where_pop(&ld->at, m);
+    }
     return 0;
 }
 
@@ -1065,6 +1118,10 @@ static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
         return parse_adapter(ld, s, v, base);
     case K_TOOLS:
         return parse_tools_value(ld, v);
+    case K_SERVERS:
+        return parse_servers_value(ld, v);
+    case K_ENV:
+        return parse_env(ld, v, (char ***)field);
     }
     return fail(ld, "internal error: key type %d", (int)s->type);
 }
@@ -1127,7 +1184,7 @@ static int fail_unknown(loader_t *ld, const key_table_t *tab, const char *key)
     }
     if (best != NULL)
         return fail(ld, "unknown key (did you mean \"%s\"?)", best);
-    if (total > 6)
+    if (total > 8)
         return fail(ld, "unknown key");
     char list[256];
     size_t len = 0;
@@ -1241,11 +1298,13 @@ static const char *available_adapters(char *buf, size_t n)
  * (a second tool of the same name is an error here), then the rest of its
  * keys, then the adapter rules.
  */
-static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool)
+static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool imported)
 {
     char got[96];
     tp_registry_t *reg = ld->reg;
-    mark_t m = where_index(&ld->at, i);
+    mark_t m = {ld->at.ptr_len, ld->at.key_len};
+    if (!imported)
+        where_index(&ld->at, i); /* an imported tool's place is its server's, set by the caller */
     tool->index = i;
     tool->line = tp_json_line(ld->text, ld->len, ld->at.ptr);
     if (!json_is_object(t))
@@ -1261,9 +1320,12 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool)
         return fail(ld, "expected a name of letters, digits, '_', '.' or '-', at most %d bytes, got %s",
                     TP_TOOL_NAME_MAX, GOT(name));
     const tp_tool_t *prev = tp_registry_find(reg, json_string_value(name));
-    if (prev != NULL)
+    if (prev != NULL && prev->mcp_server == NULL)
         return fail(ld, "duplicate tool name %s (already declared as tools[%zu] on line %d)",
                     GOT(name), prev->index, prev->line);
+    if (prev != NULL)
+        return fail(ld, "duplicate tool name %s (already imported from mcp_servers.%s on line %d)", GOT(name),
+                    prev->mcp_server, prev->line);
     tool->name = strdup(json_string_value(name));
     if (tool->name == NULL)
         return fail_oom(ld);
@@ -1292,25 +1354,371 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool)
 }
 
 /*
- * Sizes the tool array and the name index from the array's length, then
- * reads each tool in order. n_tools is set first so a failure part-way
- * still frees every tool begun.
+ * Layers a server's policy blocks on an imported tool: the server's
+ * "defaults", then the tool's own entry in the server's "tools", each key
+ * by key over what it has (the registry's defaults). Both were checked
+ * in place by check_server_policy, so only a second look at
+ * max_output can fail here.
+ */
+static int server_policy(loader_t *ld, tp_tool_t *tool, const char *server, json_t *spec, const char *mcp_name)
+{
+    json_t *blocks[2] = {json_object_get(spec, "defaults"),
+                         json_object_get(json_object_get(spec, "tools"), mcp_name)};
+    for (int b = 0; b < 2; b++) {
+        if (blocks[b] == NULL)
+            continue;
+        where_pop(&ld->at, (mark_t){0, 0});
+        where_key(&ld->at, "mcp_servers");
+        where_key(&ld->at, server);
+        where_key(&ld->at, b == 0 ? "defaults" : "tools");
+        if (b == 1)
+            where_key(&ld->at, mcp_name);
+        if (parse_object(ld, blocks[b], &policy_table, &tool->policy) < 0 || check_output_once(ld, blocks[b]) < 0)
+            return -1;
+    }
+    where_pop(&ld->at, (mark_t){0, 0});
+    return 0;
+}
+
+/*
+ * Sizes the tool array and the name index from the declared tools and the
+ * imported ones, then reads each in order: the declared first, then each
+ * server's, in the order they were listed.
  */
 static int parse_tools(loader_t *ld)
 {
     tp_registry_t *reg = ld->reg;
-    size_t n = json_array_size(ld->tools_json);
-    reg->tools = calloc(n, sizeof *reg->tools);
+    size_t nd = json_array_size(ld->tools_json), n = nd + json_array_size(ld->imported);
+    reg->tools = calloc(n ? n : 1, sizeof *reg->tools);
     reg->index = index_new(n);
     if (reg->tools == NULL || reg->index == NULL)
         return fail_oom(ld);
     reg->n_tools = n;
     mark_t m = where_key(&ld->at, "tools");
-    for (size_t i = 0; i < n; i++)
-        if (parse_tool(ld, json_array_get(ld->tools_json, i), i, &reg->tools[i]) < 0)
+    for (size_t i = 0; i < nd; i++)
+        if (parse_tool(ld, json_array_get(ld->tools_json, i), i, &reg->tools[i], false) < 0)
             return -1;
     where_pop(&ld->at, m);
+    for (size_t i = nd; i < n; i++) {
+        json_t *t = json_array_get(ld->imported, i - nd);
+        const char *server = NULL;
+        json_t *spec = NULL;
+        size_t k = 0, want = ld->imported_from[i - nd];
+        const char *key;
+        json_t *v;
+        json_object_foreach(ld->servers_json, key, v) {
+            if (k++ == want) {
+                server = key;
+                spec = v;
+                break;
+            }
+        }
+        where_pop(&ld->at, (mark_t){0, 0});
+        where_key(&ld->at, "mcp_servers");
+        where_key(&ld->at, server);
+        reg->tools[i].mcp_server = strdup(server);
+        if (reg->tools[i].mcp_server == NULL)
+            return fail_oom(ld);
+        if (parse_tool(ld, t, i, &reg->tools[i], true) < 0)
+            return -1;
+        const char *mcp_name = json_string_value(json_object_get(json_object_get(t, "mcp"), "tool"));
+        if (server_policy(ld, &reg->tools[i], server, spec, mcp_name) < 0)
+            return -1;
+    }
+    where_pop(&ld->at, (mark_t){0, 0});
     return 0;
+}
+
+/* ---- mcp_servers: importing a server's tools ---- */
+
+/* One "mcp_servers" entry, as read. */
+typedef struct {
+    char **command;
+    char **env;
+    char *cwd;
+    uint64_t start_timeout_us;
+    json_t *defaults;
+    json_t *tools;
+} server_spec_t;
+
+#define SRV(m) FIELD(server_spec_t, m)
+static const key_spec_t server_keys[] = {
+    {KEY("command", K_ARGV), SRV(command), .flags = F_REQUIRED | F_PATH},
+    {KEY("env", K_ENV), SRV(env)},
+    {KEY("cwd", K_STRING), SRV(cwd), .flags = F_NONEMPTY | F_PATH},
+    {KEY("start_timeout", K_DURATION), SRV(start_timeout_us), .flags = F_MIN_EXCL},
+    {KEY("defaults", K_JSON), SRV(defaults)},
+    {KEY("tools", K_JSON), SRV(tools)},
+};
+static const key_table_t server_table = TABLE(server_keys);
+
+/* How long a server has to start and list its tools, unless its start_timeout says otherwise. */
+#define IMPORT_TIMEOUT_US (30 * 1000000ull)
+
+static void server_spec_clear(server_spec_t *sp)
+{
+    free_argv(sp->command);
+    free_argv(sp->env);
+    free(sp->cwd);
+    json_decref(sp->defaults);
+    json_decref(sp->tools);
+    memset(sp, 0, sizeof *sp);
+}
+
+/*
+ * A server's "defaults" and each entry of its "tools" hold policy keys
+ * only: checked here, where they are written, into a scratch policy.
+ */
+static int check_server_policy(loader_t *ld, server_spec_t *sp)
+{
+    char got[96];
+    tp_policy_t scratch;
+    tp_policy_init(&scratch);
+    int rc = 0;
+    if (sp->defaults != NULL) {
+        mark_t m = where_key(&ld->at, "defaults");
+        rc = parse_object(ld, sp->defaults, &policy_table, &scratch);
+        if (rc == 0)
+            rc = check_output_once(ld, sp->defaults);
+        if (rc == 0)
+            where_pop(&ld->at, m);
+    }
+    if (rc == 0 && sp->tools != NULL) {
+        mark_t m = where_key(&ld->at, "tools");
+        if (!json_is_object(sp->tools)) {
+            rc = fail(ld, "expected an object of the server's tool names, each with policy keys like "
+                          "{\"read_file\": {\"timeout\": \"5s\"}}, got %s", GOT(sp->tools));
+        } else {
+            const char *k;
+            json_t *v;
+            json_object_foreach(sp->tools, k, v) {
+                mark_t mk = where_key(&ld->at, k);
+                if ((rc = parse_object(ld, v, &policy_table, &scratch)) < 0 || (rc = check_output_once(ld, v)) < 0)
+                    break;
+                where_pop(&ld->at, mk);
+            }
+        }
+        if (rc == 0)
+            where_pop(&ld->at, m);
+    }
+    policy_clear(&scratch);
+    return rc;
+}
+
+/* The command as one line for messages. */
+static const char *command_text(char **argv, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; argv[i] != NULL && len + 1 < n; i++) {
+        int w = snprintf(buf + len, n - len, "%s%s", i ? " " : "", argv[i]);
+        if (w < 0)
+            break;
+        len += (size_t)w;
+    }
+    return buf;
+}
+
+/* A tool object as the registry would declare it, for one tool the server listed. */
+static json_t *imported_tool(const char *server, const server_spec_t *sp, json_t *listed, char *full, size_t n)
+{
+    const char *name = json_string_value(json_object_get(listed, "name"));
+    snprintf(full, n, "%s.%s", server, name);
+    json_t *cmd = json_array(), *mcp = json_object(), *t = json_object();
+    for (char **a = sp->command; *a; a++)
+        json_array_append_new(cmd, json_string(*a));
+    json_object_set_new(mcp, "command", cmd);
+    json_object_set_new(mcp, "tool", json_string(name));
+    if (sp->env != NULL) {
+        json_t *env = json_object();
+        for (char **e = sp->env; *e; e++) {
+            const char *eq = strchr(*e, '=');
+            char key[256];
+            snprintf(key, sizeof key, "%.*s", (int)(eq - *e), *e);
+            json_object_set_new(env, key, json_string(eq + 1));
+        }
+        json_object_set_new(mcp, "env", env);
+    }
+    if (sp->cwd != NULL)
+        json_object_set_new(mcp, "cwd", json_string(sp->cwd));
+    json_object_set_new(t, "name", json_string(full));
+    json_t *desc = json_object_get(listed, "description");
+    if (json_is_string(desc))
+        json_object_set(t, "description", desc);
+    json_t *schema = json_object_get(listed, "inputSchema");
+    if (json_is_object(schema))
+        json_object_set(t, "parameters", schema);
+    json_object_set_new(t, "mcp", mcp);
+    return t;
+}
+
+/*
+ * Starts one server (a process group of its own), runs the handshake,
+ * lists its tools (following nextCursor), and stops it. Each tool listed
+ * is appended to ld->imported. An error names the server, says what went
+ * wrong and quotes the end of the server's stderr.
+ */
+static int import_server(loader_t *ld, const char *server, size_t pos, server_spec_t *sp)
+{
+    char err[512], version[32], cmd[256], how[96], name[TP_TOOL_NAME_MAX + 130];
+    tp_mcpio_t c = {0};
+    uint64_t timeout = sp->start_timeout_us ? sp->start_timeout_us : IMPORT_TIMEOUT_US;
+    uint64_t deadline = tp_now_us() + timeout;
+    command_text(sp->command, cmd, sizeof cmd);
+    if (tp_mcpio_spawn(&c, sp->command, sp->env, sp->cwd, true, err, sizeof err) < 0) {
+        tp_mcpio_free(&c);
+        return fail(ld, "cannot import the tools of MCP server \"%s\": %s", server, err);
+    }
+    int rc = tp_mcpio_initialize(&c, deadline, NULL, version, sizeof version, err, sizeof err);
+    json_t *cursor = NULL;
+    size_t listed = 0;
+    bool names_ok = true;
+    while (rc == 0) {
+        json_t *params = cursor ? json_pack("{s:O}", "cursor", cursor) : NULL;
+        json_t *answer = NULL;
+        int64_t id;
+        rc = tp_mcpio_request(&c, "tools/list", params, deadline, NULL, 64u << 20, &id, &answer);
+        if (rc != 0)
+            break;
+        json_t *e = json_object_get(answer, "error"), *result = json_object_get(answer, "result");
+        json_t *tools = json_object_get(result, "tools");
+        if (e != NULL || !json_is_array(tools)) {
+            snprintf(err, sizeof err, "tools/list failed: %s",
+                     e ? (json_string_value(json_object_get(e, "message")) ?: "an error without a message")
+                       : "its answer has no tools array");
+            json_decref(answer);
+            rc = -10;
+            break;
+        }
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            const char *tn = json_string_value(json_object_get(t, "name"));
+            char full[sizeof name];
+            snprintf(full, sizeof full, "%s.%s", server, tn ? tn : "");
+            if (tn == NULL || !name_ok(full)) {
+                snprintf(err, sizeof err, "it lists a tool named %.100s%s%s, which is no toolpool tool name "
+                         "(letters, digits, '_', '.', '-', at most %d bytes with the server's prefix)",
+                         tn ? "\"" : "", tn ? tn : "(none)", tn ? "\"" : "", TP_TOOL_NAME_MAX);
+                names_ok = false;
+                break;
+            }
+            json_t *obj = imported_tool(server, sp, t, name, sizeof name);
+            size_t *from = realloc(ld->imported_from, (json_array_size(ld->imported) + 1) * sizeof *from);
+            if (from != NULL)
+                ld->imported_from = from;
+            if (obj == NULL || from == NULL) {
+                json_decref(obj);
+                snprintf(err, sizeof err, "out of memory");
+                names_ok = false;
+                break;
+            }
+            from[json_array_size(ld->imported)] = pos;
+            json_array_append_new(ld->imported, obj);
+            listed++;
+        }
+        json_t *next = json_object_get(result, "nextCursor");
+        json_decref(cursor);
+        cursor = json_is_string(next) && names_ok ? json_incref(next) : NULL;
+        json_decref(answer);
+        if (!names_ok) {
+            rc = -10;
+            break;
+        }
+        if (cursor == NULL)
+            break;
+    }
+    json_decref(cursor);
+    if (rc == TP_MCP_EXITED)
+        snprintf(err, sizeof err, "it %s before it had listed its tools", tp_mcpio_ended(&c, 200000, how, sizeof how));
+    else if (rc == TP_MCP_TIMEOUT)
+        snprintf(err, sizeof err, "it did not answer initialize and tools/list within %.3gs (start_timeout)",
+                 (double)timeout / 1e6);
+    else if (rc == TP_MCP_TOO_BIG)
+        snprintf(err, sizeof err, "it wrote a line of more than 64 MiB");
+    else if (rc == TP_MCP_NOMEM)
+        snprintf(err, sizeof err, "out of memory");
+    tp_mcpio_close(&c, 200000);
+    char tail[TP_MCP_TAIL];
+    snprintf(tail, sizeof tail, "%s", c.tail);
+    tp_mcpio_free(&c);
+    if (rc != 0)
+        return fail(ld, "cannot import the tools of MCP server \"%s\" (`%.120s`): %s%s%.300s%s", server, cmd, err,
+                    tail[0] ? "; its stderr: \"" : "", tail, tail[0] ? "\"" : "");
+    if (listed == 0)
+        return fail(ld, "MCP server \"%s\" (`%.120s`) lists no tools", server, cmd);
+    /* Every override names a tool the server has. */
+    const char *k;
+    json_t *v;
+    json_object_foreach(sp->tools, k, v) {
+        snprintf(name, sizeof name, "%s.%s", server, k);
+        bool found = false;
+        for (size_t i = json_array_size(ld->imported) - listed; i < json_array_size(ld->imported) && !found; i++)
+            found = strcmp(json_string_value(json_object_get(json_array_get(ld->imported, i), "name")), name) == 0;
+        if (!found) {
+            where_key(&ld->at, "tools");
+            where_key(&ld->at, k);
+            return fail(ld, "MCP server \"%s\" has no tool \"%s\"", server, k);
+        }
+    }
+    return 0;
+}
+
+/*
+ * Every "mcp_servers" entry, in the file's order: read against its table,
+ * its policy blocks checked, then its tools imported. All before "tools"
+ * is read, so the tool array and the name index are sized once.
+ */
+static int import_servers(loader_t *ld)
+{
+    if (ld->servers_json == NULL)
+        return 0;
+    ld->imported = json_array();
+    if (ld->imported == NULL)
+        return fail_oom(ld);
+    mark_t m = where_key(&ld->at, "mcp_servers");
+    size_t pos = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach(ld->servers_json, key, v) {
+        mark_t ms = where_key(&ld->at, key);
+        server_spec_t sp = {0};
+        char prefix[TP_TOOL_NAME_MAX + 2];
+        snprintf(prefix, sizeof prefix, "%s.x", key);
+        int rc = 0;
+        if (!name_ok(prefix) || strlen(key) > 64)
+            rc = fail(ld, "expected a server name of letters, digits, '_', '.' or '-', at most 64 bytes: its tools "
+                          "are named NAME.TOOL");
+        if (rc == 0)
+            rc = parse_object(ld, v, &server_table, &sp);
+        if (rc == 0)
+            rc = check_server_policy(ld, &sp);
+        if (rc == 0)
+            rc = import_server(ld, key, pos, &sp);
+        server_spec_clear(&sp);
+        if (rc < 0)
+            return -1;
+        where_pop(&ld->at, ms);
+        pos++;
+    }
+    where_pop(&ld->at, m);
+    return 0;
+}
+
+/* A registry with no tool at all is an error, at "tools" or at the top. */
+static int check_some_tools(loader_t *ld)
+{
+    if (ld->reg->n_tools > 0)
+        return 0;
+    where_pop(&ld->at, (mark_t){0, 0});
+    if (ld->tools_json == NULL && ld->servers_json == NULL)
+        return fail(ld, "missing required key \"tools\"");
+    if (ld->servers_json == NULL) {
+        where_key(&ld->at, "tools");
+        return fail(ld, "expected a non-empty array of tools, got []");
+    }
+    where_key(&ld->at, "mcp_servers");
+    return fail(ld, "no tools: \"tools\" declares none and \"mcp_servers\" names no server");
 }
 
 /* ---- fallback chains ---- */
@@ -1402,7 +1810,8 @@ static int check_fallbacks(loader_t *ld)
         return -1;
     for (size_t i = 0; i < reg->n_tools; i++) {
         json_t *own = json_object_get(json_array_get(ld->tools_json, i), "fallback");
-        if (own != NULL && check_names(ld, &reg->tools[i], &reg->tools[i].policy, own) < 0)
+        bool imported = reg->tools[i].mcp_server != NULL; /* its chain may come from its server's blocks */
+        if ((own != NULL || imported) && check_names(ld, &reg->tools[i], &reg->tools[i].policy, own) < 0)
             return -1;
     }
     if (reg->n_tools == 0)
@@ -1535,15 +1944,19 @@ tp_registry_t *tp_registry_load(const char *path, char *err, size_t errlen)
         fail(&ld, "expected an object like {\"tools\": [...]}, got %s", GOT(root));
         goto fail;
     }
-    if (parse_object(&ld, root, &top_table, reg) < 0 || check_defaults(&ld) < 0 || parse_tools(&ld) < 0 ||
-        check_fallbacks(&ld) < 0)
+    if (parse_object(&ld, root, &top_table, reg) < 0 || check_defaults(&ld) < 0 || import_servers(&ld) < 0 ||
+        parse_tools(&ld) < 0 || check_some_tools(&ld) < 0 || check_fallbacks(&ld) < 0)
         goto fail;
+    json_decref(ld.imported);
+    free(ld.imported_from);
     json_decref(root);
     free(text);
     return reg;
 
 fail:
     tp_registry_free(reg);
+    json_decref(ld.imported);
+    free(ld.imported_from);
     json_decref(root);
     free(text);
     return NULL;
@@ -1563,6 +1976,9 @@ void tp_registry_free(tp_registry_t *reg)
         free(t->plugin_path);
         free_argv(t->mcp_command);
         free(t->mcp_tool);
+        free_argv(t->mcp_env);
+        free(t->mcp_cwd);
+        free(t->mcp_server);
         free(t->http_url);
         policy_clear(&t->policy);
     }

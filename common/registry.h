@@ -84,8 +84,11 @@ typedef struct {
     char **argv;                /* exec: NULL-terminated; argv[0] resolved */
     size_t argc;
     char *plugin_path;          /* plugin: absolute */
-    char **mcp_command;         /* mcp: NULL-terminated */
-    char *mcp_tool;
+    char **mcp_command;         /* mcp: the server's argv, NULL-terminated */
+    char *mcp_tool;             /* mcp: the server's name for the tool */
+    char **mcp_env;             /* mcp: "K=V" added to the server's environment, NULL-terminated, or NULL */
+    char *mcp_cwd;              /* mcp: the server's directory (absolute), or NULL */
+    char *mcp_server;           /* imported from "mcp_servers": the server's name; else NULL */
     char *http_url;
     tp_policy_t policy;
     size_t index;               /* position in tools[] */

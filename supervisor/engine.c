@@ -807,11 +807,15 @@ static void backoff_cb(evutil_socket_t fd, short what, void *arg)
 /*
  * Guard and malformed kinds are the engine's to give, never a tool's: a
  * tool that claims one (a Cancelled, an InvalidArguments of its own) has
- * failed, as ToolError, and its message says what it claimed.
+ * failed, as ToolError, and its message says what it claimed. One
+ * exception: an MCP server that answers -32601 to tools/call does not
+ * have the tool the registry names, which is UnknownTool.
  */
 static void classify(tp_attempt_t *a)
 {
     if (a->ok || !a->from_tool || a->kind >= TP_KIND__COUNT)
+        return;
+    if (a->kind == TP_KIND_UNKNOWN_TOOL && a->tool->adapter == TP_ADAPTER_MCP)
         return;
     tp_class_t klass = tp_kind_class(a->kind);
     if (klass != TP_CLASS_GUARD && klass != TP_CLASS_MALFORMED)

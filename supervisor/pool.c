@@ -593,7 +593,15 @@ static int slot_stop(tp_slot_t *s, stop_why_t why, int sig)
         timer_arm(s, EOF_GRACE_US);
         return 0;
     }
-    int rc = sig == SIGKILL ? slot_kill(s) : kill(-s->pid, sig);
+    /*
+     * An mcp tool's TERM goes to the worker alone: the worker tells its
+     * server the request is cancelled (notifications/cancelled), which is
+     * the polite stop MCP has, and the server has the grace to wind down
+     * before the KILL takes the whole group. A TERM to the group would end
+     * most servers before they could read the cancellation.
+     */
+    bool worker_only = sig == SIGTERM && s->attempt && s->attempt->tool->adapter == TP_ADAPTER_MCP;
+    int rc = sig == SIGKILL ? slot_kill(s) : kill(worker_only ? s->pid : -s->pid, sig);
     if (sig == SIGTERM) {
         s->term_sent = true;
         timer_arm(s, s->attempt ? s->attempt->tool->policy.kill_grace_us : 0);
@@ -1161,11 +1169,17 @@ static const tp_buf_t *tool_head(tp_pool_t *p, const tp_tool_t *t, const tp_buf_
     if (h->len == 0) {
         const tp_policy_t *pol = &t->policy;
         int adapter = t->adapter == TP_ADAPTER_PLUGIN ? TOOLPOOL__ADAPTER__ADAPTER_PLUGIN
+                      : t->adapter == TP_ADAPTER_MCP  ? TOOLPOOL__ADAPTER__ADAPTER_MCP
                                                       : TOOLPOOL__ADAPTER__ADAPTER_EXEC;
+        char **argv = t->adapter == TP_ADAPTER_MCP ? t->mcp_command : t->argv;
+        size_t argc = 0;
+        while (argv != NULL && argv[argc] != NULL)
+            argc++;
         uint64_t cpu_s = (pol->limit_cpu_us + 999999u) / 1000000u;
         uint32_t cpu = cpu_s > UINT32_MAX ? UINT32_MAX : (uint32_t)cpu_s;
-        if (tp_call_head_pack(h, t->name, adapter, t->argv, t->argc, t->plugin_path, pol->max_output) < 0 ||
-            tp_call_tail_pack(&p->tails[t->index], pol->limit_memory, cpu, pol->limit_files) < 0) {
+        if (tp_call_head_pack(h, t->name, adapter, argv, argc, t->plugin_path, pol->max_output) < 0 ||
+            tp_call_tail_pack(&p->tails[t->index], pol->limit_memory, cpu, pol->limit_files, t->mcp_tool, t->mcp_env,
+                              t->mcp_cwd) < 0) {
             tp_buf_reset(h);
             return NULL;
         }

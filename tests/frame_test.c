@@ -241,7 +241,16 @@ static void test_call_frame(void)
         size_t argc = (size_t)rand() % 4;
         for (size_t i = 0; i < argc; i++)
             argv[i] = random_text(12);
-        int adapter = rand() % 2 ? TOOLPOOL__ADAPTER__ADAPTER_PLUGIN : TOOLPOOL__ADAPTER__ADAPTER_EXEC;
+        int adapter = rand() % 3 == 0   ? TOOLPOOL__ADAPTER__ADAPTER_MCP
+                      : rand() % 2 ? TOOLPOOL__ADAPTER__ADAPTER_PLUGIN
+                                   : TOOLPOOL__ADAPTER__ADAPTER_EXEC;
+        /* an mcp tool's server fields (in the tail, after the limits) */
+        char *mcp_tool = adapter == TOOLPOOL__ADAPTER__ADAPTER_MCP ? random_text(16) : NULL;
+        char *mcp_cwd = mcp_tool && rand() % 2 ? random_text(20) : NULL;
+        char *env[3] = {NULL, NULL, NULL};
+        size_t n_env = mcp_tool ? (size_t)rand() % 3 : 0;
+        for (size_t i = 0; i < n_env; i++)
+            env[i] = random_text(10);
         uint64_t max_output = random_varint(), seq = random_varint(), step = random_varint();
         uint32_t attempt = (uint32_t)random_varint();
         /* limits: none (an empty tail), some, or all */
@@ -266,6 +275,10 @@ static void test_call_frame(void)
         call.limit_memory = limit_memory;
         call.limit_cpu = limit_cpu;
         call.limit_files = limit_files;
+        call.mcp_tool = mcp_tool ? mcp_tool : "";
+        call.mcp_env = env;
+        call.n_mcp_env = n_env;
+        call.mcp_cwd = mcp_cwd ? mcp_cwd : "";
         Toolpool__SupervisorFrame sf = TOOLPOOL__SUPERVISOR_FRAME__INIT;
         sf.body_case = TOOLPOOL__SUPERVISOR_FRAME__BODY_CALL;
         sf.call = &call;
@@ -273,8 +286,10 @@ static void test_call_frame(void)
         CU_ASSERT_EQUAL_FATAL(tp_frame_append(&want, &sf.base, 1u << 20), 0);
 
         CU_ASSERT_EQUAL_FATAL(tp_call_head_pack(&head, tool, adapter, argv, argc, plugin, max_output), 0);
-        CU_ASSERT_EQUAL_FATAL(tp_call_tail_pack(&tail, limit_memory, limit_cpu, limit_files), 0);
-        CU_ASSERT_EQUAL(tail.len == 0, !limit_memory && !limit_cpu && !limit_files);
+        CU_ASSERT_EQUAL_FATAL(tp_call_tail_pack(&tail, limit_memory, limit_cpu, limit_files, mcp_tool,
+                                                n_env ? env : NULL, mcp_cwd), 0);
+        CU_ASSERT_EQUAL(tail.len == 0, !limit_memory && !limit_cpu && !limit_files && !(mcp_tool && *mcp_tool) &&
+                                           !n_env && !(mcp_cwd && *mcp_cwd));
         tp_call_frame_t cf = {.head = &head, .tail = round % 3 || tail.len ? &tail : NULL, .seq = seq,
                               .args = (const uint8_t *)args, .args_len = strlen(args),
                               .call_id = id, .job = job, .step = step, .attempt = attempt};
@@ -295,6 +310,10 @@ static void test_call_frame(void)
         tp_buf_free(&small);
         for (size_t i = 0; i < argc; i++)
             free(argv[i]);
+        for (size_t i = 0; i < n_env; i++)
+            free(env[i]);
+        free(mcp_tool);
+        free(mcp_cwd);
         free(tool);
         free(plugin);
         free(id);

@@ -749,7 +749,7 @@ static void test_err_top_level(void)
     EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}],\n" /* 1 */
                  " \"version\": 2}\n",                                  /* 2 */
                  "2: version: unknown key (expected one of \"defaults\", \"guards\", \"schema_dialect\", "
-                 "\"formats\", \"schema_refs\", \"tools\")");
+                 "\"formats\", \"schema_refs\", \"tools\", \"mcp_servers\")");
     EXPECT_EXACT("{\"defaults\": {}}", "1: missing required key \"tools\"");
     EXPECT_EXACT("{\n \"tools\": []\n}", "2: tools: expected a non-empty array of tools, got []");
     EXPECT_EXACT("{\"tools\": {\"a\": 1}}",
@@ -1011,12 +1011,8 @@ static void test_err_adapter_shapes(void)
                  "  {\"name\": \"c\",\n"                             /* 4 */
                  "   \"http\": {\"url\": \"https://example.com/c\"}}\n" /* 5 */
                  "]}\n",                                             /* 6 */
-                 "5: tools[2] (c).http: the http adapter is not available in this build (exec "
-                 "and plugin are)");
-    EXPECT_EXACT("{\"tools\": [{\"name\": \"m\",\n"                  /* 1 */
-                 "   \"mcp\": {\"command\": [\"./srv\"], \"tool\": \"search\"}}]}\n", /* 2 */
-                 "2: tools[0] (m).mcp: the mcp adapter is not available in this build (exec "
-                 "and plugin are)");
+                 "5: tools[2] (c).http: the http adapter is not available in this build (exec, "
+                 "plugin and mcp are)");
     /* their shape is checked first */
     EXPECT_ERROR("{\"tools\": [{\"name\": \"c\",\n"                  /* 1 */
                  "   \"http\": {\"url\": \"ftp://example.com\"}}]}\n", /* 2 */
@@ -1060,6 +1056,108 @@ static void test_err_kinds_and_classes(void)
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
                  "   \"fallback_on\": [\"transient\", \"fatal\"]}]}\n", /* 2 */
                  2, "tools[0] (a).fallback_on[1]", "got \"fatal\"");
+}
+
+
+/* ---- the mcp adapter and mcp_servers ---- */
+
+static void test_mcp_tool(void)
+{
+    char err[1024], *path;
+    tp_registry_t *reg = load("mcp.json",
+                              "{\"tools\": [{\"name\": \"m\", \"mcp\": {\"command\": [\"./srv.py\", \"--x\"], "
+                              "\"tool\": \"search\", \"env\": {\"A\": \"1\", \"B\": \"x=y\"}, \"cwd\": \"data\"}}]}",
+                              &path, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    const tp_tool_t *t = tp_registry_find(reg, "m");
+    CU_ASSERT_EQUAL(t->adapter, TP_ADAPTER_MCP);
+    char want[PATH_MAX + 16];
+    snprintf(want, sizeof want, "%s/srv.py", reg->dir);
+    CU_ASSERT_STRING_EQUAL(t->mcp_command[0], want);
+    CU_ASSERT_STRING_EQUAL(t->mcp_command[1], "--x");
+    CU_ASSERT_PTR_NULL(t->mcp_command[2]);
+    CU_ASSERT_STRING_EQUAL(t->mcp_tool, "search");
+    CU_ASSERT_STRING_EQUAL(t->mcp_env[0], "A=1");
+    CU_ASSERT_STRING_EQUAL(t->mcp_env[1], "B=x=y");
+    CU_ASSERT_PTR_NULL(t->mcp_env[2]);
+    snprintf(want, sizeof want, "%s/data", reg->dir);
+    CU_ASSERT_STRING_EQUAL(t->mcp_cwd, want);
+    CU_ASSERT_PTR_NULL(t->mcp_server);
+    tp_registry_free(reg);
+    free(path);
+}
+
+static void test_err_mcp(void)
+{
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"m\",\n"
+                 "  \"mcp\": {\"command\": [\"s\"], \"tool\": \"t\", \"env\": {\"A\": 1}}}]}",
+                 2, "tools[0] (m).mcp.env.A", "expected a string, got 1");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"m\",\n"
+                 "  \"mcp\": {\"command\": [\"s\"], \"tool\": \"t\", \"env\": {\"A=B\": \"1\"}}}]}",
+                 2, "tools[0] (m).mcp.env.A=B", "without '='");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"m\",\n"
+                 "  \"mcp\": {\"command\": [\"s\"], \"tool\": \"t\", \"cwd\": \"\"}}]}",
+                 2, "tools[0] (m).mcp.cwd", "expected a non-empty string");
+    EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": [1]}", 2, "mcp_servers", "expected an object of MCP servers");
+    EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"a/b\": {\"command\": [\"s\"]}}}", 2, "mcp_servers.a/b",
+                 "expected a server name");
+    EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"fs\": {\"cmd\": [\"s\"]}}}", 2, "mcp_servers.fs.cmd",
+                 "unknown key");
+    EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"fs\": {}}}", 2, "mcp_servers.fs",
+                 "missing required key \"command\"");
+    /* the policy blocks are checked where they are written, before the server starts */
+    EXPECT_ERROR("{\"tools\": [], \"mcp_servers\": {\"fs\": {\"command\": [\"/nonexistent\"],\n"
+                 "  \"defaults\": {\"timeout\": 5}}}}",
+                 2, "mcp_servers.fs.defaults.timeout", "expected a duration");
+    EXPECT_ERROR("{\"tools\": [], \"mcp_servers\": {\"fs\": {\"command\": [\"/nonexistent\"],\n"
+                 "  \"tools\": {\"read\": {\"mcp\": {}}}}}}",
+                 2, "mcp_servers.fs.tools.read.mcp", "unknown key");
+    EXPECT_ERROR("{\"tools\": [], \"mcp_servers\": {\"fs\": {\"command\": [\"/nonexistent\"]}}}", 1, "mcp_servers.fs",
+                 "cannot import the tools of MCP server \"fs\": cannot start /nonexistent: No such file");
+    EXPECT_EXACT("{\"tools\": [],\n \"mcp_servers\": {}}",
+                 "2: mcp_servers: no tools: \"tools\" declares none and \"mcp_servers\" names no server");
+}
+
+/* A real import: the small MCP server of the tests, its tools/list in pages of 2. */
+static void test_mcp_import(void)
+{
+    char err[1024], *path, json[2048];
+    snprintf(json, sizeof json,
+             "{\"defaults\": {\"attempts\": 5},\n"
+             " \"tools\": [{\"name\": \"first\", \"exec\": [\"x\"], \"fallback\": \"tiny.echo\"}],\n"
+             " \"mcp_servers\": {\"tiny\": {\"command\": [\"python3\", \"%s\"], \"env\": {\"TINY_PAGE\": \"2\"},\n"
+             "   \"cwd\": \"/tmp\", \"defaults\": {\"attempts\": 2, \"backoff\": {\"base\": \"1s\"}},\n"
+             "   \"tools\": {\"sleep\": {\"timeout\": \"250ms\", \"backoff\": {\"max\": \"2s\"}}}}}}",
+             TP_TEST_TINY_SERVER);
+    tp_registry_t *reg = load("import.json", json, &path, err, sizeof err);
+    if (reg == NULL)
+        fprintf(stderr, "\n%s\n", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    CU_ASSERT_EQUAL(reg->n_tools, 11); /* first, and the ten tools of five pages */
+    const tp_tool_t *echo = tp_registry_find(reg, "tiny.echo"), *sleep = tp_registry_find(reg, "tiny.sleep");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(echo);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(sleep);
+    CU_ASSERT_PTR_NOT_NULL(tp_registry_find(reg, "tiny.env")); /* the last page's */
+    CU_ASSERT_EQUAL(echo->adapter, TP_ADAPTER_MCP);
+    CU_ASSERT_STRING_EQUAL(echo->mcp_tool, "echo");
+    CU_ASSERT_STRING_EQUAL(echo->mcp_server, "tiny");
+    CU_ASSERT_STRING_EQUAL(echo->description, "Echoes text back.");
+    CU_ASSERT_PTR_NOT_NULL(echo->schema);
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(echo->parameters, "type")), "object");
+    CU_ASSERT_STRING_EQUAL(echo->mcp_command[0], "python3");
+    CU_ASSERT_STRING_EQUAL(echo->mcp_env[0], "TINY_PAGE=2");
+    CU_ASSERT_STRING_EQUAL(echo->mcp_cwd, "/tmp");
+    /* registry defaults, then the server's, then the tool's, key by key */
+    CU_ASSERT_EQUAL(echo->policy.attempts, 2);
+    CU_ASSERT_EQUAL(echo->policy.backoff_base_us, 1000000);
+    CU_ASSERT_EQUAL(echo->policy.timeout_us, 30000000);
+    CU_ASSERT_EQUAL(sleep->policy.timeout_us, 250000);
+    CU_ASSERT_EQUAL(sleep->policy.attempts, 2);
+    CU_ASSERT_EQUAL(sleep->policy.backoff_base_us, 1000000);
+    CU_ASSERT_EQUAL(sleep->policy.backoff_max_us, 2000000);
+    CU_ASSERT_EQUAL(tp_registry_find(reg, "first")->policy.attempts, 5);
+    tp_registry_free(reg);
+    free(path);
 }
 
 static void test_err_fallback(void)
@@ -1147,6 +1245,9 @@ int main(void)
         {"error: adapter shapes", test_err_adapter_shapes},
         {"error: kinds and classes", test_err_kinds_and_classes},
         {"error: fallback", test_err_fallback},
+        {"mcp tool", test_mcp_tool},
+        {"error: mcp", test_err_mcp},
+        {"mcp import", test_mcp_import},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
         if (CU_add_test(s, tests[i].name, tests[i].fn) == NULL)

@@ -5,6 +5,8 @@
 #ifndef TP_ADAPTER_H
 #define TP_ADAPTER_H
 
+#include <signal.h>
+
 #include "outcome.h"
 #include "toolpool.pb-c.h"
 
@@ -12,5 +14,14 @@
 void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o);
 /* plugin adapter: dlopen once per path, call tp_plugin_call_v1. */
 void tp_plugin_run(const Toolpool__Call *call, tp_outcome_t *o);
+/*
+ * mcp adapter: tools/call on the worker's session with the tool's MCP
+ * server, started (and the handshake run) at the first call that needs it.
+ */
+void tp_mcp_run(const Toolpool__Call *call, tp_outcome_t *o);
+/* Ends every MCP session of the worker: each server's stdin closed, then killed. */
+void tp_mcp_shutdown(void);
+/* Set by the worker's SIGTERM handler: a call waiting on its MCP server cancels it. */
+extern volatile sig_atomic_t tp_mcp_interrupt;
 
 #endif

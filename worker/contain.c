@@ -24,6 +24,32 @@
  */
 static tp_proctree_t tree, handler_tree;
 
+/* Live MCP servers: left alone by the sweeps (contain.h). */
+static pid_t spare[TP_CONTAIN_SPARE_MAX];
+static size_t n_spare;
+
+int tp_contain_spare(pid_t pid, bool on)
+{
+    for (size_t i = 0; i < n_spare; i++) {
+        if (spare[i] == pid) {
+            if (!on)
+                spare[i] = spare[--n_spare];
+            return 0;
+        }
+    }
+    if (!on)
+        return 0;
+    if (n_spare == TP_CONTAIN_SPARE_MAX)
+        return -1;
+    spare[n_spare++] = pid;
+    return 0;
+}
+
+bool tp_contain_sparing(void)
+{
+    return n_spare > 0;
+}
+
 int tp_contain_init(void)
 {
     return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
@@ -37,13 +63,37 @@ static bool has_children(void)
     return !(waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno == ECHILD);
 }
 
-static void reap_all(void)
+static void reap_any(void)
 {
     for (;;) {
         pid_t r = waitpid(-1, NULL, WNOHANG);
         if (r > 0 || (r < 0 && errno == EINTR))
             continue;
         return;
+    }
+}
+
+/*
+ * Reaps what has exited, never a spared process: its session reaps it and
+ * reads how it ended. waitpid(-1) would take it.
+ */
+static void reap_all(void)
+{
+    if (n_spare == 0) {
+        reap_any();
+        return;
+    }
+    for (;;) {
+        siginfo_t si;
+        si.si_pid = 0;
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+            return;
+        bool mine = false;
+        for (size_t i = 0; i < n_spare && !mine; i++)
+            mine = spare[i] == si.si_pid;
+        if (mine)
+            return; /* a server that exited: left for its session (others wait for the next sweep) */
+        waitpid(si.si_pid, NULL, WNOHANG);
     }
 }
 
@@ -61,7 +111,7 @@ void tp_contain_sweep(void)
     pid_t self = getpid();
     uint64_t until = tp_now_us() + SWEEP_WAIT_US;
     for (;;) {
-        int live = tp_proctree_kill(&tree, self);
+        int live = tp_proctree_kill_but(&tree, self, spare, n_spare);
         reap_all();
         if (live < 0) {
             tp_log_error("cannot read /proc to kill what a tool left running: %s", strerror(errno));
@@ -81,7 +131,7 @@ void tp_contain_sweep(void)
 void tp_contain_kill(void)
 {
     if (has_children())
-        tp_proctree_kill(&tree, getpid());
+        tp_proctree_kill_but(&tree, getpid(), spare, n_spare);
 }
 
 void tp_contain_kill_in_handler(void)

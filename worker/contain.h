@@ -13,6 +13,9 @@
 #ifndef TP_CONTAIN_H
 #define TP_CONTAIN_H
 
+#include <stdbool.h>
+#include <sys/types.h>
+
 /*
  * A call shorter than this cannot have started a process, so the worker
  * skips the sweep after it: fork copies the worker's page tables (50 us
@@ -39,6 +42,18 @@ void tp_contain_sweep(void);
  * holding its pipes must let go of them.
  */
 void tp_contain_kill(void);
+
+/*
+ * Marks pid (a child of this process) as one the sweeps and kills above
+ * leave alone, with everything it starts, or (spare false) no longer: a
+ * live MCP server, which serves call after call (worker/mcp.c). At most
+ * TP_CONTAIN_SPARE_MAX at once; 0, or -1 when full. The handler's kill
+ * spares nobody.
+ */
+#define TP_CONTAIN_SPARE_MAX 16
+int tp_contain_spare(pid_t pid, bool spare);
+/* Whether some process is spared now. */
+bool tp_contain_sparing(void);
 
 /*
  * tp_contain_kill for a signal handler: its own scratch, only system

@@ -12,6 +12,9 @@
  * in its process group or out of it (setsid, a double-forked daemon), is
  * killed when the call ends, before the reply goes out.
  *
+ * A worker that serves MCP tools keeps their servers running from call to
+ * call (worker/mcp.c); they end with it.
+ *
  * Exit status: 0 when the supervisor closes the call pipe (recycling or the
  * end of a run), 3 on a protocol error (a garbage or oversized frame).
  */
@@ -57,6 +60,7 @@ static void term_handler(int sig)
         kill(0, SIGKILL);
     }
     terminating = 1;
+    tp_mcp_interrupt = 1;
 }
 
 /*
@@ -96,6 +100,9 @@ static void run_call(const Toolpool__Call *call, tp_outcome_t *o)
         break;
     case TOOLPOOL__ADAPTER__ADAPTER_PLUGIN:
         tp_plugin_run(call, o);
+        break;
+    case TOOLPOOL__ADAPTER__ADAPTER_MCP:
+        tp_mcp_run(call, o);
         break;
     default:
         tp_outcome_fail(o, "ToolError", "worker cannot run adapter %d", (int)call->adapter);
@@ -180,9 +187,14 @@ int main(int argc, char **argv)
          * call, and any plugin call that forked or spawned, takes longer
          * (contain.h).
          */
-        if (tp_now_us() - started >= TP_CONTAIN_QUICK_US)
+        /*
+         * An MCP tool's call is not swept: its server lives on, and what
+         * it starts is its own (contain.h spares them).
+         */
+        if (call->adapter != TOOLPOOL__ADAPTER__ADAPTER_MCP && tp_now_us() - started >= TP_CONTAIN_QUICK_US)
             tp_contain_sweep();
         if (terminating) {
+            tp_mcp_shutdown();
             tp_contain_sweep();
             _exit(0); /* timed out: nobody wants this reply */
         }
@@ -210,6 +222,7 @@ int main(int argc, char **argv)
         send_frame(&out, &wf, max);
         toolpool__supervisor_frame__free_unpacked(sf, NULL);
     }
+    tp_mcp_shutdown();
     tp_contain_sweep();
     tp_outcome_free(&o);
     tp_buf_free(&in);

@@ -1,0 +1,528 @@
+/*
+ * One MCP server over stdio (mcpstdio.h): the process, its three pipes,
+ * and newline-delimited JSON-RPC on them.
+ *
+ * Reads and writes go through poll(2) on all three pipes at once, so a
+ * server that fills its stderr while we wait for its stdout, or stops
+ * reading its stdin while it writes a long answer, cannot deadlock us.
+ */
+#include "mcpstdio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "json.h"
+#include "proctree.h"
+
+extern char **environ;
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/*
+ * The environment: the caller's, less what env replaces, then env. The
+ * strings stay the caller's and env's. NULL on ENOMEM.
+ */
+static char **make_env(char *const env[])
+{
+    size_t n = 0, k = 0, m = 0;
+    while (environ[n])
+        n++;
+    while (env && env[m])
+        m++;
+    char **e = malloc((n + m + 1) * sizeof *e);
+    if (e == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *eq = strchr(environ[i], '=');
+        size_t klen = eq ? (size_t)(eq - environ[i]) + 1 : strlen(environ[i]);
+        bool replaced = false;
+        for (size_t j = 0; j < m && !replaced; j++)
+            replaced = strncmp(env[j], environ[i], klen) == 0;
+        if (!replaced)
+            e[k++] = environ[i];
+    }
+    for (size_t j = 0; j < m; j++)
+        e[k++] = env[j];
+    e[k] = NULL;
+    return e;
+}
+
+int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const char *cwd, bool own_group,
+                 char *err, size_t errlen)
+{
+    int in_p[2] = {-1, -1}, out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
+    c->pid = 0;
+    c->in_fd = c->out_fd = c->err_fd = -1;
+    c->own_group = own_group;
+    c->reaped = false;
+    c->status = 0;
+    c->tail_len = 0;
+    c->tail[0] = '\0';
+    c->next_id = 1;
+    tp_buf_reset(&c->out);
+    tp_buf_reset(&c->errline);
+    if (pipe2(in_p, O_CLOEXEC) < 0 || pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    char **envp = make_env(env);
+    if (envp == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    sigset_t def, none;
+    sigemptyset(&def);
+    sigaddset(&def, SIGPIPE);
+    sigaddset(&def, SIGTERM);
+    sigemptyset(&none);
+    int rc = posix_spawn_file_actions_init(&fa);
+    if (rc == 0 && (rc = posix_spawnattr_init(&attr)) != 0)
+        posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+        free(envp);
+        snprintf(err, errlen, "posix_spawn setup: %s", strerror(rc));
+        goto fail;
+    }
+    short flags = POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | (own_group ? POSIX_SPAWN_SETPGROUP : 0);
+    const char *what = "posix_spawn settings";
+    if ((rc = posix_spawn_file_actions_adddup2(&fa, in_p[0], 0)) == 0 &&
+        (rc = posix_spawn_file_actions_adddup2(&fa, out_p[1], 1)) == 0 &&
+        (rc = posix_spawn_file_actions_adddup2(&fa, err_p[1], 2)) == 0 &&
+        (cwd == NULL || (rc = posix_spawn_file_actions_addchdir_np(&fa, cwd)) == 0) &&
+        (rc = posix_spawnattr_setflags(&attr, flags)) == 0 && (rc = posix_spawnattr_setsigdefault(&attr, &def)) == 0 &&
+        (rc = posix_spawnattr_setsigmask(&attr, &none)) == 0 && (rc = posix_spawnattr_setpgroup(&attr, 0)) == 0) {
+        what = "cannot start";
+        rc = posix_spawnp(&c->pid, argv[0], &fa, &attr, argv, envp);
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    free(envp);
+    if (rc != 0) {
+        c->pid = 0;
+        if (cwd != NULL && rc == ENOENT && access(cwd, X_OK) != 0)
+            snprintf(err, errlen, "cannot start %s in %s: %s", argv[0], cwd, strerror(rc));
+        else
+            snprintf(err, errlen, "%s %s: %s", what, argv[0], strerror(rc));
+        goto fail;
+    }
+    close(in_p[0]);
+    close(out_p[1]);
+    close(err_p[1]);
+    c->in_fd = in_p[1];
+    c->out_fd = out_p[0];
+    c->err_fd = err_p[0];
+    fcntl(c->in_fd, F_SETFL, O_NONBLOCK);
+    fcntl(c->out_fd, F_SETFL, O_NONBLOCK);
+    fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
+    return 0;
+fail:
+    close_fd(&in_p[0]);
+    close_fd(&in_p[1]);
+    close_fd(&out_p[0]);
+    close_fd(&out_p[1]);
+    close_fd(&err_p[0]);
+    close_fd(&err_p[1]);
+    return -1;
+}
+
+/* One line of stderr: to the log, and onto the tail kept for messages. */
+static void stderr_line(tp_mcpio_t *c, char *line, size_t n)
+{
+    while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' '))
+        n--;
+    if (n == 0)
+        return;
+    line[n] = '\0';
+    if (c->log_line)
+        c->log_line(c->log_ctx, line);
+    size_t add = n + (c->tail_len ? 2 : 0);
+    if (add >= sizeof c->tail) {
+        snprintf(c->tail, sizeof c->tail, "%s", line + n - (sizeof c->tail - 1));
+        c->tail_len = strlen(c->tail);
+        return;
+    }
+    if (c->tail_len + add >= sizeof c->tail) {
+        size_t drop = c->tail_len + add - (sizeof c->tail - 1);
+        memmove(c->tail, c->tail + drop, c->tail_len - drop + 1);
+        c->tail_len -= drop;
+    }
+    c->tail_len += (size_t)snprintf(c->tail + c->tail_len, sizeof c->tail - c->tail_len, "%s%s",
+                                    c->tail_len ? "; " : "", line);
+}
+
+/* Reads what stderr holds; a line longer than 4 KiB is cut there. At EOF, the last line too. */
+static void read_stderr(tp_mcpio_t *c)
+{
+    char chunk[4096];
+    ssize_t r;
+    while ((r = read(c->err_fd, chunk, sizeof chunk)) > 0) {
+        tp_buf_append(&c->errline, chunk, (size_t)r);
+        for (;;) {
+            const char *start = (const char *)tp_buf_head(&c->errline);
+            size_t avail = tp_buf_avail(&c->errline);
+            const char *nl = memchr(start, '\n', avail);
+            if (nl == NULL && avail < 4096)
+                break;
+            char line[4097];
+            size_t n = nl ? (size_t)(nl - start) : 4096;
+            if (n > 4096)
+                n = 4096;
+            memcpy(line, start, n);
+            stderr_line(c, line, n);
+            tp_buf_consume(&c->errline, nl && (size_t)(nl - start) == n ? n + 1 : n);
+            if (tp_buf_avail(&c->errline) == 0)
+                tp_buf_reset(&c->errline);
+        }
+    }
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+        size_t avail = tp_buf_avail(&c->errline);
+        if (avail > 0) {
+            char line[4097];
+            size_t n = avail > 4096 ? 4096 : avail;
+            memcpy(line, tp_buf_head(&c->errline), n);
+            stderr_line(c, line, n);
+        }
+        tp_buf_reset(&c->errline);
+        close_fd(&c->err_fd);
+    }
+}
+
+/* Milliseconds poll may wait for deadline_us (0: for ever), rounded up. */
+static int wait_ms(uint64_t deadline_us)
+{
+    if (deadline_us == 0)
+        return -1;
+    uint64_t now = tp_now_us();
+    if (now >= deadline_us)
+        return 0;
+    uint64_t ms = (deadline_us - now + 999) / 1000;
+    return ms > 60000 ? 60000 : (int)ms;
+}
+
+/*
+ * Waits until fd is ready for events (stderr read meanwhile). 0 when it
+ * is, or a TP_MCP_ code.
+ */
+static int wait_fd(tp_mcpio_t *c, int fd, short events, uint64_t deadline_us, volatile sig_atomic_t *stop)
+{
+    /*
+     * SIGTERM (what sets stop) is blocked but inside ppoll, so one that
+     * comes between the flag's check and the wait still ends the wait.
+     */
+    sigset_t term, old;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    for (;;) {
+        struct pollfd pf[2] = {{.fd = fd, .events = events}, {.fd = c->err_fd, .events = POLLIN}};
+        int ms = wait_ms(deadline_us);
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        if (stop)
+            pthread_sigmask(SIG_BLOCK, &term, &old);
+        if (stop && *stop) {
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            return TP_MCP_INTR;
+        }
+        int n = ppoll(pf, 2, ms < 0 ? NULL : &ts, stop ? &old : NULL);
+        if (stop)
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue; /* the flag is checked at the top */
+            return TP_MCP_EXITED;
+        }
+        if (pf[1].revents)
+            read_stderr(c);
+        if (pf[0].revents)
+            return 0;
+        if (n == 0 && deadline_us && tp_now_us() >= deadline_us)
+            return TP_MCP_TIMEOUT;
+    }
+}
+
+int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volatile sig_atomic_t *stop)
+{
+    tp_buf_t line = {0};
+    if (c->in_fd < 0)
+        return TP_MCP_EXITED;
+    if (tp_json_write(&line, msg, 0) < 0 || tp_buf_append(&line, "\n", 1) < 0) {
+        tp_buf_free(&line);
+        return TP_MCP_NOMEM;
+    }
+    /*
+     * A server gone is EPIPE, never our death: the supervisor imports
+     * before it ignores SIGPIPE. The signal is blocked around the writes,
+     * and one they raised is taken off again, unless one was pending
+     * already.
+     */
+    sigset_t pipe_set, old, pending;
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+    sigpending(&pending);
+    bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+    int rc = 0;
+    size_t sent = 0;
+    while (sent < line.len) {
+        ssize_t w = write(c->in_fd, line.data + sent, line.len - sent);
+        if (w > 0) {
+            sent += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EAGAIN) {
+            if ((rc = wait_fd(c, c->in_fd, POLLOUT, deadline_us, stop)) != 0)
+                break;
+            continue;
+        }
+        rc = TP_MCP_EXITED; /* EPIPE: it closed its stdin, or is gone */
+        break;
+    }
+    if (rc == TP_MCP_EXITED && !was_pending) {
+        struct timespec zero = {0, 0};
+        sigtimedwait(&pipe_set, NULL, &zero);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    tp_buf_free(&line);
+    return rc;
+}
+
+/* Logs a line of stdout that is not a message, as stderr is logged. */
+static void not_a_message(tp_mcpio_t *c, const char *p, size_t n)
+{
+    char line[512];
+    snprintf(line, sizeof line, "(not a JSON-RPC message on stdout) %.*s", (int)(n > 400 ? 400 : n), p);
+    for (char *q = line; *q; q++)
+        if ((unsigned char)*q < 0x20)
+            *q = ' ';
+    if (c->log_line)
+        c->log_line(c->log_ctx, line);
+}
+
+int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line,
+                json_t **msg)
+{
+    size_t scanned = 0;
+    for (;;) {
+        const char *start = (const char *)tp_buf_head(&c->out);
+        size_t avail = tp_buf_avail(&c->out);
+        const char *nl = avail > scanned ? memchr(start + scanned, '\n', avail - scanned) : NULL;
+        if (nl != NULL) {
+            size_t n = (size_t)(nl - start);
+            scanned = 0;
+            size_t k = n;
+            while (k > 0 && (start[k - 1] == '\r' || start[k - 1] == ' ' || start[k - 1] == '\t'))
+                k--;
+            json_t *v = k ? json_loadb(start, k, 0, NULL) : NULL;
+            if (k > 0 && !json_is_object(v))
+                not_a_message(c, start, k);
+            tp_buf_consume(&c->out, n + 1);
+            if (tp_buf_avail(&c->out) == 0)
+                tp_buf_reset(&c->out);
+            if (json_is_object(v)) {
+                *msg = v;
+                return 0;
+            }
+            json_decref(v);
+            continue;
+        }
+        scanned = avail;
+        if (avail > max_line)
+            return TP_MCP_TOO_BIG;
+        if (c->out_fd < 0)
+            return TP_MCP_EXITED;
+        ssize_t r = tp_buf_read_fd(&c->out, c->out_fd);
+        if (r > 0)
+            continue;
+        if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+            close_fd(&c->out_fd);
+            return TP_MCP_EXITED;
+        }
+        int rc = wait_fd(c, c->out_fd, POLLIN, deadline_us, stop);
+        if (rc != 0)
+            return rc;
+    }
+}
+
+/* Answers a request the server sent us: ping, or "not served here". */
+static void answer_server(tp_mcpio_t *c, json_t *req, uint64_t deadline_us, volatile sig_atomic_t *stop)
+{
+    const char *method = json_string_value(json_object_get(req, "method"));
+    json_t *a;
+    if (method && strcmp(method, "ping") == 0)
+        a = json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0", "id", json_object_get(req, "id"), "result");
+    else
+        a = json_pack("{s:s, s:O, s:{s:i, s:s+}}", "jsonrpc", "2.0", "id", json_object_get(req, "id"), "error",
+                      "code", -32601, "message", "toolpool does not serve ", method ? method : "that");
+    if (a != NULL)
+        tp_mcpio_send(c, a, deadline_us, stop);
+    json_decref(a);
+}
+
+int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t deadline_us,
+                   volatile sig_atomic_t *stop, size_t max_line, int64_t *id, json_t **answer)
+{
+    int64_t my = c->next_id++;
+    *id = my;
+    json_t *req = json_pack("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", (json_int_t)my, "method", method);
+    if (req == NULL || (params != NULL && json_object_set_new(req, "params", params) < 0)) {
+        json_decref(req);
+        return TP_MCP_NOMEM;
+    }
+    int rc = tp_mcpio_send(c, req, deadline_us, stop);
+    json_decref(req);
+    if (rc != 0)
+        return rc;
+    for (;;) {
+        json_t *m = NULL;
+        if ((rc = tp_mcpio_recv(c, deadline_us, stop, max_line, &m)) != 0)
+            return rc;
+        json_t *mid = json_object_get(m, "id");
+        if (json_object_get(m, "method") != NULL) {
+            if (mid != NULL && !json_is_null(mid))
+                answer_server(c, m, deadline_us, stop);
+            json_decref(m); /* a notification: progress, a log message, list_changed */
+            continue;
+        }
+        if (json_is_integer(mid) && json_integer_value(mid) == my) {
+            *answer = m;
+            return 0;
+        }
+        json_decref(m); /* an answer to something long gone */
+    }
+}
+
+int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version,
+                      size_t vlen, char *err, size_t errlen)
+{
+    static const char *const accepted[] = {TP_MCP_PROTOCOL, "2025-06-18", "2025-03-26"};
+    json_t *params = json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", TP_MCP_PROTOCOL, "capabilities",
+                               "clientInfo", "name", "toolpool", "version", "1");
+    if (params == NULL)
+        return TP_MCP_NOMEM;
+    int64_t id;
+    json_t *a = NULL;
+    int rc = tp_mcpio_request(c, "initialize", params, deadline_us, stop, 1 << 20, &id, &a);
+    if (rc != 0)
+        return rc;
+    json_t *e = json_object_get(a, "error");
+    const char *v = json_string_value(json_object_get(json_object_get(a, "result"), "protocolVersion"));
+    bool ok = false;
+    for (size_t i = 0; v != NULL && i < sizeof accepted / sizeof accepted[0]; i++)
+        ok = ok || strcmp(v, accepted[i]) == 0;
+    if (e != NULL) {
+        snprintf(err, errlen, "initialize failed: %s (%lld)",
+                 json_string_value(json_object_get(e, "message")) ?: "no message",
+                 (long long)json_integer_value(json_object_get(e, "code")));
+        rc = -10;
+    } else if (!ok) {
+        snprintf(err, errlen, "the server speaks MCP %s; toolpool speaks %s, 2025-06-18 and 2025-03-26",
+                 v ? v : "(no protocolVersion in its answer)", TP_MCP_PROTOCOL);
+        rc = -10;
+    } else {
+        snprintf(version, vlen, "%s", v);
+        json_t *n = json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", "notifications/initialized");
+        rc = n ? tp_mcpio_send(c, n, deadline_us, stop) : TP_MCP_NOMEM;
+        json_decref(n);
+    }
+    json_decref(a);
+    return rc;
+}
+
+/* Reaps the server if it has exited, waiting up to wait_us. Whether it has. */
+static bool reap(tp_mcpio_t *c, uint64_t wait_us)
+{
+    if (c->pid <= 0 || c->reaped)
+        return true;
+    uint64_t until = tp_now_us() + wait_us;
+    for (;;) {
+        pid_t r = waitpid(c->pid, &c->status, WNOHANG);
+        if (r == c->pid || (r < 0 && errno == ECHILD)) {
+            c->reaped = true;
+            if (r < 0)
+                c->status = 0; /* reaped by someone else: how it ended is lost */
+            return true;
+        }
+        if (tp_now_us() >= until)
+            return false;
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Kills the server and what it started: its group, or its descendants and it. */
+static void kill_server(tp_mcpio_t *c)
+{
+    static tp_proctree_t tree;
+    if (c->pid <= 0 || c->reaped)
+        return;
+    if (c->own_group) {
+        kill(-c->pid, SIGKILL);
+    } else {
+        tp_proctree_kill(&tree, c->pid);
+        kill(c->pid, SIGKILL);
+    }
+}
+
+const char *tp_mcpio_ended(tp_mcpio_t *c, uint64_t wait_us, char *buf, size_t n)
+{
+    if (!reap(c, wait_us)) {
+        kill_server(c);
+        reap(c, 1000000);
+    }
+    if (c->err_fd >= 0)
+        read_stderr(c);
+    if (!c->reaped)
+        snprintf(buf, n, "would not die");
+    else if (WIFSIGNALED(c->status))
+        snprintf(buf, n, "killed by signal %d (%s)", WTERMSIG(c->status), strsignal(WTERMSIG(c->status)));
+    else
+        snprintf(buf, n, "exited with status %d", WEXITSTATUS(c->status));
+    return buf;
+}
+
+void tp_mcpio_close(tp_mcpio_t *c, uint64_t wait_us)
+{
+    close_fd(&c->in_fd);
+    if (c->pid > 0) {
+        if (!reap(c, wait_us))
+            kill_server(c);
+        else if (c->own_group)
+            kill(-c->pid, SIGKILL); /* what it left in its group */
+        reap(c, 1000000);
+    }
+    if (c->err_fd >= 0) {
+        /* Its stderr, up to the end when nothing else holds it open. */
+        struct pollfd pf = {.fd = c->err_fd, .events = POLLIN};
+        while (c->err_fd >= 0 && poll(&pf, 1, 100) > 0)
+            read_stderr(c);
+    }
+    close_fd(&c->out_fd);
+    close_fd(&c->err_fd);
+    c->pid = 0;
+    tp_buf_reset(&c->out);
+    tp_buf_reset(&c->errline);
+}
+
+void tp_mcpio_free(tp_mcpio_t *c)
+{
+    tp_buf_free(&c->out);
+    tp_buf_free(&c->errline);
+}

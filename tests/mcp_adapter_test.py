@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""The mcp adapter end to end, with no npm: `toolpool run` calling the tools
+of tests/mcp_tiny_server.py (a small MCP server over stdio), declared one by
+one with "mcp" and imported whole with "mcp_servers".
+
+Standard library only. The build directory comes from $TOOLPOOL_BUILD_DIR
+(ctest sets it), else ../build beside this file.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD = os.environ.get("TOOLPOOL_BUILD_DIR", os.path.join(HERE, "..", "build"))
+TOOLPOOL = os.path.join(BUILD, "toolpool")
+TINY = [sys.executable, os.path.join(HERE, "mcp_tiny_server.py")]
+
+
+def alive(pid):
+    """Whether pid is a live process (a zombie is not)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+class McpAdapterTest(unittest.TestCase):
+    def setUp(self):
+        self.tmpdir = tempfile.TemporaryDirectory(prefix="tp-mcp-adapter-")
+        self.tmp = self.tmpdir.name
+        self.log = os.path.join(self.tmp, "tiny.log")
+
+    def tearDown(self):
+        self.tmpdir.cleanup()
+
+    def read_log(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def tool(self, name, tool, env=None, **policy):
+        mcp = {"command": TINY, "tool": tool, "env": dict({"TINY_LOG": self.log}, **(env or {}))}
+        t = {"name": name, "mcp": mcp}
+        t.update(policy)
+        return t
+
+    def run_calls(self, registry, calls, j=1, expect_rc=None):
+        reg = os.path.join(self.tmp, "tools.json")
+        with open(reg, "w") as f:
+            json.dump(registry, f)
+        src = os.path.join(self.tmp, "calls.jsonl")
+        with open(src, "w") as f:
+            for c in calls:
+                f.write(json.dumps(c) + "\n")
+        p = subprocess.run([TOOLPOOL, "run", "--registry", reg, "--store", os.path.join(self.tmp, "store"),
+                            "-j", str(j), src], capture_output=True, text=True, timeout=240)
+        if expect_rc is not None:
+            self.assertEqual(p.returncode, expect_rc, p.stderr)
+        self.assertNotRegex(p.stderr, "Sanitizer|runtime error:")
+        out = {}
+        for line in p.stdout.splitlines():
+            r = json.loads(line)
+            out[r["id"]] = r
+        return out, p
+
+    def defaults(self):
+        return {"timeout": "20s", "backoff": {"base": "10ms", "jitter": "none"}}
+
+    def test_results_and_classification(self):
+        reg = {"defaults": self.defaults(), "tools": [
+            self.tool("echo", "echo"), {"name": "add", "mcp": {"command": TINY, "tool": "add"}},  # no env, no cwd
+            self.tool("fail", "fail", attempts=2),
+            self.tool("oops", "oops"), self.tool("bad", "badparams"), self.tool("nope", "nope"),
+            self.tool("pid", "pid"), self.tool("env", "env", env={"FOO": "bar"}, ),
+        ]}
+        reg["tools"][7]["mcp"]["cwd"] = self.tmp
+        calls = [
+            {"id": "echo", "tool": "echo", "args": {"text": "hi there"}},
+            {"id": "add", "tool": "add", "args": {"a": 2, "b": 40}},
+            {"id": "fail", "tool": "fail", "args": {}},
+            {"id": "oops", "tool": "oops", "args": {}},
+            {"id": "bad", "tool": "bad", "args": {}},
+            {"id": "nope", "tool": "nope", "args": {}},
+            {"id": "pid1", "job": "p", "step": 1, "tool": "pid", "args": {}},
+            {"id": "pid2", "job": "p", "step": 2, "tool": "pid", "args": {}},
+            {"id": "env", "tool": "env", "args": {"name": "FOO"}},
+        ]
+        r, p = self.run_calls(reg, calls, expect_rc=1)
+        # a success is the MCP result: content, and structuredContent when the server gave one
+        self.assertEqual(r["echo"]["result"], {"content": [{"type": "text", "text": "hi there"}],
+                                               "structuredContent": {"text": "hi there"}})
+        self.assertEqual(r["add"]["result"], {"content": [{"type": "text", "text": "42"}]})
+        # isError with a JSON error object: its kind, retried as that kind is
+        self.assertEqual(r["fail"]["error"], "RateLimited")
+        self.assertEqual(r["fail"]["message"], "slow down")
+        self.assertEqual([t["outcome"] for t in r["fail"]["trace"]], ["RateLimited", "RateLimited"])
+        # isError with plain text: ToolError, permanent, the text its message
+        self.assertEqual((r["oops"]["error"], r["oops"]["class"], r["oops"]["attempts"]), ("ToolError", "permanent", 1))
+        self.assertIn("it broke", r["oops"]["message"])
+        # JSON-RPC errors
+        self.assertEqual(r["bad"]["error"], "BadArguments")
+        self.assertIn("-32602", r["bad"]["message"])
+        self.assertEqual((r["nope"]["error"], r["nope"]["class"]), ("UnknownTool", "malformed"))
+        # one session per worker: both calls on the one worker met the same server
+        self.assertEqual(r["pid1"]["result"], r["pid2"]["result"])
+        # env and cwd reach the server
+        env = json.loads(r["env"]["result"]["content"][0]["text"])
+        self.assertEqual(env, {"value": "bar", "cwd": os.path.realpath(self.tmp)})
+        # the server's stderr is in the log, under the tool's name, and in no result
+        self.assertRegex(p.stderr, r"toolpool-worker: \w+: tiny: started")
+        self.assertNotIn("tiny: started", p.stdout)
+
+    def test_crash_mid_call_is_retried_on_a_fresh_server(self):
+        mark = os.path.join(self.tmp, "mark")
+        reg = {"defaults": self.defaults(), "tools": [self.tool("c", "crash_once", env={"TINY_MARK": mark})]}
+        r, p = self.run_calls(reg, [{"id": "c", "tool": "c", "args": {}}], expect_rc=0)
+        self.assertEqual([t["outcome"] for t in r["c"]["trace"]], ["WorkerCrashed", "ok"])
+        self.assertEqual(r["c"]["result"]["content"][0]["text"], "survived")
+        self.assertEqual(self.read_log().count("started"), 2)  # the second attempt, on a fresh server
+
+    def test_timeout_cancels_then_kills_and_next_call_starts_fresh(self):
+        reg = {"defaults": self.defaults(), "tools": [
+            self.tool("sleep", "sleep", timeout="1s", kill_grace="3s", attempts=1),
+            self.tool("pid", "pid"),
+        ]}
+        calls = [
+            {"id": "pid1", "job": "j", "step": 1, "tool": "pid", "args": {}},
+            {"id": "sleep", "job": "j", "step": 2, "tool": "sleep", "args": {"seconds": 60}},
+            {"id": "pid2", "job": "j", "step": 3, "tool": "pid", "args": {}},
+        ]
+        r, p = self.run_calls(reg, calls, expect_rc=1)
+        self.assertEqual(r["sleep"]["error"], "Timeout")
+        self.assertLess(r["sleep"]["duration_ms"], 30000)
+        log = self.read_log()
+        self.assertIn("cancelled", log)  # notifications/cancelled reached the server before the kill
+        first = int(r["pid1"]["result"]["content"][0]["text"])
+        second = int(r["pid2"]["result"]["content"][0]["text"])
+        self.assertNotEqual(first, second)  # a fresh server after the timeout
+        self.assertFalse(alive(first))
+
+    def test_timeout_without_grace_kills_at_once(self):
+        reg = {"defaults": self.defaults(), "tools": [self.tool("sleep", "sleep", timeout="500ms", attempts=2)]}
+        t0 = time.monotonic()
+        r, p = self.run_calls(reg, [{"id": "s", "tool": "sleep", "args": {"seconds": 60}}], expect_rc=1)
+        self.assertEqual([t["outcome"] for t in r["s"]["trace"]], ["Timeout", "Timeout"])
+        self.assertLess(time.monotonic() - t0, 50)
+        for line in self.read_log().splitlines():
+            if line.startswith("started "):
+                self.assertFalse(alive(int(line.split()[1])))
+
+    def test_crash_on_start_hits_the_cap(self):
+        reg = {"defaults": dict(self.defaults(), attempts=2),
+               "tools": [self.tool("s", "echo", env={"TINY_CRASH": "start"})]}
+        calls = [{"id": "c%d" % i, "job": "j", "step": i, "tool": "s", "args": {"text": "x"}} for i in range(1, 4)]
+        r, p = self.run_calls(reg, calls, expect_rc=1)
+        self.assertEqual(r["c1"]["error"], "WorkerCrashed")
+        self.assertIn("before answering initialize", r["c1"]["message"])
+        self.assertIn("cannot start: no config", r["c1"]["message"])  # its last words
+        # the third failed start in a row reaches the cap; then it is not started again for a while
+        outcomes = [t["outcome"] for c in ("c1", "c2", "c3") for t in r[c]["trace"]]
+        self.assertEqual(outcomes[:3], ["WorkerCrashed"] * 3)
+        self.assertEqual(r["c3"]["error"], "ToolError")
+        self.assertIn("crash-loop cap", r["c3"]["message"])
+        self.assertEqual(self.read_log().count("started"), 3)
+
+    def test_import_a_server(self):
+        reg = {"defaults": self.defaults(), "tools": [],
+               "mcp_servers": {"tiny": {"command": TINY, "env": {"TINY_PAGE": "2", "TINY_LOG": self.log},
+                                        "defaults": {"attempts": 2},
+                                        "tools": {"sleep": {"timeout": "300ms", "attempts": 1}}}}}
+        calls = [
+            {"id": "add", "tool": "tiny.add", "args": {"a": 1, "b": 2}},
+            {"id": "echo", "tool": "tiny.echo", "args": {"text": "x"}},
+            {"id": "badargs", "tool": "tiny.add", "args": {"a": 1, "b": "x"}},
+            {"id": "sleep", "tool": "tiny.sleep", "args": {"seconds": 5}},
+            {"id": "fail", "tool": "tiny.fail", "args": {}},
+        ]
+        r, p = self.run_calls(reg, calls, expect_rc=1)
+        self.assertEqual(r["add"]["result"]["content"][0]["text"], "3")
+        self.assertTrue(r["echo"]["ok"])
+        # the parameters are the server's inputSchema: checked before any call
+        self.assertEqual((r["badargs"]["error"], r["badargs"]["attempts"]), ("InvalidArguments", 0))
+        self.assertIn("/b", r["badargs"]["message"])
+        # the tool's own block over the server's defaults over the registry's
+        self.assertEqual((r["sleep"]["error"], r["sleep"]["attempts"]), ("Timeout", 1))
+        self.assertEqual(r["fail"]["attempts"], 2)
+        # every page of tools/list was read: the last tool of the last page is there
+        r2, _ = self.run_calls(reg, [{"id": "env", "tool": "tiny.env", "args": {"name": "TINY_PAGE"}}], expect_rc=0)
+        self.assertEqual(json.loads(r2["env"]["result"]["content"][0]["text"])["value"], "2")
+
+    def load_error(self, reg):
+        path = os.path.join(self.tmp, "tools.json")
+        with open(path, "w") as f:
+            json.dump(reg, f, indent=1)
+        src = os.path.join(self.tmp, "none.jsonl")
+        open(src, "w").close()
+        p = subprocess.run([TOOLPOOL, "run", "--registry", path, "--store", os.path.join(self.tmp, "store"), src],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertNotRegex(p.stderr, "Sanitizer|runtime error:")
+        return p.stderr
+
+    def test_import_errors(self):
+        err = self.load_error({"tools": [], "mcp_servers": {"tiny": {"command": TINY, "env": {"TINY_CRASH": "start"}}}})
+        self.assertIn('mcp_servers.tiny: cannot import the tools of MCP server "tiny"', err)
+        self.assertIn("exited with status 1", err)
+        self.assertIn("cannot start: no config", err)  # its stderr, quoted
+        err = self.load_error({"tools": [], "mcp_servers": {"tiny": {"command": ["/nonexistent/server"]}}})
+        self.assertIn('MCP server "tiny"', err)
+        self.assertIn("No such file", err)
+        err = self.load_error({"tools": [], "mcp_servers": {
+            "tiny": {"command": [sys.executable, "-c", "import time; time.sleep(30)"], "start_timeout": "500ms"}}})
+        self.assertIn("within 0.5s", err)
+        err = self.load_error({"tools": [], "mcp_servers": {"tiny": {"command": TINY, "tools": {"reed": {}}}}})
+        self.assertIn('mcp_servers.tiny.tools.reed: MCP server "tiny" has no tool "reed"', err)
+        err = self.load_error({"tools": [], "mcp_servers": {"tiny": {"command": TINY, "tools": {"add": {"exec": ["x"]}}}}})
+        self.assertIn("mcp_servers.tiny.tools.add.exec: unknown key", err)
+        err = self.load_error({"tools": [], "mcp_servers": {"tiny": {"command": TINY, "env": {"TINY_VERSION": "2024-11-05"}}}})
+        self.assertIn("speaks MCP 2024-11-05", err)
+        err = self.load_error({"tools": [self.tool("tiny.add", "add")], "mcp_servers": {"tiny": {"command": TINY}}})
+        self.assertIn('duplicate tool name "tiny.add"', err)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
