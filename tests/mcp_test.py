@@ -11,6 +11,7 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -375,6 +376,31 @@ class McpTest(unittest.TestCase):
         rc, out, err = self.toolpool("trace", "--store", s.store, meta["id"])
         self.assertEqual(rc, 0, err)
         self.assertIn("echo(args=", out)
+
+    def test_mcp_tools_pass_their_content_through(self):
+        # A tool that is itself an MCP server's (the mcp adapter): its content
+        # blocks and structuredContent reach the host as the server gave them;
+        # a fallback to a tool of another kind is rendered as any result.
+        tiny = [sys.executable, os.path.join(HERE, "mcp_tiny_server.py")]
+        self.registry["mcp_servers"] = {"tiny": {"command": tiny}}
+        self.registry["tools"].append({"name": "tiny_down", "mcp": {"command": tiny, "tool": "oops"},
+                                       "attempts": 1, "fallback_on": ["permanent"], "fallback": ["echo"]})
+        self.write_registry()
+        s = self.ready()
+        r = s.call("tiny.echo", {"text": "hi"})["result"]
+        self.assertEqual(r["content"], [{"type": "text", "text": "hi"}])
+        self.assertEqual(r["structuredContent"], {"text": "hi"})
+        self.assertIs(r["isError"], False)
+        self.assertEqual(r["_meta"]["toolpool"]["served_by"], "tiny.echo")
+        r = s.call("tiny.add", {"a": 1, "b": 2})["result"]
+        self.assertEqual(r["content"], [{"type": "text", "text": "3"}])
+        self.assertNotIn("structuredContent", r)
+        r = s.call("tiny_down", {"k": 1})["result"]
+        self.assertEqual(r["_meta"]["toolpool"]["served_by"], "echo")
+        self.assertEqual(r["content"], [{"type": "text", "text": compact({"k": 1})}])
+        self.assertEqual(r["structuredContent"], {"k": 1})
+        tm = self.assert_tool_error(s.call("tiny.oops"), "ToolError", "permanent", 1, False)
+        self.assertIn("it broke", tm["message"])
 
     def test_call_failures(self):
         s = self.ready()
