@@ -52,6 +52,7 @@ FULL = {
     "payload_sizes": [10000, 100000, 1000000],
     "payload_calls": {10000: 5000, 100000: 1000, 1000000: 200},
     "payload_exec_calls": {10000: 2000, 100000: 1000, 1000000: 200},
+    "mcp_seq": 2000, "mcp_conc": 20000, "mcp_lanes": 32, "mcp_rounds": 3,
 }
 QUICK = {
     "workers": [1, 2, 4, 8],
@@ -68,6 +69,7 @@ QUICK = {
     "payload_sizes": [10000, 100000, 1000000],
     "payload_calls": {10000: 500, 100000: 100, 1000000: 20},
     "payload_exec_calls": {10000: 200, 100000: 100, 1000000: 20},
+    "mcp_seq": 300, "mcp_conc": 2000, "mcp_lanes": 32, "mcp_rounds": 1,
 }
 
 # The project's performance targets.
@@ -75,6 +77,7 @@ NOOP_VS_PEBBLE = 10.0
 EXEC_VS_XARGS = 2.0
 EXEC_VS_PARALLEL = 5.0
 PAYLOAD_VS_PEBBLE = 2.0     # durable echo calls/s at 100 KB and at 1 MB
+MCP_SEQ_OVERHEAD = 1.2      # toolpool mcp's p50 over the direct path's, one call at a time
 HANG_P99_US = 2000.0
 RSS_LIMIT_KIB = 64 * 1024
 RSS_FLAT = 1.10          # "flat": the 1M peak at most 10 % (or 1 MiB) above the 100k peak
@@ -86,7 +89,7 @@ SVC_VS_CELERY = 20.0     # serve (wrk) against Celery + Redis (its Python client
 SVC_ADDED_US = 300.0     # serve's added latency over a run co-process, p50
 SVC_RSS_FLAT = 1.10      # serve's RSS: overall peak at most 10 % above the first 10 %'s
 
-SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload"]
+SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload", "mcp"]
 
 REPORT = []
 SERVICES = []            # every serve started, stopped at the end whatever happens
@@ -978,6 +981,53 @@ def bench_payload(tp, cfg, scratch, res):
     say()
 
 
+def mcp_bench(n, lanes, command):
+    return peer(["node", os.path.join(PEERS, "mcp_bench.mjs"), str(n), str(lanes), "echo",
+                 json.dumps({"message": "hello"}), "--", *command])
+
+
+def bench_mcp(tp, cfg, scratch, res):
+    say("== 10. MCP: server-everything's echo through the SDK's client, directly and through "
+        "`toolpool mcp -j 4` (the mcp adapter), one call at a time and with "
+        f"{cfg['mcp_lanes']} at once (each its own job)")
+    everything = [shutil.which("node") or "node",
+                  os.path.join(ROOT, "bench", "node_modules", "@modelcontextprotocol", "server-everything",
+                               "dist", "index.js"), "stdio"]
+    registry = os.path.join(scratch, "mcp.json")
+    write_registry(registry, [{"name": "echo", "mcp": {"command": everything, "tool": "echo"}}])
+
+    def toolpool_cmd(name, relaxed=False):
+        return [tp.bin, "mcp", "-q", "-j", "4", "-r", registry, "-s", tp.fresh(name)] + (["--relaxed"] if relaxed else [])
+
+    rows = [("direct", "SDK client -> server-everything", lambda i: everything, 1),
+            ("toolpool", "SDK client -> toolpool mcp -> it", lambda i: toolpool_cmd(f"mcp-seq{i}"), 1),
+            ("toolpool_relaxed", "  the same, --relaxed", lambda i: toolpool_cmd(f"mcp-seqr{i}", True), 1),
+            ("direct_conc", "SDK client -> server-everything", lambda i: everything, cfg["mcp_lanes"]),
+            ("toolpool_conc", "SDK client -> toolpool mcp -> it", lambda i: toolpool_cmd(f"mcp-conc{i}"),
+             cfg["mcp_lanes"]),
+            ("toolpool_conc_relaxed", "  the same, --relaxed", lambda i: toolpool_cmd(f"mcp-concr{i}", True),
+             cfg["mcp_lanes"])]
+    rounds = {key: [] for key, *_ in rows}
+    for i in range(cfg["mcp_rounds"]):
+        for key, _, cmd, lanes in rows:
+            rounds[key].append(mcp_bench(cfg["mcp_seq"] if lanes == 1 else cfg["mcp_conc"], lanes, cmd(i)))
+    med = {k: sorted(v, key=lambda f: f["calls_per_s"])[len(v) // 2] for k, v in rounds.items()}
+    res["mcp"] = rounds
+    say(f"  {'':36} {'at once':>8} {'calls/s':>9} {'p50':>9} {'p99':>9}")
+    for key, name, _, lanes in rows:
+        f = med[key]
+        say(f"  {name:36} {lanes:>8} {fmt_int(f['calls_per_s']):>9} {f['p50_us'] / 1e3:7.2f}ms "
+            f"{f['p99_us'] / 1e3:7.2f}ms")
+    over = med["toolpool"]["p50_us"] / med["direct"]["p50_us"]
+    conc = med["toolpool_conc"]["calls_per_s"] / med["direct_conc"]["calls_per_s"]
+    target(f"one at a time: p50 through toolpool <= {MCP_SEQ_OVERHEAD}x direct", f"{over:.2f}x",
+           over <= MCP_SEQ_OVERHEAD)
+    target("at once: toolpool mcp -j 4 > direct calls/s", f"{conc:.2f}x", conc > 1)
+    res["targets"]["mcp_seq"] = {"value": over, "pass": over <= MCP_SEQ_OVERHEAD}
+    res["targets"]["mcp_conc"] = {"value": conc, "pass": conc > 1}
+    say()
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -1097,6 +1147,8 @@ def main():
             bench_service(tp, cfg, scratch, res)
         if "payload" in only:
             bench_payload(tp, cfg, scratch, res)
+        if "mcp" in only:
+            bench_mcp(tp, cfg, scratch, res)
         if "noop" in only:
             png = plot(sweep, cfg["workers"], a.out)
 
@@ -1123,7 +1175,10 @@ def main():
                 (f"echo at 100 KB and 1 MB (durable) >= {PAYLOAD_VS_PEBBLE:.0f}x pebble", "payload_vs_pebble",
                  lambda v: f"{v['value']:.2f}x"),
                 ("supervisor peak RSS < 64 MiB at every payload size", "payload_rss",
-                 lambda v: f"{v['value_kib'] / 1024:.1f} MiB")]:
+                 lambda v: f"{v['value_kib'] / 1024:.1f} MiB"),
+                (f"mcp: p50 through toolpool <= {MCP_SEQ_OVERHEAD}x direct, 1 at a time", "mcp_seq",
+                 lambda v: f"{v['value']:.2f}x"),
+                ("mcp: toolpool mcp -j 4 > direct calls/s, at once", "mcp_conc", lambda v: f"{v['value']:.2f}x")]:
             if key in t:
                 say(f"  {name:58} {val(t[key]):>18}  {verdict(t[key]['pass'])}")
         say()
