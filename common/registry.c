@@ -213,6 +213,7 @@ typedef enum {
     K_NUMBER,   /* integer or real -> double */
     K_BOOL,
     K_JITTER,   /* "full" | "equal" | "none" -> tp_jitter_t */
+    K_SCOPE,    /* "job" | "global" -> uint32_t tp_scope_t */
     K_KINDS,    /* array of transient kind names -> uint64_t, bit per kind */
     K_CLASSES,  /* array of class names -> uint32_t, bit per class */
     K_NAMES,    /* tool names, an array or one string -> char **, count at off_n */
@@ -231,6 +232,7 @@ enum {
     F_MIN_EXCL = 1 << 2, /* bound is "> min", not ">= min" */
     F_URL = 1 << 3,      /* strings: http:// or https:// */
     F_PATH = 1 << 4,     /* a relative path resolves against the registry dir */
+    F_OFF = 1 << 5,      /* K_OBJECT: false turns it off (the bool at off_n), an object on */
 };
 
 typedef struct key_table key_table_t;
@@ -243,7 +245,7 @@ typedef struct {
     unsigned flags;
     double min, max;          /* K_UINT, K_NUMBER, K_DURATION (us); max 0 = none */
     double dflt;              /* the built-in default, for tp_policy_init */
-    size_t off_n;             /* K_NAMES: where the count goes */
+    size_t off_n;             /* K_NAMES: where the count goes; F_OFF: the "off" bool */
     const key_table_t *sub;   /* K_OBJECT, and K_ADAPTER's object shape */
     tp_adapter_t adapter;     /* K_ADAPTER */
 } key_spec_t;
@@ -275,6 +277,7 @@ static const key_spec_t backoff_keys[] = {
 static const key_table_t backoff_table = TABLE(backoff_keys);
 
 static const key_spec_t same_call_keys[] = {
+    {KEY("scope", K_SCOPE), POL(same_call_scope), .dflt = TP_SCOPE_JOB},
     {KEY("failures", K_UINT), POL(same_call_failures), .min = 1, .dflt = 3},
     {KEY("window", K_DURATION), POL(same_call_window_us), .dflt = 600 * SEC},
 };
@@ -291,7 +294,8 @@ static const key_spec_t tool_breaker_keys[] = {
 static const key_table_t tool_breaker_table = TABLE(tool_breaker_keys);
 
 static const key_spec_t breaker_keys[] = {
-    {KEY("same_call", K_OBJECT), .sub = &same_call_table},
+    {KEY("same_call", K_OBJECT), .sub = &same_call_table, .flags = F_OFF,
+     .off_n = offsetof(tp_policy_t, same_call_off)},
     {KEY("tool", K_OBJECT), .sub = &tool_breaker_table},
 };
 static const key_table_t breaker_table = TABLE(breaker_keys);
@@ -512,6 +516,7 @@ static void apply_defaults(const key_table_t *tab, void *base)
         case K_BOOL:
         case K_KINDS:
         case K_CLASSES:
+        case K_SCOPE:
             store_uint(field, s->size, (uint64_t)s->dflt);
             break;
         case K_NUMBER:
@@ -923,6 +928,15 @@ static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
             }
         }
         return fail(ld, "expected one of \"full\", \"equal\", \"none\", got %s", GOT(v));
+    case K_SCOPE:
+        if (json_is_string(v) && strcmp(json_string_value(v), "job") == 0)
+            store_uint(field, s->size, TP_SCOPE_JOB);
+        else if (json_is_string(v) && strcmp(json_string_value(v), "global") == 0)
+            store_uint(field, s->size, TP_SCOPE_GLOBAL);
+        else
+            return fail(ld, "expected \"job\" (a job's own repeats) or \"global\" (every job on the store), got %s",
+                        GOT(v));
+        return 0;
     case K_KINDS:
         return parse_kinds(ld, v, (uint64_t *)field);
     case K_CLASSES:
@@ -963,6 +977,16 @@ static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
     case K_ARGV:
         return parse_argv(ld, v, s->flags, (char ***)field, NULL);
     case K_OBJECT:
+        if (s->flags & F_OFF) {
+            /* false turns it off; an object (even {}) turns it back on over "defaults". */
+            if (json_is_false(v)) {
+                *(bool *)((char *)base + s->off_n) = true;
+                return 0;
+            }
+            if (!json_is_object(v))
+                return fail(ld, "expected an object, or false to turn it off, got %s", GOT(v));
+            *(bool *)((char *)base + s->off_n) = false;
+        }
         return parse_object(ld, v, s->sub, field);
     case K_ADAPTER:
         return parse_adapter(ld, s, v, base);

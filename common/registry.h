@@ -35,6 +35,16 @@ typedef enum {
     TP_JITTER_NONE,      /* exactly delay: the seed's 0.5s, 1s */
 } tp_jitter_t;
 
+/*
+ * The same-call breaker's scope: a job's own repeats (the default, so one
+ * evaluation sample's failures never change another's result), or every
+ * job and every process on the store.
+ */
+typedef enum {
+    TP_SCOPE_JOB = 0,
+    TP_SCOPE_GLOBAL = 1,
+} tp_scope_t;
+
 /* The retry and recovery policy of one tool; "defaults" fills the gaps. */
 typedef struct {
     uint64_t timeout_us;        /* per attempt */
@@ -63,6 +73,8 @@ typedef struct {
     bool stale;
     json_t *degraded;           /* the last honest answer, or NULL */
     /* breakers */
+    bool same_call_off;         /* "same_call": false */
+    uint32_t same_call_scope;   /* tp_scope_t: whose failures count together */
     uint32_t same_call_failures;
     uint64_t same_call_window_us;
     double tool_failure_rate;

@@ -772,12 +772,14 @@ static void hop_failed(tp_engine_t *e, tp_call_t *c, tp_kind_t kind, const char 
  */
 static void record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
 {
-    if (!ensure_txn(e))
+    if (c->hop_tool->policy.same_call_off || !ensure_txn(e))
         return;
     bool opened = false;
     const tp_attempt_t *a = &c->att;
-    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, &c->digest, c->args, failed, a->kind_name,
-                                    a->message, tp_unix_us(), &opened);
+    tp_digest_t key;
+    tp_breaker_call_digest(c->hop_tool, &c->digest, c->job->name, &key);
+    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, &key, c->job->name, c->args, failed,
+                                    a->kind_name, a->message, tp_unix_us(), &opened);
     if (rc) {
         tp_engine_store_failed(e, rc, "recording a breaker");
         return;
@@ -789,7 +791,7 @@ static void record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
              c->hop_tool->policy.same_call_failures, (double)c->hop_tool->policy.same_call_window_us / 1e6);
     escalate(e, c, a->kind_name, a->message, reason);
     if (c->escalated) {
-        rc = tp_breaker_call_set_escalation(e->o.store, e->txn, c->hop_tool, &c->digest, c->escalation);
+        rc = tp_breaker_call_set_escalation(e->o.store, e->txn, c->hop_tool, &key, c->escalation);
         if (rc)
             tp_engine_store_failed(e, rc, "recording a breaker");
     }
@@ -965,10 +967,12 @@ static bool admit(tp_engine_t *e, tp_call_t *c, uint64_t now, bool *probe)
         return !e->fatal;
     }
     uint64_t wall = tp_unix_us();
-    if (c->hop_attempts == 0) {
+    if (c->hop_attempts == 0 && !c->hop_tool->policy.same_call_off) {
         bool open = false;
         char esc[TP_ESCALATION_ID_MAX] = "";
-        int rc = tp_breaker_call_check(e->o.store, e->txn, c->hop_tool, &c->digest, wall, &open, esc, sizeof esc);
+        tp_digest_t key;
+        tp_breaker_call_digest(c->hop_tool, &c->digest, c->job->name, &key);
+        int rc = tp_breaker_call_check(e->o.store, e->txn, c->hop_tool, &key, wall, &open, esc, sizeof esc);
         if (rc) {
             tp_engine_store_failed(e, rc, "reading a breaker");
             return false;

@@ -201,6 +201,10 @@ static json_t *call_breaker_json(const char *id, const MDB_val *v, bool full)
     rc = rc ? rc : put(o, "type", str_of("call"));
     rc = rc ? rc : put(o, "tool", str_of(cb->tool));
     rc = rc ? rc : put(o, "digest", str_of(digest ? digest + 1 : ""));
+    /* scope "job": the job whose repeats it counts; "global": every job's */
+    rc = rc ? rc : put(o, "scope", str_of(cb->job[0] ? "job" : "global"));
+    if (cb->job[0])
+        rc = rc ? rc : put(o, "job", str_of(cb->job));
     rc = rc ? rc : put(o, "state", str_of(cb->opened_unix_us ? "open" : "closed"));
     rc = rc ? rc : put(o, "failures", json_integer((json_int_t)cb->n_failures_unix_us));
     if (cb->opened_unix_us) {

@@ -207,6 +207,8 @@ static void show_breaker(FILE *out, const char *id, const MDB_val *v, bool full)
     }
     fprintf(out, "%-40s %-9s %zu failure%s", id, cb->opened_unix_us ? "open" : "closed", cb->n_failures_unix_us,
             cb->n_failures_unix_us == 1 ? "" : "s");
+    if (cb->job[0])
+        fprintf(out, " in job %s", cb->job);
     if (cb->opened_unix_us) {
         fputs(", opened ", out);
         put_time(out, cb->opened_unix_us);
