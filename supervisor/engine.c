@@ -130,6 +130,7 @@ struct tp_engine {
     bool closing;
     bool fatal;
     bool in_turn;               /* kick_cb is running */
+    uint64_t started_unix_us;   /* records older than this are earlier runs' */
     tp_engine_stats_t stats;
 };
 
@@ -258,9 +259,59 @@ static void pending_own(tp_pending_t *p, const Toolpool__Result *r)
     }
 }
 
-/* Answers a request that never became a call, in order with the rest. */
-static tp_pending_t *reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
-                            const char *args, tp_kind_t kind, const char *msg, tp_answer_fn fn, void *ctx)
+static bool txn_fit(tp_engine_t *e, size_t len);
+
+static bool refusal_kind(const char *kind)
+{
+    return kind && tp_kind_class(tp_kind_from_name(kind)) == TP_CLASS_MALFORMED;
+}
+
+/*
+ * Records a refusal (r, rendered as line) under its id, so trace, the
+ * job's checkpoint and the next run see every call: unless the id holds a
+ * record of another kind (a result that ran is never overwritten by a
+ * refusal of other input), or the id or job is too long for a key.
+ */
+static void record_refusal(tp_engine_t *e, Toolpool__Result *r, const uint8_t *line, size_t len)
+{
+    size_t max_key = tp_store_max_key(e->o.store);
+    if (strlen(r->id) > max_key || strlen(r->job) > max_key || !ensure_txn(e))
+        return;
+    Toolpool__StoredResult *old;
+    int rc = tp_result_get(e->o.store, e->txn, r->id, &old);
+    if (rc == 0) {
+        bool refusal = !old->ok && refusal_kind(old->kind);
+        toolpool__stored_result__free_unpacked(old, NULL);
+        if (!refusal)
+            return;
+    } else if (rc != MDB_NOTFOUND) {
+        return; /* a corrupt record stays as it is, for store check to name */
+    }
+    if (!txn_fit(e, len))
+        return;
+    tp_digest_t args_digest, identity;
+    tp_digest_bytes(r->args.data ? r->args.data : (const uint8_t *)"{}", r->args.data ? r->args.len : 2,
+                    &args_digest);
+    tp_identity_digest(r->tool, &args_digest, &identity);
+    r->input_digest.data = identity.b;
+    r->input_digest.len = TP_DIGEST_LEN;
+    rc = tp_result_put(e->o.store, e->txn, r, line, len);
+    if (rc == 0 && strcmp(r->job, r->id) != 0)
+        rc = tp_checkpoint_step(e->o.store, e->txn, r->job, r->id, r->step, NULL, 0, TP_KIND_OK, NULL);
+    r->input_digest.data = NULL;
+    r->input_digest.len = 0;
+    if (rc)
+        tp_engine_store_failed(e, rc, "recording a refused call");
+}
+
+/*
+ * Answers a request that never became a call, in order with the rest.
+ * keep: record it (a refusal of the call itself; not an id conflict,
+ * whose record is another call's).
+ */
+static tp_pending_t *reject_as(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
+                               const char *args, tp_kind_t kind, const char *msg, bool keep, tp_answer_fn fn,
+                               void *ctx)
 {
     Toolpool__Result r = TOOLPOOL__RESULT__INIT;
     r.has_id = id != NULL;
@@ -285,9 +336,45 @@ static tp_pending_t *reject(tp_engine_t *e, const char *id, const char *job, uin
         return NULL;
     tp_result_write(&e->add->lines, &r);
     p->len = e->add->lines.len - p->at;
+    if (keep && id && e->o.store)
+        record_refusal(e, &r, e->add->lines.data + p->at, p->len);
     pending_own(p, &r);
     kick(e);
     return p;
+}
+
+static tp_pending_t *reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
+                            const char *args, tp_kind_t kind, const char *msg, tp_answer_fn fn, void *ctx)
+{
+    return reject_as(e, id, job, step, tool, args, kind, msg, true, fn, ctx);
+}
+
+bool tp_rerun_match(const tp_rerun_t *f, const char *kind)
+{
+    if (f == NULL || kind == NULL || kind[0] == '\0')
+        return false;
+    if (f->all || (f->classes & (1u << tp_kind_class(tp_kind_from_name(kind)))))
+        return true;
+    for (size_t i = 0; i < f->n_kinds; i++)
+        if (strcmp(f->kinds[i], kind) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * Whether a recorded result is to be done again rather than served: a
+ * refusal (nothing ran, and the registry may have been fixed since), or
+ * a failure the run's --retry-failed names.
+ */
+static bool redo_recorded(const tp_engine_t *e, const Toolpool__StoredResult *r)
+{
+    if (r->ok)
+        return false;
+    if (refusal_kind(r->kind))
+        return true;
+    /* Only failures earlier runs recorded: this run's own (the same id twice, another
+     * supervisor's answer to a call it claimed) are served, so nothing is redone twice. */
+    return r->ended_unix_us < e->started_unix_us && tp_rerun_match(e->o.rerun, r->kind);
 }
 
 void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
@@ -1265,6 +1352,10 @@ static tp_claim_t claim(tp_engine_t *e, tp_call_t *c)
     }
     Toolpool__StoredResult *r;
     int rc = tp_result_get(e->o.store, e->txn, c->id, &r);
+    if (rc == 0 && redo_recorded(e, r)) {
+        toolpool__stored_result__free_unpacked(r, NULL);
+        rc = MDB_NOTFOUND; /* it was to be done again when it came, and still is */
+    }
     if (rc == 0) {
         tp_pending_t *p;
         if (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, c->identity.b, TP_DIGEST_LEN) == 0) {
@@ -1275,8 +1366,8 @@ static tp_claim_t claim(tp_engine_t *e, tp_call_t *c)
                      "id \"%s\" was recorded in the store for other input while it waited; "
                      "give this call a new id, or run with a new store",
                      c->id);
-            p = reject(e, c->id, c->job->name, c->step, c->tool->name, c->args, TP_KIND_INVALID_REQUEST, msg,
-                       c->answer, c->answer_ctx);
+            p = reject_as(e, c->id, c->job->name, c->step, c->tool->name, c->args, TP_KIND_INVALID_REQUEST, msg,
+                          false, c->answer, c->answer_ctx);
             if (p)
                 p->conflict = true;
         }
@@ -1522,6 +1613,14 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
     if (++e->lookups % TP_TRIM_LOOKUPS == 0)
         tp_store_trim(e->o.store);
     int rc = tp_result_get(e->o.store, e->txn, rq->id, &r);
+    if (rc == 0 && redo_recorded(e, r) &&
+        (refusal_kind(r->kind) ||
+         (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, identity->b, TP_DIGEST_LEN) == 0))) {
+        /* Done again: its new record replaces this one. */
+        toolpool__stored_result__free_unpacked(r, NULL);
+        e->stats.rerun++;
+        rc = MDB_NOTFOUND;
+    }
     if (rc == 0) {
         if (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, identity->b, TP_DIGEST_LEN) == 0) {
             answer_recorded(e, rq->id, job, rq->step, rq->tool, r, fn, ctx);
@@ -1531,7 +1630,8 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
                      "%sid \"%s\" is recorded in the store for other input (tool %s, other args); "
                      "give this call a new id, or run with a new store",
                      prefix(pre, sizeof pre, rq), rq->id, stored_tool(r, tool_buf, sizeof tool_buf));
-            tp_pending_t *p = reject(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, fn, ctx);
+            tp_pending_t *p = reject_as(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, false,
+                                        fn, ctx);
             if (p)
                 p->conflict = true;
         }
@@ -1939,6 +2039,7 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
     e->base = o->base;
     e->touched_tail = &e->touched;
     e->add = &e->made;
+    e->started_unix_us = tp_unix_us();
     tp_rng_seed(&e->rng, o->seed);
     /* Without /proc it cannot name itself to other supervisors: it works as if alone. */
     e->owner_known = o->store && tp_owner_self(&e->me) == 0;

@@ -346,6 +346,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         .drain_us = o->drain_us,
         .max_args = o->max_args,
         .seed = o->seed,
+        .rerun = o->rerun,
     };
     tp_front_t front = {.feed = feed_cb, .flush = flush_cb, .ctx = &f};
     int status = 2;
@@ -380,8 +381,10 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         fputs("\r\033[K", stderr);
 out:
     report->elapsed_s = (double)(tp_now_us() - f.t0) / 1e6;
-    if (f.e)
+    if (f.e) {
         report->pool = *tp_engine_pool_stats(f.e);
+        report->rerun = tp_engine_stats(f.e)->rerun;
+    }
     tp_engine_free(f.e);
     if (f.ev_progress)
         event_free(f.ev_progress);

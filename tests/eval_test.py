@@ -15,6 +15,7 @@ import random
 import re
 import subprocess
 import tempfile
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -199,6 +200,160 @@ class EvalTest(unittest.TestCase):
             self.assertEqual(p.returncode, 2)
             self.assertIn("tools[2] (deny).breaker.same_call", p.stderr)
             self.assertIn(want, p.stderr)
+
+
+    # ---- repairable runs ----
+
+    def repair_registry(self, with_nope=False):
+        until = os.path.join(TEST_TOOLS, "until.sh")
+        log = self.path("runs.log")
+        reg = {
+            "defaults": {"attempts": 1},
+            "tools": [
+                plugin_tool("echo"),
+                {"name": "svc", "exec": [until, self.path("fixed"), log, "75"]},
+                {"name": "perm", "exec": [until, self.path("fixed"), log, "77"]},
+                {"name": "strict", "exec": [until, self.path("fixed"), log, "0"],
+                 "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}},
+                {"name": "once", "exec": [until, self.path("fixed"), log, "hang"], "idempotent": False},
+            ],
+        }
+        if with_nope:
+            reg["tools"].append({"name": "nope", "exec": [until, self.path("fixed"), log, "0"]})
+        self.write_registry(reg)
+
+    def ran(self):
+        """The call ids the exec tools ran, in order, since the last look."""
+        log = self.path("runs.log")
+        if not os.path.exists(log):
+            return []
+        with open(log) as f:
+            ids = [l.strip() for l in f if l.strip()]
+        os.unlink(log)
+        return ids
+
+    def results(self, p):
+        return {json.loads(l)["id"]: json.loads(l) for l in p.stdout.splitlines()}
+
+    def test_retry_failed_forget_and_refusals(self):
+        self.repair_registry()
+        calls = [
+            {"id": "e1", "job": "j", "step": 1, "tool": "echo", "args": {"i": 1}},
+            {"id": "s1", "job": "j", "step": 2, "tool": "svc", "args": {}},
+            {"id": "p1", "job": "j", "step": 3, "tool": "perm", "args": {}},
+            {"id": "u1", "job": "j", "step": 4, "tool": "nope", "args": {"x": 1}},
+            {"id": "a1", "job": "j", "step": 5, "tool": "strict", "args": {"q": 5}},
+            {"id": "k1", "job": "k", "step": 1, "tool": "svc", "args": {"k": 1}},
+        ]
+        self.write_calls(calls)
+        p = self.run_calls("st")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        r = self.results(p)
+        self.assertEqual({i: (x["ok"] or x["error"]) for i, x in r.items()},
+                         {"e1": True, "s1": "ServerError", "p1": "PermissionDenied", "u1": "UnknownTool",
+                          "a1": "InvalidArguments", "k1": "ServerError"})
+        self.assertEqual(sorted(self.ran()), ["k1", "p1", "s1"])
+        # Refused calls are recorded: trace and the job's checkpoint see them.
+        t = self.toolpool("trace", "--store", self.path("st"), "u1", "a1")
+        self.assertEqual(t.returncode, 0, t.stderr)
+        self.assertIn("UnknownTool", t.stdout)
+        self.assertIn("InvalidArguments", t.stdout)
+        cp = json.loads(self.toolpool("checkpoints", "show", "j", "--store", self.path("st"), "--json").stdout)
+        # In the order they ended: a refusal ends as it comes, before the steps ahead of it have run.
+        self.assertEqual(cp["calls"], ["u1", "a1", "e1", "s1", "p1"])
+
+        # A plain rerun serves every recorded failure; the refusals are checked again (and refused again).
+        p = self.run_calls("st")
+        self.assertEqual(self.results(p), r)
+        self.assertEqual(self.ran(), [])
+
+        # The backend is fixed: only the transient failures run again; the rest are served.
+        open(self.path("fixed"), "w").close()
+        p = self.toolpool("run", "-r", "tools.json", "-s", self.path("st"), "-j", "2", "--no-progress",
+                          "--retry-failed=transient", "calls.jsonl")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("done again: 2 recorded failures and refusals", p.stderr)
+        r2 = self.results(p)
+        self.assertEqual(sorted(self.ran()), ["k1", "s1"])
+        self.assertEqual((r2["s1"]["ok"], r2["k1"]["ok"]), (True, True))
+        self.assertEqual(r2["p1"], r["p1"])
+        self.assertEqual(r2["e1"], r["e1"])
+        # Kinds by name, and a tool's own kind is accepted with a word on stderr.
+        p = self.run_calls("st", "--retry-failed=PermissionDenied,QuotaGone")
+        self.assertIn("QuotaGone", p.stderr)
+        self.assertEqual(self.ran(), ["p1"])
+        self.assertTrue(self.results(p)["p1"]["ok"])
+        # The job's message list names each call once, however often it ran.
+        cp = json.loads(self.toolpool("checkpoints", "show", "j", "--store", self.path("st"), "--json").stdout)
+        self.assertEqual(cp["calls"], ["u1", "a1", "e1", "s1", "p1"])
+
+        # The registry is fixed: a recorded refusal is checked again and runs, with no flag.
+        self.repair_registry(with_nope=True)
+        p = self.run_calls("st")
+        self.assertEqual(self.ran(), ["u1"])
+        self.assertTrue(self.results(p)["u1"]["ok"])
+        self.assertEqual(self.results(p)["a1"]["error"], "InvalidArguments")
+
+        # forget: the next run does those calls again.
+        f = self.toolpool("forget", "--store", self.path("st"), "s1", "p1")
+        self.assertEqual(f.returncode, 0, f.stderr)
+        self.assertIn("forgot 2 recorded results", f.stdout)
+        self.run_calls("st")
+        self.assertEqual(sorted(self.ran()), ["p1", "s1"])
+        f = self.toolpool("forget", "--store", self.path("st"), "--job", "k")
+        self.assertEqual(f.returncode, 0, f.stderr)
+        self.assertEqual(self.toolpool("checkpoints", "show", "k", "--store", self.path("st")).returncode, 2)
+        self.run_calls("st")
+        self.assertEqual(self.ran(), ["k1"])
+        # An id the store does not know: nothing is forgotten, exit 2.
+        f = self.toolpool("forget", "--store", self.path("st"), "s1", "zz")
+        self.assertEqual(f.returncode, 2)
+        self.assertIn("no call zz is recorded", f.stderr)
+        self.run_calls("st")
+        self.assertEqual(self.ran(), [])
+        self.assertEqual(self.toolpool("forget", "--store", self.path("st")).returncode, 2)
+        # Bad --retry-failed lists are refused.
+        p = self.run_calls("st", "--retry-failed=transient,,Timeout")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("an empty name", p.stderr)
+
+    def test_resolve_rerun_and_accept(self):
+        """A call of a tool that is not idempotent, interrupted by a kill -9: resumed, it is
+        Interrupted and escalated; resolve --accept keeps that, --rerun runs it again."""
+        self.repair_registry()
+        for name, decision in (("acc", "--accept"), ("rer", "--rerun")):
+            self.write_calls([{"id": "o1", "job": "j", "step": 1, "tool": "once", "args": {"n": name}}])
+            store = self.path(name)
+            proc = subprocess.Popen([TOOLPOOL, "run", "-q", "-r", "tools.json", "-s", store, "-j", "1",
+                                     "calls.jsonl"], cwd=self.tmp, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            for _ in range(3000):  # until the tool has started (its marker is committed before that)
+                if os.path.exists(self.path("runs.log")):
+                    break
+                time.sleep(0.01)
+            proc.kill()
+            proc.wait()
+            self.assertEqual(self.ran(), ["o1"])
+            p = self.run_calls(name)
+            r = self.results(p)["o1"]
+            self.assertEqual((r["error"], r["escalated"]), ("Interrupted", True))
+            esc = r["escalation"]
+            open(self.path("fixed"), "w").close()
+            res = self.toolpool("escalations", "resolve", esc, decision, "--store", store)
+            self.assertEqual(res.returncode, 0, res.stderr)
+            p = self.run_calls(name)
+            r = self.results(p)["o1"]
+            if decision == "--accept":
+                self.assertIn("keeps its recorded result", res.stdout)
+                self.assertEqual(r["error"], "Interrupted")
+                self.assertEqual(self.ran(), [])
+            else:
+                self.assertIn("runs it again", res.stdout)
+                self.assertTrue(r["ok"])
+                self.assertEqual(self.ran(), ["o1"])
+            os.unlink(self.path("fixed"))
+        p = self.toolpool("escalations", "resolve", esc, "--rerun", "--accept", "--store", store)
+        self.assertEqual(p.returncode, 2)
 
 
 if __name__ == "__main__":

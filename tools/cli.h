@@ -14,6 +14,7 @@ int tp_cmd_checkpoints(int argc, char **argv);
 int tp_cmd_serve(int argc, char **argv);
 int tp_cmd_store(int argc, char **argv);
 int tp_cmd_mcp(int argc, char **argv);
+int tp_cmd_forget(int argc, char **argv);
 
 /* One trace line: "  attempt 2 → Timeout after 0.8s   (backoff 1.0s)". */
 void tp_trace_attempt(FILE *out, const char *called, uint32_t number, const char *tool, const char *outcome,

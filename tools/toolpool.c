@@ -15,6 +15,7 @@
 #include "front_jsonl.h"
 #include "log.h"
 #include "registry.h"
+#include "taxonomy.h"
 
 static const char usage_text[] =
     "usage: toolpool COMMAND [OPTIONS]\n"
@@ -37,6 +38,8 @@ static const char usage_text[] =
     "  escalations  list, show or resolve calls handed to a person\n"
     "  checkpoints  list jobs, or show one job's steps so far\n"
     "  store check  read and check every record of a store; report the bad ones\n"
+    "  forget       drop recorded results (calls, or whole jobs), so that the\n"
+    "               next run does them again\n"
     "  help         this text; `toolpool COMMAND --help` for a command's options\n"
     "\n"
     "exit status: 0 every call ok, 1 some call failed, 2 usage, registry or store error\n";
@@ -72,8 +75,67 @@ static const char run_usage[] =
     "      --drain DURATION   after SIGINT/SIGTERM, how long running calls may\n"
     "                         finish before they are killed (default: 10s)\n"
     "      --seed N           seed the backoff jitter (default: random)\n"
+    "      --retry-failed[=LIST]\n"
+    "                         run again the calls whose recorded result is a\n"
+    "                         failure (all of them, or those of LIST: classes\n"
+    "                         and kinds, e.g. transient or ServerError,Timeout),\n"
+    "                         keeping every other result, breakers and\n"
+    "                         checkpoints; refusals (malformed) are always\n"
+    "                         checked again\n"
     "  -q, --quiet            no summary, no progress bar\n"
     "      --no-progress      no progress bar\n";
+
+/*
+ * --retry-failed's LIST: comma-separated class names (transient,
+ * permanent, malformed, guard) and kind names; a name the taxonomy does
+ * not know is taken as a tool's own kind, and said so. NULL or "": all.
+ * Exits 2 on an empty item.
+ */
+static void parse_rerun(const char *list, tp_rerun_t *f)
+{
+    if (list == NULL || *list == '\0') {
+        f->all = true;
+        return;
+    }
+    char *copy = strdup(list), *save = NULL;
+    if (copy == NULL) {
+        tp_log_error("out of memory");
+        exit(2);
+    }
+    for (const char *p = list; *p; p++)
+        if (*p == ',' && (p == list || p[1] == ',' || p[1] == '\0')) {
+            tp_log_error("--retry-failed: an empty name in \"%s\" (expected classes and kinds, comma-separated)", list);
+            exit(2);
+        }
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int c;
+        for (c = TP_CLASS_TRANSIENT; c <= TP_CLASS_GUARD; c++)
+            if (strcmp(tok, tp_class_name((tp_class_t)c)) == 0)
+                break;
+        if (c <= TP_CLASS_GUARD) {
+            f->classes |= 1u << c;
+            continue;
+        }
+        if (tp_kind_from_name(tok) == TP_KIND_OTHER)
+            tp_log_warn("--retry-failed: \"%s\" is not a class or a kind toolpool gives; "
+                        "taken as a tool's own kind", tok);
+        char **grown = realloc(f->kinds, (f->n_kinds + 1) * sizeof *grown);
+        if (grown == NULL || (grown[f->n_kinds] = strdup(tok)) == NULL) {
+            tp_log_error("out of memory");
+            exit(2);
+        }
+        f->kinds = grown;
+        f->n_kinds++;
+    }
+    free(copy);
+}
+
+static void rerun_free(tp_rerun_t *f)
+{
+    for (size_t i = 0; i < f->n_kinds; i++)
+        free(f->kinds[i]);
+    free(f->kinds);
+}
 
 /* A positive integer option, or exit 2 naming the option. */
 static unsigned long long parse_count(const char *opt, const char *v, unsigned long long min,
@@ -105,6 +167,7 @@ int tp_cmd_run(int argc, char **argv)
         {"seed", required_argument, NULL, 'S'},
         {"quiet", no_argument, NULL, 'q'},
         {"no-progress", no_argument, NULL, 'P'},
+        {"retry-failed", optional_argument, NULL, 'X'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -119,6 +182,8 @@ int tp_cmd_run(int argc, char **argv)
         .max_args = 16u << 20,
     };
     bool quiet = false, progress = isatty(2), relaxed = false;
+    tp_rerun_t rerun = {0};
+    bool want_rerun = false;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "r:s:j:o:qh", longopts, NULL)) != -1) {
@@ -141,6 +206,12 @@ int tp_cmd_run(int argc, char **argv)
         case 'L': relaxed = true; break;
         case 'p': o.pipeline = (int)parse_count("--pipeline", optarg, 1, 64); break;
         case 'P': progress = false; break;
+        case 'X':
+            rerun_free(&rerun);
+            rerun = (tp_rerun_t){0};
+            parse_rerun(optarg, &rerun);
+            want_rerun = true;
+            break;
         case 'h': fputs(run_usage, stdout); return 0;
         default: fputs(run_usage, stderr); return 2;
         }
@@ -179,13 +250,18 @@ int tp_cmd_run(int argc, char **argv)
         return 2;
     }
     o.progress = progress && !quiet;
+    o.rerun = want_rerun ? &rerun : NULL;
     tp_batch_report_t rep;
     int status = tp_batch_run(&o, &rep);
+    rerun_free(&rerun);
     if (!quiet) {
         tp_summary_print(stderr, &rep.summary, rep.elapsed_s);
         if (rep.resumed)
             fprintf(stderr, "  resumed: %llu recorded result%s served from %s, not run again\n",
                     (unsigned long long)rep.resumed, rep.resumed == 1 ? "" : "s", store_dir);
+        if (rep.rerun)
+            fprintf(stderr, "  done again: %llu recorded failure%s and refusal%s\n",
+                    (unsigned long long)rep.rerun, rep.rerun == 1 ? "" : "s", rep.rerun == 1 ? "" : "s");
         if (rep.interrupted)
             fprintf(stderr, "  interrupted: %llu call%s read but not started; rerun to run them\n",
                     (unsigned long long)rep.not_started, rep.not_started == 1 ? "" : "s");
@@ -253,6 +329,8 @@ int main(int argc, char **argv)
         return tp_cmd_checkpoints(argc - 1, argv + 1);
     if (strcmp(cmd, "store") == 0)
         return tp_cmd_store(argc - 1, argv + 1);
+    if (strcmp(cmd, "forget") == 0)
+        return tp_cmd_forget(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         fputs(usage_text, stdout);
         return 0;
