@@ -61,6 +61,7 @@ struct tp_call {
     uint64_t step;
     uint64_t deadline_us;       /* the caller's end for the whole call; 0: none */
     uint64_t first_us;          /* first attempt's start */
+    uint64_t turn_us;           /* when its turn came: ready to run, its job's earlier steps ended */
     uint64_t hop_deadline_us;   /* absolute, for the current hop; 0 = none */
     uint32_t hop_attempts;      /* attempts made in the current hop */
     tp_attempt_t att;

@@ -517,8 +517,11 @@ static void job_resume(tp_engine_t *e, tp_job_t *j)
 static void job_advance(tp_engine_t *e, tp_job_t *j)
 {
     tp_call_t *c = tp_job_next(j);
-    if (c)
+    if (c) {
+        if (c->turn_us == 0)
+            c->turn_us = tp_now_us();
         tp_queue_push(&e->ready, c);
+    }
     else if (tp_job_idle(j) && !e->keep_jobs && !e->draining)
         tp_jobs_drop(&e->jobs, j);
 }
@@ -774,6 +777,9 @@ static Toolpool__Attempt *trace_add(tp_call_t *c, uint32_t number, const char *o
     t->outcome[n] = 0;
     t->at.outcome = t->outcome;
     t->at.duration_us = duration_us;
+    /* An attempt's start is set by settle; a hop not run starts (and ends) now. */
+    uint64_t now = tp_now_us();
+    t->at.start_us = c->turn_us && now > c->turn_us + duration_us ? now - c->turn_us - duration_us : 0;
     c->trace[c->n_trace++] = &t->at;
     return &t->at;
 }
@@ -964,6 +970,8 @@ static void settle(tp_engine_t *e, tp_call_t *c)
         finish(e, c, END_FAIL, TP_KIND_CANCELLED, "out of memory recording the trace");
         return;
     }
+    if (c->turn_us && a->started_us >= c->turn_us)
+        t->start_us = a->started_us - c->turn_us;
     if (ensure_txn(e)) {
         int rc = tp_breaker_tool_record(e->o.store, e->txn, c->hop_tool, a->kind, c->probe, tp_unix_us());
         if (rc)

@@ -293,13 +293,13 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 static void progress_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_jsonl_t *f = arg;
-    /* Calls done over calls expected: exact at EOF, else scaled from the bytes read. */
-    double done = (double)f->report->summary.calls, seen = done + (double)tp_engine_live(f->e), frac = -1;
+    /* Calls expected: exact at EOF, else scaled from the share of a file's bytes read; unknown on a pipe. */
+    double done = (double)f->report->summary.calls, seen = done + (double)tp_engine_live(f->e), total = -1;
     if (f->in_eof)
-        frac = seen > 0 ? done / seen : 1;
+        total = seen;
     else if (f->in_regular && f->in_read > 0 && f->in_size > 0)
-        frac = done / (seen * (double)f->in_size / (double)f->in_read);
-    tp_progress_draw(stderr, &f->report->summary, frac, (double)(tp_now_us() - f->t0) / 1e6,
+        total = seen * (double)f->in_size / (double)f->in_read;
+    tp_progress_draw(stderr, &f->report->summary, total, (double)(tp_now_us() - f->t0) / 1e6,
                      tp_engine_busy(f->e));
 }
 

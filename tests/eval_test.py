@@ -356,5 +356,121 @@ class EvalTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
 
 
+    # ---- inspection ----
+
+    def test_stats_summary_json_and_trace(self):
+        self.write_registry({
+            "defaults": {"backoff": {"base": "5ms", "jitter": "none"}},
+            "tools": [
+                plugin_tool("echo"),
+                plugin_tool("flaky", attempts=3),
+                plugin_tool("custom", attempts=1),
+                plugin_tool("sleep", timeout="100ms", attempts=2, fallback=["echo"]),
+            ]})
+        calls = ([{"id": "e%d" % i, "job": "a", "step": i, "tool": "echo", "args": {"i": i}} for i in range(1, 5)]
+                 + [{"id": "f1", "job": "b", "step": 1, "tool": "flaky", "args": {"ok_at": 3}},
+                    {"id": "f2", "job": "b", "step": 2, "tool": "flaky", "args": {"ok_at": 9}},
+                    {"id": "q1", "job": "b", "step": 3, "tool": "custom", "args": {}},
+                    {"id": "s1", "job": "c", "step": 1, "tool": "sleep", "args": {"ms": 3000}}])
+        self.write_calls(calls)
+        p = self.run_calls("st", "--summary-json", "summary.json")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        with open(self.path("summary.json")) as f:
+            summ = json.load(f)
+        self.assertEqual((summ["calls"], summ["ok"], summ["failed"], summ["exit_status"]), (8, 6, 2, 1))
+        self.assertEqual(summ["by_kind"], {"ServerError": 1, "other": 1})
+        # retries: every attempt after a call's first, fallback hops included: f1 2, f2 2, s1 1 + the hop.
+        self.assertEqual(summ["retries"], 6)
+        self.assertEqual(summ["attempts"], 14)
+        self.assertEqual(summ["resumed"], 0)
+
+        st = self.toolpool("stats", "--store", self.path("st"), "--json")
+        self.assertEqual(st.returncode, 0, st.stderr)
+        rows = {r["tool"]: r for r in map(json.loads, st.stdout.splitlines())}
+        self.assertEqual(sorted(rows), ["custom", "echo", "flaky", "sleep"])
+        fl = rows["flaky"]
+        self.assertEqual((fl["calls"], fl["ok"], fl["failed"], fl["attempts"], fl["retries"]), (2, 1, 1, 6, 4))
+        self.assertEqual((fl["by_kind"], fl["by_class"]), ({"ServerError": 1}, {"transient": 1}))
+        # A tool's own kind is counted under its own name.
+        self.assertEqual(rows["custom"]["by_kind"], {"QuotaGone": 1})
+        sl = rows["sleep"]
+        self.assertEqual((sl["ok"], sl["timeouts"], sl["fallback_hops"], sl["attempts"], sl["retries"]),
+                         (1, 2, 1, 3, 1))
+        self.assertGreaterEqual(sl["latency_ms"]["max"], 200)
+        for r in rows.values():
+            lat = r["latency_ms"]
+            self.assertTrue(lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"], r)
+            self.assertEqual(r["queue_wait_ms"]["calls"], r["calls"])
+            self.assertGreaterEqual(r["queue_wait_ms"]["p50"], 0)
+        one = self.toolpool("stats", "--store", self.path("st"), "--tool", "echo", "--json")
+        self.assertEqual([json.loads(l)["calls"] for l in one.stdout.splitlines()], [4])
+        text = self.toolpool("stats", "--store", self.path("st"), "--tool", "flaky").stdout
+        self.assertIn("flaky: 2 calls, 1 ok, 1 failed; 6 attempts, 4 retries", text)
+        self.assertIn("latency: p50 ", text)
+        self.assertIn("queue wait: p50 ", text)
+        # --since: everything was recorded within the last hour, nothing in the last microsecond ago + a bit.
+        self.assertEqual(len(self.toolpool("stats", "--store", self.path("st"), "--since", "1h",
+                                           "--json").stdout.splitlines()), 4)
+        time.sleep(0.05)
+        self.assertEqual(self.toolpool("stats", "--store", self.path("st"), "--since", "10ms",
+                                       "--json").stdout, "")
+        bad = self.toolpool("stats", "--store", self.path("st"), "--since", "soon")
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--since", bad.stderr)
+
+        # trace: id and job, each attempt's start, where the time went; --json; results only.
+        self.write("results.jsonl", p.stdout)
+        tr = self.toolpool("trace", "results.jsonl")
+        self.assertEqual(tr.returncode, 0, tr.stderr)
+        self.assertIn("call f1, job b, step 1\nflaky(args=", tr.stdout)
+        self.assertRegex(tr.stdout, r"attempt 2 → ServerError after [0-9.]+s   \(backoff 0\.01s\)   \[at \+[0-9.]+s\]")
+        self.assertIn("from its turn: attempts ", tr.stdout)
+        rec = {json.loads(l)["id"]: json.loads(l) for l in p.stdout.splitlines()}
+        t = rec["f1"]["trace"]
+        # Attempts start in order, each after the one before and its backoff.
+        for a, b in zip(t, t[1:]):
+            self.assertGreaterEqual(b["start_ms"] + 0.001, a["start_ms"] + a["duration_ms"] + a["backoff_ms"])
+        js = self.toolpool("trace", "--json", "--store", self.path("st"), "f1", "q1")
+        self.assertEqual([json.loads(l) for l in js.stdout.splitlines()], [rec["f1"], rec["q1"]])
+        bad = self.toolpool("trace", "calls.jsonl")
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("calls.jsonl:1: not a result record: found a call", bad.stderr)
+        self.assertEqual(bad.stdout, "")
+        bad = self.toolpool("trace", "summary.json")
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("a run summary", bad.stderr)
+        self.write("junk.txt", "hello\n")
+        bad = self.toolpool("trace", "junk.txt")
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("junk.txt:1: not a result record: found text that is not JSON", bad.stderr)
+
+    def test_progress_bar_on_a_terminal(self):
+        import pty
+        self.write_registry({"tools": [plugin_tool("sleep")]})
+        self.write_calls([{"id": "c%d" % i, "tool": "sleep", "args": {"ms": 150}} for i in range(8)])
+        master, slave = pty.openpty()
+        proc = subprocess.Popen([TOOLPOOL, "run", "-r", "tools.json", "-s", self.path("st"), "-j", "2",
+                                 "calls.jsonl"], cwd=self.tmp, stdout=subprocess.DEVNULL, stderr=slave)
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.close(master)
+        self.assertEqual(proc.wait(timeout=60), 0)
+        text = out.decode(errors="replace")
+        # done/total, failures, calls/s and an ETA, drawn over itself.
+        self.assertRegex(text, r"\r\[[=> ]{30}\] \d+/8  0 failed, \d+ running, \d+ calls/s, ETA \S+")
+        self.assertIn("toolpool: 8 calls, 8 ok", text)
+        # Not a terminal: no bar.
+        p = self.toolpool("run", "-r", "tools.json", "-s", self.path("st2"), "-j", "2", "calls.jsonl")
+        self.assertNotIn("ETA", p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

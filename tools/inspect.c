@@ -368,7 +368,7 @@ static void show_escalation(FILE *out, const Toolpool__Escalation *e, bool full)
     for (size_t i = 0; i < e->n_trace; i++) {
         const Toolpool__Attempt *t = e->trace[i];
         tp_trace_attempt(out, e->tool, t->attempt, t->tool, t->outcome, (double)t->duration_us / 1e3,
-                         (double)t->backoff_us / 1e3);
+                         (double)t->backoff_us / 1e3, t->start_us ? (double)t->start_us / 1e3 : -1);
     }
 }
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,8 @@ static const char usage_text[] =
     "  escalations  list, show or resolve calls handed to a person\n"
     "  checkpoints  list jobs, or show one job's steps so far\n"
     "  store check  read and check every record of a store; report the bad ones\n"
+    "  stats        per tool, from the store's results: calls, failures by class\n"
+    "               and kind, retries, fallback hops, timeouts, latency, queue wait\n"
     "  forget       drop recorded results (calls, or whole jobs), so that the\n"
     "               next run does them again\n"
     "  help         this text; `toolpool COMMAND --help` for a command's options\n"
@@ -82,7 +85,12 @@ static const char run_usage[] =
     "                         keeping every other result, breakers and\n"
     "                         checkpoints; refusals (malformed) are always\n"
     "                         checked again\n"
-    "  -q, --quiet            no summary, no progress bar\n"
+    "      --summary-json FILE\n"
+    "                         write the run's summary to FILE as one JSON object:\n"
+    "                         calls, ok, failed, attempts, retries, by_kind,\n"
+    "                         latency_ms, elapsed_s, resumed, done_again, ...\n"
+    "  -q, --quiet            no summary, no progress bar (on a terminal, the bar\n"
+    "                         shows done/total, failures, calls/s and an ETA)\n"
     "      --no-progress      no progress bar\n";
 
 /*
@@ -130,6 +138,42 @@ static void parse_rerun(const char *list, tp_rerun_t *f)
     free(copy);
 }
 
+/*
+ * --summary-json FILE: the run's summary as one JSON object, for a program
+ * (the same figures as the summary on stderr). 0, or -1 logged.
+ */
+static int write_summary_json(const char *path, const tp_batch_report_t *rep, int status)
+{
+    const tp_summary_t *s = &rep->summary;
+    json_t *kinds = json_object();
+    for (int k = TP_KIND_TIMEOUT; kinds && k <= TP_KIND_OTHER; k++)
+        if (s->by_kind[k])
+            json_object_set_new(kinds, k == TP_KIND_OTHER ? "other" : tp_kind_name((tp_kind_t)k),
+                                json_integer((json_int_t)s->by_kind[k]));
+    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:{s:f, s:f, s:f}, s:f, s:f, s:I, s:I, s:b, s:I, s:i}",
+                          "calls", (json_int_t)s->calls, "ok", (json_int_t)s->ok, "failed",
+                          (json_int_t)(s->calls - s->ok), "attempts", (json_int_t)s->attempts, "retries",
+                          (json_int_t)s->retries, "by_kind", kinds, "latency_ms", "p50",
+                          (double)tp_summary_quantile_us(s, 0.5) / 1e3, "p99",
+                          (double)tp_summary_quantile_us(s, 0.99) / 1e3, "max", (double)s->max_us / 1e3,
+                          "elapsed_s", rep->elapsed_s, "calls_per_s",
+                          rep->elapsed_s > 0 ? (double)s->calls / rep->elapsed_s : 0.0, "resumed",
+                          (json_int_t)rep->resumed, "done_again", (json_int_t)rep->rerun, "interrupted",
+                          rep->interrupted, "not_started", (json_int_t)rep->not_started, "exit_status", status);
+    if (o == NULL) {
+        tp_log_error("%s: out of memory rendering the summary", path);
+        return -1;
+    }
+    FILE *f = fopen(path, "w");
+    int rc = f && json_dumpf(o, f, JSON_COMPACT) == 0 && fputc('\n', f) != EOF ? 0 : -1;
+    if (f && fclose(f) != 0)
+        rc = -1;
+    if (rc)
+        tp_log_error("%s: %s", path, strerror(errno ? errno : EIO));
+    json_decref(o);
+    return rc;
+}
+
 static void rerun_free(tp_rerun_t *f)
 {
     for (size_t i = 0; i < f->n_kinds; i++)
@@ -168,6 +212,7 @@ int tp_cmd_run(int argc, char **argv)
         {"quiet", no_argument, NULL, 'q'},
         {"no-progress", no_argument, NULL, 'P'},
         {"retry-failed", optional_argument, NULL, 'X'},
+        {"summary-json", required_argument, NULL, 'Y'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -183,6 +228,7 @@ int tp_cmd_run(int argc, char **argv)
     };
     bool quiet = false, progress = isatty(2), relaxed = false;
     tp_rerun_t rerun = {0};
+    const char *summary_json = NULL;
     bool want_rerun = false;
     int c;
     optind = 1;
@@ -206,6 +252,7 @@ int tp_cmd_run(int argc, char **argv)
         case 'L': relaxed = true; break;
         case 'p': o.pipeline = (int)parse_count("--pipeline", optarg, 1, 64); break;
         case 'P': progress = false; break;
+        case 'Y': summary_json = optarg; break;
         case 'X':
             rerun_free(&rerun);
             rerun = (tp_rerun_t){0};
@@ -266,6 +313,8 @@ int tp_cmd_run(int argc, char **argv)
             fprintf(stderr, "  interrupted: %llu call%s read but not started; rerun to run them\n",
                     (unsigned long long)rep.not_started, rep.not_started == 1 ? "" : "s");
     }
+    if (summary_json && write_summary_json(summary_json, &rep, status) < 0)
+        status = 2;
     if (o.input_fd > 0)
         close(o.input_fd);
     if (output && close(o.output_fd) < 0) {
@@ -329,6 +378,8 @@ int main(int argc, char **argv)
         return tp_cmd_checkpoints(argc - 1, argv + 1);
     if (strcmp(cmd, "store") == 0)
         return tp_cmd_store(argc - 1, argv + 1);
+    if (strcmp(cmd, "stats") == 0)
+        return tp_cmd_stats(argc - 1, argv + 1);
     if (strcmp(cmd, "forget") == 0)
         return tp_cmd_forget(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
