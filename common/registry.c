@@ -233,6 +233,7 @@ enum {
     F_URL = 1 << 3,      /* strings: http:// or https:// */
     F_PATH = 1 << 4,     /* a relative path resolves against the registry dir */
     F_OFF = 1 << 5,      /* K_OBJECT: false turns it off (the bool at off_n), an object on */
+    F_HOPS = 1 << 6,     /* K_NAMES: an entry may be {"tool", "args"} (tp_policy_t.fallback_args) */
 };
 
 typedef struct key_table key_table_t;
@@ -341,7 +342,7 @@ static const key_spec_t policy_keys[] = {
     {KEY("retry_on", K_KINDS), POL(retry_on),
      .dflt = (double)(KIND_BIT(TP_KIND_TIMEOUT) | KIND_BIT(TP_KIND_RATE_LIMITED) |
                       KIND_BIT(TP_KIND_SERVER_ERROR) | KIND_BIT(TP_KIND_WORKER_CRASHED))},
-    {KEY("fallback", K_NAMES), POL(fallback), .off_n = offsetof(tp_policy_t, n_fallback)},
+    {KEY("fallback", K_NAMES), POL(fallback), .off_n = offsetof(tp_policy_t, n_fallback), .flags = F_HOPS},
     {KEY("fallback_on", K_CLASSES), POL(fallback_on), .dflt = CLASS_BIT(TP_CLASS_TRANSIENT)},
     {KEY("stale", K_BOOL), POL(stale)},
     {KEY("degraded", K_JSON), POL(degraded)},
@@ -559,8 +560,20 @@ static void free_argv(char **v)
     free(v);
 }
 
+/* Drops a list of hop args maps (n entries, any of them NULL). */
+static void free_maps(json_t **maps, size_t n)
+{
+    if (maps == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        json_decref(maps[i]);
+    free(maps);
+}
+
 static void policy_clear(tp_policy_t *p)
 {
+    free_maps(p->fallback_args, p->n_fallback);
+    p->fallback_args = NULL;
     free_strv(p->fallback, p->n_fallback);
     p->fallback = NULL;
     p->n_fallback = 0;
@@ -577,6 +590,7 @@ static int policy_copy(tp_policy_t *dst, const tp_policy_t *src)
 {
     *dst = *src;
     dst->fallback = NULL;
+    dst->fallback_args = NULL;
     dst->n_fallback = 0;
     dst->degraded = src->degraded ? json_incref(src->degraded) : NULL;
     if (src->n_fallback == 0)
@@ -584,10 +598,14 @@ static int policy_copy(tp_policy_t *dst, const tp_policy_t *src)
     dst->fallback = calloc(src->n_fallback + 1, sizeof *dst->fallback);
     if (dst->fallback == NULL)
         return -1;
+    if (src->fallback_args && (dst->fallback_args = calloc(src->n_fallback, sizeof *dst->fallback_args)) == NULL)
+        return -1;
     for (size_t i = 0; i < src->n_fallback; i++) {
         dst->fallback[i] = strdup(src->fallback[i]);
         if (dst->fallback[i] == NULL)
             return -1;
+        if (src->fallback_args && src->fallback_args[i])
+            dst->fallback_args[i] = json_incref(src->fallback_args[i]);
         dst->n_fallback = i + 1;
     }
     return 0;
@@ -756,8 +774,60 @@ static int parse_classes(loader_t *ld, json_t *v, uint32_t *mask)
     return 0;
 }
 
-/* fallback: ["a", "b"] or "a". Whether the names exist is checked at the end. */
-static int parse_names(loader_t *ld, json_t *v, char ***names, size_t *count)
+/*
+ * A hop's args mapping: {KEY: POINTER, ...}, each value a JSON Pointer
+ * (RFC 6901: "" or starting with "/") into the call's args.
+ */
+static int parse_hop_args(loader_t *ld, json_t *v)
+{
+    char got[96];
+    if (!json_is_object(v))
+        return fail(ld, "expected an object of {\"key\": \"/pointer\"} into the call's args, got %s", GOT(v));
+    const char *k;
+    json_t *p;
+    json_object_foreach(v, k, p) {
+        mark_t m = where_key(&ld->at, k);
+        const char *s = json_string_value(p);
+        if (s == NULL || (s[0] != '\0' && s[0] != '/'))
+            return fail(ld, "expected a JSON Pointer into the call's args, like \"/q\", got %s", GOT(p));
+        where_pop(&ld->at, m);
+    }
+    return 0;
+}
+
+/* One hop as an object: {"tool": NAME, "args": {KEY: POINTER}}; *map gets args (a reference) or NULL. */
+static int parse_hop(loader_t *ld, json_t *e, const char **name, json_t **map)
+{
+    char got[96];
+    const char *k;
+    json_t *v;
+    *name = NULL;
+    *map = NULL;
+    json_object_foreach(e, k, v) {
+        mark_t m = where_key(&ld->at, k);
+        if (strcmp(k, "tool") == 0) {
+            if (!json_is_string(v) || json_string_length(v) == 0)
+                return fail(ld, "expected a tool name, got %s", GOT(v));
+            *name = json_string_value(v);
+        } else if (strcmp(k, "args") == 0) {
+            if (parse_hop_args(ld, v) < 0)
+                return -1;
+            *map = v;
+        } else {
+            return fail(ld, "unknown key (a hop is {\"tool\": NAME, \"args\": {KEY: \"/pointer\"}})");
+        }
+        where_pop(&ld->at, m);
+    }
+    if (*name == NULL)
+        return fail(ld, "missing required key \"tool\"");
+    return 0;
+}
+
+/*
+ * fallback: ["a", "b"] or "a"; with maps (F_HOPS), an entry may also be
+ * {"tool": "a", "args": {...}}. Whether the names exist is checked at the end.
+ */
+static int parse_names(loader_t *ld, json_t *v, char ***names, size_t *count, json_t ***maps)
 {
     char got[96];
     json_t *one = json_is_string(v) ? v : NULL;
@@ -767,6 +837,10 @@ static int parse_names(loader_t *ld, json_t *v, char ***names, size_t *count)
     char **out = calloc(n + 1, sizeof *out);
     if (out == NULL)
         return fail_oom(ld);
+    if (maps) {
+        free_maps(*maps, *count);
+        *maps = NULL;
+    }
     free_strv(*names, *count);
     *names = out;
     *count = 0;
@@ -775,9 +849,21 @@ static int parse_names(loader_t *ld, json_t *v, char ***names, size_t *count)
         mark_t m = {0, 0};
         if (one == NULL)
             m = where_index(&ld->at, i);
-        if (!json_is_string(e) || json_string_length(e) == 0)
-            return fail(ld, "expected a tool name, got %s", GOT(e));
-        out[i] = strdup(json_string_value(e));
+        const char *name = json_string_value(e);
+        json_t *map = NULL;
+        if (maps && json_is_object(e)) {
+            if (parse_hop(ld, e, &name, &map) < 0)
+                return -1;
+        } else if (!json_is_string(e) || json_string_length(e) == 0) {
+            return fail(ld, maps ? "expected a tool name or {\"tool\": NAME, \"args\": {...}}, got %s"
+                                 : "expected a tool name, got %s", GOT(e));
+        }
+        if (map) {
+            if (*maps == NULL && (*maps = calloc(n, sizeof **maps)) == NULL)
+                return fail_oom(ld);
+            (*maps)[i] = json_incref(map);
+        }
+        out[i] = strdup(name);
         if (out[i] == NULL)
             return fail_oom(ld);
         *count = i + 1;
@@ -942,7 +1028,8 @@ static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
     case K_CLASSES:
         return parse_classes(ld, v, (uint32_t *)field);
     case K_NAMES:
-        return parse_names(ld, v, (char ***)field, (size_t *)((char *)base + s->off_n));
+        return parse_names(ld, v, (char ***)field, (size_t *)((char *)base + s->off_n),
+                           (s->flags & F_HOPS) ? &((tp_policy_t *)base)->fallback_args : NULL);
     case K_JSON: {
         json_t **slot = field;
         json_decref(*slot);

@@ -68,6 +68,8 @@ typedef struct {
     uint64_t retry_on;          /* bit (1 << tp_kind_t) per kind retried */
     /* fallback chain */
     char **fallback;            /* tool names, n_fallback of them */
+    json_t **fallback_args;     /* per hop: {KEY: JSON Pointer into the call's args}, or NULL (the args as
+                                   they are); NULL when no hop maps its args */
     size_t n_fallback;
     uint32_t fallback_on;       /* bit (1 << tp_class_t) per class */
     bool stale;

@@ -45,6 +45,9 @@ struct tp_call {
     size_t args_len;
     tp_digest_t digest;         /* of the canonical args: the same-call breaker's key */
     tp_digest_t identity;       /* of tool and args: with the id, what a recorded result answers */
+    char *hop_args;             /* the current hop's args, when its fallback entry maps them; else NULL */
+    size_t hop_args_len;
+    tp_digest_t hop_digest;     /* of the current hop's args: its same-call breaker's key */
     bool marked;                /* an in-flight marker of ours is in the store */
     bool claim_only;            /* ... written only to claim it (orphaned, it may run again) */
     bool claimed;               /* checked and claimed in one transaction, on a shared store */

@@ -67,7 +67,8 @@ int tp_checkpoint_step(tp_store_t *s, MDB_txn *txn, const char *job, const char 
         calls[n] = (char *)call_id;
     Toolpool__Checkpoint cp = TOOLPOOL__CHECKPOINT__INIT;
     cp.job = (char *)job;
-    cp.last_step = old && old->last_step > step ? old->last_step : step;
+    /* A refusal ends as it comes, before the steps ahead of it: it does not move the job on. */
+    cp.last_step = old && (old->last_step > step || u == NULL) ? old->last_step : u ? step : 0;
     cp.calls = calls;
     cp.n_calls = listed ? n : n + 1;
     if (u) {

@@ -411,6 +411,7 @@ static void call_free(tp_call_t *c)
     tp_buf_free(&c->degraded);
     free(c->id);
     free(c->args);
+    free(c->hop_args);
     free(c);
 }
 
@@ -503,6 +504,7 @@ static void job_resume(tp_engine_t *e, tp_job_t *j)
     }
     j->usage.steps = cp->steps;
     j->usage.calls = cp->attempts;
+    j->max_step = cp->last_step;
     j->usage.cost = cp->cost;
     if (cp->wall_used_us)
         j->usage.first_us = tp_now_us() - cp->wall_used_us;
@@ -817,6 +819,103 @@ static void finish_cancelled(tp_engine_t *e, tp_call_t *c)
     finish(e, c, END_FAIL, TP_KIND_CANCELLED, msg);
 }
 
+static void hop_failed(tp_engine_t *e, tp_call_t *c, tp_kind_t kind, const char *msg);
+
+/*
+ * The value at a JSON Pointer (RFC 6901) in doc, or NULL: "" is doc itself;
+ * "/a/0/b~1c" steps through keys and array indexes (~1 is "/", ~0 "~").
+ */
+static json_t *json_at(json_t *doc, const char *ptr)
+{
+    char tok[512];
+    while (doc && *ptr == '/') {
+        ptr++;
+        size_t n = 0;
+        for (; *ptr && *ptr != '/' && n + 1 < sizeof tok; ptr++) {
+            if (ptr[0] == '~' && (ptr[1] == '0' || ptr[1] == '1')) {
+                tok[n++] = ptr[1] == '0' ? '~' : '/';
+                ptr++;
+            } else {
+                tok[n++] = *ptr;
+            }
+        }
+        tok[n] = 0;
+        if (json_is_object(doc)) {
+            doc = json_object_get(doc, tok);
+        } else if (json_is_array(doc)) {
+            char *end;
+            unsigned long i = strtoul(tok, &end, 10);
+            doc = *end || !*tok || (tok[0] == '0' && tok[1]) ? NULL : json_array_get(doc, i);
+        } else {
+            doc = NULL;
+        }
+    }
+    return *ptr ? NULL : doc;
+}
+
+/*
+ * The args the current hop gets: the call's, or (its fallback entry maps
+ * them) an object built from JSON Pointers into them; then checked
+ * against the hop's own parameters. Returns true when the hop may run;
+ * false with why (InvalidArguments on this hop) in msg.
+ */
+static bool hop_args(tp_call_t *c, const json_t *map, char *msg, size_t cap)
+{
+    free(c->hop_args);
+    c->hop_args = NULL;
+    c->hop_digest = c->digest;
+    const tp_tool_t *t = c->hop_tool;
+    if (map == NULL && t->schema == NULL)
+        return true;
+    json_t *orig = json_loadb(c->args, c->args_len, 0, NULL), *args = NULL;
+    if (orig == NULL) {
+        snprintf(msg, cap, "%s: invalid arguments: the call's args cannot be read", t->name);
+        return false;
+    }
+    if (map) {
+        args = json_object();
+        const char *k;
+        json_t *p;
+        json_object_foreach((json_t *)map, k, p) {
+            json_t *v = json_at(orig, json_string_value(p));
+            if (v == NULL) {
+                snprintf(msg, cap, "%s: invalid arguments: %s: the call's args have nothing at %s (fallback args)",
+                         t->name, k, json_string_value(p));
+                json_decref(args);
+                json_decref(orig);
+                return false;
+            }
+            json_object_set(args, k, v);
+        }
+    } else {
+        args = json_incref(orig);
+    }
+    json_decref(orig);
+    bool ok = true;
+    if (t->schema) {
+        tp_buf_t why = {0};
+        tp_buf_printf(&why, "%s: invalid arguments: ", t->name);
+        int bad = tp_jsonschema_validate(t->schema, args, &why, TP_ARGS_ERRORS_MAX);
+        if (bad != 0) {
+            tp_buf_append(&why, "", 1);
+            snprintf(msg, cap, "%s", bad > 0 ? (const char *)why.data : "out of memory validating the arguments");
+            ok = false;
+        }
+        tp_buf_free(&why);
+    }
+    if (ok && map) {
+        c->hop_args = json_dumps(args, JSON_COMPACT);
+        c->hop_args_len = c->hop_args ? strlen(c->hop_args) : 0;
+        tp_digest_args(args, &c->hop_digest);
+        if (c->hop_args == NULL) {
+            snprintf(msg, cap, "%s: out of memory building the fallback's args", t->name);
+            ok = false;
+        }
+    }
+    json_decref(args);
+    return ok;
+}
+
 /* The next hop of the call's fallback chain becomes current. */
 static void next_hop(tp_engine_t *e, tp_call_t *c)
 {
@@ -824,10 +923,22 @@ static void next_hop(tp_engine_t *e, tp_call_t *c)
         finish(e, c, END_FAIL, TP_KIND_CANCELLED, "run interrupted before the next hop of the fallback chain");
         return;
     }
-    c->hop_tool = tp_registry_find(e->o.reg, c->tool->policy.fallback[c->hop]);
+    const tp_policy_t *p = &c->tool->policy;
+    const json_t *map = p->fallback_args ? p->fallback_args[c->hop] : NULL;
+    c->hop_tool = tp_registry_find(e->o.reg, p->fallback[c->hop]);
     c->hop++;
     c->hop_attempts = 0;
     c->hop_deadline_us = 0;
+    char msg[1024];
+    if (!hop_args(c, map, msg, sizeof msg)) {
+        /* Not run: the hop would refuse these args; the chain goes on. */
+        if (!trace_add(c, 0, tp_kind_name(TP_KIND_INVALID_ARGUMENTS), 0)) {
+            finish(e, c, END_FAIL, TP_KIND_CANCELLED, "out of memory recording the trace");
+            return;
+        }
+        hop_failed(e, c, TP_KIND_INVALID_ARGUMENTS, msg);
+        return;
+    }
     tp_queue_push(&e->ready, c);
 }
 
@@ -842,7 +953,9 @@ static void hop_failed(tp_engine_t *e, tp_call_t *c, tp_kind_t kind, const char 
     const tp_policy_t *p = &c->tool->policy;
     tp_kind_t k = msg ? kind : c->att.kind;
     tp_class_t klass = tp_kind_class(k);
-    bool fall = k == TP_KIND_CIRCUIT_OPEN || (p->fallback_on & (1u << klass));
+    /* A hop skipped (its circuit open, or args it would refuse) always moves the chain on. */
+    bool fall = k == TP_KIND_CIRCUIT_OPEN || (k == TP_KIND_INVALID_ARGUMENTS && c->hop > 0) ||
+                (p->fallback_on & (1u << klass));
     if (fall && c->hop < p->n_fallback) {
         next_hop(e, c);
         return;
@@ -870,8 +983,9 @@ static void record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
     bool opened = false;
     const tp_attempt_t *a = &c->att;
     tp_digest_t key;
-    tp_breaker_call_digest(c->hop_tool, &c->digest, c->job->name, &key);
-    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, &key, c->job->name, c->args, failed,
+    tp_breaker_call_digest(c->hop_tool, &c->hop_digest, c->job->name, &key);
+    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, &key, c->job->name,
+                                    c->hop_args ? c->hop_args : c->args, failed,
                                     a->kind_name, a->message, tp_unix_us(), &opened);
     if (rc) {
         tp_engine_store_failed(e, rc, "recording a breaker");
@@ -1066,7 +1180,7 @@ static bool admit(tp_engine_t *e, tp_call_t *c, uint64_t now, bool *probe)
         bool open = false;
         char esc[TP_ESCALATION_ID_MAX] = "";
         tp_digest_t key;
-        tp_breaker_call_digest(c->hop_tool, &c->digest, c->job->name, &key);
+        tp_breaker_call_digest(c->hop_tool, &c->hop_digest, c->job->name, &key);
         int rc = tp_breaker_call_check(e->o.store, e->txn, c->hop_tool, &key, wall, &open, esc, sizeof esc);
         if (rc) {
             tp_engine_store_failed(e, rc, "reading a breaker");
@@ -1189,8 +1303,8 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
         .job = j->name,
         .step = c->step,
         .number = c->hop_attempts,
-        .args = c->args,
-        .args_len = c->args_len,
+        .args = c->hop_args ? c->hop_args : c->args,
+        .args_len = c->hop_args ? c->hop_args_len : c->args_len,
         .timeout_us = timeout,
         .limit_us = limit,
         .kind = TP_KIND_OK,
@@ -1610,7 +1724,7 @@ static const char *stored_tool(const Toolpool__StoredResult *r, char *buf, size_
  * supervisor died.
  */
 static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *job,
-                          const tp_digest_t *identity, bool *interrupted, tp_answer_fn fn, void *ctx)
+                          const tp_digest_t *identity, bool *interrupted, bool *redo, tp_answer_fn fn, void *ctx)
 {
     Toolpool__StoredResult *r;
     /*
@@ -1626,6 +1740,7 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
          (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, identity->b, TP_DIGEST_LEN) == 0))) {
         /* Done again: its new record replaces this one. */
         toolpool__stored_result__free_unpacked(r, NULL);
+        *redo = true;
         e->stats.rerun++;
         rc = MDB_NOTFOUND;
     }
@@ -1660,6 +1775,25 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
         return true;
     }
     return false;
+}
+
+/* Late steps said one by one on stderr, then only counted (the summary has them all). */
+#define TP_LATE_SAID 10
+
+/*
+ * A step that came after a later step of its job had started (or ended,
+ * in an earlier run): steps run in order only among the calls read so far,
+ * so this one runs out of order. Never silent: said on stderr, counted.
+ */
+static void late_step(tp_engine_t *e, const tp_request_t *rq, const tp_job_t *j)
+{
+    char pre[96];
+    if (++e->stats.late <= TP_LATE_SAID)
+        tp_log_warn("%scall %s (job %s, step %llu) came after step %llu of its job had started: it runs out of "
+                    "order%s",
+                    prefix(pre, sizeof pre, rq), rq->id, j->name, (unsigned long long)rq->step,
+                    (unsigned long long)j->max_step,
+                    e->stats.late == TP_LATE_SAID ? " (further late steps are counted in the summary only)" : "");
 }
 
 tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn fn, void *ctx)
@@ -1726,14 +1860,14 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
         tp_buf_free(&why);
     }
     tp_digest_t digest = {{0}}, identity = {{0}};
-    bool interrupted = false;
+    bool interrupted = false, redo = false;
     if (e->o.store) {
         if (rq->canon)
             tp_digest_bytes(rq->canon, rq->canon_len, &digest);
         else
             tp_digest_args(jargs, &digest);
         tp_identity_digest(t->name, &digest, &identity);
-        if (!ensure_txn(e) || resume_lookup(e, rq, job, &identity, &interrupted, fn, ctx))
+        if (!ensure_txn(e) || resume_lookup(e, rq, job, &identity, &interrupted, &redo, fn, ctx))
             goto out;
     }
     bool created;
@@ -1751,10 +1885,13 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
         goto out;
     }
     owned_args = NULL;
+    if (!redo && rq->step < j->max_step)
+        late_step(e, rq, j);
     c->e = e;
     c->tool = t;
     c->hop_tool = t;
     c->digest = digest;
+    c->hop_digest = digest;
     c->identity = identity;
     c->interrupted = interrupted;
     c->args_len = args_len;

@@ -136,6 +136,7 @@ typedef struct {
     uint64_t timeouts;          /* attempts that ran into their timeout */
     uint64_t answered_recorded; /* answers served from the store */
     uint64_t rerun;             /* recorded failures run again (--retry-failed), refusals checked again */
+    uint64_t late;              /* calls that came after a later step of their job had started */
     uint64_t rejected;          /* requests answered without a call (malformed, unknown tool) */
     uint64_t commits;
     tp_summary_t commit_latency; /* commit durations (its histogram; calls counts commits) */

@@ -384,6 +384,7 @@ out:
     if (f.e) {
         report->pool = *tp_engine_pool_stats(f.e);
         report->rerun = tp_engine_stats(f.e)->rerun;
+        report->late = tp_engine_stats(f.e)->late;
     }
     tp_engine_free(f.e);
     if (f.ev_progress)

@@ -45,6 +45,7 @@ typedef struct {
     uint64_t not_started;       /* calls read but never started (interrupted run) */
     uint64_t resumed;           /* recorded results served from the store */
     uint64_t rerun;             /* recorded failures (and refusals) done again */
+    uint64_t late;              /* steps that came after a later step of their job had started */
     bool interrupted;
     double elapsed_s;
 } tp_batch_report_t;

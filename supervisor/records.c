@@ -305,16 +305,23 @@ int tp_records_escalation_resolve(tp_store_t *s, MDB_txn *txn, const char *id, c
     return rc;
 }
 
-/* The job a recorded result line names, into job (cap bytes); "" when it names none. */
-static void result_job(const Toolpool__StoredResult *r, char *job, size_t cap)
+/* The job and step a recorded result line names, into job (cap bytes; "" when none) and *step. */
+static void result_job(const Toolpool__StoredResult *r, char *job, size_t cap, uint64_t *step)
 {
     json_t *v = json_loadb((const char *)r->line.data, r->line.len, 0, NULL);
-    snprintf(job, cap, "%s", json_string_value(json_object_get(v, "job")) ? json_string_value(json_object_get(v, "job")) : "");
+    const char *j = json_string_value(json_object_get(v, "job"));
+    snprintf(job, cap, "%s", j ? j : "");
+    json_int_t st = json_integer_value(json_object_get(v, "step"));
+    *step = st > 0 ? (uint64_t)st : 0;
     json_decref(v);
 }
 
-/* Takes id out of job's checkpoint list, if it is there; the rest of the checkpoint stays. */
-static int checkpoint_unlist(tp_store_t *s, MDB_txn *txn, const char *job, const char *id)
+/*
+ * Takes id out of job's checkpoint list, if it is there; the rest of the
+ * checkpoint stays, but for its last step, which goes back below the
+ * forgotten call's step: done again, that call is not a late step.
+ */
+static int checkpoint_unlist(tp_store_t *s, MDB_txn *txn, const char *job, const char *id, uint64_t step)
 {
     Toolpool__Checkpoint *cp;
     int rc = tp_checkpoint_get(s, txn, job, &cp);
@@ -334,6 +341,8 @@ static int checkpoint_unlist(tp_store_t *s, MDB_txn *txn, const char *job, const
     if (n != cp->n_calls) {
         size_t had = cp->n_calls;
         cp->n_calls = n;
+        if (step > 0 && cp->last_step >= step)
+            cp->last_step = step - 1;
         rc = tp_store_put_msg(s, txn, TP_DB_JOBS, job, strlen(job), &cp->base);
         cp->n_calls = had; /* free_unpacked frees every string it unpacked */
     }
@@ -348,12 +357,13 @@ int tp_records_forget(tp_store_t *s, MDB_txn *txn, const char *id)
     if (rc)
         return rc;
     char job[600];
-    result_job(r, job, sizeof job);
+    uint64_t step;
+    result_job(r, job, sizeof job, &step);
     toolpool__stored_result__free_unpacked(r, NULL);
     MDB_val k = {strlen(id), (void *)id};
     rc = mdb_del(txn, tp_store_dbi(s, TP_DB_RESULTS), &k, NULL);
     if (rc == 0 && job[0] && strcmp(job, id) != 0)
-        rc = checkpoint_unlist(s, txn, job, id);
+        rc = checkpoint_unlist(s, txn, job, id, step);
     return rc;
 }
 

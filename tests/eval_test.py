@@ -472,5 +472,77 @@ class EvalTest(unittest.TestCase):
         self.assertNotIn("ETA", p.stderr)
 
 
+    # ---- smaller things ----
+
+    def test_fallback_hop_args_and_validation(self):
+        strict_q = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"],
+                    "additionalProperties": False}
+        cat = os.path.join(TEST_TOOLS, "cat.sh")  # answers with the args it was given
+        reg = {"tools": [
+            # The call's args ({"q": ...}) do not fit the first hop; the second maps them.
+            plugin_tool("flaky", attempts=1, fallback=["cache_strict", {"tool": "cache", "args": {"query": "/q"}}],
+                        parameters={"type": "object"}),
+            {"name": "cache_strict", "exec": [cat], "parameters": strict_q},
+            {"name": "cache", "exec": [cat], "parameters": strict_q},
+            plugin_tool("deny", attempts=1, fallback_on=["permanent"],
+                        fallback=[{"tool": "cache", "args": {"query": "/missing"}}]),
+        ]}
+        self.write_registry(reg)
+        self.write_calls([{"id": "f1", "tool": "flaky", "args": {"ok_at": 9, "q": "refunds"}},
+                          {"id": "d1", "tool": "deny", "args": {"q": "x"}}])
+        p = self.run_calls("st", workers="1")
+        r = self.results(p)
+        f1 = r["f1"]
+        self.assertTrue(f1["ok"], f1)
+        self.assertEqual((f1["served_by"], f1["degraded"]), ("cache", True))
+        self.assertEqual(f1["result"], {"query": "refunds"})
+        self.assertEqual([(t["tool"], t["outcome"]) for t in f1["trace"]],
+                         [("flaky", "ServerError"), ("cache_strict", "InvalidArguments"), ("cache", "ok")])
+        # A pointer that finds nothing: InvalidArguments on that hop, and the chain (here, its end) says so.
+        d1 = r["d1"]
+        self.assertEqual(d1["error"], "InvalidArguments")
+        self.assertIn("nothing at /missing", d1["message"])
+        self.assertEqual([t["outcome"] for t in d1["trace"]], ["PermissionDenied", "InvalidArguments"])
+        # Bad hop objects are refused, naming the place.
+        for hop, want in (({"tool": "cache", "args": {"query": "q"}}, "expected a JSON Pointer"),
+                          ({"tool": "cache", "argz": {}}, "unknown key"),
+                          ({"args": {}}, 'missing required key "tool"')):
+            reg["tools"][0]["fallback"] = [hop]
+            self.write_registry(reg)
+            p = self.run_calls("bad", workers="1")
+            self.assertEqual(p.returncode, 2)
+            self.assertIn("tools[0] (flaky).fallback[0]", p.stderr)
+            self.assertIn(want, p.stderr)
+
+    def test_late_step_is_reported(self):
+        self.write_registry({"tools": [plugin_tool("echo")]})
+        proc = subprocess.Popen([TOOLPOOL, "run", "-r", "tools.json", "-s", self.path("st"), "-j", "1",
+                                 "--no-progress", "--summary-json", "summary.json", "-"], cwd=self.tmp,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc.stdin.write(json.dumps({"id": "s2", "job": "j", "step": 2, "tool": "echo", "args": {}}) + "\n")
+        proc.stdin.flush()
+        first = json.loads(proc.stdout.readline())   # step 2 has run
+        self.assertEqual(first["id"], "s2")
+        proc.stdin.write(json.dumps({"id": "s1", "job": "j", "step": 1, "tool": "echo", "args": {}}) + "\n")
+        proc.stdin.write(json.dumps({"id": "s3", "job": "j", "step": 3, "tool": "echo", "args": {}}) + "\n")
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        err = proc.stderr.read()
+        self.assertEqual(proc.wait(), 0, err)
+        self.assertEqual(sorted(json.loads(l)["id"] for l in rest.splitlines()), ["s1", "s3"])
+        self.assertIn("line 2: call s1 (job j, step 1) came after step 2 of its job had started", err)
+        self.assertIn("late steps: 1 call came after a later step", err)
+        with open(self.path("summary.json")) as f:
+            self.assertEqual(json.load(f)["late_steps"], 1)
+        # In order, or forgotten and done again: nothing to say.
+        f = self.toolpool("forget", "--store", self.path("st"), "s1", "s2")
+        self.assertEqual(f.returncode, 0, f.stderr)
+        self.write_calls([{"id": "s%d" % i, "job": "j", "step": i, "tool": "echo", "args": {}} for i in (1, 2, 3)])
+        p = self.toolpool("run", "-r", "tools.json", "-s", self.path("st"), "--no-progress", "calls.jsonl")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("came after", p.stderr)
+        self.assertNotIn("late steps", p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

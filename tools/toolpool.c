@@ -150,7 +150,7 @@ static int write_summary_json(const char *path, const tp_batch_report_t *rep, in
         if (s->by_kind[k])
             json_object_set_new(kinds, k == TP_KIND_OTHER ? "other" : tp_kind_name((tp_kind_t)k),
                                 json_integer((json_int_t)s->by_kind[k]));
-    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:{s:f, s:f, s:f}, s:f, s:f, s:I, s:I, s:b, s:I, s:i}",
+    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:{s:f, s:f, s:f}, s:f, s:f, s:I, s:I, s:I, s:b, s:I, s:i}",
                           "calls", (json_int_t)s->calls, "ok", (json_int_t)s->ok, "failed",
                           (json_int_t)(s->calls - s->ok), "attempts", (json_int_t)s->attempts, "retries",
                           (json_int_t)s->retries, "by_kind", kinds, "latency_ms", "p50",
@@ -158,7 +158,7 @@ static int write_summary_json(const char *path, const tp_batch_report_t *rep, in
                           (double)tp_summary_quantile_us(s, 0.99) / 1e3, "max", (double)s->max_us / 1e3,
                           "elapsed_s", rep->elapsed_s, "calls_per_s",
                           rep->elapsed_s > 0 ? (double)s->calls / rep->elapsed_s : 0.0, "resumed",
-                          (json_int_t)rep->resumed, "done_again", (json_int_t)rep->rerun, "interrupted",
+                          (json_int_t)rep->resumed, "done_again", (json_int_t)rep->rerun, "late_steps", (json_int_t)rep->late, "interrupted",
                           rep->interrupted, "not_started", (json_int_t)rep->not_started, "exit_status", status);
     if (o == NULL) {
         tp_log_error("%s: out of memory rendering the summary", path);
@@ -309,6 +309,10 @@ int tp_cmd_run(int argc, char **argv)
         if (rep.rerun)
             fprintf(stderr, "  done again: %llu recorded failure%s and refusal%s\n",
                     (unsigned long long)rep.rerun, rep.rerun == 1 ? "" : "s", rep.rerun == 1 ? "" : "s");
+        if (rep.late)
+            fprintf(stderr, "  late steps: %llu call%s came after a later step of their job had started, "
+                            "and ran out of order\n",
+                    (unsigned long long)rep.late, rep.late == 1 ? "" : "s");
         if (rep.interrupted)
             fprintf(stderr, "  interrupted: %llu call%s read but not started; rerun to run them\n",
                     (unsigned long long)rep.not_started, rep.not_started == 1 ? "" : "s");
