@@ -140,9 +140,11 @@ int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv
     return head->len == n ? 0 : -1;
 }
 
-int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files)
+int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files,
+                      const char *cwd)
 {
     Toolpool__Call call = TOOLPOOL__CALL__INIT;
+    call.cwd = (char *)(cwd ? cwd : "");
     call.limit_memory = limit_memory;
     call.limit_cpu = limit_cpu;
     call.limit_files = limit_files;
@@ -177,7 +179,7 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
     p = put_varint_field(p, KEY_STEP, c->step);
     p = put_varint_field(p, KEY_ATTEMPT, c->attempt);
     if (tail_len)
-        memcpy(p, c->tail->data, tail_len); /* 12-14: the tool's limits */
+        memcpy(p, c->tail->data, tail_len); /* 12-15: the tool's limits and working directory */
     out->len += TP_FRAME_HEADER + n;
     return 0;
 }

@@ -61,7 +61,8 @@ typedef struct {
 int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv, size_t argc,
                       const char *plugin_path, uint64_t max_output);
 /* Packs a tool's limits (0: none) into tail, fields 12-14 of a Call. 0, or -1. */
-int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files);
+int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files,
+                      const char *cwd);
 /* Appends header + SupervisorFrame{call} to out. 0, or -1 (ENOMEM, or EMSGSIZE: too big). */
 int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max);
 

@@ -15,6 +15,7 @@
 #include "taxonomy.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -373,6 +374,7 @@ static const key_spec_t tool_keys[] = {
     {KEY("parameters", K_SCHEMA), TOOL(parameters)},
     {KEY("exec", K_ADAPTER), .adapter = TP_ADAPTER_EXEC, .flags = F_PATH},
     {KEY("plugin", K_ADAPTER), .adapter = TP_ADAPTER_PLUGIN, .sub = &plugin_table},
+    {KEY("cwd", K_STRING), TOOL(cwd), .flags = F_NONEMPTY | F_PATH},
     {KEY("mcp", K_ADAPTER), .adapter = TP_ADAPTER_MCP, .sub = &mcp_table},
     {KEY("http", K_ADAPTER), .adapter = TP_ADAPTER_HTTP, .sub = &http_table},
 };
@@ -1298,6 +1300,21 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool)
         return fail(ld, "the %s adapter is not available in this build (%s are)",
                     adapters[tool->adapter].name, available_adapters(list, sizeof list));
     }
+    if (tool->cwd && tool->adapter != TP_ADAPTER_EXEC) {
+        where_key(&ld->at, "cwd");
+        return fail(ld, "only an exec tool has a working directory (this one is %s)",
+                    adapters[tool->adapter].name);
+    }
+    if (tool->cwd) {
+        struct stat st;
+        int se = stat(tool->cwd, &st) != 0 ? errno : 0;
+        if (se || !S_ISDIR(st.st_mode)) {
+            where_key(&ld->at, "cwd");
+            return fail(ld, "%s is not a directory%s%s", tool->cwd, se ? ": " : "", se ? strerror(se) : "");
+        }
+    } else if (tool->adapter == TP_ADAPTER_EXEC && (tool->cwd = strdup(ld->reg->dir)) == NULL) {
+        return fail_oom(ld);
+    }
     if (tool->description == NULL && (tool->description = strdup("")) == NULL)
         return fail_oom(ld);
     where_pop(&ld->at, m);
@@ -1574,6 +1591,7 @@ void tp_registry_free(tp_registry_t *reg)
         tp_jsonschema_free(t->schema);
         free_argv(t->argv);
         free(t->plugin_path);
+        free(t->cwd);
         free_argv(t->mcp_command);
         free(t->mcp_tool);
         free(t->http_url);

@@ -95,6 +95,7 @@ typedef struct {
     char **argv;                /* exec: NULL-terminated; argv[0] resolved */
     size_t argc;
     char *plugin_path;          /* plugin: absolute */
+    char *cwd;                  /* exec: the working directory (absolute; default the registry's folder) */
     char **mcp_command;         /* mcp: NULL-terminated */
     char *mcp_tool;
     char *http_url;

@@ -1165,7 +1165,7 @@ static const tp_buf_t *tool_head(tp_pool_t *p, const tp_tool_t *t, const tp_buf_
         uint64_t cpu_s = (pol->limit_cpu_us + 999999u) / 1000000u;
         uint32_t cpu = cpu_s > UINT32_MAX ? UINT32_MAX : (uint32_t)cpu_s;
         if (tp_call_head_pack(h, t->name, adapter, t->argv, t->argc, t->plugin_path, pol->max_output) < 0 ||
-            tp_call_tail_pack(&p->tails[t->index], pol->limit_memory, cpu, pol->limit_files) < 0) {
+            tp_call_tail_pack(&p->tails[t->index], pol->limit_memory, cpu, pol->limit_files, t->cwd) < 0) {
             tp_buf_reset(h);
             return NULL;
         }

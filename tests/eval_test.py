@@ -544,5 +544,31 @@ class EvalTest(unittest.TestCase):
         self.assertNotIn("late steps", p.stderr)
 
 
+    def test_exec_working_directory(self):
+        os.makedirs(self.path("reg", "data"))
+        pwd = ["sh", "-c", "cat >/dev/null; printf '{\"pwd\": \"%s\"}' \"$(pwd)\""]
+        reg = {"tools": [{"name": "here", "exec": pwd},
+                         {"name": "data", "exec": pwd, "cwd": "data"},
+                         {"name": "limited", "exec": pwd, "cwd": "data", "limits": {"files": 64}},
+                         {"name": "abs", "exec": pwd, "cwd": self.tmp}]}
+        self.write_registry(reg, os.path.join("reg", "tools.json"))
+        self.write_calls([{"id": t["name"], "tool": t["name"]} for t in reg["tools"]])
+        # run from another directory: the default is the registry's folder, not run's own
+        p = self.run_calls("st", registry=self.path("reg", "tools.json"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got = {i: r["result"]["pwd"] for i, r in self.results(p).items()}
+        real = os.path.realpath
+        self.assertEqual({i: real(v) for i, v in got.items()},
+                         {"here": real(self.path("reg")), "data": real(self.path("reg", "data")),
+                          "limited": real(self.path("reg", "data")), "abs": real(self.tmp)})
+        for tool, want in (({"name": "x", "exec": pwd, "cwd": "nowhere"}, "nowhere is not a directory"),
+                           ({"name": "x", "plugin": {"path": PLUGIN}, "cwd": "data"}, "only an exec tool")):
+            self.write_registry({"tools": [tool]}, os.path.join("reg", "tools.json"))
+            p = self.run_calls("bad", registry=self.path("reg", "tools.json"))
+            self.assertEqual(p.returncode, 2)
+            self.assertIn("tools[0] (x).cwd", p.stderr)
+            self.assertIn(want, p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
