@@ -316,6 +316,13 @@ class EvalTest(unittest.TestCase):
         p = self.run_calls("st", "--retry-failed=transient,,Timeout")
         self.assertEqual(p.returncode, 2)
         self.assertIn("an empty name", p.stderr)
+        # A line the front refuses (a call with an id but no usable tool) is recorded too.
+        self.write("bad.jsonl", '{"id": "b1", "job": "j", "step": 9, "tool": 5}\n{"id": "b2", "tool": 5}\n')
+        p = self.run_calls("st", calls="bad.jsonl")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        t = self.toolpool("trace", "--json", "--store", self.path("st"), "b1", "b2")
+        self.assertEqual(t.returncode, 0, t.stderr)
+        self.assertEqual([json.loads(l)["error"] for l in t.stdout.splitlines()], ["InvalidRequest"] * 2)
 
     def test_resolve_rerun_and_accept(self):
         """A call of a tool that is not idempotent, interrupted by a kill -9: resumed, it is
