@@ -332,10 +332,13 @@ int tp_cmd_stats(int argc, char **argv)
         mdb_cursor_close(cur);
     mdb_txn_abort(txn);
     tp_store_close(s);
-    qsort(t.v, t.n, sizeof *t.v, by_name);
+    if (t.n)
+        qsort(t.v, t.n, sizeof *t.v, by_name);
     for (size_t i = 0; i < t.n; i++) {
-        qsort(t.v[i].latency.v, t.v[i].latency.n, sizeof(double), cmp_double);
-        qsort(t.v[i].wait.v, t.v[i].wait.n, sizeof(double), cmp_double);
+        if (t.v[i].latency.n)
+            qsort(t.v[i].latency.v, t.v[i].latency.n, sizeof(double), cmp_double);
+        if (t.v[i].wait.n)
+            qsort(t.v[i].wait.v, t.v[i].wait.n, sizeof(double), cmp_double);
         if (json) {
             json_t *o = tool_json(&t.v[i]);
             if (o == NULL || json_dumpf(o, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10)) != 0 || putchar('\n') == EOF)
