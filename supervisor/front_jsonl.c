@@ -135,6 +135,13 @@ static void flush_cb(void *ctx)
     }
 }
 
+/* The line number in the user's file: with --ordered the input read is a reordered copy. */
+static long user_line(const tp_jsonl_t *f, long no)
+{
+    const tp_batch_opts_t *o = f->o;
+    return o->line_map && no >= 1 && (size_t)no <= o->n_line_map ? o->line_map[no - 1] : no;
+}
+
 /* "line N", without printf: this runs once a line. */
 static const char *line_where(char buf[32], long no)
 {
@@ -159,7 +166,7 @@ static void take_line(tp_jsonl_t *f, const char *line, size_t len)
     char where[32];
     tp_request_t rq;
     tp_request_bad_t bad;
-    switch (tp_request_parse_line(&f->parser, line, len, line_where(where, f->line_no), 0, &rq, &bad)) {
+    switch (tp_request_parse_line(&f->parser, line, len, line_where(where, user_line(f, f->line_no)), 0, &rq, &bad)) {
     case TP_REQUEST_BLANK:
         return; /* blank lines are not calls */
     case TP_REQUEST_BAD:
@@ -210,7 +217,7 @@ static void feed_cb(void *ctx)
         if (avail > f->o->max_frame && !f->in_skip) {
             char msg[128], where[32];
             f->in_skip = true;
-            tp_request_too_long(msg, sizeof msg, line_where(where, f->line_no + 1), f->o->max_frame);
+            tp_request_too_long(msg, sizeof msg, line_where(where, user_line(f, f->line_no + 1)), f->o->max_frame);
             tp_engine_reject(f->e, NULL, NULL, 0, NULL, msg, answer_cb, f);
         }
         if (f->in_skip) {

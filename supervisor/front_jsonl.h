@@ -37,6 +37,8 @@ typedef struct {
     uint64_t seed;              /* jitter seed; 0 = random */
     size_t window;              /* calls held at once; 0 = automatic */
     const tp_rerun_t *rerun;    /* --retry-failed: recorded failures to run again; NULL: none */
+    const long *line_map;       /* --ordered: the input's line i+1 is line line_map[i] of the user's file */
+    size_t n_line_map;
 } tp_batch_opts_t;
 
 typedef struct {

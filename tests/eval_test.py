@@ -551,6 +551,34 @@ class EvalTest(unittest.TestCase):
         self.assertNotIn("late steps", p.stderr)
 
 
+    def test_ordered(self):
+        """--ordered: a file whose jobs' steps are out of order runs each job in step order,
+        with no late step, and messages name the user's lines."""
+        self.write_registry({"tools": [plugin_tool("echo")]})
+        calls = [{"id": "a3", "job": "a", "step": 3, "tool": "echo", "args": {}},
+                 {"id": "b1", "job": "b", "step": 1, "tool": "echo", "args": {}},
+                 {"id": "a1", "job": "a", "step": 1, "tool": "echo", "args": {}}]
+        # Past the window of calls held at once, so that without --ordered a1 comes after a3 ran.
+        filler = [{"id": "f%d" % i, "tool": "echo", "args": {}} for i in range(1500)]
+        lines = [json.dumps(c) for c in calls[:2] + filler + calls[2:]] + ['{"id": "bad", "tool": "nope"}']
+        self.write("calls.jsonl", "\n".join(lines) + "\n")
+        plain = self.run_calls("plain", "--no-progress", workers="1")
+        self.assertIn("came after step 3 of its job had started", plain.stderr)
+        p = self.toolpool("run", "-r", "tools.json", "-s", self.path("ord"), "-j", "1", "--no-progress",
+                          "--ordered", "calls.jsonl")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertNotIn("came after", p.stderr)
+        ids = [json.loads(l)["id"] for l in p.stdout.splitlines()]
+        self.assertEqual(len(ids), len(lines))
+        self.assertLess(ids.index("a1"), ids.index("a3"))
+        bad = self.results(p)["bad"]
+        self.assertTrue(bad["message"].startswith("line %d: unknown tool" % len(lines)), bad["message"])
+        # A pipe cannot be read twice.
+        p = self.toolpool("run", "-r", "tools.json", "-s", self.path("ord"), "--ordered", "-",
+                          stdin="\n".join(lines[:3]) + "\n")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--ordered", p.stderr)
+
     def test_exec_working_directory(self):
         os.makedirs(self.path("reg", "data"))
         pwd = ["sh", "-c", "cat >/dev/null; printf '{\"pwd\": \"%s\"}' \"$(pwd)\""]

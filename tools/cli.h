@@ -19,6 +19,14 @@ int tp_cmd_forget(int argc, char **argv);
 int tp_cmd_stats(int argc, char **argv);
 
 /*
+ * run --ordered: reads the calls file fd once for each call's job and
+ * step, and gives a copy (*out_fd, an unlinked temporary file) with each
+ * job's calls together in step order, and the user's line number of each
+ * of its lines (*line_map, n_map of them; free it). 0, or -1 logged.
+ */
+int tp_order_input(int fd, const char *name, int *out_fd, long **line_map, size_t *n_map);
+
+/*
  * One trace line: "  attempt 2 → Timeout after 0.8s   (backoff 1.0s)", and
  * "   [at +1.3s]" when start_ms (after the call's turn came) is known (>= 0).
  */

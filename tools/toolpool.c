@@ -85,6 +85,9 @@ static const char run_usage[] =
     "                         keeping every other result, breakers and\n"
     "                         checkpoints; refusals (malformed) are always\n"
     "                         checked again\n"
+    "      --ordered          read CALLS (a file) once for each call's job and\n"
+    "                         step first, then run each job strictly in step\n"
+    "                         order, however its lines were placed\n"
     "      --summary-json FILE\n"
     "                         write the run's summary to FILE as one JSON object:\n"
     "                         calls, ok, failed, attempts, retries, by_kind,\n"
@@ -213,6 +216,7 @@ int tp_cmd_run(int argc, char **argv)
         {"no-progress", no_argument, NULL, 'P'},
         {"retry-failed", optional_argument, NULL, 'X'},
         {"summary-json", required_argument, NULL, 'Y'},
+        {"ordered", no_argument, NULL, 'O'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -229,6 +233,8 @@ int tp_cmd_run(int argc, char **argv)
     bool quiet = false, progress = isatty(2), relaxed = false;
     tp_rerun_t rerun = {0};
     const char *summary_json = NULL;
+    bool ordered = false;
+    long *line_map = NULL;
     bool want_rerun = false;
     int c;
     optind = 1;
@@ -253,6 +259,7 @@ int tp_cmd_run(int argc, char **argv)
         case 'p': o.pipeline = (int)parse_count("--pipeline", optarg, 1, 64); break;
         case 'P': progress = false; break;
         case 'Y': summary_json = optarg; break;
+        case 'O': ordered = true; break;
         case 'X':
             rerun_free(&rerun);
             rerun = (tp_rerun_t){0};
@@ -289,9 +296,24 @@ int tp_cmd_run(int argc, char **argv)
         tp_registry_free(reg);
         return 2;
     }
+    if (ordered) {
+        int copy;
+        if (tp_order_input(o.input_fd, o.input_name, &copy, &line_map, &o.n_line_map) < 0) {
+            if (o.input_fd > 0)
+                close(o.input_fd);
+            tp_store_close(o.store);
+            tp_registry_free(reg);
+            return 2;
+        }
+        if (o.input_fd > 0)
+            close(o.input_fd);
+        o.input_fd = copy;
+        o.line_map = line_map;
+    }
     o.output_fd = output ? open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : 1;
     if (o.output_fd < 0) {
         tp_log_error("%s: %s", output, strerror(errno));
+        free(line_map);
         tp_store_close(o.store);
         tp_registry_free(reg);
         return 2;
@@ -321,6 +343,7 @@ int tp_cmd_run(int argc, char **argv)
         status = 2;
     if (o.input_fd > 0)
         close(o.input_fd);
+    free(line_map);
     if (output && close(o.output_fd) < 0) {
         tp_log_error("%s: %s", output, strerror(errno));
         status = 2;
