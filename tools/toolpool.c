@@ -168,7 +168,7 @@ static int write_summary_json(const char *path, const tp_batch_report_t *rep, in
         return -1;
     }
     FILE *f = fopen(path, "w");
-    int rc = f && json_dumpf(o, f, JSON_COMPACT) == 0 && fputc('\n', f) != EOF ? 0 : -1;
+    int rc = f && json_dumpf(o, f, JSON_COMPACT | JSON_REAL_PRECISION(10)) == 0 && fputc('\n', f) != EOF ? 0 : -1;
     if (f && fclose(f) != 0)
         rc = -1;
     if (rc)
