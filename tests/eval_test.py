@@ -579,6 +579,12 @@ class EvalTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("--ordered", p.stderr)
 
+    def test_demo_fallback_maps_its_args(self):
+        """The bundled demo's kb_cache takes "query"; search_kb's fallback entry maps "q" to it."""
+        p = self.toolpool("demo")
+        self.assertIn("fallback kb_cache attempt 1 → ok", p.stdout, p.stdout + p.stderr)
+        self.assertIn("answered by fallback kb_cache: (stale)", p.stdout)
+
     def test_exec_working_directory(self):
         os.makedirs(self.path("reg", "data"))
         pwd = ["sh", "-c", "cat >/dev/null; printf '{\"pwd\": \"%s\"}' \"$(pwd)\""]
