@@ -178,6 +178,8 @@ static const char breakers_usage[] =
     "usage: toolpool breakers [list | show ID | reset ID] [--store DIR] [--json]\n"
     "Circuit breakers in the store. A tool breaker's ID is tool/NAME; a same-call\n"
     "breaker's is call/NAME/DIGEST (a unique prefix of the digest will do).\n"
+    "A same-call breaker of scope \"job\" (the default) counts one job's repeats\n"
+    "and shows its job; one of scope \"global\" counts every job's.\n"
     "reset closes the breaker and forgets its failures. --json: as JSON.\n";
 
 static const char *state_name(Toolpool__BreakerState st)
