@@ -141,9 +141,10 @@ int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv
 }
 
 int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files,
-                      const char *mcp_tool, char **mcp_env, const char *mcp_cwd)
+                      const char *mcp_tool, char **mcp_env, const char *mcp_cwd, const char *cwd)
 {
     Toolpool__Call call = TOOLPOOL__CALL__INIT;
+    call.cwd = (char *)(cwd ? cwd : "");
     call.limit_memory = limit_memory;
     call.limit_cpu = limit_cpu;
     call.limit_files = limit_files;
@@ -173,7 +174,7 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
         return -1;
     *p++ = KEY_FRAME_CALL;
     p = put_varint(p, call_len);
-    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-17). */
+    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-18). */
     p = put_varint_field(p, KEY_SEQ, c->seq);
     memcpy(p, c->head->data, c->head->len);
     p += c->head->len;
@@ -183,7 +184,7 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
     p = put_varint_field(p, KEY_STEP, c->step);
     p = put_varint_field(p, KEY_ATTEMPT, c->attempt);
     if (tail_len)
-        memcpy(p, c->tail->data, tail_len); /* 12-17: the tool's limits, an mcp server's fields */
+        memcpy(p, c->tail->data, tail_len); /* 12-18: the tool's limits, an mcp server's fields, the directory */
     out->len += TP_FRAME_HEADER + n;
     return 0;
 }

@@ -62,12 +62,13 @@ typedef struct {
 int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv, size_t argc,
                       const char *plugin_path, uint64_t max_output);
 /*
- * Packs a tool's limits (0: none) into tail, fields 12-14 of a Call, and an
- * mcp tool's server fields after them (15-17; mcp_tool NULL: none, env a
- * NULL-terminated "K=V" list or NULL, cwd NULL: none). 0, or -1.
+ * Packs a tool's limits (0: none) into tail, fields 12-14 of a Call, an mcp
+ * tool's server fields after them (15-17; mcp_tool NULL: none, env a
+ * NULL-terminated "K=V" list or NULL, cwd NULL: none), and an exec tool's
+ * working directory (18; NULL: none). 0, or -1.
  */
 int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files,
-                      const char *mcp_tool, char **mcp_env, const char *mcp_cwd);
+                      const char *mcp_tool, char **mcp_env, const char *mcp_cwd, const char *cwd);
 /* Appends header + SupervisorFrame{call} to out. 0, or -1 (ENOMEM, or EMSGSIZE: too big). */
 int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max);
 

@@ -17,6 +17,7 @@
 #include "taxonomy.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -218,6 +219,7 @@ typedef enum {
     K_NUMBER,   /* integer or real -> double */
     K_BOOL,
     K_JITTER,   /* "full" | "equal" | "none" -> tp_jitter_t */
+    K_SCOPE,    /* "job" | "global" -> uint32_t tp_scope_t */
     K_KINDS,    /* array of transient kind names -> uint64_t, bit per kind */
     K_CLASSES,  /* array of class names -> uint32_t, bit per class */
     K_NAMES,    /* tool names, an array or one string -> char **, count at off_n */
@@ -241,6 +243,8 @@ enum {
     F_MIN_EXCL = 1 << 2, /* bound is "> min", not ">= min" */
     F_URL = 1 << 3,      /* strings: http:// or https:// */
     F_PATH = 1 << 4,     /* a relative path resolves against the registry dir */
+    F_OFF = 1 << 5,      /* K_OBJECT: false turns it off (the bool at off_n), an object on */
+    F_HOPS = 1 << 6,     /* K_NAMES: an entry may be {"tool", "args"} (tp_policy_t.fallback_args) */
 };
 
 typedef struct key_table key_table_t;
@@ -253,7 +257,7 @@ typedef struct {
     unsigned flags;
     double min, max;          /* K_UINT, K_NUMBER, K_DURATION (us); max 0 = none */
     double dflt;              /* the built-in default, for tp_policy_init */
-    size_t off_n;             /* K_NAMES: where the count goes */
+    size_t off_n;             /* K_NAMES: where the count goes; F_OFF: the "off" bool */
     const key_table_t *sub;   /* K_OBJECT, and K_ADAPTER's object shape */
     tp_adapter_t adapter;     /* K_ADAPTER */
 } key_spec_t;
@@ -285,6 +289,7 @@ static const key_spec_t backoff_keys[] = {
 static const key_table_t backoff_table = TABLE(backoff_keys);
 
 static const key_spec_t same_call_keys[] = {
+    {KEY("scope", K_SCOPE), POL(same_call_scope), .dflt = TP_SCOPE_JOB},
     {KEY("failures", K_UINT), POL(same_call_failures), .min = 1, .dflt = 3},
     {KEY("window", K_DURATION), POL(same_call_window_us), .dflt = 600 * SEC},
 };
@@ -301,7 +306,8 @@ static const key_spec_t tool_breaker_keys[] = {
 static const key_table_t tool_breaker_table = TABLE(tool_breaker_keys);
 
 static const key_spec_t breaker_keys[] = {
-    {KEY("same_call", K_OBJECT), .sub = &same_call_table},
+    {KEY("same_call", K_OBJECT), .sub = &same_call_table, .flags = F_OFF,
+     .off_n = offsetof(tp_policy_t, same_call_off)},
     {KEY("tool", K_OBJECT), .sub = &tool_breaker_table},
 };
 static const key_table_t breaker_table = TABLE(breaker_keys);
@@ -347,7 +353,7 @@ static const key_spec_t policy_keys[] = {
     {KEY("retry_on", K_KINDS), POL(retry_on),
      .dflt = (double)(KIND_BIT(TP_KIND_TIMEOUT) | KIND_BIT(TP_KIND_RATE_LIMITED) |
                       KIND_BIT(TP_KIND_SERVER_ERROR) | KIND_BIT(TP_KIND_WORKER_CRASHED))},
-    {KEY("fallback", K_NAMES), POL(fallback), .off_n = offsetof(tp_policy_t, n_fallback)},
+    {KEY("fallback", K_NAMES), POL(fallback), .off_n = offsetof(tp_policy_t, n_fallback), .flags = F_HOPS},
     {KEY("fallback_on", K_CLASSES), POL(fallback_on), .dflt = CLASS_BIT(TP_CLASS_TRANSIENT)},
     {KEY("stale", K_BOOL), POL(stale)},
     {KEY("degraded", K_JSON), POL(degraded)},
@@ -382,6 +388,7 @@ static const key_spec_t tool_keys[] = {
     {KEY("formats", K_FORMATS), TOOL(formats)},
     {KEY("exec", K_ADAPTER), .adapter = TP_ADAPTER_EXEC, .flags = F_PATH},
     {KEY("plugin", K_ADAPTER), .adapter = TP_ADAPTER_PLUGIN, .sub = &plugin_table},
+    {KEY("cwd", K_STRING), TOOL(cwd), .flags = F_NONEMPTY | F_PATH},
     {KEY("mcp", K_ADAPTER), .adapter = TP_ADAPTER_MCP, .sub = &mcp_table},
     {KEY("http", K_ADAPTER), .adapter = TP_ADAPTER_HTTP, .sub = &http_table},
 };
@@ -530,6 +537,7 @@ static void apply_defaults(const key_table_t *tab, void *base)
         case K_BOOL:
         case K_KINDS:
         case K_CLASSES:
+        case K_SCOPE:
             store_uint(field, s->size, (uint64_t)s->dflt);
             break;
         case K_NUMBER:
@@ -572,8 +580,20 @@ static void free_argv(char **v)
     free(v);
 }
 
+/* Drops a list of hop args maps (n entries, any of them NULL). */
+static void free_maps(json_t **maps, size_t n)
+{
+    if (maps == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        json_decref(maps[i]);
+    free(maps);
+}
+
 static void policy_clear(tp_policy_t *p)
 {
+    free_maps(p->fallback_args, p->n_fallback);
+    p->fallback_args = NULL;
     free_strv(p->fallback, p->n_fallback);
     p->fallback = NULL;
     p->n_fallback = 0;
@@ -590,6 +610,7 @@ static int policy_copy(tp_policy_t *dst, const tp_policy_t *src)
 {
     *dst = *src;
     dst->fallback = NULL;
+    dst->fallback_args = NULL;
     dst->n_fallback = 0;
     dst->degraded = src->degraded ? json_incref(src->degraded) : NULL;
     if (src->n_fallback == 0)
@@ -597,10 +618,14 @@ static int policy_copy(tp_policy_t *dst, const tp_policy_t *src)
     dst->fallback = calloc(src->n_fallback + 1, sizeof *dst->fallback);
     if (dst->fallback == NULL)
         return -1;
+    if (src->fallback_args && (dst->fallback_args = calloc(src->n_fallback, sizeof *dst->fallback_args)) == NULL)
+        return -1;
     for (size_t i = 0; i < src->n_fallback; i++) {
         dst->fallback[i] = strdup(src->fallback[i]);
         if (dst->fallback[i] == NULL)
             return -1;
+        if (src->fallback_args && src->fallback_args[i])
+            dst->fallback_args[i] = json_incref(src->fallback_args[i]);
         dst->n_fallback = i + 1;
     }
     return 0;
@@ -769,8 +794,60 @@ static int parse_classes(loader_t *ld, json_t *v, uint32_t *mask)
     return 0;
 }
 
-/* fallback: ["a", "b"] or "a". Whether the names exist is checked at the end. */
-static int parse_names(loader_t *ld, json_t *v, char ***names, size_t *count)
+/*
+ * A hop's args mapping: {KEY: POINTER, ...}, each value a JSON Pointer
+ * (RFC 6901: "" or starting with "/") into the call's args.
+ */
+static int parse_hop_args(loader_t *ld, json_t *v)
+{
+    char got[96];
+    if (!json_is_object(v))
+        return fail(ld, "expected an object of {\"key\": \"/pointer\"} into the call's args, got %s", GOT(v));
+    const char *k;
+    json_t *p;
+    json_object_foreach(v, k, p) {
+        mark_t m = where_key(&ld->at, k);
+        const char *s = json_string_value(p);
+        if (s == NULL || (s[0] != '\0' && s[0] != '/'))
+            return fail(ld, "expected a JSON Pointer into the call's args, like \"/q\", got %s", GOT(p));
+        where_pop(&ld->at, m);
+    }
+    return 0;
+}
+
+/* One hop as an object: {"tool": NAME, "args": {KEY: POINTER}}; *map gets args (a reference) or NULL. */
+static int parse_hop(loader_t *ld, json_t *e, const char **name, json_t **map)
+{
+    char got[96];
+    const char *k;
+    json_t *v;
+    *name = NULL;
+    *map = NULL;
+    json_object_foreach(e, k, v) {
+        mark_t m = where_key(&ld->at, k);
+        if (strcmp(k, "tool") == 0) {
+            if (!json_is_string(v) || json_string_length(v) == 0)
+                return fail(ld, "expected a tool name, got %s", GOT(v));
+            *name = json_string_value(v);
+        } else if (strcmp(k, "args") == 0) {
+            if (parse_hop_args(ld, v) < 0)
+                return -1;
+            *map = v;
+        } else {
+            return fail(ld, "unknown key (a hop is {\"tool\": NAME, \"args\": {KEY: \"/pointer\"}})");
+        }
+        where_pop(&ld->at, m);
+    }
+    if (*name == NULL)
+        return fail(ld, "missing required key \"tool\"");
+    return 0;
+}
+
+/*
+ * fallback: ["a", "b"] or "a"; with maps (F_HOPS), an entry may also be
+ * {"tool": "a", "args": {...}}. Whether the names exist is checked at the end.
+ */
+static int parse_names(loader_t *ld, json_t *v, char ***names, size_t *count, json_t ***maps)
 {
     char got[96];
     json_t *one = json_is_string(v) ? v : NULL;
@@ -780,6 +857,10 @@ static int parse_names(loader_t *ld, json_t *v, char ***names, size_t *count)
     char **out = calloc(n + 1, sizeof *out);
     if (out == NULL)
         return fail_oom(ld);
+    if (maps) {
+        free_maps(*maps, *count);
+        *maps = NULL;
+    }
     free_strv(*names, *count);
     *names = out;
     *count = 0;
@@ -788,9 +869,21 @@ static int parse_names(loader_t *ld, json_t *v, char ***names, size_t *count)
         mark_t m = {0, 0};
         if (one == NULL)
             m = where_index(&ld->at, i);
-        if (!json_is_string(e) || json_string_length(e) == 0)
-            return fail(ld, "expected a tool name, got %s", GOT(e));
-        out[i] = strdup(json_string_value(e));
+        const char *name = json_string_value(e);
+        json_t *map = NULL;
+        if (maps && json_is_object(e)) {
+            if (parse_hop(ld, e, &name, &map) < 0)
+                return -1;
+        } else if (!json_is_string(e) || json_string_length(e) == 0) {
+            return fail(ld, maps ? "expected a tool name or {\"tool\": NAME, \"args\": {...}}, got %s"
+                                 : "expected a tool name, got %s", GOT(e));
+        }
+        if (map) {
+            if (*maps == NULL && (*maps = calloc(n, sizeof **maps)) == NULL)
+                return fail_oom(ld);
+            (*maps)[i] = json_incref(map);
+        }
+        out[i] = strdup(name);
         if (out[i] == NULL)
             return fail_oom(ld);
         *count = i + 1;
@@ -1070,12 +1163,22 @@ static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
             }
         }
         return fail(ld, "expected one of \"full\", \"equal\", \"none\", got %s", GOT(v));
+    case K_SCOPE:
+        if (json_is_string(v) && strcmp(json_string_value(v), "job") == 0)
+            store_uint(field, s->size, TP_SCOPE_JOB);
+        else if (json_is_string(v) && strcmp(json_string_value(v), "global") == 0)
+            store_uint(field, s->size, TP_SCOPE_GLOBAL);
+        else
+            return fail(ld, "expected \"job\" (a job's own repeats) or \"global\" (every job on the store), got %s",
+                        GOT(v));
+        return 0;
     case K_KINDS:
         return parse_kinds(ld, v, (uint64_t *)field);
     case K_CLASSES:
         return parse_classes(ld, v, (uint32_t *)field);
     case K_NAMES:
-        return parse_names(ld, v, (char ***)field, (size_t *)((char *)base + s->off_n));
+        return parse_names(ld, v, (char ***)field, (size_t *)((char *)base + s->off_n),
+                           (s->flags & F_HOPS) ? &((tp_policy_t *)base)->fallback_args : NULL);
     case K_JSON: {
         json_t **slot = field;
         json_decref(*slot);
@@ -1113,6 +1216,16 @@ static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
     case K_ARGV:
         return parse_argv(ld, v, s->flags, (char ***)field, NULL);
     case K_OBJECT:
+        if (s->flags & F_OFF) {
+            /* false turns it off; an object (even {}) turns it back on over "defaults". */
+            if (json_is_false(v)) {
+                *(bool *)((char *)base + s->off_n) = true;
+                return 0;
+            }
+            if (!json_is_object(v))
+                return fail(ld, "expected an object, or false to turn it off, got %s", GOT(v));
+            *(bool *)((char *)base + s->off_n) = false;
+        }
         return parse_object(ld, v, s->sub, field);
     case K_ADAPTER:
         return parse_adapter(ld, s, v, base);
@@ -1346,6 +1459,21 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
         where_key(&ld->at, adapters[tool->adapter].name);
         return fail(ld, "the %s adapter is not available in this build (%s are)",
                     adapters[tool->adapter].name, available_adapters(list, sizeof list));
+    }
+    if (tool->cwd && tool->adapter != TP_ADAPTER_EXEC) {
+        where_key(&ld->at, "cwd");
+        return fail(ld, "only an exec tool has a working directory (this one is %s)",
+                    adapters[tool->adapter].name);
+    }
+    if (tool->cwd) {
+        struct stat st;
+        int se = stat(tool->cwd, &st) != 0 ? errno : 0;
+        if (se || !S_ISDIR(st.st_mode)) {
+            where_key(&ld->at, "cwd");
+            return fail(ld, "%s is not a directory%s%s", tool->cwd, se ? ": " : "", se ? strerror(se) : "");
+        }
+    } else if (tool->adapter == TP_ADAPTER_EXEC && (tool->cwd = strdup(ld->reg->dir)) == NULL) {
+        return fail_oom(ld);
     }
     if (tool->description == NULL && (tool->description = strdup("")) == NULL)
         return fail_oom(ld);
@@ -1974,6 +2102,7 @@ void tp_registry_free(tp_registry_t *reg)
         tp_jsonschema_free(t->schema);
         free_argv(t->argv);
         free(t->plugin_path);
+        free(t->cwd);
         free_argv(t->mcp_command);
         free(t->mcp_tool);
         free_argv(t->mcp_env);

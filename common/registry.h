@@ -36,6 +36,16 @@ typedef enum {
     TP_JITTER_NONE,      /* exactly delay: the seed's 0.5s, 1s */
 } tp_jitter_t;
 
+/*
+ * The same-call breaker's scope: a job's own repeats (the default, so one
+ * evaluation sample's failures never change another's result), or every
+ * job and every process on the store.
+ */
+typedef enum {
+    TP_SCOPE_JOB = 0,
+    TP_SCOPE_GLOBAL = 1,
+} tp_scope_t;
+
 /* The retry and recovery policy of one tool; "defaults" fills the gaps. */
 typedef struct {
     uint64_t timeout_us;        /* per attempt */
@@ -59,11 +69,15 @@ typedef struct {
     uint64_t retry_on;          /* bit (1 << tp_kind_t) per kind retried */
     /* fallback chain */
     char **fallback;            /* tool names, n_fallback of them */
+    json_t **fallback_args;     /* per hop: {KEY: JSON Pointer into the call's args}, or NULL (the args as
+                                   they are); NULL when no hop maps its args */
     size_t n_fallback;
     uint32_t fallback_on;       /* bit (1 << tp_class_t) per class */
     bool stale;
     json_t *degraded;           /* the last honest answer, or NULL */
     /* breakers */
+    bool same_call_off;         /* "same_call": false */
+    uint32_t same_call_scope;   /* tp_scope_t: whose failures count together */
     uint32_t same_call_failures;
     uint64_t same_call_window_us;
     double tool_failure_rate;
@@ -84,6 +98,7 @@ typedef struct {
     char **argv;                /* exec: NULL-terminated; argv[0] resolved */
     size_t argc;
     char *plugin_path;          /* plugin: absolute */
+    char *cwd;                  /* exec: the working directory (absolute; default the registry's folder) */
     char **mcp_command;         /* mcp: the server's argv, NULL-terminated */
     char *mcp_tool;             /* mcp: the server's name for the tool */
     char **mcp_env;             /* mcp: "K=V" added to the server's environment, NULL-terminated, or NULL */

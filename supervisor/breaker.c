@@ -40,6 +40,26 @@ void tp_digest_args(const json_t *args, tp_digest_t *out)
     tp_buf_free(&b);
 }
 
+void tp_breaker_call_digest(const tp_tool_t *t, const tp_digest_t *args, const char *job, tp_digest_t *out)
+{
+    if (t->policy.same_call_scope == TP_SCOPE_GLOBAL || job == NULL) {
+        *out = *args;
+        return;
+    }
+    XXH3_state_t *st = XXH3_createState();
+    if (st == NULL || XXH3_128bits_reset(st) != XXH_OK || XXH3_128bits_update(st, args->b, TP_DIGEST_LEN) != XXH_OK ||
+        XXH3_128bits_update(st, job, strlen(job) + 1) != XXH_OK) {
+        /* No state to be had: the args alone, so the breaker errs on the side of counting. */
+        XXH3_freeState(st);
+        *out = *args;
+        return;
+    }
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
+    XXH3_freeState(st);
+    memcpy(out->b, c.digest, TP_DIGEST_LEN);
+}
+
 void tp_digest_hex(const tp_digest_t *d, char out[2 * TP_DIGEST_LEN + 1])
 {
     for (int i = 0; i < TP_DIGEST_LEN; i++)
@@ -104,7 +124,7 @@ int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const
 }
 
 int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
-                           const char *args, bool failed, const char *kind, const char *message,
+                           const char *job, const char *args, bool failed, const char *kind, const char *message,
                            uint64_t now, bool *opened)
 {
     uint8_t key[KEY_MAX];
@@ -141,6 +161,7 @@ int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, cons
     cb.last_message = (char *)(message ? message : "");
     cb.args.data = (uint8_t *)args;
     cb.args.len = args ? strlen(args) : 0;
+    cb.job = (char *)(job && t->policy.same_call_scope == TP_SCOPE_JOB ? job : "");
     bool was_open = old && old->opened_unix_us != 0 && since(now, old->opened_unix_us) < window;
     if (was_open) {
         cb.opened_unix_us = old->opened_unix_us;

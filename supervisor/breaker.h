@@ -39,6 +39,13 @@ typedef struct {
 void tp_digest_args(const json_t *args, tp_digest_t *out);
 /* The same, of args already written in that form. */
 void tp_digest_bytes(const void *canonical, size_t n, tp_digest_t *out);
+/*
+ * The same-call breaker's key digest for args (tp_digest_args) called by
+ * job: with the tool's scope "job", the job's own (XXH128 of the args
+ * digest and the job's name), so one job's failures never open another's
+ * circuit; with "global", the args digest itself, shared by every job.
+ */
+void tp_breaker_call_digest(const tp_tool_t *t, const tp_digest_t *args, const char *job, tp_digest_t *out);
 /* 32 hex digits and a NUL. */
 void tp_digest_hex(const tp_digest_t *d, char out[2 * TP_DIGEST_LEN + 1]);
 
@@ -54,8 +61,9 @@ int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const
  * this failure opened the circuit (the caller escalates it and then calls
  * tp_breaker_call_set_escalation). A success clears the count.
  */
+/* job: the job it counts for (scope "job"; shown by `toolpool breakers`), or NULL. */
 int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
-                           const char *args, bool failed, const char *kind, const char *message,
+                           const char *job, const char *args, bool failed, const char *kind, const char *message,
                            uint64_t now, bool *opened);
 int tp_breaker_call_set_escalation(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
                                    const char *escalation);

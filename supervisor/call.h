@@ -45,6 +45,9 @@ struct tp_call {
     size_t args_len;
     tp_digest_t digest;         /* of the canonical args: the same-call breaker's key */
     tp_digest_t identity;       /* of tool and args: with the id, what a recorded result answers */
+    char *hop_args;             /* the current hop's args, when its fallback entry maps them; else NULL */
+    size_t hop_args_len;
+    tp_digest_t hop_digest;     /* of the current hop's args: its same-call breaker's key */
     bool marked;                /* an in-flight marker of ours is in the store */
     bool claim_only;            /* ... written only to claim it (orphaned, it may run again) */
     bool claimed;               /* checked and claimed in one transaction, on a shared store */
@@ -61,6 +64,7 @@ struct tp_call {
     uint64_t step;
     uint64_t deadline_us;       /* the caller's end for the whole call; 0: none */
     uint64_t first_us;          /* first attempt's start */
+    uint64_t turn_us;           /* when its turn came: ready to run, its job's earlier steps ended */
     uint64_t hop_deadline_us;   /* absolute, for the current hop; 0 = none */
     uint32_t hop_attempts;      /* attempts made in the current hop */
     tp_attempt_t att;

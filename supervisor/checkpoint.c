@@ -28,6 +28,7 @@ int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r, const 
     sr.kind = r->kind;
     sr.attempts = r->attempts;
     sr.duration_us = r->duration_us;
+    sr.ended_unix_us = tp_unix_us();
     return tp_store_put_msg(s, txn, TP_DB_RESULTS, r->id, strlen(r->id), &sr.base);
 }
 
@@ -57,20 +58,34 @@ int tp_checkpoint_step(tp_store_t *s, MDB_txn *txn, const char *job, const char 
         toolpool__checkpoint__free_unpacked(old, NULL);
         return ENOMEM;
     }
-    for (size_t i = 0; i < n; i++)
+    bool listed = false;
+    for (size_t i = 0; i < n; i++) {
         calls[i] = old->calls[i];
-    calls[n] = (char *)call_id;
+        listed = listed || strcmp(calls[i], call_id) == 0;
+    }
+    if (!listed)
+        calls[n] = (char *)call_id;
     Toolpool__Checkpoint cp = TOOLPOOL__CHECKPOINT__INIT;
     cp.job = (char *)job;
-    cp.last_step = old && old->last_step > step ? old->last_step : step;
+    /* A refusal ends as it comes, before the steps ahead of it: it does not move the job on. */
+    cp.last_step = old && (old->last_step > step || u == NULL) ? old->last_step : u ? step : 0;
     cp.calls = calls;
-    cp.n_calls = n + 1;
-    cp.steps = u->steps;
-    cp.attempts = u->calls;
-    cp.cost = u->cost;
-    cp.wall_used_us = wall_used_us;
-    cp.stopped = (char *)(stopped != TP_KIND_OK ? tp_kind_name(stopped) : "");
-    cp.stop_message = (char *)(stop_msg ? stop_msg : "");
+    cp.n_calls = listed ? n : n + 1;
+    if (u) {
+        cp.steps = u->steps;
+        cp.attempts = u->calls;
+        cp.cost = u->cost;
+        cp.wall_used_us = wall_used_us;
+        cp.stopped = (char *)(stopped != TP_KIND_OK ? tp_kind_name(stopped) : "");
+        cp.stop_message = (char *)(stop_msg ? stop_msg : "");
+    } else if (old) {
+        cp.steps = old->steps;
+        cp.attempts = old->attempts;
+        cp.cost = old->cost;
+        cp.wall_used_us = old->wall_used_us;
+        cp.stopped = old->stopped;
+        cp.stop_message = old->stop_message;
+    }
     cp.updated_unix_us = tp_unix_us();
     if (old && old->has_state) {
         cp.has_state = true;

@@ -35,7 +35,9 @@ int tp_result_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__StoredR
 int tp_checkpoint_get(tp_store_t *s, MDB_txn *txn, const char *job, Toolpool__Checkpoint **out);
 /*
  * Appends the ended call call_id (step) to job's checkpoint and stores the
- * usage its guards count, and what stopped it (TP_KIND_OK: nothing).
+ * usage its guards count, and what stopped it (TP_KIND_OK: nothing). A
+ * call already in the list (run again) keeps its place. u NULL: a call
+ * refused before it ran, listed with the usage and stop left as they were.
  */
 int tp_checkpoint_step(tp_store_t *s, MDB_txn *txn, const char *job, const char *call_id, uint64_t step,
                        const tp_job_usage_t *u, uint64_t wall_used_us, tp_kind_t stopped,

@@ -131,6 +131,7 @@ struct tp_engine {
     bool closing;
     bool fatal;
     bool in_turn;               /* kick_cb is running */
+    uint64_t started_unix_us;   /* records older than this are earlier runs' */
     tp_engine_stats_t stats;
 };
 
@@ -259,9 +260,59 @@ static void pending_own(tp_pending_t *p, const Toolpool__Result *r)
     }
 }
 
-/* Answers a request that never became a call, in order with the rest. */
-static tp_pending_t *reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
-                            const char *args, tp_kind_t kind, const char *msg, tp_answer_fn fn, void *ctx)
+static bool txn_fit(tp_engine_t *e, size_t len);
+
+static bool refusal_kind(const char *kind)
+{
+    return kind && tp_kind_class(tp_kind_from_name(kind)) == TP_CLASS_MALFORMED;
+}
+
+/*
+ * Records a refusal (r, rendered as line) under its id, so trace, the
+ * job's checkpoint and the next run see every call: unless the id holds a
+ * record of another kind (a result that ran is never overwritten by a
+ * refusal of other input), or the id or job is too long for a key.
+ */
+static void record_refusal(tp_engine_t *e, Toolpool__Result *r, const uint8_t *line, size_t len)
+{
+    size_t max_key = tp_store_max_key(e->o.store);
+    if (strlen(r->id) > max_key || strlen(r->job) > max_key || !ensure_txn(e))
+        return;
+    Toolpool__StoredResult *old;
+    int rc = tp_result_get(e->o.store, e->txn, r->id, &old);
+    if (rc == 0) {
+        bool refusal = !old->ok && refusal_kind(old->kind);
+        toolpool__stored_result__free_unpacked(old, NULL);
+        if (!refusal)
+            return;
+    } else if (rc != MDB_NOTFOUND) {
+        return; /* a corrupt record stays as it is, for store check to name */
+    }
+    if (!txn_fit(e, len))
+        return;
+    tp_digest_t args_digest, identity;
+    tp_digest_bytes(r->args.data ? r->args.data : (const uint8_t *)"{}", r->args.data ? r->args.len : 2,
+                    &args_digest);
+    tp_identity_digest(r->tool, &args_digest, &identity);
+    r->input_digest.data = identity.b;
+    r->input_digest.len = TP_DIGEST_LEN;
+    rc = tp_result_put(e->o.store, e->txn, r, line, len);
+    if (rc == 0 && r->job[0] && strcmp(r->job, r->id) != 0)
+        rc = tp_checkpoint_step(e->o.store, e->txn, r->job, r->id, r->step, NULL, 0, TP_KIND_OK, NULL);
+    r->input_digest.data = NULL;
+    r->input_digest.len = 0;
+    if (rc)
+        tp_engine_store_failed(e, rc, "recording a refused call");
+}
+
+/*
+ * Answers a request that never became a call, in order with the rest.
+ * keep: record it (a refusal of the call itself; not an id conflict,
+ * whose record is another call's).
+ */
+static tp_pending_t *reject_as(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
+                               const char *args, tp_kind_t kind, const char *msg, bool keep, tp_answer_fn fn,
+                               void *ctx)
 {
     Toolpool__Result r = TOOLPOOL__RESULT__INIT;
     r.has_id = id != NULL;
@@ -286,9 +337,45 @@ static tp_pending_t *reject(tp_engine_t *e, const char *id, const char *job, uin
         return NULL;
     tp_result_write(&e->add->lines, &r);
     p->len = e->add->lines.len - p->at;
+    if (keep && id && e->o.store)
+        record_refusal(e, &r, e->add->lines.data + p->at, p->len);
     pending_own(p, &r);
     kick(e);
     return p;
+}
+
+static tp_pending_t *reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
+                            const char *args, tp_kind_t kind, const char *msg, tp_answer_fn fn, void *ctx)
+{
+    return reject_as(e, id, job, step, tool, args, kind, msg, true, fn, ctx);
+}
+
+bool tp_rerun_match(const tp_rerun_t *f, const char *kind)
+{
+    if (f == NULL || kind == NULL || kind[0] == '\0')
+        return false;
+    if (f->all || (f->classes & (1u << tp_kind_class(tp_kind_from_name(kind)))))
+        return true;
+    for (size_t i = 0; i < f->n_kinds; i++)
+        if (strcmp(f->kinds[i], kind) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * Whether a recorded result is to be done again rather than served: a
+ * refusal (nothing ran, and the registry may have been fixed since), or
+ * a failure the run's --retry-failed names.
+ */
+static bool redo_recorded(const tp_engine_t *e, const Toolpool__StoredResult *r)
+{
+    if (r->ok)
+        return false;
+    if (refusal_kind(r->kind))
+        return true;
+    /* Only failures earlier runs recorded: this run's own (the same id twice, another
+     * supervisor's answer to a call it claimed) are served, so nothing is redone twice. */
+    return r->ended_unix_us < e->started_unix_us && tp_rerun_match(e->o.rerun, r->kind);
 }
 
 void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
@@ -326,6 +413,7 @@ static void call_free(tp_call_t *c)
     tp_buf_free(&c->degraded);
     free(c->id);
     free(c->args);
+    free(c->hop_args);
     free(c);
 }
 
@@ -418,6 +506,7 @@ static void job_resume(tp_engine_t *e, tp_job_t *j)
     }
     j->usage.steps = cp->steps;
     j->usage.calls = cp->attempts;
+    j->max_step = cp->last_step;
     j->usage.cost = cp->cost;
     if (cp->wall_used_us)
         j->usage.first_us = tp_now_us() - cp->wall_used_us;
@@ -432,8 +521,11 @@ static void job_resume(tp_engine_t *e, tp_job_t *j)
 static void job_advance(tp_engine_t *e, tp_job_t *j)
 {
     tp_call_t *c = tp_job_next(j);
-    if (c)
+    if (c) {
+        if (c->turn_us == 0)
+            c->turn_us = tp_now_us();
         tp_queue_push(&e->ready, c);
+    }
     else if (tp_job_idle(j) && !e->keep_jobs && !e->draining)
         tp_jobs_drop(&e->jobs, j);
 }
@@ -689,6 +781,9 @@ static Toolpool__Attempt *trace_add(tp_call_t *c, uint32_t number, const char *o
     t->outcome[n] = 0;
     t->at.outcome = t->outcome;
     t->at.duration_us = duration_us;
+    /* An attempt's start is set by settle; a hop not run starts (and ends) now. */
+    uint64_t now = tp_now_us();
+    t->at.start_us = c->turn_us && now > c->turn_us + duration_us ? now - c->turn_us - duration_us : 0;
     c->trace[c->n_trace++] = &t->at;
     return &t->at;
 }
@@ -726,6 +821,103 @@ static void finish_cancelled(tp_engine_t *e, tp_call_t *c)
     finish(e, c, END_FAIL, TP_KIND_CANCELLED, msg);
 }
 
+static void hop_failed(tp_engine_t *e, tp_call_t *c, tp_kind_t kind, const char *msg);
+
+/*
+ * The value at a JSON Pointer (RFC 6901) in doc, or NULL: "" is doc itself;
+ * "/a/0/b~1c" steps through keys and array indexes (~1 is "/", ~0 "~").
+ */
+static json_t *json_at(json_t *doc, const char *ptr)
+{
+    char tok[512];
+    while (doc && *ptr == '/') {
+        ptr++;
+        size_t n = 0;
+        for (; *ptr && *ptr != '/' && n + 1 < sizeof tok; ptr++) {
+            if (ptr[0] == '~' && (ptr[1] == '0' || ptr[1] == '1')) {
+                tok[n++] = ptr[1] == '0' ? '~' : '/';
+                ptr++;
+            } else {
+                tok[n++] = *ptr;
+            }
+        }
+        tok[n] = 0;
+        if (json_is_object(doc)) {
+            doc = json_object_get(doc, tok);
+        } else if (json_is_array(doc)) {
+            char *end;
+            unsigned long i = strtoul(tok, &end, 10);
+            doc = *end || !*tok || (tok[0] == '0' && tok[1]) ? NULL : json_array_get(doc, i);
+        } else {
+            doc = NULL;
+        }
+    }
+    return *ptr ? NULL : doc;
+}
+
+/*
+ * The args the current hop gets: the call's, or (its fallback entry maps
+ * them) an object built from JSON Pointers into them; then checked
+ * against the hop's own parameters. Returns true when the hop may run;
+ * false with why (InvalidArguments on this hop) in msg.
+ */
+static bool hop_args(tp_call_t *c, const json_t *map, char *msg, size_t cap)
+{
+    free(c->hop_args);
+    c->hop_args = NULL;
+    c->hop_digest = c->digest;
+    const tp_tool_t *t = c->hop_tool;
+    if (map == NULL && t->schema == NULL)
+        return true;
+    json_t *orig = json_loadb(c->args, c->args_len, 0, NULL), *args = NULL;
+    if (orig == NULL) {
+        snprintf(msg, cap, "%s: invalid arguments: the call's args cannot be read", t->name);
+        return false;
+    }
+    if (map) {
+        args = json_object();
+        const char *k;
+        json_t *p;
+        json_object_foreach((json_t *)map, k, p) {
+            json_t *v = json_at(orig, json_string_value(p));
+            if (v == NULL) {
+                snprintf(msg, cap, "%s: invalid arguments: %s: the call's args have nothing at %s (fallback args)",
+                         t->name, k, json_string_value(p));
+                json_decref(args);
+                json_decref(orig);
+                return false;
+            }
+            json_object_set(args, k, v);
+        }
+    } else {
+        args = json_incref(orig);
+    }
+    json_decref(orig);
+    bool ok = true;
+    if (t->schema) {
+        tp_buf_t why = {0};
+        tp_buf_printf(&why, "%s: invalid arguments: ", t->name);
+        int bad = tp_jsonschema_validate(t->schema, args, &why, TP_ARGS_ERRORS_MAX);
+        if (bad != 0) {
+            tp_buf_append(&why, "", 1);
+            snprintf(msg, cap, "%s", bad > 0 ? (const char *)why.data : "out of memory validating the arguments");
+            ok = false;
+        }
+        tp_buf_free(&why);
+    }
+    if (ok && map) {
+        c->hop_args = json_dumps(args, JSON_COMPACT);
+        c->hop_args_len = c->hop_args ? strlen(c->hop_args) : 0;
+        tp_digest_args(args, &c->hop_digest);
+        if (c->hop_args == NULL) {
+            snprintf(msg, cap, "%s: out of memory building the fallback's args", t->name);
+            ok = false;
+        }
+    }
+    json_decref(args);
+    return ok;
+}
+
 /* The next hop of the call's fallback chain becomes current. */
 static void next_hop(tp_engine_t *e, tp_call_t *c)
 {
@@ -733,10 +925,22 @@ static void next_hop(tp_engine_t *e, tp_call_t *c)
         finish(e, c, END_FAIL, TP_KIND_CANCELLED, "run interrupted before the next hop of the fallback chain");
         return;
     }
-    c->hop_tool = tp_registry_find(e->o.reg, c->tool->policy.fallback[c->hop]);
+    const tp_policy_t *p = &c->tool->policy;
+    const json_t *map = p->fallback_args ? p->fallback_args[c->hop] : NULL;
+    c->hop_tool = tp_registry_find(e->o.reg, p->fallback[c->hop]);
     c->hop++;
     c->hop_attempts = 0;
     c->hop_deadline_us = 0;
+    char msg[1024];
+    if (!hop_args(c, map, msg, sizeof msg)) {
+        /* Not run: the hop would refuse these args; the chain goes on. */
+        if (!trace_add(c, 0, tp_kind_name(TP_KIND_INVALID_ARGUMENTS), 0)) {
+            finish(e, c, END_FAIL, TP_KIND_CANCELLED, "out of memory recording the trace");
+            return;
+        }
+        hop_failed(e, c, TP_KIND_INVALID_ARGUMENTS, msg);
+        return;
+    }
     tp_queue_push(&e->ready, c);
 }
 
@@ -751,7 +955,9 @@ static void hop_failed(tp_engine_t *e, tp_call_t *c, tp_kind_t kind, const char 
     const tp_policy_t *p = &c->tool->policy;
     tp_kind_t k = msg ? kind : c->att.kind;
     tp_class_t klass = tp_kind_class(k);
-    bool fall = k == TP_KIND_CIRCUIT_OPEN || (p->fallback_on & (1u << klass));
+    /* A hop skipped (its circuit open, or args it would refuse) always moves the chain on. */
+    bool fall = k == TP_KIND_CIRCUIT_OPEN || (k == TP_KIND_INVALID_ARGUMENTS && c->hop > 0) ||
+                (p->fallback_on & (1u << klass));
     if (fall && c->hop < p->n_fallback) {
         next_hop(e, c);
         return;
@@ -774,12 +980,15 @@ static void hop_failed(tp_engine_t *e, tp_call_t *c, tp_kind_t kind, const char 
  */
 static void record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
 {
-    if (!ensure_txn(e))
+    if (c->hop_tool->policy.same_call_off || !ensure_txn(e))
         return;
     bool opened = false;
     const tp_attempt_t *a = &c->att;
-    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, &c->digest, c->args, failed, a->kind_name,
-                                    a->message, tp_unix_us(), &opened);
+    tp_digest_t key;
+    tp_breaker_call_digest(c->hop_tool, &c->hop_digest, c->job->name, &key);
+    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, &key, c->job->name,
+                                    c->hop_args ? c->hop_args : c->args, failed,
+                                    a->kind_name, a->message, tp_unix_us(), &opened);
     if (rc) {
         tp_engine_store_failed(e, rc, "recording a breaker");
         return;
@@ -791,7 +1000,7 @@ static void record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
              c->hop_tool->policy.same_call_failures, (double)c->hop_tool->policy.same_call_window_us / 1e6);
     escalate(e, c, a->kind_name, a->message, reason);
     if (c->escalated) {
-        rc = tp_breaker_call_set_escalation(e->o.store, e->txn, c->hop_tool, &c->digest, c->escalation);
+        rc = tp_breaker_call_set_escalation(e->o.store, e->txn, c->hop_tool, &key, c->escalation);
         if (rc)
             tp_engine_store_failed(e, rc, "recording a breaker");
     }
@@ -881,6 +1090,8 @@ static void settle(tp_engine_t *e, tp_call_t *c)
         finish(e, c, END_FAIL, TP_KIND_CANCELLED, "out of memory recording the trace");
         return;
     }
+    if (c->turn_us && a->started_us >= c->turn_us)
+        t->start_us = a->started_us - c->turn_us;
     if (ensure_txn(e)) {
         int rc = tp_breaker_tool_record(e->o.store, e->txn, c->hop_tool, a->kind, c->probe, tp_unix_us());
         if (rc)
@@ -971,10 +1182,12 @@ static bool admit(tp_engine_t *e, tp_call_t *c, uint64_t now, bool *probe)
         return !e->fatal;
     }
     uint64_t wall = tp_unix_us();
-    if (c->hop_attempts == 0) {
+    if (c->hop_attempts == 0 && !c->hop_tool->policy.same_call_off) {
         bool open = false;
         char esc[TP_ESCALATION_ID_MAX] = "";
-        int rc = tp_breaker_call_check(e->o.store, e->txn, c->hop_tool, &c->digest, wall, &open, esc, sizeof esc);
+        tp_digest_t key;
+        tp_breaker_call_digest(c->hop_tool, &c->hop_digest, c->job->name, &key);
+        int rc = tp_breaker_call_check(e->o.store, e->txn, c->hop_tool, &key, wall, &open, esc, sizeof esc);
         if (rc) {
             tp_engine_store_failed(e, rc, "reading a breaker");
             return false;
@@ -1096,8 +1309,8 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
         .job = j->name,
         .step = c->step,
         .number = c->hop_attempts,
-        .args = c->args,
-        .args_len = c->args_len,
+        .args = c->hop_args ? c->hop_args : c->args,
+        .args_len = c->hop_args ? c->hop_args_len : c->args_len,
         .timeout_us = timeout,
         .limit_us = limit,
         .kind = TP_KIND_OK,
@@ -1267,6 +1480,10 @@ static tp_claim_t claim(tp_engine_t *e, tp_call_t *c)
     }
     Toolpool__StoredResult *r;
     int rc = tp_result_get(e->o.store, e->txn, c->id, &r);
+    if (rc == 0 && redo_recorded(e, r)) {
+        toolpool__stored_result__free_unpacked(r, NULL);
+        rc = MDB_NOTFOUND; /* it was to be done again when it came, and still is */
+    }
     if (rc == 0) {
         tp_pending_t *p;
         if (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, c->identity.b, TP_DIGEST_LEN) == 0) {
@@ -1277,8 +1494,8 @@ static tp_claim_t claim(tp_engine_t *e, tp_call_t *c)
                      "id \"%s\" was recorded in the store for other input while it waited; "
                      "give this call a new id, or run with a new store",
                      c->id);
-            p = reject(e, c->id, c->job->name, c->step, c->tool->name, c->args, TP_KIND_INVALID_REQUEST, msg,
-                       c->answer, c->answer_ctx);
+            p = reject_as(e, c->id, c->job->name, c->step, c->tool->name, c->args, TP_KIND_INVALID_REQUEST, msg,
+                          false, c->answer, c->answer_ctx);
             if (p)
                 p->conflict = true;
         }
@@ -1513,7 +1730,7 @@ static const char *stored_tool(const Toolpool__StoredResult *r, char *buf, size_
  * supervisor died.
  */
 static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *job,
-                          const tp_digest_t *identity, bool *interrupted, tp_answer_fn fn, void *ctx)
+                          const tp_digest_t *identity, bool *interrupted, bool *redo, tp_answer_fn fn, void *ctx)
 {
     Toolpool__StoredResult *r;
     /*
@@ -1524,6 +1741,15 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
     if (++e->lookups % TP_TRIM_LOOKUPS == 0)
         tp_store_trim(e->o.store);
     int rc = tp_result_get(e->o.store, e->txn, rq->id, &r);
+    if (rc == 0 && redo_recorded(e, r) &&
+        (refusal_kind(r->kind) ||
+         (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, identity->b, TP_DIGEST_LEN) == 0))) {
+        /* Done again: its new record replaces this one. */
+        toolpool__stored_result__free_unpacked(r, NULL);
+        *redo = true;
+        e->stats.rerun++;
+        rc = MDB_NOTFOUND;
+    }
     if (rc == 0) {
         if (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, identity->b, TP_DIGEST_LEN) == 0) {
             answer_recorded(e, rq->id, job, rq->step, rq->tool, r, fn, ctx);
@@ -1533,7 +1759,8 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
                      "%sid \"%s\" is recorded in the store for other input (tool %s, other args); "
                      "give this call a new id, or run with a new store",
                      prefix(pre, sizeof pre, rq), rq->id, stored_tool(r, tool_buf, sizeof tool_buf));
-            tp_pending_t *p = reject(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, fn, ctx);
+            tp_pending_t *p = reject_as(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, false,
+                                        fn, ctx);
             if (p)
                 p->conflict = true;
         }
@@ -1554,6 +1781,25 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
         return true;
     }
     return false;
+}
+
+/* Late steps said one by one on stderr, then only counted (the summary has them all). */
+#define TP_LATE_SAID 10
+
+/*
+ * A step that came after a later step of its job had started (or ended,
+ * in an earlier run): steps run in order only among the calls read so far,
+ * so this one runs out of order. Never silent: said on stderr, counted.
+ */
+static void late_step(tp_engine_t *e, const tp_request_t *rq, const tp_job_t *j)
+{
+    char pre[96];
+    if (++e->stats.late <= TP_LATE_SAID)
+        tp_log_warn("%scall %s (job %s, step %llu) came after step %llu of its job had started: it runs out of "
+                    "order%s",
+                    prefix(pre, sizeof pre, rq), rq->id, j->name, (unsigned long long)rq->step,
+                    (unsigned long long)j->max_step,
+                    e->stats.late == TP_LATE_SAID ? " (further late steps are counted in the summary only)" : "");
 }
 
 tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn fn, void *ctx)
@@ -1620,14 +1866,14 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
         tp_buf_free(&why);
     }
     tp_digest_t digest = {{0}}, identity = {{0}};
-    bool interrupted = false;
+    bool interrupted = false, redo = false;
     if (e->o.store) {
         if (rq->canon)
             tp_digest_bytes(rq->canon, rq->canon_len, &digest);
         else
             tp_digest_args(jargs, &digest);
         tp_identity_digest(t->name, &digest, &identity);
-        if (!ensure_txn(e) || resume_lookup(e, rq, job, &identity, &interrupted, fn, ctx))
+        if (!ensure_txn(e) || resume_lookup(e, rq, job, &identity, &interrupted, &redo, fn, ctx))
             goto out;
     }
     bool created;
@@ -1645,10 +1891,13 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
         goto out;
     }
     owned_args = NULL;
+    if (!redo && rq->step < j->max_step)
+        late_step(e, rq, j);
     c->e = e;
     c->tool = t;
     c->hop_tool = t;
     c->digest = digest;
+    c->hop_digest = digest;
     c->identity = identity;
     c->interrupted = interrupted;
     c->args_len = args_len;
@@ -1948,6 +2197,7 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
     e->base = o->base;
     e->touched_tail = &e->touched;
     e->add = &e->made;
+    e->started_unix_us = tp_unix_us();
     tp_rng_seed(&e->rng, o->seed);
     /* Without /proc it cannot name itself to other supervisors: it works as if alone. */
     e->owner_known = o->store && tp_owner_self(&e->me) == 0;

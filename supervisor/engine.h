@@ -46,9 +46,25 @@ typedef struct tp_engine tp_engine_t;
 /* A call the engine holds: the front's handle for tp_engine_cancel, valid until its answer. */
 typedef struct tp_call tp_call_t;
 
+/*
+ * Which recorded failures a run does again (`run --retry-failed`): every
+ * one, or those of the given classes and kinds (a tool's own kinds by
+ * name). Recorded refusals (class malformed) are always checked again.
+ */
+typedef struct {
+    bool all;
+    uint32_t classes;           /* bit (1 << tp_class_t) per class */
+    char **kinds;               /* kind names, n_kinds of them */
+    size_t n_kinds;
+} tp_rerun_t;
+
+/* Whether a recorded failure of kind is one f does again. */
+bool tp_rerun_match(const tp_rerun_t *f, const char *kind);
+
 typedef struct {
     const tp_registry_t *reg;
     tp_store_t *store;          /* results, checkpoints, breakers, escalations; NULL: none */
+    const tp_rerun_t *rerun;    /* recorded failures to run again; NULL: none */
     struct event_base *base;    /* the loop the engine and its pool run on */
     int workers;
     const char *worker_path;
@@ -119,6 +135,8 @@ typedef struct {
     tp_summary_t *tools;        /* by tool index: calls by outcome, attempts, retries, latency */
     uint64_t timeouts;          /* attempts that ran into their timeout */
     uint64_t answered_recorded; /* answers served from the store */
+    uint64_t rerun;             /* recorded failures run again (--retry-failed), refusals checked again */
+    uint64_t late;              /* calls that came after a later step of their job had started */
     uint64_t rejected;          /* requests answered without a call (malformed, unknown tool) */
     uint64_t commits;
     tp_summary_t commit_latency; /* commit durations (its histogram; calls counts commits) */
@@ -144,7 +162,11 @@ void tp_engine_free(tp_engine_t *e);
  * store has recorded for the same tool and args is answered from the store
  * and not run; one recorded for other input is answered InvalidRequest. An
  * unknown tool is answered UnknownTool, args that fail the tool's schema
- * InvalidArguments (both class malformed, not recorded, nothing run).
+ * InvalidArguments (both class malformed, nothing run). A refusal is
+ * recorded like any result (unless the id holds a record of another kind),
+ * and a recorded refusal is checked again, never served: nothing ran, so
+ * a fixed registry takes effect on the next run. A recorded failure that
+ * opts.rerun matches runs again.
  * Returns the call's handle while it is held (so the front may cancel it),
  * NULL when it was answered at once (from the store, or rejected) or the
  * engine is draining (then it answers not_started). After the engine has

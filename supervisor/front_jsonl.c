@@ -135,6 +135,13 @@ static void flush_cb(void *ctx)
     }
 }
 
+/* The line number in the user's file: with --ordered the input read is a reordered copy. */
+static long user_line(const tp_jsonl_t *f, long no)
+{
+    const tp_batch_opts_t *o = f->o;
+    return o->line_map && no >= 1 && (size_t)no <= o->n_line_map ? o->line_map[no - 1] : no;
+}
+
 /* "line N", without printf: this runs once a line. */
 static const char *line_where(char buf[32], long no)
 {
@@ -159,7 +166,7 @@ static void take_line(tp_jsonl_t *f, const char *line, size_t len)
     char where[32];
     tp_request_t rq;
     tp_request_bad_t bad;
-    switch (tp_request_parse_line(&f->parser, line, len, line_where(where, f->line_no), 0, &rq, &bad)) {
+    switch (tp_request_parse_line(&f->parser, line, len, line_where(where, user_line(f, f->line_no)), 0, &rq, &bad)) {
     case TP_REQUEST_BLANK:
         return; /* blank lines are not calls */
     case TP_REQUEST_BAD:
@@ -210,7 +217,7 @@ static void feed_cb(void *ctx)
         if (avail > f->o->max_frame && !f->in_skip) {
             char msg[128], where[32];
             f->in_skip = true;
-            tp_request_too_long(msg, sizeof msg, line_where(where, f->line_no + 1), f->o->max_frame);
+            tp_request_too_long(msg, sizeof msg, line_where(where, user_line(f, f->line_no + 1)), f->o->max_frame);
             tp_engine_reject(f->e, NULL, NULL, 0, NULL, msg, answer_cb, f);
         }
         if (f->in_skip) {
@@ -293,13 +300,13 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 static void progress_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_jsonl_t *f = arg;
-    /* Calls done over calls expected: exact at EOF, else scaled from the bytes read. */
-    double done = (double)f->report->summary.calls, seen = done + (double)tp_engine_live(f->e), frac = -1;
+    /* Calls expected: exact at EOF, else scaled from the share of a file's bytes read; unknown on a pipe. */
+    double done = (double)f->report->summary.calls, seen = done + (double)tp_engine_live(f->e), total = -1;
     if (f->in_eof)
-        frac = seen > 0 ? done / seen : 1;
+        total = seen;
     else if (f->in_regular && f->in_read > 0 && f->in_size > 0)
-        frac = done / (seen * (double)f->in_size / (double)f->in_read);
-    tp_progress_draw(stderr, &f->report->summary, frac, (double)(tp_now_us() - f->t0) / 1e6,
+        total = seen * (double)f->in_size / (double)f->in_read;
+    tp_progress_draw(stderr, &f->report->summary, total, (double)(tp_now_us() - f->t0) / 1e6,
                      tp_engine_busy(f->e));
 }
 
@@ -346,6 +353,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         .drain_us = o->drain_us,
         .max_args = o->max_args,
         .seed = o->seed,
+        .rerun = o->rerun,
     };
     tp_front_t front = {.feed = feed_cb, .flush = flush_cb, .ctx = &f};
     int status = 2;
@@ -380,8 +388,11 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         fputs("\r\033[K", stderr);
 out:
     report->elapsed_s = (double)(tp_now_us() - f.t0) / 1e6;
-    if (f.e)
+    if (f.e) {
         report->pool = *tp_engine_pool_stats(f.e);
+        report->rerun = tp_engine_stats(f.e)->rerun;
+        report->late = tp_engine_stats(f.e)->late;
+    }
     tp_engine_free(f.e);
     if (f.ev_progress)
         event_free(f.ev_progress);

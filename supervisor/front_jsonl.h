@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "commit.h"
+#include "engine.h"
 #include "pool.h"
 #include "registry.h"
 #include "store.h"
@@ -35,6 +36,9 @@ typedef struct {
     bool progress;              /* draw a progress bar on stderr */
     uint64_t seed;              /* jitter seed; 0 = random */
     size_t window;              /* calls held at once; 0 = automatic */
+    const tp_rerun_t *rerun;    /* --retry-failed: recorded failures to run again; NULL: none */
+    const long *line_map;       /* --ordered: the input's line i+1 is line line_map[i] of the user's file */
+    size_t n_line_map;
 } tp_batch_opts_t;
 
 typedef struct {
@@ -42,6 +46,8 @@ typedef struct {
     tp_pool_stats_t pool;
     uint64_t not_started;       /* calls read but never started (interrupted run) */
     uint64_t resumed;           /* recorded results served from the store */
+    uint64_t rerun;             /* recorded failures (and refusals) done again */
+    uint64_t late;              /* steps that came after a later step of their job had started */
     bool interrupted;
     double elapsed_s;
 } tp_batch_report_t;

@@ -121,6 +121,8 @@ tp_call_t *tp_job_next(tp_job_t *j)
     if (j->running || j->pending.head == NULL)
         return NULL;
     tp_call_t *c = tp_queue_pop(&j->pending);
+    if (c->step > j->max_step)
+        j->max_step = c->step;
     j->running = true;
     c->current = true;
     return c;

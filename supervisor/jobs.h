@@ -37,6 +37,7 @@ typedef struct tp_job {
     uint64_t hash;
     tp_queue_t pending;         /* sorted by step */
     tp_job_usage_t usage;       /* what the guards count */
+    uint64_t max_step;          /* the highest step started in this run, or ended (its checkpoint) */
     tp_kind_t stopped;          /* a guard fired: later calls end with this kind */
     char *stop_msg;
     char name[];

@@ -1179,7 +1179,7 @@ static const tp_buf_t *tool_head(tp_pool_t *p, const tp_tool_t *t, const tp_buf_
         uint32_t cpu = cpu_s > UINT32_MAX ? UINT32_MAX : (uint32_t)cpu_s;
         if (tp_call_head_pack(h, t->name, adapter, argv, argc, t->plugin_path, pol->max_output) < 0 ||
             tp_call_tail_pack(&p->tails[t->index], pol->limit_memory, cpu, pol->limit_files, t->mcp_tool, t->mcp_env,
-                              t->mcp_cwd) < 0) {
+                              t->mcp_cwd, t->cwd) < 0) {
             tp_buf_reset(h);
             return NULL;
         }

@@ -201,6 +201,10 @@ static json_t *call_breaker_json(const char *id, const MDB_val *v, bool full)
     rc = rc ? rc : put(o, "type", str_of("call"));
     rc = rc ? rc : put(o, "tool", str_of(cb->tool));
     rc = rc ? rc : put(o, "digest", str_of(digest ? digest + 1 : ""));
+    /* scope "job": the job whose repeats it counts; "global": every job's */
+    rc = rc ? rc : put(o, "scope", str_of(cb->job[0] ? "job" : "global"));
+    if (cb->job[0])
+        rc = rc ? rc : put(o, "job", str_of(cb->job));
     rc = rc ? rc : put(o, "state", str_of(cb->opened_unix_us ? "open" : "closed"));
     rc = rc ? rc : put(o, "failures", json_integer((json_int_t)cb->n_failures_unix_us));
     if (cb->opened_unix_us) {
@@ -299,6 +303,152 @@ int tp_records_escalation_resolve(tp_store_t *s, MDB_txn *txn, const char *id, c
     e->note = keep; /* free_unpacked frees what unpack allocated */
     toolpool__escalation__free_unpacked(e, NULL);
     return rc;
+}
+
+/* The job and step a recorded result line names, into job (cap bytes; "" when none) and *step. */
+static void result_job(const Toolpool__StoredResult *r, char *job, size_t cap, uint64_t *step)
+{
+    json_t *v = json_loadb((const char *)r->line.data, r->line.len, 0, NULL);
+    const char *j = json_string_value(json_object_get(v, "job"));
+    snprintf(job, cap, "%s", j ? j : "");
+    json_int_t st = json_integer_value(json_object_get(v, "step"));
+    *step = st > 0 ? (uint64_t)st : 0;
+    json_decref(v);
+}
+
+/*
+ * Takes id out of job's checkpoint list, if it is there; the rest of the
+ * checkpoint stays, but for its last step, which goes back below the
+ * forgotten call's step: done again, that call is not a late step.
+ */
+static int checkpoint_unlist(tp_store_t *s, MDB_txn *txn, const char *job, const char *id, uint64_t step)
+{
+    Toolpool__Checkpoint *cp;
+    int rc = tp_checkpoint_get(s, txn, job, &cp);
+    if (rc == MDB_NOTFOUND)
+        return 0;
+    if (rc)
+        return rc;
+    size_t n = 0;
+    for (size_t i = 0; i < cp->n_calls; i++) {
+        if (strcmp(cp->calls[i], id) == 0)
+            continue;
+        /* A swap, not a copy: every string stays in the array for free_unpacked. */
+        char *t = cp->calls[n];
+        cp->calls[n++] = cp->calls[i];
+        cp->calls[i] = t;
+    }
+    if (n != cp->n_calls) {
+        size_t had = cp->n_calls;
+        cp->n_calls = n;
+        if (step > 0 && cp->last_step >= step)
+            cp->last_step = step - 1;
+        rc = tp_store_put_msg(s, txn, TP_DB_JOBS, job, strlen(job), &cp->base);
+        cp->n_calls = had; /* free_unpacked frees every string it unpacked */
+    }
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+    return rc;
+}
+
+int tp_records_forget(tp_store_t *s, MDB_txn *txn, const char *id)
+{
+    Toolpool__StoredResult *r;
+    int rc = tp_result_get(s, txn, id, &r);
+    if (rc)
+        return rc;
+    char job[600];
+    uint64_t step;
+    result_job(r, job, sizeof job, &step);
+    toolpool__stored_result__free_unpacked(r, NULL);
+    MDB_val k = {strlen(id), (void *)id};
+    rc = mdb_del(txn, tp_store_dbi(s, TP_DB_RESULTS), &k, NULL);
+    if (rc == 0 && job[0] && strcmp(job, id) != 0)
+        rc = checkpoint_unlist(s, txn, job, id, step);
+    return rc;
+}
+
+int tp_records_forget_job(tp_store_t *s, MDB_txn *txn, const char *job, uint64_t *n)
+{
+    *n = 0;
+    Toolpool__Checkpoint *cp;
+    int rc = tp_checkpoint_get(s, txn, job, &cp);
+    if (rc == MDB_NOTFOUND) {
+        /* A job named after its one call has no checkpoint: that call is the job. */
+        rc = tp_records_forget(s, txn, job);
+        if (rc == 0)
+            *n = 1;
+        return rc;
+    }
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < cp->n_calls && rc == 0; i++) {
+        MDB_val k = {strlen(cp->calls[i]), cp->calls[i]};
+        rc = mdb_del(txn, tp_store_dbi(s, TP_DB_RESULTS), &k, NULL);
+        if (rc == 0)
+            (*n)++;
+        else if (rc == MDB_NOTFOUND)
+            rc = 0;
+    }
+    if (rc == 0 && cp->has_state) {
+        /* The agent loop's own state is the agent's, not a result: it stays. */
+        Toolpool__Checkpoint keep = TOOLPOOL__CHECKPOINT__INIT;
+        keep.job = cp->job;
+        keep.has_state = true;
+        keep.state = cp->state;
+        keep.state_step = cp->state_step;
+        keep.state_unix_us = cp->state_unix_us;
+        keep.updated_unix_us = tp_unix_us();
+        rc = tp_store_put_msg(s, txn, TP_DB_JOBS, job, strlen(job), &keep.base);
+    } else if (rc == 0) {
+        MDB_val k = {strlen(job), (void *)job};
+        rc = mdb_del(txn, tp_store_dbi(s, TP_DB_JOBS), &k, NULL);
+    }
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+    return rc;
+}
+
+int tp_records_escalation_rerun(tp_store_t *s, MDB_txn *txn, const char *id, const char *note, char *call_id,
+                                size_t cap, bool *forgot)
+{
+    *forgot = false;
+    Toolpool__Escalation *e;
+    int rc = tp_records_escalation_get(s, txn, id, &e);
+    if (rc)
+        return rc;
+    snprintf(call_id, cap, "%s", e->call_id);
+    toolpool__escalation__free_unpacked(e, NULL);
+    if ((rc = tp_records_escalation_resolve(s, txn, id, note)) != 0)
+        return rc;
+    Toolpool__StoredResult *r;
+    rc = tp_result_get(s, txn, call_id, &r);
+    if (rc == 0) {
+        bool ok = r->ok;
+        toolpool__stored_result__free_unpacked(r, NULL);
+        if (!ok) {
+            if ((rc = tp_records_forget(s, txn, call_id)) != 0)
+                return rc;
+            *forgot = true;
+        }
+    } else if (rc != MDB_NOTFOUND) {
+        return rc;
+    }
+    /* The same-call circuit this escalation opened would refuse the call again: it closes. */
+    MDB_cursor *cur;
+    MDB_val k, v;
+    if ((rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur)) != 0)
+        return rc;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        if (k.mv_size == 0 || ((const char *)k.mv_data)[0] != 'c')
+            continue;
+        Toolpool__CallBreaker *cb = toolpool__call_breaker__unpack(NULL, v.mv_size, v.mv_data);
+        bool mine = cb && strcmp(cb->escalation, id) == 0;
+        if (cb)
+            toolpool__call_breaker__free_unpacked(cb, NULL);
+        if (mine && (rc = mdb_cursor_del(cur, 0)) != 0)
+            break;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
 json_t *tp_records_escalation_json(const Toolpool__Escalation *e, bool full)

@@ -72,6 +72,32 @@ int tp_records_escalations_json(tp_store_t *s, MDB_txn *txn, bool all, json_t **
 /* How many escalations are open, and how many there are. */
 int tp_records_escalations_count(tp_store_t *s, MDB_txn *txn, uint64_t *open, uint64_t *total);
 
+/*
+ * resolve --rerun: marks escalation id resolved (note as above) and lets
+ * the next run do its call again: the call's recorded result is forgotten
+ * (unless it is a success by now) and a same-call breaker opened with
+ * this escalation is reset. *call_id (cap bytes) gets the call's id;
+ * *forgot whether a record was dropped.
+ */
+int tp_records_escalation_rerun(tp_store_t *s, MDB_txn *txn, const char *id, const char *note, char *call_id,
+                                size_t cap, bool *forgot);
+
+/* ---- forgetting results: the next run does the calls again ---- */
+
+/*
+ * Drops call id's recorded result, and its place in its job's checkpoint
+ * (the job's usage stays). MDB_NOTFOUND when nothing is recorded for it.
+ * An in-flight marker is left alone: the call may be running now.
+ */
+int tp_records_forget(tp_store_t *s, MDB_txn *txn, const char *id);
+/*
+ * Drops every recorded result of job (its checkpoint's calls; a job named
+ * after its one call, that call) and the job's checkpoint, but for an
+ * agent loop's own state, which stays. *n gets the results dropped.
+ * MDB_NOTFOUND when the store knows no such job.
+ */
+int tp_records_forget_job(tp_store_t *s, MDB_txn *txn, const char *job, uint64_t *n);
+
 /* ---- job checkpoints ---- */
 
 /*

@@ -104,6 +104,7 @@ int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
         put_str(b, ",\"outcome\":", t->outcome);
         put_ms(b, ",\"duration_ms\":", t->duration_us);
         put_ms(b, ",\"backoff_ms\":", t->backoff_us);
+        put_ms(b, ",\"start_ms\":", t->start_us);
         tp_buf_puts(b, "}");
     }
     if (tp_buf_puts(b, "]}\n") < 0) {

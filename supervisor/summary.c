@@ -101,24 +101,50 @@ void tp_summary_print(FILE *f, const tp_summary_t *s, double elapsed_s)
     }
 }
 
-void tp_progress_draw(FILE *f, const tp_summary_t *s, double fraction, double elapsed_s,
-                      int running)
+/* A duration for the ETA: "42s", "3m05s", "2h10m". */
+static void eta_text(char *buf, size_t cap, double secs)
 {
-    char bar[31];
+    unsigned long long t = (unsigned long long)(secs + 0.5);
+    if (t < 60)
+        snprintf(buf, cap, "%llus", t);
+    else if (t < 3600)
+        snprintf(buf, cap, "%llum%02llus", t / 60, t % 60);
+    else
+        snprintf(buf, cap, "%lluh%02llum", t / 3600, t / 60 % 60);
+}
+
+void tp_progress_format(char *buf, size_t cap, const tp_summary_t *s, double total, double elapsed_s, int running)
+{
+    char bar[31], eta[32] = "";
     int width = 30;
-    if (fraction < 0)
-        fraction = 0;
-    if (fraction > 1)
-        fraction = 1;
+    double done = (double)s->calls, rate = elapsed_s > 0 ? done / elapsed_s : 0.0;
+    if (total >= 0 && total < done)
+        total = done;
+    double fraction = total > 0 ? done / total : total == 0 ? 1 : 0;
     int full = (int)(fraction * width);
     memset(bar, '=', (size_t)full);
     memset(bar + full, ' ', (size_t)(width - full));
     if (full < width)
         bar[full] = '>';
     bar[width] = 0;
-    fprintf(f, "\r[%s] %3.0f%%  %llu done (%llu failed), %d running, %.0f/s   ", bar,
-            fraction * 100, (unsigned long long)s->calls, (unsigned long long)(s->calls - s->ok),
-            running, elapsed_s > 0 ? (double)s->calls / elapsed_s : 0.0);
+    if (total >= 0 && rate > 0 && total > done)
+        eta_text(eta, sizeof eta, (total - done) / rate);
+    else if (total >= 0 && total <= done)
+        snprintf(eta, sizeof eta, "0s");
+    if (total >= 0)
+        snprintf(buf, cap, "[%s] %llu/%.0f  %llu failed, %d running, %.0f calls/s, ETA %s   ", bar,
+                 (unsigned long long)s->calls, total, (unsigned long long)(s->calls - s->ok),
+                 running, rate, eta[0] ? eta : "?");
+    else
+        snprintf(buf, cap, "%llu done, %llu failed, %d running, %.0f calls/s   ", (unsigned long long)s->calls,
+                 (unsigned long long)(s->calls - s->ok), running, rate);
+}
+
+void tp_progress_draw(FILE *f, const tp_summary_t *s, double total, double elapsed_s, int running)
+{
+    char line[256];
+    tp_progress_format(line, sizeof line, s, total, elapsed_s, running);
+    fprintf(f, "\r%s", line);
     fflush(f);
 }
 

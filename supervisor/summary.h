@@ -6,6 +6,7 @@
 #ifndef TP_SUMMARY_H
 #define TP_SUMMARY_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -32,11 +33,14 @@ void tp_summary_add_latency(tp_summary_t *s, uint64_t us);
 uint64_t tp_summary_quantile_us(const tp_summary_t *s, double q);
 void tp_summary_print(FILE *f, const tp_summary_t *s, double elapsed_s);
 /*
- * One progress line, drawn over the last ("\r"). fraction is the share of
- * the input read (-1: unknown).
+ * One progress line, drawn over the last ("\r"): done/total, failures,
+ * calls running, calls/s and an ETA. total is the calls expected (exact
+ * once the input is read, else estimated from the bytes read; < 0:
+ * unknown, and then neither share nor ETA is shown).
  */
-void tp_progress_draw(FILE *f, const tp_summary_t *s, double fraction, double elapsed_s,
-                      int running);
+void tp_progress_draw(FILE *f, const tp_summary_t *s, double total, double elapsed_s, int running);
+/* The progress line into buf (what tp_progress_draw prints after its "\r"). */
+void tp_progress_format(char *buf, size_t cap, const tp_summary_t *s, double total, double elapsed_s, int running);
 /* The values (us) bucket idx of hist holds: [*lo, *hi). For a report in fixed bounds (/metrics). */
 void tp_summary_bucket_range(unsigned idx, uint64_t *lo, uint64_t *hi);
 

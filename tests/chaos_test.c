@@ -113,6 +113,7 @@ static void normalize(json_t *v)
     json_array_foreach(json_object_get(v, "trace"), i, t) {
         json_object_del(t, "duration_ms");
         json_object_del(t, "backoff_ms");
+        json_object_del(t, "start_ms"); /* a timing too: when the attempt started after its turn */
     }
 }
 

@@ -1121,7 +1121,11 @@ static void test_trace(void)
     const char *a2[] = {"trace", results, NULL};
     EXPECT_INT(proc_run(&p, dir, "trace", a2, NULL, 10000), 0);
     EXPECT_HAS(p.out, "flaky(args={\"ok_at\": 2})\n  attempt 1 → ServerError after ");
-    EXPECT_HAS(p.out, "(backoff 0.01s)\n  attempt 2 → ok after ");
+    /* Each attempt line ends with when it started, after the call's turn came. */
+    EXPECT_HAS(p.out, "(backoff 0.01s)   [at +0");
+    EXPECT_HAS(p.out, "]\n  attempt 2 → ok after ");
+    EXPECT_HAS(p.out, "call t1\nflaky(args=");
+    EXPECT_HAS(p.out, " from its turn: attempts ");
     EXPECT_HAS(p.out, "  → result: {\"attempt\": 2}");
     EXPECT_HAS(p.out, "deny(args={})\n  attempt 1 → PermissionDenied after ");
     EXPECT_HAS(p.out, "\"error\": \"PermissionDenied\", \"retryable\": false, \"attempts\": 1");

@@ -295,7 +295,8 @@ class ServeTest(ServeCase):
 
     def test_breaker_and_escalation(self):
         tp = self.client()
-        rs = [tp.call("denied", {"esc": 1}) for _ in range(4)]
+        # One agent repeating its call: the same-call breaker counts a job's own repeats.
+        rs = [tp.call("denied", {"esc": 1}, job="agent-esc", step=i + 1) for i in range(4)]
         self.assertEqual([r["error"] for r in rs], ["PermissionDenied"] * 3 + ["CircuitOpen"])
         eid = rs[2]["escalation"]
         self.assertTrue(rs[2]["escalated"] and eid)
@@ -304,7 +305,7 @@ class ServeTest(ServeCase):
         self.assertEqual(len(key), 1)
         self.assertTrue(key[0].startswith("call/denied/"))      # slashes in the path, escaped
         tp.breaker_reset(key[0])
-        again = tp.call("denied", {"esc": 1})
+        again = tp.call("denied", {"esc": 1}, job="agent-esc", step=5)
         self.assertEqual((again["error"], again["attempts"]), ("PermissionDenied", 1))
         self.assertIn(eid, [e["id"] for e in tp.escalations()["escalations"] if e["status"] == "open"])
         tp.escalation_resolve(eid, note="granted the role")

@@ -286,10 +286,14 @@ static void test_call_frame(void)
         CU_ASSERT_EQUAL_FATAL(tp_frame_append(&want, &sf.base, 1u << 20), 0);
 
         CU_ASSERT_EQUAL_FATAL(tp_call_head_pack(&head, tool, adapter, argv, argc, plugin, max_output), 0);
+        const char *cwd = round % 5 == 0 ? "/tmp/some dir" : NULL;
+        call.cwd = (char *)(cwd ? cwd : "");
+        tp_buf_reset(&want);
+        CU_ASSERT_EQUAL_FATAL(tp_frame_append(&want, &sf.base, 1u << 20), 0);
         CU_ASSERT_EQUAL_FATAL(tp_call_tail_pack(&tail, limit_memory, limit_cpu, limit_files, mcp_tool,
-                                                n_env ? env : NULL, mcp_cwd), 0);
+                                                n_env ? env : NULL, mcp_cwd, cwd), 0);
         CU_ASSERT_EQUAL(tail.len == 0, !limit_memory && !limit_cpu && !limit_files && !(mcp_tool && *mcp_tool) &&
-                                           !n_env && !(mcp_cwd && *mcp_cwd));
+                                           !n_env && !(mcp_cwd && *mcp_cwd) && !cwd);
         tp_call_frame_t cf = {.head = &head, .tail = round % 3 || tail.len ? &tail : NULL, .seq = seq,
                               .args = (const uint8_t *)args, .args_len = strlen(args),
                               .call_id = id, .job = job, .step = step, .attempt = attempt};

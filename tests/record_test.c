@@ -328,7 +328,7 @@ static void test_getters_refuse(void)
     char esc[64];
     CU_ASSERT_EQUAL(tp_breaker_call_check(s, txn, &tool, &d, 1, &open, esc, sizeof esc), EPROTO);
     EXPECT_HAS(tp_store_strerror(s, EPROTO, words, sizeof words), "breakers call/deny/0102");
-    CU_ASSERT_EQUAL(tp_breaker_call_record(s, txn, &tool, &d, "{}", true, "ToolError", "x", 1, &opened), EPROTO);
+    CU_ASSERT_EQUAL(tp_breaker_call_record(s, txn, &tool, &d, NULL, "{}", true, "ToolError", "x", 1, &opened), EPROTO);
     CU_ASSERT_EQUAL(tp_breaker_call_set_escalation(s, txn, &tool, &d, "E000002"), EPROTO);
     tp_admit_t adm;
     CU_ASSERT_EQUAL(tp_breaker_tool_admit(s, txn, &tool, 1, &adm), EPROTO);

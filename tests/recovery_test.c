@@ -93,9 +93,13 @@ static void test_same_call_breaker(void)
     toolpool__escalation__free_unpacked(e, NULL);
     json_decref(r.rows);
 
-    /* The next run sees the open circuit. */
-    r = run_calls(dir, DENY_REG, "{\"id\": \"n1\", \"tool\": \"deny\", \"args\": {\"x\": 1, \"id\": 7}}\n", 1, 0);
+    /* The job's next run sees its open circuit; another job (scope "job", the default) has its own. */
+    r = run_calls(dir, DENY_REG,
+                  "{\"id\": \"n1\", \"job\": \"a\", \"step\": 7, \"tool\": \"deny\", \"args\": {\"x\": 1, \"id\": 7}}\n"
+                  "{\"id\": \"n2\", \"job\": \"b\", \"step\": 1, \"tool\": \"deny\", \"args\": {\"x\": 1, \"id\": 7}}\n",
+                  1, 0);
     CU_ASSERT_STRING_EQUAL(str(row(&r, "n1"), "error"), "CircuitOpen");
+    CU_ASSERT_STRING_EQUAL(str(row(&r, "n2"), "error"), "PermissionDenied");
     json_decref(r.rows);
     free(dir);
 }
@@ -403,7 +407,9 @@ static void test_two_supervisors_share_a_breaker(void)
 {
     char dir[1024], reg[1100], ca[1100], cb[1100], oa[1100], ob[1100];
     snprintf(dir, sizeof dir, "%s", tp_test_tmpdir("shared"));
-    char *regtext = expand("{\"tools\": [" PLUGIN_TOOL("deny") "," PLUGIN_TOOL("sleep") "]}");
+    /* Scope "global": every job and every process on the store counts together. */
+    char *regtext = expand("{\"defaults\": {\"breaker\": {\"same_call\": {\"scope\": \"global\"}}},"
+                           " \"tools\": [" PLUGIN_TOOL("deny") "," PLUGIN_TOOL("sleep") "]}");
     free(tp_test_write(dir, "tools.json", regtext));
     free(regtext);
     snprintf(reg, sizeof reg, "%s/tools.json", dir);

@@ -161,7 +161,8 @@ class ServeTest(unittest.TestCase):
                  "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}},
                 {"name": "deny", "description": "Always forbidden.",
                  "exec": [os.path.join(TEST_TOOLS, "exit.sh"), "77"],
-                 "breaker": {"same_call": {"failures": 2, "window": "10m"}}},
+                 # every call its own job: only scope "global" counts them together
+                 "breaker": {"same_call": {"failures": 2, "window": "10m", "scope": "global"}}},
             ],
         }
         self.write_registry()

@@ -34,6 +34,7 @@ typedef struct {
     const char *note;
     bool all;
     bool json;
+    int decision;               /* resolve: 'r' --rerun, 'a' --accept, 0 neither */
 } args_t;
 
 /* [VERB [ID]] [--store DIR] [--all] [--note TEXT] [--json], in any order. */
@@ -44,6 +45,8 @@ static int parse(int argc, char **argv, args_t *a, const char *usage)
         {"all", no_argument, NULL, 'a'},
         {"note", required_argument, NULL, 'n'},
         {"json", no_argument, NULL, 'J'},
+        {"rerun", no_argument, NULL, 'r'},
+        {"accept", no_argument, NULL, 'A'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -56,6 +59,14 @@ static int parse(int argc, char **argv, args_t *a, const char *usage)
         case 'a': a->all = true; break;
         case 'n': a->note = optarg; break;
         case 'J': a->json = true; break;
+        case 'r':
+        case 'A':
+            if (a->decision && a->decision != c) {
+                tp_log_error("--rerun and --accept: give one of them");
+                return 2;
+            }
+            a->decision = c;
+            break;
         case 'h': fputs(usage, stdout); exit(0);
         default: fputs(usage, stderr); return 2;
         }
@@ -167,6 +178,8 @@ static const char breakers_usage[] =
     "usage: toolpool breakers [list | show ID | reset ID] [--store DIR] [--json]\n"
     "Circuit breakers in the store. A tool breaker's ID is tool/NAME; a same-call\n"
     "breaker's is call/NAME/DIGEST (a unique prefix of the digest will do).\n"
+    "A same-call breaker of scope \"job\" (the default) counts one job's repeats\n"
+    "and shows its job; one of scope \"global\" counts every job's.\n"
     "reset closes the breaker and forgets its failures. --json: as JSON.\n";
 
 static const char *state_name(Toolpool__BreakerState st)
@@ -207,6 +220,8 @@ static void show_breaker(FILE *out, const char *id, const MDB_val *v, bool full)
     }
     fprintf(out, "%-40s %-9s %zu failure%s", id, cb->opened_unix_us ? "open" : "closed", cb->n_failures_unix_us,
             cb->n_failures_unix_us == 1 ? "" : "s");
+    if (cb->job[0])
+        fprintf(out, " in job %s", cb->job);
     if (cb->opened_unix_us) {
         fputs(", opened ", out);
         put_time(out, cb->opened_unix_us);
@@ -245,7 +260,7 @@ int tp_cmd_breakers(int argc, char **argv)
     if (parse(argc, argv, &a, breakers_usage))
         return 2;
     bool list = strcmp(a.verb, "list") == 0, show = strcmp(a.verb, "show") == 0, reset = strcmp(a.verb, "reset") == 0;
-    if (!(list || show || reset) || (list && a.id) || (!list && !a.id)) {
+    if (!(list || show || reset) || (list && a.id) || (!list && !a.id) || a.decision) {
         fputs(breakers_usage, stderr);
         return 2;
     }
@@ -319,9 +334,14 @@ int tp_cmd_breakers(int argc, char **argv)
 /* ---- escalations ---- */
 
 static const char escalations_usage[] =
-    "usage: toolpool escalations [list [--all] | show ID | resolve ID [--note TEXT]] [--store DIR] [--json]\n"
-    "Calls handed to a person: an open same-call circuit, or a fallback chain\n"
-    "that ran out. list shows the open ones (--all: resolved ones too). --json: as JSON.\n";
+    "usage: toolpool escalations [list [--all] | show ID | resolve ID [--rerun | --accept] [--note TEXT]]\n"
+    "                            [--store DIR] [--json]\n"
+    "Calls handed to a person: an open same-call circuit, a fallback chain\n"
+    "that ran out, or a call of a tool that is not idempotent interrupted by a\n"
+    "crash. list shows the open ones (--all: resolved ones too). --json: as JSON.\n"
+    "resolve --rerun: the next run on the store does the call again (its\n"
+    "recorded failure is forgotten, the same-call circuit it opened closed);\n"
+    "--accept (the default): the call keeps its recorded failure.\n";
 
 static void show_escalation(FILE *out, const Toolpool__Escalation *e, bool full)
 {
@@ -350,7 +370,7 @@ static void show_escalation(FILE *out, const Toolpool__Escalation *e, bool full)
     for (size_t i = 0; i < e->n_trace; i++) {
         const Toolpool__Attempt *t = e->trace[i];
         tp_trace_attempt(out, e->tool, t->attempt, t->tool, t->outcome, (double)t->duration_us / 1e3,
-                         (double)t->backoff_us / 1e3);
+                         (double)t->backoff_us / 1e3, t->start_us ? (double)t->start_us / 1e3 : -1);
     }
 }
 
@@ -358,12 +378,54 @@ typedef struct {
     tp_store_t *s;
     const char *id;
     const char *note;
+    bool rerun;
+    bool forgot;
+    char call_id[600];
 } resolve_ctx_t;
 
 static int resolve_apply(MDB_txn *txn, void *arg)
 {
     resolve_ctx_t *c = arg;
+    if (c->rerun)
+        return tp_records_escalation_rerun(c->s, txn, c->id, c->note, c->call_id, sizeof c->call_id, &c->forgot);
+    Toolpool__Escalation *e;
+    int rc = tp_records_escalation_get(c->s, txn, c->id, &e);
+    if (rc)
+        return rc;
+    snprintf(c->call_id, sizeof c->call_id, "%s", e->call_id);
+    toolpool__escalation__free_unpacked(e, NULL);
     return tp_records_escalation_resolve(c->s, txn, c->id, c->note);
+}
+
+/* resolve: one write, then what it means for the call, said in words (or JSON). */
+static int resolve_run(tp_store_t *s, const args_t *a)
+{
+    char err[1024];
+    resolve_ctx_t ctx = {.s = s, .id = a->id, .note = a->note, .rerun = a->decision == 'r'};
+    int rc = tp_store_write(s, resolve_apply, &ctx, err, sizeof err);
+    tp_store_close(s);
+    if (rc == MDB_NOTFOUND) {
+        tp_log_error("%s: no escalation %s", a->store, a->id);
+        return 2;
+    }
+    if (rc) {
+        tp_log_error("%s", err);
+        return 2;
+    }
+    if (a->json)
+        return print_json(json_pack("{s:s, s:b, s:s, s:s, s:b}", "id", a->id, "resolved", 1, "call_id", ctx.call_id,
+                                    "decision", ctx.rerun ? "rerun" : "accept", "forgot", ctx.forgot),
+                          a);
+    if (!ctx.rerun)
+        printf("resolved %s: call %s keeps its recorded result (accepted); `resolve %s --rerun` would run it again\n",
+               a->id, ctx.call_id, a->id);
+    else if (ctx.forgot)
+        printf("resolved %s: call %s is forgotten, and the next run on %s runs it again\n", a->id, ctx.call_id,
+               a->store);
+    else
+        printf("resolved %s: call %s has no recorded failure to forget (it succeeded since, or never ended); "
+               "its circuit is closed\n", a->id, ctx.call_id);
+    return 0;
 }
 
 int tp_cmd_escalations(int argc, char **argv)
@@ -373,17 +435,15 @@ int tp_cmd_escalations(int argc, char **argv)
         return 2;
     bool list = strcmp(a.verb, "list") == 0, show = strcmp(a.verb, "show") == 0,
          resolve = strcmp(a.verb, "resolve") == 0;
-    if (!(list || show || resolve) || (list && a.id) || (!list && !a.id)) {
+    if (!(list || show || resolve) || (list && a.id) || (!list && !a.id) || (a.decision && !resolve)) {
         fputs(escalations_usage, stderr);
         return 2;
     }
     tp_store_t *s = open_store(&a, resolve);
     if (s == NULL)
         return 2;
-    if (resolve) {
-        resolve_ctx_t ctx = {.s = s, .id = a.id, .note = a.note};
-        return run_write(s, &a, resolve_apply, &ctx, "escalation", "resolved", NULL);
-    }
+    if (resolve)
+        return resolve_run(s, &a);
     int status = 0;
     MDB_txn *txn = read_txn(s, &a);
     if (txn == NULL) {
@@ -534,7 +594,7 @@ int tp_cmd_checkpoints(int argc, char **argv)
     if (parse(argc, argv, &a, checkpoints_usage))
         return 2;
     bool list = strcmp(a.verb, "list") == 0, show = strcmp(a.verb, "show") == 0;
-    if (!(list || show) || (list && a.id) || (show && !a.id)) {
+    if (!(list || show) || (list && a.id) || (show && !a.id) || a.decision) {
         fputs(checkpoints_usage, stderr);
         return 2;
     }

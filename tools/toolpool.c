@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "front_jsonl.h"
 #include "log.h"
 #include "registry.h"
+#include "taxonomy.h"
 
 static const char usage_text[] =
     "usage: toolpool COMMAND [OPTIONS]\n"
@@ -37,6 +39,10 @@ static const char usage_text[] =
     "  escalations  list, show or resolve calls handed to a person\n"
     "  checkpoints  list jobs, or show one job's steps so far\n"
     "  store check  read and check every record of a store; report the bad ones\n"
+    "  stats        per tool, from the store's results: calls, failures by class\n"
+    "               and kind, retries, fallback hops, timeouts, latency, queue wait\n"
+    "  forget       drop recorded results (calls, or whole jobs), so that the\n"
+    "               next run does them again\n"
     "  help         this text; `toolpool COMMAND --help` for a command's options\n"
     "\n"
     "exit status: 0 every call ok, 1 some call failed, 2 usage, registry or store error\n";
@@ -72,8 +78,111 @@ static const char run_usage[] =
     "      --drain DURATION   after SIGINT/SIGTERM, how long running calls may\n"
     "                         finish before they are killed (default: 10s)\n"
     "      --seed N           seed the backoff jitter (default: random)\n"
-    "  -q, --quiet            no summary, no progress bar\n"
+    "      --retry-failed[=LIST]\n"
+    "                         run again the calls whose recorded result is a\n"
+    "                         failure (all of them, or those of LIST: classes\n"
+    "                         and kinds, e.g. transient or ServerError,Timeout),\n"
+    "                         keeping every other result, breakers and\n"
+    "                         checkpoints; refusals (malformed) are always\n"
+    "                         checked again\n"
+    "      --ordered          read CALLS (a file) once for each call's job and\n"
+    "                         step first, then run each job strictly in step\n"
+    "                         order, however its lines were placed\n"
+    "      --summary-json FILE\n"
+    "                         write the run's summary to FILE as one JSON object:\n"
+    "                         calls, ok, failed, attempts, retries, by_kind,\n"
+    "                         latency_ms, elapsed_s, resumed, done_again, ...\n"
+    "  -q, --quiet            no summary, no progress bar (on a terminal, the bar\n"
+    "                         shows done/total, failures, calls/s and an ETA)\n"
     "      --no-progress      no progress bar\n";
+
+/*
+ * --retry-failed's LIST: comma-separated class names (transient,
+ * permanent, malformed, guard) and kind names; a name the taxonomy does
+ * not know is taken as a tool's own kind, and said so. NULL or "": all.
+ * Exits 2 on an empty item.
+ */
+static void parse_rerun(const char *list, tp_rerun_t *f)
+{
+    if (list == NULL || *list == '\0') {
+        f->all = true;
+        return;
+    }
+    char *copy = strdup(list), *save = NULL;
+    if (copy == NULL) {
+        tp_log_error("out of memory");
+        exit(2);
+    }
+    for (const char *p = list; *p; p++)
+        if (*p == ',' && (p == list || p[1] == ',' || p[1] == '\0')) {
+            tp_log_error("--retry-failed: an empty name in \"%s\" (expected classes and kinds, comma-separated)", list);
+            exit(2);
+        }
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int c;
+        for (c = TP_CLASS_TRANSIENT; c <= TP_CLASS_GUARD; c++)
+            if (strcmp(tok, tp_class_name((tp_class_t)c)) == 0)
+                break;
+        if (c <= TP_CLASS_GUARD) {
+            f->classes |= 1u << c;
+            continue;
+        }
+        if (tp_kind_from_name(tok) == TP_KIND_OTHER)
+            tp_log_warn("--retry-failed: \"%s\" is not a class or a kind toolpool gives; "
+                        "taken as a tool's own kind", tok);
+        char **grown = realloc(f->kinds, (f->n_kinds + 1) * sizeof *grown);
+        if (grown == NULL || (grown[f->n_kinds] = strdup(tok)) == NULL) {
+            tp_log_error("out of memory");
+            exit(2);
+        }
+        f->kinds = grown;
+        f->n_kinds++;
+    }
+    free(copy);
+}
+
+/*
+ * --summary-json FILE: the run's summary as one JSON object, for a program
+ * (the same figures as the summary on stderr). 0, or -1 logged.
+ */
+static int write_summary_json(const char *path, const tp_batch_report_t *rep, int status)
+{
+    const tp_summary_t *s = &rep->summary;
+    json_t *kinds = json_object();
+    for (int k = TP_KIND_TIMEOUT; kinds && k <= TP_KIND_OTHER; k++)
+        if (s->by_kind[k])
+            json_object_set_new(kinds, k == TP_KIND_OTHER ? "other" : tp_kind_name((tp_kind_t)k),
+                                json_integer((json_int_t)s->by_kind[k]));
+    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:{s:f, s:f, s:f}, s:f, s:f, s:I, s:I, s:I, s:b, s:I, s:i}",
+                          "calls", (json_int_t)s->calls, "ok", (json_int_t)s->ok, "failed",
+                          (json_int_t)(s->calls - s->ok), "attempts", (json_int_t)s->attempts, "retries",
+                          (json_int_t)s->retries, "by_kind", kinds, "latency_ms", "p50",
+                          (double)tp_summary_quantile_us(s, 0.5) / 1e3, "p99",
+                          (double)tp_summary_quantile_us(s, 0.99) / 1e3, "max", (double)s->max_us / 1e3,
+                          "elapsed_s", rep->elapsed_s, "calls_per_s",
+                          rep->elapsed_s > 0 ? (double)s->calls / rep->elapsed_s : 0.0, "resumed",
+                          (json_int_t)rep->resumed, "done_again", (json_int_t)rep->rerun, "late_steps", (json_int_t)rep->late, "interrupted",
+                          rep->interrupted, "not_started", (json_int_t)rep->not_started, "exit_status", status);
+    if (o == NULL) {
+        tp_log_error("%s: out of memory rendering the summary", path);
+        return -1;
+    }
+    FILE *f = fopen(path, "w");
+    int rc = f && json_dumpf(o, f, JSON_COMPACT | JSON_REAL_PRECISION(10)) == 0 && fputc('\n', f) != EOF ? 0 : -1;
+    if (f && fclose(f) != 0)
+        rc = -1;
+    if (rc)
+        tp_log_error("%s: %s", path, strerror(errno ? errno : EIO));
+    json_decref(o);
+    return rc;
+}
+
+static void rerun_free(tp_rerun_t *f)
+{
+    for (size_t i = 0; i < f->n_kinds; i++)
+        free(f->kinds[i]);
+    free(f->kinds);
+}
 
 /* A positive integer option, or exit 2 naming the option. */
 static unsigned long long parse_count(const char *opt, const char *v, unsigned long long min,
@@ -105,6 +214,9 @@ int tp_cmd_run(int argc, char **argv)
         {"seed", required_argument, NULL, 'S'},
         {"quiet", no_argument, NULL, 'q'},
         {"no-progress", no_argument, NULL, 'P'},
+        {"retry-failed", optional_argument, NULL, 'X'},
+        {"summary-json", required_argument, NULL, 'Y'},
+        {"ordered", no_argument, NULL, 'O'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -119,6 +231,11 @@ int tp_cmd_run(int argc, char **argv)
         .max_args = 16u << 20,
     };
     bool quiet = false, progress = isatty(2), relaxed = false;
+    tp_rerun_t rerun = {0};
+    const char *summary_json = NULL;
+    bool ordered = false;
+    long *line_map = NULL;
+    bool want_rerun = false;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "r:s:j:o:qh", longopts, NULL)) != -1) {
@@ -141,6 +258,14 @@ int tp_cmd_run(int argc, char **argv)
         case 'L': relaxed = true; break;
         case 'p': o.pipeline = (int)parse_count("--pipeline", optarg, 1, 64); break;
         case 'P': progress = false; break;
+        case 'Y': summary_json = optarg; break;
+        case 'O': ordered = true; break;
+        case 'X':
+            rerun_free(&rerun);
+            rerun = (tp_rerun_t){0};
+            parse_rerun(optarg, &rerun);
+            want_rerun = true;
+            break;
         case 'h': fputs(run_usage, stdout); return 0;
         default: fputs(run_usage, stderr); return 2;
         }
@@ -171,27 +296,54 @@ int tp_cmd_run(int argc, char **argv)
         tp_registry_free(reg);
         return 2;
     }
+    if (ordered) {
+        int copy;
+        if (tp_order_input(o.input_fd, o.input_name, &copy, &line_map, &o.n_line_map) < 0) {
+            if (o.input_fd > 0)
+                close(o.input_fd);
+            tp_store_close(o.store);
+            tp_registry_free(reg);
+            return 2;
+        }
+        if (o.input_fd > 0)
+            close(o.input_fd);
+        o.input_fd = copy;
+        o.line_map = line_map;
+    }
     o.output_fd = output ? open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : 1;
     if (o.output_fd < 0) {
         tp_log_error("%s: %s", output, strerror(errno));
+        free(line_map);
         tp_store_close(o.store);
         tp_registry_free(reg);
         return 2;
     }
     o.progress = progress && !quiet;
+    o.rerun = want_rerun ? &rerun : NULL;
     tp_batch_report_t rep;
     int status = tp_batch_run(&o, &rep);
+    rerun_free(&rerun);
     if (!quiet) {
         tp_summary_print(stderr, &rep.summary, rep.elapsed_s);
         if (rep.resumed)
             fprintf(stderr, "  resumed: %llu recorded result%s served from %s, not run again\n",
                     (unsigned long long)rep.resumed, rep.resumed == 1 ? "" : "s", store_dir);
+        if (rep.rerun)
+            fprintf(stderr, "  done again: %llu recorded failure%s and refusal%s\n",
+                    (unsigned long long)rep.rerun, rep.rerun == 1 ? "" : "s", rep.rerun == 1 ? "" : "s");
+        if (rep.late)
+            fprintf(stderr, "  late steps: %llu call%s came after a later step of their job had started, "
+                            "and ran out of order\n",
+                    (unsigned long long)rep.late, rep.late == 1 ? "" : "s");
         if (rep.interrupted)
             fprintf(stderr, "  interrupted: %llu call%s read but not started; rerun to run them\n",
                     (unsigned long long)rep.not_started, rep.not_started == 1 ? "" : "s");
     }
+    if (summary_json && write_summary_json(summary_json, &rep, status) < 0)
+        status = 2;
     if (o.input_fd > 0)
         close(o.input_fd);
+    free(line_map);
     if (output && close(o.output_fd) < 0) {
         tp_log_error("%s: %s", output, strerror(errno));
         status = 2;
@@ -253,6 +405,10 @@ int main(int argc, char **argv)
         return tp_cmd_checkpoints(argc - 1, argv + 1);
     if (strcmp(cmd, "store") == 0)
         return tp_cmd_store(argc - 1, argv + 1);
+    if (strcmp(cmd, "stats") == 0)
+        return tp_cmd_stats(argc - 1, argv + 1);
+    if (strcmp(cmd, "forget") == 0)
+        return tp_cmd_forget(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         fputs(usage_text, stdout);
         return 0;

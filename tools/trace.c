@@ -8,6 +8,7 @@
  *     → tool message: {"error": "Timeout", "retryable": true, "attempts": 3}
  */
 #include <errno.h>
+#include <getopt.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -54,12 +55,18 @@ static void put_json(FILE *out, json_t *v, size_t max)
  * a hop skipped because its circuit was open shows no duration.
  */
 void tp_trace_attempt(FILE *out, const char *called, uint32_t number, const char *tool, const char *outcome,
-                      double duration_ms, double backoff_ms)
+                      double duration_ms, double backoff_ms, double start_ms)
 {
     bool other = tool && called && strcmp(tool, called) != 0;
     outcome = outcome ? outcome : "?";
     if (strcmp(outcome, "CircuitOpen") == 0 && duration_ms == 0) {
-        fprintf(out, "  %s%s → CircuitOpen, not run\n", other ? "fallback " : "", tool ? tool : "?");
+        fprintf(out, "  %s%s → CircuitOpen, not run", other ? "fallback " : "", tool ? tool : "?");
+        if (start_ms >= 0) {
+            fputs("   [at +", out);
+            put_secs(out, start_ms);
+            fputc(']', out);
+        }
+        fputc('\n', out);
         return;
     }
     if (other)
@@ -72,13 +79,64 @@ void tp_trace_attempt(FILE *out, const char *called, uint32_t number, const char
         put_secs(out, backoff_ms);
         fputs(")", out);
     }
+    if (start_ms >= 0) {
+        fputs("   [at +", out);
+        put_secs(out, start_ms);
+        fputc(']', out);
+    }
+    fputc('\n', out);
+}
+
+/*
+ * Where a call's time went, when its trace has start offsets: from its turn
+ * to its last attempt's end, what the attempts took, the backoffs, and the
+ * rest, which is waiting (for a worker, or for a commit before a
+ * non-idempotent attempt). Nothing for a call that never ran.
+ */
+static void print_timeline(FILE *out, json_t *trace)
+{
+    size_t i, n = json_array_size(trace);
+    json_t *t;
+    double run = 0, backoff = 0, end = 0;
+    bool known = false;
+    json_array_foreach(trace, i, t) {
+        json_t *start = json_object_get(t, "start_ms");
+        double d = json_number_value(json_object_get(t, "duration_ms"));
+        if (json_is_number(start)) {
+            known = true;
+            if (json_number_value(start) + d > end)
+                end = json_number_value(start) + d;
+        }
+        run += d;
+        if (i + 1 < n)
+            backoff += json_number_value(json_object_get(t, "backoff_ms"));
+    }
+    if (!known || n == 0 || end == 0)
+        return;
+    double wait = end - run - backoff;
+    fputs("  took ", out);
+    put_secs(out, end);
+    fputs(" from its turn: attempts ", out);
+    put_secs(out, run);
+    fputs(", backoff ", out);
+    put_secs(out, backoff);
+    fputs(", waiting ", out);
+    put_secs(out, wait > 0 ? wait : 0);
     fputc('\n', out);
 }
 
 static void print_one(json_t *r, FILE *out)
 {
     const char *tool = json_string_value(json_object_get(r, "tool"));
+    const char *id = json_string_value(json_object_get(r, "id"));
+    const char *job = json_string_value(json_object_get(r, "job"));
     json_t *args = json_object_get(r, "args");
+    if (id) {
+        fprintf(out, "call %s", id);
+        if (job && strcmp(job, id) != 0)
+            fprintf(out, ", job %s, step %lld", job, (long long)json_integer_value(json_object_get(r, "step")));
+        fputc('\n', out);
+    }
     if (tool) {
         fprintf(out, "%s(args=", tool);
         if (args)
@@ -96,8 +154,11 @@ static void print_one(json_t *r, FILE *out)
                          json_string_value(json_object_get(t, "tool")),
                          json_string_value(json_object_get(t, "outcome")),
                          json_number_value(json_object_get(t, "duration_ms")),
-                         json_number_value(json_object_get(t, "backoff_ms")));
+                         json_number_value(json_object_get(t, "backoff_ms")),
+                         json_is_number(json_object_get(t, "start_ms")) ? json_number_value(json_object_get(t, "start_ms"))
+                                                                         : -1);
     }
+    print_timeline(out, trace);
     if (json_is_true(json_object_get(r, "ok"))) {
         const char *by = json_string_value(json_object_get(r, "served_by"));
         if (json_is_true(json_object_get(r, "degraded")))
@@ -122,35 +183,61 @@ static void print_one(json_t *r, FILE *out)
         fprintf(out, "    escalated to a person: %s (toolpool escalations show %s)\n", esc, esc);
 }
 
-int tp_trace_print(FILE *in, const char *name, FILE *out)
+/*
+ * Whether r is a result record (what run writes): "ok" a boolean and a
+ * "trace" array. If not, what it looks like instead, for the message.
+ */
+static const char *not_a_result(json_t *r)
+{
+    if (!json_is_object(r))
+        return "a JSON value that is not an object";
+    if (json_is_boolean(json_object_get(r, "ok")) && json_is_array(json_object_get(r, "trace")))
+        return NULL;
+    if (json_object_get(r, "tool") && json_object_get(r, "ok") == NULL)
+        return "a call (id, tool, args; no \"ok\"): toolpool run's input, not its results";
+    if (json_object_get(r, "calls") && json_object_get(r, "by_kind"))
+        return "a run summary (--summary-json), not results";
+    return "a JSON object without \"ok\" and \"trace\"";
+}
+
+int tp_trace_print_as(FILE *in, const char *name, FILE *out, bool json)
 {
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
     long no = 0;
     int rc = 0;
-    while ((n = getline(&line, &cap, in)) > 0) {
+    while (rc == 0 && (n = getline(&line, &cap, in)) > 0) {
         no++;
+        if (strspn(line, " \t\r\n") == (size_t)n)
+            continue;
         json_error_t err;
         json_t *r = json_loadb(line, (size_t)n, 0, &err);
-        if (r == NULL || !json_is_object(r)) {
-            if (n > 1)
-                tp_log_error("%s:%ld: not a result record: %s", name, no, r ? "not an object" : err.text);
-            if (n > 1)
+        const char *what = r ? not_a_result(r) : NULL;
+        if (r == NULL || what) {
+            tp_log_error("%s:%ld: not a result record: found %s%s; trace reads what toolpool run writes", name, no,
+                         r ? what : "text that is not JSON: ", r ? "" : err.text);
+            rc = 2;
+        } else if (json) {
+            if (json_dumpf(r, out, JSON_COMPACT) != 0 || fputc('\n', out) == EOF)
                 rc = 2;
-            json_decref(r);
-            continue;
+        } else {
+            print_one(r, out);
+            fputc('\n', out);
         }
-        print_one(r, out);
-        fputc('\n', out);
         json_decref(r);
     }
     free(line);
     return rc;
 }
 
+int tp_trace_print(FILE *in, const char *name, FILE *out)
+{
+    return tp_trace_print_as(in, name, out, false);
+}
+
 /* Prints the recorded result of each call id from the store. */
-static int trace_store(const char *dir, int n, char **ids)
+static int trace_store(const char *dir, int n, char **ids, bool json)
 {
     char err[1024];
     tp_store_t *s = tp_store_open(dir, TP_STORE_RDONLY, err, sizeof err);
@@ -188,8 +275,13 @@ static int trace_store(const char *dir, int n, char **ids)
             rc = 2;
             continue;
         }
-        print_one(v, stdout);
-        fputc('\n', stdout);
+        if (json) {
+            json_dumpf(v, stdout, JSON_COMPACT);
+            fputc('\n', stdout);
+        } else {
+            print_one(v, stdout);
+            fputc('\n', stdout);
+        }
         json_decref(v);
     }
     mdb_txn_abort(txn);
@@ -200,36 +292,51 @@ static int trace_store(const char *dir, int n, char **ids)
 int tp_cmd_trace(int argc, char **argv)
 {
     static const char usage[] =
-        "usage: toolpool trace RESULTS.jsonl | -\n"
-        "       toolpool trace [--store DIR] CALL_ID...\n"
-        "Prints each result as its call's story: the call, every attempt with its\n"
-        "outcome, duration and backoff, and what the model is told. With call ids,\n"
-        "the results recorded in the store are printed.\n";
+        "usage: toolpool trace [--json] RESULTS.jsonl | -\n"
+        "       toolpool trace [--json] [--store DIR] CALL_ID...\n"
+        "Prints each result as its call's story: its id and job, the call, every\n"
+        "attempt with its outcome, duration, backoff and start (after the call's\n"
+        "turn came), where its time went (attempts, backoff, waiting), and what\n"
+        "the model is told. With call ids, the results recorded in the store are\n"
+        "printed. Input that is not results (a calls file, say) is refused (exit 2).\n"
+        "  --json   each result record as one JSON line\n";
+    static const struct option longopts[] = {
+        {"store", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'J'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
     const char *store = NULL;
-    int i = 1;
-    if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-        fputs(usage, stdout);
-        return 0;
+    bool json = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 's': store = optarg; break;
+        case 'J': json = true; break;
+        case 'h': fputs(usage, stdout); return 0;
+        default: fputs(usage, stderr); return 2;
+        }
     }
-    if (argc > 2 && (strcmp(argv[1], "--store") == 0 || strcmp(argv[1], "-s") == 0)) {
-        store = argv[2];
-        i = 3;
-    }
-    if (i >= argc) {
+    if (optind >= argc) {
         fputs(usage, stderr);
         return 2;
     }
-    const char *path = argv[i];
+    const char *path = argv[optind];
     if (store == NULL && (strcmp(path, "-") == 0 || access(path, F_OK) == 0)) {
+        if (argc - optind > 1) {
+            tp_log_error("trace reads one results file, got %d names", argc - optind);
+            return 2;
+        }
         FILE *in = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
         if (in == NULL) {
             tp_log_error("%s: %s", path, strerror(errno));
             return 2;
         }
-        int rc = tp_trace_print(in, path, stdout);
+        int rc = tp_trace_print_as(in, path, stdout, json);
         if (in != stdin)
             fclose(in);
         return rc;
     }
-    return trace_store(store ? store : tp_store_default_dir(), argc - i, argv + i);
+    return trace_store(store ? store : tp_store_default_dir(), argc - optind, argv + optind, json);
 }

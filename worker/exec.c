@@ -125,7 +125,7 @@ static int find_program(const char *name, char *buf, size_t cap)
  * the program is found on PATH before the fork, and an exec failure comes
  * back through a close-on-exec pipe (*in_child set: the limits may be why).
  */
-static pid_t spawn_limited(char **argv, char **envp, int in_fd, int out_fd, int err_fd,
+static pid_t spawn_limited(char **argv, char **envp, const char *cwd, int in_fd, int out_fd, int err_fd,
                            const tp_rlimit_t *lim, bool *in_child)
 {
     char path[4096];
@@ -143,7 +143,7 @@ static pid_t spawn_limited(char **argv, char **envp, int in_fd, int out_fd, int 
         sigaction(SIGTERM, &dfl, NULL);
         sigaction(SIGXCPU, &dfl, NULL);
         if (dup2(in_fd, 0) >= 0 && dup2(out_fd, 1) >= 0 && dup2(err_fd, 2) >= 0 &&
-            tp_rlimit_apply(lim) == 0) {
+            (cwd == NULL || chdir(cwd) == 0) && tp_rlimit_apply(lim) == 0) {
             sigprocmask(SIG_SETMASK, &old, NULL);
             execve(path, argv, envp);
         }
@@ -196,7 +196,8 @@ static pid_t spawn_tool(const Toolpool__Call *call, char **argv, int in_fd, int 
     }
     if (tp_rlimit_any(lim)) {
         *what = "posix_spawnp"; /* the tool's own start, as far as the caller can tell */
-        pid_t pid = spawn_limited(argv, envp, in_fd, out_fd, err_fd, lim, in_child);
+        pid_t pid = spawn_limited(argv, envp, call->cwd && call->cwd[0] ? call->cwd : NULL, in_fd, out_fd, err_fd,
+                                  lim, in_child);
         int e = errno;
         free(envp);
         errno = e;
@@ -228,6 +229,8 @@ static pid_t spawn_tool(const Toolpool__Call *call, char **argv, int in_fd, int 
     SPAWN_STEP(posix_spawn_file_actions_adddup2, &fa, in_fd, 0);
     SPAWN_STEP(posix_spawn_file_actions_adddup2, &fa, out_fd, 1);
     SPAWN_STEP(posix_spawn_file_actions_adddup2, &fa, err_fd, 2);
+    if (call->cwd && call->cwd[0]) /* the registry's folder, or the tool's cwd (glibc 2.29) */
+        SPAWN_STEP(posix_spawn_file_actions_addchdir_np, &fa, call->cwd);
     SPAWN_STEP(posix_spawnattr_init, &attr);
     attr_made = true;
     SPAWN_STEP(posix_spawnattr_setflags, &attr, POSIX_SPAWN_SETSIGDEF);

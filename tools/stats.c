@@ -1,0 +1,365 @@
+/*
+ * toolpool stats: what the store's recorded results say, per tool.
+ *
+ *   toolpool stats [--store DIR] [--tool T] [--since D] [--json]
+ *
+ * One read transaction over the results: each record's line says its tool,
+ * outcome, attempts and trace. Per tool (the tool called): calls, ok,
+ * failures by class and by kind (a tool's own kind under its own name),
+ * attempts, retries, fallback hops, timeouts, latency (p50, p90, p99, max)
+ * and queue wait (the time from a call's turn to its end that neither an
+ * attempt nor a backoff took: waiting for a worker, or for a commit).
+ * Latencies are exact (sorted, not bucketed): a store of a million results
+ * costs 16 MB here.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "cli.h"
+#include "log.h"
+#include "registry.h"
+#include "store.h"
+#include "taxonomy.h"
+
+static const char stats_usage[] =
+    "usage: toolpool stats [--store DIR] [--tool T] [--since DURATION] [--json]\n"
+    "Per tool, from the results recorded in the store: calls, ok, failures by\n"
+    "class and by kind, attempts, retries (attempts after the first, in each hop\n"
+    "of a fallback chain), fallback hops, timeouts, latency p50/p90/p99/max\n"
+    "(a call's duration_ms) and queue wait (a call's time from its turn to its\n"
+    "end spent neither in an attempt nor in a backoff).\n"
+    "  -s, --store DIR     the store (default: $TOOLPOOL_STORE, else .toolpool)\n"
+    "      --tool T        only calls of tool T\n"
+    "      --since D       only results recorded in the last D (\"1h\", \"30m\")\n"
+    "      --json          one JSON object a line, one line per tool\n";
+
+typedef struct {
+    double *v;
+    size_t n, cap;
+} series_t;
+
+typedef struct {
+    char *tool;
+    uint64_t calls, ok, attempts, retries, hops, timeouts;
+    json_t *by_class, *by_kind; /* name -> count */
+    series_t latency, wait;
+} tool_stats_t;
+
+typedef struct {
+    tool_stats_t *v;
+    size_t n, cap;
+} table_t;
+
+static int series_add(series_t *s, double x)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        double *v = realloc(s->v, cap * sizeof *v);
+        if (v == NULL)
+            return -1;
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = x;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The q-quantile of a sorted series (nearest rank), 0 when empty. */
+static double quantile(const series_t *s, double q)
+{
+    if (s->n == 0)
+        return 0;
+    size_t rank = (size_t)(q * (double)(s->n - 1) + 0.5);
+    return s->v[rank < s->n ? rank : s->n - 1];
+}
+
+static tool_stats_t *table_get(table_t *t, const char *tool)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (strcmp(t->v[i].tool, tool) == 0)
+            return &t->v[i];
+    if (t->n == t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 16;
+        tool_stats_t *v = realloc(t->v, cap * sizeof *v);
+        if (v == NULL)
+            return NULL;
+        t->v = v;
+        t->cap = cap;
+    }
+    tool_stats_t *s = &t->v[t->n];
+    memset(s, 0, sizeof *s);
+    if ((s->tool = strdup(tool)) == NULL || (s->by_class = json_object()) == NULL ||
+        (s->by_kind = json_object()) == NULL) {
+        free(s->tool);
+        json_decref(s->by_class);
+        return NULL;
+    }
+    t->n++;
+    return s;
+}
+
+static void count(json_t *o, const char *name)
+{
+    json_int_t n = json_integer_value(json_object_get(o, name));
+    json_object_set_new(o, name, json_integer(n + 1));
+}
+
+/* Adds one result line r; -1 when out of memory. */
+static int add_result(table_t *t, json_t *r)
+{
+    const char *tool = json_string_value(json_object_get(r, "tool"));
+    tool_stats_t *s = table_get(t, tool && *tool ? tool : "(none)");
+    if (s == NULL)
+        return -1;
+    s->calls++;
+    if (json_is_true(json_object_get(r, "ok"))) {
+        s->ok++;
+    } else {
+        const char *kind = json_string_value(json_object_get(r, "error"));
+        const char *klass = json_string_value(json_object_get(r, "class"));
+        count(s->by_kind, kind ? kind : "?");
+        count(s->by_class, klass ? klass : tp_class_name(tp_kind_class(tp_kind_from_name(kind ? kind : ""))));
+    }
+    json_t *trace = json_object_get(r, "trace"), *e;
+    size_t i, n = json_array_size(trace);
+    const char *hop = tool;
+    uint32_t in_hop = 0;
+    double run = 0, backoff = 0, end = 0;
+    bool timed = false;
+    json_array_foreach(trace, i, e) {
+        const char *outcome = json_string_value(json_object_get(e, "outcome"));
+        const char *etool = json_string_value(json_object_get(e, "tool"));
+        double d = json_number_value(json_object_get(e, "duration_ms"));
+        bool ran = !(outcome && strcmp(outcome, "CircuitOpen") == 0 && d == 0);
+        if (etool && hop && strcmp(etool, hop) != 0) {
+            s->hops++;
+            hop = etool;
+            in_hop = 0;
+        }
+        if (ran) {
+            s->attempts++;
+            if (in_hop++ > 0)
+                s->retries++;
+        }
+        if (outcome && strcmp(outcome, "Timeout") == 0)
+            s->timeouts++;
+        json_t *start = json_object_get(e, "start_ms");
+        if (json_is_number(start)) {
+            timed = true;
+            if (json_number_value(start) + d > end)
+                end = json_number_value(start) + d;
+        }
+        run += d;
+        if (i + 1 < n)
+            backoff += json_number_value(json_object_get(e, "backoff_ms"));
+    }
+    if (series_add(&s->latency, json_number_value(json_object_get(r, "duration_ms"))) < 0)
+        return -1;
+    if (timed && series_add(&s->wait, end - run - backoff > 0 ? end - run - backoff : 0) < 0)
+        return -1;
+    return 0;
+}
+
+static json_t *tool_json(tool_stats_t *s)
+{
+    json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:O, s:O, s:I, s:I, s:I, s:I}", "tool", s->tool, "calls",
+                          (json_int_t)s->calls, "ok", (json_int_t)s->ok, "failed", (json_int_t)(s->calls - s->ok),
+                          "by_class", s->by_class, "by_kind", s->by_kind, "attempts", (json_int_t)s->attempts,
+                          "retries", (json_int_t)s->retries, "fallback_hops", (json_int_t)s->hops, "timeouts",
+                          (json_int_t)s->timeouts);
+    json_t *lat = json_pack("{s:f, s:f, s:f, s:f}", "p50", quantile(&s->latency, 0.5), "p90",
+                            quantile(&s->latency, 0.9), "p99", quantile(&s->latency, 0.99), "max",
+                            s->latency.n ? s->latency.v[s->latency.n - 1] : 0.0);
+    double total = 0;
+    for (size_t i = 0; i < s->wait.n; i++)
+        total += s->wait.v[i];
+    json_t *wait = json_pack("{s:I, s:f, s:f, s:f, s:f}", "calls", (json_int_t)s->wait.n, "p50",
+                             quantile(&s->wait, 0.5), "p99", quantile(&s->wait, 0.99), "max",
+                             s->wait.n ? s->wait.v[s->wait.n - 1] : 0.0, "total", total);
+    if (o == NULL || lat == NULL || wait == NULL || json_object_set_new(o, "latency_ms", lat) != 0 ||
+        json_object_set_new(o, "queue_wait_ms", wait) != 0) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static void put_ms(double ms)
+{
+    if (ms >= 1000)
+        printf("%.2fs", ms / 1000);
+    else
+        printf("%.3gms", ms);
+}
+
+static void print_counts(const char *label, json_t *o)
+{
+    if (json_object_size(o) == 0)
+        return;
+    printf("  %s:", label);
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v)
+        printf(" %s %lld", k, (long long)json_integer_value(v));
+    putchar('\n');
+}
+
+static void tool_print(tool_stats_t *s)
+{
+    printf("%s: %llu calls, %llu ok, %llu failed; %llu attempts, %llu retries, %llu fallback hops, %llu timeouts\n",
+           s->tool, (unsigned long long)s->calls, (unsigned long long)s->ok, (unsigned long long)(s->calls - s->ok),
+           (unsigned long long)s->attempts, (unsigned long long)s->retries, (unsigned long long)s->hops,
+           (unsigned long long)s->timeouts);
+    print_counts("failures by class", s->by_class);
+    print_counts("failures by kind", s->by_kind);
+    printf("  latency: p50 ");
+    put_ms(quantile(&s->latency, 0.5));
+    printf(", p90 ");
+    put_ms(quantile(&s->latency, 0.9));
+    printf(", p99 ");
+    put_ms(quantile(&s->latency, 0.99));
+    printf(", max ");
+    put_ms(s->latency.n ? s->latency.v[s->latency.n - 1] : 0);
+    putchar('\n');
+    if (s->wait.n) {
+        printf("  queue wait: p50 ");
+        put_ms(quantile(&s->wait, 0.5));
+        printf(", p99 ");
+        put_ms(quantile(&s->wait, 0.99));
+        printf(", max ");
+        put_ms(s->wait.v[s->wait.n - 1]);
+        printf(" (%zu calls with start times)\n", s->wait.n);
+    }
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const tool_stats_t *)a)->tool, ((const tool_stats_t *)b)->tool);
+}
+
+int tp_cmd_stats(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"store", required_argument, NULL, 's'},
+        {"tool", required_argument, NULL, 't'},
+        {"since", required_argument, NULL, 'S'},
+        {"json", no_argument, NULL, 'J'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *dir = tp_store_default_dir(), *only = NULL;
+    uint64_t since_us = 0;
+    bool json = false;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 's': dir = optarg; break;
+        case 't': only = optarg; break;
+        case 'S':
+            if (tp_duration_parse(optarg, &since_us) < 0 || since_us == 0) {
+                tp_log_error("--since: expected a duration like \"1h\" or \"30m\", got \"%s\"", optarg);
+                return 2;
+            }
+            break;
+        case 'J': json = true; break;
+        case 'h': fputs(stats_usage, stdout); return 0;
+        default: fputs(stats_usage, stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fputs(stats_usage, stderr);
+        return 2;
+    }
+    char err[1024];
+    tp_store_t *s = tp_store_open(dir, TP_STORE_RDONLY, err, sizeof err);
+    if (s == NULL) {
+        tp_log_error("%s", err);
+        return 2;
+    }
+    MDB_txn *txn;
+    if (tp_store_read(s, &txn) != 0) {
+        tp_log_error("%s: cannot read", dir);
+        tp_store_close(s);
+        return 2;
+    }
+    uint64_t after = since_us ? tp_unix_us() - since_us : 0;
+    table_t t = {0};
+    int status = 0;
+    uint64_t undated = 0;
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_RESULTS), &cur);
+    for (rc = rc ? rc : mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        Toolpool__StoredResult *sr = toolpool__stored_result__unpack(NULL, v.mv_size, v.mv_data);
+        json_t *r = sr ? json_loadb((const char *)sr->line.data, sr->line.len, 0, NULL) : NULL;
+        bool skip = sr && since_us && sr->ended_unix_us < after;
+        if (sr && since_us && sr->ended_unix_us == 0)
+            undated++;
+        if (sr)
+            toolpool__stored_result__free_unpacked(sr, NULL);
+        if (r == NULL) {
+            tp_log_error("%s: results \"%.*s\": a corrupt record (`toolpool store check --store %s` lists them)", dir,
+                         (int)k.mv_size, (const char *)k.mv_data, dir);
+            status = 2;
+            continue;
+        }
+        const char *tool = json_string_value(json_object_get(r, "tool"));
+        if (!skip && (only == NULL || (tool && strcmp(tool, only) == 0)) && add_result(&t, r) < 0) {
+            json_decref(r);
+            tp_log_error("out of memory");
+            status = 2;
+            break;
+        }
+        json_decref(r);
+    }
+    if (rc && rc != MDB_NOTFOUND) {
+        tp_log_error("%s: cannot read %s: %s", dir, tp_store_db_name(TP_DB_RESULTS), mdb_strerror(rc));
+        status = 2;
+    }
+    if (rc == 0 || rc == MDB_NOTFOUND)
+        mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    tp_store_close(s);
+    if (t.n)
+        qsort(t.v, t.n, sizeof *t.v, by_name);
+    for (size_t i = 0; i < t.n; i++) {
+        if (t.v[i].latency.n)
+            qsort(t.v[i].latency.v, t.v[i].latency.n, sizeof(double), cmp_double);
+        if (t.v[i].wait.n)
+            qsort(t.v[i].wait.v, t.v[i].wait.n, sizeof(double), cmp_double);
+        if (json) {
+            json_t *o = tool_json(&t.v[i]);
+            if (o == NULL || json_dumpf(o, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10)) != 0 || putchar('\n') == EOF)
+                status = 2;
+            json_decref(o);
+        } else {
+            tool_print(&t.v[i]);
+        }
+    }
+    if (!json && t.n == 0)
+        printf("no recorded results%s%s%s\n", only ? " of " : "", only ? only : "", since_us ? " in that time" : "");
+    if (undated)
+        tp_log_warn("%llu results recorded by an older toolpool carry no time and are left out by --since",
+                    (unsigned long long)undated);
+    for (size_t i = 0; i < t.n; i++) {
+        free(t.v[i].tool);
+        json_decref(t.v[i].by_class);
+        json_decref(t.v[i].by_kind);
+        free(t.v[i].latency.v);
+        free(t.v[i].wait.v);
+    }
+    free(t.v);
+    return status;
+}
