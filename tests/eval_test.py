@@ -172,7 +172,7 @@ class EvalTest(unittest.TestCase):
                          ["PermissionDenied", "PermissionDenied", "PermissionDenied", "CircuitOpen"])
         p = self.toolpool("breakers", "--store", self.path("g"), "--json")
         self.assertEqual(p.returncode, 0, p.stderr)
-        b = [x for x in json.loads(p.stdout)["breakers"] if x["type"] == "call"]
+        b = [x for x in [json.loads(l) for l in p.stdout.splitlines()] if x["type"] == "call"]
         self.assertEqual([(x["scope"], x.get("job")) for x in b], [("global", None)])
         # Off: never opened, whatever the repeats.
         reg["defaults"]["breaker"]["same_call"] = False
@@ -188,7 +188,7 @@ class EvalTest(unittest.TestCase):
         self.assertEqual([json.loads(l)["error"] for l in p.stdout.splitlines()][:3],
                          ["PermissionDenied", "PermissionDenied", "CircuitOpen"])
         p = self.toolpool("breakers", "--store", self.path("on"), "--json")
-        b = [x for x in json.loads(p.stdout)["breakers"] if x["type"] == "call"]
+        b = [x for x in [json.loads(l) for l in p.stdout.splitlines()] if x["type"] == "call"]
         self.assertEqual([(x["scope"], x["job"]) for x in b], [("job", "x")])
         p = self.toolpool("breakers", "--store", self.path("on"))
         self.assertIn("in job x", p.stdout)

@@ -528,7 +528,7 @@ class ServeTest(unittest.TestCase):
         self.assertEqual((st, e["status"], e["tool"]), (200, "open", "deny"))
         # The CLI and the service see one store.
         rc, out, err = self.toolpool("breakers", "list", "--store", s.store, "--json")
-        self.assertEqual([b["id"] for b in json.loads(out)["breakers"] if b["state"] == "open"], [bid])
+        self.assertEqual([b["id"] for b in [json.loads(l) for l in out.splitlines()] if b["state"] == "open"], [bid])
         # Reset by a prefix of the digest; resolve with a note.
         st, r = s.json("POST", "/v1/breakers/" + bid[:-20] + "/reset")
         self.assertEqual((st, r), (200, {"id": bid, "reset": True}))

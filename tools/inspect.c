@@ -92,15 +92,31 @@ static void put_time(FILE *out, uint64_t unix_us)
     fputs(buf, out);
 }
 
-/* Prints v (taking its reference) as indented JSON; 0, or 2 when it could not be built. */
+/* Prints v (taking its reference) as one compact JSON line; 0, or 2 when it could not be built. */
 static int print_json(json_t *v, const args_t *a)
 {
     if (v == NULL) {
         tp_log_error("%s: out of memory rendering JSON", a->store);
         return 2;
     }
-    int rc = json_dumpf(v, stdout, JSON_INDENT(2)) == 0 && fputc('\n', stdout) != EOF ? 0 : 2;
+    int rc = json_dumpf(v, stdout, JSON_COMPACT | JSON_ENCODE_ANY) == 0 && fputc('\n', stdout) != EOF ? 0 : 2;
     json_decref(v);
+    return rc;
+}
+
+/* Prints each record of a list (taking the array's reference) as a JSON line of its own. */
+static int print_json_lines(json_t *all, const args_t *a)
+{
+    if (all == NULL)
+        return print_json(NULL, a);
+    int rc = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(all, i, v) {
+        if (rc == 0)
+            rc = print_json(json_incref(v), a);
+    }
+    json_decref(all);
     return rc;
 }
 
@@ -180,7 +196,7 @@ static const char breakers_usage[] =
     "breaker's is call/NAME/DIGEST (a unique prefix of the digest will do).\n"
     "A same-call breaker of scope \"job\" (the default) counts one job's repeats\n"
     "and shows its job; one of scope \"global\" counts every job's.\n"
-    "reset closes the breaker and forgets its failures. --json: as JSON.\n";
+    "reset closes the breaker and forgets its failures. --json: JSON lines, a record each.\n";
 
 static const char *state_name(Toolpool__BreakerState st)
 {
@@ -300,7 +316,7 @@ int tp_cmd_breakers(int argc, char **argv)
             tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_BREAKERS), mdb_strerror(rc));
             status = 2;
         } else {
-            status = print_json(json_pack("{s:o}", "breakers", all), &a);
+            status = print_json_lines(all, &a);
         }
     } else {
         MDB_cursor *cur;
@@ -338,7 +354,7 @@ static const char escalations_usage[] =
     "                            [--store DIR] [--json]\n"
     "Calls handed to a person: an open same-call circuit, a fallback chain\n"
     "that ran out, or a call of a tool that is not idempotent interrupted by a\n"
-    "crash. list shows the open ones (--all: resolved ones too). --json: as JSON.\n"
+    "crash. list shows the open ones (--all: resolved ones too). --json: JSON lines, a record each.\n"
     "resolve --rerun: the next run on the store does the call again (its\n"
     "recorded failure is forgotten, the same-call circuit it opened closed);\n"
     "--accept (the default): the call keeps its recorded failure.\n";
@@ -470,7 +486,7 @@ int tp_cmd_escalations(int argc, char **argv)
             tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_ESCALATIONS), mdb_strerror(rc));
             status = 2;
         } else {
-            status = print_json(json_pack("{s:o}", "escalations", all), &a);
+            status = print_json_lines(all, &a);
         }
     } else {
         MDB_cursor *cur;
@@ -512,7 +528,7 @@ static const char checkpoints_usage[] =
     "Each job's checkpoint: the step it reached, the usage its guards count, and\n"
     "(show) its message list: every ended call in order, with what it returned,\n"
     "and the agent loop's own state when it saved one (serve's\n"
-    "PUT /v1/jobs/JOB/checkpoint). --json: as JSON.\n";
+    "PUT /v1/jobs/JOB/checkpoint). --json: JSON lines, a record each.\n";
 
 static void put_secs_us(FILE *out, uint64_t us)
 {
@@ -632,7 +648,7 @@ int tp_cmd_checkpoints(int argc, char **argv)
             tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_JOBS), mdb_strerror(rc));
             status = 2;
         } else {
-            status = print_json(json_pack("{s:o}", "checkpoints", all), &a);
+            status = print_json_lines(all, &a);
         }
     } else {
         MDB_cursor *cur;
