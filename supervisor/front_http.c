@@ -1871,20 +1871,25 @@ static void escalations_resolve(tp_http_t *h, struct evhttp_request *req, const 
         return;
     json_t *doc = NULL;
     const char *note = NULL;
+    bool rerun = false;
     if (body) {
         json_error_t jerr;
         doc = json_loadb(body, len, 0, &jerr);
-        json_t *jnote = json_object_get(doc, "note");
         if (doc == NULL) {
             reply_error(h, req, 400, "InvalidRequest", "not valid JSON: %s (column %d)", jerr.text, jerr.column);
             return;
         }
-        if (!json_is_object(doc) || (jnote && !json_is_string(jnote))) {
+        json_t *jnote = json_object_get(doc, "note"), *jrerun = json_object_get(doc, "rerun");
+        json_t *jaccept = json_object_get(doc, "accept");
+        if (!json_is_object(doc) || (jnote && !json_is_string(jnote)) || (jrerun && !json_is_boolean(jrerun)) ||
+            (jaccept && !json_is_boolean(jaccept)) || (json_is_true(jrerun) && json_is_true(jaccept))) {
             json_decref(doc);
-            reply_error(h, req, 400, "InvalidRequest", "the body must be {\"note\": \"...\"} (or nothing)");
+            reply_error(h, req, 400, "InvalidRequest",
+                        "the body must be {\"note\": \"...\", \"rerun\": true | \"accept\": true} (or nothing)");
             return;
         }
         note = json_string_value(jnote);
+        rerun = json_is_true(jrerun);
     }
     MDB_txn *txn = store_txn(h, req);
     if (txn == NULL) {
@@ -1892,7 +1897,10 @@ static void escalations_resolve(tp_http_t *h, struct evhttp_request *req, const 
         return;
     }
     tp_store_t *s = tp_engine_store(h->e);
-    int rc = tp_records_escalation_resolve(s, txn, id, note);
+    char call_id[600] = "";
+    bool forgot = false;
+    int rc = rerun ? tp_records_escalation_rerun(s, txn, id, note, call_id, sizeof call_id, &forgot)
+                   : tp_records_escalation_resolve(s, txn, id, note);
     json_decref(doc);
     Toolpool__Escalation *e = NULL;
     if (rc == 0)
@@ -1906,6 +1914,11 @@ static void escalations_resolve(tp_http_t *h, struct evhttp_request *req, const 
     } else {
         json_t *o = tp_records_escalation_json(e, true);
         toolpool__escalation__free_unpacked(e, NULL);
+        if (o && (json_object_set_new(o, "decision", json_string(rerun ? "rerun" : "accept")) != 0 ||
+                  json_object_set_new(o, "forgot", json_boolean(forgot)) != 0)) {
+            json_decref(o);
+            o = NULL;
+        }
         reply_json_when_durable(h, req, 200, o);
     }
 }

@@ -507,6 +507,28 @@ class ServeTest(unittest.TestCase):
         self.assertEqual((cp["calls"], cp["agent"]["step"]), (["s1"], 4))
         self.assertEqual(s.stop(), 0)
 
+    def test_escalation_resolved_to_rerun(self):
+        s = self.serve()
+        for i in range(3):
+            st, r = s.json("POST", "/v1/calls", {"id": "r%d" % i, "tool": "deny", "args": {"who": "us"}})
+        self.assertEqual((r["error"], r["escalated"]), ("CircuitOpen", True))
+        eid = r["escalation"]
+        self.assertEqual(s.json("POST", "/v1/escalations/%s/resolve" % eid, {"rerun": True, "accept": True})[0], 400)
+        self.assertEqual(s.json("POST", "/v1/escalations/%s/resolve" % eid, {"rerun": "yes"})[0], 400)
+        st, r = s.json("POST", "/v1/escalations/%s/resolve" % eid, {"rerun": True, "note": "role granted"})
+        self.assertEqual((st, r["status"], r["decision"], r["forgot"]), (200, "resolved", "rerun", True))
+        # The escalated call (r1, whose failure opened the circuit) is forgotten and its circuit
+        # closed: that id runs again, not answered from the store.
+        self.assertEqual(s.json("GET", "/v1/breakers")[1], {"breakers": []})
+        st, r = s.json("POST", "/v1/calls", {"id": "r1", "tool": "deny", "args": {"who": "us"}})
+        self.assertEqual((st, r["error"], r["attempts"]), (200, "PermissionDenied", 1))
+        # --accept (the default): resolved, the record kept.
+        st, r = s.json("POST", "/v1/calls", {"id": "r3", "tool": "deny", "args": {"who": "us"}})
+        self.assertEqual((r["error"], r["escalated"]), ("PermissionDenied", True))  # the second failure again
+        st, a = s.json("POST", "/v1/escalations/%s/resolve" % r["escalation"], {"accept": True})
+        self.assertEqual((st, a["decision"], a["forgot"]), (200, "accept", False))
+        self.assertEqual(s.stop(), 0)
+
     def test_breakers_and_escalations(self):
         s = self.serve()
         for i in range(2):

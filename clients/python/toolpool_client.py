@@ -563,10 +563,16 @@ class Client:
         """The calls handed to a person."""
         return self._request("GET", "/v1/escalations")[1]
 
-    def escalation_resolve(self, eid, note=None):
-        """Marks escalation eid resolved, with an optional note."""
-        body = {"note": note} if note is not None else b""
-        return self._request("POST", f"/v1/escalations/{_q(eid)}/resolve", body)[1]
+    def escalation_resolve(self, eid, note=None, rerun=False):
+        """Marks escalation eid resolved, with an optional note. rerun: the
+        next run does its call again (its recorded failure is forgotten, the
+        circuit it opened closed); else the failure is kept."""
+        body = {}
+        if note is not None:
+            body["note"] = note
+        if rerun:
+            body["rerun"] = True
+        return self._request("POST", f"/v1/escalations/{_q(eid)}/resolve", body or b"")[1]
 
     def metrics(self):
         """The service's counters, as Prometheus text."""
