@@ -62,7 +62,7 @@ static void expect_error_at(const char *src, int srcline, const char *json, int 
     CU_ASSERT(prefix);
     CU_ASSERT(rest);
     CU_ASSERT_PTR_NULL(strchr(err, '\n'));
-    if (!prefix || !rest)
+    if (!prefix || !rest || strchr(err, '\n') != NULL)
         fprintf(stderr, "\n%s:%d:\n  got:  %s\n  want: %s...%s...\n", src, srcline, err, want,
                 needle);
     free(path);
@@ -749,12 +749,13 @@ static void test_err_top_level(void)
     EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}],\n" /* 1 */
                  " \"version\": 2}\n",                                  /* 2 */
                  "2: version: unknown key (expected one of \"defaults\", \"guards\", \"schema_dialect\", "
-                 "\"formats\", \"schema_refs\", \"tools\", \"mcp_servers\")");
+                 "\"formats\", \"schema_refs\", \"tools\", \"mcp_servers\", \"run\")");
     EXPECT_EXACT("{\"defaults\": {}}", "1: missing required key \"tools\"");
     EXPECT_EXACT("{\n \"tools\": []\n}", "2: tools: expected a non-empty array of tools, got []");
     EXPECT_EXACT("{\"tools\": {\"a\": 1}}",
                  "1: tools: expected a non-empty array of tools, got an object");
-    EXPECT_EXACT("[1]", "1: expected an object like {\"tools\": [...]}, got an array");
+    /* a top-level array is an OpenAI tool list */
+    EXPECT_EXACT("[1]", "1: [0]: expected a tool object, got 1");
     EXPECT_EXACT("{\"defaults\": [], \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}",
                  "1: defaults: expected an object, got []");
 }
@@ -793,7 +794,8 @@ static void test_err_unknown_policy_key(void)
                  "  },\n"                                         /* 5 */
                  "  \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]\n" /* 6 */
                  "}\n",                                           /* 7 */
-                 "4: defaults.retries: unknown key");
+                 "4: defaults.retries: unknown key (toolpool has \"attempts\", and attempts counts the first try: "
+                 "\"retries\": 2 is \"attempts\": 3)");
     EXPECT_EXACT("{\n"                                            /* 1 */
                  "  \"defaults\": {\"backoff\": {\n"              /* 2 */
                  "    \"base\": \"1s\",\n"                        /* 3 */
@@ -1101,7 +1103,7 @@ static void test_err_mcp(void)
     EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": [1]}", 2, "mcp_servers", "expected an object of MCP servers");
     EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"a/b\": {\"command\": [\"s\"]}}}", 2, "mcp_servers.a/b",
                  "expected a server name");
-    EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"fs\": {\"cmd\": [\"s\"]}}}", 2, "mcp_servers.fs.cmd",
+    EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"fs\": {\"cmd\": [\"s\"], \"command\": [\"s\"]}}}", 2, "mcp_servers.fs.cmd",
                  "unknown key");
     EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"fs\": {}}}", 2, "mcp_servers.fs",
                  "missing required key \"command\"");
