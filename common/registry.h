@@ -163,6 +163,7 @@ typedef struct tp_registry {
  * file of toolpool's settings ({"run", "defaults", "guards", ...}) read
  * over the first.
  */
+#define TP_REGISTRY_ERRLEN 16384 /* an err that holds the 20 errors a load writes at most */
 tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, char *err, size_t errlen);
 tp_registry_t *tp_registry_load(const char *path, char *err, size_t errlen);
 const tp_tool_t *tp_registry_find(const tp_registry_t *reg, const char *name);
