@@ -1463,6 +1463,9 @@ static int fail_unknown(loader_t *ld, const key_table_t *tab, const char *key)
     for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
         if (strcmp(key, hints[i].key) == 0)
             return fail(ld, "unknown key (%s)", hints[i].hint);
+    if (tab == &policy_file_table && (strcmp(key, "tools") == 0 || strcmp(key, "mcp_servers") == 0))
+        return fail(ld, "unknown key (a policy file holds toolpool's settings only: the tools are declared in the "
+                        "registry file)");
     if (tab == &openai_table || tab == &openai_fn_table || tab == &openai_flat_table || tab == &mcp_decl_table) {
         void *scratch = NULL;
         if (table_find(&run_table, key, &scratch) != NULL)
