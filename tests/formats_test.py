@@ -130,8 +130,8 @@ class FormatsTest(unittest.TestCase):
         # without the policy, each tool lacks an adapter: both named, exit 2, nothing run
         p = self.toolpool("run", "--registry", tools, "--store", self.path("s2"), self.path("store-openai.jsonl"))
         self.assertEqual(p.returncode, 2)
-        self.assertIn("openai.json:3: [0] (echo): no adapter", p.stderr)
-        self.assertIn("openai.json:15: [1] (noop): no adapter", p.stderr)
+        self.assertIn("openai.json:2: [0] (echo): no adapter", p.stderr)
+        self.assertIn("openai.json:16: [1] (noop): no adapter", p.stderr)
         self.assertEqual(p.stdout, "")
 
     def test_mcp_list_with_a_policy_file_and_a_run_block(self):
