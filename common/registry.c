@@ -1680,6 +1680,35 @@ static int apply_run(loader_t *ld, tp_tool_t *tool, bool *found)
 }
 
 /*
+ * Moves the loader onto key where the tool's value of it was written: its
+ * policy file "run" entry, else its registry "run" entry, else the tool
+ * itself (where the loader stands). fail() then names the right file and line.
+ */
+static void where_setting(loader_t *ld, const tp_tool_t *tool, const char *key)
+{
+    for (int f = 1; f >= 0; f--) {
+        if (json_object_get(json_object_get(f ? ld->prun : ld->run, tool->name), key) == NULL)
+            continue;
+        where_pop(&ld->at, (mark_t){0, 0});
+        ld->in_policy = f == 1;
+        where_key(&ld->at, "run");
+        where_key(&ld->at, tool->name);
+        break;
+    }
+    where_key(&ld->at, key);
+}
+
+/* fail() at where_setting, the loader back on the registry file. */
+#define FAIL_AT(ld, tool, key, ...)                                                                                 \
+    (where_setting((ld), (tool), (key)), fail_then_reset((ld), fail((ld), __VA_ARGS__)))
+
+static int fail_then_reset(loader_t *ld, int rc)
+{
+    ld->in_policy = false;
+    return rc;
+}
+
+/*
  * One tool: starts from a copy of the defaults, reads the name first (so
  * every later message can say which tool), registers it in the index
  * (a second tool of the same name is an error here), then the rest of its
@@ -1769,22 +1798,18 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
                         "\"http\")");
     if (!adapters[tool->adapter].available) {
         char list[64];
-        where_key(&ld->at, adapters[tool->adapter].name);
-        return fail(ld, "the %s adapter is not available in this build (%s are)",
-                    adapters[tool->adapter].name, available_adapters(list, sizeof list));
+        return FAIL_AT(ld, tool, adapters[tool->adapter].name, "the %s adapter is not available in this build (%s are)",
+                       adapters[tool->adapter].name, available_adapters(list, sizeof list));
     }
-    if (tool->cwd && tool->adapter != TP_ADAPTER_EXEC) {
-        where_key(&ld->at, "cwd");
-        return fail(ld, "only an exec tool has a working directory (this one is %s)",
-                    adapters[tool->adapter].name);
-    }
+    if (tool->cwd && tool->adapter != TP_ADAPTER_EXEC)
+        return FAIL_AT(ld, tool, "cwd", "only an exec tool has a working directory (this one is %s)",
+                       adapters[tool->adapter].name);
     if (tool->cwd) {
         struct stat st;
         int se = stat(tool->cwd, &st) != 0 ? errno : 0;
-        if (se || !S_ISDIR(st.st_mode)) {
-            where_key(&ld->at, "cwd");
-            return fail(ld, "%s is not a directory%s%s", tool->cwd, se ? ": " : "", se ? strerror(se) : "");
-        }
+        if (se || !S_ISDIR(st.st_mode))
+            return FAIL_AT(ld, tool, "cwd", "%s is not a directory%s%s", tool->cwd, se ? ": " : "",
+                           se ? strerror(se) : "");
     } else if (tool->adapter == TP_ADAPTER_EXEC && (tool->cwd = strdup(ld->adapter_dir)) == NULL) {
         return fail_oom(ld);
     }

@@ -1306,6 +1306,14 @@ static void test_err_policy_file(void)
     CU_ASSERT_EQUAL(strncmp(err, want, strlen(want)), 0);
     if (strncmp(err, want, strlen(want)) != 0)
         fprintf(stderr, "\n  got:  %s\n  want: %s\n", err, want);
+    /* a check made once the whole tool is read names the policy file's line too */
+    char *pol2 = tp_test_write(tmpdir, "pf-policy2.json", "{\"run\": {\"a\": {\"exec\": [\"x\"],\n \"cwd\": \"nope\"}}}\n");
+    CU_ASSERT_PTR_NULL(tp_registry_load_policy(reg_path, pol2, err, sizeof err));
+    snprintf(want, sizeof want, "%s:2: run.a.cwd: %s/nope is not a directory", pol2, tmpdir);
+    CU_ASSERT_EQUAL(strncmp(err, want, strlen(want)), 0);
+    if (strncmp(err, want, strlen(want)) != 0)
+        fprintf(stderr, "\n  got:  %s\n  want: %s\n", err, want);
+    free(pol2);
     /* a policy file that does not exist */
     CU_ASSERT_PTR_NULL(tp_registry_load_policy(reg_path, "/nonexistent/p.json", err, sizeof err));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "/nonexistent/p.json: cannot read: No such file"));
