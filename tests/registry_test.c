@@ -1183,12 +1183,15 @@ static void test_mcp_list(void)
         "  {\"name\": \"put\", \"inputSchema\": {\"type\": \"object\"},\n"
         "   \"annotations\": {\"destructiveHint\": true, \"idempotentHint\": true}},\n"
         "  {\"name\": \"rm2\", \"inputSchema\": {\"type\": \"object\"}, \"annotations\": {\"destructiveHint\": true}},\n"
-        "  {\"name\": \"own\", \"exec\": [\"x\"], \"idempotent\": false}\n"
+        "  {\"name\": \"own\", \"exec\": [\"x\"], \"idempotent\": false},\n"
+        "  {\"type\": \"function\", \"function\": {\"name\": \"oa\", \"parameters\": {\"type\": \"object\"}}},\n"
+        "  {\"type\": \"function\", \"name\": \"of\"}\n"
         " ],\n"
         " \"nextCursor\": \"abc\",\n"
         " \"defaults\": {\"attempts\": 2},\n"
         " \"run\": {\"read\": {\"exec\": [\"cat\"]}, \"rm\": {\"exec\": [\"rm\"]}, \"put\": {\"exec\": [\"put\"]},\n"
-        "         \"rm2\": {\"exec\": [\"rm\"], \"idempotent\": true}, \"own\": {\"timeout\": \"3s\"}}}\n",
+        "         \"rm2\": {\"exec\": [\"rm\"], \"idempotent\": true}, \"own\": {\"timeout\": \"3s\"},\n"
+        "         \"oa\": {\"plugin\": {\"path\": \"p.so\"}}, \"of\": {\"exec\": [\"x\"]}}}\n",
         &path, err, sizeof err);
     if (reg == NULL)
         fprintf(stderr, "\n%s\n", err);
@@ -1205,6 +1208,11 @@ static void test_mcp_list(void)
     CU_ASSERT(!own->policy.idempotent); /* toolpool's form, mixed in, with a run entry too */
     CU_ASSERT_EQUAL(own->policy.timeout_us, 3000000u);
     CU_ASSERT_EQUAL(rd->policy.attempts, 2);
+    /* OpenAI entries mixed in, nested and flat */
+    CU_ASSERT_EQUAL(reg->n_tools, 7);
+    CU_ASSERT_EQUAL(tp_registry_find(reg, "oa")->adapter, TP_ADAPTER_PLUGIN);
+    CU_ASSERT_EQUAL(tp_jsonschema_dialect(tp_registry_find(reg, "oa")->schema), TP_JSONSCHEMA_DRAFT7);
+    CU_ASSERT_EQUAL(tp_registry_find(reg, "of")->adapter, TP_ADAPTER_EXEC);
     /* an MCP inputSchema is 2020-12 unless it says otherwise */
     CU_ASSERT_EQUAL(tp_jsonschema_dialect(rd->schema), TP_JSONSCHEMA_2020_12);
     tp_registry_free(reg);
