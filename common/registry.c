@@ -2512,6 +2512,12 @@ tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, cha
     } else if (!json_is_object(root)) {
         fail(&ld, "expected an object like {\"tools\": [...]}, or an OpenAI tool list [...], got %s", GOT(root));
         goto fail;
+    } else if (json_object_get(root, "jsonrpc") != NULL) {
+        where_key(&ld.at, "jsonrpc");
+        fail(&ld, "unknown key (a whole JSON-RPC answer: the registry takes its \"result\", {\"tools\": [...]}, "
+                  "as it is)");
+        finish_errors(&ld);
+        goto fail;
     } else {
         parse_object(&ld, root, &top_table, reg);
         check_defaults(&ld);

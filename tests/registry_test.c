@@ -1246,6 +1246,9 @@ static void test_err_formats(void)
     EXPECT_ERROR("[{\"type\": \"function\", \"function\": {\"name\": \"a\"},\n \"timeout\": \"5s\"}]", 2,
                  "[0] (a).timeout", "a toolpool setting: it goes in \"run\"");
 
+    EXPECT_ERROR("{\"jsonrpc\": \"2.0\", \"id\": 1,\n \"result\": {\"tools\": []}}", 1, "jsonrpc",
+                 "a whole JSON-RPC answer: the registry takes its \"result\"");
+
     /* several errors in one file: every one, on its own line, in the file's order */
     char err[TP_REGISTRY_ERRLEN], *path, want[PATH_MAX + 512];
     tp_registry_t *reg = load("several.json",
