@@ -110,6 +110,7 @@ typedef struct {
     json_t *imported;   /* the tools the servers listed, as tool objects, in order */
     size_t *imported_from; /* for each, its server's position in "mcp_servers" */
     bool tools_at_root; /* the file is an OpenAI list: "tools" is the root array */
+    int *tool_lines;    /* where each declared tool starts, found in one walk (tp_json_element_lines) */
     const char *dir;    /* where the file being read sits: relative paths start here */
     const char *adapter_dir; /* the dir of the file that gave the tool being read its adapter */
     json_t *run;        /* the registry file's "run" block, or NULL */
@@ -1723,7 +1724,7 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
     if (!imported)
         where_index(&ld->at, i); /* an imported tool's place is its server's, set by the caller */
     tool->index = i;
-    tool->line = tp_json_line(ld->text, ld->len, ld->at.ptr);
+    tool->line = !imported && ld->tool_lines ? ld->tool_lines[i] : tp_json_line(ld->text, ld->len, ld->at.ptr);
     ld->adapter_dir = reg->dir;
     if (!json_is_object(t))
         return fail(ld, "expected a tool object, got %s", GOT(t));
@@ -1861,6 +1862,11 @@ static int parse_tools(loader_t *ld)
     if (reg->tools == NULL || reg->index == NULL)
         return fail_oom(ld);
     reg->n_tools = n;
+    if (nd > 0 && (ld->tool_lines = calloc(nd, sizeof *ld->tool_lines)) != NULL &&
+        tp_json_element_lines(ld->text, ld->len, ld->tools_at_root ? "" : "/tools", ld->tool_lines, nd) < nd) {
+        free(ld->tool_lines); /* not the array jansson read: ask for each line */
+        ld->tool_lines = NULL;
+    }
     int rc = 0;
     mark_t m = {0, 0};
     if (!ld->tools_at_root)
@@ -2551,6 +2557,8 @@ tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, cha
         check_fallbacks(&ld);
     }
     (void)rc;
+    free(ld.tool_lines);
+    ld.tool_lines = NULL;
     if (ld.n_errors > 0) {
         finish_errors(&ld);
         goto fail;

@@ -203,6 +203,29 @@ static void test_jsonpos_missing(void)
     CU_ASSERT_EQUAL(tp_json_line("  \n ", 4, ""), 0);
 }
 
+/* Every element's line in one walk: the same lines tp_json_line gives one at a time. */
+static void test_jsonpos_element_lines(void)
+{
+    int lines[8] = {0};
+    const char *arrays[] = {"/t", "/b/c"};
+    for (size_t a = 0; a < 2; a++) {
+        size_t n = tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, arrays[a], lines, 8);
+        CU_ASSERT_EQUAL(n, a == 0 ? 5u : 3u);
+        for (size_t i = 0; i < n; i++) {
+            char ptr[32];
+            snprintf(ptr, sizeof ptr, "%s/%zu", arrays[a], i);
+            CU_ASSERT_EQUAL(lines[i], pos(ptr));
+        }
+    }
+    CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/t", lines, 2), 2); /* n caps it */
+    CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/a", lines, 8), 0); /* no array */
+    CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/t/1", lines, 8), 0); /* empty */
+    CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/zz", lines, 8), 0);
+    static const char t[] = "\n[\n 1,\n [2,\n  3],\r\n \"x\"\n]";
+    CU_ASSERT_EQUAL(tp_json_element_lines(t, sizeof t - 1, "", lines, 8), 3);
+    CU_ASSERT(lines[0] == 3 && lines[1] == 4 && lines[2] == 6);
+}
+
 static void test_jsonpos_array_root(void)
 {
     static const char t[] = "\n[\n 1,\n [2,\n  3],\r\n \"x\"\n]";
@@ -1454,6 +1477,7 @@ int main(void)
         {"error: bad duration", test_err_duration},
         {"error: duplicate name", test_err_duplicate_name},
         {"error: no adapter", test_err_no_adapter},
+        {"jsonpos: every element's line in one walk", test_jsonpos_element_lines},
         {"an OpenAI list with a policy file", test_openai_list},
         {"an MCP tools/list result with a run block; annotations", test_mcp_list},
         {"error: the other forms, hints, all errors in one pass", test_err_formats},
