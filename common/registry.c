@@ -1654,17 +1654,16 @@ static int apply_annotations(loader_t *ld, json_t *t, tp_tool_t *tool)
 
 /*
  * The tool's "run" entries, the registry file's and then the policy
- * file's, each read over what the tool has. *found says whether there was
- * one. The loader's place is kept and given back.
+ * file's, each read over what the tool has. The loader's place is kept
+ * and given back.
  */
-static int apply_run(loader_t *ld, tp_tool_t *tool, bool *found)
+static int apply_run(loader_t *ld, tp_tool_t *tool)
 {
     int rc = 0;
     for (int f = 0; f < 2; f++) {
         json_t *entry = json_object_get(f == 0 ? ld->run : ld->prun, tool->name);
         if (entry == NULL)
             continue;
-        *found = true;
         where_t saved = ld->at;
         where_pop(&ld->at, (mark_t){0, 0});
         ld->in_policy = f == 1;
@@ -1779,8 +1778,7 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
         rc = -1;
     if (form == FORM_MCP && apply_annotations(ld, t, tool) < 0)
         rc = -1;
-    bool in_run = false;
-    if (apply_run(ld, tool, &in_run) < 0)
+    if (apply_run(ld, tool) < 0)
         rc = -1;
     /* MCP reads an inputSchema without "$schema" as 2020-12 */
     static const char *const at_openai[] = {"function", "parameters", NULL}, *const at_mcp[] = {"inputSchema", NULL},
@@ -1816,7 +1814,6 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
     }
     if (tool->description == NULL && (tool->description = strdup("")) == NULL)
         return fail_oom(ld);
-    (void)in_run;
     where_pop(&ld->at, m);
     return 0;
 }
@@ -2546,7 +2543,7 @@ tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, cha
     if (ld.n_errors == 0)
         import_servers(&ld); /* starts processes: not for a file known to be wrong */
     where_pop(&ld.at, (mark_t){0, 0});
-    int rc = parse_tools(&ld);
+    parse_tools(&ld);
     bool named = reg->index != NULL;
     for (size_t i = 0; i < reg->n_tools; i++)
         named = named && reg->tools[i].name != NULL;
@@ -2556,7 +2553,6 @@ tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, cha
         check_run_names(&ld);
         check_fallbacks(&ld);
     }
-    (void)rc;
     free(ld.tool_lines);
     ld.tool_lines = NULL;
     if (ld.n_errors > 0) {
