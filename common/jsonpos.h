@@ -17,4 +17,10 @@
  */
 int tp_json_line(const char *text, size_t len, const char *pointer);
 
+/*
+ * The lines of the first n elements of the array at pointer, into lines,
+ * in one walk. Returns how many were found (0 when pointer names no array).
+ */
+size_t tp_json_element_lines(const char *text, size_t len, const char *pointer, int *lines, size_t n);
+
 #endif

@@ -109,7 +109,26 @@ typedef struct {
     json_t *servers_json; /* "mcp_servers", imported after "defaults" */
     json_t *imported;   /* the tools the servers listed, as tool objects, in order */
     size_t *imported_from; /* for each, its server's position in "mcp_servers" */
+    bool tools_at_root; /* the file is an OpenAI list: "tools" is the root array */
+    int *tool_lines;    /* where each declared tool starts, found in one walk (tp_json_element_lines) */
+    const char *dir;    /* where the file being read sits: relative paths start here */
+    const char *adapter_dir; /* the dir of the file that gave the tool being read its adapter */
+    json_t *run;        /* the registry file's "run" block, or NULL */
+    /* the policy file (--policy), read after the registry's top level */
+    const char *pfile, *ptext;
+    size_t plen;
+    char *pdir;
+    json_t *proot;
+    json_t *prun;       /* its "run" block, or NULL */
+    bool in_policy;     /* reading the policy file: fail() names it */
+    /* every error of one load, up to TP_REGISTRY_ERRORS_SHOWN of them in err */
+    size_t n_errors;
+    size_t err_used;
+    bool err_full;
 } loader_t;
+
+/* The number of errors written out; the rest are counted, "and N more errors". */
+#define TP_REGISTRY_ERRORS_SHOWN 20
 
 /* The one format of every message: "FILE:LINE: KEYPATH: msg", parts left out when unknown. */
 static void report(char *err, size_t errlen, const char *file, int line, const char *key,
@@ -132,19 +151,63 @@ static void report(char *err, size_t errlen, const char *file, int line, const c
 }
 
 /*
+ * Appends one message to err, a line each: the first as a single error has
+ * always been written, the others after a newline. Past
+ * TP_REGISTRY_ERRORS_SHOWN, or when err has no room for the whole line, the
+ * error is only counted (finish_errors says how many were left out).
+ */
+static void add_error(loader_t *ld, const char *line)
+{
+    ld->n_errors++;
+    if (ld->err == NULL || ld->errlen == 0 || ld->err_full)
+        return;
+    size_t n = strlen(line), sep = ld->err_used ? 1 : 0;
+    /* keep room for "\nand N more errors" */
+    if (ld->n_errors > TP_REGISTRY_ERRORS_SHOWN || ld->err_used + sep + n + 40 >= ld->errlen) {
+        if (ld->err_used == 0) /* the first always shows, cut if it must */
+            snprintf(ld->err, ld->errlen, "%s", line), ld->err_used = strlen(ld->err);
+        ld->err_full = ld->err_used > 0 && ld->n_errors > 1;
+        return;
+    }
+    if (sep)
+        ld->err[ld->err_used++] = '\n';
+    memcpy(ld->err + ld->err_used, line, n + 1);
+    ld->err_used += n;
+}
+
+/* After the load: "and N more errors" for those counted but not written. */
+static void finish_errors(loader_t *ld)
+{
+    size_t shown = 0;
+    if (ld->err == NULL || ld->errlen == 0 || ld->n_errors == 0)
+        return;
+    for (const char *p = ld->err; *p; p++)
+        shown += *p == '\n';
+    shown++;
+    if (ld->n_errors > shown)
+        snprintf(ld->err + ld->err_used, ld->errlen - ld->err_used, "\nand %zu more error%s", ld->n_errors - shown,
+                 ld->n_errors - shown == 1 ? "" : "s");
+}
+
+/*
  * Writes "FILE:LINE: KEYPATH: message" for wherever the loader stands and
- * returns -1, so every check reads `return fail(ld, ...)`.
+ * returns -1, so every check reads `return fail(ld, ...)`. The load goes
+ * on to find the other errors: parse_object skips to the next key, and
+ * parse_tools to the next tool.
  */
 static int fail(loader_t *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(loader_t *ld, const char *fmt, ...)
 {
-    char msg[1024];
+    char msg[1024], one[2048];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    int line = tp_json_line(ld->text, ld->len, ld->at.ptr);
-    report(ld->err, ld->errlen, ld->file, line, ld->at.key, msg);
+    const char *file = ld->in_policy ? ld->pfile : ld->file, *text = ld->in_policy ? ld->ptext : ld->text;
+    size_t len = ld->in_policy ? ld->plen : ld->len;
+    int line = tp_json_line(text, len, ld->at.ptr);
+    report(one, sizeof one, file, line, ld->at.key, msg);
+    add_error(ld, one);
     return -1;
 }
 
@@ -235,6 +298,7 @@ typedef enum {
     K_SCHEMA_REFS, /* {URI: FILE}: each file read now, kept as a document by URI */
     K_ENV,      /* an object of strings -> NULL-terminated char ** of "K=V" */
     K_SERVERS,  /* the top-level mcp_servers object, imported after "defaults" */
+    K_RUN,      /* the top-level "run" block: {TOOL: settings}, read with each tool */
 } key_type_t;
 
 enum {
@@ -395,6 +459,70 @@ static const key_spec_t tool_keys[] = {
 static const key_table_t tool_table = {tool_keys, sizeof tool_keys / sizeof tool_keys[0],
                                        &policy_table, offsetof(tp_tool_t, policy)};
 
+/*
+ * A "run" entry: toolpool's settings of a tool declared elsewhere (an
+ * OpenAI or MCP declaration, or toolpool's own): its adapter, its schema
+ * settings and its policy, never its name, description or parameters.
+ */
+static const key_spec_t run_keys[] = {
+    {KEY("exec", K_ADAPTER), .adapter = TP_ADAPTER_EXEC, .flags = F_PATH},
+    {KEY("plugin", K_ADAPTER), .adapter = TP_ADAPTER_PLUGIN, .sub = &plugin_table},
+    {KEY("mcp", K_ADAPTER), .adapter = TP_ADAPTER_MCP, .sub = &mcp_table},
+    {KEY("http", K_ADAPTER), .adapter = TP_ADAPTER_HTTP, .sub = &http_table},
+    {KEY("cwd", K_STRING), TOOL(cwd), .flags = F_NONEMPTY | F_PATH},
+    {KEY("schema_dialect", K_DIALECT), TOOL(schema_dialect)},
+    {KEY("formats", K_FORMATS), TOOL(formats)},
+};
+static const key_table_t run_table = {run_keys, sizeof run_keys / sizeof run_keys[0], &policy_table,
+                                      offsetof(tp_tool_t, policy)};
+
+/*
+ * The declarations of the other ecosystems, read as they are written:
+ * OpenAI's function tool, nested ({"type": "function", "function": {...}})
+ * or flat as the Responses API writes it, and an MCP tools/list entry.
+ * "type" and "name" are read by hand (K_SKIP); "annotations" too
+ * (apply_annotations). MCP's title, outputSchema, icons and _meta mean
+ * nothing to a run and are let through.
+ */
+static const key_spec_t openai_fn_keys[] = {
+    {KEY("name", K_SKIP)},
+    {KEY("description", K_STRING), TOOL(description)},
+    {KEY("parameters", K_SCHEMA), TOOL(parameters)},
+    {KEY("strict", K_BOOL), TOOL(strict)},
+};
+static const key_table_t openai_fn_table = TABLE(openai_fn_keys);
+
+static const key_spec_t openai_keys[] = {
+    {KEY("type", K_SKIP)},
+    {KEY("function", K_OBJECT), .sub = &openai_fn_table},
+};
+static const key_table_t openai_table = TABLE(openai_keys);
+
+static const key_spec_t openai_flat_keys[] = {
+    {KEY("type", K_SKIP)},
+};
+static const key_table_t openai_flat_table = {openai_flat_keys, 1, &openai_fn_table, 0};
+
+static const key_spec_t mcp_decl_keys[] = {
+    {KEY("name", K_SKIP)},
+    {KEY("title", K_SKIP)},
+    {KEY("description", K_STRING), TOOL(description)},
+    {KEY("inputSchema", K_SCHEMA), TOOL(parameters)},
+    {KEY("outputSchema", K_SKIP)},
+    {KEY("annotations", K_SKIP)},
+    {KEY("icons", K_SKIP)},
+    {KEY("_meta", K_SKIP)},
+};
+static const key_table_t mcp_decl_table = TABLE(mcp_decl_keys);
+
+/* How a "tools" entry is declared (tool_form). */
+typedef enum {
+    FORM_TOOLPOOL = 0,
+    FORM_OPENAI,      /* {"type": "function", "function": {...}} */
+    FORM_OPENAI_FLAT, /* {"type": "function", "name": ...} */
+    FORM_MCP,         /* {"name", "inputSchema", ...}, with no adapter key */
+} form_t;
+
 /* Per job; 0 (absent) means no cap. */
 static const key_spec_t guard_keys[] = {
     {KEY("max_steps", K_UINT), GRD(max_steps), .min = 1},
@@ -412,8 +540,23 @@ static const key_spec_t top_keys[] = {
     {KEY("schema_refs", K_SCHEMA_REFS), FIELD(tp_registry_t, schema_refs)},
     {KEY("tools", K_TOOLS)},
     {KEY("mcp_servers", K_SERVERS)},
+    {KEY("run", K_RUN)},
+    /* a tools/list result copied whole */
+    {KEY("nextCursor", K_SKIP)},
+    {KEY("_meta", K_SKIP)},
 };
 static const key_table_t top_table = TABLE(top_keys);
+
+/* The policy file (--policy): toolpool's settings, no tools of its own. */
+static const key_spec_t policy_file_keys[] = {
+    {KEY("defaults", K_OBJECT), FIELD(tp_registry_t, defaults), .sub = &policy_table},
+    {KEY("guards", K_OBJECT), FIELD(tp_registry_t, guards), .sub = &guard_table},
+    {KEY("schema_dialect", K_DIALECT), FIELD(tp_registry_t, schema_dialect)},
+    {KEY("formats", K_FORMATS), FIELD(tp_registry_t, formats)},
+    {KEY("schema_refs", K_SCHEMA_REFS), FIELD(tp_registry_t, schema_refs)},
+    {KEY("run", K_RUN)},
+};
+static const key_table_t policy_file_table = TABLE(policy_file_keys);
 
 /* The adapters, and which of them this build's worker can run. */
 static const struct {
@@ -916,7 +1059,7 @@ static int parse_argv(loader_t *ld, json_t *v, unsigned flags, char ***out, size
             return fail(ld, "expected %s, got %s", i == 0 ? "a program" : "a string", GOT(e));
         const char *s = json_string_value(e);
         if (i == 0 && (flags & F_PATH) && strchr(s, '/') != NULL)
-            av[i] = resolve_path(ld->reg->dir, s);
+            av[i] = resolve_path(ld->dir, s);
         else
             av[i] = strdup(s);
         if (av[i] == NULL)
@@ -941,7 +1084,7 @@ static int parse_string(loader_t *ld, const key_spec_t *s, json_t *v, char **out
                     GOT(v));
     if ((s->flags & F_URL) && strncmp(str, "http://", 7) != 0 && strncmp(str, "https://", 8) != 0)
         return fail(ld, "expected an http:// or https:// URL, got %s", GOT(v));
-    char *copy = (s->flags & F_PATH) ? resolve_path(ld->reg->dir, str) : strdup(str);
+    char *copy = (s->flags & F_PATH) ? resolve_path(ld->dir, str) : strdup(str);
     if (copy == NULL)
         return fail_oom(ld);
     free(*out);
@@ -963,6 +1106,7 @@ static int parse_adapter(loader_t *ld, const key_spec_t *s, json_t *v, tp_tool_t
         return fail(ld, "a tool has exactly one adapter, and this one already has \"%s\"",
                     adapters[tool->adapter].name);
     tool->adapter = s->adapter;
+    ld->adapter_dir = ld->dir;
     if (s->sub == NULL)
         return parse_argv(ld, v, s->flags, &tool->argv, &tool->argc);
     return parse_object(ld, v, s->sub, tool);
@@ -978,6 +1122,20 @@ static int parse_tools_value(loader_t *ld, json_t *v)
     if (!json_is_array(v))
         return fail(ld, "expected a non-empty array of tools, got %s", GOT(v));
     ld->tools_json = v;
+    return 0;
+}
+
+/* "run": {TOOL: {settings}}, each entry read with its tool (parse_tool). */
+static int parse_run_value(loader_t *ld, json_t *v)
+{
+    char got[96];
+    if (!json_is_object(v))
+        return fail(ld, "expected an object of tool names, each with its settings like "
+                        "{\"search_kb\": {\"exec\": [\"./kb\"], \"timeout\": \"8s\"}}, got %s", GOT(v));
+    if (ld->in_policy)
+        ld->prun = v;
+    else
+        ld->run = v;
     return 0;
 }
 
@@ -1043,7 +1201,7 @@ static int parse_schema_refs(loader_t *ld, json_t *v, json_t **out)
         mark_t m = where_key(&ld->at, uri);
         if (!json_is_string(file) || json_string_length(file) == 0)
             return fail(ld, "expected a file name, got %s", GOT(file));
-        char *path = resolve_path(ld->reg->dir, json_string_value(file));
+        char *path = resolve_path(ld->dir, json_string_value(file));
         if (path == NULL)
             return fail_oom(ld);
         json_error_t jerr;
@@ -1072,11 +1230,13 @@ static json_t *schema_load(const char *uri, void *arg)
 
 /*
  * A tool's "parameters", compiled with its dialect and formats: its own,
- * else (the dialect) 2020-12 for an MCP server's tool, else the registry's.
- * The loader stands on the tool. An error points at
- * the schema keyword itself, "tools[0] (a).parameters/properties/q/type".
+ * else (the dialect) 2020-12 for an MCP server's tool, else the form's
+ * (dflt: 2020-12 for a tool declared from an MCP list), else the
+ * registry's. The loader stands on the tool; at is the path from there to
+ * the schema. An error points at the schema keyword itself,
+ * "tools[0] (a).parameters/properties/q/type".
  */
-static int compile_parameters(loader_t *ld, tp_tool_t *tool)
+static int compile_parameters(loader_t *ld, tp_tool_t *tool, int dflt, const char *const *at)
 {
     if (tool->parameters == NULL)
         return 0;
@@ -1084,6 +1244,7 @@ static int compile_parameters(loader_t *ld, tp_tool_t *tool)
     /* MCP reads an inputSchema without "$schema" as 2020-12: so does an MCP server's tool */
     int dialect = tool->schema_dialect                ? tool->schema_dialect
                   : tool->adapter == TP_ADAPTER_MCP ? TP_JSONSCHEMA_2020_12
+                  : dflt                            ? dflt
                                                     : reg->schema_dialect;
     int formats = tool->formats ? tool->formats : reg->formats;
     tp_jsonschema_opts_t opts = {
@@ -1093,7 +1254,9 @@ static int compile_parameters(loader_t *ld, tp_tool_t *tool)
         .load_arg = reg,
     };
     char serr[768];
-    mark_t mp = where_key(&ld->at, "parameters");
+    mark_t mp = {ld->at.ptr_len, ld->at.key_len};
+    for (; *at != NULL; at++)
+        where_key(&ld->at, *at);
     tp_jsonschema_t *compiled = tp_jsonschema_compile_opts(tool->parameters, &opts, serr, sizeof serr);
     if (compiled == NULL) {
         /* serr is "POINTER: what": point the line at the schema keyword itself. */
@@ -1233,6 +1396,8 @@ static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
         return parse_tools_value(ld, v);
     case K_SERVERS:
         return parse_servers_value(ld, v);
+    case K_RUN:
+        return parse_run_value(ld, v);
     case K_ENV:
         return parse_env(ld, v, (char ***)field);
     }
@@ -1283,10 +1448,37 @@ static size_t edit_distance(const char *a, const char *b)
  */
 static int fail_unknown(loader_t *ld, const key_table_t *tab, const char *key)
 {
+    /* keys of the other formats, where they do not belong */
+    static const struct {
+        const char *key, *hint;
+    } hints[] = {
+        {"inputSchema", "toolpool calls it \"parameters\"; an MCP tool list's entry has no adapter key"},
+        {"input_schema", "Anthropic's name for it: toolpool calls it \"parameters\""},
+        {"retries", "toolpool has \"attempts\", and attempts counts the first try: \"retries\": 2 is \"attempts\": 3"},
+        {"max_retries", "toolpool has \"attempts\", and attempts counts the first try: \"max_retries\": 2 is "
+                        "\"attempts\": 3"},
+        {"function", "the OpenAI wrapper goes with \"type\": \"function\" and nothing else: "
+                     "{\"type\": \"function\", \"function\": {...}}, its settings in \"run\"; in toolpool's "
+                     "form the name, description and parameters sit in the tool itself"},
+    };
+    for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
+        if (strcmp(key, hints[i].key) == 0)
+            return fail(ld, "unknown key (%s)", hints[i].hint);
+    if (tab == &policy_file_table && (strcmp(key, "tools") == 0 || strcmp(key, "mcp_servers") == 0))
+        return fail(ld, "unknown key (a policy file holds toolpool's settings only: the tools are declared in the "
+                        "registry file)");
+    if (tab == &openai_table || tab == &openai_fn_table || tab == &openai_flat_table || tab == &mcp_decl_table) {
+        void *scratch = NULL;
+        if (table_find(&run_table, key, &scratch) != NULL)
+            return fail(ld, "unknown key (a toolpool setting: it goes in \"run\": {\"TOOL\": {\"%s\": ...}}, "
+                            "beside the tools or in the policy file, so the declaration stays as written)", key);
+    }
     const char *best = NULL;
     size_t best_d = strlen(key) >= 5 ? 3 : 2, total = 0; /* a typo or two away */
     for (const key_table_t *t = tab; t != NULL; t = t->next) {
         for (size_t i = 0; i < t->n; i++) {
+            if (t == &top_table && t->keys[i].type == K_SKIP)
+                continue; /* let through from a tools/list result, never suggested */
             size_t d = edit_distance(key, t->keys[i].name);
             if (d < best_d) {
                 best_d = d;
@@ -1304,6 +1496,8 @@ static int fail_unknown(loader_t *ld, const key_table_t *tab, const char *key)
     list[0] = '\0';
     for (const key_table_t *t = tab; t != NULL; t = t->next) {
         for (size_t i = 0; i < t->n; i++) {
+            if (t == &top_table && t->keys[i].type == K_SKIP)
+                continue;
             int w = snprintf(list + len, sizeof list - len, "%s\"%s\"", len ? ", " : "",
                              t->keys[i].name);
             if (w > 0 && (size_t)w < sizeof list - len)
@@ -1325,21 +1519,20 @@ static int parse_object(loader_t *ld, json_t *obj, const key_table_t *tab, void 
         return fail(ld, "expected an object, got %s", GOT(obj));
     const char *key;
     json_t *v;
+    int rc = 0;
     json_object_foreach(obj, key, v) {
         void *at = base;
         const key_spec_t *s = table_find(tab, key, &at);
         mark_t m = where_key(&ld->at, key);
-        if (s == NULL)
-            return fail_unknown(ld, tab, key);
-        if (parse_key(ld, s, v, at) < 0)
-            return -1;
+        if (s == NULL ? fail_unknown(ld, tab, key) < 0 : parse_key(ld, s, v, at) < 0)
+            rc = -1; /* reported; the next key may have an error of its own */
         where_pop(&ld->at, m);
     }
     for (const key_table_t *t = tab; t != NULL; t = t->next)
         for (size_t i = 0; i < t->n; i++)
             if ((t->keys[i].flags & F_REQUIRED) && json_object_get(obj, t->keys[i].name) == NULL)
-                return fail(ld, "missing required key \"%s\"", t->keys[i].name);
-    return 0;
+                rc = fail(ld, "missing required key \"%s\"", t->keys[i].name);
+    return rc;
 }
 
 /*
@@ -1406,10 +1599,121 @@ static const char *available_adapters(char *buf, size_t n)
 }
 
 /*
+ * How a "tools" entry is declared, from its keys alone: "type" makes it an
+ * OpenAI function tool (nested when it has "function", else the flat form
+ * of the Responses API); "inputSchema" with no adapter key an MCP
+ * tools/list entry; anything else toolpool's own form. An entry with an
+ * adapter and "inputSchema" is toolpool's form with a misplaced key.
+ */
+static form_t tool_form(json_t *t)
+{
+    static const char *const adapter_keys[] = {"exec", "plugin", "mcp", "http"};
+    if (json_object_get(t, "type") != NULL)
+        return json_object_get(t, "function") != NULL ? FORM_OPENAI : FORM_OPENAI_FLAT;
+    if (json_object_get(t, "inputSchema") == NULL)
+        return FORM_TOOLPOOL;
+    for (size_t i = 0; i < sizeof adapter_keys / sizeof adapter_keys[0]; i++)
+        if (json_object_get(t, adapter_keys[i]) != NULL)
+            return FORM_TOOLPOOL;
+    return FORM_MCP;
+}
+
+/*
+ * An MCP tool's "annotations" where they mean something to a run:
+ * readOnlyHint or idempotentHint true makes it idempotent (retried after a
+ * timeout), else destructiveHint true makes it not idempotent. A "run"
+ * entry's own "idempotent" is read later and wins. The other annotations
+ * (title, openWorldHint, ones MCP adds later) are let through.
+ */
+static int apply_annotations(loader_t *ld, json_t *t, tp_tool_t *tool)
+{
+    char got[96];
+    json_t *a = json_object_get(t, "annotations");
+    if (a == NULL)
+        return 0;
+    mark_t m = where_key(&ld->at, "annotations");
+    if (!json_is_object(a))
+        return fail(ld, "expected an object of MCP tool annotations, got %s", GOT(a));
+    static const char *const hints[] = {"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++) {
+        json_t *v = json_object_get(a, hints[i]);
+        if (v == NULL || json_is_boolean(v))
+            continue;
+        mark_t mh = where_key(&ld->at, hints[i]);
+        rc = fail(ld, "expected true or false, got %s", GOT(v));
+        where_pop(&ld->at, mh);
+    }
+    if (json_is_true(json_object_get(a, "readOnlyHint")) || json_is_true(json_object_get(a, "idempotentHint")))
+        tool->policy.idempotent = true;
+    else if (json_is_true(json_object_get(a, "destructiveHint")))
+        tool->policy.idempotent = false;
+    where_pop(&ld->at, m);
+    return rc;
+}
+
+/*
+ * The tool's "run" entries, the registry file's and then the policy
+ * file's, each read over what the tool has. The loader's place is kept
+ * and given back.
+ */
+static int apply_run(loader_t *ld, tp_tool_t *tool)
+{
+    int rc = 0;
+    for (int f = 0; f < 2; f++) {
+        json_t *entry = json_object_get(f == 0 ? ld->run : ld->prun, tool->name);
+        if (entry == NULL)
+            continue;
+        where_t saved = ld->at;
+        where_pop(&ld->at, (mark_t){0, 0});
+        ld->in_policy = f == 1;
+        ld->dir = f == 1 ? ld->pdir : ld->reg->dir;
+        where_key(&ld->at, "run");
+        where_key(&ld->at, tool->name);
+        if (parse_object(ld, entry, &run_table, tool) < 0 || check_output_once(ld, entry) < 0)
+            rc = -1;
+        ld->in_policy = false;
+        ld->dir = ld->reg->dir;
+        ld->at = saved;
+    }
+    return rc;
+}
+
+/*
+ * Moves the loader onto key where the tool's value of it was written: its
+ * policy file "run" entry, else its registry "run" entry, else the tool
+ * itself (where the loader stands). fail() then names the right file and line.
+ */
+static void where_setting(loader_t *ld, const tp_tool_t *tool, const char *key)
+{
+    for (int f = 1; f >= 0; f--) {
+        if (json_object_get(json_object_get(f ? ld->prun : ld->run, tool->name), key) == NULL)
+            continue;
+        where_pop(&ld->at, (mark_t){0, 0});
+        ld->in_policy = f == 1;
+        where_key(&ld->at, "run");
+        where_key(&ld->at, tool->name);
+        break;
+    }
+    where_key(&ld->at, key);
+}
+
+/* fail() at where_setting, the loader back on the registry file. */
+#define FAIL_AT(ld, tool, key, ...)                                                                                 \
+    (where_setting((ld), (tool), (key)), fail_then_reset((ld), fail((ld), __VA_ARGS__)))
+
+static int fail_then_reset(loader_t *ld, int rc)
+{
+    ld->in_policy = false;
+    return rc;
+}
+
+/*
  * One tool: starts from a copy of the defaults, reads the name first (so
  * every later message can say which tool), registers it in the index
  * (a second tool of the same name is an error here), then the rest of its
- * keys, then the adapter rules.
+ * keys by its form (tool_form), MCP annotations, its "run" entries, its
+ * parameters, then the adapter rules.
  */
 static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool imported)
 {
@@ -1419,16 +1723,33 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
     if (!imported)
         where_index(&ld->at, i); /* an imported tool's place is its server's, set by the caller */
     tool->index = i;
-    tool->line = tp_json_line(ld->text, ld->len, ld->at.ptr);
+    tool->line = !imported && ld->tool_lines ? ld->tool_lines[i] : tp_json_line(ld->text, ld->len, ld->at.ptr);
+    ld->adapter_dir = reg->dir;
     if (!json_is_object(t))
         return fail(ld, "expected a tool object, got %s", GOT(t));
     if (policy_copy(&tool->policy, &reg->defaults) < 0)
         return fail_oom(ld);
 
-    json_t *name = json_object_get(t, "name");
+    form_t form = imported ? FORM_TOOLPOOL : tool_form(t);
+    mark_t mt = {ld->at.ptr_len, ld->at.key_len};
+    json_t *decl = t; /* the object holding the name */
+    if (form == FORM_OPENAI || form == FORM_OPENAI_FLAT) {
+        json_t *type = json_object_get(t, "type");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0) {
+            where_key(&ld->at, "type");
+            return fail(ld, "expected \"function\" (only function tools run in toolpool), got %s", GOT(type));
+        }
+    }
+    if (form == FORM_OPENAI) {
+        decl = json_object_get(t, "function");
+        where_key(&ld->at, "function");
+        if (!json_is_object(decl))
+            return fail(ld, "expected an object like {\"name\": ..., \"parameters\": {...}}, got %s", GOT(decl));
+    }
+    json_t *name = json_object_get(decl, "name");
     if (name == NULL)
         return fail(ld, "missing required key \"name\"");
-    mark_t mn = where_key(&ld->at, "name");
+    where_key(&ld->at, "name");
     if (!json_is_string(name) || !name_ok(json_string_value(name)))
         return fail(ld, "expected a name of letters, digits, '_', '.' or '-', at most %d bytes, got %s",
                     TP_TOOL_NAME_MAX, GOT(name));
@@ -1443,36 +1764,52 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
     if (tool->name == NULL)
         return fail_oom(ld);
     index_put(reg, i);
-    where_pop(&ld->at, mn);
+    where_pop(&ld->at, mt);
     char note[300];
     snprintf(note, sizeof note, " (%s)", tool->name);
     where_note(&ld->at, note);
 
-    if (parse_object(ld, t, &tool_table, tool) < 0 || check_output_once(ld, t) < 0 ||
-        compile_parameters(ld, tool) < 0)
+    const key_table_t *tab = form == FORM_OPENAI        ? &openai_table
+                             : form == FORM_OPENAI_FLAT ? &openai_flat_table
+                             : form == FORM_MCP         ? &mcp_decl_table
+                                                        : &tool_table;
+    int rc = 0;
+    if (parse_object(ld, t, tab, tool) < 0 || (form == FORM_TOOLPOOL && check_output_once(ld, t) < 0))
+        rc = -1;
+    if (form == FORM_MCP && apply_annotations(ld, t, tool) < 0)
+        rc = -1;
+    if (apply_run(ld, tool) < 0)
+        rc = -1;
+    /* MCP reads an inputSchema without "$schema" as 2020-12 */
+    static const char *const at_openai[] = {"function", "parameters", NULL}, *const at_mcp[] = {"inputSchema", NULL},
+                             *const at_own[] = {"parameters", NULL};
+    if (rc == 0 && compile_parameters(ld, tool, form == FORM_MCP ? TP_JSONSCHEMA_2020_12 : 0,
+                                      form == FORM_OPENAI ? at_openai : form == FORM_MCP ? at_mcp : at_own) < 0)
+        rc = -1;
+    if (rc < 0)
         return -1;
+    if (tool->adapter == 0 && form != FORM_TOOLPOOL)
+        return fail(ld, "no adapter: the tool is declared, and its settings are not: add \"run\": {\"%s\": "
+                        "{\"exec\": [...]}} (or \"plugin\", \"mcp\", \"http\") beside the tools or in the policy "
+                        "file (--policy)", tool->name);
     if (tool->adapter == 0)
         return fail(ld, "no adapter (expected exactly one of \"exec\", \"plugin\", \"mcp\", "
                         "\"http\")");
     if (!adapters[tool->adapter].available) {
         char list[64];
-        where_key(&ld->at, adapters[tool->adapter].name);
-        return fail(ld, "the %s adapter is not available in this build (%s are)",
-                    adapters[tool->adapter].name, available_adapters(list, sizeof list));
+        return FAIL_AT(ld, tool, adapters[tool->adapter].name, "the %s adapter is not available in this build (%s are)",
+                       adapters[tool->adapter].name, available_adapters(list, sizeof list));
     }
-    if (tool->cwd && tool->adapter != TP_ADAPTER_EXEC) {
-        where_key(&ld->at, "cwd");
-        return fail(ld, "only an exec tool has a working directory (this one is %s)",
-                    adapters[tool->adapter].name);
-    }
+    if (tool->cwd && tool->adapter != TP_ADAPTER_EXEC)
+        return FAIL_AT(ld, tool, "cwd", "only an exec tool has a working directory (this one is %s)",
+                       adapters[tool->adapter].name);
     if (tool->cwd) {
         struct stat st;
         int se = stat(tool->cwd, &st) != 0 ? errno : 0;
-        if (se || !S_ISDIR(st.st_mode)) {
-            where_key(&ld->at, "cwd");
-            return fail(ld, "%s is not a directory%s%s", tool->cwd, se ? ": " : "", se ? strerror(se) : "");
-        }
-    } else if (tool->adapter == TP_ADAPTER_EXEC && (tool->cwd = strdup(ld->reg->dir)) == NULL) {
+        if (se || !S_ISDIR(st.st_mode))
+            return FAIL_AT(ld, tool, "cwd", "%s is not a directory%s%s", tool->cwd, se ? ": " : "",
+                           se ? strerror(se) : "");
+    } else if (tool->adapter == TP_ADAPTER_EXEC && (tool->cwd = strdup(ld->adapter_dir)) == NULL) {
         return fail_oom(ld);
     }
     if (tool->description == NULL && (tool->description = strdup("")) == NULL)
@@ -1522,10 +1859,21 @@ static int parse_tools(loader_t *ld)
     if (reg->tools == NULL || reg->index == NULL)
         return fail_oom(ld);
     reg->n_tools = n;
-    mark_t m = where_key(&ld->at, "tools");
-    for (size_t i = 0; i < nd; i++)
+    if (nd > 0 && (ld->tool_lines = calloc(nd, sizeof *ld->tool_lines)) != NULL &&
+        tp_json_element_lines(ld->text, ld->len, ld->tools_at_root ? "" : "/tools", ld->tool_lines, nd) < nd) {
+        free(ld->tool_lines); /* not the array jansson read: ask for each line */
+        ld->tool_lines = NULL;
+    }
+    int rc = 0;
+    mark_t m = {0, 0};
+    if (!ld->tools_at_root)
+        m = where_key(&ld->at, "tools");
+    for (size_t i = 0; i < nd; i++) {
+        mark_t mi = {ld->at.ptr_len, ld->at.key_len};
         if (parse_tool(ld, json_array_get(ld->tools_json, i), i, &reg->tools[i], false) < 0)
-            return -1;
+            rc = -1; /* reported; on to the next tool */
+        where_pop(&ld->at, mi);
+    }
     where_pop(&ld->at, m);
     for (size_t i = nd; i < n; i++) {
         json_t *t = json_array_get(ld->imported, i - nd);
@@ -1547,14 +1895,43 @@ static int parse_tools(loader_t *ld)
         reg->tools[i].mcp_server = strdup(server);
         if (reg->tools[i].mcp_server == NULL)
             return fail_oom(ld);
-        if (parse_tool(ld, t, i, &reg->tools[i], true) < 0)
-            return -1;
+        if (parse_tool(ld, t, i, &reg->tools[i], true) < 0) {
+            rc = -1;
+            continue;
+        }
         const char *mcp_name = json_string_value(json_object_get(json_object_get(t, "mcp"), "tool"));
         if (server_policy(ld, &reg->tools[i], server, spec, mcp_name) < 0)
-            return -1;
+            rc = -1;
     }
     where_pop(&ld->at, (mark_t){0, 0});
-    return 0;
+    return rc;
+}
+
+/*
+ * Every "run" entry names a declared tool: one that names none is a typo
+ * or a tool left out, and its settings would silently apply to nothing.
+ */
+static int check_run_names(loader_t *ld)
+{
+    int rc = 0;
+    for (int f = 0; f < 2; f++) {
+        json_t *block = f == 0 ? ld->run : ld->prun;
+        const char *k;
+        json_t *v;
+        json_object_foreach(block, k, v) {
+            if (tp_registry_find(ld->reg, k) != NULL)
+                continue;
+            where_pop(&ld->at, (mark_t){0, 0});
+            ld->in_policy = f == 1;
+            where_key(&ld->at, "run");
+            where_key(&ld->at, k);
+            rc = fail(ld, "no tool \"%s\" is declared (a \"run\" entry holds the settings of a tool declared in "
+                          "%s)", k, ld->tools_at_root ? "the registry's list" : "\"tools\"");
+            ld->in_policy = false;
+        }
+    }
+    where_pop(&ld->at, (mark_t){0, 0});
+    return rc;
 }
 
 /* ---- mcp_servers: importing a server's tools ---- */
@@ -1851,41 +2228,77 @@ static int check_some_tools(loader_t *ld)
 
 /* ---- fallback chains ---- */
 
+/* Where a fallback list was written, the last one read winning. */
+enum { FB_NONE = 0, FB_DEFAULTS, FB_PDEFAULTS, FB_OWN, FB_RUN, FB_PRUN };
+
 /*
- * Positions the loader on a fallback list: the tool's own "fallback" key,
- * or "defaults.fallback" when the tool inherits it (tool == NULL: defaults).
+ * The "fallback" a tool has (tool == NULL: the defaults'), as written, and
+ * where: the policy file's "run" entry, the registry's, the tool's own key,
+ * then the policy file's "defaults", the registry's.
  */
-static void where_fallback(loader_t *ld, const tp_tool_t *tool)
+static json_t *fallback_json(loader_t *ld, const tp_tool_t *tool, int *src)
 {
-    json_t *own = NULL;
-    if (tool != NULL)
-        own = json_object_get(json_array_get(ld->tools_json, tool->index), "fallback");
+    json_t *v;
+    if (tool != NULL) {
+        if ((v = json_object_get(json_object_get(ld->prun, tool->name), "fallback")) != NULL)
+            return *src = FB_PRUN, v;
+        if ((v = json_object_get(json_object_get(ld->run, tool->name), "fallback")) != NULL)
+            return *src = FB_RUN, v;
+        if (tool->mcp_server == NULL &&
+            (v = json_object_get(json_array_get(ld->tools_json, tool->index), "fallback")) != NULL)
+            return *src = FB_OWN, v;
+    }
+    if ((v = json_object_get(json_object_get(ld->proot, "defaults"), "fallback")) != NULL)
+        return *src = FB_PDEFAULTS, v;
+    if ((v = json_object_get(json_object_get(ld->root, "defaults"), "fallback")) != NULL)
+        return *src = FB_DEFAULTS, v;
+    *src = FB_NONE;
+    return NULL;
+}
+
+/*
+ * Positions the loader on a fallback list: the tool's own "fallback" key
+ * (or its "run" entry's), or "defaults.fallback" when the tool inherits it
+ * (tool == NULL: defaults). Returns the list as written.
+ */
+static json_t *where_fallback(loader_t *ld, const tp_tool_t *tool)
+{
+    int src;
+    json_t *list = fallback_json(ld, tool, &src);
     where_pop(&ld->at, (mark_t){0, 0});
-    if (own != NULL) {
+    ld->in_policy = src == FB_PRUN || src == FB_PDEFAULTS;
+    if (src == FB_OWN) {
         char note[300];
-        where_key(&ld->at, "tools");
+        if (!ld->tools_at_root)
+            where_key(&ld->at, "tools");
         where_index(&ld->at, tool->index);
         snprintf(note, sizeof note, " (%s)", tool->name);
         where_note(&ld->at, note);
+    } else if (src == FB_RUN || src == FB_PRUN) {
+        where_key(&ld->at, "run");
+        where_key(&ld->at, tool->name);
     } else {
         where_key(&ld->at, "defaults");
     }
     where_key(&ld->at, "fallback");
+    return list;
 }
 
 /* Every name in one fallback list must be a declared tool. */
-static int check_names(loader_t *ld, const tp_tool_t *tool, const tp_policy_t *p, json_t *list)
+static int check_names(loader_t *ld, const tp_tool_t *tool, const tp_policy_t *p)
 {
+    int rc = 0;
     for (size_t j = 0; j < p->n_fallback; j++) {
         if (tp_registry_find(ld->reg, p->fallback[j]) != NULL)
             continue;
-        where_fallback(ld, tool);
+        json_t *list = where_fallback(ld, tool);
         if (json_is_array(list))
             where_index(&ld->at, j);
-        return fail(ld, "unknown tool \"%s\" (a fallback must be a tool declared in \"tools\")",
-                    p->fallback[j]);
+        rc = fail(ld, "unknown tool \"%s\" (a fallback must be a tool declared in \"tools\")",
+                  p->fallback[j]);
+        ld->in_policy = false;
     }
-    return 0;
+    return rc;
 }
 
 enum { WHITE = 0, GREY, BLACK };
@@ -1917,7 +2330,9 @@ static int visit(loader_t *ld, size_t u, unsigned char *color, size_t *stack, si
             }
             snprintf(loop + len, sizeof loop - len, "%s", reg->tools[v].name);
             where_fallback(ld, &reg->tools[v]);
-            return fail(ld, "the fallback chain of \"%s\" loops: %s", reg->tools[v].name, loop);
+            int rc = fail(ld, "the fallback chain of \"%s\" loops: %s", reg->tools[v].name, loop);
+            ld->in_policy = false;
+            return rc;
         }
         if (color[v] == WHITE && visit(ld, v, color, stack, depth + 1) < 0)
             return -1;
@@ -1933,17 +2348,15 @@ static int visit(loader_t *ld, size_t u, unsigned char *color, size_t *stack, si
 static int check_fallbacks(loader_t *ld)
 {
     tp_registry_t *reg = ld->reg;
-    json_t *dflt = json_object_get(json_object_get(ld->root, "defaults"), "fallback");
-    if (check_names(ld, NULL, &reg->defaults, dflt) < 0)
-        return -1;
+    int src, rc = check_names(ld, NULL, &reg->defaults);
     for (size_t i = 0; i < reg->n_tools; i++) {
-        json_t *own = json_object_get(json_array_get(ld->tools_json, i), "fallback");
+        fallback_json(ld, &reg->tools[i], &src);
         bool imported = reg->tools[i].mcp_server != NULL; /* its chain may come from its server's blocks */
-        if ((own != NULL || imported) && check_names(ld, &reg->tools[i], &reg->tools[i].policy, own) < 0)
-            return -1;
+        if ((src >= FB_OWN || imported) && check_names(ld, &reg->tools[i], &reg->tools[i].policy) < 0)
+            rc = -1;
     }
-    if (reg->n_tools == 0)
-        return 0;
+    if (rc < 0 || reg->n_tools == 0)
+        return rc;
     unsigned char *color = calloc(reg->n_tools, 1);
     size_t *stack = calloc(reg->n_tools, sizeof *stack);
     if (color == NULL || stack == NULL) {
@@ -1951,7 +2364,6 @@ static int check_fallbacks(loader_t *ld)
         free(stack);
         return fail_oom(ld);
     }
-    int rc = 0;
     for (size_t i = 0; rc == 0 && i < reg->n_tools; i++)
         if (color[i] == WHITE)
             rc = visit(ld, i, color, stack, 0);
@@ -2019,16 +2431,19 @@ static char *dir_of(const char *path)
 /*
  * Reads the file itself (the text is needed again for line numbers), parses
  * it with duplicate keys rejected, then walks the top level: "defaults"
- * and "guards" first, whatever their place in the file, then "tools", then
- * the cross-tool fallback checks. All or nothing: any error frees all.
+ * and "guards" first, whatever their place in the file, then the policy
+ * file's top level over them, then "tools", then the "run" names and the
+ * cross-tool fallback checks. Each step goes on after an error so that
+ * one load reports them all. All or nothing: any error frees all.
  */
-tp_registry_t *tp_registry_load(const char *path, char *err, size_t errlen)
+tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, char *err, size_t errlen)
 {
     loader_t ld = {.file = path, .err = err, .errlen = errlen};
     tp_registry_t *reg = NULL;
     json_t *root = NULL;
     json_error_t jerr;
     char got[96];
+    char *ptext = NULL;
 
     if (err != NULL && errlen > 0)
         err[0] = '\0';
@@ -2053,6 +2468,30 @@ tp_registry_t *tp_registry_load(const char *path, char *err, size_t errlen)
         goto fail;
     }
     ld.root = root;
+    if (policy != NULL) {
+        ld.pfile = policy;
+        ptext = read_text(policy, &ld.plen);
+        if (ptext == NULL) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "cannot read: %s", strerror(errno));
+            report(err, errlen, policy, 0, "", msg);
+            goto fail;
+        }
+        ld.ptext = ptext;
+        ld.proot = json_loadb(ptext, ld.plen, JSON_REJECT_DUPLICATES, &jerr);
+        if (ld.proot == NULL) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "invalid JSON: %s (column %d)", jerr.text, jerr.column);
+            report(err, errlen, policy, jerr.line, "", msg);
+            goto fail;
+        }
+        if ((ld.pdir = dir_of(policy)) == NULL) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "cannot resolve its directory: %s", strerror(errno));
+            report(err, errlen, policy, 0, "", msg);
+            goto fail;
+        }
+    }
     reg = calloc(1, sizeof *reg);
     if (reg == NULL) {
         report(err, errlen, path, 0, "", "out of memory");
@@ -2068,16 +2507,64 @@ tp_registry_t *tp_registry_load(const char *path, char *err, size_t errlen)
         report(err, errlen, path, 0, "", msg);
         goto fail;
     }
-    if (!json_is_object(root)) {
-        fail(&ld, "expected an object like {\"tools\": [...]}, got %s", GOT(root));
+    ld.dir = reg->dir;
+    if (json_is_array(root)) {
+        /* an OpenAI tool list, as it is: the tools and nothing else */
+        ld.tools_at_root = true;
+        ld.tools_json = root;
+    } else if (!json_is_object(root)) {
+        fail(&ld, "expected an object like {\"tools\": [...]}, or an OpenAI tool list [...], got %s", GOT(root));
+        goto fail;
+    } else if (json_object_get(root, "jsonrpc") != NULL) {
+        where_key(&ld.at, "jsonrpc");
+        fail(&ld, "unknown key (a whole JSON-RPC answer: the registry takes its \"result\", {\"tools\": [...]}, "
+                  "as it is)");
+        finish_errors(&ld);
+        goto fail;
+    } else {
+        parse_object(&ld, root, &top_table, reg);
+        check_defaults(&ld);
+        where_pop(&ld.at, (mark_t){0, 0});
+    }
+    if (ld.proot != NULL) {
+        ld.in_policy = true;
+        ld.dir = ld.pdir;
+        if (!json_is_object(ld.proot))
+            fail(&ld, "expected an object like {\"run\": {\"TOOL\": {\"exec\": [...]}}}, got %s", GOT(ld.proot));
+        else if (parse_object(&ld, ld.proot, &policy_file_table, reg) == 0 &&
+                 json_object_get(ld.proot, "defaults") != NULL) {
+            where_key(&ld.at, "defaults");
+            check_output_once(&ld, json_object_get(ld.proot, "defaults"));
+            where_pop(&ld.at, (mark_t){0, 0});
+        }
+        ld.in_policy = false;
+        ld.dir = reg->dir;
+    }
+    if (ld.n_errors == 0)
+        import_servers(&ld); /* starts processes: not for a file known to be wrong */
+    where_pop(&ld.at, (mark_t){0, 0});
+    parse_tools(&ld);
+    bool named = reg->index != NULL;
+    for (size_t i = 0; i < reg->n_tools; i++)
+        named = named && reg->tools[i].name != NULL;
+    if (ld.n_errors == 0)
+        check_some_tools(&ld);
+    if (named) {
+        check_run_names(&ld);
+        check_fallbacks(&ld);
+    }
+    free(ld.tool_lines);
+    ld.tool_lines = NULL;
+    if (ld.n_errors > 0) {
+        finish_errors(&ld);
         goto fail;
     }
-    if (parse_object(&ld, root, &top_table, reg) < 0 || check_defaults(&ld) < 0 || import_servers(&ld) < 0 ||
-        parse_tools(&ld) < 0 || check_some_tools(&ld) < 0 || check_fallbacks(&ld) < 0)
-        goto fail;
     json_decref(ld.imported);
     free(ld.imported_from);
     json_decref(root);
+    json_decref(ld.proot);
+    free(ld.pdir);
+    free(ptext);
     free(text);
     return reg;
 
@@ -2086,8 +2573,16 @@ fail:
     json_decref(ld.imported);
     free(ld.imported_from);
     json_decref(root);
+    json_decref(ld.proot);
+    free(ld.pdir);
+    free(ptext);
     free(text);
     return NULL;
+}
+
+tp_registry_t *tp_registry_load(const char *path, char *err, size_t errlen)
+{
+    return tp_registry_load_policy(path, NULL, err, errlen);
 }
 
 void tp_registry_free(tp_registry_t *reg)

@@ -2,7 +2,12 @@
  * The registry: tools.json, loaded once, validated whole, then read-only.
  *
  * {"defaults": {POLICY}, "guards": {...}, "schema_dialect": "draft-07",
- *  "formats": "annotate", "schema_refs": {URI: FILE}, "tools": [TOOL, ...]}
+ *  "formats": "annotate", "schema_refs": {URI: FILE}, "tools": [TOOL, ...],
+ *  "run": {NAME: {ADAPTER and POLICY}}}
+ *
+ * A TOOL is toolpool's own, an OpenAI function tool or an MCP tools/list
+ * entry; a top-level array is an OpenAI list. "run" (or a policy file)
+ * gives a tool declared in another form its adapter and policy.
  *
  * Every key comes from one table per object (see registry.c); an unknown
  * key, a wrong type or an out-of-range value is an error that names the
@@ -105,6 +110,7 @@ typedef struct {
     char *mcp_cwd;              /* mcp: the server's directory (absolute), or NULL */
     char *mcp_server;           /* imported from "mcp_servers": the server's name; else NULL */
     char *http_url;
+    bool strict;                /* OpenAI's "strict", as declared */
     tp_policy_t policy;
     size_t index;               /* position in tools[] */
     int line;                   /* where the tool's object starts */
@@ -143,10 +149,22 @@ typedef struct tp_registry {
 } tp_registry_t;
 
 /*
- * Loads and validates path. On error returns NULL and writes one line into
- * err: "FILE:LINE: KEY.PATH: what is wrong". Relative exec argv[0] (with a
- * slash) and plugin paths resolve against the registry's directory.
+ * Loads and validates path. On error returns NULL and writes into err
+ * every error found, one line each, "FILE:LINE: KEY.PATH: what is wrong"
+ * (the first as it always was; at most TP_REGISTRY_ERRORS_SHOWN (20), then
+ * "and N more errors"), as many whole lines as errlen holds. Relative exec
+ * argv[0] (with a slash) and plugin paths resolve against the directory
+ * of the file they are written in.
+ *
+ * The file is toolpool's own object ({"tools": [...], "run": {...},
+ * "defaults": ...}), an OpenAI tool list (a top-level array) or an MCP
+ * tools/list result ({"tools": [...]}); "tools" entries may mix the forms
+ * (docs/guide.md, "The registry"). policy, when not NULL, is a second
+ * file of toolpool's settings ({"run", "defaults", "guards", ...}) read
+ * over the first.
  */
+#define TP_REGISTRY_ERRLEN 16384 /* an err that holds the 20 errors a load writes at most */
+tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, char *err, size_t errlen);
 tp_registry_t *tp_registry_load(const char *path, char *err, size_t errlen);
 const tp_tool_t *tp_registry_find(const tp_registry_t *reg, const char *name);
 void tp_registry_free(tp_registry_t *reg);

@@ -20,6 +20,7 @@
  * transaction the front opened).
  */
 #include "front_http.h"
+#include "toolsdoc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -1925,72 +1926,22 @@ static void escalations_resolve(tp_http_t *h, struct evhttp_request *req, const 
 
 /* ---- /v1/tools ---- */
 
-/* A duration as the registry writes them: "5s", "250ms", "100us". */
-static json_t *duration_json(uint64_t us)
-{
-    char buf[32];
-    if (us % 1000000u == 0)
-        snprintf(buf, sizeof buf, "%llus", (unsigned long long)(us / 1000000u));
-    else if (us % 1000u == 0)
-        snprintf(buf, sizeof buf, "%llums", (unsigned long long)(us / 1000u));
-    else
-        snprintf(buf, sizeof buf, "%lluus", (unsigned long long)us);
-    return json_string(buf);
-}
-
-/* A tool's parameters, or the schema of a tool that declares none: any object. */
-static json_t *params_json(const tp_tool_t *t)
-{
-    return t->parameters ? json_incref(t->parameters) : json_pack("{s:s, s:{}}", "type", "object", "properties");
-}
-
-static const char *adapter_name(tp_adapter_t a)
-{
-    return a == TP_ADAPTER_EXEC ? "exec" : a == TP_ADAPTER_PLUGIN ? "plugin" : a == TP_ADAPTER_MCP ? "mcp" : "http";
-}
-
 /*
  * The registry's tools three ways, rendered once (the registry does not
- * change while serve runs): toolpool's own (with the policy a client may
- * want to know: timeout, deadline, attempts, idempotent, fallback), OpenAI
- * function tools, and MCP's tools/list.
+ * change while serve runs) by common/toolsdoc.c, as `toolpool tools
+ * export` prints them.
  */
 static int tools_render(tp_http_t *h)
 {
     const tp_registry_t *reg = tp_engine_registry(h->e);
-    json_t *own = json_array(), *openai = json_array(), *mcp = json_array();
-    int rc = own && openai && mcp ? 0 : -1;
-    for (size_t i = 0; rc == 0 && i < reg->n_tools; i++) {
-        const tp_tool_t *t = &reg->tools[i];
-        const tp_policy_t *p = &t->policy;
-        json_t *fallback = json_array();
-        for (size_t k = 0; fallback && k < p->n_fallback; k++)
-            if (json_array_append_new(fallback, json_string(p->fallback[k])) != 0)
-                rc = -1;
-        json_t *policy = json_pack("{s:o, s:I, s:b, s:o}", "timeout", duration_json(p->timeout_us), "attempts",
-                                   (json_int_t)p->attempts, "idempotent", p->idempotent, "fallback", fallback);
-        if (policy && p->deadline_us && json_object_set_new(policy, "deadline", duration_json(p->deadline_us)) != 0)
-            rc = -1;
-        if (policy && p->concurrency && json_object_set_new(policy, "concurrency", json_integer(p->concurrency)) != 0)
-            rc = -1;
-        json_t *a = json_pack("{s:s, s:s, s:o, s:s, s:o}", "name", t->name, "description", t->description,
-                              "parameters", params_json(t), "adapter", adapter_name(t->adapter), "policy", policy);
-        json_t *b = json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "function", "function", "name", t->name,
-                              "description", t->description, "parameters", params_json(t));
-        json_t *c = json_pack("{s:s, s:s, s:o}", "name", t->name, "description", t->description, "inputSchema",
-                              params_json(t));
-        if (json_array_append_new(own, a) != 0 || json_array_append_new(openai, b) != 0 ||
-            json_array_append_new(mcp, c) != 0)
-            rc = -1;
+    tp_buf_t *bufs[] = {&h->tools_own, &h->tools_openai, &h->tools_mcp};
+    tp_toolsdoc_format_t fmts[] = {TP_TOOLSDOC_TOOLPOOL, TP_TOOLSDOC_OPENAI, TP_TOOLSDOC_MCP};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *doc = tp_toolsdoc_render(reg, fmts[i]);
+        if (doc == NULL || json_body(bufs[i], doc) < 0)
+            return -1;
     }
-    if (rc == 0 && (json_body(&h->tools_own, json_pack("{s:O}", "tools", own)) < 0 ||
-                    json_body(&h->tools_openai, json_incref(openai)) < 0 ||
-                    json_body(&h->tools_mcp, json_pack("{s:O}", "tools", mcp)) < 0))
-        rc = -1;
-    json_decref(own);
-    json_decref(openai);
-    json_decref(mcp);
-    return rc;
+    return 0;
 }
 
 static void tools_get(tp_http_t *h, struct evhttp_request *req)

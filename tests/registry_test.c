@@ -62,7 +62,7 @@ static void expect_error_at(const char *src, int srcline, const char *json, int 
     CU_ASSERT(prefix);
     CU_ASSERT(rest);
     CU_ASSERT_PTR_NULL(strchr(err, '\n'));
-    if (!prefix || !rest)
+    if (!prefix || !rest || strchr(err, '\n') != NULL)
         fprintf(stderr, "\n%s:%d:\n  got:  %s\n  want: %s...%s...\n", src, srcline, err, want,
                 needle);
     free(path);
@@ -201,6 +201,29 @@ static void test_jsonpos_missing(void)
     CU_ASSERT_EQUAL(tp_json_line(POS_TEXT, sizeof POS_TEXT - 1, NULL), 0);
     CU_ASSERT_EQUAL(tp_json_line(NULL, 0, ""), 0);
     CU_ASSERT_EQUAL(tp_json_line("  \n ", 4, ""), 0);
+}
+
+/* Every element's line in one walk: the same lines tp_json_line gives one at a time. */
+static void test_jsonpos_element_lines(void)
+{
+    int lines[8] = {0};
+    const char *arrays[] = {"/t", "/b/c"};
+    for (size_t a = 0; a < 2; a++) {
+        size_t n = tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, arrays[a], lines, 8);
+        CU_ASSERT_EQUAL(n, a == 0 ? 5u : 3u);
+        for (size_t i = 0; i < n; i++) {
+            char ptr[32];
+            snprintf(ptr, sizeof ptr, "%s/%zu", arrays[a], i);
+            CU_ASSERT_EQUAL(lines[i], pos(ptr));
+        }
+    }
+    CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/t", lines, 2), 2); /* n caps it */
+    CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/a", lines, 8), 0); /* no array */
+    CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/t/1", lines, 8), 0); /* empty */
+    CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/zz", lines, 8), 0);
+    static const char t[] = "\n[\n 1,\n [2,\n  3],\r\n \"x\"\n]";
+    CU_ASSERT_EQUAL(tp_json_element_lines(t, sizeof t - 1, "", lines, 8), 3);
+    CU_ASSERT(lines[0] == 3 && lines[1] == 4 && lines[2] == 6);
 }
 
 static void test_jsonpos_array_root(void)
@@ -749,12 +772,13 @@ static void test_err_top_level(void)
     EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}],\n" /* 1 */
                  " \"version\": 2}\n",                                  /* 2 */
                  "2: version: unknown key (expected one of \"defaults\", \"guards\", \"schema_dialect\", "
-                 "\"formats\", \"schema_refs\", \"tools\", \"mcp_servers\")");
+                 "\"formats\", \"schema_refs\", \"tools\", \"mcp_servers\", \"run\")");
     EXPECT_EXACT("{\"defaults\": {}}", "1: missing required key \"tools\"");
     EXPECT_EXACT("{\n \"tools\": []\n}", "2: tools: expected a non-empty array of tools, got []");
     EXPECT_EXACT("{\"tools\": {\"a\": 1}}",
                  "1: tools: expected a non-empty array of tools, got an object");
-    EXPECT_EXACT("[1]", "1: expected an object like {\"tools\": [...]}, got an array");
+    /* a top-level array is an OpenAI tool list */
+    EXPECT_EXACT("[1]", "1: [0]: expected a tool object, got 1");
     EXPECT_EXACT("{\"defaults\": [], \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}",
                  "1: defaults: expected an object, got []");
 }
@@ -793,7 +817,8 @@ static void test_err_unknown_policy_key(void)
                  "  },\n"                                         /* 5 */
                  "  \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]\n" /* 6 */
                  "}\n",                                           /* 7 */
-                 "4: defaults.retries: unknown key");
+                 "4: defaults.retries: unknown key (toolpool has \"attempts\", and attempts counts the first try: "
+                 "\"retries\": 2 is \"attempts\": 3)");
     EXPECT_EXACT("{\n"                                            /* 1 */
                  "  \"defaults\": {\"backoff\": {\n"              /* 2 */
                  "    \"base\": \"1s\",\n"                        /* 3 */
@@ -1101,7 +1126,7 @@ static void test_err_mcp(void)
     EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": [1]}", 2, "mcp_servers", "expected an object of MCP servers");
     EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"a/b\": {\"command\": [\"s\"]}}}", 2, "mcp_servers.a/b",
                  "expected a server name");
-    EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"fs\": {\"cmd\": [\"s\"]}}}", 2, "mcp_servers.fs.cmd",
+    EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"fs\": {\"cmd\": [\"s\"], \"command\": [\"s\"]}}}", 2, "mcp_servers.fs.cmd",
                  "unknown key");
     EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"fs\": {}}}", 2, "mcp_servers.fs",
                  "missing required key \"command\"");
@@ -1116,6 +1141,218 @@ static void test_err_mcp(void)
                  "cannot import the tools of MCP server \"fs\": cannot start /nonexistent: No such file");
     EXPECT_EXACT("{\"tools\": [],\n \"mcp_servers\": {}}",
                  "2: mcp_servers: no tools: \"tools\" declares none and \"mcp_servers\" names no server");
+}
+
+/* ---- the other ecosystems' tool lists, as written ---- */
+
+/* An OpenAI list, nested and flat, with its settings in a policy file. */
+static void test_openai_list(void)
+{
+    char err[TP_REGISTRY_ERRLEN], *path;
+    char *pol = tp_test_write(tmpdir, "openai-policy.json",
+                              "{\"defaults\": {\"timeout\": \"5s\"},\n"
+                              " \"run\": {\"search_kb\": {\"exec\": [\"./kb\", \"--q\"], \"timeout\": \"8s\"},\n"
+                              "         \"flat\": {\"plugin\": {\"path\": \"p.so\"}, \"attempts\": 1}}}\n");
+    path = tp_test_write(tmpdir, "openai.json",
+                         "[{\"type\": \"function\", \"function\": {\"name\": \"search_kb\", \"description\": \"Search\",\n"
+                         "   \"parameters\": {\"type\": \"object\", \"properties\": {\"q\": {\"type\": \"string\"}},\n"
+                         "                  \"required\": [\"q\"], \"additionalProperties\": false},\n"
+                         "   \"strict\": true}},\n"
+                         " {\"type\": \"function\", \"name\": \"flat\", \"description\": \"Flat\", \"strict\": false,\n"
+                         "  \"parameters\": {\"type\": \"object\", \"prefixItems\": 1}}]\n");
+    tp_registry_t *reg = tp_registry_load_policy(path, pol, err, sizeof err);
+    if (reg == NULL)
+        fprintf(stderr, "\n%s\n", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    CU_ASSERT_EQUAL(reg->n_tools, 2);
+    const tp_tool_t *a = tp_registry_find(reg, "search_kb"), *b = tp_registry_find(reg, "flat");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+    CU_ASSERT_EQUAL(a->adapter, TP_ADAPTER_EXEC);
+    CU_ASSERT_STRING_EQUAL(a->description, "Search");
+    CU_ASSERT(a->strict);
+    CU_ASSERT_EQUAL(a->policy.timeout_us, 8000000u);
+    CU_ASSERT_EQUAL(b->policy.timeout_us, 5000000u); /* the policy file's defaults */
+    CU_ASSERT_EQUAL(b->policy.attempts, 1);
+    CU_ASSERT_EQUAL(b->adapter, TP_ADAPTER_PLUGIN);
+    /* paths and the exec tool's folder: the policy file's, which wrote the adapter */
+    char want[PATH_MAX + 16];
+    snprintf(want, sizeof want, "%s/kb", reg->dir);
+    CU_ASSERT_STRING_EQUAL(a->argv[0], want);
+    CU_ASSERT_STRING_EQUAL(a->cwd, reg->dir);
+    /* OpenAI's schemas: draft-07 unless they say otherwise (prefixItems: no 2020-12 keyword there) */
+    CU_ASSERT_EQUAL(tp_jsonschema_dialect(a->schema), TP_JSONSCHEMA_DRAFT7);
+    CU_ASSERT_EQUAL(tp_jsonschema_dialect(b->schema), TP_JSONSCHEMA_DRAFT7);
+    json_t *args = json_loads("{\"q\": 1}", 0, NULL);
+    CU_ASSERT_NOT_EQUAL(tp_jsonschema_validate(a->schema, args, NULL, 0), 0);
+    json_decref(args);
+    tp_registry_free(reg);
+    free(path);
+    free(pol);
+}
+
+/* An MCP tools/list result, whole, with a "run" block beside it; annotations feed idempotent. */
+static void test_mcp_list(void)
+{
+    char err[TP_REGISTRY_ERRLEN], *path;
+    tp_registry_t *reg = load(
+        "mcplist.json",
+        "{\"tools\": [\n"
+        "  {\"name\": \"read\", \"title\": \"Read\", \"description\": \"Reads\",\n"
+        "   \"inputSchema\": {\"type\": \"object\", \"properties\": {\"p\": {\"type\": \"string\"}}},\n"
+        "   \"outputSchema\": {\"type\": \"object\"}, \"_meta\": {\"x\": 1}, \"icons\": [],\n"
+        "   \"annotations\": {\"title\": \"R\", \"readOnlyHint\": true, \"openWorldHint\": false}},\n"
+        "  {\"name\": \"rm\", \"inputSchema\": {\"type\": \"object\"}, \"annotations\": {\"destructiveHint\": true}},\n"
+        "  {\"name\": \"put\", \"inputSchema\": {\"type\": \"object\"},\n"
+        "   \"annotations\": {\"destructiveHint\": true, \"idempotentHint\": true}},\n"
+        "  {\"name\": \"rm2\", \"inputSchema\": {\"type\": \"object\"}, \"annotations\": {\"destructiveHint\": true}},\n"
+        "  {\"name\": \"own\", \"exec\": [\"x\"], \"idempotent\": false},\n"
+        "  {\"type\": \"function\", \"function\": {\"name\": \"oa\", \"parameters\": {\"type\": \"object\"}}},\n"
+        "  {\"type\": \"function\", \"name\": \"of\"}\n"
+        " ],\n"
+        " \"nextCursor\": \"abc\",\n"
+        " \"defaults\": {\"attempts\": 2},\n"
+        " \"run\": {\"read\": {\"exec\": [\"cat\"]}, \"rm\": {\"exec\": [\"rm\"]}, \"put\": {\"exec\": [\"put\"]},\n"
+        "         \"rm2\": {\"exec\": [\"rm\"], \"idempotent\": true}, \"own\": {\"timeout\": \"3s\"},\n"
+        "         \"oa\": {\"plugin\": {\"path\": \"p.so\"}}, \"of\": {\"exec\": [\"x\"]}}}\n",
+        &path, err, sizeof err);
+    if (reg == NULL)
+        fprintf(stderr, "\n%s\n", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    const tp_tool_t *rd = tp_registry_find(reg, "read"), *rm = tp_registry_find(reg, "rm"),
+                    *put = tp_registry_find(reg, "put"), *rm2 = tp_registry_find(reg, "rm2"),
+                    *own = tp_registry_find(reg, "own");
+    CU_ASSERT_FATAL(rd && rm && put && rm2 && own);
+    CU_ASSERT_STRING_EQUAL(rd->description, "Reads");
+    CU_ASSERT(rd->policy.idempotent);
+    CU_ASSERT(!rm->policy.idempotent);
+    CU_ASSERT(put->policy.idempotent);  /* idempotentHint: repeating it changes nothing more */
+    CU_ASSERT(rm2->policy.idempotent);  /* the run entry's own setting wins */
+    CU_ASSERT(!own->policy.idempotent); /* toolpool's form, mixed in, with a run entry too */
+    CU_ASSERT_EQUAL(own->policy.timeout_us, 3000000u);
+    CU_ASSERT_EQUAL(rd->policy.attempts, 2);
+    /* OpenAI entries mixed in, nested and flat */
+    CU_ASSERT_EQUAL(reg->n_tools, 7);
+    CU_ASSERT_EQUAL(tp_registry_find(reg, "oa")->adapter, TP_ADAPTER_PLUGIN);
+    CU_ASSERT_EQUAL(tp_jsonschema_dialect(tp_registry_find(reg, "oa")->schema), TP_JSONSCHEMA_DRAFT7);
+    CU_ASSERT_EQUAL(tp_registry_find(reg, "of")->adapter, TP_ADAPTER_EXEC);
+    /* an MCP inputSchema is 2020-12 unless it says otherwise */
+    CU_ASSERT_EQUAL(tp_jsonschema_dialect(rd->schema), TP_JSONSCHEMA_2020_12);
+    tp_registry_free(reg);
+    free(path);
+}
+
+/* The errors of the new forms, each with its line and key, and all of one file together. */
+static void test_err_formats(void)
+{
+    /* no adapter: the tool is named, and where it is declared */
+    EXPECT_ERROR("[\n {\"type\": \"function\", \"function\": {\"name\": \"a\"}}]", 2, "[0] (a)",
+                 "no adapter: the tool is declared, and its settings are not: add \"run\": {\"a\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"inputSchema\": {}}],\n"
+                 " \"run\": {\"a\": {\"exec\": [\"x\"]},\n"
+                 "   \"b\": {\"exec\": [\"x\"]}}}",
+                 3, "run.b", "no tool \"b\" is declared");
+    EXPECT_ERROR("[{\"type\": \"custom\",\n \"name\": \"a\"}]", 1, "[0].type",
+                 "expected \"function\" (only function tools run in toolpool), got \"custom\"");
+    EXPECT_ERROR("[{\"type\": \"function\",\n \"function\": 3}]", 2, "[0].function", "expected an object");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"inputSchema\": {},\n \"annotations\": 1}], "
+                 "\"run\": {\"a\": {\"exec\": [\"x\"]}}}", 2, "tools[0] (a).annotations", "expected an object");
+    /* the hints */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n \"inputSchema\": {}}]}", 2,
+                 "tools[0] (a).inputSchema", "toolpool calls it \"parameters\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n \"input_schema\": {}}]}", 2,
+                 "tools[0] (a).input_schema", "Anthropic's name for it: toolpool calls it \"parameters\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n \"retries\": 2}]}", 2, "tools[0] (a).retries",
+                 "attempts counts the first try");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n \"function\": {}}]}", 2,
+                 "tools[0] (a).function", "the OpenAI wrapper goes with \"type\": \"function\"");
+    EXPECT_ERROR("[{\"type\": \"function\", \"function\": {\"name\": \"a\"},\n \"timeout\": \"5s\"}]", 2,
+                 "[0] (a).timeout", "a toolpool setting: it goes in \"run\"");
+
+    EXPECT_ERROR("{\"jsonrpc\": \"2.0\", \"id\": 1,\n \"result\": {\"tools\": []}}", 1, "jsonrpc",
+                 "a whole JSON-RPC answer: the registry takes its \"result\"");
+
+    /* several errors in one file: every one, on its own line, in the file's order */
+    char err[TP_REGISTRY_ERRLEN], *path, want[PATH_MAX + 512];
+    tp_registry_t *reg = load("several.json",
+                              "{\"tools\": [\n"                                           /* 1 */
+                              "  {\"name\": \"a\", \"exec\": [\"x\"], \"timout\": \"5s\"},\n" /* 2 */
+                              "  {\"name\": \"b\", \"exec\": [\"x\"],\n"                  /* 3 */
+                              "   \"retries\": 1},\n"                                     /* 4 */
+                              "  {\"name\": \"c\", \"inputSchema\": {}}\n"                /* 5 */
+                              " ],\n"                                                     /* 6 */
+                              " \"run\": {\"zz\": {}}}\n",                                /* 7 */
+                              &path, err, sizeof err);
+    CU_ASSERT_PTR_NULL(reg);
+    snprintf(want, sizeof want,
+             "%1$s:2: tools[0] (a).timout: unknown key (did you mean \"timeout\"?)\n"
+             "%1$s:4: tools[1] (b).retries: unknown key (toolpool has \"attempts\", and attempts counts the first "
+             "try: \"retries\": 2 is \"attempts\": 3)\n"
+             "%1$s:5: tools[2] (c): no adapter: the tool is declared, and its settings are not: add \"run\": "
+             "{\"c\": {\"exec\": [...]}} (or \"plugin\", \"mcp\", \"http\") beside the tools or in the policy file "
+             "(--policy)\n"
+             "%1$s:7: run.zz: no tool \"zz\" is declared (a \"run\" entry holds the settings of a tool declared in "
+             "\"tools\")",
+             path);
+    CU_ASSERT_STRING_EQUAL(err, want);
+    if (strcmp(err, want) != 0)
+        fprintf(stderr, "\n  got:  %s\n  want: %s\n", err, want);
+    free(path);
+
+    /* past 20, "and N more errors" */
+    char text[8192];
+    size_t len = (size_t)snprintf(text, sizeof text, "{\"tools\": [\n");
+    for (int i = 0; i < 25; i++)
+        len += (size_t)snprintf(text + len, sizeof text - len, "  {\"name\": \"t%d\", \"exec\": [\"x\"], \"timeout\": 1}%s\n",
+                                i, i < 24 ? "," : "");
+    snprintf(text + len, sizeof text - len, "]}\n");
+    reg = load("many.json", text, &path, err, sizeof err);
+    CU_ASSERT_PTR_NULL(reg);
+    size_t lines = 1;
+    for (const char *p = err; *p; p++)
+        lines += *p == '\n';
+    CU_ASSERT_EQUAL(lines, 21);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "\nand 5 more errors"));
+    snprintf(want, sizeof want, "%s:2: tools[0] (t0).timeout: expected a duration", path);
+    CU_ASSERT_EQUAL(strncmp(err, want, strlen(want)), 0);
+    free(path);
+    /* a buffer too small for them all still holds the first, whole */
+    char small[200];
+    reg = load("many.json", text, &path, small, sizeof small);
+    CU_ASSERT_PTR_NULL(reg);
+    CU_ASSERT_PTR_NOT_NULL(strstr(small, "(t0).timeout: expected a duration like \"8s\", got 1\nand 24 more errors"));
+    free(path);
+}
+
+/* A policy file's errors name the policy file, its line and its key. */
+static void test_err_policy_file(void)
+{
+    char err[TP_REGISTRY_ERRLEN], want[PATH_MAX + 256];
+    char *reg_path = tp_test_write(tmpdir, "pf-tools.json", "[{\"type\": \"function\", \"name\": \"a\"}]");
+    char *pol = tp_test_write(tmpdir, "pf-policy.json",
+                              "{\"run\": {\"a\": {\"exec\": [\"x\"],\n"
+                              "   \"timeout\": 5}},\n"
+                              " \"tools\": []}\n");
+    CU_ASSERT_PTR_NULL(tp_registry_load_policy(reg_path, pol, err, sizeof err));
+    snprintf(want, sizeof want,
+             "%s:3: tools: unknown key (a policy file holds toolpool's settings only: the tools are declared in the "
+             "registry file)\n%s:2: run.a.timeout: expected a duration like \"8s\", got 5", pol, pol);
+    CU_ASSERT_EQUAL(strncmp(err, want, strlen(want)), 0);
+    if (strncmp(err, want, strlen(want)) != 0)
+        fprintf(stderr, "\n  got:  %s\n  want: %s\n", err, want);
+    /* a check made once the whole tool is read names the policy file's line too */
+    char *pol2 = tp_test_write(tmpdir, "pf-policy2.json", "{\"run\": {\"a\": {\"exec\": [\"x\"],\n \"cwd\": \"nope\"}}}\n");
+    CU_ASSERT_PTR_NULL(tp_registry_load_policy(reg_path, pol2, err, sizeof err));
+    snprintf(want, sizeof want, "%s:2: run.a.cwd: %s/nope is not a directory", pol2, tmpdir);
+    CU_ASSERT_EQUAL(strncmp(err, want, strlen(want)), 0);
+    if (strncmp(err, want, strlen(want)) != 0)
+        fprintf(stderr, "\n  got:  %s\n  want: %s\n", err, want);
+    free(pol2);
+    /* a policy file that does not exist */
+    CU_ASSERT_PTR_NULL(tp_registry_load_policy(reg_path, "/nonexistent/p.json", err, sizeof err));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "/nonexistent/p.json: cannot read: No such file"));
+    free(reg_path);
+    free(pol);
 }
 
 /* A real import: the small MCP server of the tests, its tools/list in pages of 2. */
@@ -1240,6 +1477,11 @@ int main(void)
         {"error: bad duration", test_err_duration},
         {"error: duplicate name", test_err_duplicate_name},
         {"error: no adapter", test_err_no_adapter},
+        {"jsonpos: every element's line in one walk", test_jsonpos_element_lines},
+        {"an OpenAI list with a policy file", test_openai_list},
+        {"an MCP tools/list result with a run block; annotations", test_mcp_list},
+        {"error: the other forms, hints, all errors in one pass", test_err_formats},
+        {"error: the policy file", test_err_policy_file},
         {"error: two adapters", test_err_two_adapters},
         {"error: name", test_err_name},
         {"error: adapter shapes", test_err_adapter_shapes},

@@ -17,6 +17,10 @@ int tp_cmd_store(int argc, char **argv);
 int tp_cmd_mcp(int argc, char **argv);
 int tp_cmd_forget(int argc, char **argv);
 int tp_cmd_stats(int argc, char **argv);
+int tp_cmd_tools(int argc, char **argv);
+
+/* The long option --policy FILE of every command that loads a registry (no short form). */
+#define TP_OPT_POLICY 0x100
 
 /*
  * run --ordered: reads the calls file fd once for each call's job and

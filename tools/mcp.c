@@ -50,7 +50,11 @@ static const char mcp_usage[] =
     "  {\"mcpServers\": {\"toolpool\": {\"command\": \"toolpool\", \"args\": [\"mcp\",\n"
     "   \"--registry\", \"/path/tools.json\", \"--store\", \"/path/store\"]}}}\n"
     "\n"
-    "  -r, --registry FILE      the tools (default: tools.json)\n"
+    "  -r, --registry FILE      the tools (default: tools.json): toolpool's own\n"
+    "                           file, an OpenAI tool list or an MCP tools/list\n"
+    "                           result, as written\n"
+    "      --policy FILE        toolpool's settings of those tools, in a file of\n"
+    "                           their own ({\"run\": {TOOL: {...}}, \"defaults\"...})\n"
     "  -s, --store DIR          the store (default: $TOOLPOOL_STORE, else\n"
     "                           .toolpool in this directory)\n"
     "  -j, --workers N          worker processes (default: the number of cores)\n"
@@ -136,6 +140,7 @@ int tp_cmd_mcp(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"registry", required_argument, NULL, 'r'},
+        {"policy", required_argument, NULL, TP_OPT_POLICY},
         {"store", required_argument, NULL, 's'},
         {"workers", required_argument, NULL, 'j'},
         {"relaxed", no_argument, NULL, 'L'},
@@ -149,7 +154,7 @@ int tp_cmd_mcp(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *registry = "tools.json";
+    const char *registry = "tools.json", *policy = NULL;
     const char *store_dir = tp_store_default_dir();
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     tp_engine_opts_t eo = {
@@ -166,6 +171,7 @@ int tp_cmd_mcp(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "r:s:j:qh", longopts, NULL)) != -1) {
         switch (c) {
         case 'r': registry = optarg; break;
+        case TP_OPT_POLICY: policy = optarg; break;
         case 's': store_dir = optarg; break;
         case 'j': eo.workers = (int)count_arg("-j", optarg, 1, 4096); break;
         case 'L': relaxed = true; break;
@@ -191,15 +197,15 @@ int tp_cmd_mcp(int argc, char **argv)
         return 2;
     }
     int status = 2;
-    char err[1024];
+    char err[1024], rerr[TP_REGISTRY_ERRLEN];
     tp_registry_t *reg = NULL;
     tp_store_t *store = NULL;
     struct event_base *base = NULL;
     mcp_t s = {.drain_us = eo.drain_us, .quiet = quiet};
     struct event *ev_int = NULL, *ev_term = NULL;
 
-    if ((reg = tp_registry_load(registry, err, sizeof err)) == NULL) {
-        tp_log_error("%s", err);
+    if ((reg = tp_registry_load_policy(registry, policy, rerr, sizeof rerr)) == NULL) {
+        tp_log_error("%s", rerr);
         goto out;
     }
     if ((store = tp_store_open(store_dir, relaxed ? TP_STORE_NOSYNC : 0, err, sizeof err)) == NULL) {

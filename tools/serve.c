@@ -45,7 +45,11 @@ static const char serve_usage[] =
     "                           than loopback needs --token-file\n"
     "      --token-file FILE    every request must carry \"Authorization: Bearer\n"
     "                           TOKEN\", TOKEN being the file's first line\n"
-    "  -r, --registry FILE      the tools (default: tools.json)\n"
+    "  -r, --registry FILE      the tools (default: tools.json): toolpool's own\n"
+    "                           file, an OpenAI tool list or an MCP tools/list\n"
+    "                           result, as written\n"
+    "      --policy FILE        toolpool's settings of those tools, in a file of\n"
+    "                           their own ({\"run\": {TOOL: {...}}, \"defaults\"...})\n"
     "  -s, --store DIR          the store (default: $TOOLPOOL_STORE, else\n"
     "                           .toolpool in this directory)\n"
     "  -j, --workers N          worker processes (default: the number of cores)\n"
@@ -190,6 +194,7 @@ int tp_cmd_serve(int argc, char **argv)
         {"listen", required_argument, NULL, 'l'},
         {"token-file", required_argument, NULL, 'T'},
         {"registry", required_argument, NULL, 'r'},
+        {"policy", required_argument, NULL, TP_OPT_POLICY},
         {"store", required_argument, NULL, 's'},
         {"workers", required_argument, NULL, 'j'},
         {"relaxed", no_argument, NULL, 'L'},
@@ -207,7 +212,7 @@ int tp_cmd_serve(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *listen = "unix:./toolpool.sock", *token_file = NULL, *registry = "tools.json";
+    const char *listen = "unix:./toolpool.sock", *token_file = NULL, *registry = "tools.json", *policy = NULL;
     const char *store_dir = tp_store_default_dir();
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     tp_engine_opts_t eo = {
@@ -232,6 +237,7 @@ int tp_cmd_serve(int argc, char **argv)
         case 'l': listen = optarg; break;
         case 'T': token_file = optarg; break;
         case 'r': registry = optarg; break;
+        case TP_OPT_POLICY: policy = optarg; break;
         case 's': store_dir = optarg; break;
         case 'j': eo.workers = (int)count_arg("-j", optarg, 1, 4096); break;
         case 'L': relaxed = true; break;
@@ -257,7 +263,7 @@ int tp_cmd_serve(int argc, char **argv)
     }
 
     int status = 2;
-    char err[1024];
+    char err[1024], rerr[TP_REGISTRY_ERRLEN];
     char *token = NULL;
     tp_registry_t *reg = NULL;
     tp_store_t *store = NULL;
@@ -279,8 +285,8 @@ int tp_cmd_serve(int argc, char **argv)
     }
     if (token_file && (token = read_token(token_file)) == NULL)
         goto out;
-    if ((reg = tp_registry_load(registry, err, sizeof err)) == NULL) {
-        tp_log_error("%s", err);
+    if ((reg = tp_registry_load_policy(registry, policy, rerr, sizeof rerr)) == NULL) {
+        tp_log_error("%s", rerr);
         goto out;
     }
     if ((store = tp_store_open(store_dir, relaxed ? TP_STORE_NOSYNC : 0, err, sizeof err)) == NULL) {

@@ -43,6 +43,8 @@ static const char usage_text[] =
     "               and kind, retries, fallback hops, timeouts, latency, queue wait\n"
     "  forget       drop recorded results (calls, or whole jobs), so that the\n"
     "               next run does them again\n"
+    "  tools        list the registry's tools, or export them as an OpenAI or\n"
+    "               MCP tool list\n"
     "  help         this text; `toolpool COMMAND --help` for a command's options\n"
     "\n"
     "exit status: 0 every call ok, 1 some call failed, 2 usage, registry or store error\n";
@@ -57,7 +59,12 @@ static const char run_usage[] =
     "the same command on the same store resumes: recorded calls are not run again,\n"
     "their recorded results are written instead.\n"
     "\n"
-    "  -r, --registry FILE    the tools (default: tools.json)\n"
+    "  -r, --registry FILE    the tools (default: tools.json): toolpool's own\n"
+    "                         file, an OpenAI tool list or an MCP tools/list\n"
+    "                         result, as written (docs/guide.md, \"The registry\")\n"
+    "      --policy FILE      toolpool's settings of those tools, in a file of\n"
+    "                         their own: {\"run\": {TOOL: {\"exec\": [...], ...}},\n"
+    "                         \"defaults\": {...}, \"guards\": {...}}\n"
     "  -s, --store DIR        the store: results, checkpoints, breakers and\n"
     "                         escalations (default: $TOOLPOOL_STORE, else\n"
     "                         .toolpool in this directory)\n"
@@ -202,6 +209,7 @@ int tp_cmd_run(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"registry", required_argument, NULL, 'r'},
+        {"policy", required_argument, NULL, TP_OPT_POLICY},
         {"store", required_argument, NULL, 's'},
         {"workers", required_argument, NULL, 'j'},
         {"output", required_argument, NULL, 'o'},
@@ -220,7 +228,7 @@ int tp_cmd_run(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *registry = "tools.json", *output = NULL, *store_dir = tp_store_default_dir();
+    const char *registry = "tools.json", *policy = NULL, *output = NULL, *store_dir = tp_store_default_dir();
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     tp_batch_opts_t o = {
         .workers = cores > 0 ? (int)cores : 2,
@@ -241,6 +249,7 @@ int tp_cmd_run(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "r:s:j:o:qh", longopts, NULL)) != -1) {
         switch (c) {
         case 'r': registry = optarg; break;
+        case TP_OPT_POLICY: policy = optarg; break;
         case 's': store_dir = optarg; break;
         case 'j': o.workers = (int)parse_count("-j", optarg, 1, 4096); break;
         case 'o': output = optarg; break;
@@ -275,8 +284,8 @@ int tp_cmd_run(int argc, char **argv)
         return 2;
     }
     const char *input = optind < argc ? argv[optind] : "-";
-    char err[1024];
-    tp_registry_t *reg = tp_registry_load(registry, err, sizeof err);
+    char err[TP_REGISTRY_ERRLEN];
+    tp_registry_t *reg = tp_registry_load_policy(registry, policy, err, sizeof err);
     if (reg == NULL) {
         tp_log_error("%s", err);
         return 2;
@@ -409,6 +418,8 @@ int main(int argc, char **argv)
         return tp_cmd_stats(argc - 1, argv + 1);
     if (strcmp(cmd, "forget") == 0)
         return tp_cmd_forget(argc - 1, argv + 1);
+    if (strcmp(cmd, "tools") == 0)
+        return tp_cmd_tools(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         fputs(usage_text, stdout);
         return 0;

@@ -1,0 +1,94 @@
+/*
+ * The registry's tools rendered for clients (toolsdoc.h). Moved here from
+ * serve's HTTP front so that `toolpool tools export` prints the same JSON
+ * byte for byte: an export loads again as a registry (an OpenAI list or an
+ * MCP tools/list result) with the same names, descriptions and schemas.
+ */
+#include "toolsdoc.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int tp_toolsdoc_format_parse(const char *s, tp_toolsdoc_format_t *f)
+{
+    if (s == NULL)
+        return -1;
+    if (strcmp(s, "toolpool") == 0)
+        *f = TP_TOOLSDOC_TOOLPOOL;
+    else if (strcmp(s, "openai") == 0)
+        *f = TP_TOOLSDOC_OPENAI;
+    else if (strcmp(s, "mcp") == 0)
+        *f = TP_TOOLSDOC_MCP;
+    else
+        return -1;
+    return 0;
+}
+
+/* A duration as the registry writes them: "5s", "250ms", "100us". */
+static json_t *duration_json(uint64_t us)
+{
+    char buf[32];
+    if (us % 1000000u == 0)
+        snprintf(buf, sizeof buf, "%llus", (unsigned long long)(us / 1000000u));
+    else if (us % 1000u == 0)
+        snprintf(buf, sizeof buf, "%llums", (unsigned long long)(us / 1000u));
+    else
+        snprintf(buf, sizeof buf, "%lluus", (unsigned long long)us);
+    return json_string(buf);
+}
+
+/* A tool's parameters, or the schema of a tool that declares none: any object. */
+static json_t *params_json(const tp_tool_t *t)
+{
+    return t->parameters ? json_incref(t->parameters) : json_pack("{s:s, s:{}}", "type", "object", "properties");
+}
+
+static const char *adapter_name(tp_adapter_t a)
+{
+    return a == TP_ADAPTER_EXEC ? "exec" : a == TP_ADAPTER_PLUGIN ? "plugin" : a == TP_ADAPTER_MCP ? "mcp" : "http";
+}
+
+/* One tool in toolpool's own rendering, with its policy. */
+static json_t *own_json(const tp_tool_t *t)
+{
+    const tp_policy_t *p = &t->policy;
+    json_t *fallback = json_array();
+    for (size_t k = 0; fallback && k < p->n_fallback; k++)
+        if (json_array_append_new(fallback, json_string(p->fallback[k])) != 0) {
+            json_decref(fallback);
+            return NULL;
+        }
+    json_t *policy = json_pack("{s:o, s:I, s:b, s:o}", "timeout", duration_json(p->timeout_us), "attempts",
+                               (json_int_t)p->attempts, "idempotent", p->idempotent, "fallback", fallback);
+    if (policy && p->deadline_us && json_object_set_new(policy, "deadline", duration_json(p->deadline_us)) != 0) {
+        json_decref(policy);
+        return NULL;
+    }
+    if (policy && p->concurrency && json_object_set_new(policy, "concurrency", json_integer(p->concurrency)) != 0) {
+        json_decref(policy);
+        return NULL;
+    }
+    return json_pack("{s:s, s:s, s:o, s:s, s:o}", "name", t->name, "description", t->description, "parameters",
+                     params_json(t), "adapter", adapter_name(t->adapter), "policy", policy);
+}
+
+json_t *tp_toolsdoc_render(const tp_registry_t *reg, tp_toolsdoc_format_t f)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; list != NULL && i < reg->n_tools; i++) {
+        const tp_tool_t *t = &reg->tools[i];
+        json_t *one = f == TP_TOOLSDOC_TOOLPOOL ? own_json(t)
+                      : f == TP_TOOLSDOC_OPENAI
+                          ? json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "function", "function", "name", t->name,
+                                      "description", t->description, "parameters", params_json(t))
+                          : json_pack("{s:s, s:s, s:o}", "name", t->name, "description", t->description,
+                                      "inputSchema", params_json(t));
+        if (json_array_append_new(list, one) != 0) {
+            json_decref(list);
+            list = NULL;
+        }
+    }
+    if (list == NULL || f == TP_TOOLSDOC_OPENAI)
+        return list;
+    return json_pack("{s:o}", "tools", list);
+}

@@ -1,0 +1,26 @@
+/*
+ * The registry's tools as a document, three ways: toolpool's own (with the
+ * policy a client may want to know), OpenAI function tools and MCP's
+ * tools/list. serve's GET /v1/tools?format= and `toolpool tools export`
+ * both print these, so the two never differ.
+ */
+#ifndef TP_TOOLSDOC_H
+#define TP_TOOLSDOC_H
+
+#include "registry.h"
+
+#include <jansson.h>
+
+typedef enum {
+    TP_TOOLSDOC_TOOLPOOL = 0, /* {"tools": [{name, description, parameters, adapter, policy}]} */
+    TP_TOOLSDOC_OPENAI,       /* [{"type": "function", "function": {name, description, parameters}}] */
+    TP_TOOLSDOC_MCP,          /* {"tools": [{name, description, inputSchema}]} */
+} tp_toolsdoc_format_t;
+
+/* "toolpool", "openai", "mcp" -> *f; -1 for anything else. */
+int tp_toolsdoc_format_parse(const char *s, tp_toolsdoc_format_t *f);
+
+/* A new reference to the document, or NULL on ENOMEM. */
+json_t *tp_toolsdoc_render(const tp_registry_t *reg, tp_toolsdoc_format_t f);
+
+#endif

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Tool lists as the other ecosystems write them, end to end: an OpenAI
+function tool list (nested and flat) and an MCP tools/list answer, copied
+unchanged into files, get their settings from a policy file or a "run"
+block, and their calls run through real `toolpool run` processes on real
+stores. `toolpool tools export` prints them back; an export loads again,
+with the same policy, as the same tools. A registry with several errors
+reports them all at once.
+
+Standard library only. The build directory comes from $TOOLPOOL_BUILD_DIR
+(ctest sets it), else ../build beside this file.
+"""
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BUILD = os.environ.get("TOOLPOOL_BUILD_DIR", os.path.join(HERE, "..", "build"))
+TOOLPOOL = os.path.join(BUILD, "toolpool")
+PLUGIN = os.path.join(BUILD, "tests", "testplugin.so")
+TEST_TOOLS = os.environ.get("TOOLPOOL_TEST_TOOLS", os.path.join(HERE, "tools"))
+
+# As OpenAI's Chat Completions API takes them, plus one in the flat form of the Responses API.
+OPENAI_TOOLS = """[
+  {
+    "type": "function",
+    "function": {
+      "name": "echo",
+      "description": "Gives its arguments back.",
+      "parameters": {
+        "type": "object",
+        "properties": {"x": {"type": "integer", "description": "a number"}},
+        "required": ["x"],
+        "additionalProperties": false
+      },
+      "strict": true
+    }
+  },
+  {
+    "type": "function",
+    "name": "noop",
+    "description": "Does nothing.",
+    "parameters": {"type": "object", "properties": {}, "additionalProperties": false},
+    "strict": true
+  }
+]
+"""
+
+# The result of an MCP server's tools/list, as a server sends it.
+MCP_TOOLS = """{
+  "tools": [
+    {
+      "name": "cat",
+      "title": "Cat",
+      "description": "Gives its input back.",
+      "inputSchema": {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"]
+      },
+      "annotations": {"readOnlyHint": true, "openWorldHint": false}
+    },
+    {
+      "name": "deny",
+      "description": "Always refused.",
+      "inputSchema": {"type": "object"},
+      "annotations": {"destructiveHint": true},
+      "_meta": {"example.com/owner": "tests"}
+    }
+  ]
+}
+"""
+
+
+class FormatsTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tp-formats-")
+
+    def tearDown(self):
+        subprocess.run(["rm", "-rf", self.dir])
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def write(self, name, text):
+        with open(self.path(name), "w") as f:
+            f.write(text)
+        return self.path(name)
+
+    def toolpool(self, *args):
+        return subprocess.run([TOOLPOOL] + list(args), capture_output=True, text=True, timeout=120,
+                              cwd=self.dir)
+
+    def run_calls(self, registry, policy, calls, store):
+        args = ["run", "--registry", registry, "--store", self.path(store), "-j", "2", "--no-progress"]
+        if policy:
+            args += ["--policy", policy]
+        calls_file = self.write(store + ".jsonl", "".join(json.dumps(c) + "\n" for c in calls))
+        p = self.toolpool(*(args + [calls_file]))
+        results = {}
+        for line in p.stdout.splitlines():
+            r = json.loads(line)
+            results[r["id"]] = r
+        return p, results
+
+    def test_openai_list_with_a_policy_file(self):
+        tools = self.write("openai.json", OPENAI_TOOLS)
+        policy = self.write("policy.json", json.dumps({
+            "defaults": {"timeout": "5s", "attempts": 2, "backoff": {"base": "5ms", "jitter": "none"}},
+            "run": {"echo": {"plugin": {"path": PLUGIN}},
+                    "noop": {"plugin": {"path": PLUGIN}, "timeout": "2s"}}}))
+        p, res = self.run_calls(tools, policy, [
+            {"id": "a", "tool": "echo", "args": {"x": 7}},
+            {"id": "b", "tool": "echo", "args": {"x": "seven"}},
+            {"id": "c", "tool": "noop", "args": {}},
+            {"id": "d", "tool": "noop", "args": {"extra": 1}},
+        ], "store-openai")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertTrue(res["a"]["ok"], res["a"])
+        self.assertEqual(res["a"]["result"], {"x": 7})
+        self.assertTrue(res["c"]["ok"], res["c"])
+        # the declared parameters are what the calls are checked against
+        self.assertFalse(res["b"]["ok"])
+        self.assertEqual(res["b"]["error"], "InvalidArguments")
+        self.assertFalse(res["d"]["ok"])
+        self.assertEqual(res["d"]["error"], "InvalidArguments")
+
+        # without the policy, each tool lacks an adapter: both named, exit 2, nothing run
+        p = self.toolpool("run", "--registry", tools, "--store", self.path("s2"), self.path("store-openai.jsonl"))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("openai.json:2: [0] (echo): no adapter", p.stderr)
+        self.assertIn("openai.json:16: [1] (noop): no adapter", p.stderr)
+        self.assertEqual(p.stdout, "")
+
+    def test_mcp_list_with_a_policy_file_and_a_run_block(self):
+        tools = self.write("mcp.json", MCP_TOOLS)
+        policy = self.write("policy.json", json.dumps({
+            "defaults": {"attempts": 1},
+            "run": {"cat": {"exec": [os.path.join(TEST_TOOLS, "cat.sh")], "timeout": "8s"},
+                    "deny": {"plugin": {"path": PLUGIN}}}}))
+        p, res = self.run_calls(tools, policy, [
+            {"id": "a", "tool": "cat", "args": {"text": "hello"}},
+            {"id": "b", "tool": "cat", "args": {"text": 3}},
+            {"id": "c", "tool": "deny", "args": {}},
+        ], "store-mcp")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertTrue(res["a"]["ok"], res["a"])
+        self.assertEqual(res["a"]["result"], {"text": "hello"})
+        self.assertEqual(res["b"]["error"], "InvalidArguments")
+        self.assertFalse(res["c"]["ok"])
+
+        # the annotations reached the policy: readOnlyHint -> idempotent, destructiveHint -> not
+        p = self.toolpool("tools", "export", "--format", "toolpool", "--registry", tools, "--policy", policy)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        own = {t["name"]: t for t in json.loads(p.stdout)["tools"]}
+        self.assertTrue(own["cat"]["policy"]["idempotent"])
+        self.assertFalse(own["deny"]["policy"]["idempotent"])
+        self.assertEqual(own["cat"]["policy"]["timeout"], "8s")
+        self.assertEqual(own["cat"]["adapter"], "exec")
+
+        # the same answer in toolpool's file, its settings in a "run" block beside it
+        doc = json.loads(MCP_TOOLS)
+        doc["run"] = json.loads(open(policy).read())["run"]
+        both = self.write("both.json", json.dumps(doc, indent=1))
+        p, res = self.run_calls(both, None, [{"id": "a", "tool": "cat", "args": {"text": "hi"}}], "store-both")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(res["a"]["result"], {"text": "hi"})
+
+    def test_export_round_trip(self):
+        tools = self.write("mcp.json", MCP_TOOLS)
+        policy = self.write("policy.json", json.dumps({
+            "run": {"cat": {"exec": [os.path.join(TEST_TOOLS, "cat.sh")], "idempotent": True},
+                    "deny": {"plugin": {"path": PLUGIN}, "idempotent": False, "attempts": 1}}}))
+        exports = {}
+        for fmt in ("openai", "mcp", "toolpool"):
+            p = self.toolpool("tools", "export", "--format", fmt, "--registry", tools, "--policy", policy)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            exports[fmt] = p.stdout
+        openai = json.loads(exports["openai"])
+        self.assertEqual([t["type"] for t in openai], ["function", "function"])
+        self.assertEqual(openai[0]["function"]["name"], "cat")
+        self.assertEqual(openai[0]["function"]["parameters"], json.loads(MCP_TOOLS)["tools"][0]["inputSchema"])
+        self.assertEqual(json.loads(exports["mcp"])["tools"][1]["name"], "deny")
+        # each export is a registry again: with the same policy, the same tools
+        for fmt in ("openai", "mcp"):
+            again = self.write("again-" + fmt + ".json", exports[fmt])
+            for fmt2 in ("openai", "mcp", "toolpool"):
+                p = self.toolpool("tools", "export", "--format", fmt2, "--registry", again, "--policy", policy)
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertEqual(p.stdout, exports[fmt2], (fmt, fmt2))
+        p = self.toolpool("tools", "list", "--registry", tools, "--policy", policy)
+        self.assertEqual(p.stdout, "cat\texec\ndeny\tplugin\n")
+        p = self.toolpool("tools", "export", "--registry", tools, "--policy", policy)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--format", p.stderr)
+
+    def test_every_error_at_once(self):
+        tools = self.write("tools.json", "\n".join([
+            '{"tools": [',
+            '  {"name": "a", "exec": ["x"], "timout": "5s"},',
+            '  {"name": "b", "exec": ["x"], "inputSchema": {}},',
+            '  {"name": "c", "exec": ["x"], "retries": 2}',
+            ']}', ""]))
+        calls = self.write("calls.jsonl", '{"id": "1", "tool": "a", "args": {}}\n')
+        p = self.toolpool("run", "--registry", tools, "--store", self.path("s"), calls)
+        self.assertEqual(p.returncode, 2)
+        lines = p.stderr.splitlines()
+        # the first line as a single error always was; the others on their own lines
+        self.assertTrue(lines[0].startswith("toolpool: ") and lines[0].endswith(
+            "tools.json:2: tools[0] (a).timout: unknown key (did you mean \"timeout\"?)"), lines)
+        self.assertIn("tools.json:3: tools[1] (b).inputSchema: unknown key (toolpool calls it \"parameters\"",
+                      lines[1])
+        self.assertIn("tools.json:4: tools[2] (c).retries: unknown key (toolpool has \"attempts\", "
+                      "and attempts counts the first try", lines[2])
+        self.assertEqual(len(lines), 3, lines)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,120 @@
+/*
+ * toolpool tools: the registry's tools, as names or as a tool list.
+ *
+ *   toolpool tools list [--registry FILE] [--policy FILE]
+ *   toolpool tools export --format openai|mcp|toolpool [--registry FILE] [--policy FILE]
+ *
+ * export prints what serve's GET /v1/tools?format= answers (common/
+ * toolsdoc.c renders both), so an export loads again as a registry, with
+ * the same policy, and gives the same tools.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "cli.h"
+#include "json.h"
+#include "log.h"
+#include "registry.h"
+#include "toolsdoc.h"
+
+static const char tools_usage[] =
+    "usage: toolpool tools list [--registry FILE] [--policy FILE]\n"
+    "       toolpool tools export --format openai|mcp|toolpool [--registry FILE] [--policy FILE]\n"
+    "list prints the registry's tool names, one a line, each with its adapter.\n"
+    "export prints its tools as an OpenAI function tool list, an MCP tools/list\n"
+    "result, or toolpool's own rendering with each tool's policy: the JSON that\n"
+    "serve's GET /v1/tools?format= answers. An OpenAI or MCP export is a\n"
+    "registry file again, given the same settings (\"run\" block or --policy).\n"
+    "  -r, --registry FILE   the tools (default: tools.json)\n"
+    "      --policy FILE     toolpool's settings of those tools, in a file of their own\n"
+    "  -f, --format F        export: openai, mcp or toolpool\n"
+    "exit status: 0 done, 2 usage or a registry error\n";
+
+static const char *adapter_of(const tp_tool_t *t)
+{
+    switch (t->adapter) {
+    case TP_ADAPTER_EXEC: return "exec";
+    case TP_ADAPTER_PLUGIN: return "plugin";
+    case TP_ADAPTER_MCP: return "mcp";
+    case TP_ADAPTER_HTTP: return "http";
+    }
+    return "?";
+}
+
+int tp_cmd_tools(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"registry", required_argument, NULL, 'r'},
+        {"policy", required_argument, NULL, TP_OPT_POLICY},
+        {"format", required_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        fputs(tools_usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *sub = argv[1], *registry = "tools.json", *policy = NULL, *format = NULL;
+    bool export = strcmp(sub, "export") == 0;
+    if (!export && strcmp(sub, "list") != 0) {
+        tp_log_error("tools: unknown subcommand \"%s\" (expected list or export)", sub);
+        fputs(tools_usage, stderr);
+        return 2;
+    }
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc - 1, argv + 1, "r:f:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'r': registry = optarg; break;
+        case TP_OPT_POLICY: policy = optarg; break;
+        case 'f': format = optarg; break;
+        case 'h': fputs(tools_usage, stdout); return 0;
+        default: fputs(tools_usage, stderr); return 2;
+        }
+    }
+    if (optind < argc - 1) {
+        tp_log_error("tools %s takes no operand, got \"%s\"", sub, argv[1 + optind]);
+        return 2;
+    }
+    tp_toolsdoc_format_t f = TP_TOOLSDOC_TOOLPOOL;
+    if (export && (format == NULL || tp_toolsdoc_format_parse(format, &f) < 0)) {
+        tp_log_error("tools export: --format: expected openai, mcp or toolpool, got %s%s%s",
+                     format ? "\"" : "", format ? format : "nothing", format ? "\"" : "");
+        return 2;
+    }
+    if (!export && format != NULL) {
+        tp_log_error("tools list takes no --format (tools export does)");
+        return 2;
+    }
+    char err[TP_REGISTRY_ERRLEN];
+    tp_registry_t *reg = tp_registry_load_policy(registry, policy, err, sizeof err);
+    if (reg == NULL) {
+        tp_log_error("%s", err);
+        return 2;
+    }
+    int status = 0;
+    if (!export) {
+        for (size_t i = 0; i < reg->n_tools; i++)
+            printf("%s\t%s\n", reg->tools[i].name, adapter_of(&reg->tools[i]));
+    } else {
+        json_t *doc = tp_toolsdoc_render(reg, f);
+        tp_buf_t b = {0};
+        if (doc == NULL || tp_json_write(&b, doc, 0) < 0 || tp_buf_append(&b, "\n", 1) < 0) {
+            tp_log_error("tools export: out of memory");
+            status = 2;
+        } else if (fwrite(b.data + b.off, 1, b.len - b.off, stdout) != b.len - b.off) {
+            status = 2;
+        }
+        tp_buf_free(&b);
+        json_decref(doc);
+    }
+    if (fflush(stdout) != 0) {
+        tp_log_error("tools: writing standard output failed");
+        status = 2;
+    }
+    tp_registry_free(reg);
+    return status;
+}
