@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 #include "buf.h"
@@ -46,17 +47,27 @@ void tp_breaker_call_digest(const tp_tool_t *t, const tp_digest_t *args, const c
         *out = *args;
         return;
     }
-    XXH3_state_t *st = XXH3_createState();
-    if (st == NULL || XXH3_128bits_reset(st) != XXH_OK || XXH3_128bits_update(st, args->b, TP_DIGEST_LEN) != XXH_OK ||
-        XXH3_128bits_update(st, job, strlen(job) + 1) != XXH_OK) {
-        /* No state to be had: the args alone, so the breaker errs on the side of counting. */
-        XXH3_freeState(st);
-        *out = *args;
-        return;
+    /*
+     * The args' digest, then the job's whole name and a NUL. Hashed in one
+     * go from a buffer on the stack (a job name fits: the store's keys are
+     * at most 511 bytes), or streamed: the same digest either way.
+     */
+    size_t n = strlen(job) + 1;
+    XXH128_hash_t h;
+    uint8_t buf[TP_DIGEST_LEN + 512];
+    if (n <= sizeof buf - TP_DIGEST_LEN) {
+        memcpy(buf, args->b, TP_DIGEST_LEN);
+        memcpy(buf + TP_DIGEST_LEN, job, n);
+        h = XXH3_128bits(buf, TP_DIGEST_LEN + n);
+    } else {
+        XXH3_state_t st;
+        XXH3_128bits_reset(&st);
+        XXH3_128bits_update(&st, args->b, TP_DIGEST_LEN);
+        XXH3_128bits_update(&st, job, n);
+        h = XXH3_128bits_digest(&st);
     }
     XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(st));
-    XXH3_freeState(st);
+    XXH128_canonicalFromHash(&c, h);
     memcpy(out->b, c.digest, TP_DIGEST_LEN);
 }
 
