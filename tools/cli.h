@@ -19,6 +19,11 @@ int tp_cmd_forget(int argc, char **argv);
 int tp_cmd_stats(int argc, char **argv);
 int tp_cmd_tools(int argc, char **argv);
 
+typedef struct tp_store tp_store_t;
+typedef struct MDB_txn MDB_txn;
+/* The store at dir, opened read-only, and a read transaction on it; NULL (logged) when it cannot be. */
+tp_store_t *tp_cli_store_read(const char *dir, MDB_txn **txn);
+
 /* The long option --policy FILE of every command that loads a registry (no short form). */
 #define TP_OPT_POLICY 0x100
 

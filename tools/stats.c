@@ -282,18 +282,10 @@ int tp_cmd_stats(int argc, char **argv)
         fputs(stats_usage, stderr);
         return 2;
     }
-    char err[1024];
-    tp_store_t *s = tp_store_open(dir, TP_STORE_RDONLY, err, sizeof err);
-    if (s == NULL) {
-        tp_log_error("%s", err);
-        return 2;
-    }
     MDB_txn *txn;
-    if (tp_store_read(s, &txn) != 0) {
-        tp_log_error("%s: cannot read", dir);
-        tp_store_close(s);
+    tp_store_t *s = tp_cli_store_read(dir, &txn);
+    if (s == NULL)
         return 2;
-    }
     uint64_t after = since_us ? tp_unix_us() - since_us : 0;
     table_t t = {0};
     int status = 0;

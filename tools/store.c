@@ -102,19 +102,10 @@ static int check_db(check_t *c, tp_store_t *s, MDB_txn *txn, tp_db_t db)
 
 static int store_check(const char *dir)
 {
-    char err[1024];
-    tp_store_t *s = tp_store_open(dir, TP_STORE_RDONLY, err, sizeof err);
-    if (s == NULL) {
-        tp_log_error("%s", err);
-        return 2;
-    }
     MDB_txn *txn;
-    int rc = tp_store_read(s, &txn);
-    if (rc) {
-        tp_log_error("%s: cannot read: %s", dir, mdb_strerror(rc));
-        tp_store_close(s);
+    tp_store_t *s = tp_cli_store_read(dir, &txn);
+    if (s == NULL)
         return 2;
-    }
     check_t c = {.dir = dir};
     for (size_t i = 0; i < sizeof check_order / sizeof check_order[0]; i++)
         check_db(&c, s, txn, check_order[i]);

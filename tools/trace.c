@@ -236,21 +236,30 @@ int tp_trace_print(FILE *in, const char *name, FILE *out)
     return tp_trace_print_as(in, name, out, false);
 }
 
-/* Prints the recorded result of each call id from the store. */
-static int trace_store(const char *dir, int n, char **ids, bool json)
+tp_store_t *tp_cli_store_read(const char *dir, MDB_txn **txn)
 {
     char err[1024];
     tp_store_t *s = tp_store_open(dir, TP_STORE_RDONLY, err, sizeof err);
     if (s == NULL) {
         tp_log_error("%s", err);
-        return 2;
+        return NULL;
     }
-    MDB_txn *txn;
-    if (tp_store_read(s, &txn) != 0) {
-        tp_log_error("%s: cannot read", dir);
+    int rc = tp_store_read(s, txn);
+    if (rc) {
+        tp_log_error("%s: cannot read: %s", dir, mdb_strerror(rc));
         tp_store_close(s);
-        return 2;
+        return NULL;
     }
+    return s;
+}
+
+/* Prints the recorded result of each call id from the store. */
+static int trace_store(const char *dir, int n, char **ids, bool json)
+{
+    MDB_txn *txn;
+    tp_store_t *s = tp_cli_store_read(dir, &txn);
+    if (s == NULL)
+        return 2;
     int rc = 0;
     for (int i = 0; i < n; i++) {
         Toolpool__StoredResult *r;
