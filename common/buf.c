@@ -1,6 +1,7 @@
 #include "buf.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -105,4 +106,15 @@ int tp_write_all(int fd, const void *p, size_t n)
         n -= (size_t)w;
     }
     return 0;
+}
+
+void tp_pipe_fit(int fd, size_t n, size_t *asked)
+{
+    if (n <= 65536 || n <= *asked || *asked >= TP_PIPE_MAX)
+        return;
+    size_t want = 131072;
+    while (want < n && want < TP_PIPE_MAX)
+        want <<= 1;
+    *asked = want;
+    (void)fcntl(fd, F_SETPIPE_SZ, (int)want);
 }

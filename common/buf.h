@@ -62,4 +62,17 @@ ssize_t tp_buf_read_fd(tp_buf_t *b, int fd);
 /* write(2) until all n bytes are out, resuming after EINTR. 0 or -1. */
 int tp_write_all(int fd, const void *p, size_t n);
 
+/*
+ * Grows a pipe (either end) so that n bytes fit in it at once, up to
+ * TP_PIPE_MAX: a 1 MiB frame then crosses in one write and one read instead
+ * of sixteen 64 KiB hand-overs, each a wake-up of the other side. A pipe's
+ * pages are taken only while they hold data, but its size counts against the
+ * user's pipe quota, so pipes grow only when a frame needs it. *asked keeps
+ * what was last asked for this pipe (0 at first): the call costs nothing for
+ * frames that already fit, and a refusal (a quota, or an older kernel) is not
+ * asked again; the pipe then works as before, in pieces.
+ */
+#define TP_PIPE_MAX (1u << 20)
+void tp_pipe_fit(int fd, size_t n, size_t *asked);
+
 #endif

@@ -97,6 +97,7 @@ typedef struct tp_slot {
     int index;
     pid_t pid;
     int call_fd;    /* we write Calls */
+    size_t call_pipe; /* what tp_pipe_fit last asked of it */
     int reply_fd;   /* we read Hello and Replies */
     struct event *ev_read;
     struct event *ev_write;
@@ -266,6 +267,7 @@ static void slot_close_fds(tp_slot_t *s)
 /* Flushes queued Call bytes; arms the write event while some remain. */
 static void slot_flush(tp_slot_t *s)
 {
+    tp_pipe_fit(s->call_fd, tp_buf_avail(&s->out), &s->call_pipe);
     while (tp_buf_avail(&s->out) > 0) {
         ssize_t w = write(s->call_fd, tp_buf_head(&s->out), tp_buf_avail(&s->out));
         if (w > 0) {
@@ -950,6 +952,7 @@ static void slot_spawn(tp_slot_t *s)
     s->pid = pid;
     tp_deadline_watch(p->deadline, s->index, pid, reply_p[0]);
     s->call_fd = call_p[1];
+    s->call_pipe = 0;
     s->reply_fd = reply_p[0];
     fcntl(s->call_fd, F_SETFL, O_NONBLOCK);
     fcntl(s->reply_fd, F_SETFL, O_NONBLOCK);

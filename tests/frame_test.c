@@ -4,6 +4,7 @@
  * garbage bodies refused by unpack, EOF inside a frame, the unpacking arena.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -567,6 +568,39 @@ static void test_eof(void)
     tp_buf_free(&in);
 }
 
+/*
+ * tp_pipe_fit: a pipe grows to take a large frame in one write (up to
+ * TP_PIPE_MAX), never for a small one, and is not asked twice.
+ */
+static void test_pipe_fit(void)
+{
+    int p[2];
+    CU_ASSERT_EQUAL_FATAL(pipe(p), 0);
+    int before = fcntl(p[1], F_GETPIPE_SZ);
+    size_t asked = 0;
+    tp_pipe_fit(p[1], 65536, &asked);
+    CU_ASSERT_EQUAL(asked, 0);
+    CU_ASSERT_EQUAL(fcntl(p[1], F_GETPIPE_SZ), before);
+    tp_pipe_fit(p[1], 300000, &asked);
+    CU_ASSERT_EQUAL(asked, 524288);
+    int now = fcntl(p[1], F_GETPIPE_SZ);
+    CU_ASSERT(now >= 300000);
+    tp_pipe_fit(p[1], 200000, &asked); /* fits already: nothing asked */
+    CU_ASSERT_EQUAL(asked, 524288);
+    tp_pipe_fit(p[1], (size_t)8 << 20, &asked); /* past the cap: the cap */
+    CU_ASSERT_EQUAL(asked, TP_PIPE_MAX);
+    /* Root may go past /proc/sys/fs/pipe-max-size, others not: either way, a 1 MiB frame fits now. */
+    now = fcntl(p[0], F_GETPIPE_SZ);
+    CU_ASSERT(now == (int)TP_PIPE_MAX);
+    fcntl(p[1], F_SETFL, O_NONBLOCK);
+    char *big = calloc(1, TP_PIPE_MAX);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(big);
+    CU_ASSERT_EQUAL(write(p[1], big, TP_PIPE_MAX), (ssize_t)TP_PIPE_MAX);
+    free(big);
+    close(p[0]);
+    close(p[1]);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
@@ -574,6 +608,7 @@ int main(void)
     CU_pSuite s = CU_add_suite("frame", NULL, NULL);
     CU_add_test(s, "round trip", test_round_trip);
     CU_add_test(s, "partial reads over a real pipe", test_partial_reads);
+    CU_add_test(s, "a pipe grows to fit a large frame", test_pipe_fit);
     CU_add_test(s, "many frames in one read", test_many_in_one_read);
     CU_add_test(s, "oversized length", test_oversized);
     CU_add_test(s, "garbage body", test_garbage);

@@ -87,6 +87,8 @@ static void send_frame(tp_buf_t *out, Toolpool__WorkerFrame *wf, uint32_t max)
         tp_log_error("cannot pack a reply: %s", strerror(errno));
         exit(3);
     }
+    static size_t reply_pipe;
+    tp_pipe_fit(TP_REPLY_FD, out->len, &reply_pipe);
     if (tp_write_all(TP_REPLY_FD, out->data, out->len) < 0)
         exit(errno == EPIPE ? 0 : 3);
 }
