@@ -77,6 +77,9 @@ enum {
     KEY_ATTEMPT = 11 << 3 | 0,
 };
 
+/* Call.notify (19) set: its key (a two-byte varint) and true. */
+static const uint8_t NOTIFY_FIELD[3] = {0x98, 0x01, 0x01}; /* (19 << 3 | 0) = 152 as a varint, then 1 */
+
 static size_t varint_len(uint64_t v)
 {
     size_t n = 1;
@@ -167,14 +170,14 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
     size_t tail_len = c->tail ? c->tail->len : 0;
     size_t call_len = varint_field_len(c->seq) + c->head->len + bytes_field_len(c->args_len) +
                       bytes_field_len(id_len) + bytes_field_len(job_len) + varint_field_len(c->step) +
-                      varint_field_len(c->attempt) + tail_len;
+                      varint_field_len(c->attempt) + tail_len + (c->notify ? sizeof NOTIFY_FIELD : 0);
     size_t n = 1 + varint_len(call_len) + call_len;
     uint8_t *p = frame_begin(out, n, max);
     if (p == NULL)
         return -1;
     *p++ = KEY_FRAME_CALL;
     p = put_varint(p, call_len);
-    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-18). */
+    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-18), 19. */
     p = put_varint_field(p, KEY_SEQ, c->seq);
     memcpy(p, c->head->data, c->head->len);
     p += c->head->len;
@@ -185,6 +188,9 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
     p = put_varint_field(p, KEY_ATTEMPT, c->attempt);
     if (tail_len)
         memcpy(p, c->tail->data, tail_len); /* 12-18: the tool's limits, an mcp server's fields, the directory */
+    p += tail_len;
+    if (c->notify)
+        memcpy(p, NOTIFY_FIELD, sizeof NOTIFY_FIELD);
     out->len += TP_FRAME_HEADER + n;
     return 0;
 }

@@ -56,6 +56,7 @@ typedef struct {
     const char *job;
     uint64_t step;
     uint32_t attempt;
+    bool notify;            /* field 19: the caller hears the MCP server's notifications */
 } tp_call_frame_t;
 
 /* Packs a tool's fields of a Call (the rest left out) into head. 0, or -1. */

@@ -398,7 +398,9 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
         if (json_object_get(m, "method") != NULL) {
             if (mid != NULL && !json_is_null(mid))
                 answer_server(c, m, deadline_us, stop);
-            json_decref(m); /* a notification: progress, a log message, list_changed */
+            else if (c->notice)
+                c->notice(c->notice_ctx, m); /* a notification: progress, a log message, list_changed */
+            json_decref(m);
             continue;
         }
         if (json_is_integer(mid) && json_integer_value(mid) == my) {

@@ -50,6 +50,9 @@ typedef struct {
     /* Each line of its stderr, as it comes; NULL: only the tail is kept. */
     void (*log_line)(void *ctx, const char *line);
     void *log_ctx;
+    /* Each notification that comes while a request waits for its answer; NULL: dropped. */
+    void (*notice)(void *ctx, const json_t *msg);
+    void *notice_ctx;
     int64_t next_id;
     bool reaped;
     int status;            /* waitpid's, once reaped */
@@ -83,10 +86,10 @@ int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *st
 /*
  * Sends the request method(params) (params stolen; NULL: none) and reads
  * until its answer, which lands in *answer (the whole message: "result" or
- * "error"). Meanwhile the server's notifications are dropped and its
- * requests answered: ping with {}, anything else with -32601. *id is the
- * request's id, set before any wait (for a notifications/cancelled). 0, or
- * a TP_MCP_ code.
+ * "error"). Meanwhile the server's requests are answered (ping with {},
+ * anything else with -32601) and its notifications go to c->notice (when
+ * set). *id is the request's id, set before any wait (for a
+ * notifications/cancelled). 0, or a TP_MCP_ code.
  */
 int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t deadline_us,
                    volatile sig_atomic_t *stop, size_t max_line, int64_t *id, json_t **answer);

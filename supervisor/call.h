@@ -80,6 +80,7 @@ struct tp_call {
     char *cancel_why;
     tp_answer_fn answer;
     void *answer_ctx;
+    tp_notice_fn notice;        /* NULL: nobody listens to its MCP server's notifications */
     tp_engine_t *e;
 };
 

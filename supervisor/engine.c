@@ -1315,6 +1315,7 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
         .limit_us = limit,
         .kind = TP_KIND_OK,
         .depth = tool_depth(e, c->hop_tool),
+        .notify = c->notice != NULL,
     };
     e->tools[c->hop_tool->index].inflight++;
     if (!p->idempotent && ensure_txn(e)) {
@@ -1640,6 +1641,15 @@ static void attempt_done_cb(void *ctx, tp_attempt_t *a)
     kick(e);
 }
 
+/* A notification of the running attempt's MCP server: to the front that listens, unless it gave up on the call. */
+static void attempt_notice_cb(void *ctx, tp_attempt_t *a, const char *method, const uint8_t *params, size_t len)
+{
+    (void)ctx;
+    tp_call_t *c = (tp_call_t *)((char *)a - offsetof(tp_call_t, att));
+    if (c->notice && !c->cancelled)
+        c->notice(c->answer_ctx, method, (const char *)params, len);
+}
+
 static void idle_cb(void *ctx)
 {
     kick(ctx);
@@ -1907,6 +1917,7 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     c->submitted_shared = e->owners.others > 0;
     c->answer = fn;
     c->answer_ctx = ctx;
+    c->notice = rq->notice;
     c->att.kind = TP_KIND_OK;
     tp_job_add(j, c);
     if (!j->touched) {
@@ -2214,6 +2225,7 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
         .recycle_after = o->recycle_after,
         .pipeline = o->pipeline,
         .done_cb = attempt_done_cb,
+        .notice_cb = attempt_notice_cb,
         .idle_cb = idle_cb,
         .fatal_cb = fatal_cb,
         .closed_cb = closed_cb,

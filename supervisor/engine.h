@@ -76,6 +76,14 @@ typedef struct {
     uint64_t seed;              /* jitter seed; 0 = random */
 } tp_engine_opts_t;
 
+/*
+ * A notification the MCP server of a running attempt sent about the call
+ * (notifications/progress, with the worker's own progressToken, or
+ * notifications/message): method, and its params as the server wrote them
+ * (JSON text, not checked). ctx is the call's answer ctx.
+ */
+typedef void (*tp_notice_fn)(void *ctx, const char *method, const char *params, size_t len);
+
 /* One call, as a front read it. The engine copies what it keeps. */
 typedef struct {
     const char *id;             /* non-empty */
@@ -91,6 +99,7 @@ typedef struct {
     size_t canon_len;
     const char *where;          /* prefix for messages about the call ("line 7"); NULL: none */
     uint64_t deadline_us;       /* the caller's end for the whole call (tp_now_us time); 0: none */
+    tp_notice_fn notice;        /* hears what an mcp tool's server says while the call runs; NULL: none */
 } tp_request_t;
 
 /* What a front gets back for one call. */

@@ -55,6 +55,7 @@ typedef struct tp_mcp_req {
     tp_call_t *call;            /* the engine's handle, while it may be cancelled */
     json_t *progress;           /* the client's progressToken, or NULL */
     uint32_t told;              /* trace entries already told in progress notifications */
+    double sent;                /* the last progress value sent: each must be greater (0: none yet) */
     bool cancelled;             /* the client cancelled it: no response goes out */
     uint64_t hash;
     uint64_t step;
@@ -608,6 +609,73 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
         session_free(s);
 }
 
+/* A progress value: a whole number as an integer, as a client counting attempts expects. */
+static void w_progress(tp_msg_t *w, double v)
+{
+    if (v == (double)(int64_t)v && v >= 0 && v < 9007199254740992.0)
+        w_u64(w, (uint64_t)v);
+    else if (tp_buf_printf(w->b, "%.17g", v) < 0)
+        w->err = -1;
+}
+
+/*
+ * What the MCP server of a running mcp tool said about the call (the
+ * engine's notice, engine.h). Its progress goes to a client that asked for
+ * progress, under the client's token; values must grow, and those of a
+ * retry start again, so one not above the last sent is sent as that plus
+ * one, without its total. Its log messages go to a client that set a
+ * level, at that level and above, under the tool's name when the server
+ * gave none.
+ */
+static void notice_cb(void *ctx, const char *method, const char *params, size_t len)
+{
+    tp_mcp_req_t *r = ctx;
+    tp_mcp_session_t *s = r->s;
+    if (r->cancelled || s->closed)
+        return;
+    json_t *p = json_loadb(params, len, 0, NULL);
+    tp_msg_t w;
+    if (strcmp(method, "notifications/progress") == 0 && r->progress && json_is_object(p)) {
+        json_t *v = json_object_get(p, "progress"), *total = json_object_get(p, "total");
+        json_t *text = json_object_get(p, "message");
+        if (json_is_number(v)) {
+            double x = json_number_value(v);
+            bool fresh = x > r->sent;
+            r->sent = fresh ? x : r->sent + 1;
+            msg_begin(s, &w);
+            w_puts(&w, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":");
+            w_json(&w, r->progress);
+            w_puts(&w, ",\"progress\":");
+            w_progress(&w, r->sent);
+            if (fresh && json_is_number(total)) {
+                w_puts(&w, ",\"total\":");
+                w_progress(&w, json_number_value(total));
+            }
+            if (json_is_string(text)) {
+                w_puts(&w, ",\"message\":");
+                w_str(&w, json_string_value(text), json_string_length(text));
+            }
+            w_puts(&w, "}}");
+            msg_end(s, &w, r->tag, false, "a progress notification");
+        }
+    } else if (strcmp(method, "notifications/message") == 0 && json_is_object(p)) {
+        const char *level = json_string_value(json_object_get(p, "level"));
+        int at = -1;
+        for (int i = 0; level && i < (int)(sizeof tp_mcp_levels / sizeof tp_mcp_levels[0]); i++)
+            if (strcmp(level, tp_mcp_levels[i]) == 0)
+                at = i;
+        if (at >= 0 && s->log_level >= 0 && at >= s->log_level &&
+            (json_object_get(p, "logger") || json_object_set_new(p, "logger", json_string(r->tool->name)) == 0)) {
+            msg_begin(s, &w);
+            w_puts(&w, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":");
+            w_json(&w, p);
+            w_puts(&w, "}");
+            msg_end(s, &w, r->tag, false, "a log message");
+        }
+    }
+    json_decref(p);
+}
+
 /*
  * notifications/progress for the calls whose client asked for it: one each
  * time an attempt has failed and a retry or the next hop of the chain
@@ -626,6 +694,7 @@ void tp_mcp_session_progress(tp_mcp_session_t *s)
         r->told = ci.entries;
         if (ci.ended)
             continue; /* no retry follows: the answer does, and says it all */
+        r->sent = ci.entries > r->sent ? (double)ci.entries : r->sent + 1;
         char text[256];
         if (ci.number == 0)
             snprintf(text, sizeof text, "%s: %s, not run", ci.tool, ci.outcome);
@@ -642,7 +711,7 @@ void tp_mcp_session_progress(tp_mcp_session_t *s)
         w_puts(&w, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":");
         w_json(&w, r->progress);
         w_puts(&w, ",\"progress\":");
-        w_u64(&w, ci.entries);
+        w_progress(&w, r->sent);
         w_puts(&w, ",\"message\":");
         w_cstr(&w, text);
         w_puts(&w, "}}");
@@ -959,6 +1028,7 @@ static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_
         .args_len = ab.len - 1,
         .give_args = true,
         .jargs = empty ? empty : args,
+        .notice = r->progress || s->log_level >= 0 ? notice_cb : NULL,
     };
     r->call = tp_engine_submit(s->e, &rq, answer_cb, r);
     json_decref(empty);

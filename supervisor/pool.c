@@ -505,6 +505,10 @@ static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
             else
                 slot_stop(s, WHY_SHUTDOWN, 0);
         }
+    } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_NOTICE) {
+        /* Only while its attempt runs, and only when someone listens: else it is too late, and dropped. */
+        if (s->state == SLOT_BUSY && wf->notice->seq == s->attempt->seq && s->attempt->notify && p->o.notice_cb)
+            p->o.notice_cb(p->o.ctx, s->attempt, wf->notice->method, wf->notice->params.data, wf->notice->params.len);
     } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_REPLY && s->state == SLOT_BUSY &&
                wf->reply->seq == s->attempt->seq) {
         uint64_t killed = tp_deadline_disarm(p->deadline, s->index);
@@ -1213,6 +1217,7 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         .job = a->job,
         .step = a->step,
         .attempt = a->number,
+        .notify = a->notify,
     };
     a->started_us = tp_now_us();
     a->result = NULL;

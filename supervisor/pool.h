@@ -39,6 +39,7 @@ typedef struct tp_attempt {
     int depth;                  /* the most attempts a worker may hold while this one
                                    is among them (itself included); 1: it waits for an
                                    idle worker */
+    bool notify;                /* notice_cb hears its MCP server's notifications */
     /* set by the pool */
     uint64_t seq;               /* its frame's sequence number on the slot */
     bool requeue;               /* ended without starting (it was queued behind a
@@ -68,6 +69,12 @@ typedef struct {
     int pipeline;               /* attempts one worker may hold at once (1: no pipelining) */
     /* An attempt ended (ok, failed, timed out, crashed). Called from the loop. */
     void (*done_cb)(void *ctx, tp_attempt_t *a);
+    /*
+     * While an attempt with notify runs: a notification of its MCP server
+     * (method, and params: JSON text of an object, as the worker passed it
+     * on, not checked). Called from the loop. May be NULL.
+     */
+    void (*notice_cb)(void *ctx, tp_attempt_t *a, const char *method, const uint8_t *params, size_t len);
     /* A slot can take an attempt: the caller may submit more. */
     void (*idle_cb)(void *ctx);
     /* The pool cannot go on (a worker cannot start): message says why. */

@@ -280,6 +280,7 @@ static void test_call_frame(void)
         call.mcp_env = env;
         call.n_mcp_env = n_env;
         call.mcp_cwd = mcp_cwd ? mcp_cwd : "";
+        call.notify = mcp_tool && rand() % 2;
         Toolpool__SupervisorFrame sf = TOOLPOOL__SUPERVISOR_FRAME__INIT;
         sf.body_case = TOOLPOOL__SUPERVISOR_FRAME__BODY_CALL;
         sf.call = &call;
@@ -297,7 +298,8 @@ static void test_call_frame(void)
                                            !n_env && !(mcp_cwd && *mcp_cwd) && !cwd);
         tp_call_frame_t cf = {.head = &head, .tail = round % 3 || tail.len ? &tail : NULL, .seq = seq,
                               .args = (const uint8_t *)args, .args_len = strlen(args),
-                              .call_id = id, .job = job, .step = step, .attempt = attempt};
+                              .call_id = id, .job = job, .step = step, .attempt = attempt,
+                              .notify = call.notify};
         CU_ASSERT_EQUAL_FATAL(tp_call_frame_append(&got, &cf, 1u << 20), 0);
         CU_ASSERT_EQUAL(got.len, want.len);
         CU_ASSERT(got.len == want.len && memcmp(got.data, want.data, got.len) == 0);

@@ -24,7 +24,7 @@ const SDK = path.join(NPM, 'node_modules', '@modelcontextprotocol', 'sdk', 'dist
 const sdk = (p) => import(pathToFileURL(path.join(SDK, p)).href);
 const { Client } = await sdk('client/index.js');
 const { StreamableHTTPClientTransport } = await sdk('client/streamableHttp.js');
-const { McpError, ErrorCode } = await sdk('types.js');
+const { McpError, ErrorCode, LoggingMessageNotificationSchema } = await sdk('types.js');
 
 const tmp = mkdtempSync(path.join(tmpdir(), 'mcp_http_client_test.'));
 const store = path.join(tmp, 'store');
@@ -38,6 +38,7 @@ writeFileSync(registry, JSON.stringify({
       parameters: { type: 'object', properties: { ms: { type: 'integer' } }, required: ['ms'] } },
     { name: 'deny', description: 'Always forbidden (403).', plugin },
     { name: 'flaky', plugin, attempts: 3 },
+    { name: 'report', mcp: { command: ['python3', path.join(HERE, 'mcp_tiny_server.py')], tool: 'report' } },
   ],
 }));
 
@@ -91,7 +92,7 @@ test('the SDK over HTTP: initialize, list, call, failure, schema, unknown tool, 
   assert.match(transport.sessionId, /^[0-9a-f]{16}$/);
   assert.equal(client.getServerVersion().name, 'toolpool');
   const { tools } = await client.listTools();
-  assert.deepEqual(tools.map((t) => t.name), ['echo', 'sleep', 'deny', 'flaky']);
+  assert.deepEqual(tools.map((t) => t.name), ['echo', 'sleep', 'deny', 'flaky', 'report']);
 
   const args = { q: 'refund window', n: [1, 2.5, null] };
   const r = await client.callTool({ name: 'echo', arguments: args });
@@ -120,6 +121,17 @@ test('the SDK over HTTP: initialize, list, call, failure, schema, unknown tool, 
     { onprogress: (p) => seen.push(p) });
   assert.deepEqual(ok.structuredContent, { attempt: 3 });
   assert.deepEqual(seen.map((p) => p.progress), [1, 2]);
+
+  // An mcp tool's own server: its progress and log messages ride the same stream.
+  const logs = [];
+  client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => logs.push(n.params));
+  await client.setLoggingLevel('info');
+  const told = [];
+  const rep = await client.callTool({ name: 'report', arguments: { steps: 2 } }, undefined,
+    { onprogress: (p) => told.push(p) });
+  assert.deepEqual(rep.content, [{ type: 'text', text: 'reported 2' }]);
+  assert.deepEqual(told.map((p) => [p.progress, p.total, p.message]), [[1, 2, 'step 1'], [2, 2, 'step 2']]);
+  assert.deepEqual(logs, [{ level: 'info', logger: 'tiny', data: 'report: 2 steps' }]);
 
   await transport.terminateSession();
   await client.close();

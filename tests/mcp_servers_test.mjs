@@ -209,6 +209,14 @@ test('the gateway: toolpool mcp fronting server-everything; a repeated failure o
     assert.notEqual(ok.isError, true, JSON.stringify(ok));
     assert.match(JSON.stringify(ok.content), /Echo: through the pool/);
 
+    // The server's own progress notifications reach the host, under the host's token.
+    const seen = [];
+    const long = await client.callTool({ name: 'ev.trigger-long-running-operation', arguments: { duration: 0.3, steps: 3 } },
+      undefined, { onprogress: (p) => seen.push(p) });
+    assert.notEqual(long.isError, true, JSON.stringify(long));
+    assert.match(JSON.stringify(long.content), /Long running operation completed/);
+    assert.deepEqual(seen.map((p) => [p.progress, p.total]), [[1, 3], [2, 3], [3, 3]]);
+
     const args = { a: 1, b: 'not a number' };
     const answers = [];
     for (let i = 0; i < 4; i++) {

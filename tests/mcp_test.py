@@ -402,6 +402,46 @@ class McpTest(unittest.TestCase):
         tm = self.assert_tool_error(s.call("tiny.oops"), "ToolError", "permanent", 1, False)
         self.assertIn("it broke", tm["message"])
 
+    def test_mcp_tools_notifications_are_forwarded(self):
+        # A tool that is itself an MCP server's: while it runs, its progress
+        # reaches a host that asked for progress (under the host's token, values
+        # always growing, a retry's too), and its log messages a host that set a
+        # level (at that level and above); another request's progress and other
+        # notifications stay behind.
+        tiny = [sys.executable, os.path.join(HERE, "mcp_tiny_server.py")]
+        self.registry["mcp_servers"] = {"tiny": {"command": tiny}}
+        self.write_registry()
+        s = self.ready()
+        r = s.call("tiny.report", {"steps": 3}, meta={"progressToken": "p1"}, rid=1)
+        self.assertIs(r["result"]["isError"], False, r)
+        got = s.quiet_for(0.2)
+        prog = [m["params"] for m in got if m.get("method") == "notifications/progress"]
+        self.assertEqual(prog, [{"progressToken": "p1", "progress": i, "total": 3, "message": "step %d" % i}
+                                for i in (1, 2, 3)])
+        self.assertEqual([m for m in got if m.get("method") != "notifications/progress"], [])  # no level set: no logs
+        self.assertIn("result", s.request("logging/setLevel", {"level": "info"}))
+        r = s.call("tiny.report", {"steps": 1}, rid=2)
+        self.assertIs(r["result"]["isError"], False, r)
+        got = s.quiet_for(0.2)
+        self.assertEqual([m["method"] for m in got], ["notifications/message"], got)
+        self.assertEqual(got[0]["params"], {"level": "info", "logger": "tiny", "data": "report: 1 steps"})
+        self.assertIn("result", s.request("logging/setLevel", {"level": "debug"}))
+        mark = os.path.join(self.tmp, "failed-once")
+        r = s.call("tiny.report", {"steps": 2, "fail_once": mark}, meta={"progressToken": 7}, rid=3)
+        self.assertIs(r["result"]["isError"], False, r)
+        self.assertEqual(r["result"]["content"], [{"type": "text", "text": "reported 2"}])
+        self.assertTrue(os.path.exists(mark))  # the first attempt failed
+        got = s.quiet_for(0.2)
+        logs = [m["params"] for m in got if m.get("method") == "notifications/message"]
+        self.assertEqual(logs, [{"level": "info", "logger": "tiny", "data": "report: 2 steps"},
+                                {"level": "debug", "logger": "tiny.report", "data": "detail"}] * 2)
+        prog = [m["params"] for m in got if m.get("method") == "notifications/progress"]
+        self.assertEqual({p["progressToken"] for p in prog}, {7})
+        values = [p["progress"] for p in prog]
+        # attempt 1's 1 and 2, the retry's own notice, then attempt 2's 1 and 2 sent above them
+        self.assertEqual(values, [1, 2, 3, 4, 5], prog)
+        self.assertEqual([p.get("total") for p in prog], [2, 2, None, None, None])
+
     def test_call_failures(self):
         s = self.ready()
         tm = self.assert_tool_error(s.call("deny", {"x": 1}), "PermissionDenied", "permanent", 1, False)

@@ -4,7 +4,9 @@ mcp adapter's deterministic cases: no npm needed.
 
 Tools: echo, add, fail (isError with a JSON error object), oops (isError
 with plain text), badparams (JSON-RPC -32602), sleep (until its time or a
-notifications/cancelled), pid, crash (exits mid-call), crash_once, env (a variable).
+notifications/cancelled), pid, crash (exits mid-call), crash_once, env (a variable),
+report (progress notifications when asked for, and a log message, before its answer;
+with fail_once, the first call fails with a transient error after them).
 
 Environment:
   TINY_LOG         a file each notable event is appended to ("cancelled 3")
@@ -34,6 +36,8 @@ TOOLS = [
     {"name": "crash", "description": "Exits mid-call.", "inputSchema": {"type": "object"}},
     {"name": "crash_once", "description": "Exits mid-call the first time ($TINY_MARK not there).",
      "inputSchema": {"type": "object"}},
+    {"name": "report", "description": "Reports progress and logs, then answers.",
+     "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}}}},
     {"name": "env", "description": "A variable of its environment, and its directory.",
      "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}},
 ]
@@ -106,6 +110,25 @@ def call(req):
         sys.stderr.write("tiny: crashing on purpose\n")
         sys.stderr.flush()
         os._exit(3)
+    if name == "report":
+        steps = int(args.get("steps", 3))
+        token = p.get("_meta", {}).get("progressToken")
+        send({"jsonrpc": "2.0", "method": "notifications/message",
+              "params": {"level": "info", "logger": "tiny", "data": "report: %d steps" % steps}})
+        send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "debug", "data": "detail"}})
+        # another request's progress, and a list change: neither is the call's
+        send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "elsewhere", "progress": 9}})
+        send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        if token is not None:
+            for i in range(1, steps + 1):
+                send({"jsonrpc": "2.0", "method": "notifications/progress",
+                      "params": {"progressToken": token, "progress": i, "total": steps, "message": "step %d" % i}})
+        mark = args.get("fail_once")
+        if mark and not os.path.exists(mark):
+            open(mark, "w").close()
+            return text(json.dumps({"error": "ServerError", "message": "try again", "retry_after_ms": 10}),
+                        isError=True)
+        return text("reported %d" % steps)
     if name == "sleep":
         end = time.monotonic() + float(args.get("seconds", 1))
         while time.monotonic() < end:

@@ -19,6 +19,12 @@ void tp_plugin_run(const Toolpool__Call *call, tp_outcome_t *o);
  * server, started (and the handshake run) at the first call that needs it.
  */
 void tp_mcp_run(const Toolpool__Call *call, tp_outcome_t *o);
+/*
+ * Tells the supervisor, while call seq runs, of a notification its MCP
+ * server sent (method, and its params as JSON text). One too large for a
+ * frame is dropped.
+ */
+void tp_worker_notice(uint64_t seq, const char *method, const char *params, size_t len);
 /* Ends every MCP session of the worker: each server's stdin closed, then killed. */
 void tp_mcp_shutdown(void);
 /* Set by the worker's SIGTERM handler: a call waiting on its MCP server cancels it. */

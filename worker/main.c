@@ -93,6 +93,23 @@ static void send_frame(tp_buf_t *out, Toolpool__WorkerFrame *wf, uint32_t max)
         exit(errno == EPIPE ? 0 : 3);
 }
 
+static uint32_t frame_max = TP_FRAME_DEFAULT_MAX;
+
+void tp_worker_notice(uint64_t seq, const char *method, const char *params, size_t len)
+{
+    static tp_buf_t out;
+    Toolpool__Notice n = TOOLPOOL__NOTICE__INIT;
+    n.seq = seq;
+    n.method = (char *)method;
+    n.params.data = (uint8_t *)params;
+    n.params.len = len;
+    Toolpool__WorkerFrame wf = TOOLPOOL__WORKER_FRAME__INIT;
+    wf.body_case = TOOLPOOL__WORKER_FRAME__BODY_NOTICE;
+    wf.notice = &n;
+    if (len + 1024 <= frame_max)
+        send_frame(&out, &wf, frame_max);
+}
+
 static void run_call(const Toolpool__Call *call, tp_outcome_t *o)
 {
     tp_outcome_reset(o);
@@ -115,10 +132,10 @@ static void run_call(const Toolpool__Call *call, tp_outcome_t *o)
 int main(int argc, char **argv)
 {
     tp_log_init("toolpool-worker");
-    uint32_t max = TP_FRAME_DEFAULT_MAX;
     for (int i = 1; i + 1 < argc; i += 2)
         if (strcmp(argv[i], "--max-frame") == 0)
-            max = (uint32_t)strtoul(argv[i + 1], NULL, 10);
+            frame_max = (uint32_t)strtoul(argv[i + 1], NULL, 10);
+    uint32_t max = frame_max;
 
     /* A tool that exits before reading its stdin must not kill the worker. */
     signal(SIGPIPE, SIG_IGN);

@@ -348,6 +348,31 @@ static void classify(const Toolpool__Call *call, json_t *answer, tp_outcome_t *o
     json_decref(out);
 }
 
+/*
+ * A notification the server sent during a call whose caller listens
+ * (Call.notify): its progress on this call, and its log messages, go to
+ * the supervisor; anything else (list_changed, others' progress) stays here.
+ */
+static void notice(void *ctx, const json_t *msg)
+{
+    const Toolpool__Call *call = ctx;
+    const char *method = json_string_value(json_object_get(msg, "method"));
+    json_t *params = json_object_get(msg, "params");
+    if (method == NULL || !json_is_object(params))
+        return;
+    if (strcmp(method, "notifications/progress") == 0) {
+        json_t *token = json_object_get(params, "progressToken");
+        if (!json_is_integer(token) || (uint64_t)json_integer_value(token) != call->seq)
+            return;
+    } else if (strcmp(method, "notifications/message") != 0) {
+        return;
+    }
+    char *text = json_dumps(params, JSON_COMPACT);
+    if (text != NULL)
+        tp_worker_notice(call->seq, method, text, strlen(text));
+    free(text);
+}
+
 void tp_mcp_run(const Toolpool__Call *call, tp_outcome_t *o)
 {
     char how[96];
@@ -384,11 +409,20 @@ void tp_mcp_run(const Toolpool__Call *call, tp_outcome_t *o)
         return;
     }
     json_t *params = json_pack("{s:s, s:o}", "name", call->mcp_tool, "arguments", args);
+    /* A caller who listens hears the server's progress: the call's seq is its token. */
+    if (params != NULL && call->notify &&
+        json_object_set_new(params, "_meta", json_pack("{s:I}", "progressToken", (json_int_t)call->seq)) < 0) {
+        json_decref(params);
+        params = NULL;
+    }
     int64_t id = 0;
     json_t *answer = NULL;
     size_t max_line = call->max_output > (1u << 30) ? (size_t)1 << 31 : (size_t)call->max_output * 2 + 65536;
+    s->conn.notice = call->notify ? notice : NULL;
+    s->conn.notice_ctx = (void *)call;
     int rc = params ? tp_mcpio_request(&s->conn, "tools/call", params, 0, &tp_mcp_interrupt, max_line, &id, &answer)
                     : TP_MCP_NOMEM;
+    s->conn.notice = NULL;
     switch (rc) {
     case 0:
         classify(call, answer, o);
