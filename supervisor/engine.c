@@ -42,9 +42,10 @@
 
 /*
  * How many attempts of a tool one worker may hold: as many as fit, one
- * after another, in TP_QUEUE_BUDGET_US of its average attempt, so a call
- * queued behind others waits about that long at most; known only after
- * TP_FAST_SAMPLES answers, the fastest of which seeds the average.
+ * after another, in TP_QUEUE_BUDGET_US (or opts.queue_budget_us) of its
+ * average attempt, so a call queued behind others waits about that long at
+ * most; known only after TP_FAST_SAMPLES answers, the fastest of which
+ * seeds the average.
  */
 #define TP_QUEUE_BUDGET_US 2000.0
 #define TP_FAST_SAMPLES 8
@@ -105,6 +106,7 @@ struct tp_engine {
     tp_commit_t commit;
     bool marker_pending;        /* a non-idempotent call ended in the open transaction */
     size_t txn_bytes;           /* what the open transaction has written, about */
+    size_t made_durable;        /* the first answers of made a commit within the turn covered */
     size_t need_room;           /* free map the next transaction begins with */
     uint64_t results;           /* calls ended so far */
     uint64_t trimmed_at;        /* results when the store's map was last trimmed */
@@ -194,11 +196,11 @@ MDB_txn *tp_engine_txn(tp_engine_t *e)
     return ensure_txn(e) ? e->txn : NULL;
 }
 
-static bool txn_fit(tp_engine_t *e, size_t len);
+static bool txn_fit(tp_engine_t *e, size_t len, bool last_is_this);
 
 bool tp_engine_room(tp_engine_t *e, size_t len)
 {
-    return ensure_txn(e) && txn_fit(e, len);
+    return ensure_txn(e) && txn_fit(e, len, false);
 }
 
 /* ---- answers ---- */
@@ -260,7 +262,7 @@ static void pending_own(tp_pending_t *p, const Toolpool__Result *r)
     }
 }
 
-static bool txn_fit(tp_engine_t *e, size_t len);
+static bool txn_fit(tp_engine_t *e, size_t len, bool last_is_this);
 
 static bool refusal_kind(const char *kind)
 {
@@ -288,7 +290,7 @@ static void record_refusal(tp_engine_t *e, Toolpool__Result *r, const uint8_t *l
     } else if (rc != MDB_NOTFOUND) {
         return; /* a corrupt record stays as it is, for store check to name */
     }
-    if (!txn_fit(e, len))
+    if (!txn_fit(e, len, true))
         return;
     tp_digest_t args_digest, identity;
     tp_digest_bytes(r->args.data ? r->args.data : (const uint8_t *)"{}", r->args.data ? r->args.len : 2,
@@ -432,7 +434,8 @@ static void call_release(tp_engine_t *e, tp_call_t *c)
  * fronts, in order, then lets each front flush. Answers made while this
  * runs (a front that submits from its callback) wait for the next commit.
  * When the commit failed, answers are dropped: nothing is reported that is
- * not durable.
+ * not durable; but those an earlier commit in the turn covered (txn_fit)
+ * are delivered all the same.
  */
 static void deliver(tp_engine_t *e, bool ok)
 {
@@ -441,13 +444,15 @@ static void deliver(tp_engine_t *e, bool ok)
         return;
     /* Answers made meanwhile go aside: these lines stay where they are until the fronts have flushed. */
     e->add = &e->late;
+    size_t upto = ok ? d->n : e->made_durable;
+    e->made_durable = 0;
     for (size_t i = 0; i < d->n; i++) {
         tp_pending_t *p = &d->v[i];
         if (p->durable_fn) {
-            p->durable_fn(p->ctx, ok);
+            p->durable_fn(p->ctx, i < upto);
             continue;
         }
-        if (ok && p->fn) {
+        if (i < upto && p->fn) {
             /* The record's copy could not be had (out of memory): the line still says it all. */
             Toolpool__Result bare = TOOLPOOL__RESULT__INIT;
             bare.kind = (char *)tp_kind_name(TP_KIND_CANCELLED);
@@ -464,7 +469,7 @@ static void deliver(tp_engine_t *e, bool ok)
             p->fn(p->ctx, &a);
         }
     }
-    if (ok)
+    if (upto > 0)
         for (int i = 0; i < e->n_fronts; i++)
             if (e->fronts[i].flush)
                 e->fronts[i].flush(e->fronts[i].ctx);
@@ -558,18 +563,24 @@ static void txn_commit(tp_engine_t *e);
  * the transaction wrote already (LMDB copies each page it changes), the
  * transaction commits now, and the next begins with room for the record
  * (the map grows first). A record larger than half the map would
- * otherwise never fit, whatever the store's size. false: the engine failed.
+ * otherwise never fit, whatever the store's size. The answers made so far
+ * (but the last, when last_is_this: the record's own) are durable then,
+ * and reach their fronts even if the engine fails later in the turn.
+ * false: the engine failed.
  */
 #define TP_TXN_MARGIN (1u << 20) /* for a transaction's other writes: checkpoints, breakers */
 
-static bool txn_fit(tp_engine_t *e, size_t len)
+static bool txn_fit(tp_engine_t *e, size_t len, bool last_is_this)
 {
     size_t need = 2 * len + 4096;
     if (e->txn_bytes + need + TP_TXN_MARGIN <= tp_store_room(e->o.store)) {
         e->txn_bytes += need;
         return true;
     }
+    size_t covered = e->add == &e->made ? e->made.n - (last_is_this && e->made.n > 0) : 0;
     txn_commit(e); /* what came before it is durable now; its answers still wait for the turn */
+    if (!e->fatal)
+        e->made_durable = covered;
     e->need_room = need + TP_TXN_MARGIN;
     bool ok = ensure_txn(e);
     e->need_room = 0;
@@ -596,7 +607,7 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
     tp_job_t *j = c->job;
     uint64_t now = tp_now_us();
     size_t len = e->add->lines.len - line_at;
-    if (!txn_fit(e, len))
+    if (!txn_fit(e, len, true))
         return;
     rc = tp_result_put(e->o.store, e->txn, r, e->add->lines.data + line_at, len);
     /* A job named after its only call (the default) has nothing to checkpoint but that result. */
@@ -1241,7 +1252,8 @@ static int tool_depth(const tp_engine_t *e, const tp_tool_t *t)
     const tp_tool_state_t *ts = &e->tools[t->index];
     if (!t->policy.idempotent || ts->samples < TP_FAST_SAMPLES || e->o.pipeline <= 1)
         return 1;
-    double fit = TP_QUEUE_BUDGET_US / (ts->ewma_us > 1 ? ts->ewma_us : 1);
+    double budget = e->o.queue_budget_us ? (double)e->o.queue_budget_us : TP_QUEUE_BUDGET_US;
+    double fit = budget / (ts->ewma_us > 1 ? ts->ewma_us : 1);
     return fit >= e->o.pipeline ? e->o.pipeline : fit < 1 ? 1 : (int)fit;
 }
 

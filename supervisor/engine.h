@@ -71,6 +71,13 @@ typedef struct {
     uint32_t max_frame;
     uint64_t recycle_after;
     int pipeline;               /* attempts of a fast tool one worker may hold (1: none) */
+    /*
+     * How long a call queued behind others in a worker may expect to wait:
+     * a tool's depth is as many of its average attempts as fit in it
+     * (0: TP_QUEUE_BUDGET_US). Tests that need calls queued whatever the
+     * machine's speed give it generously.
+     */
+    uint64_t queue_budget_us;
     uint64_t drain_us;          /* tp_engine_drain: how long running calls may finish */
     size_t max_args;            /* a call's args longer than this are refused (InvalidRequest); 0: none */
     uint64_t seed;              /* jitter seed; 0 = random */

@@ -350,6 +350,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         .max_frame = o->max_frame,
         .recycle_after = o->recycle_after,
         .pipeline = o->pipeline,
+        .queue_budget_us = o->queue_budget_us,
         .drain_us = o->drain_us,
         .max_args = o->max_args,
         .seed = o->seed,

@@ -32,6 +32,7 @@ typedef struct {
     size_t max_args;            /* the longest args a call may have; 0: max_frame's */
     uint64_t recycle_after;
     int pipeline;               /* attempts of a fast tool one worker may hold (1: none) */
+    uint64_t queue_budget_us;   /* engine.h; 0: the default */
     uint64_t drain_us;          /* after SIGINT/SIGTERM, how long running calls may finish */
     bool progress;              /* draw a progress bar on stderr */
     uint64_t seed;              /* jitter seed; 0 = random */

@@ -661,7 +661,8 @@ static void test_deadline(void)
                         "{\"id\": \"d1\", \"tool\": \"hang\"}\n", 1, 0);
     json_t *v = row(&r, "d1");
     CU_ASSERT_STRING_EQUAL(str(v, "error"), "Timeout");
-    CU_ASSERT(num(v, "attempts") == 3);
+    /* 200 + 10 + 200 + 20, and the third cut short at 500: three; two when the machine is slow to start them */
+    CU_ASSERT(num(v, "attempts") == 3 || num(v, "attempts") == 2);
     double total = json_number_value(json_object_get(v, "duration_ms"));
     CU_ASSERT(total >= 490 && total < 650);
     json_decref(r.rows);
@@ -780,10 +781,12 @@ static void test_pipeline_requeue(void)
         tp_buf_printf(&calls, "{\"id\": \"s%d\", \"tool\": \"sleep\", \"args\": {\"ms\": %d}}\n", i,
                       i == 120 ? 10000 : 0);
     tp_buf_append(&calls, "", 1);
+    run_queue_budget_us = 1000000; /* calls queue behind a busy worker however loaded the machine */
     run_t r = run_calls(NULL,
                         "{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"},"
                         " \"timeout\": \"300ms\", \"attempts\": 1}]}",
                         (char *)calls.data, 1, 0);
+    run_queue_budget_us = 0;
     CU_ASSERT_EQUAL(json_array_size(r.rows), 140);
     size_t i;
     json_t *v;
@@ -817,10 +820,17 @@ static void test_depth_after_slow_first_call(void)
         tp_buf_printf(&calls, "{\"id\": \"w%d\", \"tool\": \"sleep\", \"args\": {\"ms\": %d}}\n", i,
                       i == 0 ? 50 : i == 20 ? 10000 : 0);
     tp_buf_append(&calls, "", 1);
+    /*
+     * 40 ms: fast calls queue however loaded the machine (each would have to
+     * take 20 ms not to), while an average seeded from the 50 ms first call
+     * would still give a depth of 1.
+     */
+    run_queue_budget_us = 40000;
     run_t r = run_calls(NULL,
                         "{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"},"
                         " \"timeout\": \"300ms\", \"attempts\": 1}]}",
                         (char *)calls.data, 1, 0);
+    run_queue_budget_us = 0;
     CU_ASSERT_EQUAL(json_array_size(r.rows), 40);
     CU_ASSERT_EQUAL(r.rep.pool.timeouts, 1);
     CU_ASSERT(r.rep.pool.requeued > 0); /* calls were queued behind the hung one */

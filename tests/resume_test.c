@@ -269,6 +269,8 @@ static void fill_and_recover(const char *tag, bool disk)
     json_t *first = load(out);
     size_t recorded = json_object_size(first);
     CU_ASSERT(recorded > 0 && recorded < 60);
+    if (recorded == 0 || recorded >= 60)
+        fprintf(stderr, "\n%s: %zu results before the store filled\n", tag, recorded);
 
     /* The store still opens. */
     char cmd[2400];

@@ -49,6 +49,8 @@ char *expand(const char *tmpl)
  * Runs calls against registry with `workers` slots; returns the parsed
  * results. Asserts that the run left no child process and no descriptor.
  */
+uint64_t run_queue_budget_us;
+
 run_t run_calls(const char *store_dir, const char *registry, const char *calls, int workers, uint64_t recycle)
 {
     run_t r = {0};
@@ -87,6 +89,7 @@ run_t run_calls(const char *store_dir, const char *registry, const char *calls, 
         .max_frame = 1u << 20,
         .recycle_after = recycle,
         .pipeline = 64,
+        .queue_budget_us = run_queue_budget_us,
         .drain_us = 1000000,
     };
     uint64_t t0 = tp_now_us();

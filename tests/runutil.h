@@ -22,6 +22,12 @@ typedef struct {
 
 /* store_dir NULL: no store (no breakers, no escalations). */
 run_t run_calls(const char *store_dir, const char *registry, const char *calls, int workers, uint64_t recycle);
+/*
+ * The engine's queue budget for the next run_calls (0: the default): a
+ * test that needs calls pipelined behind a busy worker, whatever the
+ * machine's load, sets it to a second.
+ */
+extern uint64_t run_queue_budget_us;
 json_t *row(const run_t *r, const char *id);
 const char *str(json_t *v, const char *key);
 long num(json_t *v, const char *key);
