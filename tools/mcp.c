@@ -60,19 +60,9 @@ static const char mcp_usage[] =
 typedef struct {
     tp_engine_t *e;
     tp_mcp_t *front;
-    struct event_base *base;
-    struct event *ev_stop;      /* the last resort, should the drain not end */
-    uint64_t drain_us;
+    tp_cli_loop_t loop;
     bool quiet;
 } mcp_t;
-
-/* The drain went on far past its grace: stop the loop; what is committed stays. */
-static void stop_cb(evutil_socket_t fd, short what, void *arg)
-{
-    mcp_t *s = arg;
-    tp_log_error("the drain did not end; stopping");
-    event_base_loopbreak(s->base);
-}
 
 /* The session ends (the host closed stdin or stopped reading, or a signal): drain, once. */
 static void end_session(mcp_t *s, const char *why)
@@ -84,10 +74,7 @@ static void end_session(mcp_t *s, const char *why)
         fprintf(stderr, "toolpool mcp: %s; finishing %d running call%s\n", why, busy, busy == 1 ? "" : "s");
     tp_mcp_drain(s->front);
     tp_engine_drain(s->e);
-    uint64_t us = s->drain_us + 10000000u;
-    struct timeval tv = {.tv_sec = (time_t)(us / 1000000u), .tv_usec = (suseconds_t)(us % 1000000u)};
-    if (evtimer_add(s->ev_stop, &tv) != 0)
-        tp_log_warn("cannot arm the drain's last-resort timer");
+    tp_cli_loop_draining(&s->loop);
 }
 
 static void closed_cb(void *ctx)
@@ -130,24 +117,19 @@ int tp_cmd_mcp(int argc, char **argv)
         return 2;
     }
     int status = 2;
-    struct event_base *base = NULL;
-    mcp_t s = {.drain_us = eo->drain_us, .quiet = ec.quiet};
-    struct event *ev_int = NULL, *ev_term = NULL;
+    mcp_t s = {.quiet = ec.quiet};
 
     if (tp_engine_cli_open(&ec) < 0)
         goto out;
     signal(SIGPIPE, SIG_IGN); /* a host gone mid-answer is a write error, not our death */
-    if ((base = tp_engine_base_new()) == NULL) {
-        tp_log_error("out of memory");
+    if (tp_cli_loop_new(&s.loop, eo->drain_us) < 0)
         goto out;
-    }
-    eo->base = base;
-    s.base = base;
+    eo->base = s.loop.base;
     if ((s.e = tp_engine_new(eo)) == NULL)
         goto out;
     tp_mcp_opts_t mo = {
         .engine = s.e,
-        .base = base,
+        .base = s.loop.base,
         .in_fd = 0,
         .out_fd = 1,
         .max_message = eo->max_frame,
@@ -158,21 +140,13 @@ int tp_cmd_mcp(int argc, char **argv)
     };
     if ((s.front = tp_mcp_new(&mo)) == NULL)
         goto out;
-    ev_int = evsignal_new(base, SIGINT, signal_cb, &s);
-    ev_term = evsignal_new(base, SIGTERM, signal_cb, &s);
-    s.ev_stop = evtimer_new(base, stop_cb, &s);
-    if (ev_int == NULL || ev_term == NULL || s.ev_stop == NULL || evsignal_add(ev_int, NULL) != 0 ||
-        evsignal_add(ev_term, NULL) != 0) {
-        tp_log_error("cannot set up the signals");
-        goto out;
-    }
-    if (tp_engine_start(s.e) != 0)
+    if (tp_cli_loop_signals(&s.loop, signal_cb, &s) < 0 || tp_engine_start(s.e) != 0)
         goto out;
     if (!ec.quiet)
         fprintf(stderr, "toolpool mcp: serving %zu tool%s on stdio (session %s, %d worker%s, store %s)\n",
                 eo->reg->n_tools, eo->reg->n_tools == 1 ? "" : "s", tp_mcp_session(s.front), eo->workers,
                 eo->workers == 1 ? "" : "s", ec.store_dir);
-    if (event_base_dispatch(base) < 0)
+    if (event_base_dispatch(s.loop.base) < 0)
         tp_log_error("the event loop failed");
     tp_engine_finish(s.e);
     tp_mcp_finish(s.front, 2000000u);
@@ -187,14 +161,7 @@ out:
     /* The engine first: no answer may come to the front after it is freed. */
     tp_engine_free(s.e);
     tp_mcp_free(s.front);
-    if (ev_int)
-        event_free(ev_int);
-    if (ev_term)
-        event_free(ev_term);
-    if (s.ev_stop)
-        event_free(s.ev_stop);
-    if (base)
-        event_base_free(base);
+    tp_cli_loop_free(&s.loop);
     tp_engine_cli_close(&ec);
     return status;
 }

@@ -114,19 +114,9 @@ static void raise_nofile(int max_connections, int workers)
 typedef struct {
     tp_engine_t *e;
     tp_http_t *front;
-    struct event_base *base;
-    struct event *ev_stop;      /* the last resort, should the drain not end */
-    uint64_t drain_us;
+    tp_cli_loop_t loop;
     bool quiet;
 } serve_t;
-
-/* The drain went on far past its grace: stop the loop; what is committed stays. */
-static void stop_cb(evutil_socket_t fd, short what, void *arg)
-{
-    serve_t *s = arg;
-    tp_log_error("the drain did not end; stopping");
-    event_base_loopbreak(s->base);
-}
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
@@ -142,10 +132,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
                     busy == 1 ? "" : "s");
     tp_http_drain(s->front);
     tp_engine_drain(s->e);
-    uint64_t us = s->drain_us + 10000000u;
-    struct timeval tv = {.tv_sec = (time_t)(us / 1000000u), .tv_usec = (suseconds_t)(us % 1000000u)};
-    if (evtimer_add(s->ev_stop, &tv) != 0)
-        tp_log_warn("cannot arm the drain's last-resort timer");
+    tp_cli_loop_draining(&s->loop);
 }
 
 int tp_cmd_serve(int argc, char **argv)
@@ -196,9 +183,7 @@ int tp_cmd_serve(int argc, char **argv)
     int status = 2;
     char err[1024];
     char *token = NULL;
-    struct event_base *base = NULL;
-    serve_t s = {.drain_us = eo->drain_us, .quiet = ec.quiet};
-    struct event *ev_int = NULL, *ev_term = NULL;
+    serve_t s = {.quiet = ec.quiet};
     tp_http_addr_t addr;
 
     if (tp_http_addr_parse(listen, &addr, err, sizeof err) < 0) {
@@ -218,17 +203,13 @@ int tp_cmd_serve(int argc, char **argv)
         goto out;
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-reply is an error on its connection, not our death */
     raise_nofile(ho.max_connections, eo->workers);
-    if ((base = tp_engine_base_new()) == NULL) {
-        tp_log_error("out of memory");
+    if (tp_cli_loop_new(&s.loop, eo->drain_us) < 0)
         goto out;
-    }
-    eo->base = base;
-    ho.base = base;
+    eo->base = ho.base = s.loop.base;
     ho.token = token;
     ho.window = (size_t)eo->workers * 64 + 1024;
     ho.max_line = eo->max_frame;
     ho.version = TP_VERSION;
-    s.base = base;
     if ((s.e = tp_engine_new(eo)) == NULL)
         goto out;
     ho.engine = s.e;
@@ -238,20 +219,12 @@ int tp_cmd_serve(int argc, char **argv)
         tp_log_error("%s", err);
         goto out;
     }
-    ev_int = evsignal_new(base, SIGINT, signal_cb, &s);
-    ev_term = evsignal_new(base, SIGTERM, signal_cb, &s);
-    s.ev_stop = evtimer_new(base, stop_cb, &s);
-    if (ev_int == NULL || ev_term == NULL || s.ev_stop == NULL || evsignal_add(ev_int, NULL) != 0 ||
-        evsignal_add(ev_term, NULL) != 0) {
-        tp_log_error("cannot set up the signals");
-        goto out;
-    }
-    if (tp_engine_start(s.e) != 0)
+    if (tp_cli_loop_signals(&s.loop, signal_cb, &s) < 0 || tp_engine_start(s.e) != 0)
         goto out;
     if (!ec.quiet)
         fprintf(stderr, "toolpool serve: listening on %s (%d worker%s, store %s)\n", addr.text, eo->workers,
                 eo->workers == 1 ? "" : "s", ec.store_dir);
-    if (event_base_dispatch(base) < 0)
+    if (event_base_dispatch(s.loop.base) < 0)
         tp_log_error("the event loop failed");
     tp_engine_finish(s.e);
     tp_http_finish(s.front, 2000000u);
@@ -271,14 +244,7 @@ out:
     /* The engine first: no answer may come to the front after it is freed. */
     tp_engine_free(s.e);
     tp_http_free(s.front);
-    if (ev_int)
-        event_free(ev_int);
-    if (ev_term)
-        event_free(ev_term);
-    if (s.ev_stop)
-        event_free(s.ev_stop);
-    if (base)
-        event_base_free(base);
+    tp_cli_loop_free(&s.loop);
     tp_engine_cli_close(&ec);
     free(token);
     return status;
