@@ -113,6 +113,17 @@ class EngineOptions(unittest.TestCase):
         err = self.same_from_all(["-r", missing])
         self.assertEqual(err, "toolpool: error: %s: cannot read: No such file or directory\n" % missing)
 
+    def test_run_frees_what_it_parsed_on_a_start_up_error(self):
+        # run's own --retry-failed LIST is held while the start-up fails (a
+        # sanitized build fails this on a leak).
+        missing = os.path.join(self.dir, "missing.json")
+        for args in (["-r", missing], ["-r", self.registry, "a.jsonl", "b.jsonl"],
+                     ["-r", self.registry, "-s", os.path.join(self.dir, "s"), "missing.jsonl"]):
+            status, out, err = self.toolpool("run", ["--retry-failed=Timeout,transient"] + args)
+            self.assertEqual(status, 2, err)
+            self.assertTrue(err.startswith("toolpool: error: "), err)
+            self.assertNotIn("LeakSanitizer", err)
+
     def test_registry_that_is_not_json(self):
         bad = os.path.join(self.dir, "bad.json")
         with open(bad, "w") as f:

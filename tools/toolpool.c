@@ -231,29 +231,26 @@ int tp_cmd_run(int argc, char **argv)
         default: fputs(run_usage, stderr); return 2;
         }
     }
+    tp_batch_opts_t o = {.input_fd = -1, .output_fd = -1};
+    int status = 2;
     if (argc - optind > 1) {
         tp_log_error("run takes one calls file, got %d", argc - optind);
-        return 2;
+        goto out;
     }
     const char *input = optind < argc ? argv[optind] : "-";
     if (tp_engine_cli_open(&ec) < 0)
-        return 2;
-    tp_batch_opts_t o = {.engine = ec.engine};
+        goto out;
+    o.engine = ec.engine;
     o.input_name = strcmp(input, "-") == 0 ? "standard input" : input;
     o.input_fd = strcmp(input, "-") == 0 ? 0 : open(input, O_RDONLY | O_CLOEXEC);
     if (o.input_fd < 0) {
         tp_log_error("%s: %s", input, strerror(errno));
-        tp_engine_cli_close(&ec);
-        return 2;
+        goto out;
     }
     if (ordered) {
         int copy;
-        if (tp_order_input(o.input_fd, o.input_name, &copy, &line_map, &o.n_line_map) < 0) {
-            if (o.input_fd > 0)
-                close(o.input_fd);
-            tp_engine_cli_close(&ec);
-            return 2;
-        }
+        if (tp_order_input(o.input_fd, o.input_name, &copy, &line_map, &o.n_line_map) < 0)
+            goto out;
         if (o.input_fd > 0)
             close(o.input_fd);
         o.input_fd = copy;
@@ -262,15 +259,12 @@ int tp_cmd_run(int argc, char **argv)
     o.output_fd = output ? open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : 1;
     if (o.output_fd < 0) {
         tp_log_error("%s: %s", output, strerror(errno));
-        free(line_map);
-        tp_engine_cli_close(&ec);
-        return 2;
+        goto out;
     }
     o.progress = progress && !ec.quiet;
     o.engine.rerun = want_rerun ? &rerun : NULL;
     tp_batch_report_t rep;
-    int status = tp_batch_run(&o, &rep);
-    rerun_free(&rerun);
+    status = tp_batch_run(&o, &rep);
     if (!ec.quiet) {
         tp_summary_print(stderr, &rep.summary, rep.elapsed_s);
         if (rep.resumed)
@@ -289,10 +283,12 @@ int tp_cmd_run(int argc, char **argv)
     }
     if (summary_json && write_summary_json(summary_json, &rep, status) < 0)
         status = 2;
+out:
     if (o.input_fd > 0)
         close(o.input_fd);
     free(line_map);
-    if (output && close(o.output_fd) < 0) {
+    rerun_free(&rerun);
+    if (output && o.output_fd >= 0 && close(o.output_fd) < 0) {
         tp_log_error("%s: %s", output, strerror(errno));
         status = 2;
     }
