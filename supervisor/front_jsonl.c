@@ -214,10 +214,10 @@ static void feed_cb(void *ctx)
             continue;
         }
         f->scan = avail;
-        if (avail > f->o->max_frame && !f->in_skip) {
+        if (avail > f->o->engine.max_frame && !f->in_skip) {
             char msg[128], where[32];
             f->in_skip = true;
-            tp_request_too_long(msg, sizeof msg, line_where(where, user_line(f, f->line_no + 1)), f->o->max_frame);
+            tp_request_too_long(msg, sizeof msg, line_where(where, user_line(f, f->line_no + 1)), f->o->engine.max_frame);
             tp_engine_reject(f->e, NULL, NULL, 0, NULL, msg, answer_cb, f);
         }
         if (f->in_skip) {
@@ -336,26 +336,13 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         f.in_size = st.st_size;
     }
     signal(SIGPIPE, SIG_IGN);
-    f.window = o->window ? o->window : (size_t)o->workers * 64 + 1024;
+    f.window = o->window ? o->window : (size_t)o->engine.workers * 64 + 1024;
     if ((f.base = tp_engine_base_new()) == NULL) {
         tp_log_error("out of memory");
         return 2;
     }
-    tp_engine_opts_t eo = {
-        .reg = o->reg,
-        .store = o->store,
-        .base = f.base,
-        .workers = o->workers,
-        .worker_path = o->worker_path,
-        .max_frame = o->max_frame,
-        .recycle_after = o->recycle_after,
-        .pipeline = o->pipeline,
-        .queue_budget_us = o->queue_budget_us,
-        .drain_us = o->drain_us,
-        .max_args = o->max_args,
-        .seed = o->seed,
-        .rerun = o->rerun,
-    };
+    tp_engine_opts_t eo = o->engine;
+    eo.base = f.base;
     tp_front_t front = {.feed = feed_cb, .flush = flush_cb, .ctx = &f};
     int status = 2;
     f.e = tp_engine_new(&eo);

@@ -21,23 +21,12 @@
 #include "summary.h"
 
 typedef struct {
-    const tp_registry_t *reg;
-    tp_store_t *store;          /* breakers, escalations; NULL: none */
+    tp_engine_opts_t engine;    /* its max_frame is also the longest input line; base: not read (the batch's own) */
     int input_fd;
     const char *input_name;     /* for messages */
     int output_fd;
-    int workers;
-    const char *worker_path;
-    uint32_t max_frame;         /* also the longest input line */
-    size_t max_args;            /* the longest args a call may have; 0: max_frame's */
-    uint64_t recycle_after;
-    int pipeline;               /* attempts of a fast tool one worker may hold (1: none) */
-    uint64_t queue_budget_us;   /* engine.h; 0: the default */
-    uint64_t drain_us;          /* after SIGINT/SIGTERM, how long running calls may finish */
     bool progress;              /* draw a progress bar on stderr */
-    uint64_t seed;              /* jitter seed; 0 = random */
     size_t window;              /* calls held at once; 0 = automatic */
-    const tp_rerun_t *rerun;    /* --retry-failed: recorded failures to run again; NULL: none */
     const long *line_map;       /* --ordered: the input's line i+1 is line line_map[i] of the user's file */
     size_t n_line_map;
 } tp_batch_opts_t;

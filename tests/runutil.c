@@ -79,18 +79,12 @@ run_t run_calls(const char *store_dir, const char *registry, const char *calls, 
         }
     }
     tp_batch_opts_t o = {
-        .reg = reg,
-        .store = store,
+        .engine = {.reg = reg, .store = store, .workers = workers, .worker_path = TP_TEST_BIN "/toolpool-worker",
+                   .max_frame = 1u << 20, .recycle_after = recycle, .pipeline = 64, .drain_us = 1000000,
+                   .queue_budget_us = run_queue_budget_us},
         .input_fd = in,
         .input_name = calls_path,
         .output_fd = out,
-        .workers = workers,
-        .worker_path = TP_TEST_BIN "/toolpool-worker",
-        .max_frame = 1u << 20,
-        .recycle_after = recycle,
-        .pipeline = 64,
-        .queue_budget_us = run_queue_budget_us,
-        .drain_us = 1000000,
     };
     uint64_t t0 = tp_now_us();
     r.status = tp_batch_run(&o, &r.rep);

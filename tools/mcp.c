@@ -20,13 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "engine.h"
-#include "frame.h"
+#include "engineopts.h"
 #include "front_mcp.h"
 #include "log.h"
-#include "registry.h"
-#include "store.h"
 
 #ifndef TP_VERSION
 #define TP_VERSION "0"
@@ -50,18 +46,7 @@ static const char mcp_usage[] =
     "  {\"mcpServers\": {\"toolpool\": {\"command\": \"toolpool\", \"args\": [\"mcp\",\n"
     "   \"--registry\", \"/path/tools.json\", \"--store\", \"/path/store\"]}}}\n"
     "\n"
-    "  -r, --registry FILE      the tools (default: tools.json): toolpool's own\n"
-    "                           file, an OpenAI tool list or an MCP tools/list\n"
-    "                           result, as written\n"
-    "      --policy FILE        toolpool's settings of those tools, in a file of\n"
-    "                           their own ({\"run\": {TOOL: {...}}, \"defaults\"...})\n"
-    "  -s, --store DIR          the store (default: $TOOLPOOL_STORE, else\n"
-    "                           .toolpool in this directory)\n"
-    "  -j, --workers N          worker processes (default: the number of cores)\n"
-    "      --relaxed            commit without fsync (see `toolpool run --help`)\n"
-    "      --recycle-after N    replace a worker after N calls (default: never)\n"
-    "      --pipeline N         calls of a quick tool one worker may hold\n"
-    "                           (default: 64; 1: off)\n"
+    TP_ENGINE_HELP_FIRST
     "      --max-frame BYTES    longest frame on a pipe, and longest message\n"
     "                           from the host; a longer one is refused (-32600)\n"
     "                           and skipped (default: 67108864)\n"
@@ -70,39 +55,14 @@ static const char mcp_usage[] =
     "      --drain DURATION     at the end of the session, how long running\n"
     "                           calls may finish before they are killed\n"
     "                           (default: 10s)\n"
-    "      --seed N             seed the backoff jitter (default: random)\n"
-    "  -q, --quiet              no startup line, no summary at exit\n"
-    "  -h, --help               this text\n";
-
-/* An integer option in [min, max], or exit 2 naming the option. */
-static unsigned long long count_arg(const char *opt, const char *v, unsigned long long min, unsigned long long max)
-{
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (errno || *end || end == v || n < min || n > max || v[0] == '-') {
-        tp_log_error("%s: expected an integer in [%llu, %llu], got \"%s\"", opt, min, max, v);
-        exit(2);
-    }
-    return n;
-}
+    TP_ENGINE_HELP_LAST;
 
 typedef struct {
     tp_engine_t *e;
     tp_mcp_t *front;
-    struct event_base *base;
-    struct event *ev_stop;      /* the last resort, should the drain not end */
-    uint64_t drain_us;
+    tp_cli_loop_t loop;
     bool quiet;
 } mcp_t;
-
-/* The drain went on far past its grace: stop the loop; what is committed stays. */
-static void stop_cb(evutil_socket_t fd, short what, void *arg)
-{
-    mcp_t *s = arg;
-    tp_log_error("the drain did not end; stopping");
-    event_base_loopbreak(s->base);
-}
 
 /* The session ends (the host closed stdin or stopped reading, or a signal): drain, once. */
 static void end_session(mcp_t *s, const char *why)
@@ -114,10 +74,7 @@ static void end_session(mcp_t *s, const char *why)
         fprintf(stderr, "toolpool mcp: %s; finishing %d running call%s\n", why, busy, busy == 1 ? "" : "s");
     tp_mcp_drain(s->front);
     tp_engine_drain(s->e);
-    uint64_t us = s->drain_us + 10000000u;
-    struct timeval tv = {.tv_sec = (time_t)(us / 1000000u), .tv_usec = (suseconds_t)(us % 1000000u)};
-    if (evtimer_add(s->ev_stop, &tv) != 0)
-        tp_log_warn("cannot arm the drain's last-resort timer");
+    tp_cli_loop_draining(&s->loop);
 }
 
 static void closed_cb(void *ctx)
@@ -139,57 +96,20 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 int tp_cmd_mcp(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"registry", required_argument, NULL, 'r'},
-        {"policy", required_argument, NULL, TP_OPT_POLICY},
-        {"store", required_argument, NULL, 's'},
-        {"workers", required_argument, NULL, 'j'},
-        {"relaxed", no_argument, NULL, 'L'},
-        {"recycle-after", required_argument, NULL, 'R'},
-        {"pipeline", required_argument, NULL, 'p'},
-        {"max-frame", required_argument, NULL, 'F'},
-        {"max-args", required_argument, NULL, 'A'},
-        {"drain", required_argument, NULL, 'D'},
-        {"seed", required_argument, NULL, 'S'},
-        {"quiet", no_argument, NULL, 'q'},
+        TP_ENGINE_LONGOPTS,
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *registry = "tools.json", *policy = NULL;
-    const char *store_dir = tp_store_default_dir();
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    tp_engine_opts_t eo = {
-        .workers = cores > 0 ? (int)cores : 2,
-        .max_frame = TP_FRAME_DEFAULT_MAX,
-        .drain_us = 10000000u,
-        .worker_path = tp_pool_default_worker(),
-        .pipeline = 64,
-        .max_args = 16u << 20,
-    };
-    bool relaxed = false, quiet = false;
+    tp_engine_cli_t ec;
+    tp_engine_cli_init(&ec, 10000000u);
+    tp_engine_opts_t *eo = &ec.engine;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "r:s:j:qh", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'r': registry = optarg; break;
-        case TP_OPT_POLICY: policy = optarg; break;
-        case 's': store_dir = optarg; break;
-        case 'j': eo.workers = (int)count_arg("-j", optarg, 1, 4096); break;
-        case 'L': relaxed = true; break;
-        case 'R': eo.recycle_after = count_arg("--recycle-after", optarg, 1, UINT64_MAX); break;
-        case 'p': eo.pipeline = (int)count_arg("--pipeline", optarg, 1, 64); break;
-        case 'F': eo.max_frame = (uint32_t)count_arg("--max-frame", optarg, 1024, 1u << 30); break;
-        case 'A': eo.max_args = (size_t)count_arg("--max-args", optarg, 2, 1u << 30); break;
-        case 'D':
-            if (tp_duration_parse(optarg, &eo.drain_us) < 0) {
-                tp_log_error("--drain: expected a duration like \"10s\", got \"%s\"", optarg);
-                return 2;
-            }
-            break;
-        case 'S': eo.seed = count_arg("--seed", optarg, 1, UINT64_MAX); break;
-        case 'q': quiet = true; break;
-        case 'h': fputs(mcp_usage, stdout); return 0;
-        default: fputs(mcp_usage, stderr); return 2;
-        }
+    while ((c = getopt_long(argc, argv, TP_ENGINE_SHORTOPTS "h", longopts, NULL)) != -1) {
+        if (tp_engine_cli_take(&ec, c, optarg))
+            continue;
+        fputs(mcp_usage, c == 'h' ? stdout : stderr);
+        return c == 'h' ? 0 : 2;
     }
     if (optind < argc) {
         tp_log_error("mcp takes no arguments, got \"%s\" (the host speaks on stdin)", argv[optind]);
@@ -197,65 +117,41 @@ int tp_cmd_mcp(int argc, char **argv)
         return 2;
     }
     int status = 2;
-    char err[1024], rerr[TP_REGISTRY_ERRLEN];
-    tp_registry_t *reg = NULL;
-    tp_store_t *store = NULL;
-    struct event_base *base = NULL;
-    mcp_t s = {.drain_us = eo.drain_us, .quiet = quiet};
-    struct event *ev_int = NULL, *ev_term = NULL;
+    mcp_t s = {.quiet = ec.quiet};
 
-    if ((reg = tp_registry_load_policy(registry, policy, rerr, sizeof rerr)) == NULL) {
-        tp_log_error("%s", rerr);
+    if (tp_engine_cli_open(&ec) < 0)
         goto out;
-    }
-    if ((store = tp_store_open(store_dir, relaxed ? TP_STORE_NOSYNC : 0, err, sizeof err)) == NULL) {
-        tp_log_error("%s", err);
-        goto out;
-    }
     signal(SIGPIPE, SIG_IGN); /* a host gone mid-answer is a write error, not our death */
-    if ((base = tp_engine_base_new()) == NULL) {
-        tp_log_error("out of memory");
+    if (tp_cli_loop_new(&s.loop, eo->drain_us) < 0)
         goto out;
-    }
-    eo.reg = reg;
-    eo.store = store;
-    eo.base = base;
-    s.base = base;
-    if ((s.e = tp_engine_new(&eo)) == NULL)
+    eo->base = s.loop.base;
+    if ((s.e = tp_engine_new(eo)) == NULL)
         goto out;
     tp_mcp_opts_t mo = {
         .engine = s.e,
-        .base = base,
+        .base = s.loop.base,
         .in_fd = 0,
         .out_fd = 1,
-        .max_message = eo.max_frame,
-        .window = (size_t)eo.workers * 64 + 1024,
+        .max_message = eo->max_frame,
+        .window = (size_t)eo->workers * 64 + 1024,
         .version = TP_VERSION,
         .closed = closed_cb,
         .ctx = &s,
     };
     if ((s.front = tp_mcp_new(&mo)) == NULL)
         goto out;
-    ev_int = evsignal_new(base, SIGINT, signal_cb, &s);
-    ev_term = evsignal_new(base, SIGTERM, signal_cb, &s);
-    s.ev_stop = evtimer_new(base, stop_cb, &s);
-    if (ev_int == NULL || ev_term == NULL || s.ev_stop == NULL || evsignal_add(ev_int, NULL) != 0 ||
-        evsignal_add(ev_term, NULL) != 0) {
-        tp_log_error("cannot set up the signals");
+    if (tp_cli_loop_signals(&s.loop, signal_cb, &s) < 0 || tp_engine_start(s.e) != 0)
         goto out;
-    }
-    if (tp_engine_start(s.e) != 0)
-        goto out;
-    if (!quiet)
+    if (!ec.quiet)
         fprintf(stderr, "toolpool mcp: serving %zu tool%s on stdio (session %s, %d worker%s, store %s)\n",
-                reg->n_tools, reg->n_tools == 1 ? "" : "s", tp_mcp_session(s.front), eo.workers,
-                eo.workers == 1 ? "" : "s", store_dir);
-    if (event_base_dispatch(base) < 0)
+                eo->reg->n_tools, eo->reg->n_tools == 1 ? "" : "s", tp_mcp_session(s.front), eo->workers,
+                eo->workers == 1 ? "" : "s", ec.store_dir);
+    if (event_base_dispatch(s.loop.base) < 0)
         tp_log_error("the event loop failed");
     tp_engine_finish(s.e);
     tp_mcp_finish(s.front, 2000000u);
     status = tp_engine_failed(s.e) ? 2 : 0;
-    if (!quiet) {
+    if (!ec.quiet) {
         uint64_t calls, ok;
         tp_mcp_counts(s.front, &calls, &ok);
         fprintf(stderr, "toolpool mcp: stopped: %llu call%s answered, %llu ok\n", (unsigned long long)calls,
@@ -265,15 +161,7 @@ out:
     /* The engine first: no answer may come to the front after it is freed. */
     tp_engine_free(s.e);
     tp_mcp_free(s.front);
-    if (ev_int)
-        event_free(ev_int);
-    if (ev_term)
-        event_free(ev_term);
-    if (s.ev_stop)
-        event_free(s.ev_stop);
-    if (base)
-        event_base_free(base);
-    tp_store_close(store);
-    tp_registry_free(reg);
+    tp_cli_loop_free(&s.loop);
+    tp_engine_cli_close(&ec);
     return status;
 }

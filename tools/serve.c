@@ -19,13 +19,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "engine.h"
-#include "frame.h"
+#include "engineopts.h"
 #include "front_http.h"
 #include "log.h"
-#include "registry.h"
-#include "store.h"
 
 static const char serve_usage[] =
     "usage: toolpool serve [--listen unix:PATH | HOST:PORT] [--registry FILE] [--store DIR] [-j N] [OPTIONS]\n"
@@ -45,18 +41,7 @@ static const char serve_usage[] =
     "                           than loopback needs --token-file\n"
     "      --token-file FILE    every request must carry \"Authorization: Bearer\n"
     "                           TOKEN\", TOKEN being the file's first line\n"
-    "  -r, --registry FILE      the tools (default: tools.json): toolpool's own\n"
-    "                           file, an OpenAI tool list or an MCP tools/list\n"
-    "                           result, as written\n"
-    "      --policy FILE        toolpool's settings of those tools, in a file of\n"
-    "                           their own ({\"run\": {TOOL: {...}}, \"defaults\"...})\n"
-    "  -s, --store DIR          the store (default: $TOOLPOOL_STORE, else\n"
-    "                           .toolpool in this directory)\n"
-    "  -j, --workers N          worker processes (default: the number of cores)\n"
-    "      --relaxed            commit without fsync (see `toolpool run --help`)\n"
-    "      --recycle-after N    replace a worker after N calls (default: never)\n"
-    "      --pipeline N         calls of a quick tool one worker may hold\n"
-    "                           (default: 64; 1: off)\n"
+    TP_ENGINE_HELP_FIRST
     "      --max-frame BYTES    longest frame on a pipe, and longest line of a\n"
     "                           batch (default: 67108864)\n"
     "      --max-args BYTES     a call whose args are longer is refused (400, or\n"
@@ -73,32 +58,7 @@ static const char serve_usage[] =
     "                           nothing, this long (default: 60s)\n"
     "      --drain DURATION     after SIGINT/SIGTERM, how long running calls may\n"
     "                           finish before they are killed (default: 30s)\n"
-    "      --seed N             seed the backoff jitter (default: random)\n"
-    "  -q, --quiet              no startup line, no summary at exit\n"
-    "  -h, --help               this text\n";
-
-/* An integer option in [min, max], or exit 2 naming the option. */
-static unsigned long long count_arg(const char *opt, const char *v, unsigned long long min, unsigned long long max)
-{
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (errno || *end || end == v || n < min || n > max || v[0] == '-') {
-        tp_log_error("%s: expected an integer in [%llu, %llu], got \"%s\"", opt, min, max, v);
-        exit(2);
-    }
-    return n;
-}
-
-static uint64_t duration_arg(const char *opt, const char *v, uint64_t min_us)
-{
-    uint64_t us;
-    if (tp_duration_parse(v, &us) < 0 || us < min_us) {
-        tp_log_error("%s: expected a duration like \"30s\"%s, got \"%s\"", opt, min_us ? " (more than 0)" : "", v);
-        exit(2);
-    }
-    return us;
-}
+    TP_ENGINE_HELP_LAST;
 
 /*
  * The token: the file's first line, without its line break. A token
@@ -154,19 +114,9 @@ static void raise_nofile(int max_connections, int workers)
 typedef struct {
     tp_engine_t *e;
     tp_http_t *front;
-    struct event_base *base;
-    struct event *ev_stop;      /* the last resort, should the drain not end */
-    uint64_t drain_us;
+    tp_cli_loop_t loop;
     bool quiet;
 } serve_t;
-
-/* The drain went on far past its grace: stop the loop; what is committed stays. */
-static void stop_cb(evutil_socket_t fd, short what, void *arg)
-{
-    serve_t *s = arg;
-    tp_log_error("the drain did not end; stopping");
-    event_base_loopbreak(s->base);
-}
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
@@ -182,76 +132,44 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
                     busy == 1 ? "" : "s");
     tp_http_drain(s->front);
     tp_engine_drain(s->e);
-    uint64_t us = s->drain_us + 10000000u;
-    struct timeval tv = {.tv_sec = (time_t)(us / 1000000u), .tv_usec = (suseconds_t)(us % 1000000u)};
-    if (evtimer_add(s->ev_stop, &tv) != 0)
-        tp_log_warn("cannot arm the drain's last-resort timer");
+    tp_cli_loop_draining(&s->loop);
 }
 
 int tp_cmd_serve(int argc, char **argv)
 {
     static const struct option longopts[] = {
+        TP_ENGINE_LONGOPTS,
         {"listen", required_argument, NULL, 'l'},
         {"token-file", required_argument, NULL, 'T'},
-        {"registry", required_argument, NULL, 'r'},
-        {"policy", required_argument, NULL, TP_OPT_POLICY},
-        {"store", required_argument, NULL, 's'},
-        {"workers", required_argument, NULL, 'j'},
-        {"relaxed", no_argument, NULL, 'L'},
-        {"recycle-after", required_argument, NULL, 'R'},
-        {"pipeline", required_argument, NULL, 'p'},
-        {"max-frame", required_argument, NULL, 'F'},
-        {"max-args", required_argument, NULL, 'A'},
         {"max-body", required_argument, NULL, 'B'},
         {"max-connections", required_argument, NULL, 'C'},
         {"max-queued", required_argument, NULL, 'Q'},
         {"idle-timeout", required_argument, NULL, 'I'},
-        {"drain", required_argument, NULL, 'D'},
-        {"seed", required_argument, NULL, 'S'},
-        {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *listen = "unix:./toolpool.sock", *token_file = NULL, *registry = "tools.json", *policy = NULL;
-    const char *store_dir = tp_store_default_dir();
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    tp_engine_opts_t eo = {
-        .workers = cores > 0 ? (int)cores : 2,
-        .max_frame = TP_FRAME_DEFAULT_MAX,
-        .drain_us = 30000000u,
-        .worker_path = tp_pool_default_worker(),
-        .pipeline = 64,
-        .max_args = 16u << 20,
-    };
+    const char *listen = "unix:./toolpool.sock", *token_file = NULL;
+    tp_engine_cli_t ec;
+    tp_engine_cli_init(&ec, 30000000u);
+    tp_engine_opts_t *eo = &ec.engine;
     tp_http_opts_t ho = {
         .max_body = 64u << 20,
         .idle_timeout_us = 60000000u,
         .max_connections = 1024,
         .max_queued = 10000,
     };
-    bool relaxed = false, quiet = false;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "l:r:s:j:qh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, TP_ENGINE_SHORTOPTS "l:h", longopts, NULL)) != -1) {
+        if (tp_engine_cli_take(&ec, c, optarg))
+            continue;
         switch (c) {
         case 'l': listen = optarg; break;
         case 'T': token_file = optarg; break;
-        case 'r': registry = optarg; break;
-        case TP_OPT_POLICY: policy = optarg; break;
-        case 's': store_dir = optarg; break;
-        case 'j': eo.workers = (int)count_arg("-j", optarg, 1, 4096); break;
-        case 'L': relaxed = true; break;
-        case 'R': eo.recycle_after = count_arg("--recycle-after", optarg, 1, UINT64_MAX); break;
-        case 'p': eo.pipeline = (int)count_arg("--pipeline", optarg, 1, 64); break;
-        case 'F': eo.max_frame = (uint32_t)count_arg("--max-frame", optarg, 1024, 1u << 30); break;
-        case 'A': eo.max_args = (size_t)count_arg("--max-args", optarg, 2, 1u << 30); break;
-        case 'B': ho.max_body = (size_t)count_arg("--max-body", optarg, 1, 1ull << 40); break;
-        case 'C': ho.max_connections = (int)count_arg("--max-connections", optarg, 1, 1000000); break;
-        case 'Q': ho.max_queued = (size_t)count_arg("--max-queued", optarg, 1, 100000000); break;
-        case 'I': ho.idle_timeout_us = duration_arg("--idle-timeout", optarg, 1); break;
-        case 'D': eo.drain_us = duration_arg("--drain", optarg, 0); break;
-        case 'S': eo.seed = count_arg("--seed", optarg, 1, UINT64_MAX); break;
-        case 'q': quiet = true; break;
+        case 'B': ho.max_body = (size_t)tp_cli_count("--max-body", optarg, 1, 1ull << 40); break;
+        case 'C': ho.max_connections = (int)tp_cli_count("--max-connections", optarg, 1, 1000000); break;
+        case 'Q': ho.max_queued = (size_t)tp_cli_count("--max-queued", optarg, 1, 100000000); break;
+        case 'I': ho.idle_timeout_us = tp_cli_duration("--idle-timeout", optarg, 1); break;
         case 'h': fputs(serve_usage, stdout); return 0;
         default: fputs(serve_usage, stderr); return 2;
         }
@@ -263,13 +181,9 @@ int tp_cmd_serve(int argc, char **argv)
     }
 
     int status = 2;
-    char err[1024], rerr[TP_REGISTRY_ERRLEN];
+    char err[1024];
     char *token = NULL;
-    tp_registry_t *reg = NULL;
-    tp_store_t *store = NULL;
-    struct event_base *base = NULL;
-    serve_t s = {.drain_us = eo.drain_us, .quiet = quiet};
-    struct event *ev_int = NULL, *ev_term = NULL;
+    serve_t s = {.quiet = ec.quiet};
     tp_http_addr_t addr;
 
     if (tp_http_addr_parse(listen, &addr, err, sizeof err) < 0) {
@@ -285,30 +199,18 @@ int tp_cmd_serve(int argc, char **argv)
     }
     if (token_file && (token = read_token(token_file)) == NULL)
         goto out;
-    if ((reg = tp_registry_load_policy(registry, policy, rerr, sizeof rerr)) == NULL) {
-        tp_log_error("%s", rerr);
+    if (tp_engine_cli_open(&ec) < 0)
         goto out;
-    }
-    if ((store = tp_store_open(store_dir, relaxed ? TP_STORE_NOSYNC : 0, err, sizeof err)) == NULL) {
-        tp_log_error("%s", err);
-        goto out;
-    }
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-reply is an error on its connection, not our death */
-    raise_nofile(ho.max_connections, eo.workers);
-    if ((base = tp_engine_base_new()) == NULL) {
-        tp_log_error("out of memory");
+    raise_nofile(ho.max_connections, eo->workers);
+    if (tp_cli_loop_new(&s.loop, eo->drain_us) < 0)
         goto out;
-    }
-    eo.reg = reg;
-    eo.store = store;
-    eo.base = base;
-    ho.base = base;
+    eo->base = ho.base = s.loop.base;
     ho.token = token;
-    ho.window = (size_t)eo.workers * 64 + 1024;
-    ho.max_line = eo.max_frame;
+    ho.window = (size_t)eo->workers * 64 + 1024;
+    ho.max_line = eo->max_frame;
     ho.version = TP_VERSION;
-    s.base = base;
-    if ((s.e = tp_engine_new(&eo)) == NULL)
+    if ((s.e = tp_engine_new(eo)) == NULL)
         goto out;
     ho.engine = s.e;
     if ((s.front = tp_http_new(&ho)) == NULL)
@@ -317,28 +219,20 @@ int tp_cmd_serve(int argc, char **argv)
         tp_log_error("%s", err);
         goto out;
     }
-    ev_int = evsignal_new(base, SIGINT, signal_cb, &s);
-    ev_term = evsignal_new(base, SIGTERM, signal_cb, &s);
-    s.ev_stop = evtimer_new(base, stop_cb, &s);
-    if (ev_int == NULL || ev_term == NULL || s.ev_stop == NULL || evsignal_add(ev_int, NULL) != 0 ||
-        evsignal_add(ev_term, NULL) != 0) {
-        tp_log_error("cannot set up the signals");
+    if (tp_cli_loop_signals(&s.loop, signal_cb, &s) < 0 || tp_engine_start(s.e) != 0)
         goto out;
-    }
-    if (tp_engine_start(s.e) != 0)
-        goto out;
-    if (!quiet)
-        fprintf(stderr, "toolpool serve: listening on %s (%d worker%s, store %s)\n", addr.text, eo.workers,
-                eo.workers == 1 ? "" : "s", store_dir);
-    if (event_base_dispatch(base) < 0)
+    if (!ec.quiet)
+        fprintf(stderr, "toolpool serve: listening on %s (%d worker%s, store %s)\n", addr.text, eo->workers,
+                eo->workers == 1 ? "" : "s", ec.store_dir);
+    if (event_base_dispatch(s.loop.base) < 0)
         tp_log_error("the event loop failed");
     tp_engine_finish(s.e);
     tp_http_finish(s.front, 2000000u);
     status = tp_engine_failed(s.e) ? 2 : 0;
-    if (!quiet) {
+    if (!ec.quiet) {
         const tp_engine_stats_t *st = tp_engine_stats(s.e);
         uint64_t calls = 0, ok = 0;
-        for (size_t i = 0; i < reg->n_tools; i++) {
+        for (size_t i = 0; i < eo->reg->n_tools; i++) {
             calls += st->tools[i].calls;
             ok += st->tools[i].ok;
         }
@@ -350,16 +244,8 @@ out:
     /* The engine first: no answer may come to the front after it is freed. */
     tp_engine_free(s.e);
     tp_http_free(s.front);
-    if (ev_int)
-        event_free(ev_int);
-    if (ev_term)
-        event_free(ev_term);
-    if (s.ev_stop)
-        event_free(s.ev_stop);
-    if (base)
-        event_base_free(base);
-    tp_store_close(store);
-    tp_registry_free(reg);
+    tp_cli_loop_free(&s.loop);
+    tp_engine_cli_close(&ec);
     free(token);
     return status;
 }

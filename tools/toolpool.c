@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "engineopts.h"
 #include "frame.h"
 #include "front_jsonl.h"
 #include "log.h"
@@ -101,7 +102,8 @@ static const char run_usage[] =
     "                         latency_ms, elapsed_s, resumed, done_again, ...\n"
     "  -q, --quiet            no summary, no progress bar (on a terminal, the bar\n"
     "                         shows done/total, failures, calls/s and an ETA)\n"
-    "      --no-progress      no progress bar\n";
+    "      --no-progress      no progress bar\n"
+    "  -h, --help             this text\n";
 
 /*
  * --retry-failed's LIST: comma-separated class names (transient,
@@ -191,36 +193,11 @@ static void rerun_free(tp_rerun_t *f)
     free(f->kinds);
 }
 
-/* A positive integer option, or exit 2 naming the option. */
-static unsigned long long parse_count(const char *opt, const char *v, unsigned long long min,
-                                      unsigned long long max)
-{
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (errno || *end || end == v || n < min || n > max || v[0] == '-') {
-        tp_log_error("%s: expected an integer in [%llu, %llu], got \"%s\"", opt, min, max, v);
-        exit(2);
-    }
-    return n;
-}
-
 int tp_cmd_run(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"registry", required_argument, NULL, 'r'},
-        {"policy", required_argument, NULL, TP_OPT_POLICY},
-        {"store", required_argument, NULL, 's'},
-        {"workers", required_argument, NULL, 'j'},
+        TP_ENGINE_LONGOPTS,
         {"output", required_argument, NULL, 'o'},
-        {"recycle-after", required_argument, NULL, 'R'},
-        {"relaxed", no_argument, NULL, 'L'},
-        {"pipeline", required_argument, NULL, 'p'},
-        {"max-frame", required_argument, NULL, 'F'},
-        {"max-args", required_argument, NULL, 'A'},
-        {"drain", required_argument, NULL, 'D'},
-        {"seed", required_argument, NULL, 'S'},
-        {"quiet", no_argument, NULL, 'q'},
         {"no-progress", no_argument, NULL, 'P'},
         {"retry-failed", optional_argument, NULL, 'X'},
         {"summary-json", required_argument, NULL, 'Y'},
@@ -228,44 +205,19 @@ int tp_cmd_run(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *registry = "tools.json", *policy = NULL, *output = NULL, *store_dir = tp_store_default_dir();
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    tp_batch_opts_t o = {
-        .workers = cores > 0 ? (int)cores : 2,
-        .max_frame = TP_FRAME_DEFAULT_MAX,
-        .drain_us = 10000000u,
-        .worker_path = tp_pool_default_worker(),
-        .pipeline = 64,
-        .max_args = 16u << 20,
-    };
-    bool quiet = false, progress = isatty(2), relaxed = false;
+    tp_engine_cli_t ec;
+    tp_engine_cli_init(&ec, 10000000u);
+    const char *output = NULL, *summary_json = NULL;
+    bool progress = isatty(2), ordered = false, want_rerun = false;
     tp_rerun_t rerun = {0};
-    const char *summary_json = NULL;
-    bool ordered = false;
     long *line_map = NULL;
-    bool want_rerun = false;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "r:s:j:o:qh", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, TP_ENGINE_SHORTOPTS "o:h", longopts, NULL)) != -1) {
+        if (tp_engine_cli_take(&ec, c, optarg))
+            continue;
         switch (c) {
-        case 'r': registry = optarg; break;
-        case TP_OPT_POLICY: policy = optarg; break;
-        case 's': store_dir = optarg; break;
-        case 'j': o.workers = (int)parse_count("-j", optarg, 1, 4096); break;
         case 'o': output = optarg; break;
-        case 'R': o.recycle_after = parse_count("--recycle-after", optarg, 1, UINT64_MAX); break;
-        case 'F': o.max_frame = (uint32_t)parse_count("--max-frame", optarg, 1024, 1u << 30); break;
-        case 'A': o.max_args = (size_t)parse_count("--max-args", optarg, 2, 1u << 30); break;
-        case 'D':
-            if (tp_duration_parse(optarg, &o.drain_us) < 0) {
-                tp_log_error("--drain: expected a duration like \"10s\", got \"%s\"", optarg);
-                return 2;
-            }
-            break;
-        case 'S': o.seed = parse_count("--seed", optarg, 1, UINT64_MAX); break;
-        case 'q': quiet = true; break;
-        case 'L': relaxed = true; break;
-        case 'p': o.pipeline = (int)parse_count("--pipeline", optarg, 1, 64); break;
         case 'P': progress = false; break;
         case 'Y': summary_json = optarg; break;
         case 'O': ordered = true; break;
@@ -279,41 +231,26 @@ int tp_cmd_run(int argc, char **argv)
         default: fputs(run_usage, stderr); return 2;
         }
     }
+    tp_batch_opts_t o = {.input_fd = -1, .output_fd = -1};
+    int status = 2;
     if (argc - optind > 1) {
         tp_log_error("run takes one calls file, got %d", argc - optind);
-        return 2;
+        goto out;
     }
     const char *input = optind < argc ? argv[optind] : "-";
-    char err[TP_REGISTRY_ERRLEN];
-    tp_registry_t *reg = tp_registry_load_policy(registry, policy, err, sizeof err);
-    if (reg == NULL) {
-        tp_log_error("%s", err);
-        return 2;
-    }
-    o.reg = reg;
-    o.store = tp_store_open(store_dir, relaxed ? TP_STORE_NOSYNC : 0, err, sizeof err);
-    if (o.store == NULL) {
-        tp_log_error("%s", err);
-        tp_registry_free(reg);
-        return 2;
-    }
+    if (tp_engine_cli_open(&ec) < 0)
+        goto out;
+    o.engine = ec.engine;
     o.input_name = strcmp(input, "-") == 0 ? "standard input" : input;
     o.input_fd = strcmp(input, "-") == 0 ? 0 : open(input, O_RDONLY | O_CLOEXEC);
     if (o.input_fd < 0) {
         tp_log_error("%s: %s", input, strerror(errno));
-        tp_store_close(o.store);
-        tp_registry_free(reg);
-        return 2;
+        goto out;
     }
     if (ordered) {
         int copy;
-        if (tp_order_input(o.input_fd, o.input_name, &copy, &line_map, &o.n_line_map) < 0) {
-            if (o.input_fd > 0)
-                close(o.input_fd);
-            tp_store_close(o.store);
-            tp_registry_free(reg);
-            return 2;
-        }
+        if (tp_order_input(o.input_fd, o.input_name, &copy, &line_map, &o.n_line_map) < 0)
+            goto out;
         if (o.input_fd > 0)
             close(o.input_fd);
         o.input_fd = copy;
@@ -322,21 +259,17 @@ int tp_cmd_run(int argc, char **argv)
     o.output_fd = output ? open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : 1;
     if (o.output_fd < 0) {
         tp_log_error("%s: %s", output, strerror(errno));
-        free(line_map);
-        tp_store_close(o.store);
-        tp_registry_free(reg);
-        return 2;
+        goto out;
     }
-    o.progress = progress && !quiet;
-    o.rerun = want_rerun ? &rerun : NULL;
+    o.progress = progress && !ec.quiet;
+    o.engine.rerun = want_rerun ? &rerun : NULL;
     tp_batch_report_t rep;
-    int status = tp_batch_run(&o, &rep);
-    rerun_free(&rerun);
-    if (!quiet) {
+    status = tp_batch_run(&o, &rep);
+    if (!ec.quiet) {
         tp_summary_print(stderr, &rep.summary, rep.elapsed_s);
         if (rep.resumed)
             fprintf(stderr, "  resumed: %llu recorded result%s served from %s, not run again\n",
-                    (unsigned long long)rep.resumed, rep.resumed == 1 ? "" : "s", store_dir);
+                    (unsigned long long)rep.resumed, rep.resumed == 1 ? "" : "s", ec.store_dir);
         if (rep.rerun)
             fprintf(stderr, "  done again: %llu recorded failure%s and refusal%s\n",
                     (unsigned long long)rep.rerun, rep.rerun == 1 ? "" : "s", rep.rerun == 1 ? "" : "s");
@@ -350,15 +283,16 @@ int tp_cmd_run(int argc, char **argv)
     }
     if (summary_json && write_summary_json(summary_json, &rep, status) < 0)
         status = 2;
+out:
     if (o.input_fd > 0)
         close(o.input_fd);
     free(line_map);
-    if (output && close(o.output_fd) < 0) {
+    rerun_free(&rerun);
+    if (output && o.output_fd >= 0 && close(o.output_fd) < 0) {
         tp_log_error("%s: %s", output, strerror(errno));
         status = 2;
     }
-    tp_store_close(o.store);
-    tp_registry_free(reg);
+    tp_engine_cli_close(&ec);
     return status;
 }
 

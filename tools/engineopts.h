@@ -1,0 +1,127 @@
+/*
+ * The engine's options, shared by run, serve and mcp: one table of them,
+ * one parser of their values and one start-up (the registry read with its
+ * policy, the store opened), so that the three commands take the same
+ * options, with the same defaults and bounds, and say the same thing of a
+ * bad value. Each command adds its own options to the table and its own
+ * start-up after this one. Then the loop that serve and mcp both run their
+ * engine on, with its signals and the drain's last resort.
+ */
+#ifndef TP_ENGINEOPTS_H
+#define TP_ENGINEOPTS_H
+
+#include <event2/event.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cli.h"
+#include "engine.h"
+
+/* getopt_long's codes of the engine options with no short form, after TP_OPT_POLICY. */
+enum {
+    TP_OPT_RELAXED = TP_OPT_POLICY + 1,
+    TP_OPT_RECYCLE_AFTER,
+    TP_OPT_PIPELINE,
+    TP_OPT_MAX_FRAME,
+    TP_OPT_MAX_ARGS,
+    TP_OPT_DRAIN,
+    TP_OPT_SEED,
+};
+
+/* A command's getopt_long optstring starts with these... */
+#define TP_ENGINE_SHORTOPTS "r:s:j:q"
+/* ...and its long options with these. */
+#define TP_ENGINE_LONGOPTS                                                                                             \
+    {"registry", required_argument, NULL, 'r'}, {"policy", required_argument, NULL, TP_OPT_POLICY},                    \
+        {"store", required_argument, NULL, 's'}, {"workers", required_argument, NULL, 'j'},                            \
+        {"relaxed", no_argument, NULL, TP_OPT_RELAXED},                                                                \
+        {"recycle-after", required_argument, NULL, TP_OPT_RECYCLE_AFTER},                                              \
+        {"pipeline", required_argument, NULL, TP_OPT_PIPELINE},                                                        \
+        {"max-frame", required_argument, NULL, TP_OPT_MAX_FRAME},                                                      \
+        {"max-args", required_argument, NULL, TP_OPT_MAX_ARGS}, {"drain", required_argument, NULL, TP_OPT_DRAIN},      \
+        {"seed", required_argument, NULL, TP_OPT_SEED}, {"quiet", no_argument, NULL, 'q'}
+
+/*
+ * serve's and mcp's --help lines of the engine options they describe
+ * alike (run's --help says more of each): the first from -r to
+ * --pipeline, the last from --seed to --help.
+ */
+#define TP_ENGINE_HELP_FIRST                                                                                           \
+    "  -r, --registry FILE      the tools (default: tools.json): toolpool's own\n"                                     \
+    "                           file, an OpenAI tool list or an MCP tools/list\n"                                      \
+    "                           result, as written\n"                                                                  \
+    "      --policy FILE        toolpool's settings of those tools, in a file of\n"                                    \
+    "                           their own ({\"run\": {TOOL: {...}}, \"defaults\"...})\n"                               \
+    "  -s, --store DIR          the store (default: $TOOLPOOL_STORE, else\n"                                           \
+    "                           .toolpool in this directory)\n"                                                        \
+    "  -j, --workers N          worker processes (default: the number of cores)\n"                                     \
+    "      --relaxed            commit without fsync (see `toolpool run --help`)\n"                                    \
+    "      --recycle-after N    replace a worker after N calls (default: never)\n"                                     \
+    "      --pipeline N         calls of a quick tool one worker may hold\n"                                           \
+    "                           (default: 64; 1: off)\n"
+#define TP_ENGINE_HELP_LAST                                                                                            \
+    "      --seed N             seed the backoff jitter (default: random)\n"                                           \
+    "  -q, --quiet              no startup line, no summary at exit\n"                                                 \
+    "  -h, --help               this text\n"
+
+/* What the engine options say, and what the start-up opens from them. */
+typedef struct {
+    const char *registry;       /* -r: the registry file */
+    const char *policy;         /* --policy: its settings, from a file of their own; NULL: none */
+    const char *store_dir;      /* -s */
+    bool relaxed;               /* --relaxed: commit without fsync */
+    bool quiet;                 /* -q: what it quiets is the command's */
+    tp_engine_opts_t engine;    /* -j and the rest; reg and store once tp_engine_cli_open has opened them */
+} tp_engine_cli_t;
+
+/* c with every option at its default; --drain's, drain_us, is the command's. */
+void tp_engine_cli_init(tp_engine_cli_t *c, uint64_t drain_us);
+
+/*
+ * Takes getopt_long's answer opt (its value arg) into c when it is one of
+ * the engine options: 1; 0 when it is not (the command's own, or an error).
+ * A bad value is logged, naming the option, and exits 2.
+ */
+int tp_engine_cli_take(tp_engine_cli_t *c, int opt, const char *arg);
+
+/*
+ * The start-up: the registry with its policy, then the store, into
+ * c->engine. 0, or -1 logged, with nothing left open.
+ */
+int tp_engine_cli_open(tp_engine_cli_t *c);
+
+/* Closes the store and frees the registry that tp_engine_cli_open opened (either may be unopened). */
+void tp_engine_cli_close(tp_engine_cli_t *c);
+
+/* An integer option in [min, max], or exit 2 naming the option. */
+unsigned long long tp_cli_count(const char *opt, const char *v, unsigned long long min, unsigned long long max);
+
+/* A duration option ("10s", "250ms") of at least min_us, or exit 2 naming the option. */
+uint64_t tp_cli_duration(const char *opt, const char *v, uint64_t min_us);
+
+/*
+ * The loop of a command that runs until told to stop (serve, mcp): the
+ * engine's base; SIGINT and SIGTERM, handed to the command; and the drain's
+ * last resort, a timer that stops the loop should a drain go on 10 s past
+ * its --drain (what is committed stays committed).
+ */
+typedef struct {
+    struct event_base *base;
+    struct event *ev_int, *ev_term, *ev_stop;
+    uint64_t drain_us;
+} tp_cli_loop_t;
+
+/* The base, for an engine that may drain for drain_us. 0, or -1 logged. */
+int tp_cli_loop_new(tp_cli_loop_t *l, uint64_t drain_us);
+
+/* From now on SIGINT and SIGTERM call on_signal(signal, arg) in the loop. 0, or -1 logged. */
+int tp_cli_loop_signals(tp_cli_loop_t *l, event_callback_fn on_signal, void *arg);
+
+/* A drain has begun: arms the last resort. */
+void tp_cli_loop_draining(tp_cli_loop_t *l);
+
+/* Frees the signals, the timer and the base, after whatever ran on it. */
+void tp_cli_loop_free(tp_cli_loop_t *l);
+
+#endif
