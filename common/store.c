@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "record.h"
+#include "steps.h"
 #include "toolpool.pb-c.h"
 
 #define MAP_INITIAL (64ull << 20)
@@ -24,11 +25,13 @@ static const char *const db_names[TP_DB__COUNT] = {
     [TP_DB_RESULTS] = "results",
     [TP_DB_JOBS] = "jobs",
     [TP_DB_INFLIGHT] = "inflight",
+    [TP_DB_STEPS] = "steps",
 };
 
 struct tp_store {
     MDB_env *env;
     MDB_dbi dbi[TP_DB__COUNT];
+    bool no_steps;  /* a store of format 2, read-only: no steps database */
     unsigned flags;
     size_t mapsize;
     size_t limit;   /* the map never grows past this: $TOOLPOOL_STORE_LIMIT, else 1 TiB */
@@ -67,6 +70,11 @@ MDB_dbi tp_store_dbi(const tp_store_t *s, tp_db_t db)
     return s->dbi[db];
 }
 
+bool tp_store_has(const tp_store_t *s, tp_db_t db)
+{
+    return !(db == TP_DB_STEPS && s->no_steps);
+}
+
 const char *tp_store_db_name(tp_db_t db)
 {
     return db >= 0 && db < TP_DB__COUNT ? db_names[db] : "?";
@@ -74,7 +82,10 @@ const char *tp_store_db_name(tp_db_t db)
 
 /*
  * Opens every named database in one committed transaction and checks (or,
- * on a new store, writes) the format record.
+ * on a new store, writes) the format record. A store of format 2 is
+ * upgraded to 3 when opened for writing (its job lists move to the steps
+ * database, in the same transaction), and read as it is when opened
+ * read-only.
  */
 static int open_dbs(tp_store_t *s, char *err, size_t errlen)
 {
@@ -87,6 +98,10 @@ static int open_dbs(tp_store_t *s, char *err, size_t errlen)
     }
     for (int i = 0; i < TP_DB__COUNT; i++) {
         rc = mdb_dbi_open(txn, db_names[i], rdonly ? 0 : MDB_CREATE, &s->dbi[i]);
+        if (rc == MDB_NOTFOUND && rdonly && i == TP_DB_STEPS) {
+            s->no_steps = true; /* format 2: checked below */
+            rc = 0;
+        }
         if (rc) {
             snprintf(err, errlen, "%s: cannot open database %s: %s%s", s->dir, db_names[i], mdb_strerror(rc),
                      rc == MDB_NOTFOUND ? " (not a toolpool store, or one of an older format)" : "");
@@ -102,12 +117,23 @@ static int open_dbs(tp_store_t *s, char *err, size_t errlen)
         nf.version = TP_STORE_FORMAT;
         nf.created_unix_us = tp_unix_us();
         rc = tp_store_put_msg(s, txn, TP_DB_META, "format", 6, &nf.base);
-    } else if (rc == 0 && fmt->version != TP_STORE_FORMAT) {
+    } else if (rc == 0 && fmt->version == 2 && !rdonly) {
+        rc = tp_steps_migrate(s, txn);
+        fmt->version = TP_STORE_FORMAT;
+        rc = rc ? rc : tp_store_put_msg(s, txn, TP_DB_META, "format", 6, &fmt->base);
+        if (rc)
+            snprintf(err, errlen, "%s: cannot upgrade the store from format 2 to %u: %s", s->dir, TP_STORE_FORMAT,
+                     rc == EPROTO ? s->bad : mdb_strerror(rc));
+    } else if (rc == 0 && !(fmt->version == TP_STORE_FORMAT || (fmt->version == 2 && rdonly))) {
         snprintf(err, errlen,
                  "%s: the store has format %u; this toolpool reads format %u. Use a toolpool of that "
                  "version to read it, or start a new store with --store NEWDIR",
                  s->dir, fmt->version, TP_STORE_FORMAT);
         rc = EPROTO;
+    } else if (rc == 0 && s->no_steps && fmt->version != 2) {
+        snprintf(err, errlen, "%s: cannot open database %s: %s", s->dir, db_names[TP_DB_STEPS],
+                 mdb_strerror(MDB_NOTFOUND));
+        rc = MDB_NOTFOUND;
     } else if (rc == MDB_NOTFOUND) {
         snprintf(err, errlen, "%s: not a toolpool store (no format record)", s->dir);
     } else if (rc) {

@@ -20,7 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TP_STORE_FORMAT 2
+/* 3: a job's message list in the steps database (steps.h); 2 kept it in the checkpoint. */
+#define TP_STORE_FORMAT 3
 #define TP_STORE_MAP_LIMIT (1ull << 40)
 
 typedef enum {
@@ -30,6 +31,7 @@ typedef enum {
     TP_DB_RESULTS,
     TP_DB_JOBS,
     TP_DB_INFLIGHT,
+    TP_DB_STEPS,
     TP_DB__COUNT,
 } tp_db_t;
 
@@ -100,6 +102,11 @@ int tp_store_get_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, s
  * reader of a raw value.
  */
 void tp_store_note_bad(tp_store_t *s, tp_db_t db, const void *key, size_t klen, const char *why);
+/*
+ * Whether the store has database db: all do, but for the steps database of
+ * a store of format 2 opened read-only (its lists are in its checkpoints).
+ */
+bool tp_store_has(const tp_store_t *s, tp_db_t db);
 
 /* What an LMDB or errno code means for a person, with what to do about it. */
 const char *tp_store_strerror(const tp_store_t *s, int rc, char *buf, size_t cap);

@@ -6,6 +6,8 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "steps.h"
+
 void tp_identity_digest(const char *tool, const tp_digest_t *args, tp_digest_t *out)
 {
     /* The tool's whole name, a NUL, the args' digest: the bytes stores have always hashed. */
@@ -52,25 +54,21 @@ int tp_checkpoint_step(tp_store_t *s, MDB_txn *txn, const char *job, const char 
     int rc = tp_checkpoint_get(s, txn, job, &old);
     if (rc && rc != MDB_NOTFOUND)
         return rc;
-    size_t n = old ? old->n_calls : 0;
-    char **calls = malloc((n + 1) * sizeof *calls);
-    if (calls == NULL) {
-        toolpool__checkpoint__free_unpacked(old, NULL);
-        return ENOMEM;
-    }
-    bool listed = false;
-    for (size_t i = 0; i < n; i++) {
-        calls[i] = old->calls[i];
-        listed = listed || strcmp(calls[i], call_id) == 0;
-    }
-    if (!listed)
-        calls[n] = (char *)call_id;
     Toolpool__Checkpoint cp = TOOLPOOL__CHECKPOINT__INIT;
     cp.job = (char *)job;
     /* A refusal ends as it comes, before the steps ahead of it: it does not move the job on. */
     cp.last_step = old && (old->last_step > step || u == NULL) ? old->last_step : u ? step : 0;
-    cp.calls = calls;
-    cp.n_calls = listed ? n : n + 1;
+    if (old) {
+        cp.calls = old->calls; /* none, once the store is of format 3 */
+        cp.n_calls = old->n_calls;
+        cp.calls_next = old->calls_next;
+        cp.calls_listed = old->calls_listed;
+    }
+    bool added;
+    if ((rc = tp_steps_add(s, txn, job, call_id, &cp, &added)) != 0) {
+        toolpool__checkpoint__free_unpacked(old, NULL);
+        return rc;
+    }
     if (u) {
         cp.steps = u->steps;
         cp.attempts = u->calls;
@@ -94,7 +92,6 @@ int tp_checkpoint_step(tp_store_t *s, MDB_txn *txn, const char *job, const char 
         cp.state_unix_us = old->state_unix_us;
     }
     rc = tp_store_put_msg(s, txn, TP_DB_JOBS, job, strlen(job), &cp.base);
-    free(calls);
     if (old)
         toolpool__checkpoint__free_unpacked(old, NULL);
     return rc;

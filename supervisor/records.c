@@ -7,6 +7,7 @@
 
 #include "breaker.h"
 #include "checkpoint.h"
+#include "steps.h"
 
 /* ---- small JSON helpers: each returns 0, or ENOMEM ---- */
 
@@ -338,7 +339,10 @@ static int checkpoint_unlist(tp_store_t *s, MDB_txn *txn, const char *job, const
         cp->calls[n++] = cp->calls[i];
         cp->calls[i] = t;
     }
-    if (n != cp->n_calls) {
+    bool removed = false;
+    if (n == cp->n_calls && tp_store_has(s, TP_DB_STEPS))
+        rc = tp_steps_remove(s, txn, job, id, cp, &removed);
+    if (rc == 0 && (n != cp->n_calls || removed)) {
         size_t had = cp->n_calls;
         cp->n_calls = n;
         if (step > 0 && cp->last_step >= step)
@@ -381,14 +385,23 @@ int tp_records_forget_job(tp_store_t *s, MDB_txn *txn, const char *job, uint64_t
     }
     if (rc)
         return rc;
-    for (size_t i = 0; i < cp->n_calls && rc == 0; i++) {
-        MDB_val k = {strlen(cp->calls[i]), cp->calls[i]};
+    char **ids;
+    size_t n_ids;
+    if ((rc = tp_steps_list(s, txn, cp, &ids, &n_ids)) != 0) {
+        toolpool__checkpoint__free_unpacked(cp, NULL);
+        return rc;
+    }
+    for (size_t i = 0; i < n_ids && rc == 0; i++) {
+        MDB_val k = {strlen(ids[i]), ids[i]};
         rc = mdb_del(txn, tp_store_dbi(s, TP_DB_RESULTS), &k, NULL);
         if (rc == 0)
             (*n)++;
         else if (rc == MDB_NOTFOUND)
             rc = 0;
     }
+    free(ids);
+    if (rc == 0)
+        rc = tp_steps_clear(s, txn, job);
     if (rc == 0 && cp->has_state) {
         /* The agent loop's own state is the agent's, not a result: it stays. */
         Toolpool__Checkpoint keep = TOOLPOOL__CHECKPOINT__INIT;
@@ -520,13 +533,17 @@ int tp_records_escalations_count(tp_store_t *s, MDB_txn *txn, uint64_t *open, ui
 
 /* ---- checkpoints ---- */
 
-json_t *tp_records_checkpoint_json(const Toolpool__Checkpoint *cp)
+json_t *tp_records_checkpoint_json(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp)
 {
     json_t *o = json_object(), *calls = json_array();
     int rc = o && calls ? 0 : ENOMEM;
-    for (size_t i = 0; rc == 0 && i < cp->n_calls; i++)
-        if (json_array_append_new(calls, str_of(cp->calls[i])) != 0)
+    char **ids = NULL;
+    size_t n_ids = 0;
+    rc = rc ? rc : tp_steps_list(s, txn, cp, &ids, &n_ids);
+    for (size_t i = 0; rc == 0 && i < n_ids; i++)
+        if (json_array_append_new(calls, str_of(ids[i])) != 0)
             rc = ENOMEM;
+    free(ids);
     rc = rc ? rc : put(o, "job", str_of(cp->job));
     rc = rc ? rc : put(o, "step", json_integer((json_int_t)cp->last_step));
     rc = rc ? rc : put(o, "calls", json_incref(calls));
@@ -554,19 +571,26 @@ json_t *tp_records_checkpoint_json(const Toolpool__Checkpoint *cp)
     return o;
 }
 
+typedef struct {
+    tp_store_t *s;
+    MDB_txn *txn;
+} store_at_t;
+
 static json_t *render_checkpoint(const MDB_val *k, const MDB_val *v, void *ctx)
 {
+    const store_at_t *at = ctx;
     Toolpool__Checkpoint *cp = toolpool__checkpoint__unpack(NULL, v->mv_size, v->mv_data);
     if (cp == NULL)
         return NULL;
-    json_t *o = tp_records_checkpoint_json(cp);
+    json_t *o = tp_records_checkpoint_json(at->s, at->txn, cp);
     toolpool__checkpoint__free_unpacked(cp, NULL);
     return o;
 }
 
 int tp_records_checkpoints_json(tp_store_t *s, MDB_txn *txn, json_t **out)
 {
-    return each_json(s, txn, TP_DB_JOBS, render_checkpoint, NULL, out);
+    store_at_t at = {s, txn};
+    return each_json(s, txn, TP_DB_JOBS, render_checkpoint, &at, out);
 }
 
 int tp_records_checkpoint_results_json(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, json_t **out)
@@ -574,24 +598,34 @@ int tp_records_checkpoint_results_json(tp_store_t *s, MDB_txn *txn, const Toolpo
     json_t *a = json_array();
     if (a == NULL)
         return ENOMEM;
-    for (size_t i = 0; i < cp->n_calls; i++) {
+    char **ids;
+    size_t n_ids;
+    int lrc = tp_steps_list(s, txn, cp, &ids, &n_ids);
+    if (lrc) {
+        json_decref(a);
+        return lrc;
+    }
+    for (size_t i = 0; i < n_ids; i++) {
         Toolpool__StoredResult *sr;
-        int rc = tp_result_get(s, txn, cp->calls[i], &sr);
+        int rc = tp_result_get(s, txn, ids[i], &sr);
         json_t *r = NULL;
         if (rc == 0) {
             r = json_loadb((const char *)sr->line.data, sr->line.len, 0, NULL);
             toolpool__stored_result__free_unpacked(sr, NULL);
         } else if (rc != MDB_NOTFOUND && rc != EPROTO) {
             json_decref(a);
+            free(ids);
             return rc;
         }
         if (r == NULL)
-            r = json_pack("{s:s, s:b}", "id", cp->calls[i], "missing", 1);
+            r = json_pack("{s:s, s:b}", "id", ids[i], "missing", 1);
         if (r == NULL || json_array_append_new(a, r) != 0) {
             json_decref(a);
+            free(ids);
             return ENOMEM;
         }
     }
+    free(ids);
     *out = a;
     return 0;
 }

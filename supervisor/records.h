@@ -105,7 +105,7 @@ int tp_records_forget_job(tp_store_t *s, MDB_txn *txn, const char *job, uint64_t
  * "cost", "wall_ms", "stopped", "stop_message", "updated_ms"}, and
  * "agent": {"step", "state", "updated_ms"} when an agent loop stored its own.
  */
-json_t *tp_records_checkpoint_json(const Toolpool__Checkpoint *cp);
+json_t *tp_records_checkpoint_json(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp);
 /* Every job's checkpoint, an array in job order. */
 int tp_records_checkpoints_json(tp_store_t *s, MDB_txn *txn, json_t **out);
 /*

@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "records.h"
+#include "steps.h"
 #include "testutil.h"
 
 typedef struct {
@@ -109,14 +111,22 @@ static void state_put(const char *job, uint64_t n, const char *json)
     commit(txn);
 }
 
+/* The job's message list (the steps database, steps.h) is exactly want, and its count says so. */
 static bool calls_are(const Toolpool__Checkpoint *cp, const char *const *want, size_t n)
 {
-    if (cp == NULL || cp->n_calls != n)
+    if (cp == NULL || tp_steps_count(cp) != n)
         return false;
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(cp->calls[i], want[i]) != 0)
-            return false;
-    return true;
+    char **ids;
+    size_t got;
+    MDB_txn *txn = reader();
+    int rc = tp_steps_list(fx.store, txn, cp, &ids, &got);
+    mdb_txn_abort(txn);
+    bool same = rc == 0 && got == n;
+    for (size_t i = 0; same && i < n; i++)
+        same = strcmp(ids[i], want[i]) == 0;
+    if (rc == 0)
+        free(ids);
+    return same;
 }
 
 static bool state_is(const Toolpool__Checkpoint *cp, const char *json)
@@ -370,7 +380,7 @@ static void test_checkpoint_state_and_steps(void)
     CU_ASSERT_TRUE(state_is(cp, s1));
     CU_ASSERT_EQUAL(cp->state_step, 5);
     CU_ASSERT_NOT_EQUAL(cp->state_unix_us, 0);
-    CU_ASSERT_EQUAL(cp->n_calls, 0);
+    CU_ASSERT_EQUAL(tp_steps_count(cp), 0);
     CU_ASSERT_EQUAL(cp->last_step, 0);
     uint64_t state_at = cp->state_unix_us;
     toolpool__checkpoint__free_unpacked(cp, NULL);
@@ -505,6 +515,148 @@ static void test_inflight(void)
     fx_close();
 }
 
+/*
+ * A job of many steps writes each id once: the checkpoint record stays
+ * small however long the list (it held every id before, rewritten at each
+ * step), and a call listed again (a rerun) keeps its place.
+ */
+static void test_long_job_list(void)
+{
+    fx_open();
+    tp_job_usage_t u = {.first_us = 1};
+    MDB_txn *txn = begin();
+    char id[32];
+    for (int i = 1; i <= 5000; i++) {
+        snprintf(id, sizeof id, "call-%d", i);
+        u.steps = (uint64_t)i;
+        CU_ASSERT_EQUAL_FATAL(tp_checkpoint_step(fx.store, txn, "long", id, (uint64_t)i, &u, 0, TP_KIND_OK, NULL), 0);
+    }
+    CU_ASSERT_EQUAL(tp_checkpoint_step(fx.store, txn, "long", "call-7", 7, &u, 0, TP_KIND_OK, NULL), 0);
+    commit(txn);
+    txn = reader();
+    MDB_val k = {4, "long"}, v;
+    CU_ASSERT_EQUAL(mdb_get(txn, tp_store_dbi(fx.store, TP_DB_JOBS), &k, &v), 0);
+    CU_ASSERT(v.mv_size < 128);
+    mdb_txn_abort(txn);
+    Toolpool__Checkpoint *cp = checkpoint("long");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cp);
+    CU_ASSERT_EQUAL(tp_steps_count(cp), 5000);
+    char **ids;
+    size_t n;
+    txn = reader();
+    CU_ASSERT_EQUAL_FATAL(tp_steps_list(fx.store, txn, cp, &ids, &n), 0);
+    mdb_txn_abort(txn);
+    CU_ASSERT_EQUAL(n, 5000);
+    bool in_order = n == 5000;
+    for (size_t i = 0; in_order && i < n; i++) {
+        snprintf(id, sizeof id, "call-%zu", i + 1);
+        in_order = strcmp(ids[i], id) == 0;
+    }
+    CU_ASSERT_TRUE(in_order);
+    free(ids);
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+    /* forget: one call out of the list (by its result), then the whole job */
+    tp_digest_t args;
+    tp_digest_bytes("{}", 2, &args);
+    static const uint8_t line[] = "{\"id\":\"call-10\",\"job\":\"long\",\"step\":10,\"ok\":true}\n";
+    Toolpool__Result r = TOOLPOOL__RESULT__INIT;
+    r.id = "call-10";
+    r.ok = true;
+    r.kind = "";
+    r.input_digest.data = args.b;
+    r.input_digest.len = TP_DIGEST_LEN;
+    txn = begin();
+    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, line, sizeof line - 1), 0);
+    CU_ASSERT_EQUAL(tp_records_forget(fx.store, txn, "call-10"), 0);
+    commit(txn);
+    cp = checkpoint("long");
+    CU_ASSERT_EQUAL(tp_steps_count(cp), 4999);
+    CU_ASSERT_EQUAL(cp->last_step, 9); /* back below the forgotten step */
+    txn = reader();
+    CU_ASSERT_EQUAL_FATAL(tp_steps_list(fx.store, txn, cp, &ids, &n), 0);
+    mdb_txn_abort(txn);
+    CU_ASSERT(n == 4999 && strcmp(ids[8], "call-9") == 0 && strcmp(ids[9], "call-11") == 0);
+    free(ids);
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+    uint64_t forgot = 0;
+    txn = begin();
+    int frc = tp_records_forget_job(fx.store, txn, "long", &forgot);
+    if (frc)
+        fprintf(stderr, "forget_job: %d %s\n", frc, mdb_strerror(frc));
+    CU_ASSERT_EQUAL(frc, 0);
+    commit(txn);
+    txn = reader();
+    MDB_stat st;
+    CU_ASSERT_EQUAL(mdb_stat(txn, tp_store_dbi(fx.store, TP_DB_STEPS), &st), 0);
+    CU_ASSERT_EQUAL(st.ms_entries, 0); /* the list went with the job */
+    mdb_txn_abort(txn);
+    fx_close();
+}
+
+/*
+ * A store of format 2 kept each job's list in its checkpoint. Opened
+ * read-only it is read as it is; opened for writing it is upgraded to
+ * format 3 at once, its lists moved to the steps database, in order.
+ */
+static void test_format_2_upgrade(void)
+{
+    fx_open();
+    /* Make it a store of format 2: a list in the record, no steps database, format 2. */
+    MDB_txn *txn = begin();
+    char *calls[] = {"old-1", "old-2", "old-3"};
+    Toolpool__Checkpoint cp = TOOLPOOL__CHECKPOINT__INIT;
+    cp.job = "legacy";
+    cp.last_step = 3;
+    cp.calls = calls;
+    cp.n_calls = 3;
+    CU_ASSERT_EQUAL(tp_store_put_msg(fx.store, txn, TP_DB_JOBS, "legacy", 6, &cp.base), 0);
+    CU_ASSERT_EQUAL(mdb_drop(txn, tp_store_dbi(fx.store, TP_DB_STEPS), 1), 0);
+    Toolpool__StoreFormat fmt = TOOLPOOL__STORE_FORMAT__INIT;
+    fmt.version = 2;
+    CU_ASSERT_EQUAL(tp_store_put_msg(fx.store, txn, TP_DB_META, "format", 6, &fmt.base), 0);
+    commit(txn);
+    tp_store_close(fx.store);
+
+    char err[1024];
+    static const char *const want[] = {"old-1", "old-2", "old-3"};
+    static const char *const want4[] = {"old-1", "old-2", "old-3", "new-4"};
+    fx.store = tp_store_open(fx.dir, TP_STORE_RDONLY, err, sizeof err);
+    if (fx.store == NULL)
+        fprintf(stderr, "\n  open read-only: %s\n", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fx.store);
+    CU_ASSERT_FALSE(tp_store_has(fx.store, TP_DB_STEPS));
+    Toolpool__Checkpoint *got = checkpoint("legacy");
+    CU_ASSERT_TRUE(calls_are(got, want, 3));
+    toolpool__checkpoint__free_unpacked(got, NULL);
+    tp_store_close(fx.store);
+
+    fx.store = tp_store_open(fx.dir, TP_STORE_NOSYNC, err, sizeof err);
+    if (fx.store == NULL)
+        fprintf(stderr, "\n  open: %s\n", err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(fx.store);
+    CU_ASSERT_TRUE(tp_store_has(fx.store, TP_DB_STEPS));
+    got = checkpoint("legacy");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+    CU_ASSERT_EQUAL(got->n_calls, 0); /* moved */
+    CU_ASSERT_EQUAL(got->last_step, 3);
+    CU_ASSERT_TRUE(calls_are(got, want, 3));
+    toolpool__checkpoint__free_unpacked(got, NULL);
+    step("legacy", "new-4", 4, 4, 4, 0, 0, TP_KIND_OK, NULL);
+    step("legacy", "old-2", 2, 5, 5, 0, 0, TP_KIND_OK, NULL); /* listed already: keeps its place */
+    got = checkpoint("legacy");
+    CU_ASSERT_TRUE(calls_are(got, want4, 4));
+    toolpool__checkpoint__free_unpacked(got, NULL);
+    txn = reader();
+    Toolpool__StoreFormat *f = NULL;
+    CU_ASSERT_EQUAL(tp_store_get_msg(fx.store, txn, TP_DB_META, "format", 6, &toolpool__store_format__descriptor,
+                                     (ProtobufCMessage **)&f), 0);
+    CU_ASSERT(f && f->version == TP_STORE_FORMAT && TP_STORE_FORMAT == 3);
+    if (f)
+        toolpool__store_format__free_unpacked(f, NULL);
+    mdb_txn_abort(txn);
+    fx_close();
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
@@ -518,6 +670,8 @@ int main(void)
     CU_add_test(s, "steps of one transaction; an aborted one", test_checkpoint_steps_one_txn);
     CU_add_test(s, "agent state and steps keep each other", test_checkpoint_state_and_steps);
     CU_add_test(s, "a large state document", test_checkpoint_large_state);
+    CU_add_test(s, "a long job's list: each id written once, in order", test_long_job_list);
+    CU_add_test(s, "a store of format 2: read as it is, upgraded when written", test_format_2_upgrade);
     s = CU_add_suite("in-flight", NULL, NULL);
     CU_add_test(s, "put, get, del", test_inflight);
     return tp_test_run();

@@ -267,7 +267,7 @@ static void damage(const char *dir)
     snprintf(path, sizeof path, "%s/store", dir);
     MDB_env *env;
     MDB_txn *txn;
-    MDB_dbi results, jobs;
+    MDB_dbi results, jobs, steps;
     CU_ASSERT_EQUAL_FATAL(mdb_env_create(&env), 0);
     mdb_env_set_maxdbs(env, 16);
     CU_ASSERT_EQUAL_FATAL(mdb_env_open(env, path, 0, 0644), 0);
@@ -286,6 +286,19 @@ static void damage(const char *dir)
     free(copy);
     MDB_val jk = {2, "j1"}, junk = {6, "\xff\xff\xff\xff\x0a\x01"};
     CU_ASSERT_EQUAL(mdb_put(txn, jobs, &jk, &junk, 0), 0);
+    /* a list position of j1's message list: 3 bytes, not 8 */
+    CU_ASSERT_EQUAL_FATAL(mdb_dbi_open(txn, "steps", 0, &steps), 0);
+    MDB_cursor *cur;
+    CU_ASSERT_EQUAL_FATAL(mdb_cursor_open(txn, steps, &cur), 0);
+    uint8_t ik[64];
+    MDB_val sk = {1, "i"}, sv;
+    CU_ASSERT_EQUAL_FATAL(mdb_cursor_get(cur, &sk, &sv, MDB_SET_RANGE), 0);
+    CU_ASSERT_FATAL(sk.mv_size <= sizeof ik && ((uint8_t *)sk.mv_data)[0] == 'i');
+    memcpy(ik, sk.mv_data, sk.mv_size);
+    mdb_cursor_close(cur);
+    sk.mv_data = ik;
+    MDB_val short_pos = {3, "\x00\x00\x01"};
+    CU_ASSERT_EQUAL(mdb_put(txn, steps, &sk, &short_pos, 0), 0);
     CU_ASSERT_EQUAL(mdb_txn_commit(txn), 0);
     mdb_env_close(env);
 }
@@ -311,7 +324,7 @@ static void test_damaged_records(void)
     f0 = CU_get_number_of_failures();
     const char *check[] = {"store", "check", "--store", store, NULL};
     EXPECT_INT(run_tp(&r, dir, "check", check, false, 10000), 0);
-    EXPECT_HAS(r.out, "all sound (meta 3, results 8, jobs 1, inflight 0, breakers 1, escalations 1)");
+    EXPECT_HAS(r.out, "all sound (meta 3, results 8, jobs 1, steps 6, inflight 0, breakers 1, escalations 1)");
     run_dump_if_failed(&r, f0);
     run_free(&r);
 
@@ -321,7 +334,9 @@ static void test_damaged_records(void)
     EXPECT_INT(run_tp(&r, dir, "check-damaged", check, false, 10000), 1);
     EXPECT_HAS(r.out, "store: results \"c2\": its result line is not a JSON object (wrong at byte 0)\n");
     EXPECT_HAS(r.out, "store: jobs \"j1\": it does not unpack as a Checkpoint (6 bytes)\n");
-    EXPECT_HAS(r.out, "2 bad records of 14");
+    EXPECT_HAS(r.out, "store: steps \"i\\x");
+    EXPECT_HAS(r.out, "\": a list position is not 8 bytes of a number above 0\n");
+    EXPECT_HAS(r.out, "3 bad records of 20");
     CU_ASSERT(memmem(r.out, strlen(r.out), "\xff\xfe", 2) == NULL);
     run_dump_if_failed(&r, f0);
     run_free(&r);

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "record.h"
 #include "records.h"
+#include "steps.h"
 #include "store.h"
 #include "toolpool.pb-c.h"
 
@@ -538,7 +539,7 @@ static void put_secs_us(FILE *out, uint64_t us)
 static void list_checkpoint(FILE *out, const Toolpool__Checkpoint *cp)
 {
     fprintf(out, "%-24s step %-6llu %zu call%s ended, %llu attempt%s, cost %g, wall ", cp->job,
-            (unsigned long long)cp->last_step, cp->n_calls, cp->n_calls == 1 ? "" : "s",
+            (unsigned long long)cp->last_step, tp_steps_count(cp), tp_steps_count(cp) == 1 ? "" : "s",
             (unsigned long long)cp->attempts, cp->attempts == 1 ? "" : "s", cp->cost);
     put_secs_us(out, cp->wall_used_us);
     if (cp->stopped[0])
@@ -590,7 +591,7 @@ static void show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const char *id)
 /* show JOB --json: the checkpoint, with the recorded results of its calls in order. */
 static int show_checkpoint_json(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, const args_t *a)
 {
-    json_t *o = tp_records_checkpoint_json(cp), *results = NULL;
+    json_t *o = tp_records_checkpoint_json(s, txn, cp), *results = NULL;
     int rc = o ? tp_records_checkpoint_results_json(s, txn, cp, &results) : ENOMEM;
     if (rc) {
         json_decref(o);
@@ -637,8 +638,17 @@ int tp_cmd_checkpoints(int argc, char **argv)
             if (cp->stopped[0])
                 printf("  stopped: %s\n", cp->stop_message);
             show_agent_state(stdout, cp);
-            for (size_t i = 0; i < cp->n_calls; i++)
-                show_step(stdout, s, txn, cp->calls[i]);
+            char **ids;
+            size_t n_ids;
+            rc = tp_steps_list(s, txn, cp, &ids, &n_ids);
+            if (rc) {
+                tp_log_error("%s: cannot read the message list of job %s: %s", a.store, a.id,
+                             rc == EPROTO ? "a corrupt record" : mdb_strerror(rc));
+                status = 2;
+            }
+            for (size_t i = 0; rc == 0 && i < n_ids; i++)
+                show_step(stdout, s, txn, ids[i]);
+            free(ids);
             toolpool__checkpoint__free_unpacked(cp, NULL);
         }
     } else if (a.json) {

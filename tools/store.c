@@ -18,19 +18,20 @@
 #include "cli.h"
 #include "log.h"
 #include "record.h"
+#include "steps.h"
 #include "store.h"
 
 static const char store_usage[] =
     "usage: toolpool store check [--store DIR]\n"
-    "Reads every record of the store (meta, results, jobs, inflight, breakers,\n"
-    "escalations), unpacks it and checks its fields, and reports each bad one:\n"
+    "Reads every record of the store (meta, results, jobs, steps, inflight,\n"
+    "breakers, escalations), unpacks it and checks its fields, and reports each bad one:\n"
     "its database, its key and what is wrong. Runs beside a running toolpool.\n"
     "exit status: 0 every record sound, 1 some record bad, 2 the store cannot\n"
     "be opened\n";
 
 /* The databases in the order check reads them, which is the order it reports them. */
-static const tp_db_t check_order[] = {TP_DB_META, TP_DB_RESULTS, TP_DB_JOBS, TP_DB_INFLIGHT, TP_DB_BREAKERS,
-                                      TP_DB_ESCALATIONS};
+static const tp_db_t check_order[] = {TP_DB_META, TP_DB_RESULTS, TP_DB_JOBS, TP_DB_STEPS, TP_DB_INFLIGHT,
+                                      TP_DB_BREAKERS, TP_DB_ESCALATIONS};
 
 typedef struct {
     const char *dir;
@@ -58,6 +59,11 @@ static void check_one(check_t *c, tp_db_t db, const MDB_val *k, const MDB_val *v
             protobuf_c_message_free_unpacked(m, NULL);
         return;
     }
+    if (db == TP_DB_STEPS) {
+        if (!tp_steps_record_ok(k->mv_data, k->mv_size, v->mv_data, v->mv_size, why, sizeof why))
+            say_bad(c, db, k, why);
+        return;
+    }
     if (db == TP_DB_META && k->mv_size == 14 && memcmp(k->mv_data, "escalation_seq", 14) == 0) {
         if (tp_record_check_raw(db, k->mv_data, k->mv_size, v->mv_size, why, sizeof why) != 0)
             say_bad(c, db, k, why);
@@ -78,6 +84,8 @@ static void check_one(check_t *c, tp_db_t db, const MDB_val *k, const MDB_val *v
 /* Every record of db. 0, or the LMDB error that stopped the walk (reported, and counted bad). */
 static int check_db(check_t *c, tp_store_t *s, MDB_txn *txn, tp_db_t db)
 {
+    if (!tp_store_has(s, db))
+        return 0; /* a store of format 2 */
     MDB_cursor *cur;
     int rc = mdb_cursor_open(txn, tp_store_dbi(s, db), &cur);
     if (rc) {
