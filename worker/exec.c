@@ -345,6 +345,14 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
         tp_outcome_fail(o, "ToolError", "pipe: %s", strerror(errno));
         goto out;
     }
+    /*
+     * Large args cross in one write, and the answer in few reads (a tool
+     * that reads large args tends to answer at length): each 64 KiB
+     * hand-over would wake the other side.
+     */
+    size_t in_asked = 0, out_asked = 0;
+    tp_pipe_fit(in_p[1], call->args.len, &in_asked);
+    tp_pipe_fit(out_p[0], call->args.len < call->max_output ? call->args.len : call->max_output, &out_asked);
     tp_rlimit_t lim = tp_rlimit_of(call);
     bool in_child = false;
     char size[32];
