@@ -651,6 +651,59 @@ class ServeTest(unittest.TestCase):
         self.assertEqual((status, len(body.splitlines())), (200, 3))
         self.assertEqual(s.request("GET", "/healthz")[0], 200)
 
+    def test_reply_header_bytes(self):
+        # The header block of each kind of reply, byte for byte: serve adds
+        # an HTTP/1.1 reply's Date and Content-Length itself, where evhttp
+        # would (after the headers set before them, in that order), and
+        # leaves HTTP/1.0 and HEAD to evhttp's rules.
+        s = self.serve()
+
+        def raw(req):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.settimeout(10)
+            c.connect(s.sock_path)
+            c.sendall(req)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                d = c.recv(65536)
+                self.assertTrue(d, data)
+                data += d
+            head, _, body = data.partition(b"\r\n\r\n")
+            lines = head.split(b"\r\n")
+            m = re.match(rb"Content-Length: (\d+)$", lines[-1])
+            while m and len(body) < int(m.group(1)):
+                body += c.recv(65536)
+            c.close()
+            return lines, body
+
+        date = rb"Date: (Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) " \
+               rb"\d{4} \d\d:\d\d:\d\d GMT$"
+        call = b'{"id":"hb1","tool":"echo","args":{"a":"\xc3\xa9"}}'
+        lines, body = raw(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(call), call))
+        self.assertEqual(lines[:2], [b"HTTP/1.1 200 OK", b"Content-Type: application/json"])
+        self.assertRegex(lines[2], date)
+        self.assertEqual(lines[3:], [b"Content-Length: %d" % len(body)])
+        self.assertEqual(json.loads(body)["result"], {"a": "\u00e9"})
+        # An error reply, a header set before it (Allow), and a client that closes.
+        lines, body = raw(b"GET /v1/calls HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        self.assertEqual(lines[:3], [b"HTTP/1.1 405 Method Not Allowed", b"Allow: POST",
+                                     b"Content-Type: application/json"])
+        self.assertRegex(lines[3], date)
+        self.assertEqual(lines[4:], [b"Content-Length: %d" % len(body), b"Connection: close"])
+        # HTTP/1.0: no Date; Content-Length only when kept alive.
+        lines, body = raw(b"GET /healthz HTTP/1.0\r\n\r\n")
+        self.assertEqual(lines, [b"HTTP/1.0 200 OK", b"Content-Type: text/plain"])
+        lines, body = raw(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        self.assertEqual(lines, [b"HTTP/1.0 200 OK", b"Content-Type: text/plain", b"Connection: keep-alive",
+                                 b"Content-Length: 3"])
+        self.assertEqual(body, b"ok\n")
+        # HEAD: a Date, no Content-Length.
+        lines, _ = raw(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertEqual(lines[:2], [b"HTTP/1.1 200 OK", b"Content-Type: text/plain"])
+        self.assertRegex(lines[2], date)
+        self.assertEqual(len(lines), 3)
+        self.assertEqual(s.stop(), 0)
+
     def test_connection_cap(self):
         s = self.serve(args=["--max-connections", "3"])
         time.sleep(0.3)  # the readiness checks' connections are gone
