@@ -253,6 +253,7 @@ class Toolpool:
         if relaxed:
             cmd.append("--relaxed")
         cmd.append(calls)
+        settle()
         t0 = time.monotonic()
         p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
         sampler = Sampler(p.pid)
@@ -298,7 +299,15 @@ def write_registry(path, tools):
 # Running the peers
 
 
+def settle():
+    """Writes back what earlier runs left in the page cache, outside every clock: a run that
+    writes (toolpool's output and store) would otherwise pay for the runs before it, while a
+    peer that writes nothing would not."""
+    os.sync()
+
+
 def peer(cmd):
+    settle()
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"bench: {' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()[-2000:]}")
@@ -317,6 +326,7 @@ def workerpool(mode, n, workers, *rest):
 
 def shell_peer(cmd, n):
     """Times a shell pipeline fed n lines (seq 1 n)."""
+    settle()
     t0 = time.monotonic()
     p = subprocess.run(f"seq 1 {n} | {cmd}", shell=True, capture_output=True, text=True)
     secs = time.monotonic() - t0
