@@ -387,6 +387,9 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
     tp_buf_t out = {0}, err = {0};
     size_t sent = 0;
     bool too_big = false;
+    int status = 0;
+    struct rusage ru = {0};
+    bool reaped = false;
     if (call->args.len == 0)
         close_fd(&in_p[1]);
     while (out_p[0] >= 0 || err_p[0] >= 0) {
@@ -402,7 +405,16 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
             break;
         }
         if (pf[3].revents) {
-            /* The tool is gone: what it left must let go of its pipes; what it wrote stays. */
+            /*
+             * The tool is gone: what it left must let go of its pipes; what
+             * it wrote stays. Reaped first, so that a tool that left nothing
+             * costs no look through /proc (the kill looks only when the
+             * worker has a child: a process the tool left, reparented here).
+             */
+            pid_t r = 0;
+            while (!reaped && (r = wait4(pid, &status, WNOHANG, &ru)) < 0 && errno == EINTR)
+                ;
+            reaped = reaped || r == pid;
             tp_contain_kill();
             close_fd(&exit_fd);
         }
@@ -436,9 +448,7 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
     close_fd(&in_p[1]);
     close_fd(&exit_fd);
 
-    int status = 0;
-    struct rusage ru = {0};
-    while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
+    while (!reaped && wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
         ;
     char line[1024];
     if (too_big) {
