@@ -44,8 +44,8 @@ static pid_t parse_pid(const char *s)
     return (pid_t)v;
 }
 
-/* "PID/stat" into buf (at least 32 bytes). */
-static void stat_path(char *buf, pid_t pid)
+/* "PID" and then suffix into buf (at least 16 bytes more than the suffix). */
+static void pid_path(char *buf, pid_t pid, const char *suffix)
 {
     char digits[16];
     int n = 0;
@@ -57,7 +57,7 @@ static void stat_path(char *buf, pid_t pid)
     int k = 0;
     while (n > 0)
         buf[k++] = digits[--n];
-    memcpy(buf + k, "/stat", 6);
+    memcpy(buf + k, suffix, strlen(suffix) + 1);
 }
 
 /*
@@ -68,7 +68,7 @@ static void stat_path(char *buf, pid_t pid)
 static int read_stat(int procfd, pid_t pid, stat_t *st)
 {
     char path[32], buf[1024];
-    stat_path(path, pid);
+    pid_path(path, pid, "/stat");
     int fd = openat(procfd, path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
@@ -154,6 +154,136 @@ static void kill_one(int procfd, pid_t pid, uint64_t start)
     kill(pid, SIGKILL);
 }
 
+/*
+ * The children of every thread of pid, from /proc/PID/task/TID/children
+ * (Linux 3.5, CONFIG_PROC_CHILDREN), appended to kids (at most cap in all,
+ * *n so far). 0; 1 when they did not all fit; -1 when pid is gone.
+ */
+static int read_children(int procfd, pid_t pid, tp_proctree_t *t, pid_t *kids, size_t cap, size_t *n)
+{
+    char path[48];
+    pid_path(path, pid, "/task");
+    int tfd = openat(procfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (tfd < 0)
+        return -1;
+    int rc = 0;
+    for (;;) {
+        long k = syscall(SYS_getdents64, tfd, t->dents, sizeof t->dents);
+        if (k <= 0)
+            break;
+        for (long off = 0; off < k;) {
+            struct dent64 *e = (struct dent64 *)(void *)(t->dents + off);
+            off += e->reclen;
+            pid_t tid = parse_pid(e->name);
+            if (tid <= 0)
+                continue;
+            pid_path(path, tid, "/children");
+            int cfd = openat(tfd, path, O_RDONLY | O_CLOEXEC);
+            if (cfd < 0)
+                continue; /* the thread has ended */
+            /* "PID PID ... ": numbers split across reads carry over. */
+            char buf[512];
+            long v = 0;
+            bool in = false;
+            for (;;) {
+                ssize_t r = read(cfd, buf, sizeof buf);
+                if (r < 0 && errno == EINTR)
+                    continue;
+                if (r <= 0)
+                    break;
+                for (ssize_t i = 0; i < r; i++) {
+                    if (buf[i] >= '0' && buf[i] <= '9' && v <= 0x3fffffff) {
+                        v = v * 10 + (buf[i] - '0');
+                        in = true;
+                    } else if (in) {
+                        if (*n < cap)
+                            kids[(*n)++] = (pid_t)v;
+                        else
+                            rc = 1;
+                        in = false;
+                        v = 0;
+                    }
+                }
+            }
+            if (in && *n < cap)
+                kids[(*n)++] = (pid_t)v; /* the last, when no space followed it */
+            else if (in)
+                rc = 1;
+            close(cfd);
+        }
+    }
+    close(tfd);
+    return rc;
+}
+
+#define KIDS_MAX 1024
+
+static bool spared(const pid_t *spare, size_t n, pid_t pid);
+
+/*
+ * The walk by children files: from root down, every live descendant is
+ * found (its children read while it still lives, so none is lost to a
+ * reparenting), and only then are those not yet signalled killed; passes
+ * follow until one finds nothing new. It reads only the tree, not every
+ * process on the machine: a tool that left nothing costs a few system
+ * calls. -2 when a process has more children than it can hold (then the
+ * whole-/proc walk does it).
+ */
+static int kill_by_children(int procfd, tp_proctree_t *t, pid_t root, const pid_t *spare, size_t n_spare)
+{
+    pid_t kids[KIDS_MAX];
+    t->n = 0;
+    int live = 0;
+    for (int pass = 1; pass <= PASSES_MAX; pass++) {
+        bool news = false;
+        live = 0;
+        /* root, then each process found, parents before their children */
+        for (size_t i = 0; i <= t->n; i++) {
+            if (i > 0 && t->ents[i - 1].pass != pass)
+                continue; /* not seen alive this pass: its children, if any, went to the root */
+            pid_t p = i == 0 ? root : t->ents[i - 1].pid;
+            size_t nk = 0;
+            int rc = read_children(procfd, p, t, kids, KIDS_MAX, &nk);
+            if (rc > 0)
+                return -2;
+            for (size_t k = 0; k < nk; k++) {
+                pid_t c = kids[k];
+                stat_t st;
+                if (c <= 0 || c == root || spared(spare, n_spare, c) || read_stat(procfd, c, &st) < 0)
+                    continue; /* a spared one's children are nobody's found: spared too */
+                if (st.ppid != p || st.state == 'Z' || st.state == 'X')
+                    continue; /* moved on meanwhile, or dead already: its parent reaps it */
+                tp_proctree_ent_t *ent = find(t, c);
+                if (ent != NULL && ent->start != st.start)
+                    *ent = (tp_proctree_ent_t){.pid = c, .start = st.start}; /* the pid names another process now */
+                if (ent == NULL && t->n < TP_PROCTREE_MAX) {
+                    ent = &t->ents[t->n++];
+                    *ent = (tp_proctree_ent_t){.pid = c, .start = st.start};
+                }
+                live++;
+                if (ent == NULL) {
+                    kill_one(procfd, c, st.start); /* past what the walk tracks: killed as found */
+                    news = true;
+                    continue;
+                }
+                if (!ent->signalled)
+                    news = true;
+                ent->pass = pass;
+            }
+        }
+        for (size_t i = 0; i < t->n; i++) {
+            tp_proctree_ent_t *ent = &t->ents[i];
+            if (ent->pass == pass && !ent->signalled) {
+                kill_one(procfd, ent->pid, ent->start);
+                ent->signalled = true;
+            }
+        }
+        if (!news)
+            break;
+    }
+    return live;
+}
+
 int tp_proctree_kill(tp_proctree_t *t, pid_t root)
 {
     return tp_proctree_kill_but(t, root, NULL, 0);
@@ -172,6 +302,14 @@ int tp_proctree_kill_but(tp_proctree_t *t, pid_t root, const pid_t *spare, size_
     int procfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (procfd < 0)
         return -1;
+    if (!t->whole && faccessat(procfd, "thread-self/children", R_OK, 0) == 0) {
+        int live = kill_by_children(procfd, t, root, spare, n_spare);
+        if (live != -2) {
+            close(procfd);
+            return live;
+        }
+    }
+    /* No children files in this kernel, or a process with more children than they list here: every process's stat. */
     t->n = 0;
     int live = 0;
     for (int pass = 0; pass < PASSES_MAX; pass++) {

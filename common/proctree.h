@@ -10,9 +10,11 @@
  * itself. Once the root has exited, its orphans belong to init and no walk
  * can tell them from anyone else's.
  *
- * The walk reads /proc/PID/stat of every process (its parent and its start
- * time), so it costs about 8 us per process on the machine: 1-2 ms with 150
- * processes. It kills in passes: a pass SIGKILLs every live descendant it
+ * Where the kernel lists each thread's children (/proc/PID/task/TID/children,
+ * CONFIG_PROC_CHILDREN), the walk reads only the tree: root's children, then
+ * theirs. Elsewhere it reads /proc/PID/stat of every process (its parent and
+ * its start time), about 8 us per process on the machine: 1-2 ms with 150
+ * processes, at every timeout. It kills in passes: a pass SIGKILLs every live descendant it
  * has not signalled yet, and another pass follows until one finds nothing
  * new, so a child forked between the read and the kill is found by the next
  * pass (a killed process forks no more; its children reparent to the root).
@@ -35,12 +37,14 @@ typedef struct {
     pid_t pid;
     uint64_t start; /* clock ticks after boot: with pid, the process's identity */
     bool signalled;
+    int pass;       /* the last pass of a walk by children files that saw it alive */
 } tp_proctree_ent_t;
 
 typedef struct {
     tp_proctree_ent_t ents[TP_PROCTREE_MAX];
     size_t n;
     char dents[8192]; /* getdents64 buffer */
+    bool whole;       /* read every process's stat even where children files exist (a test's choice) */
 } tp_proctree_t;
 
 /*

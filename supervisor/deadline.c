@@ -60,7 +60,7 @@ tp_deadline_t *tp_deadline_new(int n)
         free(d);
         return NULL;
     }
-    d->tree = malloc(sizeof *d->tree);
+    d->tree = calloc(1, sizeof *d->tree);
     if (d->tree == NULL) {
         free(d->slots);
         free(d);

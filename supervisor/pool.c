@@ -1022,7 +1022,7 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts)
     snprintf(p->max_frame_arg, sizeof p->max_frame_arg, "%u", p->o.max_frame);
     p->n = p->o.workers;
     p->slots = calloc((size_t)p->n, sizeof *p->slots);
-    p->tree = malloc(sizeof *p->tree);
+    p->tree = calloc(1, sizeof *p->tree);
     p->deadline = p->slots && p->tree ? tp_deadline_new(p->n) : NULL;
     if (p->deadline == NULL) {
         free(p->tree);

@@ -268,9 +268,11 @@ static pid_t spawn_marked(const char *m, bool session)
     return p;
 }
 
-static void test_proctree_kill(void)
+/* whole: the walk through every process's stat, as where the kernel lists no children. */
+static void proctree_kill(bool whole)
 {
-    const char *mg = marker("tree-g"), *md = marker("tree-d"), *mu = marker("tree-u");
+    const char *mg = marker(whole ? "wtree-g" : "tree-g"), *md = marker(whole ? "wtree-d" : "tree-d"),
+               *mu = marker(whole ? "wtree-u" : "tree-u");
     pid_t c = fork();
     if (c == 0) {
         prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
@@ -287,7 +289,9 @@ static void test_proctree_kill(void)
     }
     pid_t u = spawn_marked(mu, false);
     CU_ASSERT(appears(mg, 5000) && appears(md, 5000) && appears(mu, 5000));
-    tp_proctree_t *t = malloc(sizeof *t);
+    tp_proctree_t *t = calloc(1, sizeof *t);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+    t->whole = whole;
     CU_ASSERT(tp_proctree_kill(t, c) >= 0);
     CU_ASSERT(gone(mg, 1000));
     CU_ASSERT(gone(md, 1000));
@@ -299,6 +303,16 @@ static void test_proctree_kill(void)
     kill(u, SIGKILL);
     wait_exit(c);
     wait_exit(u);
+}
+
+static void test_proctree_kill(void)
+{
+    proctree_kill(false);
+}
+
+static void test_proctree_kill_whole(void)
+{
+    proctree_kill(true);
 }
 
 int main(void)
@@ -317,5 +331,6 @@ int main(void)
     CU_add_test(s, "a plugin's setsid child dies with its worker", test_plugin_escape_killed);
     CU_add_test(s, "a SIGKILLed supervisor leaves no daemon running", test_supervisor_killed);
     CU_add_test(s, "tp_proctree_kill finds every descendant and no other", test_proctree_kill);
+    CU_add_test(s, "the same, reading every process's stat", test_proctree_kill_whole);
     return tp_test_run();
 }
