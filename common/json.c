@@ -46,12 +46,14 @@ int tp_json_put_string(tp_buf_t *b, const char *s, size_t n)
     char *o = (char *)b->data + b->len;
     char *start = o;
     *o++ = '"';
+    const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-            *o++ = (char)c;
-            continue;
-        }
+        size_t run = (size_t)(tp_json_plain_end(u + i, u + n) - (u + i));
+        memcpy(o, s + i, run);
+        o += run;
+        if ((i += run) == n)
+            break;
+        unsigned char c = u[i];
         if (c >= 0x80) {
             size_t len = tp_utf8_len((const unsigned char *)s + i, n - i);
             if (len == 0) {
@@ -194,7 +196,7 @@ static bool is_hex(uint8_t c)
 /* The string whose opening quote is at p: the byte after its closing quote, or NULL. */
 static const uint8_t *scan_string(const uint8_t *p, const uint8_t *end)
 {
-    for (p++; p < end;) {
+    for (p++; (p = tp_json_plain_end(p, end)) < end;) {
         uint8_t c = *p;
         if (c == '"')
             return p + 1;

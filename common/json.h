@@ -12,6 +12,10 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "buf.h"
 
@@ -30,6 +34,58 @@ enum {
  * U+10FFFF are not valid.
  */
 size_t tp_utf8_len(const unsigned char *p, size_t n);
+/* Whether a JSON string holds byte c as it is, with nothing to check or escape. */
+static inline int tp_json_plain_byte(unsigned char c)
+{
+    return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+}
+
+/*
+ * tp_json_plain_end eight bytes a step, for any target: each test is
+ * nonzero when some byte of the word is a quote or a backslash (zero after
+ * the XOR), is below 0x20, or has its top bit set.
+ */
+static inline const unsigned char *tp_json_plain_end_word(const unsigned char *p, const unsigned char *end)
+{
+    const uint64_t ones = 0x0101010101010101u, tops = 0x8080808080808080u;
+    while (end - p >= 8) {
+        uint64_t x;
+        memcpy(&x, p, sizeof x);
+        uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
+        if ((((q - ones) & ~q) | ((b - ones) & ~b) | ((x - ones * 0x20) & ~x) | x) & tops)
+            break;
+        p += 8;
+    }
+    while (p < end && tp_json_plain_byte(*p))
+        p++;
+    return p;
+}
+
+/*
+ * The first byte from p on (before end) that a JSON string cannot hold as
+ * it is: a quote, a backslash, a control character, or a byte of a
+ * multi-byte UTF-8 sequence (which needs checking); end when there is
+ * none. The scanners and the string writer skip long plain runs with it.
+ * Sixteen bytes a step with SSE2: as signed bytes, those from 0x80 up are
+ * negative, so "below 0x20" takes them too.
+ */
+static inline const unsigned char *tp_json_plain_end(const unsigned char *p, const unsigned char *end)
+{
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+        __m128i bad = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
+                                   _mm_cmpgt_epi8(space, x));
+        int m = _mm_movemask_epi8(bad);
+        if (m != 0)
+            return p + __builtin_ctz((unsigned)m);
+        p += 16;
+    }
+#endif
+    return tp_json_plain_end_word(p, end);
+}
+
 /* Appends s (n bytes) as a JSON string, quotes included. */
 int tp_json_put_string(tp_buf_t *b, const char *s, size_t n);
 /* Appends v compact. 0, or -1 (ENOMEM). */

@@ -64,7 +64,7 @@ static bool scan_string(tp_scan_t *s, const unsigned char **start, size_t *n, bo
     if (s->p == s->end || *s->p != '"')
         return false;
     const unsigned char *q = s->p + 1;
-    while (q < s->end) {
+    while ((q = tp_json_plain_end(q, s->end)) < s->end) {
         unsigned char c = *q;
         if (c == '"') {
             *start = s->p + 1;

@@ -247,6 +247,84 @@ static void test_against_jansson(void)
     CU_ASSERT(mutated_valid > 5000 && mutated_invalid > 20000);
 }
 
+/* The first byte from p on a JSON string cannot hold as it is, a byte at a time. */
+static const unsigned char *plain_end_slow(const unsigned char *p, const unsigned char *end)
+{
+    while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\')
+        p++;
+    return p;
+}
+
+/*
+ * The plain-run finders (sixteen and eight bytes a step) against a byte at
+ * a time: every byte value at every place of runs up to three steps long,
+ * and at every length; then random texts. tp_json_check and
+ * tp_json_put_string, which use them, against jansson on long strings with
+ * one byte of every kind at every place.
+ */
+static void test_plain_runs(void)
+{
+    unsigned char buf[72];
+    int wrong = 0;
+    for (size_t len = 0; len <= 48; len++)
+        for (size_t at = 0; at <= len; at++)
+            for (int c = 0; c < 256; c++) {
+                memset(buf, 'a' + (int)(len % 26), sizeof buf);
+                if (at < len)
+                    buf[at] = (unsigned char)c;
+                const unsigned char *want = plain_end_slow(buf, buf + len);
+                wrong += tp_json_plain_end(buf, buf + len) != want;
+                wrong += tp_json_plain_end_word(buf, buf + len) != want;
+            }
+    srand(23);
+    for (int round = 0; round < 100000; round++) {
+        size_t len = (size_t)rand() % sizeof buf;
+        for (size_t i = 0; i < len; i++)
+            buf[i] = (unsigned char)(rand() % 8 ? 0x20 + rand() % 0x60 : rand() % 256);
+        size_t from = len ? (size_t)rand() % len : 0;
+        const unsigned char *want = plain_end_slow(buf + from, buf + len);
+        wrong += tp_json_plain_end(buf + from, buf + len) != want;
+        wrong += tp_json_plain_end_word(buf + from, buf + len) != want;
+    }
+    CU_ASSERT_EQUAL(wrong, 0);
+
+    static const char *const odd[] = {"\"", "\\", "\n", "\x01", "\x1f", "\x7f", "\xc3\xa9", "\xe2\x82\xac",
+                                      "\xf0\x9f\x98\x80", "\xff", "\xc3", "\xed\xa0\x80"};
+    int bad = 0;
+    for (size_t k = 0; k < sizeof odd / sizeof odd[0]; k++)
+        for (size_t at = 0; at < 40; at++) {
+            char text[64];
+            memset(text, 'x', sizeof text);
+            size_t n = strlen(odd[k]);
+            memcpy(text + at, odd[k], n);
+            size_t len = at + n + 17;
+            json_t *ref = json_stringn_nocheck(text, len);
+            tp_buf_t mine = {0};
+            CU_ASSERT_EQUAL_FATAL(tp_json_put_string(&mine, text, len), 0);
+            json_error_t jerr;
+            json_t *back = json_loadb((const char *)mine.data, mine.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+            /* Valid text reads back the same; a byte that is not UTF-8 becomes U+FFFD. */
+            bool valid = json_stringn(text, len) != NULL;
+            json_t *same = valid ? json_incref(ref) : NULL;
+            if (back == NULL || (valid && !json_equal(back, same)) || tp_json_check(mine.data, mine.len, NULL) != 0)
+                bad++;
+            /* The raw text in quotes is JSON exactly when it has no quote, backslash or control byte and is UTF-8. */
+            tp_buf_t raw = {0};
+            tp_buf_append(&raw, "\"", 1);
+            tp_buf_append(&raw, text, len);
+            tp_buf_append(&raw, "\"", 1);
+            bool want = valid && strpbrk(odd[k], "\"\\\n\x01\x1f") == NULL;
+            if ((tp_json_check(raw.data, raw.len, NULL) == 0) != want)
+                bad++;
+            json_decref(same);
+            json_decref(back);
+            json_decref(ref);
+            tp_buf_free(&raw);
+            tp_buf_free(&mine);
+        }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
@@ -254,5 +332,6 @@ int main(void)
     CU_pSuite s = CU_add_suite("json", NULL, NULL);
     CU_add_test(s, "what JSON is and is not", test_table);
     CU_add_test(s, "tp_json_check and tp_json_member agree with jansson", test_against_jansson);
+    CU_add_test(s, "plain runs are found sixteen and eight bytes at a time", test_plain_runs);
     return tp_test_run();
 }
