@@ -40,6 +40,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -181,6 +182,9 @@ struct tp_http_batch {
     struct evbuffer *out;       /* result lines not yet sent */
     bool stalled;               /* held back: its client reads slower than results come */
     bool ended;                 /* its reply has ended */
+    bool cut;                   /* a drain left some of its lines without a result line */
+    bool cut_made;              /* cut: its last lines are sent, its stream left unended */
+    bool closing;               /* cut: its connection closes once its lines are out */
 };
 
 struct tp_http {
@@ -1139,14 +1143,42 @@ static void batch_send(tp_http_batch_t *b)
     evhttp_send_reply_chunk_with_cb(b->w->req, b->out, batch_written_cb, b);
 }
 
+/* Closes the sending side of a cut batch's connection, once all it was sent has left. */
+static void batch_close_when_out(tp_http_batch_t *b)
+{
+    struct bufferevent *bev = req_bev(b->w->req);
+    if (bev == NULL || evbuffer_get_length(bufferevent_get_output(bev)) > 0)
+        return; /* batch_written_cb comes back to it (or the service's end closes it) */
+    if (shutdown(bufferevent_getfd(bev), SHUT_WR) != 0)
+        tp_log_warn("http: cannot close a cut batch's stream: %s", strerror(errno));
+    b->closing = false;
+}
+
 /*
  * Ends a batch that has nothing more to take and no answer to wait for:
  * its stream is closed, and it is freed.
+ *
+ * A batch that a drain cut short (lines not read, or handed over and not
+ * started) must not end as if it were whole: its stream stops without
+ * chunked encoding's last chunk, and the connection closes, so the client
+ * sees a broken-off answer (curl exits 18, toolpool_client raises
+ * Unavailable) and sends the batch again later; its recorded calls are
+ * answered from the store then, the rest run. The batch stays on its
+ * connection until that goes.
  */
 static void batch_maybe_end(tp_http_batch_t *b)
 {
     if (batch_taking(b) || b->pending > 0)
         return;
+    if (b->w->req != NULL && !b->ended && (b->cut || (b->h->draining && b->off < b->len))) {
+        b->cut = true;
+        if (!b->cut_made) {
+            b->cut_made = b->closing = true;
+            batch_send(b);
+            batch_close_when_out(b);
+        }
+        return;
+    }
     batch_send(b);
     struct evhttp_request *req = wait_take(b->w);
     if (req && !b->ended) {
@@ -1163,6 +1195,10 @@ static void batch_maybe_end(tp_http_batch_t *b)
 static void batch_written_cb(struct evhttp_connection *evcon, void *arg)
 {
     tp_http_batch_t *b = arg;
+    if (b->closing) {
+        batch_close_when_out(b);
+        return;
+    }
     if (b->stalled) {
         b->stalled = false;
         tp_engine_kick(b->h->e);
@@ -1184,6 +1220,8 @@ static void batch_client_gone(tp_http_batch_t *b)
 static void batch_answer_line(tp_http_batch_t *b, const tp_answer_t *a)
 {
     b->pending--;
+    if (a->not_started)
+        b->cut = true;
     if (a->line && b->w->req && !b->ended && evbuffer_add(b->out, a->line, a->len) != 0)
         tp_log_error("http: out of memory for a batch's result line");
 }
@@ -2807,6 +2845,8 @@ void tp_http_finish(tp_http_t *h, uint64_t timeout_us)
     }
     for (tp_http_batch_t *b = h->batches; b; b = b->next) {
         batch_send(b);
+        if (b->cut && b->w->req)
+            continue; /* left on its connection, unended: it closes with the service */
         struct evhttp_request *req = wait_take(b->w);
         if (req && !b->ended)
             evhttp_send_reply_end(req); /* its connection closes with the service */

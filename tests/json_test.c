@@ -304,7 +304,9 @@ static void test_plain_runs(void)
             json_error_t jerr;
             json_t *back = json_loadb((const char *)mine.data, mine.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
             /* Valid text reads back the same; a byte that is not UTF-8 becomes U+FFFD. */
-            bool valid = json_stringn(text, len) != NULL;
+            json_t *strict = json_stringn(text, len);
+            bool valid = strict != NULL;
+            json_decref(strict);
             json_t *same = valid ? json_incref(ref) : NULL;
             if (back == NULL || (valid && !json_equal(back, same)) || tp_json_check(mine.data, mine.len, NULL) != 0)
                 bad++;

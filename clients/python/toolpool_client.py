@@ -477,9 +477,10 @@ class Client:
 
         calls: dicts as for call ({"tool", "args", "job", "step", "id",
         "deadline"}); a call without an id gets a new one. The request is
-        not sent again once its answer has begun: a connection lost midway
-        raises ToolpoolError Unavailable, and the calls' records remain
-        available by id.
+        not sent again once its answer has begun: a connection lost midway,
+        or a service that drained before all its calls ran, raises
+        ToolpoolError Unavailable; the calls' records remain available by
+        id, and the same batch sent again runs only what is not recorded.
         """
         lines = []
         for c in calls:
