@@ -551,13 +551,17 @@ static void wait_error(tp_http_wait_t *w, int status, const char *error, const c
 
 /*
  * Frees w. A request still unanswered (only at teardown, after
- * tp_http_finish) is on its connection, which libevent frees with it.
+ * tp_http_finish) is on its connection, which libevent frees with it; one
+ * whose connection libevent has already dropped (an untracked connection:
+ * no close callback told us) is ours to free.
  */
 static void wait_free(tp_http_wait_t *w)
 {
     if (w == NULL)
         return;
-    wait_take(w);
+    struct evhttp_request *req = wait_take(w);
+    if (req && evhttp_request_get_connection(req) == NULL)
+        evhttp_request_free(req);
     tp_buf_free(&w->body);
     free(w);
 }
@@ -2845,8 +2849,12 @@ void tp_http_finish(tp_http_t *h, uint64_t timeout_us)
     }
     for (tp_http_batch_t *b = h->batches; b; b = b->next) {
         batch_send(b);
-        if (b->cut && b->w->req)
-            continue; /* left on its connection, unended: it closes with the service */
+        if (b->w->req && !b->ended && (b->cut || b->pending > 0 || b->off < b->len)) {
+            /* Not whole (the engine stopped short of it): left on its connection, unended. */
+            b->cut = b->cut_made = b->closing = true;
+            batch_close_when_out(b);
+            continue;
+        }
         struct evhttp_request *req = wait_take(b->w);
         if (req && !b->ended)
             evhttp_send_reply_end(req); /* its connection closes with the service */
