@@ -184,7 +184,7 @@ struct tp_http_batch {
     bool ended;                 /* its reply has ended */
     bool cut;                   /* a drain left some of its lines without a result line */
     bool cut_made;              /* cut: its last lines are sent, its stream left unended */
-    bool closing;               /* cut: its connection closes once its lines are out */
+    struct event *ev_close;     /* cut: looks again for its lines to be out, to close */
 };
 
 struct tp_http {
@@ -1121,6 +1121,8 @@ static void batch_free(tp_http_batch_t *b)
     if (b->next)
         b->next->prev = b->prev;
     wait_free(b->w);
+    if (b->ev_close)
+        event_free(b->ev_close);
     if (b->out)
         evbuffer_free(b->out);
     free(b);
@@ -1147,15 +1149,33 @@ static void batch_send(tp_http_batch_t *b)
     evhttp_send_reply_chunk_with_cb(b->w->req, b->out, batch_written_cb, b);
 }
 
-/* Closes the sending side of a cut batch's connection, once all it was sent has left. */
+static void batch_close_cb(evutil_socket_t fd, short what, void *arg);
+
+/*
+ * Closes the sending side of a cut batch's connection once all it was
+ * sent has left; until then it looks again every 2 ms (evhttp's write
+ * callback is not the batch's before its first chunk).
+ */
 static void batch_close_when_out(tp_http_batch_t *b)
 {
     struct bufferevent *bev = req_bev(b->w->req);
-    if (bev == NULL || evbuffer_get_length(bufferevent_get_output(bev)) > 0)
-        return; /* batch_written_cb comes back to it (or the service's end closes it) */
+    if (bev == NULL)
+        return; /* the connection is going */
+    if (evbuffer_get_length(bufferevent_get_output(bev)) > 0) {
+        static const struct timeval again = {0, 2000};
+        if (b->ev_close == NULL)
+            b->ev_close = evtimer_new(b->h->o.base, batch_close_cb, b);
+        if (b->ev_close == NULL || evtimer_add(b->ev_close, &again) != 0)
+            tp_log_warn("http: cannot wait to close a cut batch's stream: it closes with the service");
+        return;
+    }
     if (shutdown(bufferevent_getfd(bev), SHUT_WR) != 0)
         tp_log_warn("http: cannot close a cut batch's stream: %s", strerror(errno));
-    b->closing = false;
+}
+
+static void batch_close_cb(evutil_socket_t fd, short what, void *arg)
+{
+    batch_close_when_out(arg);
 }
 
 /*
@@ -1177,7 +1197,7 @@ static void batch_maybe_end(tp_http_batch_t *b)
     if (b->w->req != NULL && !b->ended && (b->cut || (b->h->draining && b->off < b->len))) {
         b->cut = true;
         if (!b->cut_made) {
-            b->cut_made = b->closing = true;
+            b->cut_made = true;
             batch_send(b);
             batch_close_when_out(b);
         }
@@ -1199,10 +1219,6 @@ static void batch_maybe_end(tp_http_batch_t *b)
 static void batch_written_cb(struct evhttp_connection *evcon, void *arg)
 {
     tp_http_batch_t *b = arg;
-    if (b->closing) {
-        batch_close_when_out(b);
-        return;
-    }
     if (b->stalled) {
         b->stalled = false;
         tp_engine_kick(b->h->e);
@@ -2851,7 +2867,7 @@ void tp_http_finish(tp_http_t *h, uint64_t timeout_us)
         batch_send(b);
         if (b->w->req && !b->ended && (b->cut || b->pending > 0 || b->off < b->len)) {
             /* Not whole (the engine stopped short of it): left on its connection, unended. */
-            b->cut = b->cut_made = b->closing = true;
+            b->cut = b->cut_made = true;
             batch_close_when_out(b);
             continue;
         }

@@ -827,34 +827,41 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(s2.json("GET", "/v1/calls/slow"), got["r"])
 
     def test_drain_cuts_a_batch_short(self):
-        # One worker: the slow call runs, the three after it wait their turn.
-        s = self.serve(args=("-j", "1"))
-        lines = ['{"id": "slow", "tool": "work", "args": {"s": 1.5}}'] + [
+        # Two workers: a long call holds one, the batch's slow call the other, and the three calls
+        # after it wait their turn.
+        s = self.serve()
+        t = threading.Thread(target=lambda: self.swallow(s.request, "POST", "/v1/calls",
+                                                         {"id": "long", "tool": "work", "args": {"s": 4}}))
+        t.start()
+        self.wait_for(lambda: self.runs() == ["long"])
+        lines = ['{"id": "slow", "tool": "work", "args": {"s": 1}}'] + [
             '{"id": "q%d", "tool": "work", "args": {"s": 0}}' % i for i in range(3)]
         text = "\n".join(lines) + "\n"
         c = s.connection(timeout=60)
         c.request("POST", "/v1/batch", body=text)
         r = c.getresponse()
         self.assertEqual(r.status, 200)
-        self.wait_for(lambda: self.runs() == ["slow"])
+        self.wait_for(lambda: self.runs() == ["long", "slow"])
         s.proc.send_signal(signal.SIGTERM)
         # The calls not started get no line, so the stream must not end as if whole: it breaks off
-        # after the line of the call that ran.
+        # after the line of the call that ran, as soon as that is out, while the long call still runs.
         with self.assertRaises(http.client.IncompleteRead) as cm:
             r.read()
+        self.assertTrue(t.is_alive())  # the long call has not been answered yet
         c.close()
         got = [json.loads(l) for l in cm.exception.partial.decode().splitlines()]
         self.assertEqual([(g["id"], g["ok"]) for g in got], [("slow", True)])
         s.proc.wait(30)
+        t.join(30)
         self.assertEqual(s.proc.returncode, 0)
-        self.assertEqual(self.runs(), ["slow"])
+        self.assertEqual(self.runs(), ["long", "slow"])
         # Sent again, the batch ends whole: the recorded call is answered from the store, the rest run.
         s2 = self.serve()
         status, _, body = s2.request("POST", "/v1/batch", text)
         again = {json.loads(l)["id"]: json.loads(l) for l in body.decode().splitlines()}
         self.assertEqual((status, sorted(again)), (200, ["q0", "q1", "q2", "slow"]))
         self.assertEqual(again["slow"], got[0])
-        self.assertEqual(sorted(self.runs()), ["q0", "q1", "q2", "slow"])
+        self.assertEqual(sorted(self.runs()), ["long", "q0", "q1", "q2", "slow"])
         self.assertEqual(s2.stop(), 0)
 
     def test_kill9_and_restart(self):
