@@ -360,6 +360,49 @@ class ServeTest(ServeCase):
 
 
 @unittest.skipUnless(HAS_SERVE, NO_SERVE)
+class DrainTest(ServeCase):
+    """A batch that serve's drain leaves with calls not run."""
+
+    extra = ("--drain", "1s")
+
+    def test_batch_cut_by_a_drain_raises_then_runs_the_rest_when_sent_again(self):
+        tp = self.client()
+        with open(self.gate, "w") as f:
+            f.write("dr-g0\ndr-g1\n")
+        # The two gated calls hold both workers; the three after them wait their turn.
+        calls = [{"id": f"dr-g{i}", "tool": "step", "args": {"g": i}} for i in range(2)] + \
+            [{"id": f"dr-q{i}", "tool": "step", "args": {"q": i}} for i in range(3)]
+        got, out = [], {}
+
+        def reader():
+            try:
+                for r in tp.batch(calls):
+                    got.append(r)
+            except ToolpoolError as e:
+                out["e"] = e
+
+        t = threading.Thread(target=reader)
+        t.start()
+        su.wait_for(lambda: len(su.read_lines(self.gate + ".reached")) == 2, 20, "both gated calls to start")
+        self.serve.stop()
+        t.join(30)
+        self.assertFalse(t.is_alive())
+        # The gated calls were killed at the drain's end (their lines came); the rest never started,
+        # so the stream broke off instead of ending as if whole.
+        self.assertEqual(sorted((r["id"], r["error"]) for r in got), [("dr-g0", "Cancelled"), ("dr-g1", "Cancelled")])
+        self.assertEqual((out["e"].error, out["e"].status), ("Unavailable", None))
+        self.assertIn("broke off", str(out["e"]))
+        os.unlink(self.gate)
+        self.serve.start()
+        again = {r["id"]: r for r in tp.batch(calls)}
+        self.assertEqual(sorted(again), sorted(c["id"] for c in calls))
+        # A call the drain cancelled is not recorded (it runs again), as with run's drain.
+        for k, i in [("g", 0), ("g", 1), ("q", 0), ("q", 1), ("q", 2)]:
+            self.assertEqual(again[f"dr-{k}{i}"]["result"], {k: i})
+            self.assertEqual(runs_of(self.log, f"dr-{k}{i}"), 1)
+
+
+@unittest.skipUnless(HAS_SERVE, NO_SERVE)
 class RestartTest(ServeCase):
     """serve killed with SIGKILL and started again on the same store, while
     the client is calling."""
