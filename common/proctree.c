@@ -44,6 +44,32 @@ static pid_t parse_pid(const char *s)
     return (pid_t)v;
 }
 
+/* A /proc directory read one buffer of entries at a time: /proc itself, or a process's task/. */
+typedef struct {
+    int fd;
+    char *buf;
+    size_t cap;
+    long len, off;
+} pid_dir_t;
+
+/* The next entry of dir that names a pid (a process, or a thread), or 0 at the end. */
+static pid_t pid_dir_next(pid_dir_t *dir)
+{
+    for (;;) {
+        while (dir->off < dir->len) {
+            const struct dent64 *e = (const struct dent64 *)(const void *)(dir->buf + dir->off);
+            dir->off += e->reclen;
+            pid_t pid = parse_pid(e->name);
+            if (pid > 0)
+                return pid;
+        }
+        dir->len = syscall(SYS_getdents64, dir->fd, dir->buf, dir->cap);
+        dir->off = 0;
+        if (dir->len <= 0)
+            return 0;
+    }
+}
+
 /* "PID" and then suffix into buf (at least 16 bytes more than the suffix). */
 static void pid_path(char *buf, pid_t pid, const char *suffix)
 {
@@ -167,50 +193,41 @@ static int read_children(int procfd, pid_t pid, tp_proctree_t *t, pid_t *kids, s
     if (tfd < 0)
         return -1;
     int rc = 0;
-    for (;;) {
-        long k = syscall(SYS_getdents64, tfd, t->dents, sizeof t->dents);
-        if (k <= 0)
-            break;
-        for (long off = 0; off < k;) {
-            struct dent64 *e = (struct dent64 *)(void *)(t->dents + off);
-            off += e->reclen;
-            pid_t tid = parse_pid(e->name);
-            if (tid <= 0)
+    pid_dir_t dir = {.fd = tfd, .buf = t->dents, .cap = sizeof t->dents};
+    for (pid_t tid; (tid = pid_dir_next(&dir)) > 0;) {
+        pid_path(path, tid, "/children");
+        int cfd = openat(tfd, path, O_RDONLY | O_CLOEXEC);
+        if (cfd < 0)
+            continue; /* the thread has ended */
+        /* "PID PID ... ": numbers split across reads carry over. */
+        char buf[512];
+        long v = 0;
+        bool in = false;
+        for (;;) {
+            ssize_t r = read(cfd, buf, sizeof buf);
+            if (r < 0 && errno == EINTR)
                 continue;
-            pid_path(path, tid, "/children");
-            int cfd = openat(tfd, path, O_RDONLY | O_CLOEXEC);
-            if (cfd < 0)
-                continue; /* the thread has ended */
-            /* "PID PID ... ": numbers split across reads carry over. */
-            char buf[512];
-            long v = 0;
-            bool in = false;
-            for (;;) {
-                ssize_t r = read(cfd, buf, sizeof buf);
-                if (r < 0 && errno == EINTR)
-                    continue;
-                if (r <= 0)
-                    break;
-                for (ssize_t i = 0; i < r; i++) {
-                    if (buf[i] >= '0' && buf[i] <= '9' && v <= 0x3fffffff) {
-                        v = v * 10 + (buf[i] - '0');
-                        in = true;
-                    } else if (in) {
-                        if (*n < cap)
-                            kids[(*n)++] = (pid_t)v;
-                        else
-                            rc = 1;
-                        in = false;
-                        v = 0;
-                    }
+            if (r <= 0)
+                break;
+            for (ssize_t i = 0; i < r; i++) {
+                if (buf[i] >= '0' && buf[i] <= '9' && v <= 0x3fffffff) {
+                    v = v * 10 + (buf[i] - '0');
+                    in = true;
+                } else if (in) {
+                    if (*n < cap)
+                        kids[(*n)++] = (pid_t)v;
+                    else
+                        rc = 1;
+                    in = false;
+                    v = 0;
                 }
             }
-            if (in && *n < cap)
-                kids[(*n)++] = (pid_t)v; /* the last, when no space followed it */
-            else if (in)
-                rc = 1;
-            close(cfd);
         }
+        if (in && *n < cap)
+            kids[(*n)++] = (pid_t)v; /* the last, when no space followed it */
+        else if (in)
+            rc = 1;
+        close(cfd);
     }
     close(tfd);
     return rc;
@@ -317,44 +334,37 @@ int tp_proctree_kill_but(tp_proctree_t *t, pid_t root, const pid_t *spare, size_
         live = 0;
         if (lseek(procfd, 0, SEEK_SET) < 0)
             break;
-        for (;;) {
-            long k = syscall(SYS_getdents64, procfd, t->dents, sizeof t->dents);
-            if (k <= 0)
-                break;
-            for (long off = 0; off < k;) {
-                struct dent64 *e = (struct dent64 *)(void *)(t->dents + off);
-                off += e->reclen;
-                pid_t pid = parse_pid(e->name);
-                stat_t st;
-                if (pid <= 0 || pid == root || spared(spare, n_spare, pid) || read_stat(procfd, pid, &st) < 0)
-                    continue; /* a spared one's children are nobody's found: spared too */
-                if (st.state == 'Z' || st.state == 'X')
-                    continue; /* dead already: its parent reaps it */
-                tp_proctree_ent_t *ent = find(t, pid);
-                if (ent != NULL && ent->start != st.start)
-                    ent = NULL; /* the pid names another process now */
-                if (ent == NULL) {
-                    /*
-                     * A descendant: a child of root or of one found. A
-                     * child seen before its parent (pids wrap) is found by
-                     * the pass that follows the parent's discovery.
-                     */
-                    if (st.ppid != root && find(t, st.ppid) == NULL)
-                        continue;
-                    if (t->n < TP_PROCTREE_MAX) {
-                        ent = &t->ents[t->n++];
-                        *ent = (tp_proctree_ent_t){.pid = pid, .start = st.start};
-                    }
-                    news = true;
-                }
-                live++;
-                if (ent != NULL && ent->signalled)
+        pid_dir_t dir = {.fd = procfd, .buf = t->dents, .cap = sizeof t->dents};
+        for (pid_t pid; (pid = pid_dir_next(&dir)) > 0;) {
+            stat_t st;
+            if (pid == root || spared(spare, n_spare, pid) || read_stat(procfd, pid, &st) < 0)
+                continue; /* a spared one's children are nobody's found: spared too */
+            if (st.state == 'Z' || st.state == 'X')
+                continue; /* dead already: its parent reaps it */
+            tp_proctree_ent_t *ent = find(t, pid);
+            if (ent != NULL && ent->start != st.start)
+                ent = NULL; /* the pid names another process now */
+            if (ent == NULL) {
+                /*
+                 * A descendant: a child of root or of one found. A
+                 * child seen before its parent (pids wrap) is found by
+                 * the pass that follows the parent's discovery.
+                 */
+                if (st.ppid != root && find(t, st.ppid) == NULL)
                     continue;
-                kill_one(procfd, pid, st.start);
-                if (ent != NULL)
-                    ent->signalled = true;
+                if (t->n < TP_PROCTREE_MAX) {
+                    ent = &t->ents[t->n++];
+                    *ent = (tp_proctree_ent_t){.pid = pid, .start = st.start};
+                }
                 news = true;
             }
+            live++;
+            if (ent != NULL && ent->signalled)
+                continue;
+            kill_one(procfd, pid, st.start);
+            if (ent != NULL)
+                ent->signalled = true;
+            news = true;
         }
         if (!news)
             break;
