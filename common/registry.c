@@ -139,7 +139,9 @@ static void report(char *err, size_t errlen, const char *file, int line, const c
     char at[32] = "";
     if (line > 0)
         snprintf(at, sizeof at, ":%d", line);
-    snprintf(err, errlen, "%s%s: %s%s%s", file, at, key, *key != '\0' ? ": " : "", msg);
+    /* A message longer than the caller's buffer is cut to fit: that bound is the point. */
+    if (snprintf(err, errlen, "%s%s: %s%s%s", file, at, key, *key != '\0' ? ": " : "", msg) >= (int)errlen)
+        err[errlen - 1] = '\0';
     /*
      * One line, whatever the file holds: a key with "\n" in its name, or
      * the text jansson quotes after "near" (raw bytes of the file), can

@@ -241,9 +241,12 @@ const char *tp_store_strerror(const tp_store_t *s, int rc, char *buf, size_t cap
                  "space and rerun: nothing recorded is lost)", s->limit);
     else if (rc == ENOSPC || (rc == EIO && disk_nearly_full(s->dir)))
         snprintf(buf, cap, "the disk is full (free space and rerun: nothing recorded is lost)");
-    else if (rc == EPROTO && s->bad[0])
-        snprintf(buf, cap, "a corrupt record: %s (`toolpool store check --store %s` lists every bad record)",
-                 s->bad, s->dir);
+    else if (rc == EPROTO && s->bad[0]) {
+        /* Cut to fit the caller's buffer when the record's name and the path are long. */
+        if (snprintf(buf, cap, "a corrupt record: %s (`toolpool store check --store %s` lists every bad record)",
+                     s->bad, s->dir) >= (int)cap)
+            buf[cap - 1] = '\0';
+    }
     else if (rc == EPROTO)
         snprintf(buf, cap, "a corrupt record");
     else

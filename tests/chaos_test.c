@@ -300,7 +300,7 @@ static void test_worker_kills(void)
     int dups;
     json_t *all = load(out, &dups);
     CU_ASSERT_EQUAL(dups, 0);
-    CU_ASSERT_EQUAL(json_object_size(all), sent);
+    CU_ASSERT_EQUAL(json_object_size(all), (size_t)sent);
     CU_ASSERT_EQUAL(sent, N);
     int crashed = 0, failed = 0;
     const char *id;
