@@ -4,16 +4,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
-#define HASH_LEN 16
+#include "digest.h"
+
+#define HASH_LEN TP_DIGEST_LEN
 #define KEY_LEN (1 + 2 * HASH_LEN) /* the longer of the two: 'i' JOBHASH IDHASH */
 
 static void hash(const char *s, uint8_t out[HASH_LEN])
 {
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits(s, strlen(s)));
-    memcpy(out, c.digest, HASH_LEN);
+    tp_digest_t d;
+    tp_digest_bytes(s, strlen(s), &d);
+    memcpy(out, d.b, HASH_LEN);
 }
 
 static void put_be64(uint8_t *p, uint64_t v)

@@ -4,8 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 #include "buf.h"
 #include "json.h"
@@ -13,14 +11,6 @@
 
 #define BUCKETS 10
 #define KEY_MAX 600
-
-void tp_digest_bytes(const void *canonical, size_t n, tp_digest_t *out)
-{
-    XXH128_hash_t h = XXH3_128bits(canonical, n);
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, h);
-    memcpy(out->b, c.digest, TP_DIGEST_LEN);
-}
 
 /*
  * Microseconds from then to now on the wall clock, 0 when the clock has
@@ -32,49 +22,14 @@ static uint64_t since(uint64_t now, uint64_t then)
     return now > then ? now - then : 0;
 }
 
-void tp_digest_args(const json_t *args, tp_digest_t *out)
-{
-    tp_buf_t b = {0};
-    if (args == NULL || tp_json_write(&b, args, TP_JSON_CANONICAL) < 0)
-        tp_buf_reset(&b);
-    tp_digest_bytes(b.data ? b.data : (const uint8_t *)"", b.len, out);
-    tp_buf_free(&b);
-}
-
 void tp_breaker_call_digest(const tp_tool_t *t, const tp_digest_t *args, const char *job, tp_digest_t *out)
 {
     if (t->policy.same_call_scope == TP_SCOPE_GLOBAL || job == NULL) {
         *out = *args;
         return;
     }
-    /*
-     * The args' digest, then the job's whole name and a NUL. Hashed in one
-     * go from a buffer on the stack (a job name fits: the store's keys are
-     * at most 511 bytes), or streamed: the same digest either way.
-     */
-    size_t n = strlen(job) + 1;
-    XXH128_hash_t h;
-    uint8_t buf[TP_DIGEST_LEN + 512];
-    if (n <= sizeof buf - TP_DIGEST_LEN) {
-        memcpy(buf, args->b, TP_DIGEST_LEN);
-        memcpy(buf + TP_DIGEST_LEN, job, n);
-        h = XXH3_128bits(buf, TP_DIGEST_LEN + n);
-    } else {
-        XXH3_state_t st;
-        XXH3_128bits_reset(&st);
-        XXH3_128bits_update(&st, args->b, TP_DIGEST_LEN);
-        XXH3_128bits_update(&st, job, n);
-        h = XXH3_128bits_digest(&st);
-    }
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, h);
-    memcpy(out->b, c.digest, TP_DIGEST_LEN);
-}
-
-void tp_digest_hex(const tp_digest_t *d, char out[2 * TP_DIGEST_LEN + 1])
-{
-    for (int i = 0; i < TP_DIGEST_LEN; i++)
-        snprintf(out + 2 * i, 3, "%02x", d->b[i]);
+    /* The args' digest, then the job's whole name and a NUL. */
+    tp_digest_pair(args->b, TP_DIGEST_LEN, job, strlen(job) + 1, out);
 }
 
 size_t tp_breaker_call_key(const char *tool, const tp_digest_t *d, uint8_t *key, size_t cap)

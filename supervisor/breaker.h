@@ -25,20 +25,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "digest.h"
 #include "registry.h"
 #include "store.h"
 #include "taxonomy.h"
 
-#define TP_DIGEST_LEN 16
-
-typedef struct {
-    uint8_t b[TP_DIGEST_LEN];
-} tp_digest_t;
-
-/* XXH128 of the canonical form of args (keys sorted, numbers in one form). */
-void tp_digest_args(const json_t *args, tp_digest_t *out);
-/* The same, of args already written in that form. */
-void tp_digest_bytes(const void *canonical, size_t n, tp_digest_t *out);
 /*
  * The same-call breaker's key digest for args (tp_digest_args) called by
  * job: with the tool's scope "job", the job's own (XXH128 of the args
@@ -46,8 +37,6 @@ void tp_digest_bytes(const void *canonical, size_t n, tp_digest_t *out);
  * circuit; with "global", the args digest itself, shared by every job.
  */
 void tp_breaker_call_digest(const tp_tool_t *t, const tp_digest_t *args, const char *job, tp_digest_t *out);
-/* 32 hex digits and a NUL. */
-void tp_digest_hex(const tp_digest_t *d, char out[2 * TP_DIGEST_LEN + 1]);
 
 /*
  * Whether the call's circuit is open now. When it is, the call is counted

@@ -3,22 +3,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
-#include <xxhash.h>
 
 #include "steps.h"
-
-void tp_identity_digest(const char *tool, const tp_digest_t *args, tp_digest_t *out)
-{
-    /* The tool's whole name, a NUL, the args' digest: the bytes stores have always hashed. */
-    XXH3_state_t st;
-    XXH3_128bits_reset(&st);
-    XXH3_128bits_update(&st, tool, strlen(tool) + 1);
-    XXH3_128bits_update(&st, args->b, TP_DIGEST_LEN);
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&st));
-    memcpy(out->b, c.digest, TP_DIGEST_LEN);
-}
 
 int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r, const uint8_t *line, size_t len)
 {

@@ -19,12 +19,10 @@
 #define TP_CHECKPOINT_H
 
 #include "breaker.h"
+#include "digest.h"
 #include "guard.h"
 #include "store.h"
 #include "toolpool.pb-c.h"
-
-/* The identity of a call's input: XXH128 of the tool's name and the args' digest. */
-void tp_identity_digest(const char *tool, const tp_digest_t *args, tp_digest_t *out);
 
 /* Records r, reported as the JSON line (len bytes). */
 int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r, const uint8_t *line, size_t len);

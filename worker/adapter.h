@@ -10,6 +10,17 @@
 #include "outcome.h"
 #include "toolpool.pb-c.h"
 
+/* One adapter: how the worker runs a call of its kind. */
+typedef void (*tp_adapter_run_fn)(const Toolpool__Call *call, tp_outcome_t *o);
+typedef struct {
+    Toolpool__Adapter kind;
+    const char *name;
+    tp_adapter_run_fn run;
+} tp_worker_adapter_t;
+
+/* The adapter of kind, or NULL for one this worker does not know. */
+const tp_worker_adapter_t *tp_adapter_find(Toolpool__Adapter kind);
+
 /* exec adapter: fork+exec argv, args on stdin, answer on stdout. */
 void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o);
 /* plugin adapter: dlopen once per path, call tp_plugin_call_v1. */
@@ -20,11 +31,12 @@ void tp_plugin_run(const Toolpool__Call *call, tp_outcome_t *o);
  */
 void tp_mcp_run(const Toolpool__Call *call, tp_outcome_t *o);
 /*
- * Tells the supervisor, while call seq runs, of a notification its MCP
- * server sent (method, and its params as JSON text). One too large for a
- * frame is dropped.
+ * Where the mcp adapter sends, while call seq runs, a notification its MCP
+ * server sent (method, and its params as JSON text): the worker's main
+ * forwards it to the supervisor. Unset, notifications are dropped.
  */
-void tp_worker_notice(uint64_t seq, const char *method, const char *params, size_t len);
+typedef void (*tp_mcp_notice_fn)(uint64_t seq, const char *method, const char *params, size_t len);
+void tp_mcp_set_notice(tp_mcp_notice_fn fn);
 /* Ends every MCP session of the worker: each server's stdin closed, then killed. */
 void tp_mcp_shutdown(void);
 /* Set by the worker's SIGTERM handler: a call waiting on its MCP server cancels it. */

@@ -96,7 +96,8 @@ static void send_frame(tp_buf_t *out, Toolpool__WorkerFrame *wf, uint32_t max)
 
 static uint32_t frame_max = TP_FRAME_DEFAULT_MAX;
 
-void tp_worker_notice(uint64_t seq, const char *method, const char *params, size_t len)
+/* Forwards an MCP server's notification to the supervisor; one too large for a frame is dropped. */
+static void send_notice(uint64_t seq, const char *method, const char *params, size_t len)
 {
     static tp_buf_t out;
     Toolpool__Notice n = TOOLPOOL__NOTICE__INIT;
@@ -114,20 +115,11 @@ void tp_worker_notice(uint64_t seq, const char *method, const char *params, size
 static void run_call(const Toolpool__Call *call, tp_outcome_t *o)
 {
     tp_outcome_reset(o);
-    switch (call->adapter) {
-    case TOOLPOOL__ADAPTER__ADAPTER_EXEC:
-        tp_exec_run(call, o);
-        break;
-    case TOOLPOOL__ADAPTER__ADAPTER_PLUGIN:
-        tp_plugin_run(call, o);
-        break;
-    case TOOLPOOL__ADAPTER__ADAPTER_MCP:
-        tp_mcp_run(call, o);
-        break;
-    default:
+    const tp_worker_adapter_t *a = tp_adapter_find(call->adapter);
+    if (a != NULL)
+        a->run(call, o);
+    else
         tp_outcome_fail(o, "ToolError", "worker cannot run adapter %d", (int)call->adapter);
-        break;
-    }
 }
 
 int main(int argc, char **argv)
@@ -182,6 +174,7 @@ int main(int argc, char **argv)
     (void)mallopt(M_MMAP_THRESHOLD, 2 << 20);
     (void)mallopt(M_TRIM_THRESHOLD, 8 << 20);
 
+    tp_mcp_set_notice(send_notice);
     tp_buf_t in = {0}, out = {0};
     Toolpool__Hello hello = TOOLPOOL__HELLO__INIT;
     hello.protocol = TOOLPOOL__PROTOCOL__PROTOCOL_VERSION;

@@ -49,6 +49,12 @@
 #define CLOSE_WAIT_US 200000u
 
 volatile sig_atomic_t tp_mcp_interrupt;
+static tp_mcp_notice_fn notice_fn;
+
+void tp_mcp_set_notice(tp_mcp_notice_fn fn)
+{
+    notice_fn = fn;
+}
 
 typedef struct {
     char *key; /* argv, env and cwd joined: which server this is */
@@ -358,7 +364,7 @@ static void notice(void *ctx, const json_t *msg)
     const Toolpool__Call *call = ctx;
     const char *method = json_string_value(json_object_get(msg, "method"));
     json_t *params = json_object_get(msg, "params");
-    if (method == NULL || !json_is_object(params))
+    if (notice_fn == NULL || method == NULL || !json_is_object(params))
         return;
     if (strcmp(method, "notifications/progress") == 0) {
         json_t *token = json_object_get(params, "progressToken");
@@ -369,7 +375,7 @@ static void notice(void *ctx, const json_t *msg)
     }
     char *text = json_dumps(params, JSON_COMPACT);
     if (text != NULL)
-        tp_worker_notice(call->seq, method, text, strlen(text));
+        notice_fn(call->seq, method, text, strlen(text));
     free(text);
 }
 

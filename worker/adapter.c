@@ -1,0 +1,18 @@
+/* The adapter table: each kind of tool the registry declares, and the function that runs its calls. */
+#include "adapter.h"
+
+#include <stddef.h>
+
+static const tp_worker_adapter_t adapters[] = {
+    {TOOLPOOL__ADAPTER__ADAPTER_EXEC, "exec", tp_exec_run},
+    {TOOLPOOL__ADAPTER__ADAPTER_PLUGIN, "plugin", tp_plugin_run},
+    {TOOLPOOL__ADAPTER__ADAPTER_MCP, "mcp", tp_mcp_run},
+};
+
+const tp_worker_adapter_t *tp_adapter_find(Toolpool__Adapter kind)
+{
+    for (size_t i = 0; i < sizeof adapters / sizeof adapters[0]; i++)
+        if (adapters[i].kind == kind)
+            return &adapters[i];
+    return NULL;
+}
