@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "store.h"
+#include "dbs.h"
 
 /* The length of every digest the store keeps (XXH128). */
 #define TP_RECORD_DIGEST_LEN 16

@@ -12,21 +12,9 @@
 #include <unistd.h>
 
 #include "record.h"
-#include "steps.h"
-#include "toolpool.pb-c.h"
 
 #define MAP_INITIAL (64ull << 20)
 #define MAX_READERS 512
-
-static const char *const db_names[TP_DB__COUNT] = {
-    [TP_DB_META] = "meta",
-    [TP_DB_BREAKERS] = "breakers",
-    [TP_DB_ESCALATIONS] = "escalations",
-    [TP_DB_RESULTS] = "results",
-    [TP_DB_JOBS] = "jobs",
-    [TP_DB_INFLIGHT] = "inflight",
-    [TP_DB_STEPS] = "steps",
-};
 
 struct tp_store {
     MDB_env *env;
@@ -75,19 +63,22 @@ bool tp_store_has(const tp_store_t *s, tp_db_t db)
     return !(db == TP_DB_STEPS && s->no_steps);
 }
 
-const char *tp_store_db_name(tp_db_t db)
+bool tp_store_rdonly(const tp_store_t *s)
 {
-    return db >= 0 && db < TP_DB__COUNT ? db_names[db] : "?";
+    return s->flags & TP_STORE_RDONLY;
+}
+
+const char *tp_store_bad(const tp_store_t *s)
+{
+    return s->bad;
 }
 
 /*
- * Opens every named database in one committed transaction and checks (or,
- * on a new store, writes) the format record. A store of format 2 is
- * upgraded to 3 when opened for writing (its job lists move to the steps
- * database, in the same transaction), and read as it is when opened
- * read-only.
+ * Opens every named database in one transaction, runs the format's check
+ * in it, and commits. Opened read-only, a store without a steps database
+ * is marked so (format 2: the check decides whether that is its format).
  */
-static int open_dbs(tp_store_t *s, char *err, size_t errlen)
+static int open_dbs(tp_store_t *s, tp_store_check_fn check, char *err, size_t errlen)
 {
     bool rdonly = s->flags & TP_STORE_RDONLY;
     MDB_txn *txn;
@@ -97,51 +88,20 @@ static int open_dbs(tp_store_t *s, char *err, size_t errlen)
         return rc;
     }
     for (int i = 0; i < TP_DB__COUNT; i++) {
-        rc = mdb_dbi_open(txn, db_names[i], rdonly ? 0 : MDB_CREATE, &s->dbi[i]);
+        rc = mdb_dbi_open(txn, tp_store_db_name(i), rdonly ? 0 : MDB_CREATE, &s->dbi[i]);
         if (rc == MDB_NOTFOUND && rdonly && i == TP_DB_STEPS) {
-            s->no_steps = true; /* format 2: checked below */
+            s->no_steps = true; /* format 2: the check decides */
             rc = 0;
         }
         if (rc) {
-            snprintf(err, errlen, "%s: cannot open database %s: %s%s", s->dir, db_names[i], mdb_strerror(rc),
+            snprintf(err, errlen, "%s: cannot open database %s: %s%s", s->dir, tp_store_db_name(i),
+                     mdb_strerror(rc),
                      rc == MDB_NOTFOUND ? " (not a toolpool store, or one of an older format)" : "");
             mdb_txn_abort(txn);
             return rc;
         }
     }
-    Toolpool__StoreFormat *fmt = NULL;
-    rc = tp_store_get_msg(s, txn, TP_DB_META, "format", 6, &toolpool__store_format__descriptor,
-                          (ProtobufCMessage **)&fmt);
-    if (rc == MDB_NOTFOUND && !rdonly) {
-        Toolpool__StoreFormat nf = TOOLPOOL__STORE_FORMAT__INIT;
-        nf.version = TP_STORE_FORMAT;
-        nf.created_unix_us = tp_unix_us();
-        rc = tp_store_put_msg(s, txn, TP_DB_META, "format", 6, &nf.base);
-    } else if (rc == 0 && fmt->version == 2 && !rdonly) {
-        rc = tp_steps_migrate(s, txn);
-        fmt->version = TP_STORE_FORMAT;
-        rc = rc ? rc : tp_store_put_msg(s, txn, TP_DB_META, "format", 6, &fmt->base);
-        if (rc)
-            snprintf(err, errlen, "%s: cannot upgrade the store from format 2 to %u: %s", s->dir, TP_STORE_FORMAT,
-                     rc == EPROTO ? s->bad : mdb_strerror(rc));
-    } else if (rc == 0 && !(fmt->version == TP_STORE_FORMAT || (fmt->version == 2 && rdonly))) {
-        snprintf(err, errlen,
-                 "%s: the store has format %u; this toolpool reads format %u. Use a toolpool of that "
-                 "version to read it, or start a new store with --store NEWDIR",
-                 s->dir, fmt->version, TP_STORE_FORMAT);
-        rc = EPROTO;
-    } else if (rc == 0 && s->no_steps && fmt->version != 2) {
-        snprintf(err, errlen, "%s: cannot open database %s: %s", s->dir, db_names[TP_DB_STEPS],
-                 mdb_strerror(MDB_NOTFOUND));
-        rc = MDB_NOTFOUND;
-    } else if (rc == MDB_NOTFOUND) {
-        snprintf(err, errlen, "%s: not a toolpool store (no format record)", s->dir);
-    } else if (rc) {
-        snprintf(err, errlen, "%s: cannot read the format record: %s", s->dir,
-                 rc == EPROTO ? s->bad : mdb_strerror(rc));
-    }
-    if (fmt)
-        protobuf_c_message_free_unpacked(&fmt->base, NULL);
+    rc = check ? check(s, txn, err, errlen) : 0;
     if (rc) {
         mdb_txn_abort(txn);
         return rc;
@@ -152,7 +112,8 @@ static int open_dbs(tp_store_t *s, char *err, size_t errlen)
     return rc;
 }
 
-tp_store_t *tp_store_open(const char *dir, unsigned flags, char *err, size_t errlen)
+tp_store_t *tp_store_open_with(const char *dir, unsigned flags, tp_store_check_fn check, char *err,
+                               size_t errlen)
 {
     tp_store_t *s = calloc(1, sizeof *s);
     if (s == NULL) {
@@ -206,7 +167,7 @@ tp_store_t *tp_store_open(const char *dir, unsigned flags, char *err, size_t err
     s->mapsize = info.me_mapsize;
     int dead;
     mdb_reader_check(s->env, &dead);
-    if (open_dbs(s, err, errlen) != 0)
+    if (open_dbs(s, check, err, errlen) != 0)
         goto fail;
     return s;
 fail:

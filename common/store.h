@@ -20,20 +20,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* 3: a job's message list in the steps database (steps.h); 2 kept it in the checkpoint. */
-#define TP_STORE_FORMAT 3
-#define TP_STORE_MAP_LIMIT (1ull << 40)
+#include "dbs.h"
 
-typedef enum {
-    TP_DB_META = 0,
-    TP_DB_BREAKERS,
-    TP_DB_ESCALATIONS,
-    TP_DB_RESULTS,
-    TP_DB_JOBS,
-    TP_DB_INFLIGHT,
-    TP_DB_STEPS,
-    TP_DB__COUNT,
-} tp_db_t;
+#define TP_STORE_MAP_LIMIT (1ull << 40)
 
 enum {
     TP_STORE_RDONLY = 1,  /* inspection commands: no write, no create */
@@ -43,10 +32,24 @@ enum {
 typedef struct tp_store tp_store_t;
 
 /*
- * Opens (creating when writable) the store in dir. NULL on failure with a
- * message in err naming the directory and what to do.
+ * Opens (creating when writable) the store in dir, with its format record
+ * checked and the store upgraded when it is of an older format (format.c).
+ * NULL on failure with a message in err naming the directory and what to do.
  */
 tp_store_t *tp_store_open(const char *dir, unsigned flags, char *err, size_t errlen);
+/*
+ * The same, but the format check is check(s, txn, err, errlen), run in the
+ * transaction that opens the databases, before it commits: 0, or a code
+ * with err set, and the open fails. tp_store_open is tp_store_open_with
+ * and the format's check.
+ */
+typedef int (*tp_store_check_fn)(tp_store_t *s, MDB_txn *txn, char *err, size_t errlen);
+tp_store_t *tp_store_open_with(const char *dir, unsigned flags, tp_store_check_fn check, char *err,
+                               size_t errlen);
+/* Whether the store was opened TP_STORE_RDONLY. */
+bool tp_store_rdonly(const tp_store_t *s);
+/* The last bad record tp_store_note_bad noted, in words ("" when none). */
+const char *tp_store_bad(const tp_store_t *s);
 void tp_store_close(tp_store_t *s);
 const char *tp_store_dir(const tp_store_t *s);
 
@@ -81,8 +84,6 @@ int tp_store_write(tp_store_t *s, tp_store_apply_fn apply, void *ctx, char *err,
 int tp_store_read(tp_store_t *s, MDB_txn **txn);
 
 MDB_dbi tp_store_dbi(const tp_store_t *s, tp_db_t db);
-/* The database's name in the environment: "results", "breakers"... */
-const char *tp_store_db_name(tp_db_t db);
 
 /* Packs msg into db[key] (MDB_RESERVE: packed straight into the page). */
 int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen,

@@ -1,0 +1,26 @@
+/*
+ * The named databases of a store, and the store's format version: the
+ * bottom of the store, known to the store's environment (store.h) and to
+ * the checks of the records it holds (record.h) alike.
+ */
+#ifndef TP_DBS_H
+#define TP_DBS_H
+
+/* 3: a job's message list in the steps database (steps.h); 2 kept it in the checkpoint. */
+#define TP_STORE_FORMAT 3
+
+typedef enum {
+    TP_DB_META = 0,
+    TP_DB_BREAKERS,
+    TP_DB_ESCALATIONS,
+    TP_DB_RESULTS,
+    TP_DB_JOBS,
+    TP_DB_INFLIGHT,
+    TP_DB_STEPS,
+    TP_DB__COUNT,
+} tp_db_t;
+
+/* The database's name in the environment: "results", "breakers"... ("?" for none). */
+const char *tp_store_db_name(tp_db_t db);
+
+#endif
