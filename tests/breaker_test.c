@@ -1,11 +1,11 @@
 /*
- * The circuit breakers (supervisor/breaker.c) against a real store, with
+ * The circuit breakers (supervisor/engine/breaker.c) against a real store, with
  * the clock given to every call: the same-call breaker (N failures of one
  * tool and args inside the window open it, a success clears it, the window
  * measured to the microsecond), the tool breaker (failure rate over ten
  * buckets with min_calls, only transient kinds counted, cooldown, probes,
  * a probe that never reports back), and the escalation ids an opened
- * circuit is handed to a person under (supervisor/escalate.c).
+ * circuit is handed to a person under (supervisor/engine/escalate.c).
  *
  * Every breaker operation runs in a write transaction of its own, as the
  * engine's turns do, so each test also shows the state survives commits.

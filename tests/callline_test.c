@@ -1,5 +1,5 @@
 /*
- * The fast way in for call lines (supervisor/callline.h) against jansson's:
+ * The fast way in for call lines (supervisor/front/callline.h) against jansson's:
  * whatever line the scanner takes, jansson must read the same call from it,
  * with byte-identical compact and canonical args; what it declines, the
  * jansson way handles.

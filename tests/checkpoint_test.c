@@ -1,5 +1,5 @@
 /*
- * What makes a run resumable (supervisor/checkpoint.c), against a real
+ * What makes a run resumable (supervisor/store/checkpoint.c), against a real
  * store: results stored and served back byte for byte with their input's
  * digest, a job's checkpoint growing step by step, an agent loop's own
  * state riding beside it without either write losing the other's, and the

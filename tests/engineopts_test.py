@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The engine options that `toolpool run`, `serve` and `mcp` share
-(tools/engineopts.c): each command, given each option with a bad value,
+(tools/host.c): each command, given each option with a bad value,
 must say the same thing and exit 2, so the three cannot drift apart. Then
 the start-up they share (a registry, a policy or a store that cannot be
 opened), and each option listed in each command's --help.

@@ -1,5 +1,5 @@
 /*
- * record_test: every record the store reads is checked (common/record.c).
+ * record_test: every record the store reads is checked (supervisor/store/record.c).
  *
  * A sound record of each kind passes; the same record with one field
  * wrong, or its bytes garbled, is EPROTO with what is wrong in words. In a

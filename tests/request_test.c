@@ -1,5 +1,5 @@
 /*
- * Reading one call (supervisor/request.h), as every front does: what a
+ * Reading one call (supervisor/front/request.h), as every front does: what a
  * good call gives the engine, the words for a bad one (run's), the fast
  * and the jansson way giving the same call, and serve's optional id and
  * deadline.

@@ -1,5 +1,5 @@
 /*
- * The store (common/store.c): opening creates and reopens; a store of
+ * The store (supervisor/store/env.c): opening creates and reopens; a store of
  * another format, or no store at all, is refused with a message that names
  * the directory; the map grows to fit a write larger than half of it, and
  * stops at TOOLPOOL_STORE_LIMIT with a message; the small helpers (key

@@ -4,11 +4,11 @@
  * The worker is a child subreaper (PR_SET_CHILD_SUBREAPER): a process whose
  * parent dies, a double-forked daemon say, is reparented to the worker
  * rather than to init, so it stays among the worker's descendants, where
- * /proc finds it (common/proctree.h) whatever session or process group it
+ * /proc finds it (common/proc/proctree.h) whatever session or process group it
  * moved to. The worker kills them all after every call that leaves any,
  * when it leaves (EOF, the supervisor's TERM), and, from its signal
  * handler, when its supervisor is gone. At a timeout the supervisor does
- * the same from outside, while the worker is stopped (supervisor/pool.c).
+ * the same from outside, while the worker is stopped (supervisor/pool/pool.c).
  */
 #ifndef TP_CONTAIN_H
 #define TP_CONTAIN_H

@@ -1,5 +1,5 @@
 /*
- * The call-line scanner (supervisor/callline.h) against jansson: whatever
+ * The call-line scanner (supervisor/front/callline.h) against jansson: whatever
  * line the scanner takes as a plain call, jansson must read as one too
  * (an object with a non-empty string id and tool, a non-empty string job if
  * any, a step that is an integer >= 0 if any, args an object if any), with

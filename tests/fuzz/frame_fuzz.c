@@ -1,5 +1,5 @@
 /*
- * Frames and the plain Reply decoder (common/frame.h) against protobuf-c.
+ * Frames and the plain Reply decoder (common/wire/frame.h) against protobuf-c.
  *
  * The input is read twice: as one frame body, and as a byte stream of
  * length-prefixed frames cut up by tp_frame_peek (maximum 64 KiB). Every

@@ -1,5 +1,5 @@
 /*
- * The store's JSON check (tp_json_check, tp_json_member in common/json.h)
+ * The store's JSON check (tp_json_check, tp_json_member in common/json/json.h)
  * against jansson, as tests/json_test.c holds it on random texts: the same
  * verdict, but where jansson refuses what is JSON by grammar
  * (tp_fuzz_jansson_only) or takes what is not (it drops raw NUL bytes);

@@ -1,5 +1,5 @@
 /*
- * The plain-JSON scanner (common/jsonscan.h) against jansson, as the worker
+ * The plain-JSON scanner (common/json/jsonscan.h) against jansson, as the worker
  * uses it for results: whatever text the scanner takes as plain, jansson
  * must read (JSON_DECODE_ANY | JSON_ALLOW_NUL, as the worker reads), and
  * tp_json_write must make of jansson's value byte for byte what the

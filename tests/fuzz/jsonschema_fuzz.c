@@ -1,5 +1,5 @@
 /*
- * The JSON Schema compiler and validator (common/jsonschema.h). The input
+ * The JSON Schema compiler and validator (supervisor/jsonschema/jsonschema.h). The input
  * is a schema and an instance, split at the first NUL byte (with none, the
  * schema is checked against itself). The schema is compiled twice: as
  * draft-07 with formats annotations, and as 2020-12 (its default dialect)

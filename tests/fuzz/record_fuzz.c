@@ -1,5 +1,5 @@
 /*
- * The store's record checks (common/record.h) on any bytes: the first byte
+ * The store's record checks (supervisor/store/record.h) on any bytes: the first byte
  * picks the database, the second the key's length, then the key, then the
  * value. Unpacking and checking never crash or leak; a record that passes
  * passes again, and a result line that passes is JSON that jansson reads

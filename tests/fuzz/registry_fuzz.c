@@ -1,5 +1,5 @@
 /*
- * The registry loader (common/registry.h) on any text: it loads, or it says
+ * The registry loader (supervisor/registry/registry.h) on any text: it loads, or it says
  * why in one line that starts with the file's name. The text is handed to
  * it as a file, a memfd under /proc/self/fd, as tp_registry_load reads a
  * path. A registry that loads has every tool findable by its name.

@@ -1,0 +1,58 @@
+/*
+ * A validating JSON scanner that builds no tree: one pass over "plain"
+ * JSON, copying it compact. Plain is what jansson reads and tp_json_write
+ * (json.h) writes back byte for byte: strings of valid UTF-8 (with the
+ * escapes tp_json_put_string itself writes, where the scan allows them),
+ * integers in their one form within int64, no reals, keys not repeated.
+ * Anything else is "not plain": the caller takes the jansson way, which
+ * gives the same bytes, or the error.
+ *
+ * Two users: the call-line scanner (supervisor/front/callline.c, args without
+ * escapes) and the worker's results (worker/outcome.c, any plain value),
+ * so a large result is checked and passed through without a tree.
+ */
+#ifndef TP_JSONSCAN_H
+#define TP_JSONSCAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+
+/* Deeper values than this are not plain (jansson allows 2048 levels). */
+#define TP_SCAN_DEPTH 64
+
+typedef struct {
+    const unsigned char *p, *end;
+    tp_buf_t *copy;             /* where the value goes compact, while inside one; NULL: nowhere */
+    bool sorted;                /* every object so far had its keys in byte order (so none repeats) */
+    bool escapes;               /* strings may hold the escapes tp_json_put_string writes */
+} tp_scan_t;
+
+void tp_scan_ws(tp_scan_t *s);
+/* A string: its bytes between the quotes, as they are (escapes and all). */
+bool tp_scan_string(tp_scan_t *s, const unsigned char **start, size_t *n);
+/* An integer as jansson writes it back: -?(0|[1-9][0-9]*) within int64, not "-0", not the start of a real. */
+bool tp_scan_integer(tp_scan_t *s, int64_t *value);
+/* Any value at depth (0 at the top), copied compact to s->copy. */
+bool tp_scan_value(tp_scan_t *s, int depth);
+/* An object (s->p at its '{'), copied compact. */
+bool tp_scan_object(tp_scan_t *s, int depth);
+/* After a member or an element: 0 when a comma says another follows, 1 at the closing byte, else -1. */
+int tp_scan_next_or_close(tp_scan_t *s, unsigned char close);
+/*
+ * Appends the compact, plain value at p (n bytes) with every object's keys
+ * sorted: the canonical form. -1 on a repeated key, or ENOMEM.
+ */
+int tp_scan_canon(const char *p, size_t n, tp_buf_t *out);
+
+/*
+ * The whole text as one plain value (whitespace around it allowed),
+ * appended compact to out: byte for byte what jansson's reading and
+ * tp_json_write's writing would give. 1 done; 0 not plain (out as it was);
+ * -1 ENOMEM.
+ */
+int tp_json_compact_plain(const char *text, size_t len, tp_buf_t *out);
+
+#endif

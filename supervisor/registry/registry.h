@@ -1,0 +1,187 @@
+/*
+ * The registry: tools.json, loaded once, validated whole, then read-only.
+ *
+ * {"defaults": {POLICY}, "guards": {...}, "schema_dialect": "draft-07",
+ *  "formats": "annotate", "schema_refs": {URI: FILE}, "tools": [TOOL, ...],
+ *  "run": {NAME: {ADAPTER and POLICY}}}
+ *
+ * A TOOL is toolpool's own, an OpenAI function tool or an MCP tools/list
+ * entry; a top-level array is an OpenAI list. "run" (or a policy file)
+ * gives a tool declared in another form its adapter and policy.
+ *
+ * Every key comes from one table per object (see registry.c); an unknown
+ * key, a wrong type or an out-of-range value is an error that names the
+ * file, the line and the key path.
+ */
+#ifndef TP_REGISTRY_H
+#define TP_REGISTRY_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * The longest tool name: MCP allows 128 characters, and a server's prefix
+ * comes on top when its tools are imported. The store's keys hold the
+ * name (LMDB keys are at most 511 bytes), so it must stay well short.
+ */
+#define TP_TOOL_NAME_MAX 200
+
+typedef enum {
+    TP_ADAPTER_EXEC = 1,
+    TP_ADAPTER_PLUGIN = 2,
+    TP_ADAPTER_MCP = 3,
+    TP_ADAPTER_HTTP = 4,
+} tp_adapter_t;
+
+typedef enum {
+    TP_JITTER_FULL = 0,  /* uniform in [0, delay] (the default) */
+    TP_JITTER_EQUAL,     /* delay/2 + uniform in [0, delay/2] */
+    TP_JITTER_NONE,      /* exactly delay: the seed's 0.5s, 1s */
+} tp_jitter_t;
+
+/*
+ * The same-call breaker's scope: a job's own repeats (the default, so one
+ * evaluation sample's failures never change another's result), or every
+ * job and every process on the store.
+ */
+typedef enum {
+    TP_SCOPE_JOB = 0,
+    TP_SCOPE_GLOBAL = 1,
+} tp_scope_t;
+
+/* The retry and recovery policy of one tool; "defaults" fills the gaps. */
+typedef struct {
+    uint64_t timeout_us;        /* per attempt */
+    uint64_t deadline_us;       /* all attempts and backoffs; 0 = none */
+    uint32_t attempts;          /* total tries, counting the first, >= 1 */
+    uint64_t backoff_base_us;
+    double backoff_factor;      /* >= 1 */
+    uint64_t backoff_max_us;
+    tp_jitter_t jitter;
+    uint64_t kill_grace_us;     /* TERM-to-KILL grace; 0 = KILL at once */
+    bool idempotent;
+    uint32_t concurrency;       /* most attempts at once; 0 = no cap */
+    uint64_t max_output;        /* bytes of a tool's stdout kept (also "limits.output") */
+    /* "limits": setrlimit for the tool; 0 = none */
+    uint64_t limit_memory;      /* bytes of address space (RLIMIT_AS) */
+    uint64_t limit_cpu_us;      /* CPU time (RLIMIT_CPU, whole seconds: rounded up) */
+    uint32_t limit_files;       /* open descriptors (RLIMIT_NOFILE) */
+    /* "worker": when a worker that has just answered this tool is replaced; 0 = never */
+    uint64_t worker_max_calls;  /* calls the worker has answered, of any tool */
+    uint64_t worker_max_rss;    /* bytes resident in the worker (/proc/PID/statm) */
+    uint64_t retry_on;          /* bit (1 << tp_kind_t) per kind retried */
+    /* fallback chain */
+    char **fallback;            /* tool names, n_fallback of them */
+    json_t **fallback_args;     /* per hop: {KEY: JSON Pointer into the call's args}, or NULL (the args as
+                                   they are); NULL when no hop maps its args */
+    size_t n_fallback;
+    uint32_t fallback_on;       /* bit (1 << tp_class_t) per class */
+    bool stale;
+    json_t *degraded;           /* the last honest answer, or NULL */
+    /* breakers */
+    bool same_call_off;         /* "same_call": false */
+    uint32_t same_call_scope;   /* tp_scope_t: whose failures count together */
+    uint32_t same_call_failures;
+    uint64_t same_call_window_us;
+    double tool_failure_rate;
+    uint32_t tool_min_calls;
+    uint64_t tool_window_us;
+    uint64_t tool_cooldown_us;
+    uint32_t tool_probes;
+} tp_policy_t;
+
+typedef struct {
+    char *name;
+    char *description;          /* "" when absent */
+    json_t *parameters;         /* JSON Schema, or NULL */
+    struct tp_jsonschema *schema; /* parameters, compiled at load; NULL: no check */
+    int schema_dialect;         /* "schema_dialect": TP_JSONSCHEMA_*, 0 = the registry's */
+    int formats;                /* "formats": TP_FORMATS_*, 0 = the registry's */
+    tp_adapter_t adapter;
+    char **argv;                /* exec: NULL-terminated; argv[0] resolved */
+    size_t argc;
+    char *plugin_path;          /* plugin: absolute */
+    char *cwd;                  /* exec: the working directory (absolute; default the registry's folder) */
+    char **mcp_command;         /* mcp: the server's argv, NULL-terminated */
+    char *mcp_tool;             /* mcp: the server's name for the tool */
+    char **mcp_env;             /* mcp: "K=V" added to the server's environment, NULL-terminated, or NULL */
+    char *mcp_cwd;              /* mcp: the server's directory (absolute), or NULL */
+    char *mcp_server;           /* imported from "mcp_servers": the server's name; else NULL */
+    char *http_url;
+    bool strict;                /* OpenAI's "strict", as declared */
+    tp_policy_t policy;
+    size_t index;               /* position in tools[] */
+    int line;                   /* where the tool's object starts */
+} tp_tool_t;
+
+typedef struct {
+    uint64_t max_steps;         /* 0 = no cap, for all four */
+    uint64_t max_calls;
+    uint64_t max_wall_us;
+    double max_cost;
+} tp_guards_t;
+
+/* "formats": whether "format" in a tool's parameters is checked. */
+enum {
+    TP_FORMATS_ANNOTATE = 1, /* an annotation only (the default, as JSON Schema says) */
+    TP_FORMATS_ASSERT = 2,   /* checked: date-time, date, time, email, uri... (supervisor/jsonschema/jsonformat.h) */
+};
+
+typedef struct tp_registry {
+    char *path;
+    char *dir;                  /* the directory relative paths start from */
+    /*
+     * JSON Schema settings for every tool's parameters: the dialect of a
+     * schema without "$schema" (0: draft-07), formats, and "schema_refs",
+     * the documents a "$ref" may name by URI (URI -> the document, read at
+     * load from the file given), never fetched from the network.
+     */
+    int schema_dialect;
+    int formats;
+    json_t *schema_refs;
+    tp_policy_t defaults;
+    tp_guards_t guards;
+    tp_tool_t *tools;
+    size_t n_tools;
+    void *index;                /* name -> tool lookup, private */
+} tp_registry_t;
+
+/*
+ * Loads and validates path. On error returns NULL and writes into err
+ * every error found, one line each, "FILE:LINE: KEY.PATH: what is wrong"
+ * (the first as it always was; at most TP_REGISTRY_ERRORS_SHOWN (20), then
+ * "and N more errors"), as many whole lines as errlen holds. Relative exec
+ * argv[0] (with a slash) and plugin paths resolve against the directory
+ * of the file they are written in.
+ *
+ * The file is toolpool's own object ({"tools": [...], "run": {...},
+ * "defaults": ...}), an OpenAI tool list (a top-level array) or an MCP
+ * tools/list result ({"tools": [...]}); "tools" entries may mix the forms
+ * (docs/guide.md, "The registry"). policy, when not NULL, is a second
+ * file of toolpool's settings ({"run", "defaults", "guards", ...}) read
+ * over the first.
+ */
+#define TP_REGISTRY_ERRLEN 16384 /* an err that holds the 20 errors a load writes at most */
+tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, char *err, size_t errlen);
+tp_registry_t *tp_registry_load(const char *path, char *err, size_t errlen);
+const tp_tool_t *tp_registry_find(const tp_registry_t *reg, const char *name);
+void tp_registry_free(tp_registry_t *reg);
+
+/* The policy a tool gets when neither it nor "defaults" says otherwise. */
+void tp_policy_init(tp_policy_t *p);
+
+/*
+ * "8s", "250ms", "1.5s", "10m", "1h", "100us", "0". Returns 0 and sets *us,
+ * or -1 for anything else (a bare number other than 0 included).
+ */
+int tp_duration_parse(const char *s, uint64_t *us);
+
+/*
+ * "512M", "16M", "1G", "64K", "2T" (powers of 1024, the unit in either
+ * case) or plain digits of bytes. Returns 0 and sets *bytes, or -1.
+ */
+int tp_size_parse(const char *s, uint64_t *bytes);
+
+#endif
