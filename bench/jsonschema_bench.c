@@ -20,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+/* clang-format off */
 static const char *const schema_text =
     "{\"type\": \"object\","
     " \"properties\": {"
@@ -35,6 +36,7 @@ static const char *const schema_text =
     "   \"exact\": {\"type\": \"boolean\"}},"
     " \"required\": [\"q\"],"
     " \"additionalProperties\": false}";
+/* clang-format on */
 
 /*
  * The same tool as an MCP server writes its inputSchema in 2020-12: the
@@ -42,6 +44,7 @@ static const char *const schema_text =
  * unevaluatedProperties (what Pydantic and Zod emit), so the walk collects
  * annotations through the $ref.
  */
+/* clang-format off */
 static const char *const schema2020_text =
     "{\"$schema\": \"https://json-schema.org/draft/2020-12/schema\","
     " \"type\": \"object\","
@@ -57,14 +60,19 @@ static const char *const schema2020_text =
     "   \"filters\": {\"type\": \"object\","
     "               \"properties\": {\"from\": {\"$ref\": \"#/$defs/day\"}, \"to\": {\"$ref\": \"#/$defs/day\"}},"
     "               \"required\": [\"from\"], \"unevaluatedProperties\": false}}}";
+/* clang-format on */
 
+/* clang-format off */
 static const char *const args_text =
     "{\"q\": \"refund window\", \"limit\": 10, \"lang\": \"en\", \"filters\": {\"from\": \"2024-01-01\"},"
     " \"exact\": false}";
+/* clang-format on */
 
+/* clang-format off */
 static const char *const bad_text =
     "{\"q\": \"refund window\", \"limit\": 250, \"lang\": \"xx\", \"filters\": {\"from\": \"yesterday\"},"
     " \"exact\": false}";
+/* clang-format on */
 
 static double now_ns(void)
 {
@@ -144,8 +152,7 @@ int main(int argc, char **argv)
     printf("2020-12 $defs/$ref/unevaluatedProperties, valid args %8.1f ns  (%.2fx draft-07; target < 2000 ns: %s)\n",
            valid2020, valid2020 / valid, valid2020 < 2000 ? "met" : "MISSED");
     printf("2020-12, invalid + message    %8.1f ns  (3 violations)\n", invalid2020);
-    printf("json_loads of the same args   %8.1f ns  (peer: validate costs %.2fx a parse)\n", parse,
-           valid / parse);
+    printf("json_loads of the same args   %8.1f ns  (peer: validate costs %.2fx a parse)\n", parse, valid / parse);
     tp_buf_free(&msg);
     tp_jsonschema_free(s);
     tp_jsonschema_free(s2020);

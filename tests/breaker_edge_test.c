@@ -50,8 +50,8 @@ static void fx_open(const char *const *names)
                                   "{\"defaults\": {\"breaker\": {\"same_call\": {\"failures\": 3},"
                                   " \"tool\": {\"min_calls\": 4}}}, \"tools\": [");
     for (size_t i = 0; names[i]; i++)
-        len += (size_t)snprintf(json + len, cap - len, "%s{\"name\": \"%s\", \"exec\": [\"/bin/true\"]}",
-                                i ? ", " : "", names[i]);
+        len += (size_t)snprintf(json + len, cap - len, "%s{\"name\": \"%s\", \"exec\": [\"/bin/true\"]}", i ? ", " : "",
+                                names[i]);
     snprintf(json + len, cap - len, "]}\n");
     char *path = tp_test_write(dir, "tools.json", json);
     char err[1024];

@@ -29,6 +29,7 @@
  * "two" lets two probes through at once; "dflt" is in a registry of its
  * own with no breaker settings at all, so it gets the real defaults.
  */
+/* clang-format off */
 static const char *const REGISTRY =
     "{\"defaults\": {\"breaker\": {\n"
     "   \"same_call\": {\"failures\": 3, \"window\": \"10s\"},\n"
@@ -40,8 +41,11 @@ static const char *const REGISTRY =
     "   {\"name\": \"c\", \"exec\": [\"/bin/true\"]},\n"
     "   {\"name\": \"two\", \"exec\": [\"/bin/true\"], \"breaker\": {\"tool\": {\"probes\": 2}}}\n"
     " ]}\n";
+/* clang-format on */
+/* clang-format off */
 static const char *const REGISTRY_DEFAULTS =
     "{\"tools\": [{\"name\": \"dflt\", \"exec\": [\"/bin/true\"]}]}\n";
+/* clang-format on */
 
 typedef struct {
     char *dir;
@@ -969,8 +973,8 @@ static Toolpool__Escalation *escalation_raw(const char *id)
     MDB_txn *txn;
     CU_ASSERT_EQUAL_FATAL(tp_store_read(fx.store, &txn), 0);
     Toolpool__Escalation *e = NULL;
-    int rc = tp_store_get_msg(fx.store, txn, TP_DB_ESCALATIONS, id, strlen(id),
-                              &toolpool__escalation__descriptor, (ProtobufCMessage **)&e);
+    int rc = tp_store_get_msg(fx.store, txn, TP_DB_ESCALATIONS, id, strlen(id), &toolpool__escalation__descriptor,
+                              (ProtobufCMessage **)&e);
     mdb_txn_abort(txn);
     return rc == 0 ? e : NULL;
 }

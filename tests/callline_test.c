@@ -79,8 +79,10 @@ static void test_plain_lines(void)
     }
     tp_call_line_t c;
     CU_ASSERT_EQUAL_FATAL(scan(lines[3], &c), 1);
-    CU_ASSERT_EQUAL(strncmp(c.canon, "{\"deep\":{\"a\":false,\"z\":[1,{\"a\":true,\"b\":null}]},\"limit\":5,\"q\":\"x\"}",
-                            c.canon_len), 0);
+    CU_ASSERT_EQUAL(strncmp(c.canon,
+                            "{\"deep\":{\"a\":false,\"z\":[1,{\"a\":true,\"b\":null}]},\"limit\":5,\"q\":\"x\"}",
+                            c.canon_len),
+                    0);
     free(c.args);
     CU_ASSERT_EQUAL_FATAL(scan(lines[0], &c), 1);
     CU_ASSERT_PTR_EQUAL(c.canon, c.args); /* sorted already: one copy */
@@ -164,8 +166,8 @@ static void ws(tp_buf_t *b)
 
 static void rand_string(tp_buf_t *b)
 {
-    static const char *parts[] = {"a", "b", "k", "ab", "é", "日", "😀", ",", "}", "]", ":", "/", "\\\"", "\\n", "\\u00e9",
-                                  " "};
+    static const char *parts[] = {"a", "b", "k", "ab", "é",    "日",  "😀",       ",",
+                                  "}", "]", ":", "/",  "\\\"", "\\n", "\\u00e9", " "};
     tp_buf_puts(b, "\"");
     for (uint32_t i = 0, n = rnd(4); i < n; i++)
         tp_buf_puts(b, parts[rnd(rnd(3) ? 12 : 16)]); /* now and then an escape */
@@ -174,8 +176,8 @@ static void rand_string(tp_buf_t *b)
 
 static void rand_value(tp_buf_t *b, int depth)
 {
-    static const char *nums[] = {"0", "1", "-1", "42", "-7", "123456789012", "9223372036854775807", "1.5", "1e2", "-0",
-                                 "2.0"};
+    static const char *nums[] = {"0",   "1",   "-1", "42", "-7", "123456789012", "9223372036854775807",
+                                 "1.5", "1e2", "-0", "2.0"};
     switch (depth > 4 ? rnd(3) + 2 : rnd(6)) {
     case 0:
         tp_buf_puts(b, "{");
@@ -239,7 +241,7 @@ static void test_random_lines(void)
         tp_buf_puts(&b, "}");
         /* Now and then a byte changed: the scanner must never take what jansson refuses. */
         if (rnd(8) == 0)
-            b.data[rnd((uint32_t)b.len)] = (uint8_t)"{}[],:\"\\0-e. x\xff"[rnd(16)];
+            b.data[rnd((uint32_t)b.len)] = (uint8_t) "{}[],:\"\\0-e. x\xff"[rnd(16)];
         tp_buf_append(&b, "", 1);
         tp_call_line_t c;
         int rc = tp_call_line_scan((const char *)b.data, b.len - 1, &c, &strs, &canon);

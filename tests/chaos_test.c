@@ -43,8 +43,20 @@ static pid_t spawn_run(const char *store, const char *calls, int fd, const char 
     char reg[1100], err[1100];
     path_in(reg, sizeof reg, "tools.json");
     path_in(err, sizeof err, "stderr.txt");
-    char *argv[] = {TP_TEST_BIN "/toolpool", "run", "-q", "-j", (char *)workers, "--relaxed", "--store",
-                    (char *)store, "-r", reg, "-o", (char *)out, calls ? (char *)calls : "-", NULL};
+    char *argv[] = {TP_TEST_BIN "/toolpool",
+                    "run",
+                    "-q",
+                    "-j",
+                    (char *)workers,
+                    "--relaxed",
+                    "--store",
+                    (char *)store,
+                    "-r",
+                    reg,
+                    "-o",
+                    (char *)out,
+                    calls ? (char *)calls : "-",
+                    NULL};
     posix_spawn_file_actions_t fa;
     CU_ASSERT_EQUAL_FATAL(posix_spawn_file_actions_init(&fa), 0);
     CU_ASSERT_EQUAL_FATAL(posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_APPEND, 0644), 0);
@@ -88,7 +100,8 @@ static json_t *load(const char *path, int *dups)
     size_t len;
     char *text = tp_test_slurp(path, &len);
     *dups = 0;
-    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save)) {
         json_t *v = json_loads(line, 0, NULL);
         if (v == NULL) {
             CU_FAIL("a result line is not JSON");
@@ -124,10 +137,11 @@ static void test_supervisor_kills(void)
     char *reg = expand(
         "{\"defaults\": {\"backoff\": {\"base\": \"1ms\", \"jitter\": \"none\"},"
         " \"breaker\": {\"same_call\": {\"failures\": 1000}, \"tool\": {\"min_calls\": 1000000}}},"
-        " \"tools\": [" PLUGIN_TOOL("noop") "," PLUGIN_TOOL("deny") ","
-        "{\"name\": \"flaky\", \"plugin\": {\"path\": \"@P@\"}, \"attempts\": 3},"
-        "{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"}, \"timeout\": \"50ms\", \"attempts\": 1},"
-        "{\"name\": \"logged\", \"plugin\": {\"path\": \"@P@\"}, \"idempotent\": false}]}");
+        " \"tools\": [" PLUGIN_TOOL("noop") "," PLUGIN_TOOL(
+            "deny") ","
+                    "{\"name\": \"flaky\", \"plugin\": {\"path\": \"@P@\"}, \"attempts\": 3},"
+                    "{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"}, \"timeout\": \"50ms\", \"attempts\": 1},"
+                    "{\"name\": \"logged\", \"plugin\": {\"path\": \"@P@\"}, \"idempotent\": false}]}");
     free(tp_test_write(dir, "tools.json", reg));
     free(reg);
     char log[1100], calls[1100], clean_store[1100], chaos_store[1100], out[1100], clean_out[1100], clean_log[1100];
@@ -144,9 +158,17 @@ static void test_supervisor_kills(void)
             const char *tool = "noop";
             char extra[1200] = "";
             switch (i % 10) {
-            case 6: tool = "flaky"; snprintf(extra, sizeof extra, ", \"ok_at\": 2"); break;
-            case 7: tool = "deny"; break;
-            case 8: tool = "logged"; snprintf(extra, sizeof extra, ", \"log\":\"%s\", \"ms\": 2", log); break;
+            case 6:
+                tool = "flaky";
+                snprintf(extra, sizeof extra, ", \"ok_at\": 2");
+                break;
+            case 7:
+                tool = "deny";
+                break;
+            case 8:
+                tool = "logged";
+                snprintf(extra, sizeof extra, ", \"log\":\"%s\", \"ms\": 2", log);
+                break;
             case 9:
                 if (i % 100 == 9) {
                     tool = "sleep";
@@ -154,8 +176,9 @@ static void test_supervisor_kills(void)
                 }
                 break;
             }
-            tp_buf_printf(&text, "{\"id\": \"c%d\", \"job\": \"j%d\", \"step\": %d, \"tool\": \"%s\", \"args\": {\"i\": %d%s}}\n",
-                          i, j, s, tool, i, extra);
+            tp_buf_printf(
+                &text, "{\"id\": \"c%d\", \"job\": \"j%d\", \"step\": %d, \"tool\": \"%s\", \"args\": {\"i\": %d%s}}\n",
+                i, j, s, tool, i, extra);
         }
     tp_buf_append(&text, "", 1);
     free(tp_test_write(dir, "calls.jsonl", (char *)text.data));
@@ -223,11 +246,13 @@ static void test_supervisor_kills(void)
     /* No non-idempotent call ran twice; every one that succeeded ran exactly once. */
     json_t *runs = json_object();
     char *logtext = tp_test_slurp(log, NULL);
-    for (char *save = NULL, *line = logtext ? strtok_r(logtext, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
+    for (char *save = NULL, *line = logtext ? strtok_r(logtext, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save))
         json_object_set_new(runs, line, json_integer(json_integer_value(json_object_get(runs, line)) + 1));
     free(logtext);
     int twice = 0, missing = 0;
-    json_object_foreach(runs, id, v) twice += json_integer_value(v) > 1;
+    json_object_foreach(runs, id, v)
+        twice += json_integer_value(v) > 1;
     json_object_foreach(final, id, v) {
         if (strcmp(json_string_value(json_object_get(v, "tool")), "logged") == 0 &&
             json_is_true(json_object_get(v, "ok")))

@@ -95,8 +95,8 @@ static Toolpool__Checkpoint *checkpoint(const char *job)
 }
 
 /* One step, in a transaction of its own. */
-static void step(const char *job, const char *call, uint64_t n, uint64_t steps, uint64_t attempts,
-                 double cost, uint64_t wall, tp_kind_t stopped, const char *msg)
+static void step(const char *job, const char *call, uint64_t n, uint64_t steps, uint64_t attempts, double cost,
+                 uint64_t wall, tp_kind_t stopped, const char *msg)
 {
     tp_job_usage_t u = {.steps = steps, .calls = attempts, .cost = cost, .first_us = 1};
     MDB_txn *txn = begin();
@@ -131,8 +131,7 @@ static bool calls_are(const Toolpool__Checkpoint *cp, const char *const *want, s
 
 static bool state_is(const Toolpool__Checkpoint *cp, const char *json)
 {
-    return cp && cp->has_state && cp->state.len == strlen(json) &&
-           memcmp(cp->state.data, json, cp->state.len) == 0;
+    return cp && cp->has_state && cp->state.len == strlen(json) && memcmp(cp->state.data, json, cp->state.len) == 0;
 }
 
 /* ---- identity and results ---- */
@@ -203,9 +202,8 @@ static void test_result_round_trip(void)
     CU_ASSERT_EQUAL(sr->line.len, len);
     CU_ASSERT_EQUAL(sr->line.len == len ? memcmp(sr->line.data, line, len) : -1, 0);
     CU_ASSERT_EQUAL(sr->input_digest.len, TP_DIGEST_LEN);
-    CU_ASSERT_EQUAL(
-        sr->input_digest.len == TP_DIGEST_LEN ? memcmp(sr->input_digest.data, ident.b, TP_DIGEST_LEN) : -1,
-        0);
+    CU_ASSERT_EQUAL(sr->input_digest.len == TP_DIGEST_LEN ? memcmp(sr->input_digest.data, ident.b, TP_DIGEST_LEN) : -1,
+                    0);
     CU_ASSERT_TRUE(sr->ok);
     CU_ASSERT_STRING_EQUAL(sr->kind, "");
     CU_ASSERT_EQUAL(sr->attempts, 2);
@@ -243,7 +241,8 @@ static void test_result_replace_and_corrupt(void)
     r.attempts = 1;
     r.input_digest.data = digest;
     r.input_digest.len = TP_DIGEST_LEN;
-    static const char first[] = "{\"id\":\"x\",\"ok\":false,\"n\":1}\n", second[] = "{\"id\":\"x\",\"ok\":false,\"n\":2}\n";
+    static const char first[] = "{\"id\":\"x\",\"ok\":false,\"n\":1}\n",
+                      second[] = "{\"id\":\"x\",\"ok\":false,\"n\":2}\n";
     MDB_txn *txn = begin();
     CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, (const uint8_t *)first, sizeof first - 1), 0);
     commit(txn);
@@ -480,8 +479,7 @@ static void test_inflight(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(g);
     CU_ASSERT_STRING_EQUAL(g->call_id, "pay-1");
     CU_ASSERT_EQUAL(g->input_digest.len, TP_DIGEST_LEN);
-    CU_ASSERT_EQUAL(
-        g->input_digest.len == TP_DIGEST_LEN ? memcmp(g->input_digest.data, d.b, TP_DIGEST_LEN) : -1, 0);
+    CU_ASSERT_EQUAL(g->input_digest.len == TP_DIGEST_LEN ? memcmp(g->input_digest.data, d.b, TP_DIGEST_LEN) : -1, 0);
     CU_ASSERT_STRING_EQUAL(g->tool, "payments.charge");
     CU_ASSERT_STRING_EQUAL(g->job, "order-7");
     CU_ASSERT_EQUAL(g->step, 3);
@@ -649,7 +647,8 @@ static void test_format_2_upgrade(void)
     txn = reader();
     Toolpool__StoreFormat *f = NULL;
     CU_ASSERT_EQUAL(tp_store_get_msg(fx.store, txn, TP_DB_META, "format", 6, &toolpool__store_format__descriptor,
-                                     (ProtobufCMessage **)&f), 0);
+                                     (ProtobufCMessage **)&f),
+                    0);
     CU_ASSERT(f && f->version == TP_STORE_FORMAT && TP_STORE_FORMAT == 3);
     if (f)
         toolpool__store_format__free_unpacked(f, NULL);

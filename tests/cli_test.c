@@ -40,42 +40,41 @@ extern char **environ;
 
 /* ---- assertions that say what they found ---- */
 
-#define EXPECT_INT(a, b)                                                                                     \
-    do {                                                                                                     \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                                  \
-        if (a_ != b_)                                                                                        \
-            fprintf(stderr, "\n  %s:%d: %s is %lld, expected %lld\n", __FILE__, __LINE__, #a, a_, b_);       \
-        CU_assertImplementation(a_ == b_, __LINE__, #a " == " #b, __FILE__, "", CU_FALSE);                   \
+#define EXPECT_INT(a, b)                                                                                               \
+    do {                                                                                                               \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                                            \
+        if (a_ != b_)                                                                                                  \
+            fprintf(stderr, "\n  %s:%d: %s is %lld, expected %lld\n", __FILE__, __LINE__, #a, a_, b_);                 \
+        CU_assertImplementation(a_ == b_, __LINE__, #a " == " #b, __FILE__, "", CU_FALSE);                             \
     } while (0)
 
-#define EXPECT_STR(a, b)                                                                                     \
-    do {                                                                                                     \
-        const char *a_ = (a), *b_ = (b);                                                                     \
-        bool eq_ = a_ != NULL && strcmp(a_, b_) == 0;                                                        \
-        if (!eq_)                                                                                            \
-            fprintf(stderr, "\n  %s:%d: %s is \"%s\", expected \"%s\"\n", __FILE__, __LINE__, #a,            \
-                    a_ ? a_ : "(null)", b_);                                                                 \
-        CU_assertImplementation(eq_, __LINE__, #a " == " #b, __FILE__, "", CU_FALSE);                        \
+#define EXPECT_STR(a, b)                                                                                               \
+    do {                                                                                                               \
+        const char *a_ = (a), *b_ = (b);                                                                               \
+        bool eq_ = a_ != NULL && strcmp(a_, b_) == 0;                                                                  \
+        if (!eq_)                                                                                                      \
+            fprintf(stderr, "\n  %s:%d: %s is \"%s\", expected \"%s\"\n", __FILE__, __LINE__, #a, a_ ? a_ : "(null)",  \
+                    b_);                                                                                               \
+        CU_assertImplementation(eq_, __LINE__, #a " == " #b, __FILE__, "", CU_FALSE);                                  \
     } while (0)
 
-#define EXPECT_HAS(hay, needle)                                                                              \
-    do {                                                                                                     \
-        const char *h_ = (hay), *n_ = (needle);                                                              \
-        bool in_ = h_ != NULL && strstr(h_, n_) != NULL;                                                     \
-        if (!in_)                                                                                            \
-            fprintf(stderr, "\n  %s:%d: %s lacks \"%s\": \"%s\"\n", __FILE__, __LINE__, #hay, n_,            \
-                    h_ ? h_ : "(null)");                                                                     \
-        CU_assertImplementation(in_, __LINE__, #hay " contains " #needle, __FILE__, "", CU_FALSE);           \
+#define EXPECT_HAS(hay, needle)                                                                                        \
+    do {                                                                                                               \
+        const char *h_ = (hay), *n_ = (needle);                                                                        \
+        bool in_ = h_ != NULL && strstr(h_, n_) != NULL;                                                               \
+        if (!in_)                                                                                                      \
+            fprintf(stderr, "\n  %s:%d: %s lacks \"%s\": \"%s\"\n", __FILE__, __LINE__, #hay, n_, h_ ? h_ : "(null)"); \
+        CU_assertImplementation(in_, __LINE__, #hay " contains " #needle, __FILE__, "", CU_FALSE);                     \
     } while (0)
 
-#define EXPECT_PREFIX(s, prefix)                                                                             \
-    do {                                                                                                     \
-        const char *s_ = (s), *p_ = (prefix);                                                                \
-        bool ok_ = s_ != NULL && strncmp(s_, p_, strlen(p_)) == 0;                                           \
-        if (!ok_)                                                                                            \
-            fprintf(stderr, "\n  %s:%d: %s is \"%s\", expected it to start \"%s\"\n", __FILE__, __LINE__,    \
-                    #s, s_ ? s_ : "(null)", p_);                                                             \
-        CU_assertImplementation(ok_, __LINE__, #s " starts with " #prefix, __FILE__, "", CU_FALSE);          \
+#define EXPECT_PREFIX(s, prefix)                                                                                       \
+    do {                                                                                                               \
+        const char *s_ = (s), *p_ = (prefix);                                                                          \
+        bool ok_ = s_ != NULL && strncmp(s_, p_, strlen(p_)) == 0;                                                     \
+        if (!ok_)                                                                                                      \
+            fprintf(stderr, "\n  %s:%d: %s is \"%s\", expected it to start \"%s\"\n", __FILE__, __LINE__, #s,          \
+                    s_ ? s_ : "(null)", p_);                                                                           \
+        CU_assertImplementation(ok_, __LINE__, #s " starts with " #prefix, __FILE__, "", CU_FALSE);                    \
     } while (0)
 
 static uint64_t now_ms(void)
@@ -196,8 +195,7 @@ typedef struct {
  * another's results or breakers. env adds NAME=VALUE entries;
  * TOOLPOOL_WORKER and FAKEWORKER_* are only what env says, never inherited.
  */
-static int proc_start(proc_t *p, const char *dir, const char *tag, const char *const *args,
-                      const char *const *env)
+static int proc_start(proc_t *p, const char *dir, const char *tag, const char *const *args, const char *const *env)
 {
     memset(p, 0, sizeof *p);
     p->status = -1;
@@ -336,8 +334,8 @@ static void proc_free(proc_t *p)
 }
 
 /* Runs toolpool ARGS to the end (or timeout_ms); returns its exit status. */
-static int proc_run(proc_t *p, const char *dir, const char *tag, const char *const *args,
-                    const char *const *env, unsigned timeout_ms)
+static int proc_run(proc_t *p, const char *dir, const char *tag, const char *const *args, const char *const *env,
+                    unsigned timeout_ms)
 {
     if (proc_start(p, dir, tag, args, env) < 0)
         return -1;
@@ -447,8 +445,8 @@ static char *write_calls(const char *dir, const char *prefix, int n, const char 
     char *text = malloc(cap);
     text[0] = 0;
     for (int i = 1; i <= n; i++)
-        len += (size_t)snprintf(text + len, cap - len, "{\"id\": \"%s%d\", \"tool\": \"%s\", \"args\": %s}\n",
-                                prefix, i, tool, args);
+        len += (size_t)snprintf(text + len, cap - len, "{\"id\": \"%s%d\", \"tool\": \"%s\", \"args\": %s}\n", prefix,
+                                i, tool, args);
     char *path = tp_test_write(dir, "calls.jsonl", text);
     free(text);
     return path;
@@ -486,8 +484,7 @@ static json_t *by_id(json_t *arr, const char *id)
 {
     size_t i;
     json_t *r;
-    json_array_foreach(arr, i, r)
-    {
+    json_array_foreach(arr, i, r) {
         const char *v = json_string_value(json_object_get(r, "id"));
         if (v && strcmp(v, id) == 0)
             return r;
@@ -502,8 +499,7 @@ static json_t *by_line(json_t *arr, int line)
     snprintf(prefix, sizeof prefix, "line %d: ", line);
     size_t i;
     json_t *r;
-    json_array_foreach(arr, i, r)
-    {
+    json_array_foreach(arr, i, r) {
         const char *m = json_string_value(json_object_get(r, "message"));
         if (m && strncmp(m, prefix, strlen(prefix)) == 0)
             return r;
@@ -544,7 +540,8 @@ static size_t count_ok(json_t *arr)
 {
     size_t i, n = 0;
     json_t *r;
-    json_array_foreach(arr, i, r) n += json_is_true(json_object_get(r, "ok"));
+    json_array_foreach(arr, i, r)
+        n += json_is_true(json_object_get(r, "ok"));
     return n;
 }
 
@@ -800,8 +797,7 @@ static void test_sigterm_drains(void)
     EXPECT_INT(count_ok(res), 2);
     size_t i;
     json_t *r;
-    json_array_foreach(res, i, r)
-    {
+    json_array_foreach(res, i, r) {
         EXPECT_STR(str_of(r, "tool"), "sleep");
         EXPECT_INT(int_of(json_object_get(r, "result"), "slept"), 400);
         EXPECT_INT(int_of(r, "attempts"), 1);
@@ -827,8 +823,7 @@ static void expect_cancelled(json_t *res, size_t n)
     EXPECT_INT(json_array_size(res), n);
     size_t i;
     json_t *r;
-    json_array_foreach(res, i, r)
-    {
+    json_array_foreach(res, i, r) {
         CU_ASSERT(json_is_false(json_object_get(r, "ok")));
         EXPECT_STR(str_of(r, "tool"), "hang");
         EXPECT_STR(str_of(r, "error"), "Cancelled");
@@ -927,8 +922,7 @@ static int fake_start(proc_t *p, const char *dir, const char *mode, int n)
     snprintf(env_mode, sizeof env_mode, "FAKEWORKER_MODE=%s", mode);
     snprintf(env_flag, sizeof env_flag, "FAKEWORKER_FLAG=%s/started", dir);
     const char *env[] = {env_worker, env_mode, env_flag, NULL};
-    const char *args[] = {"run", "--registry", reg, "-j", strcmp(mode, "stuckstart") == 0 ? "2" : "1",
-                          calls, NULL};
+    const char *args[] = {"run", "--registry", reg, "-j", strcmp(mode, "stuckstart") == 0 ? "2" : "1", calls, NULL};
     int rc = proc_start(p, dir, "run", args, env);
     free(reg);
     free(calls);
@@ -949,8 +943,7 @@ static void expect_crashed(json_t *res, size_t n, const char *msg)
     EXPECT_INT(json_array_size(res), n);
     size_t i;
     json_t *r;
-    json_array_foreach(res, i, r)
-    {
+    json_array_foreach(res, i, r) {
         CU_ASSERT(json_is_false(json_object_get(r, "ok")));
         EXPECT_STR(str_of(r, "error"), "WorkerCrashed");
         EXPECT_STR(str_of(r, "class"), "transient");

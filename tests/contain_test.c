@@ -212,8 +212,7 @@ static void test_plugin_escape_killed(void)
     json_decref(r.rows);
     /* and one that returns at once leaves nothing either */
     m = marker("plugin-ok");
-    snprintf(calls, sizeof calls, "{\"id\": \"p2\", \"tool\": \"escape\", \"args\": {\"marker\": \"%s\"}}\n",
-             m);
+    snprintf(calls, sizeof calls, "{\"id\": \"p2\", \"tool\": \"escape\", \"args\": {\"marker\": \"%s\"}}\n", m);
     r = run_calls(NULL, "{\"tools\": [" PLUGIN_TOOL("escape") "]}", calls, 1, 0);
     CU_ASSERT(json_is_true(json_object_get(row(&r, "p2"), "ok")));
     CU_ASSERT(gone(m, 0));
@@ -239,8 +238,8 @@ static void test_supervisor_killed(void)
     char store[1200], out[1200];
     snprintf(store, sizeof store, "%s/store", dir);
     snprintf(out, sizeof out, "%s/out.jsonl", dir);
-    char *argv[] = {TP_TEST_BIN "/toolpool", "run", "-q", "-j", "1", "--store", store, "-r", reg_path,
-                    "-o", out, calls_path, NULL};
+    char *argv[] = {
+        TP_TEST_BIN "/toolpool", "run", "-q", "-j", "1", "--store", store, "-r", reg_path, "-o", out, calls_path, NULL};
     pid_t pid;
     CU_ASSERT_EQUAL_FATAL(posix_spawn(&pid, argv[0], NULL, NULL, argv, environ), 0);
     CU_ASSERT(appears(m, 10000));
@@ -322,10 +321,8 @@ int main(void)
         return 2;
     CU_pSuite s = CU_add_suite("contain", NULL, NULL);
     CU_add_test(s, "a setsid child of a hung tool dies at the timeout", test_setsid_child_killed_at_timeout);
-    CU_add_test(s, "a double-forked daemon of a hung tool dies at the timeout",
-                test_daemon_killed_at_timeout);
-    CU_add_test(s, "a daemon left by a finished call is gone when it answers",
-                test_daemon_of_finished_call_killed);
+    CU_add_test(s, "a double-forked daemon of a hung tool dies at the timeout", test_daemon_killed_at_timeout);
+    CU_add_test(s, "a daemon left by a finished call is gone when it answers", test_daemon_of_finished_call_killed);
     CU_add_test(s, "a daemon holding stdout does not hold the call", test_daemon_holding_stdout);
     CU_add_test(s, "with a kill_grace the worker kills what escaped", test_grace_kills_escaped);
     CU_add_test(s, "a plugin's setsid child dies with its worker", test_plugin_escape_killed);

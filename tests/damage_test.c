@@ -30,22 +30,21 @@
 
 extern char **environ;
 
-#define EXPECT_INT(a, b)                                                                                     \
-    do {                                                                                                     \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                                  \
-        if (a_ != b_)                                                                                        \
-            fprintf(stderr, "\n  %s:%d: %s is %lld, expected %lld\n", __FILE__, __LINE__, #a, a_, b_);       \
-        CU_assertImplementation(a_ == b_, __LINE__, #a " == " #b, __FILE__, "", CU_FALSE);                   \
+#define EXPECT_INT(a, b)                                                                                               \
+    do {                                                                                                               \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                                            \
+        if (a_ != b_)                                                                                                  \
+            fprintf(stderr, "\n  %s:%d: %s is %lld, expected %lld\n", __FILE__, __LINE__, #a, a_, b_);                 \
+        CU_assertImplementation(a_ == b_, __LINE__, #a " == " #b, __FILE__, "", CU_FALSE);                             \
     } while (0)
 
-#define EXPECT_HAS(hay, needle)                                                                              \
-    do {                                                                                                     \
-        const char *h_ = (hay), *n_ = (needle);                                                              \
-        bool in_ = h_ != NULL && strstr(h_, n_) != NULL;                                                     \
-        if (!in_)                                                                                            \
-            fprintf(stderr, "\n  %s:%d: %s lacks \"%s\": \"%s\"\n", __FILE__, __LINE__, #hay, n_,            \
-                    h_ ? h_ : "(null)");                                                                     \
-        CU_assertImplementation(in_, __LINE__, #hay " contains " #needle, __FILE__, "", CU_FALSE);           \
+#define EXPECT_HAS(hay, needle)                                                                                        \
+    do {                                                                                                               \
+        const char *h_ = (hay), *n_ = (needle);                                                                        \
+        bool in_ = h_ != NULL && strstr(h_, n_) != NULL;                                                               \
+        if (!in_)                                                                                                      \
+            fprintf(stderr, "\n  %s:%d: %s lacks \"%s\": \"%s\"\n", __FILE__, __LINE__, #hay, n_, h_ ? h_ : "(null)"); \
+        CU_assertImplementation(in_, __LINE__, #hay " contains " #needle, __FILE__, "", CU_FALSE);                     \
     } while (0)
 
 /* ---- running toolpool ---- */

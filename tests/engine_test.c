@@ -40,7 +40,7 @@ typedef struct {
     answer_t a[MAX_ANSWERS];
     int n;
     int got;
-    int expect;                 /* close the engine once this many answers came */
+    int expect; /* close the engine once this many answers came */
     int durable_order[8];
     int n_durable;
     tp_call_t *handles[MAX_ANSWERS];
@@ -241,9 +241,14 @@ static void test_recorded(void)
     tp_engine_free(fx.e);
     event_base_free(fx.base);
     fx.base = event_base_new();
-    tp_engine_opts_t o = {.reg = fx.reg, .store = fx.store, .base = fx.base, .workers = 1,
-                          .worker_path = TP_TEST_BIN "/toolpool-worker", .max_frame = 1u << 20,
-                          .pipeline = 1, .drain_us = 1000000};
+    tp_engine_opts_t o = {.reg = fx.reg,
+                          .store = fx.store,
+                          .base = fx.base,
+                          .workers = 1,
+                          .worker_path = TP_TEST_BIN "/toolpool-worker",
+                          .max_frame = 1u << 20,
+                          .pipeline = 1,
+                          .drain_us = 1000000};
     fx.e = tp_engine_new(&o);
     free(fx.a[0].line);
     fx.a[0].line = NULL;
@@ -251,7 +256,7 @@ static void test_recorded(void)
     fx.got = 0;
     memset(fx.a, 0, sizeof fx.a);
     tp_call_t *h = fx_submit(&fx, "r1", NULL, 0, "echo", "{\"n\":1}", 0);
-    CU_ASSERT_PTR_NULL(h); /* answered at once: nothing to cancel */
+    CU_ASSERT_PTR_NULL(h);                                 /* answered at once: nothing to cancel */
     fx_submit(&fx, "r1", NULL, 0, "echo", "{\"n\":2}", 0); /* other input under the same id */
     /* A front's own write waits for its commit, in order with the answers. */
     int durable = 0;

@@ -70,12 +70,12 @@ static bool fault_now(const char *name)
     return true;
 }
 
-#define WRAP_SPAWN(fn, params, args)                                                                         \
-    int __real_##fn params;                                                                                  \
-    int __wrap_##fn params;                                                                                  \
-    int __wrap_##fn params                                                                                   \
-    {                                                                                                        \
-        return fault_now(#fn) ? fault.err : __real_##fn args;                                                \
+#define WRAP_SPAWN(fn, params, args)                                                                                   \
+    int __real_##fn params;                                                                                            \
+    int __wrap_##fn params;                                                                                            \
+    int __wrap_##fn params                                                                                             \
+    {                                                                                                                  \
+        return fault_now(#fn) ? fault.err : __real_##fn args;                                                          \
     }
 
 WRAP_SPAWN(posix_spawn_file_actions_init, (posix_spawn_file_actions_t * fa), (fa))
@@ -202,13 +202,13 @@ static int count_of(const char *hay, const char *needle)
     return n;
 }
 
-#define EXPECT_COUNT(hay, needle, want)                                                                      \
-    do {                                                                                                     \
-        int n_ = count_of(hay, needle);                                                                      \
-        if (n_ != (want))                                                                                    \
-            fprintf(stderr, "\n  %s:%d: \"%s\" %d times, expected %d, in:\n%s\n", __FILE__, __LINE__, needle, \
-                    n_, (int)(want), hay);                                                                   \
-        CU_ASSERT_EQUAL(n_, want);                                                                           \
+#define EXPECT_COUNT(hay, needle, want)                                                                                \
+    do {                                                                                                               \
+        int n_ = count_of(hay, needle);                                                                                \
+        if (n_ != (want))                                                                                              \
+            fprintf(stderr, "\n  %s:%d: \"%s\" %d times, expected %d, in:\n%s\n", __FILE__, __LINE__, needle, n_,      \
+                    (int)(want), hay);                                                                                 \
+        CU_ASSERT_EQUAL(n_, want);                                                                                     \
     } while (0)
 
 static const char *const noop_registry = "{\"tools\": [" PLUGIN_TOOL("noop") "]}";
@@ -256,11 +256,13 @@ static void test_worker_setpgroup_fails(void)
 /* Each other setting, failing once: logged by name, and the run goes on. */
 static void test_worker_each_setting_fails_once(void)
 {
+    /* clang-format off */
     static const char *const names[] = {
         "posix_spawn_file_actions_init", "posix_spawn_file_actions_adddup2", "posix_spawn_file_actions_addopen",
         "posix_spawnattr_init",          "posix_spawnattr_setflags",         "posix_spawnattr_setsigdefault",
         "posix_spawnattr_setsigmask",
     };
+    /* clang-format on */
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         stderr_capture(scratch("faults-setting"));
         fault_set(names[i], 0, 1, ENOMEM);
@@ -346,10 +348,12 @@ static void test_deadline_event_fails(void)
  */
 static void test_tool_settings_fail(void)
 {
+    /* clang-format off */
     static const char *const names[] = {
         "posix_spawn_file_actions_init", "posix_spawn_file_actions_adddup2", "posix_spawnattr_init",
         "posix_spawnattr_setflags",      "posix_spawnattr_setsigdefault",
     };
+    /* clang-format on */
     const char *dir = scratch("faults-tool");
     char marker[4200], script[4300];
     snprintf(marker, sizeof marker, "%s/ran", dir);
@@ -421,11 +425,13 @@ static void test_cursor_fails(void)
     struct {
         int (*cmd)(int, char **);
         const char *name, *db;
+        /* clang-format off */
     } cmds[] = {
         {tp_cmd_breakers, "breakers", "breakers"},
         {tp_cmd_escalations, "escalations", "escalations"},
         {tp_cmd_checkpoints, "checkpoints", "jobs"},
     };
+    /* clang-format on */
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char *argv[] = {(char *)cmds[i].name, "list", "--store", store, NULL};
         char *out;

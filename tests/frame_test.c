@@ -177,8 +177,8 @@ static void test_arena(void)
         }
         tp_buf_reset(&out);
         CU_ASSERT_EQUAL_FATAL(tp_frame_append(&out, &wf->base, TP_FRAME_DEFAULT_MAX), 0);
-        Toolpool__WorkerFrame *back =
-            toolpool__worker_frame__unpack(&ar.allocator, out.len - TP_FRAME_HEADER, out.data + TP_FRAME_HEADER);
+        Toolpool__WorkerFrame *back = toolpool__worker_frame__unpack(&ar.allocator, out.len - TP_FRAME_HEADER,
+                                                                     out.data + TP_FRAME_HEADER);
         CU_ASSERT_PTR_NOT_NULL_FATAL(back);
         CU_ASSERT_EQUAL(back->reply->seq, (uint64_t)i);
         CU_ASSERT_STRING_EQUAL(back->reply->kind, i % 2 ? "Timeout" : "ToolError");
@@ -187,8 +187,8 @@ static void test_arena(void)
         if (i % 10 == 0)
             CU_ASSERT(ar.big != NULL && memcmp(back->reply->result.data, big, sizeof big) == 0);
         /* A truncated copy of the same frame fails, and leaves nothing behind the reset. */
-        CU_ASSERT_PTR_NULL(toolpool__worker_frame__unpack(&ar.allocator, out.len - TP_FRAME_HEADER - 1,
-                                                          out.data + TP_FRAME_HEADER));
+        CU_ASSERT_PTR_NULL(
+            toolpool__worker_frame__unpack(&ar.allocator, out.len - TP_FRAME_HEADER - 1, out.data + TP_FRAME_HEADER));
         tp_arena_reset(&ar);
         CU_ASSERT_PTR_NULL(ar.big);
         CU_ASSERT_EQUAL(ar.used, 0);
@@ -242,9 +242,9 @@ static void test_call_frame(void)
         size_t argc = (size_t)rand() % 4;
         for (size_t i = 0; i < argc; i++)
             argv[i] = random_text(12);
-        int adapter = rand() % 3 == 0   ? TOOLPOOL__ADAPTER__ADAPTER_MCP
-                      : rand() % 2 ? TOOLPOOL__ADAPTER__ADAPTER_PLUGIN
-                                   : TOOLPOOL__ADAPTER__ADAPTER_EXEC;
+        int adapter = rand() % 3 == 0 ? TOOLPOOL__ADAPTER__ADAPTER_MCP
+                      : rand() % 2    ? TOOLPOOL__ADAPTER__ADAPTER_PLUGIN
+                                      : TOOLPOOL__ADAPTER__ADAPTER_EXEC;
         /* an mcp tool's server fields (in the tail, after the limits) */
         char *mcp_tool = adapter == TOOLPOOL__ADAPTER__ADAPTER_MCP ? random_text(16) : NULL;
         char *mcp_cwd = mcp_tool && rand() % 2 ? random_text(20) : NULL;
@@ -292,13 +292,20 @@ static void test_call_frame(void)
         call.cwd = (char *)(cwd ? cwd : "");
         tp_buf_reset(&want);
         CU_ASSERT_EQUAL_FATAL(tp_frame_append(&want, &sf.base, 1u << 20), 0);
-        CU_ASSERT_EQUAL_FATAL(tp_call_tail_pack(&tail, limit_memory, limit_cpu, limit_files, mcp_tool,
-                                                n_env ? env : NULL, mcp_cwd, cwd), 0);
+        CU_ASSERT_EQUAL_FATAL(
+            tp_call_tail_pack(&tail, limit_memory, limit_cpu, limit_files, mcp_tool, n_env ? env : NULL, mcp_cwd, cwd),
+            0);
         CU_ASSERT_EQUAL(tail.len == 0, !limit_memory && !limit_cpu && !limit_files && !(mcp_tool && *mcp_tool) &&
                                            !n_env && !(mcp_cwd && *mcp_cwd) && !cwd);
-        tp_call_frame_t cf = {.head = &head, .tail = round % 3 || tail.len ? &tail : NULL, .seq = seq,
-                              .args = (const uint8_t *)args, .args_len = strlen(args),
-                              .call_id = id, .job = job, .step = step, .attempt = attempt,
+        tp_call_frame_t cf = {.head = &head,
+                              .tail = round % 3 || tail.len ? &tail : NULL,
+                              .seq = seq,
+                              .args = (const uint8_t *)args,
+                              .args_len = strlen(args),
+                              .call_id = id,
+                              .job = job,
+                              .step = step,
+                              .attempt = attempt,
                               .notify = call.notify};
         CU_ASSERT_EQUAL_FATAL(tp_call_frame_append(&got, &cf, 1u << 20), 0);
         CU_ASSERT_EQUAL(got.len, want.len);

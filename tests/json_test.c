@@ -25,17 +25,21 @@ static void check_text(const char *s, int want)
 /* What JSON is and is not, one text at a time. */
 static void test_table(void)
 {
+    /* clang-format off */
     static const char *const good[] = {
         "{}", "[]", " {\"a\": 1} \n", "0", "-0", "1.5e-3", "-12E+4", "\"\"", "true", "false", "null",
         "[1, \"x\", {\"y\": [null, false, true]}]", "\"\\u00e9\\n\\t\\\\\\/\\\"\"", "\"é – 😀\"",
         "{\"a\":{\"b\":{\"c\":[[[]]]}}}", "\"\\u0000\"", "\"\\ud800\"", "123456789012345678901234567890",
     };
+    /* clang-format on */
+    /* clang-format off */
     static const char *const bad[] = {
         "", " ", "{", "}", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "{a: 1}", "01", "1.", ".5", "1e", "+1", "-",
         "--1", "tru", "nul", "True", "\"abc", "\"\\x\"", "\"\\u12g4\"", "\"a\nb\"", "[1 2]", "{} {}",
         "[\"\xff\"]", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\"", "NaN", "[Infinity]", "{\"a\":}",
         "{,}", "[,1]", "1 2", "\"\t\"",
     };
+    /* clang-format on */
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
         check_text(good[i], 0);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -73,10 +77,12 @@ static void random_ws(tp_buf_t *b)
 
 static void random_string(tp_buf_t *b)
 {
+    /* clang-format off */
     static const char *const pieces[] = {
         "a", "b", "xyz", " ", "\\n", "\\\"", "\\\\", "\\/", "\\u00e9", "\\ud83d\\ude00", "é", "😀", "–", "\\u0000",
         "\\t", "\\b\\f\\r",
     };
+    /* clang-format on */
     tp_buf_puts(b, "\"");
     int n = rand() % 6;
     for (int i = 0; i < n; i++)
@@ -87,11 +93,21 @@ static void random_string(tp_buf_t *b)
 static void random_number(tp_buf_t *b)
 {
     switch (rand() % 5) {
-    case 0: tp_buf_printf(b, "%d", rand() % 100 - 50); break;
-    case 1: tp_buf_printf(b, "%d.%d", rand() % 1000, rand() % 1000); break;
-    case 2: tp_buf_printf(b, "%de%c%d", rand() % 10, "+-"[rand() % 2], rand() % 30); break;
-    case 3: tp_buf_printf(b, "-0.%03dE%d", rand() % 1000, rand() % 5); break;
-    default: tp_buf_puts(b, rand() % 2 ? "9223372036854775807" : "-9223372036854775808"); break;
+    case 0:
+        tp_buf_printf(b, "%d", rand() % 100 - 50);
+        break;
+    case 1:
+        tp_buf_printf(b, "%d.%d", rand() % 1000, rand() % 1000);
+        break;
+    case 2:
+        tp_buf_printf(b, "%de%c%d", rand() % 10, "+-"[rand() % 2], rand() % 30);
+        break;
+    case 3:
+        tp_buf_printf(b, "-0.%03dE%d", rand() % 1000, rand() % 5);
+        break;
+    default:
+        tp_buf_puts(b, rand() % 2 ? "9223372036854775807" : "-9223372036854775808");
+        break;
     }
 }
 
@@ -100,12 +116,24 @@ static void random_value(tp_buf_t *b, int depth)
     int r = rand() % (depth > 4 ? 6 : 8);
     random_ws(b);
     switch (r) {
-    case 0: random_string(b); break;
-    case 1: random_number(b); break;
-    case 2: tp_buf_puts(b, "true"); break;
-    case 3: tp_buf_puts(b, "false"); break;
-    case 4: tp_buf_puts(b, "null"); break;
-    case 5: random_string(b); break;
+    case 0:
+        random_string(b);
+        break;
+    case 1:
+        random_number(b);
+        break;
+    case 2:
+        tp_buf_puts(b, "true");
+        break;
+    case 3:
+        tp_buf_puts(b, "false");
+        break;
+    case 4:
+        tp_buf_puts(b, "null");
+        break;
+    case 5:
+        random_string(b);
+        break;
     case 6: {
         tp_buf_puts(b, "[");
         int n = rand() % 4;
@@ -202,8 +230,8 @@ static void test_against_jansson(void)
 {
     srand(17);
     int valid = 0, mutated_valid = 0, mutated_invalid = 0, disagree = 0;
-    static const uint8_t junk[] = {'{', '}', '[', ']', ',', ':', '"', '\\', ' ', '0', '-', '.', 'e', 'x', 0xff,
-                                   0xc3, 0x80, 0x00, '\n', 't'};
+    static const uint8_t junk[] = {'{', '}', '[', ']', ',',  ':',  '"',  '\\', ' ',  '0',
+                                   '-', '.', 'e', 'x', 0xff, 0xc3, 0x80, 0x00, '\n', 't'};
     for (int round = 0; round < 20000 && disagree < 10; round++) {
         tp_buf_t b = {0};
         random_value(&b, 0);
@@ -288,8 +316,9 @@ static void test_plain_runs(void)
     }
     CU_ASSERT_EQUAL(wrong, 0);
 
-    static const char *const odd[] = {"\"", "\\", "\n", "\x01", "\x1f", "\x7f", "\xc3\xa9", "\xe2\x82\xac",
-                                      "\xf0\x9f\x98\x80", "\xff", "\xc3", "\xed\xa0\x80"};
+    static const char *const odd[] = {
+        "\"",   "\\",   "\n",          "\x01", "\x1f", "\x7f", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+        "\xff", "\xc3", "\xed\xa0\x80"};
     int bad = 0;
     for (size_t k = 0; k < sizeof odd / sizeof odd[0]; k++)
         for (size_t at = 0; at < 40; at++) {

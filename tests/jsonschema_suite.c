@@ -43,12 +43,14 @@ static const struct {
     const char *dialect; /* "draft7", "draft2020-12", or NULL: both */
     const char *file;    /* a trailing '/' names a folder */
     const char *why;
+    /* clang-format off */
 } skipped_files[] = {
     {NULL, "optional/content.json", "contentMediaType/contentEncoding/contentSchema are annotations, not asserted"},
     {NULL, "optional/cross-draft.json", "a $ref into another dialect (draft 2019-09) is not supported"},
     {"draft2020-12", "optional/format-assertion.json",
      "the format-assertion vocabulary: formats are asserted by the \"formats\" setting instead"},
 };
+/* clang-format on */
 
 /* Single cases not run (file, group, case), and why. */
 static const struct {
@@ -57,6 +59,7 @@ static const struct {
     const char *group; /* NULL: any */
     const char *test;
     const char *why;
+    /* clang-format off */
 } skipped_cases[] = {
 #define IDN "an A-label (\"xn--\"): its Punycode is not decoded, so IDNA 2008 rules are not checked"
     {NULL, "optional/format/hostname.json", NULL, "invalid Punycode", IDN},
@@ -85,6 +88,7 @@ static const struct {
     {NULL, "optional/format/hostname.json", NULL, "ZERO WIDTH JOINER not preceded by anything", IDN},
     {NULL, "optional/format/hostname.json", NULL, "contains \"--\" in the 3rd and 4th position", IDN},
 };
+/* clang-format on */
 
 static const char *suite_dir;
 static const char *cur_dialect;
@@ -134,12 +138,14 @@ static const struct {
     const char *prefix;
     const char *dir;
     const char *suffix; /* appended to the rest of the URI */
+    /* clang-format off */
 } served[] = {
     {"http://localhost:1234/", "remotes/", ""},
     {"http://json-schema.org/draft-07/schema", "metaschemas/draft-07.json", ""},
     {"https://json-schema.org/draft/2020-12/schema", "metaschemas/draft2020-12/schema.json", ""},
     {"https://json-schema.org/draft/2020-12/meta/", "metaschemas/draft2020-12/meta/", ".json"},
 };
+/* clang-format on */
 
 /* The loader every schema compiles with: the suite's remotes, from disk. */
 static json_t *load_remote(const char *uri, void *arg)
@@ -191,8 +197,7 @@ static int run_file(const char *dir, const char *rel)
     tp_buf_t fails = {0};
     size_t gi;
     json_t *g;
-    json_array_foreach(groups, gi, g)
-    {
+    json_array_foreach(groups, gi, g) {
         const char *gdesc = json_string_value(json_object_get(g, "description"));
         const json_t *tests = json_object_get(g, "tests");
         const json_t *schema = json_object_get(g, "schema");
@@ -200,8 +205,7 @@ static int run_file(const char *dir, const char *rel)
         tp_jsonschema_t *s = tp_jsonschema_compile_opts(schema, &opts, err, sizeof err);
         size_t ti;
         json_t *t;
-        json_array_foreach(tests, ti, t)
-        {
+        json_array_foreach(tests, ti, t) {
             const char *tdesc = json_string_value(json_object_get(t, "description"));
             const json_t *data = json_object_get(t, "data");
             bool want = json_is_true(json_object_get(t, "valid"));
@@ -321,8 +325,8 @@ static int run_dialect(const char *dialect)
     }
     if (skip_list.len)
         printf("skipped cases (%s):\n%.*s", dialect, (int)skip_list.len, (char *)skip_list.data);
-    printf("%s: required %d/%d passed; in all %d/%d passed, %d failed, %d cases skipped\n\n", dialect,
-           req_passed, req_run, total_passed, total_run, total_run - total_passed, total_skipped_cases);
+    printf("%s: required %d/%d passed; in all %d/%d passed, %d failed, %d cases skipped\n\n", dialect, req_passed,
+           req_run, total_passed, total_run, total_run - total_passed, total_skipped_cases);
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);
@@ -334,8 +338,10 @@ int main(int argc, char **argv)
     suite_dir = argc > 1 ? argv[1] : TP_SCHEMA_SUITE_DIR;
     struct stat st;
     if (*suite_dir == 0 || stat(suite_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "jsonschema_suite: the suite's copy was not found (\"%s\"): it lives in "
-                        "tests/data/json-schema-test-suite\n", suite_dir);
+        fprintf(stderr,
+                "jsonschema_suite: the suite's copy was not found (\"%s\"): it lives in "
+                "tests/data/json-schema-test-suite\n",
+                suite_dir);
         return 1;
     }
     int failed = run_dialect("draft7");

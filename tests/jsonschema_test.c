@@ -62,7 +62,7 @@ static void expect_at(const char *src, int line, const char *schema, const char 
     tp_jsonschema_free(s);
 }
 #define EXPECT(schema, instance, n, want) expect_at(__FILE__, __LINE__, (schema), (instance), 0, (n), (want))
-#define EXPECT_CAP(schema, instance, max, n, want)                                                           \
+#define EXPECT_CAP(schema, instance, max, n, want)                                                                     \
     expect_at(__FILE__, __LINE__, (schema), (instance), (max), (n), (want))
 #define VALID(schema, instance) expect_at(__FILE__, __LINE__, (schema), (instance), 0, 0, "")
 
@@ -83,6 +83,7 @@ static void expect_compile_error_at(const char *src, int line, const char *schem
 #define EXPECT_COMPILE_ERROR(schema, want) expect_compile_error_at(__FILE__, __LINE__, (schema), (want))
 
 /* The kind of schema a tool declares; most tests below start from it. */
+/* clang-format off */
 static const char *const search_schema =
     "{\"type\": \"object\","
     " \"properties\": {"
@@ -94,6 +95,7 @@ static const char *const search_schema =
     "                 \"properties\": {\"from\": {\"type\": \"string\"}}}},"
     " \"required\": [\"q\"],"
     " \"additionalProperties\": false}";
+/* clang-format on */
 
 /* ---- the messages, one violation each ---- */
 
@@ -105,8 +107,7 @@ static void test_typical_messages(void)
     EXPECT(search_schema, "{\"q\": \"x\", \"limit\": 250}", 1, "/limit: expected at most 100, got 250");
     EXPECT(search_schema, "{\"q\": \"x\", \"limit\": 0}", 1, "/limit: expected at least 1, got 0");
     EXPECT(search_schema, "{}", 1, "(root): missing required property \"q\"");
-    EXPECT(search_schema, "{\"q\": \"x\", \"filters\": {}}", 1,
-           "/filters: missing required property \"from\"");
+    EXPECT(search_schema, "{\"q\": \"x\", \"filters\": {}}", 1, "/filters: missing required property \"from\"");
     EXPECT(search_schema, "{\"q\": \"x\", \"tags\": [\"ok\", \"fine\", \"Bad!\"]}", 1,
            "/tags/2: expected a value matching ^[a-z]+$, got \"Bad!\"");
     EXPECT(search_schema, "{\"q\": \"x\", \"mode\": \"medium\"}", 1,
@@ -173,8 +174,7 @@ static void test_type_messages(void)
            "(root): expected string, number or boolean, got null");
     EXPECT("{\"type\": \"integer\"}", "1.5", 1, "(root): expected integer, got number 1.5");
     VALID("{\"type\": \"object\"}", "{\"a\": [1, 2]}");
-    EXPECT("{\"type\": \"string\"}", "{\"a\": [1, 2]}", 1,
-           "(root): expected string, got object {\"a\":[1,2]}");
+    EXPECT("{\"type\": \"string\"}", "{\"a\": [1, 2]}", 1, "(root): expected string, got object {\"a\":[1,2]}");
     EXPECT("{\"type\": \"string\"}", "true", 1, "(root): expected string, got boolean true");
     EXPECT("{\"type\": \"number\"}", "\"5\"", 1, "(root): expected number, got string \"5\"");
     /* the wrong type is said once, not again by the keywords of that type */
@@ -195,8 +195,7 @@ static void test_integer(void)
     VALID("{\"enum\": [1]}", "1.0");
     VALID("{\"const\": 2.0}", "2");
     VALID("{\"const\": {\"a\": 1, \"b\": [1, {\"c\": null}]}}", "{\"b\": [1.0, {\"c\": null}], \"a\": 1}");
-    EXPECT("{\"const\": {\"a\": 1}}", "{\"a\": 1, \"b\": 2}", 1,
-           "(root): expected {\"a\":1}, got {\"a\":1,\"b\":2}");
+    EXPECT("{\"const\": {\"a\": 1}}", "{\"a\": 1, \"b\": 2}", 1, "(root): expected {\"a\":1}, got {\"a\":1,\"b\":2}");
     EXPECT("{\"enum\": [false]}", "0", 1, "(root): expected false, got 0");
     EXPECT("{\"uniqueItems\": true}", "[1, 2, 1.0]", 1, "(root): expected unique items, got 1 at 0 and 2");
     EXPECT("{\"uniqueItems\": true}", "[{\"a\": 1, \"b\": 2}, 3, {\"b\": 2, \"a\": 1}]", 1,
@@ -245,8 +244,7 @@ static void test_code_points(void)
            "(root): expected at least 2 characters, got 1 (\"\xf0\x9f\x98\x80\")");
     VALID("{\"minLength\": 2}", "\"\xc3\xa9\xc3\xa9\"");
     /* fewer bytes than minLength: the count said is still in characters */
-    EXPECT("{\"minLength\": 5}", "\"\xc3\xa9\"", 1,
-           "(root): expected at least 5 characters, got 1 (\"\xc3\xa9\")");
+    EXPECT("{\"minLength\": 5}", "\"\xc3\xa9\"", 1, "(root): expected at least 5 characters, got 1 (\"\xc3\xa9\")");
     EXPECT("{\"minLength\": 2}", "\"\xf0\x9f\x98\x80\"", 1,
            "(root): expected at least 2 characters, got 1 (\"\xf0\x9f\x98\x80\")");
 }
@@ -258,11 +256,9 @@ static void test_code_points(void)
 static void test_truncation(void)
 {
     char inst[512];
-    snprintf(inst, sizeof inst, "\"%s\"",
-             "0123456789012345678901234567890123456789012345678901234567890123456789");
-    EXPECT(
-        "{\"type\": \"number\"}", inst, 1,
-        "(root): expected number, got string \"012345678901234567890123456789012345678901234567890123...\"");
+    snprintf(inst, sizeof inst, "\"%s\"", "0123456789012345678901234567890123456789012345678901234567890123456789");
+    EXPECT("{\"type\": \"number\"}", inst, 1,
+           "(root): expected number, got string \"012345678901234567890123456789012345678901234567890123...\"");
     /* 40 two-byte characters: cut between characters, never inside one */
     tp_buf_t eacute = {0}, want = {0};
     tp_buf_puts(&eacute, "\"");
@@ -310,10 +306,9 @@ static void test_object_messages(void)
     EXPECT("{\"dependencies\": {\"card\": {\"required\": [\"cvv\"]}}}", "{\"card\": 1}", 1,
            "(root): missing required property \"cvv\"");
     VALID("{\"dependencies\": {\"card\": [\"cvv\"]}}", "{\"cvv\": 1}");
-    EXPECT(
-        "{\"patternProperties\": {\"^x_\": {\"type\": \"integer\"}}, \"additionalProperties\": false}",
-        "{\"x_a\": 1, \"x_b\": \"2\", \"y\": 3}", 2,
-        "/x_b: expected integer, got string \"2\"; /y: unexpected property (additionalProperties is false)");
+    EXPECT("{\"patternProperties\": {\"^x_\": {\"type\": \"integer\"}}, \"additionalProperties\": false}",
+           "{\"x_a\": 1, \"x_b\": \"2\", \"y\": 3}", 2,
+           "/x_b: expected integer, got string \"2\"; /y: unexpected property (additionalProperties is false)");
     EXPECT("{\"additionalProperties\": {\"$ref\": \"#/definitions/no\"}, \"definitions\": {\"no\": false}}",
            "{\"a\": 1}", 1, "/a: unexpected property (additionalProperties is false)");
     EXPECT("{\"properties\": {\"a\": false}}", "{\"a\": 1}", 1,
@@ -343,8 +338,8 @@ static void test_array_messages(void)
     EXPECT("{\"maxItems\": 1}", "[1, 2]", 1, "(root): expected at most 1 item, got 2");
     EXPECT("{\"items\": [{\"type\": \"string\"}, {\"type\": \"number\"}], \"additionalItems\": false}",
            "[\"a\", 1, 2, 3]", 1, "(root): expected at most 2 items (additionalItems is false), got 4");
-    EXPECT("{\"items\": [{\"type\": \"string\"}], \"additionalItems\": {\"type\": \"number\"}}",
-           "[1, 2, \"x\"]", 2, "/0: expected string, got number 1; /2: expected number, got string \"x\"");
+    EXPECT("{\"items\": [{\"type\": \"string\"}], \"additionalItems\": {\"type\": \"number\"}}", "[1, 2, \"x\"]", 2,
+           "/0: expected string, got number 1; /2: expected number, got string \"x\"");
     EXPECT("{\"contains\": {\"const\": \"x\"}}", "[\"a\", \"b\"]", 1,
            "(root): expected at least one item matching the \"contains\" schema, got none of 2");
     EXPECT("{\"contains\": {\"const\": \"x\"}}", "[]", 1,
@@ -366,8 +361,7 @@ static void test_number_messages(void)
 
 static void test_combinators(void)
 {
-    EXPECT("{\"properties\": {\"id\": {\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"null\"}]}}}",
-           "{\"id\": 5}", 1,
+    EXPECT("{\"properties\": {\"id\": {\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"null\"}]}}}", "{\"id\": 5}", 1,
            "/id: matched none of 2 alternatives: (1) expected string, got number 5 (2) expected null, got "
            "number 5");
     EXPECT("{\"oneOf\": [{\"type\": \"integer\"}, {\"minimum\": 2}]}", "3", 1,
@@ -406,10 +400,12 @@ static void test_combinators(void)
 /* $ref: recursive, escaped, percent-encoded, to booleans; siblings ignored. */
 static void test_refs(void)
 {
+    /* clang-format off */
     const char *tree =
         "{\"type\": \"object\", \"required\": [\"value\"],"
         " \"properties\": {\"value\": {\"type\": \"number\"},"
         "                  \"children\": {\"type\": \"array\", \"items\": {\"$ref\": \"#\"}}}}";
+    /* clang-format on */
     VALID(tree, "{\"value\": 1, \"children\": [{\"value\": 2, \"children\": [{\"value\": 3}]}]}");
     EXPECT(tree, "{\"value\": 1, \"children\": [{\"value\": 2, \"children\": [{\"value\": \"3\"}, {}]}]}", 2,
            "/children/0/children/0/value: expected number, got string \"3\"; "
@@ -423,19 +419,20 @@ static void test_refs(void)
                        "                \"s\": {\"$ref\": \"#/definitions/pos\", \"type\": \"string\"},"
                        "                \"i\": {\"$ref\": \"#/properties/n\"}}}";
     VALID(defs, "{\"n\": 3, \"t\": \"x\", \"q\": null, \"s\": 2, \"i\": 1}");
-    EXPECT(
-        defs, "{\"n\": 0, \"t\": 1, \"q\": 0, \"s\": \"x\", \"i\": 0}", 5,
-        "/n: expected at least 1, got 0; /t: expected string, got number 1; /q: expected null, got number 0; "
-        "/s: expected integer, got string \"x\"; /i: expected at least 1, got 0");
+    EXPECT(defs, "{\"n\": 0, \"t\": 1, \"q\": 0, \"s\": \"x\", \"i\": 0}", 5,
+           "/n: expected at least 1, got 0; /t: expected string, got number 1; /q: expected null, got number 0; "
+           "/s: expected integer, got string \"x\"; /i: expected at least 1, got 0");
     VALID("{\"$ref\": \"#/definitions/t\", \"definitions\": {\"t\": true}}", "[1]");
     EXPECT("{\"items\": {\"$ref\": \"#/definitions/f\"}, \"definitions\": {\"f\": false}}", "[1]", 1,
            "/0: no value is allowed here (the schema is false), got 1");
     /* mutual recursion through definitions, and "#name" fragments */
+    /* clang-format off */
     const char *mutual =
         "{\"$ref\": \"#/definitions/a\","
         " \"definitions\": {\"a\": {\"type\": \"object\", \"properties\": {\"b\": {\"$ref\": \"#B\"}}},"
         "                   \"b\": {\"$id\": \"#B\", \"type\": \"array\", \"items\": {\"$ref\": "
         "\"#/definitions/a\"}}}}";
+    /* clang-format on */
     VALID(mutual, "{\"b\": [{\"b\": []}, {}]}");
     EXPECT(mutual, "{\"b\": [{\"b\": {}}]}", 1, "/b/0/b: expected array, got object {}");
     /* the root's own $id in front of a fragment */
@@ -473,8 +470,7 @@ static void test_compile_errors(void)
     EXPECT_COMPILE_ERROR(
         "{\"patternProperties\": {\"[a-\": {}}}",
         "/patternProperties/[a-: invalid regex: missing terminating ] for character class at offset 3");
-    EXPECT_COMPILE_ERROR("{\"$ref\": \"#/definitions/x\"}",
-                         "/$ref: unresolvable reference \"#/definitions/x\"");
+    EXPECT_COMPILE_ERROR("{\"$ref\": \"#/definitions/x\"}", "/$ref: unresolvable reference \"#/definitions/x\"");
     EXPECT_COMPILE_ERROR("{\"items\": {\"$ref\": \"other.json#/x\"}}",
                          "/items/$ref: unresolvable reference \"other.json#/x\" (a document that is not this "
                          "schema must be given in \"schema_refs\"; nothing is fetched from the network)");
@@ -485,8 +481,7 @@ static void test_compile_errors(void)
                          "/prefixItems: expected a non-empty array of schemas");
     EXPECT_COMPILE_ERROR("{\"minLength\": -1}", "/minLength: expected a non-negative integer");
     EXPECT_COMPILE_ERROR("{\"maxItems\": 1.5}", "/maxItems: expected a non-negative integer");
-    EXPECT_COMPILE_ERROR("{\"items\": [{}, 3]}",
-                         "/items/1: expected a schema (an object or a boolean), got number");
+    EXPECT_COMPILE_ERROR("{\"items\": [{}, 3]}", "/items/1: expected a schema (an object or a boolean), got number");
     EXPECT_COMPILE_ERROR("\"string\"", "(root): expected a schema (an object or a boolean), got string");
     EXPECT_COMPILE_ERROR("{\"type\": [\"string\", 5]}", "/type/1: expected a type name");
     EXPECT_COMPILE_ERROR("{\"required\": [\"a\", 1]}", "/required/1: expected a string");
@@ -512,13 +507,12 @@ static void test_compile_errors(void)
         "{\"definitions\": {\"a\": {\"$ref\": \"#/definitions/b\"}, \"b\": {\"$ref\": \"#/definitions/a\"}}}",
         "/definitions/b/$ref: circular reference \"#/definitions/a\"");
     /* under a base URI change, "#/b" is a pointer into the subschema with the "$id" */
-    EXPECT_COMPILE_ERROR(
-        "{\"definitions\": {\"a\": {\"$id\": \"http://x/a.json\", \"items\": {\"$ref\": \"#/b\"}}}}",
-        "/definitions/a/items/$ref: unresolvable reference \"#/b\"");
+    EXPECT_COMPILE_ERROR("{\"definitions\": {\"a\": {\"$id\": \"http://x/a.json\", \"items\": {\"$ref\": \"#/b\"}}}}",
+                         "/definitions/a/items/$ref: unresolvable reference \"#/b\"");
     /* unknown keywords, format, and $ref's siblings are not checked */
     tp_jsonschema_t *s = compile_at(__FILE__, __LINE__,
-                                "{\"format\": \"no-such\", \"x-anything\": {\"type\": 5}, \"title\": 1,"
-                                " \"properties\": {\"a\": {\"$ref\": \"#\", \"type\": \"bogus\"}}}");
+                                    "{\"format\": \"no-such\", \"x-anything\": {\"type\": 5}, \"title\": 1,"
+                                    " \"properties\": {\"a\": {\"$ref\": \"#\", \"type\": \"bogus\"}}}");
     CU_ASSERT_PTR_NOT_NULL(s);
     tp_jsonschema_free(s);
     /* a small err buffer is cut, not overrun */
@@ -533,18 +527,15 @@ static void test_compile_errors(void)
 /* Patterns follow ECMA-262 where PCRE2 alone would not. */
 static void test_ecma_regex(void)
 {
-    EXPECT("{\"pattern\": \"^abc$\"}", "\"abc\\n\"", 1,
-           "(root): expected a value matching ^abc$, got \"abc\\n\"");
+    EXPECT("{\"pattern\": \"^abc$\"}", "\"abc\\n\"", 1, "(root): expected a value matching ^abc$, got \"abc\\n\"");
     VALID("{\"pattern\": \"b\"}", "\"abc\"");           /* not anchored */
     VALID("{\"pattern\": \"^\\\\s$\"}", "\"\\u00a0\""); /* Unicode white space */
     VALID("{\"pattern\": \"^\\\\s$\"}", "\"\\ufeff\"");
     VALID("{\"pattern\": \"^[\\\\S]$\"}", "\"\\u00e9\"");
     EXPECT("{\"pattern\": \"^\\\\S$\"}", "\"\\u2028\"", 1,
            "(root): expected a value matching ^\\S$, got \"\xe2\x80\xa8\"");
-    EXPECT("{\"pattern\": \"^\\\\d$\"}", "\"\\u0660\"", 1,
-           "(root): expected a value matching ^\\d$, got \"\xd9\xa0\"");
-    EXPECT("{\"pattern\": \"^\\\\w$\"}", "\"\\u00e9\"", 1,
-           "(root): expected a value matching ^\\w$, got \"\xc3\xa9\"");
+    EXPECT("{\"pattern\": \"^\\\\d$\"}", "\"\\u0660\"", 1, "(root): expected a value matching ^\\d$, got \"\xd9\xa0\"");
+    EXPECT("{\"pattern\": \"^\\\\w$\"}", "\"\\u00e9\"", 1, "(root): expected a value matching ^\\w$, got \"\xc3\xa9\"");
     EXPECT("{\"pattern\": \"^.$\"}", "\"\\r\"", 1, "(root): expected a value matching ^.$, got \"\\r\"");
     VALID("{\"pattern\": \"^.$\"}", "\"\\ud83d\\ude00\""); /* one code point */
     VALID("{\"pattern\": \"^[^]$\"}", "\"\\n\"");
@@ -632,9 +623,10 @@ static void test_2020_12(void)
 /* draft-07's $ref in full: "$id" changes the base URI of what is under it. */
 static void test_id_scopes(void)
 {
-    const char *s = "{\"$id\": \"http://x/root.json\", \"definitions\": {\"a\": {\"$id\": \"a.json\","
-                    " \"definitions\": {\"b\": {\"type\": \"integer\"}}, \"items\": {\"$ref\": \"#/definitions/b\"}}},"
-                    " \"properties\": {\"p\": {\"$ref\": \"a.json\"}, \"q\": {\"$ref\": \"/root.json#/definitions/a\"}}}";
+    const char *s =
+        "{\"$id\": \"http://x/root.json\", \"definitions\": {\"a\": {\"$id\": \"a.json\","
+        " \"definitions\": {\"b\": {\"type\": \"integer\"}}, \"items\": {\"$ref\": \"#/definitions/b\"}}},"
+        " \"properties\": {\"p\": {\"$ref\": \"a.json\"}, \"q\": {\"$ref\": \"/root.json#/definitions/a\"}}}";
     VALID(s, "{\"p\": [1], \"q\": [2]}");
     EXPECT(s, "{\"p\": [\"x\"], \"q\": [3.5]}", 2,
            "/p/0: expected integer, got string \"x\"; /q/0: expected integer, got number 3.5");
@@ -682,6 +674,7 @@ static void test_remote_and_formats(void)
         tp_format_t f;
         const char *s;
         bool ok;
+        /* clang-format off */
     } cases[] = {
         {TP_FORMAT_DATE, "2024-02-29", true},         {TP_FORMAT_DATE, "2023-02-29", false},
         {TP_FORMAT_DATE_TIME, "2024-01-01T10:00:00Z", true}, {TP_FORMAT_DATE_TIME, "2024-01-01 10:00:00Z", false},
@@ -696,6 +689,7 @@ static void test_remote_and_formats(void)
         {TP_FORMAT_UUID, "123e4567-e89b-12d3-a456-426614174000", true}, {TP_FORMAT_UUID, "123e4567", false},
         {TP_FORMAT_JSON_POINTER, "/a~1b", true},      {TP_FORMAT_JSON_POINTER, "/a~2", false},
     };
+    /* clang-format on */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bool got = tp_jsonformat_check(cases[i].f, cases[i].s, strlen(cases[i].s));
         CU_ASSERT_EQUAL(got, cases[i].ok);

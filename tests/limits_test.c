@@ -28,8 +28,20 @@ static int run(const char *out, const char *err, const char *opt1, const char *o
     path_in(reg, sizeof reg, "tools.json");
     path_in(store, sizeof store, "store");
     path_in(calls, sizeof calls, "calls.jsonl");
-    char *args[] = {"run", "-q", "-j", "2", "--store", store, "-r", reg, "-o", (char *)out,
-                    (char *)(opt1 ? opt1 : calls), (char *)(opt1 ? opt2 : NULL), opt1 ? calls : NULL, NULL};
+    char *args[] = {"run",
+                    "-q",
+                    "-j",
+                    "2",
+                    "--store",
+                    store,
+                    "-r",
+                    reg,
+                    "-o",
+                    (char *)out,
+                    (char *)(opt1 ? opt1 : calls),
+                    (char *)(opt1 ? opt2 : NULL),
+                    opt1 ? calls : NULL,
+                    NULL};
     return wait_exit(spawn_toolpool(args, err, env));
 }
 

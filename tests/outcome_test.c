@@ -36,8 +36,7 @@ static void read_text(tp_outcome_t *o, const char *text, bool read_error)
 static void test_error_object(void)
 {
     tp_outcome_t o = {0};
-    read_text(&o, "{\"error\": \"RateLimited\", \"message\": \"slow down\", \"retry_after_ms\": 1500}\n",
-              true);
+    read_text(&o, "{\"error\": \"RateLimited\", \"message\": \"slow down\", \"retry_after_ms\": 1500}\n", true);
     CU_ASSERT_FALSE(o.ok);
     CU_ASSERT_STRING_EQUAL(o.kind, "RateLimited");
     HOLDS(&o.message, "slow down");
@@ -60,8 +59,7 @@ static void test_error_object(void)
     CU_ASSERT_EQUAL(o.retry_after_ms, -1);
 
     /* Not a failure without read_error, or when "error" is not a string: a result. */
-    read_text(&o, "{\"error\": \"RateLimited\", \"message\": \"slow down\", \"retry_after_ms\": 1500}",
-              false);
+    read_text(&o, "{\"error\": \"RateLimited\", \"message\": \"slow down\", \"retry_after_ms\": 1500}", false);
     CU_ASSERT_TRUE(o.ok);
     CU_ASSERT_STRING_EQUAL(o.kind, "");
     CU_ASSERT_EQUAL(o.retry_after_ms, -1);
@@ -76,9 +74,7 @@ static void test_result_compacted(void)
 {
     tp_outcome_t o = {0};
     /* Keys keep their order; a real stays a real (-3e2 is -300.0). */
-    read_text(&o,
-              "{\n  \"rates\": [1, 2.5, -3e2],\n  \"ccy\" : \"EUR\",\n  \"ok\": true, \"none\": null\n}\n",
-              true);
+    read_text(&o, "{\n  \"rates\": [1, 2.5, -3e2],\n  \"ccy\" : \"EUR\",\n  \"ok\": true, \"none\": null\n}\n", true);
     CU_ASSERT_TRUE(o.ok);
     HOLDS(&o.result, "{\"rates\":[1,2.5,-300.0],\"ccy\":\"EUR\",\"ok\":true,\"none\":null}");
     HOLDS(&o.message, "");
@@ -163,10 +159,10 @@ static unsigned rnd(unsigned n)
 /* A random string's body: ASCII, UTF-8, and escapes of every kind, some of them not the ones written back. */
 static void gen_string(tp_buf_t *b)
 {
-    static const char *const pieces[] = {"a", "Z", " ", "/", "caf\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
-                                         "\\n", "\\t", "\\r", "\\b", "\\f", "\\\"", "\\\\", "\\u001f",
-                                         "\\u0001", "\\u0000", "\\u000a", "\\u001F", "\\u00e9", "\\/", "\\ud83d",
-                                         "\x7f", "\xff", "\xc0\x80"};
+    static const char *const pieces[] = {
+        "a",       "Z",       " ",   "/",       "caf\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\\n",     "\\t",
+        "\\r",     "\\b",     "\\f", "\\\"",    "\\\\",        "\\u001f",      "\\u0001",          "\\u0000", "\\u000a",
+        "\\u001F", "\\u00e9", "\\/", "\\ud83d", "\x7f",        "\xff",         "\xc0\x80"};
     tp_buf_append(b, "\"", 1);
     for (unsigned i = rnd(8); i > 0; i--)
         tp_buf_puts(b, pieces[rnd(sizeof pieces / sizeof pieces[0])]);
@@ -181,9 +177,20 @@ static void gen_ws(tp_buf_t *b)
 
 static void gen_value(tp_buf_t *b, int depth)
 {
-    static const char *const scalars[] = {"0", "-1", "42", "-0", "1.5", "1e3", "9223372036854775807",
-                                          "9223372036854775808", "-9223372036854775808", "true", "false",
-                                          "null", "007", "tru"};
+    static const char *const scalars[] = {"0",
+                                          "-1",
+                                          "42",
+                                          "-0",
+                                          "1.5",
+                                          "1e3",
+                                          "9223372036854775807",
+                                          "9223372036854775808",
+                                          "-9223372036854775808",
+                                          "true",
+                                          "false",
+                                          "null",
+                                          "007",
+                                          "tru"};
     unsigned k = depth > 4 ? rnd(2) : rnd(4);
     gen_ws(b);
     if (k == 0) {
@@ -199,8 +206,8 @@ static void gen_value(tp_buf_t *b, int depth)
         }
         tp_buf_append(b, "]", 1);
     } else {
-        static const char *const keys[] = {"\"a\"", "\"b\"", "\"cost\"", "\"error\"", "\"k\\n\"", "\"\\u0000\"",
-                                           "\"z\"", "\"\xc3\xa9\""};
+        static const char *const keys[] = {"\"a\"",    "\"b\"",       "\"cost\"", "\"error\"",
+                                           "\"k\\n\"", "\"\\u0000\"", "\"z\"",    "\"\xc3\xa9\""};
         tp_buf_append(b, "{", 1);
         for (unsigned i = rnd(4), first = 1; i > 0; i--, first = 0) {
             if (!first)
@@ -231,7 +238,7 @@ static void test_plain_way(void)
         tp_buf_reset(&text);
         gen_value(&text, 0);
         if (rnd(10) == 0 && text.len > 0)
-            text.data[rnd((unsigned)text.len)] = (uint8_t)"\"{}[],:\\ x"[rnd(10)];
+            text.data[rnd((unsigned)text.len)] = (uint8_t) "\"{}[],:\\ x"[rnd(10)];
         tp_buf_t probe = {0};
         int rc = tp_json_compact_plain((const char *)text.data, text.len, &probe);
         json_t *v = json_loadb((const char *)text.data, text.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);

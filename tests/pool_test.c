@@ -55,10 +55,10 @@ static void test_many_noops(void)
 /* A hung tool is killed at its timeout and retried after its backoff. */
 static void test_hung_killed_and_retried(void)
 {
-    run_t r = run_calls(NULL, 
-        "{\"tools\": [{\"name\": \"hang\", \"exec\": [\"@T@/hang.sh\"], \"timeout\": \"200ms\","
-        " \"attempts\": 2, \"backoff\": {\"base\": \"50ms\", \"jitter\": \"none\"}}]}",
-        "{\"id\": \"h1\", \"tool\": \"hang\", \"args\": {\"q\": \"refund window\"}}\n", 1, 0);
+    run_t r = run_calls(NULL,
+                        "{\"tools\": [{\"name\": \"hang\", \"exec\": [\"@T@/hang.sh\"], \"timeout\": \"200ms\","
+                        " \"attempts\": 2, \"backoff\": {\"base\": \"50ms\", \"jitter\": \"none\"}}]}",
+                        "{\"id\": \"h1\", \"tool\": \"hang\", \"args\": {\"q\": \"refund window\"}}\n", 1, 0);
     CU_ASSERT_EQUAL(r.status, 1);
     json_t *v = row(&r, "h1");
     CU_ASSERT_PTR_NOT_NULL_FATAL(v);
@@ -217,17 +217,29 @@ static blocked_t run_with_loop_blocked(const char *registry, const char *args)
     struct event_base *base = event_base_new_with_config(cfg);
     event_config_free(cfg);
     wd_ctx_t c = {0};
-    tp_pool_opts_t o = {.workers = 1, .worker_path = TP_TEST_BIN "/toolpool-worker", .max_frame = 1u << 20,
-                        .pipeline = 1, .done_cb = wd_done, .idle_cb = wd_idle, .fatal_cb = wd_fatal,
-                        .closed_cb = wd_closed, .ctx = &c};
+    tp_pool_opts_t o = {.workers = 1,
+                        .worker_path = TP_TEST_BIN "/toolpool-worker",
+                        .max_frame = 1u << 20,
+                        .pipeline = 1,
+                        .done_cb = wd_done,
+                        .idle_cb = wd_idle,
+                        .fatal_cb = wd_fatal,
+                        .closed_cb = wd_closed,
+                        .ctx = &c};
     tp_pool_t *p = tp_pool_new(base, &o);
     CU_ASSERT_EQUAL_FATAL(tp_pool_start(p), 0);
     while (c.idle == 0)
         event_base_loop(base, EVLOOP_ONCE);
     pid_t worker = only_child();
     CU_ASSERT(worker > 0);
-    r.a = (tp_attempt_t){.tool = &reg->tools[0], .call_id = "w1", .job = "w1", .number = 1, .args = args,
-                         .args_len = strlen(args), .timeout_us = 100000, .depth = 1};
+    r.a = (tp_attempt_t){.tool = &reg->tools[0],
+                         .call_id = "w1",
+                         .job = "w1",
+                         .number = 1,
+                         .args = args,
+                         .args_len = strlen(args),
+                         .timeout_us = 100000,
+                         .depth = 1};
     CU_ASSERT_EQUAL_FATAL(tp_pool_submit(p, &r.a), 0);
     r.loop_deadline = tp_pool_next_deadline(p);
     tp_pool_flush(p);
@@ -295,8 +307,8 @@ static void test_grace_deadline_is_the_loops(void)
 /* An answer written before the deadline, still unread in the pipe, is not killed: it counts. */
 static void test_answer_waiting_at_deadline(void)
 {
-    blocked_t r = run_with_loop_blocked("{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \""
-                                        TP_TEST_PLUGIN "\"}, \"timeout\": \"100ms\", \"attempts\": 1}]}",
+    blocked_t r = run_with_loop_blocked("{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \"" TP_TEST_PLUGIN
+                                        "\"}, \"timeout\": \"100ms\", \"attempts\": 1}]}",
                                         "{\"ms\": 20}");
     CU_ASSERT_NOT_EQUAL(r.state, 'Z');
     CU_ASSERT_EQUAL(r.a.kind, TP_KIND_OK);
@@ -312,15 +324,15 @@ static void test_answer_waiting_at_deadline(void)
  */
 static void test_commit_hold(void)
 {
-    const uint64_t t = 1000000000u; /* now */
-    CU_ASSERT_EQUAL(tp_commit_hold_us(t, 0, t - 3000, 4000, 500), 0);                 /* no deadline */
-    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 1000, t - 3000, 4000, 500), 1050);        /* just past it */
-    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 1600, t - 3000, 4000, 500), 0);           /* beyond 2 x 500 + 500 */
-    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t - 200, t - 3000, 4000, 500), 50);           /* due now: its timer fires */
-    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t - 5000, t - 3000, 4000, 500), 0);           /* long past */
-    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 1000, t - 24000, 4000, 500), 0);          /* held long enough */
-    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 1000, t - 23500, 4000, 500), 500);        /* only to the bound */
-    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 300000, t - 3000, 4000, 1000000.0), 0);   /* slow disk: span capped */
+    const uint64_t t = 1000000000u;                                                  /* now */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, 0, t - 3000, 4000, 500), 0);                /* no deadline */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 1000, t - 3000, 4000, 500), 1050);      /* just past it */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 1600, t - 3000, 4000, 500), 0);         /* beyond 2 x 500 + 500 */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t - 200, t - 3000, 4000, 500), 50);         /* due now: its timer fires */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t - 5000, t - 3000, 4000, 500), 0);         /* long past */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 1000, t - 24000, 4000, 500), 0);        /* held long enough */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 1000, t - 23500, 4000, 500), 500);      /* only to the bound */
+    CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 300000, t - 3000, 4000, 1000000.0), 0); /* slow disk: span capped */
     CU_ASSERT_EQUAL(tp_commit_hold_us(t, t + 15000, t - 3000, 4000, 1000000.0), 15050);
     srand(5);
     for (int i = 0; i < 100000; i++) {
@@ -343,7 +355,8 @@ static void test_grandchild_killed(void)
     char reg[8192], calls[4096];
     snprintf(reg, sizeof reg,
              "{\"tools\": [{\"name\": \"gc\", \"exec\": [\"@T@/grandchild.sh\", \"%s/pid\"],"
-             " \"timeout\": \"300ms\", \"attempts\": 1}]}", dir);
+             " \"timeout\": \"300ms\", \"attempts\": 1}]}",
+             dir);
     snprintf(calls, sizeof calls, "{\"id\": \"g1\", \"tool\": \"gc\"}\n");
     run_t r = run_calls(NULL, reg, calls, 1, 0);
     json_t *v = row(&r, "g1");
@@ -412,8 +425,9 @@ static void test_kill_grace(void)
 /* A segfaulting plugin costs its worker, not the run: WorkerCrashed, retried. */
 static void test_segv_plugin(void)
 {
-    run_t r = run_calls(NULL, "{\"defaults\": {\"backoff\": {\"base\": \"1ms\"}}, \"tools\": ["
-                        PLUGIN_TOOL("segv") "," PLUGIN_TOOL("noop") "]}",
+    run_t r = run_calls(NULL,
+                        "{\"defaults\": {\"backoff\": {\"base\": \"1ms\"}}, \"tools\": [" PLUGIN_TOOL(
+                            "segv") "," PLUGIN_TOOL("noop") "]}",
                         "{\"id\": \"s1\", \"tool\": \"segv\"}\n"
                         "{\"id\": \"n1\", \"tool\": \"noop\"}\n"
                         "{\"id\": \"n2\", \"tool\": \"noop\"}\n",
@@ -546,8 +560,8 @@ static void test_recycle_max_calls(void)
 /* A tool's retry_after_ms stretches the backoff it follows. */
 static void test_retry_after(void)
 {
-    run_t r = run_calls(NULL, "{\"defaults\": {\"backoff\": {\"base\": \"1ms\"}}, \"tools\": ["
-                        PLUGIN_TOOL("rate") "]}",
+    run_t r = run_calls(NULL,
+                        "{\"defaults\": {\"backoff\": {\"base\": \"1ms\"}}, \"tools\": [" PLUGIN_TOOL("rate") "]}",
                         "{\"id\": \"r1\", \"tool\": \"rate\", \"args\": {\"after\": 300}}\n", 1, 0);
     json_t *v = row(&r, "r1");
     CU_ASSERT_PTR_NOT_NULL_FATAL(v);
@@ -562,7 +576,8 @@ static void test_retry_after(void)
 /* Exit statuses and JSON error objects map to the contract's kinds. */
 static void test_exec_outcomes(void)
 {
-    run_t r = run_calls(NULL, 
+    run_t r = run_calls(
+        NULL,
         "{\"defaults\": {\"attempts\": 2, \"backoff\": {\"base\": \"1ms\"}}, \"tools\": ["
         "{\"name\": \"exit75\", \"exec\": [\"@T@/exit.sh\", \"75\"]},"
         "{\"name\": \"exit77\", \"exec\": [\"@T@/exit.sh\", \"77\"]},"
@@ -572,8 +587,8 @@ static void test_exec_outcomes(void)
         "{\"name\": \"text\", \"exec\": [\"@T@/print.sh\", \"hello\\n\"]},"
         "{\"name\": \"real\", \"exec\": [\"@T@/print.sh\", \"{\\\"a\\\":\\n 1.08, \\\"b\\\": [1, 2]}\"]},"
         "{\"name\": \"cat\", \"exec\": [\"@T@/cat.sh\"]},"
-        "{\"name\": \"missing\", \"exec\": [\"@T@/no-such-tool\"]},"
-        PLUGIN_TOOL("custom") "," PLUGIN_TOOL("flaky") "]}",
+        "{\"name\": \"missing\", \"exec\": [\"@T@/no-such-tool\"]}," PLUGIN_TOOL("custom") "," PLUGIN_TOOL(
+            "flaky") "]}",
         "{\"id\": \"e75\", \"tool\": \"exit75\"}\n"
         "{\"id\": \"e77\", \"tool\": \"exit77\"}\n"
         "{\"id\": \"e64\", \"tool\": \"exit64\"}\n"
@@ -623,10 +638,12 @@ static void test_exec_outcomes(void)
 /* stdout past max_output: the tool is stopped and the call fails clearly. */
 static void test_output_cap(void)
 {
-    run_t r = run_calls(NULL, "{\"tools\": [{\"name\": \"yes\", \"exec\": [\"@T@/yes.sh\"], \"max_output\": 4096},"
-                        PLUGIN_TOOL("big") "]}",
-                        "{\"id\": \"y1\", \"tool\": \"yes\"}\n"
-                        "{\"id\": \"b1\", \"tool\": \"big\", \"args\": {\"n\": 100000}}\n", 1, 0);
+    run_t r = run_calls(
+        NULL,
+        "{\"tools\": [{\"name\": \"yes\", \"exec\": [\"@T@/yes.sh\"], \"max_output\": 4096}," PLUGIN_TOOL("big") "]}",
+        "{\"id\": \"y1\", \"tool\": \"yes\"}\n"
+        "{\"id\": \"b1\", \"tool\": \"big\", \"args\": {\"n\": 100000}}\n",
+        1, 0);
     json_t *v = row(&r, "y1");
     CU_ASSERT_STRING_EQUAL(str(v, "error"), "OutputTooLarge");
     CU_ASSERT_EQUAL(num(v, "attempts"), 1);
@@ -655,7 +672,8 @@ static void test_env_and_fds(void)
 /* The deadline bounds attempts and backoffs together. */
 static void test_deadline(void)
 {
-    run_t r = run_calls(NULL, "{\"tools\": [{\"name\": \"hang\", \"exec\": [\"@T@/hang.sh\"], \"timeout\": \"200ms\","
+    run_t r = run_calls(NULL,
+                        "{\"tools\": [{\"name\": \"hang\", \"exec\": [\"@T@/hang.sh\"], \"timeout\": \"200ms\","
                         " \"deadline\": \"500ms\", \"attempts\": 10,"
                         " \"backoff\": {\"base\": \"10ms\", \"jitter\": \"none\"}}]}",
                         "{\"id\": \"d1\", \"tool\": \"hang\"}\n", 1, 0);
@@ -674,8 +692,8 @@ static void test_concurrency_cap(void)
     const char *calls = "{\"id\": \"a\", \"tool\": \"sleep\", \"args\": {\"ms\": 150}}\n"
                         "{\"id\": \"b\", \"tool\": \"sleep\", \"args\": {\"ms\": 150}}\n"
                         "{\"id\": \"c\", \"tool\": \"sleep\", \"args\": {\"ms\": 150}}\n";
-    run_t r = run_calls(NULL, "{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"}, \"concurrency\": 1}]}",
-                        calls, 3, 0);
+    run_t r = run_calls(
+        NULL, "{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"}, \"concurrency\": 1}]}", calls, 3, 0);
     CU_ASSERT_EQUAL(r.status, 0);
     CU_ASSERT(r.secs >= 0.45);
     json_decref(r.rows);
@@ -729,15 +747,16 @@ static void test_job_order(void)
 /* Args that fail the tool's schema: no call happens; the message says what to fix. */
 static void test_invalid_arguments(void)
 {
-    run_t r = run_calls(NULL,
-                        "{\"tools\": [{\"name\": \"echo\", \"plugin\": {\"path\": \"@P@\"},"
-                        " \"parameters\": {\"type\": \"object\", \"required\": [\"q\"],"
-                        " \"properties\": {\"q\": {\"type\": \"string\"}, \"limit\": {\"type\": \"integer\", \"maximum\": 100}},"
-                        " \"additionalProperties\": false}}]}",
-                        "{\"id\": \"bad\", \"tool\": \"echo\", \"args\": {\"q\": 5, \"limit\": 250}}\n"
-                        "{\"id\": \"none\", \"tool\": \"echo\"}\n"
-                        "{\"id\": \"good\", \"tool\": \"echo\", \"args\": {\"q\": \"refund window\", \"limit\": 10}}\n",
-                        1, 0);
+    run_t r = run_calls(
+        NULL,
+        "{\"tools\": [{\"name\": \"echo\", \"plugin\": {\"path\": \"@P@\"},"
+        " \"parameters\": {\"type\": \"object\", \"required\": [\"q\"],"
+        " \"properties\": {\"q\": {\"type\": \"string\"}, \"limit\": {\"type\": \"integer\", \"maximum\": 100}},"
+        " \"additionalProperties\": false}}]}",
+        "{\"id\": \"bad\", \"tool\": \"echo\", \"args\": {\"q\": 5, \"limit\": 250}}\n"
+        "{\"id\": \"none\", \"tool\": \"echo\"}\n"
+        "{\"id\": \"good\", \"tool\": \"echo\", \"args\": {\"q\": \"refund window\", \"limit\": 10}}\n",
+        1, 0);
     CU_ASSERT_EQUAL(r.status, 1);
     json_t *v = row(&r, "bad");
     CU_ASSERT_STRING_EQUAL(str(v, "error"), "InvalidArguments");
@@ -818,7 +837,9 @@ static void test_depth_after_slow_first_call(void)
     tp_buf_t calls = {0};
     for (int i = 0; i < 40; i++)
         tp_buf_printf(&calls, "{\"id\": \"w%d\", \"tool\": \"sleep\", \"args\": {\"ms\": %d}}\n", i,
-                      i == 0 ? 50 : i == 20 ? 10000 : 0);
+                      i == 0    ? 50
+                      : i == 20 ? 10000
+                                : 0);
     tp_buf_append(&calls, "", 1);
     /*
      * 40 ms: fast calls queue however loaded the machine (each would have to

@@ -22,14 +22,13 @@
 #include "testutil.h"
 #include "toolpool.pb-c.h"
 
-#define EXPECT_HAS(hay, needle)                                                                              \
-    do {                                                                                                     \
-        const char *h_ = (hay), *n_ = (needle);                                                              \
-        bool in_ = h_ != NULL && strstr(h_, n_) != NULL;                                                     \
-        if (!in_)                                                                                            \
-            fprintf(stderr, "\n  %s:%d: %s lacks \"%s\": \"%s\"\n", __FILE__, __LINE__, #hay, n_,            \
-                    h_ ? h_ : "(null)");                                                                     \
-        CU_assertImplementation(in_, __LINE__, #hay " contains " #needle, __FILE__, "", CU_FALSE);           \
+#define EXPECT_HAS(hay, needle)                                                                                        \
+    do {                                                                                                               \
+        const char *h_ = (hay), *n_ = (needle);                                                                        \
+        bool in_ = h_ != NULL && strstr(h_, n_) != NULL;                                                               \
+        if (!in_)                                                                                                      \
+            fprintf(stderr, "\n  %s:%d: %s lacks \"%s\": \"%s\"\n", __FILE__, __LINE__, #hay, n_, h_ ? h_ : "(null)"); \
+        CU_assertImplementation(in_, __LINE__, #hay " contains " #needle, __FILE__, "", CU_FALSE);                     \
     } while (0)
 
 static uint8_t digest[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
@@ -52,18 +51,18 @@ static int round_trip(tp_db_t db, const void *key, size_t klen, const ProtobufCM
     return rc;
 }
 
-#define EXPECT_SOUND(db, key, m)                                                                             \
-    do {                                                                                                     \
-        int rc_ = round_trip(db, key, strlen(key), &(m).base);                                               \
-        if (rc_ != 0)                                                                                        \
-            fprintf(stderr, "\n  %s:%d: refused: %s\n", __FILE__, __LINE__, why);                           \
-        CU_ASSERT_EQUAL(rc_, 0);                                                                             \
+#define EXPECT_SOUND(db, key, m)                                                                                       \
+    do {                                                                                                               \
+        int rc_ = round_trip(db, key, strlen(key), &(m).base);                                                         \
+        if (rc_ != 0)                                                                                                  \
+            fprintf(stderr, "\n  %s:%d: refused: %s\n", __FILE__, __LINE__, why);                                      \
+        CU_ASSERT_EQUAL(rc_, 0);                                                                                       \
     } while (0)
 
-#define EXPECT_BAD(db, key, m, words)                                                                        \
-    do {                                                                                                     \
-        CU_ASSERT_EQUAL(round_trip(db, key, strlen(key), &(m).base), EPROTO);                                \
-        EXPECT_HAS(why, words);                                                                              \
+#define EXPECT_BAD(db, key, m, words)                                                                                  \
+    do {                                                                                                               \
+        CU_ASSERT_EQUAL(round_trip(db, key, strlen(key), &(m).base), EPROTO);                                          \
+        EXPECT_HAS(why, words);                                                                                        \
     } while (0)
 
 static void test_stored_result(void)
@@ -232,7 +231,10 @@ static void test_garbage_and_names(void)
 
     char name[128];
     CU_ASSERT_STRING_EQUAL(tp_record_name(TP_DB_RESULTS, "c1", 2, name, sizeof name), "results \"c1\"");
-    CU_ASSERT_STRING_EQUAL(tp_record_name(TP_DB_RESULTS, "a\"\x01\xff" "é", 6, name, sizeof name),
+    CU_ASSERT_STRING_EQUAL(tp_record_name(TP_DB_RESULTS,
+                                          "a\"\x01\xff"
+                                          "é",
+                                          6, name, sizeof name),
                            "results \"a\\x22\\x01\\xffé\"");
     uint8_t key[64];
     tp_digest_t d;

@@ -52,14 +52,15 @@ static Toolpool__Escalation *read_escalation(const char *dir, const char *id)
 static void test_same_call_breaker(void)
 {
     char *dir = new_store();
-    run_t r = run_calls(dir, DENY_REG,
-                        "{\"id\": \"d1\", \"job\": \"a\", \"step\": 1, \"tool\": \"deny\", \"args\": {\"id\": 7, \"x\": 1}}\n"
-                        "{\"id\": \"d2\", \"job\": \"a\", \"step\": 2, \"tool\": \"deny\", \"args\": {\"x\": 1.0, \"id\": 7}}\n"
-                        "{\"id\": \"d3\", \"job\": \"a\", \"step\": 3, \"tool\": \"deny\", \"args\": {\"id\": 7, \"x\": 1}}\n"
-                        "{\"id\": \"d4\", \"job\": \"a\", \"step\": 4, \"tool\": \"deny\", \"args\": {\"id\": 7, \"x\": 1}}\n"
-                        "{\"id\": \"d5\", \"job\": \"a\", \"step\": 5, \"tool\": \"deny\", \"args\": {\"id\": 7, \"x\": 1}}\n"
-                        "{\"id\": \"o1\", \"job\": \"a\", \"step\": 6, \"tool\": \"deny\", \"args\": {\"id\": 8}}\n",
-                        1, 0);
+    run_t r = run_calls(
+        dir, DENY_REG,
+        "{\"id\": \"d1\", \"job\": \"a\", \"step\": 1, \"tool\": \"deny\", \"args\": {\"id\": 7, \"x\": 1}}\n"
+        "{\"id\": \"d2\", \"job\": \"a\", \"step\": 2, \"tool\": \"deny\", \"args\": {\"x\": 1.0, \"id\": 7}}\n"
+        "{\"id\": \"d3\", \"job\": \"a\", \"step\": 3, \"tool\": \"deny\", \"args\": {\"id\": 7, \"x\": 1}}\n"
+        "{\"id\": \"d4\", \"job\": \"a\", \"step\": 4, \"tool\": \"deny\", \"args\": {\"id\": 7, \"x\": 1}}\n"
+        "{\"id\": \"d5\", \"job\": \"a\", \"step\": 5, \"tool\": \"deny\", \"args\": {\"id\": 7, \"x\": 1}}\n"
+        "{\"id\": \"o1\", \"job\": \"a\", \"step\": 6, \"tool\": \"deny\", \"args\": {\"id\": 8}}\n",
+        1, 0);
     CU_ASSERT_EQUAL(json_array_size(r.rows), 6);
     for (int i = 1; i <= 3; i++) {
         char id[8];
@@ -94,10 +95,11 @@ static void test_same_call_breaker(void)
     json_decref(r.rows);
 
     /* The job's next run sees its open circuit; another job (scope "job", the default) has its own. */
-    r = run_calls(dir, DENY_REG,
-                  "{\"id\": \"n1\", \"job\": \"a\", \"step\": 7, \"tool\": \"deny\", \"args\": {\"x\": 1, \"id\": 7}}\n"
-                  "{\"id\": \"n2\", \"job\": \"b\", \"step\": 1, \"tool\": \"deny\", \"args\": {\"x\": 1, \"id\": 7}}\n",
-                  1, 0);
+    r = run_calls(
+        dir, DENY_REG,
+        "{\"id\": \"n1\", \"job\": \"a\", \"step\": 7, \"tool\": \"deny\", \"args\": {\"x\": 1, \"id\": 7}}\n"
+        "{\"id\": \"n2\", \"job\": \"b\", \"step\": 1, \"tool\": \"deny\", \"args\": {\"x\": 1, \"id\": 7}}\n",
+        1, 0);
     CU_ASSERT_STRING_EQUAL(str(row(&r, "n1"), "error"), "CircuitOpen");
     CU_ASSERT_STRING_EQUAL(str(row(&r, "n2"), "error"), "PermissionDenied");
     json_decref(r.rows);
@@ -128,14 +130,15 @@ static void test_tool_breaker(void)
                       " \"breaker\": {\"same_call\": {\"failures\": 100},"
                       " \"tool\": {\"failure_rate\": 0.5, \"min_calls\": 4, \"window\": \"60s\","
                       " \"cooldown\": \"300ms\", \"probes\": 1}}}]}";
-    run_t r = run_calls(dir, reg,
-                        "{\"id\": \"a1\", \"job\": \"j\", \"step\": 1, \"tool\": \"flaky\", \"args\": {\"ok_at\": 1}}\n"
-                        "{\"id\": \"a2\", \"job\": \"j\", \"step\": 2, \"tool\": \"flaky\", \"args\": {\"ok_at\": 9}}\n"
-                        "{\"id\": \"a3\", \"job\": \"j\", \"step\": 3, \"tool\": \"flaky\", \"args\": {\"ok_at\": 9}}\n"
-                        "{\"id\": \"a4\", \"job\": \"j\", \"step\": 4, \"tool\": \"flaky\", \"args\": {\"ok_at\": 1}}\n"
-                        "{\"id\": \"a5\", \"job\": \"j\", \"step\": 5, \"tool\": \"flaky\", \"args\": {\"ok_at\": 9}}\n"
-                        "{\"id\": \"a6\", \"job\": \"j\", \"step\": 6, \"tool\": \"flaky\", \"args\": {\"ok_at\": 1}}\n",
-                        1, 0);
+    run_t r = run_calls(
+        dir, reg,
+        "{\"id\": \"a1\", \"job\": \"j\", \"step\": 1, \"tool\": \"flaky\", \"args\": {\"ok_at\": 1}}\n"
+        "{\"id\": \"a2\", \"job\": \"j\", \"step\": 2, \"tool\": \"flaky\", \"args\": {\"ok_at\": 9}}\n"
+        "{\"id\": \"a3\", \"job\": \"j\", \"step\": 3, \"tool\": \"flaky\", \"args\": {\"ok_at\": 9}}\n"
+        "{\"id\": \"a4\", \"job\": \"j\", \"step\": 4, \"tool\": \"flaky\", \"args\": {\"ok_at\": 1}}\n"
+        "{\"id\": \"a5\", \"job\": \"j\", \"step\": 5, \"tool\": \"flaky\", \"args\": {\"ok_at\": 9}}\n"
+        "{\"id\": \"a6\", \"job\": \"j\", \"step\": 6, \"tool\": \"flaky\", \"args\": {\"ok_at\": 1}}\n",
+        1, 0);
     /*
      * A tool's window starts at its first failure (a1 is not counted: a tool
      * that never failed keeps no record). a2-a4: 2 of 3 failed, under
@@ -234,8 +237,7 @@ static void test_fallback_chain(void)
 static void test_guards(void)
 {
     char *dir = new_store();
-    run_t r = run_calls(dir,
-                        "{\"guards\": {\"max_steps\": 2}, \"tools\": [" PLUGIN_TOOL("noop") "]}",
+    run_t r = run_calls(dir, "{\"guards\": {\"max_steps\": 2}, \"tools\": [" PLUGIN_TOOL("noop") "]}",
                         "{\"id\": \"s1\", \"job\": \"j\", \"step\": 1, \"tool\": \"noop\"}\n"
                         "{\"id\": \"s2\", \"job\": \"j\", \"step\": 2, \"tool\": \"noop\"}\n"
                         "{\"id\": \"s3\", \"job\": \"j\", \"step\": 3, \"tool\": \"noop\"}\n"
@@ -318,14 +320,19 @@ static void test_pipelining_beside_markers(void)
     for (int i = 0; i < 200; i++)
         tp_buf_printf(&calls, "{\"id\": \"w%d\", \"tool\": \"noop\", \"args\": {\"i\": %d}}\n", i, i);
     for (int j = 0; j < 300; j++) {
-        tp_buf_printf(&calls, "{\"id\": \"a%d\", \"job\": \"j%d\", \"step\": 1, \"tool\": \"pid\", \"args\": {\"i\": %d}}\n", j, j, j);
+        tp_buf_printf(&calls,
+                      "{\"id\": \"a%d\", \"job\": \"j%d\", \"step\": 1, \"tool\": \"pid\", \"args\": {\"i\": %d}}\n", j,
+                      j, j);
         tp_buf_printf(&calls, "{\"id\": \"n%d\", \"tool\": \"noop\", \"args\": {\"j\": %d}}\n", j, j);
-        tp_buf_printf(&calls, "{\"id\": \"b%d\", \"job\": \"j%d\", \"step\": 2, \"tool\": \"pid\", \"args\": {\"i\": %d}}\n", j, j, j);
+        tp_buf_printf(&calls,
+                      "{\"id\": \"b%d\", \"job\": \"j%d\", \"step\": 2, \"tool\": \"pid\", \"args\": {\"i\": %d}}\n", j,
+                      j, j);
     }
     tp_buf_append(&calls, "", 1);
     run_t r = run_calls(dir,
-                        "{\"guards\": {\"max_calls\": 2}, \"tools\": [" PLUGIN_TOOL("noop") ","
-                        "{\"name\": \"pid\", \"plugin\": {\"path\": \"@P@\"}, \"idempotent\": false}]}",
+                        "{\"guards\": {\"max_calls\": 2}, \"tools\": [" PLUGIN_TOOL(
+                            "noop") ","
+                                    "{\"name\": \"pid\", \"plugin\": {\"path\": \"@P@\"}, \"idempotent\": false}]}",
                         (char *)calls.data, 2, 0);
     CU_ASSERT_EQUAL(r.status, 0);
     CU_ASSERT_EQUAL(json_array_size(r.rows), 1100);
@@ -360,8 +367,8 @@ static void test_requeued_probe_runs(void)
                         "{\"defaults\": {\"attempts\": 1}, \"tools\": ["
                         "{\"name\": \"flaky\", \"plugin\": {\"path\": \"@P@\"},"
                         " \"breaker\": {\"tool\": {\"failure_rate\": 0.2, \"min_calls\": 4, \"cooldown\": \"300ms\"}}},"
-                        "{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"}, \"timeout\": \"100ms\"},"
-                        PLUGIN_TOOL("echo") "," PLUGIN_TOOL("logged") "]}",
+                        "{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"}, \"timeout\": \"100ms\"}," PLUGIN_TOOL(
+                            "echo") "," PLUGIN_TOOL("logged") "]}",
                         (char *)calls.data, 1, 0);
     run_queue_budget_us = 0;
     CU_ASSERT_STRING_EQUAL(str(row(&r, "hang"), "error"), "Timeout");
@@ -377,8 +384,9 @@ static void test_requeued_probe_runs(void)
 /* Starts `toolpool run` on a store; returns its pid. */
 static pid_t spawn_run(const char *dir, const char *reg, const char *calls, const char *out)
 {
-    char *argv[] = {TP_TEST_BIN "/toolpool", "run", "-q", "-j", "1", "--store", (char *)dir, "-r", (char *)reg,
-                    "-o", (char *)out, (char *)calls, NULL};
+    char *argv[] = {
+        TP_TEST_BIN "/toolpool", "run", "-q", "-j", "1", "--store", (char *)dir, "-r", (char *)reg, "-o", (char *)out,
+        (char *)calls,           NULL};
     pid_t pid;
     CU_ASSERT_EQUAL_FATAL(posix_spawn(&pid, argv[0], NULL, NULL, argv, environ), 0);
     return pid;

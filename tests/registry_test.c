@@ -31,8 +31,7 @@ static int suite_clean(void)
 }
 
 /* Writes json to tmpdir/name and loads it; *path gets the malloc'd path. */
-static tp_registry_t *load(const char *name, const char *json, char **path, char *err,
-                           size_t errlen)
+static tp_registry_t *load(const char *name, const char *json, char **path, char *err, size_t errlen)
 {
     *path = tp_test_write(tmpdir, name, json);
     return tp_registry_load(*path, err, errlen);
@@ -43,8 +42,8 @@ static tp_registry_t *load(const char *name, const char *json, char **path, char
  * "KEYPATH: " when keypath is NULL) and whose rest contains needle. On a
  * mismatch prints the caller's line, what came and what was wanted.
  */
-static void expect_error_at(const char *src, int srcline, const char *json, int line,
-                            const char *keypath, const char *needle)
+static void expect_error_at(const char *src, int srcline, const char *json, int line, const char *keypath,
+                            const char *needle)
 {
     char err[1024], want[1024], *path;
     static int seq;
@@ -63,11 +62,10 @@ static void expect_error_at(const char *src, int srcline, const char *json, int 
     CU_ASSERT(rest);
     CU_ASSERT_PTR_NULL(strchr(err, '\n'));
     if (!prefix || !rest || strchr(err, '\n') != NULL)
-        fprintf(stderr, "\n%s:%d:\n  got:  %s\n  want: %s...%s...\n", src, srcline, err, want,
-                needle);
+        fprintf(stderr, "\n%s:%d:\n  got:  %s\n  want: %s...%s...\n", src, srcline, err, want, needle);
     free(path);
 }
-#define EXPECT_ERROR(json, line, keypath, needle)                                                 \
+#define EXPECT_ERROR(json, line, keypath, needle)                                                                      \
     expect_error_at(__FILE__, __LINE__, (json), (line), (keypath), (needle))
 
 /* The whole message after "PATH:", exactly. */
@@ -92,12 +90,14 @@ static void test_duration_valid(void)
     static const struct {
         const char *s;
         uint64_t us;
+        /* clang-format off */
     } ok[] = {
         {"8s", 8000000},     {"250ms", 250000}, {"1.5s", 1500000},   {"10m", 600000000},
         {"1h", 3600000000u}, {"100us", 100},    {"0s", 0},           {"0", 0},
         {"0.1s", 100000},    {"2.5ms", 2500},   {"0.5s", 500000},    {"1.25h", 4500000000u},
         {"08s", 8000000},    {"0ms", 0},        {"30s", 30000000},   {"1.0000001s", 1000000},
     };
+    /* clang-format on */
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         uint64_t us = 12345;
         int rc = tp_duration_parse(ok[i].s, &us);
@@ -110,11 +110,13 @@ static void test_duration_valid(void)
 
 static void test_duration_invalid(void)
 {
+    /* clang-format off */
     static const char *const bad[] = {
         "",    "8",     "1.5",  "s",    "8 s",  " 8s",  "8s ", "-1s", "+1s",
         "1.s", ".5s",   "8sec", "8S",   "1d",   "00",   "1e3s", "ms", "0.0",
         "1ns", "5 m",   "1h30m", "0x10s", "99999999999999999999h", "18446744073709551616us",
     };
+    /* clang-format on */
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t us = 777;
         int rc = tp_duration_parse(bad[i], &us);
@@ -129,6 +131,7 @@ static void test_duration_invalid(void)
 
 /* ---- JSON line positions ---- */
 
+/* clang-format off */
 static const char POS_TEXT[] =
     "{\n"                                   /* 1 */
     "  \"a\": 1,\n"                         /* 2 */
@@ -149,6 +152,7 @@ static const char POS_TEXT[] =
     "      false\n"                         /* 17 */
     "    ]\n"                               /* 18 */
     "}\n";                                  /* 19 */
+/* clang-format on */
 
 static int pos(const char *pointer)
 {
@@ -182,22 +186,22 @@ static void test_jsonpos_found(void)
 static void test_jsonpos_missing(void)
 {
     CU_ASSERT_EQUAL(pos("/zz"), 0);
-    CU_ASSERT_EQUAL(pos("/d"), 0);          /* only nested */
-    CU_ASSERT_EQUAL(pos("/a/x"), 0);        /* into a scalar */
-    CU_ASSERT_EQUAL(pos("/b/c/3"), 0);      /* past the end */
-    CU_ASSERT_EQUAL(pos("/b/c/01"), 0);     /* leading zero */
-    CU_ASSERT_EQUAL(pos("/b/c/-"), 0);      /* "-" names nothing yet */
+    CU_ASSERT_EQUAL(pos("/d"), 0);      /* only nested */
+    CU_ASSERT_EQUAL(pos("/a/x"), 0);    /* into a scalar */
+    CU_ASSERT_EQUAL(pos("/b/c/3"), 0);  /* past the end */
+    CU_ASSERT_EQUAL(pos("/b/c/01"), 0); /* leading zero */
+    CU_ASSERT_EQUAL(pos("/b/c/-"), 0);  /* "-" names nothing yet */
     CU_ASSERT_EQUAL(pos("/b/c/x"), 0);
     CU_ASSERT_EQUAL(pos("/b/c/99999999999999999999999"), 0);
-    CU_ASSERT_EQUAL(pos("/e/f"), 0);        /* "e/f" needs ~1 */
-    CU_ASSERT_EQUAL(pos("/e~1f/g~h"), 0);   /* bad escape */
+    CU_ASSERT_EQUAL(pos("/e/f"), 0);      /* "e/f" needs ~1 */
+    CU_ASSERT_EQUAL(pos("/e~1f/g~h"), 0); /* bad escape */
     CU_ASSERT_EQUAL(pos("/e~2f"), 0);
     CU_ASSERT_EQUAL(pos("/esc\xc3\xa9"), 0); /* a prefix of a key */
     CU_ASSERT_EQUAL(pos("/es"), 0);
-    CU_ASSERT_EQUAL(pos("/\"t\": {["), 0);  /* text inside a string value */
-    CU_ASSERT_EQUAL(pos("/t/0/x"), 0);      /* into an empty object */
-    CU_ASSERT_EQUAL(pos("/t/1/0"), 0);      /* into an empty array */
-    CU_ASSERT_EQUAL(pos("a"), 0);           /* not a pointer */
+    CU_ASSERT_EQUAL(pos("/\"t\": {["), 0); /* text inside a string value */
+    CU_ASSERT_EQUAL(pos("/t/0/x"), 0);     /* into an empty object */
+    CU_ASSERT_EQUAL(pos("/t/1/0"), 0);     /* into an empty array */
+    CU_ASSERT_EQUAL(pos("a"), 0);          /* not a pointer */
     CU_ASSERT_EQUAL(tp_json_line(POS_TEXT, sizeof POS_TEXT - 1, NULL), 0);
     CU_ASSERT_EQUAL(tp_json_line(NULL, 0, ""), 0);
     CU_ASSERT_EQUAL(tp_json_line("  \n ", 4, ""), 0);
@@ -217,8 +221,8 @@ static void test_jsonpos_element_lines(void)
             CU_ASSERT_EQUAL(lines[i], pos(ptr));
         }
     }
-    CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/t", lines, 2), 2); /* n caps it */
-    CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/a", lines, 8), 0); /* no array */
+    CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/t", lines, 2), 2);   /* n caps it */
+    CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/a", lines, 8), 0);   /* no array */
     CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/t/1", lines, 8), 0); /* empty */
     CU_ASSERT_EQUAL(tp_json_element_lines(POS_TEXT, sizeof POS_TEXT - 1, "/zz", lines, 8), 0);
     static const char t[] = "\n[\n 1,\n [2,\n  3],\r\n \"x\"\n]";
@@ -243,6 +247,7 @@ static void test_jsonpos_array_root(void)
 
 /* ---- a full valid registry ---- */
 
+/* clang-format off */
 static const char FULL[] =
     "{\n"                                                                                /* 1 */
     "  \"defaults\": {\n"                                                                /* 2 */
@@ -283,6 +288,7 @@ static const char FULL[] =
     "     \"attempts\": 1, \"backoff\": {\"jitter\": \"equal\"}, \"fallback\": []}\n"    /* 32 */
     "  ]\n"                                                                              /* 33 */
     "}\n";                                                                               /* 34 */
+/* clang-format on */
 
 #define BIT(k) (1ull << (k))
 
@@ -406,9 +412,8 @@ static void test_full_registry(void)
 static void test_builtin_defaults(void)
 {
     char err[1024], *path;
-    tp_registry_t *reg = load("min.json",
-                              "{\"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]}]}",
-                              &path, err, sizeof err);
+    tp_registry_t *reg = load("min.json", "{\"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]}]}", &path, err,
+                              sizeof err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
     const tp_policy_t *p = &reg->tools[0].policy;
     CU_ASSERT_EQUAL(p->timeout_us, 30000000);
@@ -422,8 +427,8 @@ static void test_builtin_defaults(void)
     CU_ASSERT(p->idempotent);
     CU_ASSERT_EQUAL(p->concurrency, 0);
     CU_ASSERT_EQUAL(p->max_output, 1048576);
-    CU_ASSERT_EQUAL(p->retry_on, BIT(TP_KIND_TIMEOUT) | BIT(TP_KIND_RATE_LIMITED) |
-                                     BIT(TP_KIND_SERVER_ERROR) | BIT(TP_KIND_WORKER_CRASHED));
+    CU_ASSERT_EQUAL(p->retry_on, BIT(TP_KIND_TIMEOUT) | BIT(TP_KIND_RATE_LIMITED) | BIT(TP_KIND_SERVER_ERROR) |
+                                     BIT(TP_KIND_WORKER_CRASHED));
     CU_ASSERT_PTR_NULL(p->fallback);
     CU_ASSERT_EQUAL(p->n_fallback, 0);
     CU_ASSERT_EQUAL(p->fallback_on, 1u << TP_CLASS_TRANSIENT);
@@ -459,6 +464,7 @@ static void test_size_parse(void)
     static const struct {
         const char *s;
         uint64_t bytes;
+        /* clang-format off */
     } ok[] = {
         {"0", 0},
         {"1048576", 1048576},
@@ -470,13 +476,14 @@ static void test_size_parse(void)
         {"2T", 2199023255552ull},
         {"16777215T", 16777215ull << 40},
     };
+    /* clang-format on */
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         uint64_t b = 1;
         CU_ASSERT_EQUAL(tp_size_parse(ok[i].s, &b), 0);
         CU_ASSERT_EQUAL(b, ok[i].bytes);
     }
-    static const char *const bad[] = {"",      "M",          "1.5G", "512MB", "512 M", "-1",
-                                      "12X",   "0x10",       "16777216T", "99999999999999999999", "1Ki"};
+    static const char *const bad[] = {
+        "", "M", "1.5G", "512MB", "512 M", "-1", "12X", "0x10", "16777216T", "99999999999999999999", "1Ki"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t b = 7;
         CU_ASSERT_EQUAL(tp_size_parse(bad[i], &b), -1);
@@ -515,8 +522,7 @@ static void test_limits(void)
     free(path);
     tp_registry_free(reg);
 
-    reg = load("nolimits.json", "{\"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]}]}", &path, err,
-               sizeof err);
+    reg = load("nolimits.json", "{\"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]}]}", &path, err, sizeof err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
     CU_ASSERT_EQUAL(reg->tools[0].policy.limit_memory, 0);
     CU_ASSERT_EQUAL(reg->tools[0].policy.limit_cpu_us, 0);
@@ -533,8 +539,8 @@ static void test_err_limits(void)
                  "   \"limits\": {\"memory\": \"12X\"}}]}\n",          /* 2 */
                  "2: tools[0] (a).limits.memory: expected a size like \"512M\" (K, M, G, T: powers of "
                  "1024) or a number of bytes, got \"12X\"");
-    EXPECT_ERROR("{\"defaults\": {\"limits\": {\n"                     /* 1 */
-                 "   \"memory\": \"64K\"}},\n"                         /* 2 */
+    EXPECT_ERROR("{\"defaults\": {\"limits\": {\n"                      /* 1 */
+                 "   \"memory\": \"64K\"}},\n"                          /* 2 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
                  2, "defaults.limits.memory", "must be >= 1048576, got \"64K\"");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
@@ -577,8 +583,8 @@ static void test_err_limits(void)
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"], \"max_output\": 10,\n" /* 1 */
                  "   \"limits\": {\"output\": \"1M\"}}]}\n",                               /* 2 */
                  2, "tools[0] (a).limits.output", "the same cap as \"max_output\"");
-    EXPECT_ERROR("{\"defaults\": {\"limits\": {\"output\": 5},\n"      /* 1 */
-                 "   \"max_output\": 10},\n"                           /* 2 */
+    EXPECT_ERROR("{\"defaults\": {\"limits\": {\"output\": 5},\n"       /* 1 */
+                 "   \"max_output\": 10},\n"                            /* 2 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
                  1, "defaults.limits.output", "the same cap as \"max_output\"");
 }
@@ -587,11 +593,12 @@ static void test_err_limits(void)
 static void test_worker_recycling(void)
 {
     char err[1024], *path;
-    tp_registry_t *reg = load("worker.json",
-                              "{\"defaults\": {\"worker\": {\"max_calls\": 1000, \"max_rss\": \"512M\"}},\n"
-                              " \"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]},\n"
-                              "   {\"name\": \"b\", \"exec\": [\"/bin/true\"], \"worker\": {\"max_rss\": 52428800}}]}\n",
-                              &path, err, sizeof err);
+    tp_registry_t *reg = load(
+        "worker.json",
+        "{\"defaults\": {\"worker\": {\"max_calls\": 1000, \"max_rss\": \"512M\"}},\n"
+        " \"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]},\n"
+        "   {\"name\": \"b\", \"exec\": [\"/bin/true\"], \"worker\": {\"max_rss\": 52428800}}]}\n",
+        &path, err, sizeof err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
     CU_ASSERT_EQUAL(reg->tools[0].policy.worker_max_calls, 1000);
     CU_ASSERT_EQUAL(reg->tools[0].policy.worker_max_rss, 512ull << 20);
@@ -599,8 +606,7 @@ static void test_worker_recycling(void)
     CU_ASSERT_EQUAL(reg->tools[1].policy.worker_max_rss, 50ull << 20);
     free(path);
     tp_registry_free(reg);
-    reg = load("noworker.json", "{\"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]}]}", &path, err,
-               sizeof err);
+    reg = load("noworker.json", "{\"tools\": [{\"name\": \"a\", \"exec\": [\"/bin/true\"]}]}", &path, err, sizeof err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
     CU_ASSERT_EQUAL(reg->tools[0].policy.worker_max_calls, 0);
     CU_ASSERT_EQUAL(reg->tools[0].policy.worker_max_rss, 0);
@@ -613,8 +619,8 @@ static void test_err_worker(void)
     EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
                  "   \"worker\": {\"max_calls\": 0}}]}\n",             /* 2 */
                  "2: tools[0] (a).worker.max_calls: must be >= 1, got 0");
-    EXPECT_ERROR("{\"defaults\": {\"worker\": {\n"                     /* 1 */
-                 "   \"max_calls\": \"100\"}},\n"                      /* 2 */
+    EXPECT_ERROR("{\"defaults\": {\"worker\": {\n"                      /* 1 */
+                 "   \"max_calls\": \"100\"}},\n"                       /* 2 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
                  2, "defaults.worker.max_calls", "expected an integer, got \"100\"");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
@@ -660,8 +666,7 @@ static void test_many_tools(void)
         snprintf(name, sizeof name, "tool_%zu", i);
         snprintf(want, sizeof want, "/abs/p%zu.so", i);
         const tp_tool_t *t = tp_registry_find(reg, name);
-        if (t != NULL && t->index == i && t->line == (int)i + 2 &&
-            strcmp(t->plugin_path, want) == 0)
+        if (t != NULL && t->index == i && t->line == (int)i + 2 && strcmp(t->plugin_path, want) == 0)
             found++;
     }
     CU_ASSERT_EQUAL(found, n);
@@ -706,17 +711,17 @@ static void test_err_missing_file(void)
 
 static void test_err_syntax(void)
 {
-    EXPECT_ERROR("{\n"                                  /* 1 */
-                 "  \"tools\": [\n"                     /* 2 */
+    EXPECT_ERROR("{\n"                                         /* 1 */
+                 "  \"tools\": [\n"                            /* 2 */
                  "    {\"name\": \"a\", \"exec\": [\"x\"],}\n" /* 3 */
-                 "  ]\n"                                /* 4 */
-                 "}\n",                                 /* 5 */
+                 "  ]\n"                                       /* 4 */
+                 "}\n",                                        /* 5 */
                  3, NULL, "invalid JSON: string or '}' expected near '}'");
-    EXPECT_ERROR("{\"tools\": [\n"                      /* 1 */
-                 "  {\"name\": \"a\",\n"                /* 2 */
-                 "   \"exec\": [\"x\"],\n"              /* 3 */
-                 "   \"exec\": [\"y\"]}\n"              /* 4 */
-                 "]}\n",                                /* 5 */
+    EXPECT_ERROR("{\"tools\": [\n"         /* 1 */
+                 "  {\"name\": \"a\",\n"   /* 2 */
+                 "   \"exec\": [\"x\"],\n" /* 3 */
+                 "   \"exec\": [\"y\"]}\n" /* 4 */
+                 "]}\n",                   /* 5 */
                  4, NULL, "duplicate object key");
     EXPECT_ERROR("", 1, NULL, "invalid JSON");
     /* What jansson quotes of the file after "near" is raw: its newline does not end the message. */
@@ -728,16 +733,16 @@ static void test_schema_settings(void)
 {
     char err[1024], *path;
     char *units = tp_test_write(tmpdir, "units.json", "{\"type\": \"string\"}");
-    tp_registry_t *reg =
-        load("schema.json",
-             "{\"schema_dialect\": \"2020-12\", \"formats\": \"assert\",\n"
-             " \"schema_refs\": {\"https://example.com/units.json#\": \"units.json\"},\n"
-             " \"tools\": [\n"
-             "  {\"name\": \"a\", \"exec\": [\"x\"], \"parameters\": {\"prefixItems\": [{\"format\": \"date\"}],"
-             " \"items\": {\"$ref\": \"https://example.com/units.json\"}}},\n"
-             "  {\"name\": \"b\", \"exec\": [\"x\"], \"schema_dialect\": \"draft-07\", \"formats\": \"annotate\",\n"
-             "   \"parameters\": {\"prefixItems\": [{\"format\": \"date\"}]}}]}\n",
-             &path, err, sizeof err);
+    tp_registry_t *reg = load(
+        "schema.json",
+        "{\"schema_dialect\": \"2020-12\", \"formats\": \"assert\",\n"
+        " \"schema_refs\": {\"https://example.com/units.json#\": \"units.json\"},\n"
+        " \"tools\": [\n"
+        "  {\"name\": \"a\", \"exec\": [\"x\"], \"parameters\": {\"prefixItems\": [{\"format\": \"date\"}],"
+        " \"items\": {\"$ref\": \"https://example.com/units.json\"}}},\n"
+        "  {\"name\": \"b\", \"exec\": [\"x\"], \"schema_dialect\": \"draft-07\", \"formats\": \"annotate\",\n"
+        "   \"parameters\": {\"prefixItems\": [{\"format\": \"date\"}]}}]}\n",
+        &path, err, sizeof err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
     json_t *args = json_loads("[\"tomorrow\", 5]", 0, NULL);
     /* a: 2020-12 by the registry's default, formats asserted, the $ref served from units.json */
@@ -757,26 +762,25 @@ static void test_schema_settings(void)
     EXPECT_ERROR("{\"schema_refs\": {\"https://x/a.json\": \"missing.json\"},\n" /* 1 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}\n",
                  1, "schema_refs.https://x/a.json", "cannot read the schema");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n"            /* 1 */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n"                                  /* 1 */
                  "   \"parameters\": {\"properties\": {\"q\": {\"$ref\": \"https://x/b.json\"}}}}]}\n", /* 2 */
                  2, "tools[0] (a).parameters", "/properties/q/$ref: unresolvable reference \"https://x/b.json\"");
 }
 
 static void test_err_top_level(void)
 {
-    EXPECT_EXACT("{\n"                                             /* 1 */
+    EXPECT_EXACT("{\n"                                                    /* 1 */
                  "  \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}],\n" /* 2 */
-                 "  \"tool\": []\n"                                /* 3 */
-                 "}\n",                                            /* 4 */
+                 "  \"tool\": []\n"                                       /* 3 */
+                 "}\n",                                                   /* 4 */
                  "3: tool: unknown key (did you mean \"tools\"?)");
     EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}],\n" /* 1 */
-                 " \"version\": 2}\n",                                  /* 2 */
+                 " \"version\": 2}\n",                                   /* 2 */
                  "2: version: unknown key (expected one of \"defaults\", \"guards\", \"schema_dialect\", "
                  "\"formats\", \"schema_refs\", \"tools\", \"mcp_servers\", \"run\")");
     EXPECT_EXACT("{\"defaults\": {}}", "1: missing required key \"tools\"");
     EXPECT_EXACT("{\n \"tools\": []\n}", "2: tools: expected a non-empty array of tools, got []");
-    EXPECT_EXACT("{\"tools\": {\"a\": 1}}",
-                 "1: tools: expected a non-empty array of tools, got an object");
+    EXPECT_EXACT("{\"tools\": {\"a\": 1}}", "1: tools: expected a non-empty array of tools, got an object");
     /* a top-level array is an OpenAI tool list */
     EXPECT_EXACT("[1]", "1: [0]: expected a tool object, got 1");
     EXPECT_EXACT("{\"defaults\": [], \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}",
@@ -792,16 +796,16 @@ static void test_err_unknown_tool_key(void)
                  "   \"timout\": \"5s\"}\n"                  /* 5 */
                  "]}\n",                                     /* 6 */
                  "5: tools[1] (b).timout: unknown key (did you mean \"timeout\"?)");
-    EXPECT_EXACT("{\"tools\": [\n"                               /* 1 */
-                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n"      /* 2 */
-                 "   \"color\": \"blue\"}\n"                     /* 3 */
-                 "]}\n",                                         /* 4 */
+    EXPECT_EXACT("{\"tools\": [\n"                          /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n" /* 2 */
+                 "   \"color\": \"blue\"}\n"                /* 3 */
+                 "]}\n",                                    /* 4 */
                  "3: tools[0] (a).color: unknown key");
     /* "/" and "~" in a key: escaped in the pointer, so the line is still found */
-    EXPECT_EXACT("{\"tools\": [\n"                               /* 1 */
-                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n"      /* 2 */
-                 "   \"a/b~c\": 1}\n"                            /* 3 */
-                 "]}\n",                                         /* 4 */
+    EXPECT_EXACT("{\"tools\": [\n"                          /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n" /* 2 */
+                 "   \"a/b~c\": 1}\n"                       /* 3 */
+                 "]}\n",                                    /* 4 */
                  "3: tools[0] (a).a/b~c: unknown key");
     /* a control character in a key: the message stays one line */
     EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"], \"a\\nb\\u0001\": 1}]}",
@@ -810,35 +814,34 @@ static void test_err_unknown_tool_key(void)
 
 static void test_err_unknown_policy_key(void)
 {
-    EXPECT_EXACT("{\n"                                            /* 1 */
-                 "  \"defaults\": {\n"                            /* 2 */
-                 "    \"timeout\": \"5s\",\n"                     /* 3 */
-                 "    \"retries\": 3\n"                           /* 4 */
-                 "  },\n"                                         /* 5 */
+    EXPECT_EXACT("{\n"                                                   /* 1 */
+                 "  \"defaults\": {\n"                                   /* 2 */
+                 "    \"timeout\": \"5s\",\n"                            /* 3 */
+                 "    \"retries\": 3\n"                                  /* 4 */
+                 "  },\n"                                                /* 5 */
                  "  \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]\n" /* 6 */
-                 "}\n",                                           /* 7 */
+                 "}\n",                                                  /* 7 */
                  "4: defaults.retries: unknown key (toolpool has \"attempts\", and attempts counts the first try: "
                  "\"retries\": 2 is \"attempts\": 3)");
-    EXPECT_EXACT("{\n"                                            /* 1 */
-                 "  \"defaults\": {\"backoff\": {\n"              /* 2 */
-                 "    \"base\": \"1s\",\n"                        /* 3 */
-                 "    \"jiter\": \"none\"}},\n"                   /* 4 */
+    EXPECT_EXACT("{\n"                                                   /* 1 */
+                 "  \"defaults\": {\"backoff\": {\n"                     /* 2 */
+                 "    \"base\": \"1s\",\n"                               /* 3 */
+                 "    \"jiter\": \"none\"}},\n"                          /* 4 */
                  "  \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]\n" /* 5 */
-                 "}\n",                                           /* 6 */
+                 "}\n",                                                  /* 6 */
                  "4: defaults.backoff.jiter: unknown key (did you mean \"jitter\"?)");
-    EXPECT_ERROR("{\"defaults\": {\"breaker\": {\"tool\": {\n" /* 1 */
-                 "   \"probes\": 2,\n"                         /* 2 */
-                 "   \"half_open\": 1}}},\n"                   /* 3 */
+    EXPECT_ERROR("{\"defaults\": {\"breaker\": {\"tool\": {\n"            /* 1 */
+                 "   \"probes\": 2,\n"                                    /* 2 */
+                 "   \"half_open\": 1}}},\n"                              /* 3 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}\n", /* 4 */
-                 3, "defaults.breaker.tool.half_open",
-                 "unknown key (expected one of \"failure_rate\"");
+                 3, "defaults.breaker.tool.half_open", "unknown key (expected one of \"failure_rate\"");
     /* a tool's own keys are not policy keys */
-    EXPECT_ERROR("{\"defaults\": {\n"                      /* 1 */
-                 "   \"exec\": [\"x\"]},\n"                /* 2 */
+    EXPECT_ERROR("{\"defaults\": {\n"                                     /* 1 */
+                 "   \"exec\": [\"x\"]},\n"                               /* 2 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}\n", /* 3 */
                  2, "defaults.exec", "unknown key");
-    EXPECT_ERROR("{\"guards\": {\"max_steps\": 5,\n"       /* 1 */
-                 "   \"max_tokens\": 9},\n"                /* 2 */
+    EXPECT_ERROR("{\"guards\": {\"max_steps\": 5,\n"                      /* 1 */
+                 "   \"max_tokens\": 9},\n"                               /* 2 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}\n", /* 3 */
                  2, "guards.max_tokens", "unknown key");
 }
@@ -846,22 +849,22 @@ static void test_err_unknown_policy_key(void)
 static void test_err_wrong_type(void)
 {
     /* the contract's own example */
-    EXPECT_EXACT("{\n"                                       /* 1 */
-                 "  \"defaults\": {\n"                       /* 2 */
-                 "    \"attempts\": 3\n"                     /* 3 */
-                 "  },\n"                                    /* 4 */
-                 "  \"tools\": [\n"                          /* 5 */
-                 "    {\n"                                   /* 6 */
-                 "      \"name\": \"search_kb\",\n"          /* 7 */
-                 "      \"exec\": [\"./search.sh\"],\n"      /* 8 */
-                 "      \"timeout\": 8\n"                    /* 9 */
-                 "    }\n"                                   /* 10 */
-                 "  ]\n"                                     /* 11 */
-                 "}\n",                                      /* 12 */
+    EXPECT_EXACT("{\n"                                  /* 1 */
+                 "  \"defaults\": {\n"                  /* 2 */
+                 "    \"attempts\": 3\n"                /* 3 */
+                 "  },\n"                               /* 4 */
+                 "  \"tools\": [\n"                     /* 5 */
+                 "    {\n"                              /* 6 */
+                 "      \"name\": \"search_kb\",\n"     /* 7 */
+                 "      \"exec\": [\"./search.sh\"],\n" /* 8 */
+                 "      \"timeout\": 8\n"               /* 9 */
+                 "    }\n"                              /* 10 */
+                 "  ]\n"                                /* 11 */
+                 "}\n",                                 /* 12 */
                  "9: tools[0] (search_kb).timeout: expected a duration like \"8s\", got 8");
-    EXPECT_EXACT("{\"tools\": [\n"                                    /* 1 */
-                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n"           /* 2 */
-                 "   \"attempts\": \"3\"}]}\n",                       /* 3 */
+    EXPECT_EXACT("{\"tools\": [\n"                          /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n" /* 2 */
+                 "   \"attempts\": \"3\"}]}\n",             /* 3 */
                  "3: tools[0] (a).attempts: expected an integer, got \"3\"");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
                  "   \"attempts\": 2.0}]}\n",                          /* 2 */
@@ -881,25 +884,23 @@ static void test_err_wrong_type(void)
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
                  "   \"description\": 5}]}\n",                         /* 2 */
                  2, "tools[0] (a).description", "expected a string, got 5");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\",\n"                    /* 1 */
-                 "   \"exec\": \"python3 tool.py\"}]}\n",              /* 2 */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\",\n"       /* 1 */
+                 "   \"exec\": \"python3 tool.py\"}]}\n", /* 2 */
                  2, "tools[0] (a).exec", "expected an argv array");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\",\n"                    /* 1 */
-                 "   \"exec\": [\"x\",\n"                              /* 2 */
-                 "            3]}]}\n",                                /* 3 */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\",\n" /* 1 */
+                 "   \"exec\": [\"x\",\n"           /* 2 */
+                 "            3]}]}\n",             /* 3 */
                  3, "tools[0] (a).exec[1]", "expected a string, got 3");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": []}]}", 1, "tools[0] (a).exec",
-                 "got []");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": []}]}", 1, "tools[0] (a).exec", "got []");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"\"]}]}", 1, "tools[0] (a).exec[0]",
                  "expected a program, got \"\"");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
                  "   \"backoff\": {\"jitter\": \"half\"}}]}\n",        /* 2 */
-                 2, "tools[0] (a).backoff.jitter",
-                 "expected one of \"full\", \"equal\", \"none\", got \"half\"");
-    EXPECT_ERROR("{\"tools\": [\n"                                     /* 1 */
-                 "  \"search_kb\"]}\n",                                /* 2 */
+                 2, "tools[0] (a).backoff.jitter", "expected one of \"full\", \"equal\", \"none\", got \"half\"");
+    EXPECT_ERROR("{\"tools\": [\n"      /* 1 */
+                 "  \"search_kb\"]}\n", /* 2 */
                  2, "tools[0]", "expected a tool object, got \"search_kb\"");
-    EXPECT_ERROR("{\"guards\": {\"max_cost\": \"1\"},\n"               /* 1 */
+    EXPECT_ERROR("{\"guards\": {\"max_cost\": \"1\"},\n"                /* 1 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 2 */
                  1, "guards.max_cost", "expected a number, got \"1\"");
 }
@@ -909,33 +910,33 @@ static void test_err_range(void)
     EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
                  "   \"attempts\": 0}]}\n",                            /* 2 */
                  "2: tools[0] (a).attempts: must be >= 1, got 0");
-    EXPECT_ERROR("{\"defaults\": {\n"                                  /* 1 */
-                 "   \"attempts\": 101},\n"                            /* 2 */
+    EXPECT_ERROR("{\"defaults\": {\n"                                   /* 1 */
+                 "   \"attempts\": 101},\n"                             /* 2 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
                  2, "defaults.attempts", "must be <= 100, got 101");
     /* the contract's own example, tools[1] */
-    EXPECT_EXACT("{\n"                                                 /* 1 */
-                 "  \"tools\": [\n"                                    /* 2 */
-                 "    {\"name\": \"a\", \"exec\": [\"x\"]},\n"         /* 3 */
-                 "    {\n"                                             /* 4 */
-                 "      \"name\": \"b\",\n"                            /* 5 */
-                 "      \"exec\": [\"y\"],\n"                          /* 6 */
-                 "      \"backoff\": {\n"                              /* 7 */
-                 "        \"base\": \"1s\",\n"                         /* 8 */
-                 "        \"factor\": 0.5\n"                           /* 9 */
-                 "      }\n"                                           /* 10 */
-                 "    }\n"                                             /* 11 */
-                 "  ]\n"                                               /* 12 */
-                 "}\n",                                                /* 13 */
+    EXPECT_EXACT("{\n"                                         /* 1 */
+                 "  \"tools\": [\n"                            /* 2 */
+                 "    {\"name\": \"a\", \"exec\": [\"x\"]},\n" /* 3 */
+                 "    {\n"                                     /* 4 */
+                 "      \"name\": \"b\",\n"                    /* 5 */
+                 "      \"exec\": [\"y\"],\n"                  /* 6 */
+                 "      \"backoff\": {\n"                      /* 7 */
+                 "        \"base\": \"1s\",\n"                 /* 8 */
+                 "        \"factor\": 0.5\n"                   /* 9 */
+                 "      }\n"                                   /* 10 */
+                 "    }\n"                                     /* 11 */
+                 "  ]\n"                                       /* 12 */
+                 "}\n",                                        /* 13 */
                  "9: tools[1] (b).backoff.factor: must be >= 1, got 0.5");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
                  "   \"breaker\": {\n"                                 /* 2 */
                  "     \"tool\": {\"failure_rate\": 1.5}}}]}\n",       /* 3 */
                  3, "tools[0] (a).breaker.tool.failure_rate", "must be <= 1, got 1.5");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n"     /* 1 */
                  "   \"breaker\": {\"tool\": {\"failure_rate\": 0}}}]}\n", /* 2 */
                  2, "tools[0] (a).breaker.tool.failure_rate", "must be > 0, got 0");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n"      /* 1 */
                  "   \"breaker\": {\"same_call\": {\"failures\": 0}}}]}\n", /* 2 */
                  2, "tools[0] (a).breaker.same_call.failures", "must be >= 1, got 0");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
@@ -950,25 +951,25 @@ static void test_err_range(void)
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
                  "   \"max_output\": 0}]}\n",                          /* 2 */
                  2, "tools[0] (a).max_output", "must be >= 1, got 0");
-    EXPECT_ERROR("{\"guards\": {\n"                                    /* 1 */
-                 "   \"max_steps\": 0},\n"                             /* 2 */
+    EXPECT_ERROR("{\"guards\": {\n"                                     /* 1 */
+                 "   \"max_steps\": 0},\n"                              /* 2 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
                  2, "guards.max_steps", "must be >= 1, got 0");
-    EXPECT_ERROR("{\"guards\": {\"max_cost\": 0},\n"                   /* 1 */
+    EXPECT_ERROR("{\"guards\": {\"max_cost\": 0},\n"                    /* 1 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 2 */
                  1, "guards.max_cost", "must be > 0, got 0");
 }
 
 static void test_err_duration(void)
 {
-    EXPECT_EXACT("{\"defaults\": {\n"                                  /* 1 */
-                 "   \"deadline\": \"30 seconds\"},\n"                 /* 2 */
+    EXPECT_EXACT("{\"defaults\": {\n"                                   /* 1 */
+                 "   \"deadline\": \"30 seconds\"},\n"                  /* 2 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
                  "2: defaults.deadline: expected a duration like \"8s\", got \"30 seconds\"");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
                  "   \"backoff\": {\"max\": \"1.5\"}}]}\n",            /* 2 */
                  2, "tools[0] (a).backoff.max", "expected a duration like \"8s\", got \"1.5\"");
-    EXPECT_ERROR("{\"guards\": {\"max_wall\": 3600},\n"                /* 1 */
+    EXPECT_ERROR("{\"guards\": {\"max_wall\": 3600},\n"                 /* 1 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 2 */
                  1, "guards.max_wall", "expected a duration like \"8s\", got 3600");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
@@ -1003,11 +1004,11 @@ static void test_err_no_adapter(void)
 
 static void test_err_two_adapters(void)
 {
-    EXPECT_EXACT("{\"tools\": [\n"                           /* 1 */
-                 "  {\"name\": \"a\",\n"                     /* 2 */
-                 "   \"exec\": [\"x\"],\n"                   /* 3 */
-                 "   \"plugin\": {\"path\": \"a.so\"}}\n"    /* 4 */
-                 "]}\n",                                     /* 5 */
+    EXPECT_EXACT("{\"tools\": [\n"                        /* 1 */
+                 "  {\"name\": \"a\",\n"                  /* 2 */
+                 "   \"exec\": [\"x\"],\n"                /* 3 */
+                 "   \"plugin\": {\"path\": \"a.so\"}}\n" /* 4 */
+                 "]}\n",                                  /* 5 */
                  "4: tools[0] (a).plugin: a tool has exactly one adapter, and this one already "
                  "has \"exec\"");
 }
@@ -1019,46 +1020,45 @@ static void test_err_name(void)
                  "  {\"exec\": [\"y\"]}\n"                   /* 3 */
                  "]}\n",                                     /* 4 */
                  "3: tools[1]: missing required key \"name\"");
-    EXPECT_ERROR("{\"tools\": [\n"                           /* 1 */
+    EXPECT_ERROR("{\"tools\": [\n"                                /* 1 */
                  "  {\"name\": \"my tool\", \"exec\": [\"y\"]}\n" /* 2 */
-                 "]}\n",                                     /* 3 */
+                 "]}\n",                                          /* 3 */
                  2, "tools[0].name", "got \"my tool\"");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"\", \"exec\": [\"y\"]}]}", 1, "tools[0].name",
-                 "got \"\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"\", \"exec\": [\"y\"]}]}", 1, "tools[0].name", "got \"\"");
     EXPECT_ERROR("{\"tools\": [{\"name\": 7, \"exec\": [\"y\"]}]}", 1, "tools[0].name", "got 7");
 }
 
 static void test_err_adapter_shapes(void)
 {
-    EXPECT_EXACT("{\"tools\": [\n"                                   /* 1 */
-                 "  {\"name\": \"a\", \"exec\": [\"x\"]},\n"         /* 2 */
+    EXPECT_EXACT("{\"tools\": [\n"                                          /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"]},\n"                /* 2 */
                  "  {\"name\": \"b\", \"plugin\": {\"path\": \"b.so\"}},\n" /* 3 */
-                 "  {\"name\": \"c\",\n"                             /* 4 */
-                 "   \"http\": {\"url\": \"https://example.com/c\"}}\n" /* 5 */
-                 "]}\n",                                             /* 6 */
+                 "  {\"name\": \"c\",\n"                                    /* 4 */
+                 "   \"http\": {\"url\": \"https://example.com/c\"}}\n"     /* 5 */
+                 "]}\n",                                                    /* 6 */
                  "5: tools[2] (c).http: the http adapter is not available in this build (exec, "
                  "plugin and mcp are)");
     /* their shape is checked first */
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"c\",\n"                  /* 1 */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"c\",\n"                    /* 1 */
                  "   \"http\": {\"url\": \"ftp://example.com\"}}]}\n", /* 2 */
                  2, "tools[0] (c).http.url", "expected an http:// or https:// URL");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"c\",\n"                  /* 1 */
-                 "   \"http\": {}}]}\n",                             /* 2 */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"c\",\n" /* 1 */
+                 "   \"http\": {}}]}\n",            /* 2 */
                  2, "tools[0] (c).http", "missing required key \"url\"");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"m\",\n"                  /* 1 */
-                 "   \"mcp\": {\"command\": [\"./srv\"]}}]}\n",      /* 2 */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"m\",\n"             /* 1 */
+                 "   \"mcp\": {\"command\": [\"./srv\"]}}]}\n", /* 2 */
                  2, "tools[0] (m).mcp", "missing required key \"tool\"");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"m\",\n"                  /* 1 */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"m\",\n"                            /* 1 */
                  "   \"mcp\": {\"command\": \"./srv\", \"tool\": \"t\"}}]}\n", /* 2 */
                  2, "tools[0] (m).mcp.command", "expected an argv array");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"p\",\n"                  /* 1 */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"p\",\n"                            /* 1 */
                  "   \"plugin\": {\"path\": \"p.so\", \"entry\": \"x\"}}]}\n", /* 2 */
                  2, "tools[0] (p).plugin.entry", "unknown key (expected one of \"path\")");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"p\",\n"                  /* 1 */
-                 "   \"plugin\": \"p.so\"}]}\n",                     /* 2 */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"p\",\n" /* 1 */
+                 "   \"plugin\": \"p.so\"}]}\n",    /* 2 */
                  2, "tools[0] (p).plugin", "expected an object, got \"p.so\"");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"p\",\n"                  /* 1 */
-                 "   \"plugin\": {\"path\": \"\"}}]}\n",             /* 2 */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"p\",\n"      /* 1 */
+                 "   \"plugin\": {\"path\": \"\"}}]}\n", /* 2 */
                  2, "tools[0] (p).plugin.path", "expected a non-empty string, got \"\"");
 }
 
@@ -1069,16 +1069,16 @@ static void test_err_kinds_and_classes(void)
                  "                \"NotFound\"]}]}\n",                 /* 3 */
                  "3: tools[0] (a).retry_on[1]: \"NotFound\" is permanent and is never retried "
                  "(expected one of Timeout, RateLimited, ServerError, WorkerCrashed)");
-    EXPECT_ERROR("{\"defaults\": {\"retry_on\": [\"Timout\"]},\n"      /* 1 */
+    EXPECT_ERROR("{\"defaults\": {\"retry_on\": [\"Timout\"]},\n"       /* 1 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 2 */
                  1, "defaults.retry_on[0]", "unknown kind \"Timout\"");
-    EXPECT_ERROR("{\"defaults\": {\"retry_on\": \"Timeout\"},\n"       /* 1 */
+    EXPECT_ERROR("{\"defaults\": {\"retry_on\": \"Timeout\"},\n"        /* 1 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 2 */
                  1, "defaults.retry_on", "expected an array of kind names");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
                  "   \"retry_on\": [\"CircuitOpen\"]}]}\n",            /* 2 */
                  2, "tools[0] (a).retry_on[0]", "\"CircuitOpen\" is guard and is never retried");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n"  /* 1 */
                  "   \"fallback_on\": [\"transient\", \"fatal\"]}]}\n", /* 2 */
                  2, "tools[0] (a).fallback_on[1]", "got \"fatal\"");
 }
@@ -1126,8 +1126,8 @@ static void test_err_mcp(void)
     EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": [1]}", 2, "mcp_servers", "expected an object of MCP servers");
     EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"a/b\": {\"command\": [\"s\"]}}}", 2, "mcp_servers.a/b",
                  "expected a server name");
-    EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"fs\": {\"cmd\": [\"s\"], \"command\": [\"s\"]}}}", 2, "mcp_servers.fs.cmd",
-                 "unknown key");
+    EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"fs\": {\"cmd\": [\"s\"], \"command\": [\"s\"]}}}", 2,
+                 "mcp_servers.fs.cmd", "unknown key");
     EXPECT_ERROR("{\"tools\": [],\n \"mcp_servers\": {\"fs\": {}}}", 2, "mcp_servers.fs",
                  "missing required key \"command\"");
     /* the policy blocks are checked where they are written, before the server starts */
@@ -1153,13 +1153,14 @@ static void test_openai_list(void)
                               "{\"defaults\": {\"timeout\": \"5s\"},\n"
                               " \"run\": {\"search_kb\": {\"exec\": [\"./kb\", \"--q\"], \"timeout\": \"8s\"},\n"
                               "         \"flat\": {\"plugin\": {\"path\": \"p.so\"}, \"attempts\": 1}}}\n");
-    path = tp_test_write(tmpdir, "openai.json",
-                         "[{\"type\": \"function\", \"function\": {\"name\": \"search_kb\", \"description\": \"Search\",\n"
-                         "   \"parameters\": {\"type\": \"object\", \"properties\": {\"q\": {\"type\": \"string\"}},\n"
-                         "                  \"required\": [\"q\"], \"additionalProperties\": false},\n"
-                         "   \"strict\": true}},\n"
-                         " {\"type\": \"function\", \"name\": \"flat\", \"description\": \"Flat\", \"strict\": false,\n"
-                         "  \"parameters\": {\"type\": \"object\", \"prefixItems\": 1}}]\n");
+    path = tp_test_write(
+        tmpdir, "openai.json",
+        "[{\"type\": \"function\", \"function\": {\"name\": \"search_kb\", \"description\": \"Search\",\n"
+        "   \"parameters\": {\"type\": \"object\", \"properties\": {\"q\": {\"type\": \"string\"}},\n"
+        "                  \"required\": [\"q\"], \"additionalProperties\": false},\n"
+        "   \"strict\": true}},\n"
+        " {\"type\": \"function\", \"name\": \"flat\", \"description\": \"Flat\", \"strict\": false,\n"
+        "  \"parameters\": {\"type\": \"object\", \"prefixItems\": 1}}]\n");
     tp_registry_t *reg = tp_registry_load_policy(path, pol, err, sizeof err);
     if (reg == NULL)
         fprintf(stderr, "\n%s\n", err);
@@ -1256,7 +1257,8 @@ static void test_err_formats(void)
                  "expected \"function\" (only function tools run in toolpool), got \"custom\"");
     EXPECT_ERROR("[{\"type\": \"function\",\n \"function\": 3}]", 2, "[0].function", "expected an object");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"inputSchema\": {},\n \"annotations\": 1}], "
-                 "\"run\": {\"a\": {\"exec\": [\"x\"]}}}", 2, "tools[0] (a).annotations", "expected an object");
+                 "\"run\": {\"a\": {\"exec\": [\"x\"]}}}",
+                 2, "tools[0] (a).annotations", "expected an object");
     /* the hints */
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n \"inputSchema\": {}}]}", 2,
                  "tools[0] (a).inputSchema", "toolpool calls it \"parameters\"");
@@ -1264,8 +1266,8 @@ static void test_err_formats(void)
                  "tools[0] (a).input_schema", "Anthropic's name for it: toolpool calls it \"parameters\"");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n \"retries\": 2}]}", 2, "tools[0] (a).retries",
                  "attempts counts the first try");
-    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n \"function\": {}}]}", 2,
-                 "tools[0] (a).function", "the OpenAI wrapper goes with \"type\": \"function\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n \"function\": {}}]}", 2, "tools[0] (a).function",
+                 "the OpenAI wrapper goes with \"type\": \"function\"");
     EXPECT_ERROR("[{\"type\": \"function\", \"function\": {\"name\": \"a\"},\n \"timeout\": \"5s\"}]", 2,
                  "[0] (a).timeout", "a toolpool setting: it goes in \"run\"");
 
@@ -1275,13 +1277,13 @@ static void test_err_formats(void)
     /* several errors in one file: every one, on its own line, in the file's order */
     char err[TP_REGISTRY_ERRLEN], *path, want[PATH_MAX + 512];
     tp_registry_t *reg = load("several.json",
-                              "{\"tools\": [\n"                                           /* 1 */
+                              "{\"tools\": [\n"                                               /* 1 */
                               "  {\"name\": \"a\", \"exec\": [\"x\"], \"timout\": \"5s\"},\n" /* 2 */
-                              "  {\"name\": \"b\", \"exec\": [\"x\"],\n"                  /* 3 */
-                              "   \"retries\": 1},\n"                                     /* 4 */
-                              "  {\"name\": \"c\", \"inputSchema\": {}}\n"                /* 5 */
-                              " ],\n"                                                     /* 6 */
-                              " \"run\": {\"zz\": {}}}\n",                                /* 7 */
+                              "  {\"name\": \"b\", \"exec\": [\"x\"],\n"                      /* 3 */
+                              "   \"retries\": 1},\n"                                         /* 4 */
+                              "  {\"name\": \"c\", \"inputSchema\": {}}\n"                    /* 5 */
+                              " ],\n"                                                         /* 6 */
+                              " \"run\": {\"zz\": {}}}\n",                                    /* 7 */
                               &path, err, sizeof err);
     CU_ASSERT_PTR_NULL(reg);
     snprintf(want, sizeof want,
@@ -1303,8 +1305,8 @@ static void test_err_formats(void)
     char text[8192];
     size_t len = (size_t)snprintf(text, sizeof text, "{\"tools\": [\n");
     for (int i = 0; i < 25; i++)
-        len += (size_t)snprintf(text + len, sizeof text - len, "  {\"name\": \"t%d\", \"exec\": [\"x\"], \"timeout\": 1}%s\n",
-                                i, i < 24 ? "," : "");
+        len += (size_t)snprintf(text + len, sizeof text - len,
+                                "  {\"name\": \"t%d\", \"exec\": [\"x\"], \"timeout\": 1}%s\n", i, i < 24 ? "," : "");
     snprintf(text + len, sizeof text - len, "]}\n");
     reg = load("many.json", text, &path, err, sizeof err);
     CU_ASSERT_PTR_NULL(reg);
@@ -1336,12 +1338,14 @@ static void test_err_policy_file(void)
     CU_ASSERT_PTR_NULL(tp_registry_load_policy(reg_path, pol, err, sizeof err));
     snprintf(want, sizeof want,
              "%s:3: tools: unknown key (a policy file holds toolpool's settings only: the tools are declared in the "
-             "registry file)\n%s:2: run.a.timeout: expected a duration like \"8s\", got 5", pol, pol);
+             "registry file)\n%s:2: run.a.timeout: expected a duration like \"8s\", got 5",
+             pol, pol);
     CU_ASSERT_EQUAL(strncmp(err, want, strlen(want)), 0);
     if (strncmp(err, want, strlen(want)) != 0)
         fprintf(stderr, "\n  got:  %s\n  want: %s\n", err, want);
     /* a check made once the whole tool is read names the policy file's line too */
-    char *pol2 = tp_test_write(tmpdir, "pf-policy2.json", "{\"run\": {\"a\": {\"exec\": [\"x\"],\n \"cwd\": \"nope\"}}}\n");
+    char *pol2 = tp_test_write(tmpdir, "pf-policy2.json",
+                               "{\"run\": {\"a\": {\"exec\": [\"x\"],\n \"cwd\": \"nope\"}}}\n");
     CU_ASSERT_PTR_NULL(tp_registry_load_policy(reg_path, pol2, err, sizeof err));
     snprintf(want, sizeof want, "%s:2: run.a.cwd: %s/nope is not a directory", pol2, tmpdir);
     CU_ASSERT_EQUAL(strncmp(err, want, strlen(want)), 0);
@@ -1399,45 +1403,45 @@ static void test_mcp_import(void)
 
 static void test_err_fallback(void)
 {
-    EXPECT_EXACT("{\"tools\": [\n"                                     /* 1 */
-                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n"            /* 2 */
-                 "   \"fallback\": [\"b\",\n"                          /* 3 */
-                 "                \"nope\"]},\n"                       /* 4 */
-                 "  {\"name\": \"b\", \"exec\": [\"y\"]}\n"            /* 5 */
-                 "]}\n",                                               /* 6 */
+    EXPECT_EXACT("{\"tools\": [\n"                          /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n" /* 2 */
+                 "   \"fallback\": [\"b\",\n"               /* 3 */
+                 "                \"nope\"]},\n"            /* 4 */
+                 "  {\"name\": \"b\", \"exec\": [\"y\"]}\n" /* 5 */
+                 "]}\n",                                    /* 6 */
                  "4: tools[0] (a).fallback[1]: unknown tool \"nope\" (a fallback must be a tool "
                  "declared in \"tools\")");
-    EXPECT_ERROR("{\"defaults\": {\n"                                  /* 1 */
-                 "   \"fallback\": \"cache\"},\n"                      /* 2 */
+    EXPECT_ERROR("{\"defaults\": {\n"                                   /* 1 */
+                 "   \"fallback\": \"cache\"},\n"                       /* 2 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}", /* 3 */
                  2, "defaults.fallback", "unknown tool \"cache\"");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
                  "   \"fallback\": 3}]}\n",                            /* 2 */
                  2, "tools[0] (a).fallback", "expected a tool name or an array of tool names");
-    EXPECT_EXACT("{\"tools\": [\n"                                     /* 1 */
-                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n"            /* 2 */
-                 "   \"fallback\": [\"b\"]},\n"                        /* 3 */
-                 "  {\"name\": \"b\", \"exec\": [\"y\"],\n"            /* 4 */
-                 "   \"fallback\": \"c\"},\n"                          /* 5 */
+    EXPECT_EXACT("{\"tools\": [\n"                                                 /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"],\n"                        /* 2 */
+                 "   \"fallback\": [\"b\"]},\n"                                    /* 3 */
+                 "  {\"name\": \"b\", \"exec\": [\"y\"],\n"                        /* 4 */
+                 "   \"fallback\": \"c\"},\n"                                      /* 5 */
                  "  {\"name\": \"c\", \"exec\": [\"z\"], \"fallback\": [\"a\"]}\n" /* 6 */
-                 "]}\n",                                               /* 7 */
+                 "]}\n",                                                           /* 7 */
                  "3: tools[0] (a).fallback: the fallback chain of \"a\" loops: a -> b -> c -> a");
     /* the loop is reported where it starts, not where the walk began */
-    EXPECT_ERROR("{\"tools\": [\n"                                     /* 1 */
-                 "  {\"name\": \"d\", \"exec\": [\"x\"], \"fallback\": \"b\"},\n" /* 2 */
-                 "  {\"name\": \"b\", \"exec\": [\"y\"],\n"            /* 3 */
-                 "   \"fallback\": \"c\"},\n"                          /* 4 */
+    EXPECT_ERROR("{\"tools\": [\n"                                                 /* 1 */
+                 "  {\"name\": \"d\", \"exec\": [\"x\"], \"fallback\": \"b\"},\n"  /* 2 */
+                 "  {\"name\": \"b\", \"exec\": [\"y\"],\n"                        /* 3 */
+                 "   \"fallback\": \"c\"},\n"                                      /* 4 */
                  "  {\"name\": \"c\", \"exec\": [\"z\"], \"fallback\": [\"b\"]}\n" /* 5 */
-                 "]}\n",                                               /* 6 */
+                 "]}\n",                                                           /* 6 */
                  4, "tools[1] (b).fallback", "loops: b -> c -> b");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n" /* 1 */
                  "   \"fallback\": \"a\"}]}\n",                        /* 2 */
                  2, "tools[0] (a).fallback", "loops: a -> a");
     /* inherited from defaults: a tool that names itself through them */
-    EXPECT_ERROR("{\"defaults\": {\n"                                  /* 1 */
-                 "   \"fallback\": [\"c\"]},\n"                        /* 2 */
+    EXPECT_ERROR("{\"defaults\": {\n"                                   /* 1 */
+                 "   \"fallback\": [\"c\"]},\n"                         /* 2 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]},\n" /* 3 */
-                 "            {\"name\": \"c\", \"exec\": [\"x\"]}]}", /* 4 */
+                 "            {\"name\": \"c\", \"exec\": [\"x\"]}]}",  /* 4 */
                  2, "defaults.fallback", "the fallback chain of \"c\" loops: c -> c");
 }
 

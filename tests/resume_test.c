@@ -38,8 +38,8 @@ static pid_t start_run(const char *calls, const char *out, const char *err, char
     char reg[1100], store[1100];
     path_in(reg, sizeof reg, "tools.json");
     path_in(store, sizeof store, "store");
-    char *argv[] = {TP_TEST_BIN "/toolpool", "run", "-q", "-j", "2", "--store", store, "-r", reg, "-o",
-                    (char *)out, (char *)calls, NULL};
+    char *argv[] = {TP_TEST_BIN "/toolpool", "run", "-q", "-j", "2", "--store", store, "-r", reg, "-o", (char *)out,
+                    (char *)calls,           NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -66,7 +66,8 @@ static json_t *load(const char *path)
 {
     json_t *by_id = json_object();
     char *text = tp_test_slurp(path, NULL);
-    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save)) {
         json_t *v = json_loads(line, 0, NULL);
         CU_ASSERT_PTR_NOT_NULL(v);
         if (v == NULL)
@@ -84,7 +85,8 @@ static json_t *load_log(const char *path)
 {
     json_t *counts = json_object();
     char *text = tp_test_slurp(path, NULL);
-    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save)) {
         json_int_t n = json_integer_value(json_object_get(counts, line));
         json_object_set_new(counts, line, json_integer(n + 1));
     }
@@ -100,9 +102,10 @@ static void setup(const char *tag, const char *registry)
     free(reg);
 }
 
-#define LOGGED_REG \
-    "{\"defaults\": {\"backoff\": {\"base\": \"1ms\"}}, \"tools\": [" PLUGIN_TOOL("deny") "," PLUGIN_TOOL("noop") "," \
-    "{\"name\": \"logged\", \"plugin\": {\"path\": \"@P@\"}, \"idempotent\": false, \"timeout\": \"30s\"}]}"
+#define LOGGED_REG                                                                                                     \
+    "{\"defaults\": {\"backoff\": {\"base\": \"1ms\"}}, \"tools\": [" PLUGIN_TOOL("deny") "," PLUGIN_TOOL(             \
+        "noop") ","                                                                                                    \
+                "{\"name\": \"logged\", \"plugin\": {\"path\": \"@P@\"}, \"idempotent\": false, \"timeout\": \"30s\"}]}"
 
 /* A finished run, rerun: every result served from the store, no tool runs again. */
 static void test_rerun_serves_recorded(void)
@@ -110,12 +113,13 @@ static void test_rerun_serves_recorded(void)
     setup("rerun", LOGGED_REG);
     char calls[1100], out1[1100], out2[1100], err[1100], log[1100], text[4096];
     path_in(log, sizeof log, "exec.log");
-    snprintf(text, sizeof text,
-             "{\"id\": \"a\", \"tool\": \"noop\"}\n"
-             "{\"id\": \"b\", \"tool\": \"deny\"}\n"
-             "{\"id\": \"c\", \"job\": \"j\", \"step\": 1, \"tool\": \"logged\", \"args\": {\"log\":\"%s\", \"i\": 1}}\n"
-             "{\"id\": \"d\", \"job\": \"j\", \"step\": 2, \"tool\": \"logged\", \"args\": {\"log\":\"%s\", \"i\": 2}}\n",
-             log, log);
+    snprintf(
+        text, sizeof text,
+        "{\"id\": \"a\", \"tool\": \"noop\"}\n"
+        "{\"id\": \"b\", \"tool\": \"deny\"}\n"
+        "{\"id\": \"c\", \"job\": \"j\", \"step\": 1, \"tool\": \"logged\", \"args\": {\"log\":\"%s\", \"i\": 1}}\n"
+        "{\"id\": \"d\", \"job\": \"j\", \"step\": 2, \"tool\": \"logged\", \"args\": {\"log\":\"%s\", \"i\": 2}}\n",
+        log, log);
     free(tp_test_write(dir, "calls.jsonl", text));
     path_in(calls, sizeof calls, "calls.jsonl");
     path_in(out1, sizeof out1, "out1.jsonl");
@@ -193,11 +197,12 @@ static void test_kill_nonidempotent(void)
     setup("kill", LOGGED_REG);
     char calls[1100], out[1100], err[1100], log[1100], text[4096];
     path_in(log, sizeof log, "exec.log");
-    snprintf(text, sizeof text,
-             "{\"id\": \"s1\", \"job\": \"j\", \"step\": 1, \"tool\": \"logged\", \"args\": {\"log\":\"%s\", \"i\": 1}}\n"
-             "{\"id\": \"s2\", \"job\": \"j\", \"step\": 2, \"tool\": \"logged\", \"args\": {\"log\":\"%s\", \"i\": 2, \"ms\": 5000}}\n"
-             "{\"id\": \"s3\", \"job\": \"j\", \"step\": 3, \"tool\": \"noop\"}\n",
-             log, log);
+    snprintf(
+        text, sizeof text,
+        "{\"id\": \"s1\", \"job\": \"j\", \"step\": 1, \"tool\": \"logged\", \"args\": {\"log\":\"%s\", \"i\": 1}}\n"
+        "{\"id\": \"s2\", \"job\": \"j\", \"step\": 2, \"tool\": \"logged\", \"args\": {\"log\":\"%s\", \"i\": 2, \"ms\": 5000}}\n"
+        "{\"id\": \"s3\", \"job\": \"j\", \"step\": 3, \"tool\": \"noop\"}\n",
+        log, log);
     free(tp_test_write(dir, "calls.jsonl", text));
     path_in(calls, sizeof calls, "calls.jsonl");
     path_in(out, sizeof out, "out.jsonl");

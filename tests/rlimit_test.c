@@ -95,8 +95,7 @@ static void test_exec_cpu(void)
                         "{\"tools\": [{\"name\": \"spin\", \"exec\": [\"" HOG "\", \"spin\"],"
                         " \"limits\": {\"cpu\": \"1s\"}, \"timeout\": \"60s\"}]}",
                         "{\"id\": \"c\", \"tool\": \"spin\"}\n", 1, 0);
-    expect_fail(row(&r, "c"), "ResourceLimit",
-                "spin exceeded its cpu limit (1s of CPU time; killed by SIGXCPU)");
+    expect_fail(row(&r, "c"), "ResourceLimit", "spin exceeded its cpu limit (1s of CPU time; killed by SIGXCPU)");
     CU_ASSERT(trace_ms(row(&r, "c"), 0, "duration_ms") >= 900);
     json_decref(r.rows);
 }
@@ -121,8 +120,7 @@ static void test_exec_files(void)
 static void test_exec_output(void)
 {
     run_t r = run_calls(
-        NULL,
-        "{\"tools\": [{\"name\": \"yes\", \"exec\": [\"@T@/yes.sh\"], \"limits\": {\"output\": \"4K\"}}]}",
+        NULL, "{\"tools\": [{\"name\": \"yes\", \"exec\": [\"@T@/yes.sh\"], \"limits\": {\"output\": \"4K\"}}]}",
         "{\"id\": \"y\", \"tool\": \"yes\"}\n", 1, 0);
     expect_fail(row(&r, "y"), "OutputTooLarge", "(4096 bytes)");
     json_decref(r.rows);
@@ -172,8 +170,7 @@ static void test_plugin_cpu(void)
         "{\"id\": \"c\", \"job\": \"j\", \"step\": 1, \"tool\": \"spin\"}\n"
         "{\"id\": \"n\", \"job\": \"j\", \"step\": 2, \"tool\": \"noop\"}\n",
         1, 0);
-    expect_fail(row(&r, "c"), "ResourceLimit",
-                "spin exceeded its cpu limit (1s of CPU time; killed by SIGXCPU)");
+    expect_fail(row(&r, "c"), "ResourceLimit", "spin exceeded its cpu limit (1s of CPU time; killed by SIGXCPU)");
     expect_ok(row(&r, "n"));
     CU_ASSERT_EQUAL(r.rep.pool.crashed, 0);
     CU_ASSERT_EQUAL(r.rep.pool.spawned, 2);

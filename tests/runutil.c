@@ -79,8 +79,14 @@ run_t run_calls(const char *store_dir, const char *registry, const char *calls, 
         }
     }
     tp_batch_opts_t o = {
-        .engine = {.reg = reg, .store = store, .workers = workers, .worker_path = TP_TEST_BIN "/toolpool-worker",
-                   .max_frame = 1u << 20, .recycle_after = recycle, .pipeline = 64, .drain_us = 1000000,
+        .engine = {.reg = reg,
+                   .store = store,
+                   .workers = workers,
+                   .worker_path = TP_TEST_BIN "/toolpool-worker",
+                   .max_frame = 1u << 20,
+                   .recycle_after = recycle,
+                   .pipeline = 64,
+                   .drain_us = 1000000,
                    .queue_budget_us = run_queue_budget_us},
         .input_fd = in,
         .input_name = calls_path,
@@ -184,7 +190,8 @@ json_t *load_results(const char *path, int *lines)
     json_t *by_id = json_object();
     char *text = tp_test_slurp(path, NULL);
     int n = 0;
-    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save)) {
         json_t *v = json_loads(line, 0, NULL);
         CU_ASSERT_PTR_NOT_NULL(v);
         if (v == NULL)

@@ -14,7 +14,7 @@
 #include "front_jsonl.h"
 
 typedef struct {
-    json_t *rows;   /* array of result objects */
+    json_t *rows; /* array of result objects */
     int status;
     tp_batch_report_t rep;
     double secs;

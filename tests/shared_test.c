@@ -43,7 +43,8 @@ static json_t *count_log(const char *path)
     json_t *n = json_object();
     size_t len;
     char *text = tp_test_slurp(path, &len);
-    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+    for (char *save = NULL, *line = text ? strtok_r(text, "\n", &save) : NULL; line;
+         line = strtok_r(NULL, "\n", &save)) {
         char *sp = strchr(line, ' ');
         if (sp)
             *sp = 0; /* log.sh writes "JOB STEP"; the job is the id */
@@ -79,9 +80,9 @@ static void setup(const char *tag)
         if (i % 2)
             tp_buf_printf(&text, "{\"id\": \"c%d\", \"tool\": \"logsh\", \"args\": {\"i\": %d}}\n", i, i);
         else
-            tp_buf_printf(&text,
-                          "{\"id\": \"c%d\", \"tool\": \"logged\", \"args\": {\"i\": %d, \"log\": \"%s\", \"ms\": 5}}\n", i,
-                          i, log_once);
+            tp_buf_printf(
+                &text, "{\"id\": \"c%d\", \"tool\": \"logged\", \"args\": {\"i\": %d, \"log\": \"%s\", \"ms\": 5}}\n",
+                i, i, log_once);
     }
     tp_buf_append(&text, "", 1);
     free(tp_test_write(dir, "calls.jsonl", (char *)text.data));
@@ -135,8 +136,10 @@ static void two_runs(long delay_ms)
     const char *id;
     json_t *v;
     int ok = 0;
-    json_object_foreach(r1, id, v) ok += json_is_true(json_object_get(v, "ok"));
-    json_object_foreach(r2, id, v) ok += json_is_true(json_object_get(v, "ok"));
+    json_object_foreach(r1, id, v)
+        ok += json_is_true(json_object_get(v, "ok"));
+    json_object_foreach(r2, id, v)
+        ok += json_is_true(json_object_get(v, "ok"));
     CU_ASSERT_EQUAL(ok, 2 * CALLS); /* none Interrupted, none escalated */
     json_decref(r1);
     json_decref(r2);

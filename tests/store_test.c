@@ -193,9 +193,9 @@ static void test_open_creates_and_reopens(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     CU_ASSERT_EQUAL_FATAL(tp_store_read(s, &txn), 0);
     Toolpool__StoreFormat *got = NULL;
-    CU_ASSERT_EQUAL(tp_store_get_msg(s, txn, TP_DB_JOBS, "k", 1, &toolpool__store_format__descriptor,
-                                     (ProtobufCMessage **)&got),
-                    0);
+    CU_ASSERT_EQUAL(
+        tp_store_get_msg(s, txn, TP_DB_JOBS, "k", 1, &toolpool__store_format__descriptor, (ProtobufCMessage **)&got),
+        0);
     CU_ASSERT_EQUAL(got ? got->version : 0, 77);
     if (got)
         protobuf_c_message_free_unpacked(&got->base, NULL);
@@ -432,8 +432,7 @@ static void test_store_limit(void)
     CU_ASSERT_EQUAL(put_big(txn, s, "huge", 2 * MB), MDB_MAP_FULL);
     mdb_txn_abort(txn);
     char why[512];
-    CU_ASSERT_TRUE(
-        contains(tp_store_strerror(s, MDB_MAP_FULL, why, sizeof why), "size limit (1048576 bytes"));
+    CU_ASSERT_TRUE(contains(tp_store_strerror(s, MDB_MAP_FULL, why, sizeof why), "size limit (1048576 bytes"));
     CU_ASSERT_TRUE(contains(why, "TOOLPOOL_STORE_LIMIT"));
     CU_ASSERT_TRUE(big_intact(s, "small", 256 * 1024));
     tp_store_close(s);

@@ -15,6 +15,7 @@ static void test_classes(void)
     static const struct {
         const char *kind;
         tp_class_t klass;
+        /* clang-format off */
     } rows[] = {
         {"Timeout", TP_CLASS_TRANSIENT},          {"RateLimited", TP_CLASS_TRANSIENT},
         {"ServerError", TP_CLASS_TRANSIENT},      {"WorkerCrashed", TP_CLASS_TRANSIENT},
@@ -27,6 +28,7 @@ static void test_classes(void)
         {"CircuitOpen", TP_CLASS_GUARD},          {"DeadlineExceeded", TP_CLASS_GUARD},
         {"Cancelled", TP_CLASS_GUARD},            {"Interrupted", TP_CLASS_GUARD},
     };
+    /* clang-format on */
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         tp_kind_t k = tp_kind_from_name(rows[i].kind);
         CU_ASSERT_NOT_EQUAL(k, TP_KIND_OTHER);
@@ -137,9 +139,10 @@ static void test_retry_decisions(void)
     CU_ASSERT(!r.retry);
     CU_ASSERT_STRING_EQUAL(r.why_not, "attempts");
     /* permanent, malformed, guard and unknown kinds: one attempt */
-    tp_kind_t never[] = {TP_KIND_PERMISSION_DENIED, TP_KIND_NOT_FOUND, TP_KIND_BAD_ARGUMENTS,
-                         TP_KIND_TOOL_ERROR, TP_KIND_OUT_OF_MEMORY, TP_KIND_RESOURCE_LIMIT,
-                         TP_KIND_INVALID_ARGUMENTS, TP_KIND_CIRCUIT_OPEN, TP_KIND_CANCELLED, TP_KIND_OTHER};
+    tp_kind_t never[] = {
+        TP_KIND_PERMISSION_DENIED, TP_KIND_NOT_FOUND,      TP_KIND_BAD_ARGUMENTS,     TP_KIND_TOOL_ERROR,
+        TP_KIND_OUT_OF_MEMORY,     TP_KIND_RESOURCE_LIMIT, TP_KIND_INVALID_ARGUMENTS, TP_KIND_CIRCUIT_OPEN,
+        TP_KIND_CANCELLED,         TP_KIND_OTHER};
     for (size_t i = 0; i < sizeof never / sizeof never[0]; i++)
         CU_ASSERT(!tp_retry_decide(&p, never[i], 1, -1, 0, 0, &rng).retry);
     /* every transient kind retries by default */

@@ -103,8 +103,12 @@ int tp_cmd_demo(int argc, char **argv)
            "  rate-limited once; lookup_order just works.\n\n");
     fflush(stdout);
     tp_batch_opts_t o = {
-        .engine = {.reg = reg, .store = store, .workers = 4, .worker_path = tp_pool_default_worker(),
-                   .max_frame = 1u << 20, .drain_us = 2000000u},
+        .engine = {.reg = reg,
+                   .store = store,
+                   .workers = 4,
+                   .worker_path = tp_pool_default_worker(),
+                   .max_frame = 1u << 20,
+                   .drain_us = 2000000u},
         .input_fd = fileno(calls),
         .input_name = calls_path,
         .output_fd = out_fd,

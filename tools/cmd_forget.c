@@ -19,6 +19,7 @@
 #include "records.h"
 #include "store.h"
 
+/* clang-format off */
 static const char forget_usage[] =
     "usage: toolpool forget [--store DIR] ID...\n"
     "       toolpool forget [--store DIR] --job JOB...\n"
@@ -30,6 +31,7 @@ static const char forget_usage[] =
     "  -s, --store DIR   the store (default: $TOOLPOOL_STORE, else .toolpool)\n"
     "      --job         the names are jobs, not call ids\n"
     "exit status: 0 done, 2 usage, a name the store does not know, or a store error\n";
+/* clang-format on */
 
 typedef struct {
     tp_store_t *s;
@@ -46,7 +48,8 @@ static int forget_apply(MDB_txn *txn, void *arg)
     f->dropped = 0;
     for (int i = 0; i < f->n; i++) {
         uint64_t n = 1;
-        int rc = f->jobs ? tp_records_forget_job(f->s, txn, f->names[i], &n) : tp_records_forget(f->s, txn, f->names[i]);
+        int rc = f->jobs ? tp_records_forget_job(f->s, txn, f->names[i], &n)
+                         : tp_records_forget(f->s, txn, f->names[i]);
         if (rc == MDB_NOTFOUND)
             f->missing = f->names[i];
         if (rc)
@@ -70,10 +73,18 @@ int tp_cmd_forget(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 's': dir = optarg; break;
-        case 'J': f.jobs = true; break;
-        case 'h': fputs(forget_usage, stdout); return 0;
-        default: fputs(forget_usage, stderr); return 2;
+        case 's':
+            dir = optarg;
+            break;
+        case 'J':
+            f.jobs = true;
+            break;
+        case 'h':
+            fputs(forget_usage, stdout);
+            return 0;
+        default:
+            fputs(forget_usage, stderr);
+            return 2;
         }
     }
     if (optind >= argc) {

@@ -35,31 +35,35 @@ typedef struct {
     const char *note;
     bool all;
     bool json;
-    int decision;               /* resolve: 'r' --rerun, 'a' --accept, 0 neither */
+    int decision; /* resolve: 'r' --rerun, 'a' --accept, 0 neither */
 } args_t;
 
 /* [VERB [ID]] [--store DIR] [--all] [--note TEXT] [--json], in any order. */
 static int parse(int argc, char **argv, args_t *a, const char *usage)
 {
     static const struct option longopts[] = {
-        {"store", required_argument, NULL, 's'},
-        {"all", no_argument, NULL, 'a'},
-        {"note", required_argument, NULL, 'n'},
-        {"json", no_argument, NULL, 'J'},
-        {"rerun", no_argument, NULL, 'r'},
-        {"accept", no_argument, NULL, 'A'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"store", required_argument, NULL, 's'}, {"all", no_argument, NULL, 'a'},
+        {"note", required_argument, NULL, 'n'},  {"json", no_argument, NULL, 'J'},
+        {"rerun", no_argument, NULL, 'r'},       {"accept", no_argument, NULL, 'A'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     *a = (args_t){.store = tp_store_default_dir(), .verb = "list"};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 's': a->store = optarg; break;
-        case 'a': a->all = true; break;
-        case 'n': a->note = optarg; break;
-        case 'J': a->json = true; break;
+        case 's':
+            a->store = optarg;
+            break;
+        case 'a':
+            a->all = true;
+            break;
+        case 'n':
+            a->note = optarg;
+            break;
+        case 'J':
+            a->json = true;
+            break;
         case 'r':
         case 'A':
             if (a->decision && a->decision != c) {
@@ -68,8 +72,12 @@ static int parse(int argc, char **argv, args_t *a, const char *usage)
             }
             a->decision = c;
             break;
-        case 'h': fputs(usage, stdout); exit(0);
-        default: fputs(usage, stderr); return 2;
+        case 'h':
+            fputs(usage, stdout);
+            exit(0);
+        default:
+            fputs(usage, stderr);
+            return 2;
         }
     }
     if (optind < argc)
@@ -191,6 +199,7 @@ static int run_write(tp_store_t *s, const args_t *a, tp_store_apply_fn fn, void 
 
 /* ---- breakers ---- */
 
+/* clang-format off */
 static const char breakers_usage[] =
     "usage: toolpool breakers [list | show ID | reset ID] [--store DIR] [--json]\n"
     "Circuit breakers in the store. A tool breaker's ID is tool/NAME; a same-call\n"
@@ -198,6 +207,7 @@ static const char breakers_usage[] =
     "A same-call breaker of scope \"job\" (the default) counts one job's repeats\n"
     "and shows its job; one of scope \"global\" counts every job's.\n"
     "reset closes the breaker and forgets its failures. --json: JSON lines, a record each.\n";
+/* clang-format on */
 
 static const char *state_name(Toolpool__BreakerState st)
 {
@@ -350,6 +360,7 @@ int tp_cmd_breakers(int argc, char **argv)
 
 /* ---- escalations ---- */
 
+/* clang-format off */
 static const char escalations_usage[] =
     "usage: toolpool escalations [list [--all] | show ID | resolve ID [--rerun | --accept] [--note TEXT]]\n"
     "                            [--store DIR] [--json]\n"
@@ -359,6 +370,7 @@ static const char escalations_usage[] =
     "resolve --rerun: the next run on the store does the call again (its\n"
     "recorded failure is forgotten, the same-call circuit it opened closed);\n"
     "--accept (the default): the call keeps its recorded failure.\n";
+/* clang-format on */
 
 static void show_escalation(FILE *out, const Toolpool__Escalation *e, bool full)
 {
@@ -441,7 +453,8 @@ static int resolve_run(tp_store_t *s, const args_t *a)
                a->store);
     else
         printf("resolved %s: call %s has no recorded failure to forget (it succeeded since, or never ended); "
-               "its circuit is closed\n", a->id, ctx.call_id);
+               "its circuit is closed\n",
+               a->id, ctx.call_id);
     return 0;
 }
 
@@ -524,12 +537,14 @@ int tp_cmd_escalations(int argc, char **argv)
 
 /* ---- checkpoints ---- */
 
+/* clang-format off */
 static const char checkpoints_usage[] =
     "usage: toolpool checkpoints [list | show JOB] [--store DIR] [--json]\n"
     "Each job's checkpoint: the step it reached, the usage its guards count, and\n"
     "(show) its message list: every ended call in order, with what it returned,\n"
     "and the agent loop's own state when it saved one (serve's\n"
     "PUT /v1/jobs/JOB/checkpoint). --json: JSON lines, a record each.\n";
+/* clang-format on */
 
 static void put_secs_us(FILE *out, uint64_t us)
 {

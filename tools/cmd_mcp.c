@@ -28,6 +28,7 @@
 #define TP_VERSION "0"
 #endif
 
+/* clang-format off */
 static const char mcp_usage[] =
     "usage: toolpool mcp [--registry FILE] [--store DIR] [-j N] [OPTIONS]\n"
     "\n"
@@ -56,6 +57,7 @@ static const char mcp_usage[] =
     "                           calls may finish before they are killed\n"
     "                           (default: 10s)\n"
     TP_ENGINE_HELP_LAST;
+/* clang-format on */
 
 typedef struct {
     tp_engine_t *e;

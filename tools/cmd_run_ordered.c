@@ -21,10 +21,10 @@
 #include "log.h"
 
 typedef struct {
-    char *job;                  /* the job's name (the id when it has none); NULL: not a call */
+    char *job; /* the job's name (the id when it has none); NULL: not a call */
     unsigned long long step;
-    long line;                  /* 1-based, in the user's file */
-    long first;                 /* the line on which its job first appears */
+    long line;  /* 1-based, in the user's file */
+    long first; /* the line on which its job first appears */
     off_t at;
     size_t len;
 } entry_t;

@@ -23,6 +23,7 @@
 #include "front_http.h"
 #include "log.h"
 
+/* clang-format off */
 static const char serve_usage[] =
     "usage: toolpool serve [--listen unix:PATH | HOST:PORT] [--registry FILE] [--store DIR] [-j N] [OPTIONS]\n"
     "\n"
@@ -59,6 +60,7 @@ static const char serve_usage[] =
     "      --drain DURATION     after SIGINT/SIGTERM, how long running calls may\n"
     "                           finish before they are killed (default: 30s)\n"
     TP_ENGINE_HELP_LAST;
+/* clang-format on */
 
 /*
  * The token: the file's first line, without its line break. A token
@@ -107,8 +109,8 @@ static void raise_nofile(int max_connections, int workers)
     rl.rlim_cur = rl.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
         rl.rlim_cur < (rlim_t)(max_connections + 4 * workers + 64))
-        tp_log_warn("only %llu descriptors: --max-connections %d may not be reached",
-                    (unsigned long long)rl.rlim_cur, max_connections);
+        tp_log_warn("only %llu descriptors: --max-connections %d may not be reached", (unsigned long long)rl.rlim_cur,
+                    max_connections);
 }
 
 typedef struct {
@@ -164,14 +166,30 @@ int tp_cmd_serve(int argc, char **argv)
         if (tp_engine_cli_take(&ec, c, optarg))
             continue;
         switch (c) {
-        case 'l': listen = optarg; break;
-        case 'T': token_file = optarg; break;
-        case 'B': ho.max_body = (size_t)tp_cli_count("--max-body", optarg, 1, 1ull << 40); break;
-        case 'C': ho.max_connections = (int)tp_cli_count("--max-connections", optarg, 1, 1000000); break;
-        case 'Q': ho.max_queued = (size_t)tp_cli_count("--max-queued", optarg, 1, 100000000); break;
-        case 'I': ho.idle_timeout_us = tp_cli_duration("--idle-timeout", optarg, 1); break;
-        case 'h': fputs(serve_usage, stdout); return 0;
-        default: fputs(serve_usage, stderr); return 2;
+        case 'l':
+            listen = optarg;
+            break;
+        case 'T':
+            token_file = optarg;
+            break;
+        case 'B':
+            ho.max_body = (size_t)tp_cli_count("--max-body", optarg, 1, 1ull << 40);
+            break;
+        case 'C':
+            ho.max_connections = (int)tp_cli_count("--max-connections", optarg, 1, 1000000);
+            break;
+        case 'Q':
+            ho.max_queued = (size_t)tp_cli_count("--max-queued", optarg, 1, 100000000);
+            break;
+        case 'I':
+            ho.idle_timeout_us = tp_cli_duration("--idle-timeout", optarg, 1);
+            break;
+        case 'h':
+            fputs(serve_usage, stdout);
+            return 0;
+        default:
+            fputs(serve_usage, stderr);
+            return 2;
         }
     }
     if (optind < argc) {

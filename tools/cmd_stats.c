@@ -26,6 +26,7 @@
 #include "store.h"
 #include "taxonomy.h"
 
+/* clang-format off */
 static const char stats_usage[] =
     "usage: toolpool stats [--store DIR] [--tool T] [--since DURATION] [--json]\n"
     "Per tool, from the results recorded in the store: calls, ok, failures by\n"
@@ -37,6 +38,7 @@ static const char stats_usage[] =
     "      --tool T        only calls of tool T\n"
     "      --since D       only results recorded in the last D (\"1h\", \"30m\")\n"
     "      --json          one JSON object a line, one line per tool\n";
+/* clang-format on */
 
 typedef struct {
     double *v;
@@ -251,12 +253,9 @@ static int by_name(const void *a, const void *b)
 int tp_cmd_stats(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"store", required_argument, NULL, 's'},
-        {"tool", required_argument, NULL, 't'},
-        {"since", required_argument, NULL, 'S'},
-        {"json", no_argument, NULL, 'J'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"store", required_argument, NULL, 's'}, {"tool", required_argument, NULL, 't'},
+        {"since", required_argument, NULL, 'S'}, {"json", no_argument, NULL, 'J'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
     };
     const char *dir = tp_store_default_dir(), *only = NULL;
     uint64_t since_us = 0;
@@ -265,17 +264,27 @@ int tp_cmd_stats(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 's': dir = optarg; break;
-        case 't': only = optarg; break;
+        case 's':
+            dir = optarg;
+            break;
+        case 't':
+            only = optarg;
+            break;
         case 'S':
             if (tp_duration_parse(optarg, &since_us) < 0 || since_us == 0) {
                 tp_log_error("--since: expected a duration like \"1h\" or \"30m\", got \"%s\"", optarg);
                 return 2;
             }
             break;
-        case 'J': json = true; break;
-        case 'h': fputs(stats_usage, stdout); return 0;
-        default: fputs(stats_usage, stderr); return 2;
+        case 'J':
+            json = true;
+            break;
+        case 'h':
+            fputs(stats_usage, stdout);
+            return 0;
+        default:
+            fputs(stats_usage, stderr);
+            return 2;
         }
     }
     if (optind < argc) {

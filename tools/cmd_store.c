@@ -21,6 +21,7 @@
 #include "steps.h"
 #include "store.h"
 
+/* clang-format off */
 static const char store_usage[] =
     "usage: toolpool store check [--store DIR]\n"
     "Reads every record of the store (meta, results, jobs, steps, inflight,\n"
@@ -28,10 +29,11 @@ static const char store_usage[] =
     "its database, its key and what is wrong. Runs beside a running toolpool.\n"
     "exit status: 0 every record sound, 1 some record bad, 2 the store cannot\n"
     "be opened\n";
+/* clang-format on */
 
 /* The databases in the order check reads them, which is the order it reports them. */
-static const tp_db_t check_order[] = {TP_DB_META, TP_DB_RESULTS, TP_DB_JOBS, TP_DB_STEPS, TP_DB_INFLIGHT,
-                                      TP_DB_BREAKERS, TP_DB_ESCALATIONS};
+static const tp_db_t check_order[] = {TP_DB_META,     TP_DB_RESULTS,  TP_DB_JOBS,       TP_DB_STEPS,
+                                      TP_DB_INFLIGHT, TP_DB_BREAKERS, TP_DB_ESCALATIONS};
 
 typedef struct {
     const char *dir;
@@ -144,9 +146,15 @@ int tp_cmd_store(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 's': dir = optarg; break;
-        case 'h': fputs(store_usage, stdout); return 0;
-        default: fputs(store_usage, stderr); return 2;
+        case 's':
+            dir = optarg;
+            break;
+        case 'h':
+            fputs(store_usage, stdout);
+            return 0;
+        default:
+            fputs(store_usage, stderr);
+            return 2;
         }
     }
     if (optind < argc)

@@ -20,6 +20,7 @@
 #include "registry.h"
 #include "toolsdoc.h"
 
+/* clang-format off */
 static const char tools_usage[] =
     "usage: toolpool tools list [--registry FILE] [--policy FILE]\n"
     "       toolpool tools export --format openai|mcp|toolpool [--registry FILE] [--policy FILE]\n"
@@ -32,14 +33,19 @@ static const char tools_usage[] =
     "      --policy FILE     toolpool's settings of those tools, in a file of their own\n"
     "  -f, --format F        export: openai, mcp or toolpool\n"
     "exit status: 0 done, 2 usage or a registry error\n";
+/* clang-format on */
 
 static const char *adapter_of(const tp_tool_t *t)
 {
     switch (t->adapter) {
-    case TP_ADAPTER_EXEC: return "exec";
-    case TP_ADAPTER_PLUGIN: return "plugin";
-    case TP_ADAPTER_MCP: return "mcp";
-    case TP_ADAPTER_HTTP: return "http";
+    case TP_ADAPTER_EXEC:
+        return "exec";
+    case TP_ADAPTER_PLUGIN:
+        return "plugin";
+    case TP_ADAPTER_MCP:
+        return "mcp";
+    case TP_ADAPTER_HTTP:
+        return "http";
     }
     return "?";
 }
@@ -68,11 +74,21 @@ int tp_cmd_tools(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc - 1, argv + 1, "r:f:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'r': registry = optarg; break;
-        case TP_OPT_POLICY: policy = optarg; break;
-        case 'f': format = optarg; break;
-        case 'h': fputs(tools_usage, stdout); return 0;
-        default: fputs(tools_usage, stderr); return 2;
+        case 'r':
+            registry = optarg;
+            break;
+        case TP_OPT_POLICY:
+            policy = optarg;
+            break;
+        case 'f':
+            format = optarg;
+            break;
+        case 'h':
+            fputs(tools_usage, stdout);
+            return 0;
+        default:
+            fputs(tools_usage, stderr);
+            return 2;
         }
     }
     if (optind < argc - 1) {
@@ -81,8 +97,8 @@ int tp_cmd_tools(int argc, char **argv)
     }
     tp_toolsdoc_format_t f = TP_TOOLSDOC_TOOLPOOL;
     if (export && (format == NULL || tp_toolsdoc_format_parse(format, &f) < 0)) {
-        tp_log_error("tools export: --format: expected openai, mcp or toolpool, got %s%s%s",
-                     format ? "\"" : "", format ? format : "nothing", format ? "\"" : "");
+        tp_log_error("tools export: --format: expected openai, mcp or toolpool, got %s%s%s", format ? "\"" : "",
+                     format ? format : "nothing", format ? "\"" : "");
         return 2;
     }
     if (!export && format != NULL) {

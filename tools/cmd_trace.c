@@ -150,13 +150,11 @@ static void print_one(json_t *r, FILE *out)
     size_t i;
     json_t *t, *trace = json_object_get(r, "trace");
     json_array_foreach(trace, i, t) {
-        tp_trace_attempt(out, tool, (uint32_t)json_integer_value(json_object_get(t, "attempt")),
-                         json_string_value(json_object_get(t, "tool")),
-                         json_string_value(json_object_get(t, "outcome")),
-                         json_number_value(json_object_get(t, "duration_ms")),
-                         json_number_value(json_object_get(t, "backoff_ms")),
-                         json_is_number(json_object_get(t, "start_ms")) ? json_number_value(json_object_get(t, "start_ms"))
-                                                                         : -1);
+        tp_trace_attempt(
+            out, tool, (uint32_t)json_integer_value(json_object_get(t, "attempt")),
+            json_string_value(json_object_get(t, "tool")), json_string_value(json_object_get(t, "outcome")),
+            json_number_value(json_object_get(t, "duration_ms")), json_number_value(json_object_get(t, "backoff_ms")),
+            json_is_number(json_object_get(t, "start_ms")) ? json_number_value(json_object_get(t, "start_ms")) : -1);
     }
     print_timeline(out, trace);
     if (json_is_true(json_object_get(r, "ok"))) {
@@ -173,8 +171,8 @@ static void print_one(json_t *r, FILE *out)
     }
     const char *kind = json_string_value(json_object_get(r, "error"));
     const char *msg = json_string_value(json_object_get(r, "message"));
-    fprintf(out, "  → tool message: {\"error\": \"%s\", \"retryable\": %s, \"attempts\": %lld}\n",
-            kind ? kind : "?", json_is_true(json_object_get(r, "retryable")) ? "true" : "false",
+    fprintf(out, "  → tool message: {\"error\": \"%s\", \"retryable\": %s, \"attempts\": %lld}\n", kind ? kind : "?",
+            json_is_true(json_object_get(r, "retryable")) ? "true" : "false",
             (long long)json_integer_value(json_object_get(r, "attempts")));
     if (msg && *msg)
         fprintf(out, "    %s\n", msg);
@@ -300,6 +298,7 @@ static int trace_store(const char *dir, int n, char **ids, bool json)
 
 int tp_cmd_trace(int argc, char **argv)
 {
+    /* clang-format off */
     static const char usage[] =
         "usage: toolpool trace [--json] RESULTS.jsonl | -\n"
         "       toolpool trace [--json] [--store DIR] CALL_ID...\n"
@@ -309,6 +308,7 @@ int tp_cmd_trace(int argc, char **argv)
         "the model is told. With call ids, the results recorded in the store are\n"
         "printed. Input that is not results (a calls file, say) is refused (exit 2).\n"
         "  --json   each result record as one JSON line\n";
+    /* clang-format on */
     static const struct option longopts[] = {
         {"store", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'J'},
@@ -321,10 +321,18 @@ int tp_cmd_trace(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
         switch (c) {
-        case 's': store = optarg; break;
-        case 'J': json = true; break;
-        case 'h': fputs(usage, stdout); return 0;
-        default: fputs(usage, stderr); return 2;
+        case 's':
+            store = optarg;
+            break;
+        case 'J':
+            json = true;
+            break;
+        case 'h':
+            fputs(usage, stdout);
+            return 0;
+        default:
+            fputs(usage, stderr);
+            return 2;
         }
     }
     if (optind >= argc) {

@@ -37,19 +37,44 @@ int tp_engine_cli_take(tp_engine_cli_t *c, int opt, const char *arg)
 {
     tp_engine_opts_t *e = &c->engine;
     switch (opt) {
-    case 'r': c->registry = arg; break;
-    case TP_OPT_POLICY: c->policy = arg; break;
-    case 's': c->store_dir = arg; break;
-    case 'j': e->workers = (int)tp_cli_count("-j", arg, 1, 4096); break;
-    case 'q': c->quiet = true; break;
-    case TP_OPT_RELAXED: c->relaxed = true; break;
-    case TP_OPT_RECYCLE_AFTER: e->recycle_after = tp_cli_count("--recycle-after", arg, 1, UINT64_MAX); break;
-    case TP_OPT_PIPELINE: e->pipeline = (int)tp_cli_count("--pipeline", arg, 1, 64); break;
-    case TP_OPT_MAX_FRAME: e->max_frame = (uint32_t)tp_cli_count("--max-frame", arg, 1024, 1u << 30); break;
-    case TP_OPT_MAX_ARGS: e->max_args = (size_t)tp_cli_count("--max-args", arg, 2, 1u << 30); break;
-    case TP_OPT_DRAIN: e->drain_us = tp_cli_duration("--drain", arg, 0); break;
-    case TP_OPT_SEED: e->seed = tp_cli_count("--seed", arg, 1, UINT64_MAX); break;
-    default: return 0;
+    case 'r':
+        c->registry = arg;
+        break;
+    case TP_OPT_POLICY:
+        c->policy = arg;
+        break;
+    case 's':
+        c->store_dir = arg;
+        break;
+    case 'j':
+        e->workers = (int)tp_cli_count("-j", arg, 1, 4096);
+        break;
+    case 'q':
+        c->quiet = true;
+        break;
+    case TP_OPT_RELAXED:
+        c->relaxed = true;
+        break;
+    case TP_OPT_RECYCLE_AFTER:
+        e->recycle_after = tp_cli_count("--recycle-after", arg, 1, UINT64_MAX);
+        break;
+    case TP_OPT_PIPELINE:
+        e->pipeline = (int)tp_cli_count("--pipeline", arg, 1, 64);
+        break;
+    case TP_OPT_MAX_FRAME:
+        e->max_frame = (uint32_t)tp_cli_count("--max-frame", arg, 1024, 1u << 30);
+        break;
+    case TP_OPT_MAX_ARGS:
+        e->max_args = (size_t)tp_cli_count("--max-args", arg, 2, 1u << 30);
+        break;
+    case TP_OPT_DRAIN:
+        e->drain_us = tp_cli_duration("--drain", arg, 0);
+        break;
+    case TP_OPT_SEED:
+        e->seed = tp_cli_count("--seed", arg, 1, UINT64_MAX);
+        break;
+    default:
+        return 0;
     }
     return 1;
 }

@@ -40,7 +40,10 @@ enum {
         {"pipeline", required_argument, NULL, TP_OPT_PIPELINE},                                                        \
         {"max-frame", required_argument, NULL, TP_OPT_MAX_FRAME},                                                      \
         {"max-args", required_argument, NULL, TP_OPT_MAX_ARGS}, {"drain", required_argument, NULL, TP_OPT_DRAIN},      \
-        {"seed", required_argument, NULL, TP_OPT_SEED}, {"quiet", no_argument, NULL, 'q'}
+        {"seed", required_argument, NULL, TP_OPT_SEED},                                                                \
+    {                                                                                                                  \
+        "quiet", no_argument, NULL, 'q'                                                                                \
+    }
 
 /*
  * serve's and mcp's --help lines of the engine options they describe
@@ -67,12 +70,12 @@ enum {
 
 /* What the engine options say, and what the start-up opens from them. */
 typedef struct {
-    const char *registry;       /* -r: the registry file */
-    const char *policy;         /* --policy: its settings, from a file of their own; NULL: none */
-    const char *store_dir;      /* -s */
-    bool relaxed;               /* --relaxed: commit without fsync */
-    bool quiet;                 /* -q: what it quiets is the command's */
-    tp_engine_opts_t engine;    /* -j and the rest; reg and store once tp_engine_cli_open has opened them */
+    const char *registry;    /* -r: the registry file */
+    const char *policy;      /* --policy: its settings, from a file of their own; NULL: none */
+    const char *store_dir;   /* -s */
+    bool relaxed;            /* --relaxed: commit without fsync */
+    bool quiet;              /* -q: what it quiets is the command's */
+    tp_engine_opts_t engine; /* -j and the rest; reg and store once tp_engine_cli_open has opened them */
 } tp_engine_cli_t;
 
 /* c with every option at its default; --drain's, drain_us, is the command's. */

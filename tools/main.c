@@ -19,6 +19,7 @@
 #include "registry.h"
 #include "taxonomy.h"
 
+/* clang-format off */
 static const char usage_text[] =
     "usage: toolpool COMMAND [OPTIONS]\n"
     "\n"
@@ -49,7 +50,9 @@ static const char usage_text[] =
     "  help         this text; `toolpool COMMAND --help` for a command's options\n"
     "\n"
     "exit status: 0 every call ok, 1 some call failed, 2 usage, registry or store error\n";
+/* clang-format on */
 
+/* clang-format off */
 static const char run_usage[] =
     "usage: toolpool run [--registry FILE] [--store DIR] [-j N] [-o FILE] [OPTIONS] [CALLS.jsonl | -]\n"
     "\n"
@@ -104,6 +107,7 @@ static const char run_usage[] =
     "                         shows done/total, failures, calls/s and an ETA)\n"
     "      --no-progress      no progress bar\n"
     "  -h, --help             this text\n";
+/* clang-format on */
 
 /*
  * --retry-failed's LIST: comma-separated class names (transient,
@@ -138,7 +142,8 @@ static void parse_rerun(const char *list, tp_rerun_t *f)
         }
         if (tp_kind_from_name(tok) == TP_KIND_OTHER)
             tp_log_warn("--retry-failed: \"%s\" is not a class or a kind toolpool gives; "
-                        "taken as a tool's own kind", tok);
+                        "taken as a tool's own kind",
+                        tok);
         char **grown = realloc(f->kinds, (f->n_kinds + 1) * sizeof *grown);
         if (grown == NULL || (grown[f->n_kinds] = strdup(tok)) == NULL) {
             tp_log_error("out of memory");
@@ -162,16 +167,15 @@ static int write_summary_json(const char *path, const tp_batch_report_t *rep, in
         if (s->by_kind[k])
             json_object_set_new(kinds, k == TP_KIND_OTHER ? "other" : tp_kind_name((tp_kind_t)k),
                                 json_integer((json_int_t)s->by_kind[k]));
-    json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:I, s:o, s:{s:f, s:f, s:f}, s:f, s:f, s:I, s:I, s:I, s:b, s:I, s:i}",
-                          "calls", (json_int_t)s->calls, "ok", (json_int_t)s->ok, "failed",
-                          (json_int_t)(s->calls - s->ok), "attempts", (json_int_t)s->attempts, "retries",
-                          (json_int_t)s->retries, "by_kind", kinds, "latency_ms", "p50",
-                          (double)tp_summary_quantile_us(s, 0.5) / 1e3, "p99",
-                          (double)tp_summary_quantile_us(s, 0.99) / 1e3, "max", (double)s->max_us / 1e3,
-                          "elapsed_s", rep->elapsed_s, "calls_per_s",
-                          rep->elapsed_s > 0 ? (double)s->calls / rep->elapsed_s : 0.0, "resumed",
-                          (json_int_t)rep->resumed, "done_again", (json_int_t)rep->rerun, "late_steps", (json_int_t)rep->late, "interrupted",
-                          rep->interrupted, "not_started", (json_int_t)rep->not_started, "exit_status", status);
+    json_t *o = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:o, s:{s:f, s:f, s:f}, s:f, s:f, s:I, s:I, s:I, s:b, s:I, s:i}", "calls",
+        (json_int_t)s->calls, "ok", (json_int_t)s->ok, "failed", (json_int_t)(s->calls - s->ok), "attempts",
+        (json_int_t)s->attempts, "retries", (json_int_t)s->retries, "by_kind", kinds, "latency_ms", "p50",
+        (double)tp_summary_quantile_us(s, 0.5) / 1e3, "p99", (double)tp_summary_quantile_us(s, 0.99) / 1e3, "max",
+        (double)s->max_us / 1e3, "elapsed_s", rep->elapsed_s, "calls_per_s",
+        rep->elapsed_s > 0 ? (double)s->calls / rep->elapsed_s : 0.0, "resumed", (json_int_t)rep->resumed, "done_again",
+        (json_int_t)rep->rerun, "late_steps", (json_int_t)rep->late, "interrupted", rep->interrupted, "not_started",
+        (json_int_t)rep->not_started, "exit_status", status);
     if (o == NULL) {
         tp_log_error("%s: out of memory rendering the summary", path);
         return -1;
@@ -217,18 +221,30 @@ int tp_cmd_run(int argc, char **argv)
         if (tp_engine_cli_take(&ec, c, optarg))
             continue;
         switch (c) {
-        case 'o': output = optarg; break;
-        case 'P': progress = false; break;
-        case 'Y': summary_json = optarg; break;
-        case 'O': ordered = true; break;
+        case 'o':
+            output = optarg;
+            break;
+        case 'P':
+            progress = false;
+            break;
+        case 'Y':
+            summary_json = optarg;
+            break;
+        case 'O':
+            ordered = true;
+            break;
         case 'X':
             rerun_free(&rerun);
             rerun = (tp_rerun_t){0};
             parse_rerun(optarg, &rerun);
             want_rerun = true;
             break;
-        case 'h': fputs(run_usage, stdout); return 0;
-        default: fputs(run_usage, stderr); return 2;
+        case 'h':
+            fputs(run_usage, stdout);
+            return 0;
+        default:
+            fputs(run_usage, stderr);
+            return 2;
         }
     }
     tp_batch_opts_t o = {.input_fd = -1, .output_fd = -1};
@@ -271,11 +287,12 @@ int tp_cmd_run(int argc, char **argv)
             fprintf(stderr, "  resumed: %llu recorded result%s served from %s, not run again\n",
                     (unsigned long long)rep.resumed, rep.resumed == 1 ? "" : "s", ec.store_dir);
         if (rep.rerun)
-            fprintf(stderr, "  done again: %llu recorded failure%s and refusal%s\n",
-                    (unsigned long long)rep.rerun, rep.rerun == 1 ? "" : "s", rep.rerun == 1 ? "" : "s");
+            fprintf(stderr, "  done again: %llu recorded failure%s and refusal%s\n", (unsigned long long)rep.rerun,
+                    rep.rerun == 1 ? "" : "s", rep.rerun == 1 ? "" : "s");
         if (rep.late)
-            fprintf(stderr, "  late steps: %llu call%s came after a later step of their job had started, "
-                            "and ran out of order\n",
+            fprintf(stderr,
+                    "  late steps: %llu call%s came after a later step of their job had started, "
+                    "and ran out of order\n",
                     (unsigned long long)rep.late, rep.late == 1 ? "" : "s");
         if (rep.interrupted)
             fprintf(stderr, "  interrupted: %llu call%s read but not started; rerun to run them\n",

@@ -3,11 +3,13 @@
 
 #include <stddef.h>
 
+/* clang-format off */
 static const tp_worker_adapter_t adapters[] = {
     {TOOLPOOL__ADAPTER__ADAPTER_EXEC, "exec", tp_exec_run},
     {TOOLPOOL__ADAPTER__ADAPTER_PLUGIN, "plugin", tp_plugin_run},
     {TOOLPOOL__ADAPTER__ADAPTER_MCP, "mcp", tp_mcp_run},
 };
+/* clang-format on */
 
 const tp_worker_adapter_t *tp_adapter_find(Toolpool__Adapter kind)
 {

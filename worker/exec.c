@@ -142,8 +142,8 @@ static pid_t spawn_limited(char **argv, char **envp, const char *cwd, int in_fd,
         sigaction(SIGPIPE, &dfl, NULL);
         sigaction(SIGTERM, &dfl, NULL);
         sigaction(SIGXCPU, &dfl, NULL);
-        if (dup2(in_fd, 0) >= 0 && dup2(out_fd, 1) >= 0 && dup2(err_fd, 2) >= 0 &&
-            (cwd == NULL || chdir(cwd) == 0) && tp_rlimit_apply(lim) == 0) {
+        if (dup2(in_fd, 0) >= 0 && dup2(out_fd, 1) >= 0 && dup2(err_fd, 2) >= 0 && (cwd == NULL || chdir(cwd) == 0) &&
+            tp_rlimit_apply(lim) == 0) {
             sigprocmask(SIG_SETMASK, &old, NULL);
             execve(path, argv, envp);
         }
@@ -196,8 +196,8 @@ static pid_t spawn_tool(const Toolpool__Call *call, char **argv, int in_fd, int 
     }
     if (tp_rlimit_any(lim)) {
         *what = "posix_spawnp"; /* the tool's own start, as far as the caller can tell */
-        pid_t pid = spawn_limited(argv, envp, call->cwd && call->cwd[0] ? call->cwd : NULL, in_fd, out_fd, err_fd,
-                                  lim, in_child);
+        pid_t pid = spawn_limited(argv, envp, call->cwd && call->cwd[0] ? call->cwd : NULL, in_fd, out_fd, err_fd, lim,
+                                  in_child);
         int e = errno;
         free(envp);
         errno = e;
@@ -218,11 +218,11 @@ static pid_t spawn_tool(const Toolpool__Call *call, char **argv, int in_fd, int 
     sigaddset(&def, SIGTERM);
     pid_t pid = -1;
     int rc;
-#define SPAWN_STEP(fn, ...)                                                                                  \
-    do {                                                                                                     \
-        *what = #fn;                                                                                         \
-        if ((rc = fn(__VA_ARGS__)) != 0)                                                                     \
-            goto out;                                                                                        \
+#define SPAWN_STEP(fn, ...)                                                                                            \
+    do {                                                                                                               \
+        *what = #fn;                                                                                                   \
+        if ((rc = fn(__VA_ARGS__)) != 0)                                                                               \
+            goto out;                                                                                                  \
     } while (0)
     SPAWN_STEP(posix_spawn_file_actions_init, &fa);
     fa_made = true;
@@ -311,8 +311,8 @@ static bool limit_hit(const Toolpool__Call *call, const tp_rlimit_t *lim, int st
                  (double)(ru->ru_utime.tv_usec + ru->ru_stime.tv_usec) / 1e6;
     int signo = sig ? WTERMSIG(status) : 0;
     if (lim->cpu && (signo == SIGXCPU || (signo == SIGKILL && cpu >= lim->cpu))) {
-        tp_outcome_fail(o, "ResourceLimit", "%s exceeded its cpu limit (%us of CPU time; killed by %s)",
-                        call->tool, lim->cpu, signo == SIGXCPU ? "SIGXCPU" : "SIGKILL");
+        tp_outcome_fail(o, "ResourceLimit", "%s exceeded its cpu limit (%us of CPU time; killed by %s)", call->tool,
+                        lim->cpu, signo == SIGXCPU ? "SIGXCPU" : "SIGKILL");
         return true;
     }
     if (lim->memory && failed && tp_rlimit_says_oom(text, n)) {
@@ -321,8 +321,8 @@ static bool limit_hit(const Toolpool__Call *call, const tp_rlimit_t *lim, int st
         return true;
     }
     if (lim->files && failed && tp_rlimit_says_emfile(text, n)) {
-        tp_outcome_fail(o, "ResourceLimit", "%s ran out of descriptors under its files limit (%u): %s",
-                        call->tool, lim->files, stderr_line(err, line, sizeof line));
+        tp_outcome_fail(o, "ResourceLimit", "%s ran out of descriptors under its files limit (%u): %s", call->tool,
+                        lim->files, stderr_line(err, line, sizeof line));
         return true;
     }
     return false;
@@ -362,8 +362,8 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
         int err = errno;
         if (strcmp(what, "posix_spawnp") != 0) {
             /* Not the tool's doing: the worker could not set its start up. Transient. */
-            tp_log_error("%s failed while starting tool %s (call %s, attempt %u): %s", what, call->tool,
-                         call->call_id, call->attempt, strerror(err));
+            tp_log_error("%s failed while starting tool %s (call %s, attempt %u): %s", what, call->tool, call->call_id,
+                         call->attempt, strerror(err));
             tp_outcome_fail(o, "ServerError", "cannot start %s: %s: %s", argv[0], what, strerror(err));
         } else if (in_child && err == ENOMEM && lim.memory) {
             tp_outcome_fail(o, "OutOfMemory", "cannot start %s under its memory limit (%s): %s", argv[0],
@@ -452,19 +452,18 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
         ;
     char line[1024];
     if (too_big) {
-        tp_outcome_fail(o, "OutputTooLarge", "%s wrote more than max_output (%llu bytes) on stdout",
-                        call->tool, (unsigned long long)call->max_output);
+        tp_outcome_fail(o, "OutputTooLarge", "%s wrote more than max_output (%llu bytes) on stdout", call->tool,
+                        (unsigned long long)call->max_output);
     } else if (limit_hit(call, &lim, status, &ru, &err, o)) {
         /* o names the limit */
     } else if (WIFSIGNALED(status)) {
-        tp_outcome_fail(o, "WorkerCrashed", "%s killed by signal %d (%s)%s%s", call->tool,
-                        WTERMSIG(status), strsignal(WTERMSIG(status)),
-                        tp_buf_avail(&err) ? ": " : "", stderr_line(&err, line, sizeof line));
+        tp_outcome_fail(o, "WorkerCrashed", "%s killed by signal %d (%s)%s%s", call->tool, WTERMSIG(status),
+                        strsignal(WTERMSIG(status)), tp_buf_avail(&err) ? ": " : "",
+                        stderr_line(&err, line, sizeof line));
     } else if (WEXITSTATUS(status) != 0) {
         int code = WEXITSTATUS(status);
-        tp_outcome_fail(o, tp_kind_name(tp_kind_from_exit(code)), "%s exited with status %d%s%s",
-                        call->tool, code, tp_buf_avail(&err) ? ": " : "",
-                        stderr_line(&err, line, sizeof line));
+        tp_outcome_fail(o, tp_kind_name(tp_kind_from_exit(code)), "%s exited with status %d%s%s", call->tool, code,
+                        tp_buf_avail(&err) ? ": " : "", stderr_line(&err, line, sizeof line));
     } else {
         tp_outcome_from_text(o, (const char *)out.data, out.len, true);
     }

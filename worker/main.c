@@ -144,7 +144,8 @@ int main(int argc, char **argv)
     /* Orphans of a tool's processes reparent to us, not to init: we can still find them. */
     if (tp_contain_init() < 0)
         tp_log_error("cannot become a child subreaper: %s; a tool's double-forked daemon may outlive "
-                     "its call", strerror(errno));
+                     "its call",
+                     strerror(errno));
     /*
      * The worker and the tools it starts run as batch work (SCHED_BATCH:
      * the same share of the CPU, the same nice value): waking, they never
@@ -192,8 +193,7 @@ int main(int argc, char **argv)
         if (rc == 0)
             break;
         if (rc != TP_FRAME_READY) {
-            tp_log_error("bad frame from the supervisor (%s)",
-                         rc == TP_FRAME_TOO_BIG ? "oversized" : strerror(errno));
+            tp_log_error("bad frame from the supervisor (%s)", rc == TP_FRAME_TOO_BIG ? "oversized" : strerror(errno));
             return 3;
         }
         Toolpool__SupervisorFrame *sf = toolpool__supervisor_frame__unpack(NULL, len, body);
@@ -231,8 +231,8 @@ int main(int argc, char **argv)
         reply.cost = o.cost;
         if (o.ok && o.result.len + 1024 > max) {
             /* A result the frame cannot carry is the tool's failure, not the worker's. */
-            tp_outcome_fail(&o, "OutputTooLarge", "%s returned %zu bytes, more than a frame carries (%u)",
-                            call->tool, o.result.len, max);
+            tp_outcome_fail(&o, "OutputTooLarge", "%s returned %zu bytes, more than a frame carries (%u)", call->tool,
+                            o.result.len, max);
         }
         reply.ok = o.ok; /* after the check: a result too large for the frame is no success */
         if (o.ok) {

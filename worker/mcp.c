@@ -164,15 +164,15 @@ static bool server_gone(server_t *s)
  * A failed start, counted for the crash-loop cap; o gets kind and the
  * message, the cap's note added when this failure reaches it.
  */
-static void start_failed(server_t *s, const Toolpool__Call *call, tp_outcome_t *o, const char *kind,
-                         const char *what)
+static void start_failed(server_t *s, const Toolpool__Call *call, tp_outcome_t *o, const char *kind, const char *what)
 {
     char cmd[200];
     snprintf(s->last_failure, sizeof s->last_failure, "MCP server `%s` for %s %s", command_line(call, cmd, sizeof cmd),
              call->tool, what);
     if (++s->start_fails >= START_FAILS_MAX) {
         s->refuse_until = tp_now_us() + START_REFUSE_US;
-        tp_outcome_fail(o, kind, "%s (%u failed starts in a row: the crash-loop cap stops this worker starting it for %us)",
+        tp_outcome_fail(o, kind,
+                        "%s (%u failed starts in a row: the crash-loop cap stops this worker starting it for %us)",
                         s->last_failure, s->start_fails, START_REFUSE_US / 1000000u);
     } else {
         tp_outcome_fail(o, kind, "%s", s->last_failure);
@@ -446,8 +446,9 @@ void tp_mcp_run(const Toolpool__Call *call, tp_outcome_t *o)
         return;
     case TP_MCP_TOO_BIG:
         server_drop(s, 0);
-        tp_outcome_fail(o, "OutputTooLarge", "%s: the MCP server's answer is longer than max_output allows (%llu bytes)",
-                        call->tool, (unsigned long long)call->max_output);
+        tp_outcome_fail(o, "OutputTooLarge",
+                        "%s: the MCP server's answer is longer than max_output allows (%llu bytes)", call->tool,
+                        (unsigned long long)call->max_output);
         return;
     default:
         server_drop(s, 0);

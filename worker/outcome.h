@@ -33,8 +33,7 @@ void tp_outcome_free(tp_outcome_t *o);
  * Makes o a failure of kind (cut to 63 bytes) with the message fmt
  * formats (cut to 1023), in place of any earlier one.
  */
-void tp_outcome_fail(tp_outcome_t *o, const char *kind, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+void tp_outcome_fail(tp_outcome_t *o, const char *kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /*
  * Reads a tool's answer text: with read_error, a JSON object whose top-level

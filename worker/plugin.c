@@ -43,8 +43,8 @@ static tp_plugin_call_v1_fn plugin_entry(const char *path, tp_outcome_t *o)
     }
     tp_plugin_call_v1_fn fn = (tp_plugin_call_v1_fn)(uintptr_t)dlsym(h, TP_PLUGIN_ENTRY_V1);
     if (fn == NULL) {
-        tp_outcome_fail(o, "ToolError", "plugin %s has no %s entry point (ABI %d)", path,
-                        TP_PLUGIN_ENTRY_V1, TP_PLUGIN_ABI);
+        tp_outcome_fail(o, "ToolError", "plugin %s has no %s entry point (ABI %d)", path, TP_PLUGIN_ENTRY_V1,
+                        TP_PLUGIN_ABI);
         dlclose(h);
         return NULL;
     }
@@ -62,22 +62,23 @@ static tp_plugin_call_v1_fn plugin_entry(const char *path, tp_outcome_t *o)
  * failing call left, so a plugin that gives up as soon as malloc returns
  * NULL is recognized; one that crashes on the NULL is WorkerCrashed.
  */
-static bool limit_hit(const Toolpool__Call *call, const tp_rlimit_t *lim, int rc,
-                      const tp_plugin_reply_t *rep, int err, tp_outcome_t *o)
+static bool limit_hit(const Toolpool__Call *call, const tp_rlimit_t *lim, int rc, const tp_plugin_reply_t *rep, int err,
+                      tp_outcome_t *o)
 {
     char size[32];
     const char *msg = rep->message ? rep->message : "";
     if (rc == 0 && (rep->error == NULL || strcmp(rep->error, "ToolError") != 0))
         return false;
     if (lim->memory && err == ENOMEM) {
-        tp_outcome_fail(o, "OutOfMemory", "%s ran out of memory under its memory limit (%s, the worker's own "
-                        "included)%s%s", call->tool, tp_rlimit_size(size, sizeof size, lim->memory),
-                        *msg ? ": " : "", msg);
+        tp_outcome_fail(o, "OutOfMemory",
+                        "%s ran out of memory under its memory limit (%s, the worker's own "
+                        "included)%s%s",
+                        call->tool, tp_rlimit_size(size, sizeof size, lim->memory), *msg ? ": " : "", msg);
         return true;
     }
     if (lim->files && err == EMFILE) {
-        tp_outcome_fail(o, "ResourceLimit", "%s ran out of descriptors under its files limit (%u)%s%s",
-                        call->tool, lim->files, *msg ? ": " : "", msg);
+        tp_outcome_fail(o, "ResourceLimit", "%s ran out of descriptors under its files limit (%u)%s%s", call->tool,
+                        lim->files, *msg ? ": " : "", msg);
         return true;
     }
     return false;
@@ -120,8 +121,8 @@ void tp_plugin_run(const Toolpool__Call *call, tp_outcome_t *o)
     if (limit_hit(call, &lim, rc, &rep, err, o)) {
         /* o names the limit */
     } else if (rc != 0) {
-        tp_outcome_fail(o, "ToolError", "plugin %s failed (returned %d)%s%s", call->tool, rc,
-                        rep.message ? ": " : "", rep.message ? rep.message : "");
+        tp_outcome_fail(o, "ToolError", "plugin %s failed (returned %d)%s%s", call->tool, rc, rep.message ? ": " : "",
+                        rep.message ? rep.message : "");
     } else if (rep.error != NULL) {
         tp_outcome_fail(o, rep.error, "%s", rep.message ? rep.message : "");
         o->retry_after_ms = rep.retry_after_ms;

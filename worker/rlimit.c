@@ -114,6 +114,7 @@ static bool says(const char *text, size_t n, const char *const *phrases)
 
 bool tp_rlimit_says_oom(const char *text, size_t n)
 {
+    /* clang-format off */
     static const char *const phrases[] = {
         "MemoryError",        "Cannot allocate memory",
         "out of memory",      "cannot allocate",
@@ -121,6 +122,7 @@ bool tp_rlimit_says_oom(const char *text, size_t n)
         "allocation failed",  "bad_alloc",
         "OutOfMemoryError",   NULL,
     };
+    /* clang-format on */
     return says(text, n, phrases);
 }
 

@@ -44,12 +44,17 @@ static inline int tp_buf_puts(tp_buf_t *b, const char *s)
     return tp_buf_append(b, s, strlen(s));
 }
 
-int tp_buf_printf(tp_buf_t *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int tp_buf_printf(tp_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Drops n consumed bytes from the front; compacts when worth it. */
 void tp_buf_consume(tp_buf_t *b, size_t n);
-static inline size_t tp_buf_avail(const tp_buf_t *b) { return b->len - b->off; }
-static inline const uint8_t *tp_buf_head(const tp_buf_t *b) { return b->data + b->off; }
+static inline size_t tp_buf_avail(const tp_buf_t *b)
+{
+    return b->len - b->off;
+}
+static inline const uint8_t *tp_buf_head(const tp_buf_t *b)
+{
+    return b->data + b->off;
+}
 void tp_buf_reset(tp_buf_t *b);
 void tp_buf_free(tp_buf_t *b);
 

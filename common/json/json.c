@@ -68,13 +68,27 @@ int tp_json_put_string(tp_buf_t *b, const char *s, size_t n)
         }
         *o++ = '\\';
         switch (c) {
-        case '"': *o++ = '"'; break;
-        case '\\': *o++ = '\\'; break;
-        case '\n': *o++ = 'n'; break;
-        case '\r': *o++ = 'r'; break;
-        case '\t': *o++ = 't'; break;
-        case '\b': *o++ = 'b'; break;
-        case '\f': *o++ = 'f'; break;
+        case '"':
+            *o++ = '"';
+            break;
+        case '\\':
+            *o++ = '\\';
+            break;
+        case '\n':
+            *o++ = 'n';
+            break;
+        case '\r':
+            *o++ = 'r';
+            break;
+        case '\t':
+            *o++ = 't';
+            break;
+        case '\b':
+            *o++ = 'b';
+            break;
+        case '\f':
+            *o++ = 'f';
+            break;
         default:
             *o++ = 'u';
             *o++ = '0';
@@ -159,8 +173,8 @@ int tp_json_write(tp_buf_t *b, const json_t *v, int flags)
         return tp_buf_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
     case JSON_REAL: {
         double d = json_real_value(v);
-        if ((flags & TP_JSON_CANONICAL) == TP_JSON_CANONICAL && d > -9007199254740992.0 &&
-            d < 9007199254740992.0 && d == (double)(long long)d)
+        if ((flags & TP_JSON_CANONICAL) == TP_JSON_CANONICAL && d > -9007199254740992.0 && d < 9007199254740992.0 &&
+            d == (double)(long long)d)
             return tp_buf_printf(b, "%lld", (long long)d);
         return tp_json_put_real(b, d);
     }
@@ -216,7 +230,14 @@ static const uint8_t *scan_string(const uint8_t *p, const uint8_t *end)
         if (end - p < 2)
             return NULL;
         switch (p[1]) {
-        case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+        case '"':
+        case '\\':
+        case '/':
+        case 'b':
+        case 'f':
+        case 'n':
+        case 'r':
+        case 't':
             p += 2;
             break;
         case 'u':
@@ -309,7 +330,7 @@ int tp_json_check(const void *text, size_t n, size_t *at)
                 if (object)
                     stack[depth / 8] |= (uint8_t)(1u << depth % 8);
                 else
-                    stack[depth / 8] &= (uint8_t)~(1u << depth % 8);
+                    stack[depth / 8] &= (uint8_t) ~(1u << depth % 8);
                 depth++;
                 p = skip_ws(p + 1, end);
                 if (p < end && *p == (object ? '}' : ']')) {

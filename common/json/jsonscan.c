@@ -182,7 +182,8 @@ bool tp_scan_object(tp_scan_t *s, int depth)
         if (s->p == s->end || *s->p != ':')
             return false;
         s->p++;
-        if (!emit(s, (const unsigned char *)":", 1) || !tp_scan_value(s, depth) || (rc = tp_scan_next_or_close(s, '}')) < 0)
+        if (!emit(s, (const unsigned char *)":", 1) || !tp_scan_value(s, depth) ||
+            (rc = tp_scan_next_or_close(s, '}')) < 0)
             return false;
         if (rc > 0)
             return true;
@@ -345,8 +346,11 @@ out:
 int tp_json_compact_plain(const char *text, size_t len, tp_buf_t *out)
 {
     size_t mark = out->len;
-    tp_scan_t s = {.p = (const unsigned char *)text, .end = (const unsigned char *)text + len, .copy = out,
-                   .sorted = true, .escapes = true};
+    tp_scan_t s = {.p = (const unsigned char *)text,
+                   .end = (const unsigned char *)text + len,
+                   .copy = out,
+                   .sorted = true,
+                   .escapes = true};
     if (!tp_scan_value(&s, 0))
         goto not_plain;
     tp_scan_ws(&s);

@@ -25,9 +25,9 @@
 
 typedef struct {
     const unsigned char *p, *end;
-    tp_buf_t *copy;             /* where the value goes compact, while inside one; NULL: nowhere */
-    bool sorted;                /* every object so far had its keys in byte order (so none repeats) */
-    bool escapes;               /* strings may hold the escapes tp_json_put_string writes */
+    tp_buf_t *copy; /* where the value goes compact, while inside one; NULL: nowhere */
+    bool sorted;    /* every object so far had its keys in byte order (so none repeats) */
+    bool escapes;   /* strings may hold the escapes tp_json_put_string writes */
 } tp_scan_t;
 
 void tp_scan_ws(tp_scan_t *s);

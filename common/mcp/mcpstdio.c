@@ -62,8 +62,8 @@ static char **make_env(char *const env[])
     return e;
 }
 
-int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const char *cwd, bool own_group,
-                 char *err, size_t errlen)
+int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const char *cwd, bool own_group, char *err,
+                   size_t errlen)
 {
     int in_p[2] = {-1, -1}, out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
     c->pid = 0;
@@ -316,8 +316,7 @@ static void not_a_message(tp_mcpio_t *c, const char *p, size_t n)
         c->log_line(c->log_ctx, line);
 }
 
-int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line,
-                json_t **msg)
+int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line, json_t **msg)
 {
     size_t scanned = 0;
     for (;;) {
@@ -369,15 +368,15 @@ static void answer_server(tp_mcpio_t *c, json_t *req, uint64_t deadline_us, vola
     if (method && strcmp(method, "ping") == 0)
         a = json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0", "id", json_object_get(req, "id"), "result");
     else
-        a = json_pack("{s:s, s:O, s:{s:i, s:s+}}", "jsonrpc", "2.0", "id", json_object_get(req, "id"), "error",
-                      "code", -32601, "message", "toolpool does not serve ", method ? method : "that");
+        a = json_pack("{s:s, s:O, s:{s:i, s:s+}}", "jsonrpc", "2.0", "id", json_object_get(req, "id"), "error", "code",
+                      -32601, "message", "toolpool does not serve ", method ? method : "that");
     if (a != NULL)
         tp_mcpio_send(c, a, deadline_us, stop);
     json_decref(a);
 }
 
 int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t deadline_us,
-                   volatile sig_atomic_t *stop, size_t max_line, int64_t *id, json_t **answer)
+                     volatile sig_atomic_t *stop, size_t max_line, int64_t *id, json_t **answer)
 {
     int64_t my = c->next_id++;
     *id = my;
@@ -411,8 +410,8 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
     }
 }
 
-int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version,
-                      size_t vlen, char *err, size_t errlen)
+int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version, size_t vlen,
+                        char *err, size_t errlen)
 {
     static const char *const accepted[] = {TP_MCP_PROTOCOL, "2025-06-18", "2025-03-26"};
     json_t *params = json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", TP_MCP_PROTOCOL, "capabilities",

@@ -40,11 +40,11 @@ enum {
 #define TP_MCP_TAIL 600
 
 typedef struct {
-    pid_t pid;             /* 0: not running */
-    bool own_group;        /* started as the leader of a process group of its own */
+    pid_t pid;      /* 0: not running */
+    bool own_group; /* started as the leader of a process group of its own */
     int in_fd, out_fd, err_fd;
-    tp_buf_t out;          /* stdout not yet read as messages */
-    tp_buf_t errline;      /* stderr's unfinished line */
+    tp_buf_t out;           /* stdout not yet read as messages */
+    tp_buf_t errline;       /* stderr's unfinished line */
     char tail[TP_MCP_TAIL]; /* the end of its stderr, lines joined by "; " */
     size_t tail_len;
     /* Each line of its stderr, as it comes; NULL: only the tail is kept. */
@@ -55,7 +55,7 @@ typedef struct {
     void *notice_ctx;
     int64_t next_id;
     bool reaped;
-    int status;            /* waitpid's, once reaped */
+    int status; /* waitpid's, once reaped */
 } tp_mcpio_t;
 
 /*
@@ -67,8 +67,8 @@ typedef struct {
  * close kills all it started); without, it joins the caller's. 0, or -1
  * with a message in err.
  */
-int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const char *cwd, bool own_group,
-                 char *err, size_t errlen);
+int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const char *cwd, bool own_group, char *err,
+                   size_t errlen);
 
 /* Writes msg and a newline. 0, or a TP_MCP_ code. */
 int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volatile sig_atomic_t *stop);
@@ -80,8 +80,7 @@ int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volati
  * (may be NULL) ends the wait when a signal interrupts it with the flag
  * set. 0, or a TP_MCP_ code.
  */
-int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line,
-                json_t **msg);
+int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line, json_t **msg);
 
 /*
  * Sends the request method(params) (params stolen; NULL: none) and reads
@@ -92,7 +91,7 @@ int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *st
  * notifications/cancelled). 0, or a TP_MCP_ code.
  */
 int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t deadline_us,
-                   volatile sig_atomic_t *stop, size_t max_line, int64_t *id, json_t **answer);
+                     volatile sig_atomic_t *stop, size_t max_line, int64_t *id, json_t **answer);
 
 /*
  * The handshake: initialize (offering TP_MCP_PROTOCOL; 2025-06-18 and
@@ -101,8 +100,8 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
  * server answered with an error or a version toolpool does not speak, with
  * what it said in err.
  */
-int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version,
-                      size_t vlen, char *err, size_t errlen);
+int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version, size_t vlen,
+                        char *err, size_t errlen);
 
 /*
  * Ends the session: closes the server's stdin (the stdio transport's

@@ -37,7 +37,7 @@ typedef struct {
     pid_t pid;
     uint64_t start; /* clock ticks after boot: with pid, the process's identity */
     bool signalled;
-    int pass;       /* the last pass of a walk by children files that saw it alive */
+    int pass; /* the last pass of a walk by children files that saw it alive */
 } tp_proctree_ent_t;
 
 typedef struct {

@@ -125,8 +125,8 @@ static uint8_t *put_bytes_field(uint8_t *p, uint8_t key, const void *data, size_
     return p + n;
 }
 
-int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv, size_t argc,
-                      const char *plugin_path, uint64_t max_output)
+int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv, size_t argc, const char *plugin_path,
+                      uint64_t max_output)
 {
     Toolpool__Call call = TOOLPOOL__CALL__INIT;
     call.tool = (char *)tool;
@@ -168,9 +168,9 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
 {
     size_t id_len = c->call_id ? strlen(c->call_id) : 0, job_len = c->job ? strlen(c->job) : 0;
     size_t tail_len = c->tail ? c->tail->len : 0;
-    size_t call_len = varint_field_len(c->seq) + c->head->len + bytes_field_len(c->args_len) +
-                      bytes_field_len(id_len) + bytes_field_len(job_len) + varint_field_len(c->step) +
-                      varint_field_len(c->attempt) + tail_len + (c->notify ? sizeof NOTIFY_FIELD : 0);
+    size_t call_len = varint_field_len(c->seq) + c->head->len + bytes_field_len(c->args_len) + bytes_field_len(id_len) +
+                      bytes_field_len(job_len) + varint_field_len(c->step) + varint_field_len(c->attempt) + tail_len +
+                      (c->notify ? sizeof NOTIFY_FIELD : 0);
     size_t n = 1 + varint_len(call_len) + call_len;
     uint8_t *p = frame_begin(out, n, max);
     if (p == NULL)

@@ -19,9 +19,9 @@
 #define TP_FRAME_DEFAULT_MAX (64u << 20)
 
 enum {
-    TP_FRAME_MORE = 0,      /* not a whole frame yet */
-    TP_FRAME_READY = 1,     /* *body / *len point into the buffer */
-    TP_FRAME_TOO_BIG = -2,  /* the header announced more than max */
+    TP_FRAME_MORE = 0,     /* not a whole frame yet */
+    TP_FRAME_READY = 1,    /* *body / *len point into the buffer */
+    TP_FRAME_TOO_BIG = -2, /* the header announced more than max */
 };
 
 /*
@@ -46,8 +46,8 @@ int tp_frame_append(tp_buf_t *out, const ProtobufCMessage *msg, uint32_t max);
  * compares them), so the worker decodes them as any other frame.
  */
 typedef struct {
-    const tp_buf_t *head;   /* the tool's fields: tp_call_head_pack */
-    const tp_buf_t *tail;   /* the tool's limits (fields 12-14, after the call's own):
+    const tp_buf_t *head; /* the tool's fields: tp_call_head_pack */
+    const tp_buf_t *tail; /* the tool's limits (fields 12-14, after the call's own):
                                tp_call_tail_pack; NULL or empty when it has none */
     uint64_t seq;
     const uint8_t *args;
@@ -56,12 +56,12 @@ typedef struct {
     const char *job;
     uint64_t step;
     uint32_t attempt;
-    bool notify;            /* field 19: the caller hears the MCP server's notifications */
+    bool notify; /* field 19: the caller hears the MCP server's notifications */
 } tp_call_frame_t;
 
 /* Packs a tool's fields of a Call (the rest left out) into head. 0, or -1. */
-int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv, size_t argc,
-                      const char *plugin_path, uint64_t max_output);
+int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv, size_t argc, const char *plugin_path,
+                      uint64_t max_output);
 /*
  * Packs a tool's limits (0: none) into tail, fields 12-14 of a Call, an mcp
  * tool's server fields after them (15-17; mcp_tool NULL: none, env a

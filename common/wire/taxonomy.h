@@ -30,8 +30,8 @@ typedef enum {
     TP_KIND_BAD_ARGUMENTS,
     TP_KIND_TOOL_ERROR,
     TP_KIND_OUTPUT_TOO_LARGE,
-    TP_KIND_OUT_OF_MEMORY,      /* an allocation failed under the tool's memory limit */
-    TP_KIND_RESOURCE_LIMIT,     /* the tool ran into its cpu or files limit */
+    TP_KIND_OUT_OF_MEMORY,  /* an allocation failed under the tool's memory limit */
+    TP_KIND_RESOURCE_LIMIT, /* the tool ran into its cpu or files limit */
     /* malformed */
     TP_KIND_INVALID_ARGUMENTS,
     TP_KIND_UNKNOWN_TOOL,

@@ -24,13 +24,13 @@
 #define TP_PLUGIN_ENTRY_V1 "tp_plugin_call_v1"
 
 typedef struct {
-    const char *tool;       /* the registry name of the tool called */
-    const char *args;       /* the call's args, JSON text, NUL-terminated */
+    const char *tool; /* the registry name of the tool called */
+    const char *args; /* the call's args, JSON text, NUL-terminated */
     size_t args_len;
     const char *call_id;
     const char *job;
     uint64_t step;
-    uint32_t attempt;       /* 1 for the first */
+    uint32_t attempt; /* 1 for the first */
 } tp_plugin_call_t;
 
 typedef struct {
@@ -48,7 +48,7 @@ typedef struct {
     const char *error;
     char *message;
     int64_t retry_after_ms;
-    double cost;            /* what the call cost, if the tool knows */
+    double cost; /* what the call cost, if the tool knows */
 } tp_plugin_reply_t;
 
 /*

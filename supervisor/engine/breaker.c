@@ -62,8 +62,8 @@ static int call_get(tp_store_t *s, MDB_txn *txn, const uint8_t *key, size_t klen
                             (ProtobufCMessage **)out);
 }
 
-int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
-                          uint64_t now, bool *open, char *escalation, size_t esc_len)
+int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d, uint64_t now,
+                          bool *open, char *escalation, size_t esc_len)
 {
     uint8_t key[KEY_MAX];
     size_t klen = tp_breaker_call_key(t->name, d, key, sizeof key);
@@ -89,9 +89,9 @@ int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const
     return rc;
 }
 
-int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
-                           const char *job, const char *args, bool failed, const char *kind, const char *message,
-                           uint64_t now, bool *opened)
+int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d, const char *job,
+                           const char *args, bool failed, const char *kind, const char *message, uint64_t now,
+                           bool *opened)
 {
     uint8_t key[KEY_MAX];
     size_t klen = tp_breaker_call_key(t->name, d, key, sizeof key);
@@ -207,11 +207,10 @@ int tp_breaker_tool_admit(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, uint6
     return rc;
 }
 
-int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_kind_t kind, bool probe,
-                           uint64_t now)
+int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_kind_t kind, bool probe, uint64_t now)
 {
-    if (kind != TP_KIND_OK && (kind >= TP_KIND__COUNT || tp_kind_class(kind) == TP_CLASS_GUARD ||
-                               tp_kind_class(kind) == TP_CLASS_MALFORMED))
+    if (kind != TP_KIND_OK &&
+        (kind >= TP_KIND__COUNT || tp_kind_class(kind) == TP_CLASS_GUARD || tp_kind_class(kind) == TP_CLASS_MALFORMED))
         return 0; /* neither health nor sickness */
     uint8_t key[KEY_MAX];
     size_t klen = tp_breaker_tool_key(t->name, key, sizeof key);

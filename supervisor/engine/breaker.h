@@ -43,17 +43,17 @@ void tp_breaker_call_digest(const tp_tool_t *t, const tp_digest_t *args, const c
  * as blocked and *escalation names the escalation it was opened with.
  * An open circuit whose window has passed closes here.
  */
-int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
-                          uint64_t now, bool *open, char *escalation, size_t esc_len);
+int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d, uint64_t now,
+                          bool *open, char *escalation, size_t esc_len);
 /*
  * Records a call's final outcome. A failure is counted; *opened says whether
  * this failure opened the circuit (the caller escalates it and then calls
  * tp_breaker_call_set_escalation). A success clears the count.
  */
 /* job: the job it counts for (scope "job"; shown by `toolpool breakers`), or NULL. */
-int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
-                           const char *job, const char *args, bool failed, const char *kind, const char *message,
-                           uint64_t now, bool *opened);
+int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d, const char *job,
+                           const char *args, bool failed, const char *kind, const char *message, uint64_t now,
+                           bool *opened);
 int tp_breaker_call_set_escalation(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
                                    const char *escalation);
 
@@ -66,8 +66,7 @@ typedef enum {
 /* Whether the tool may run an attempt now. */
 int tp_breaker_tool_admit(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, uint64_t now, tp_admit_t *out);
 /* Records an attempt's outcome (kind), and whether it was a probe. */
-int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_kind_t kind, bool probe,
-                           uint64_t now);
+int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_kind_t kind, bool probe, uint64_t now);
 
 /* Keys, for the inspection commands: 'c' TOOL \0 DIGEST and 't' TOOL. */
 size_t tp_breaker_call_key(const char *tool, const tp_digest_t *d, uint8_t *key, size_t cap);

@@ -14,8 +14,9 @@ void tp_commit_took(tp_commit_t *c, uint64_t us)
 uint64_t tp_commit_window_us(const tp_commit_t *c)
 {
     double w = c->took_us * TP_COMMIT_SPAN;
-    return (uint64_t)(w < TP_COMMIT_WINDOW_MIN_US ? TP_COMMIT_WINDOW_MIN_US
-                      : w > TP_COMMIT_WINDOW_MAX_US ? TP_COMMIT_WINDOW_MAX_US : w);
+    return (uint64_t)(w < TP_COMMIT_WINDOW_MIN_US   ? TP_COMMIT_WINDOW_MIN_US
+                      : w > TP_COMMIT_WINDOW_MAX_US ? TP_COMMIT_WINDOW_MAX_US
+                                                    : w);
 }
 
 bool tp_commit_due(const tp_commit_t *c, uint64_t now, uint64_t results, int busy, bool urgent)

@@ -47,9 +47,9 @@
 #define TP_COMMIT_DEADLINE_PAST_US 1000u
 
 typedef struct {
-    uint64_t since_us;          /* when the open transaction began */
-    uint64_t results_at;        /* the results count when it began */
-    double took_us;             /* what commits take, on average */
+    uint64_t since_us;   /* when the open transaction began */
+    uint64_t results_at; /* the results count when it began */
+    double took_us;      /* what commits take, on average */
 } tp_commit_t;
 
 /* The open transaction begins now, with results counted so far. */

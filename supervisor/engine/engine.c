@@ -53,7 +53,7 @@
 typedef struct {
     int inflight;
     tp_queue_t waiting;
-    double ewma_us;             /* how long its attempts take, when they answer */
+    double ewma_us; /* how long its attempts take, when they answer */
     uint32_t samples;
 } tp_tool_state_t;
 
@@ -65,10 +65,10 @@ typedef struct {
     tp_answer_fn fn;
     void (*durable_fn)(void *ctx, bool ok);
     void *ctx;
-    tp_call_t *call;            /* a call that ran: its record lives in it */
-    tp_call_t *hold;            /* a call answered otherwise, kept until then: its handle stays valid */
-    Toolpool__Result *r;        /* a rejected or recorded answer's record, and its strings */
-    size_t at, len;             /* its line in the answers' buffer */
+    tp_call_t *call;     /* a call that ran: its record lives in it */
+    tp_call_t *hold;     /* a call answered otherwise, kept until then: its handle stays valid */
+    Toolpool__Result *r; /* a rejected or recorded answer's record, and its strings */
+    size_t at, len;      /* its line in the answers' buffer */
     bool recorded;
     bool not_started;
     bool conflict;
@@ -88,42 +88,42 @@ struct tp_engine {
     tp_front_t fronts[TP_FRONTS_MAX];
     int n_fronts;
     /* calls */
-    size_t live;                /* calls submitted and not yet ended */
-    size_t live_bytes;          /* their args' bytes */
-    tp_call_t *all;             /* those calls */
+    size_t live;       /* calls submitted and not yet ended */
+    size_t live_bytes; /* their args' bytes */
+    tp_call_t *all;    /* those calls */
     tp_queue_t ready;
-    tp_queue_t settle;          /* calls whose attempt ended, for the next turn */
-    tp_queue_t deferred;        /* attempts that start once the turn has committed */
-    size_t n_waiting;           /* calls parked at their tool's concurrency cap */
+    tp_queue_t settle;   /* calls whose attempt ended, for the next turn */
+    tp_queue_t deferred; /* attempts that start once the turn has committed */
+    size_t n_waiting;    /* calls parked at their tool's concurrency cap */
     int n_deferred;
     tp_tool_state_t *tools;
     tp_jobs_t jobs;
-    tp_job_t *touched;          /* jobs given calls since the last turn, in order */
+    tp_job_t *touched; /* jobs given calls since the last turn, in order */
     tp_job_t **touched_tail;
-    bool keep_jobs;             /* guards, no store: keep idle jobs' usage in memory */
+    bool keep_jobs; /* guards, no store: keep idle jobs' usage in memory */
     /* the store */
-    MDB_txn *txn;               /* the open write transaction, when there is a store */
+    MDB_txn *txn; /* the open write transaction, when there is a store */
     tp_commit_t commit;
-    bool marker_pending;        /* a non-idempotent call ended in the open transaction */
-    size_t txn_bytes;           /* what the open transaction has written, about */
-    size_t made_durable;        /* the first answers of made a commit within the turn covered */
-    size_t need_room;           /* free map the next transaction begins with */
-    uint64_t results;           /* calls ended so far */
-    uint64_t trimmed_at;        /* results when the store's map was last trimmed */
-    uint64_t lookups;           /* ids looked up in the store */
-    struct event *ev_commit;    /* closes the commit window */
+    bool marker_pending;     /* a non-idempotent call ended in the open transaction */
+    size_t txn_bytes;        /* what the open transaction has written, about */
+    size_t made_durable;     /* the first answers of made a commit within the turn covered */
+    size_t need_room;        /* free map the next transaction begins with */
+    uint64_t results;        /* calls ended so far */
+    uint64_t trimmed_at;     /* results when the store's map was last trimmed */
+    uint64_t lookups;        /* ids looked up in the store */
+    struct event *ev_commit; /* closes the commit window */
     /* sharing the store with other supervisors (owners.h) */
     tp_owner_id_t me;
-    bool owner_known;           /* this process could name itself (/proc) */
-    tp_owners_state_t owners;   /* as of the open transaction */
-    uint64_t seen_gen;          /* the newest arrival this engine has claimed its calls for */
-    tp_queue_t parked;          /* calls another live supervisor runs: waiting for its record */
+    bool owner_known;         /* this process could name itself (/proc) */
+    tp_owners_state_t owners; /* as of the open transaction */
+    uint64_t seen_gen;        /* the newest arrival this engine has claimed its calls for */
+    tp_queue_t parked;        /* calls another live supervisor runs: waiting for its record */
     size_t n_parked;
-    struct event *ev_owners;    /* looks for arrivals, and again at parked calls */
+    struct event *ev_owners; /* looks for arrivals, and again at parked calls */
     /* answers made, and the ones being delivered */
-    tp_answers_t made;          /* answers made, waiting for their commit */
-    tp_answers_t late;          /* answers made while others are being delivered */
-    tp_answers_t *add;          /* where answers go now: made, or late during a delivery */
+    tp_answers_t made; /* answers made, waiting for their commit */
+    tp_answers_t late; /* answers made while others are being delivered */
+    tp_answers_t *add; /* where answers go now: made, or late during a delivery */
     /* lifecycle */
     struct event *ev_kick;
     struct event *ev_drain;
@@ -132,8 +132,8 @@ struct tp_engine {
     bool draining;
     bool closing;
     bool fatal;
-    bool in_turn;               /* kick_cb is running */
-    uint64_t started_unix_us;   /* records older than this are earlier runs' */
+    bool in_turn;             /* kick_cb is running */
+    uint64_t started_unix_us; /* records older than this are earlier runs' */
     tp_engine_stats_t stats;
 };
 
@@ -293,8 +293,7 @@ static void record_refusal(tp_engine_t *e, Toolpool__Result *r, const uint8_t *l
     if (!txn_fit(e, len, true))
         return;
     tp_digest_t args_digest, identity;
-    tp_digest_bytes(r->args.data ? r->args.data : (const uint8_t *)"{}", r->args.data ? r->args.len : 2,
-                    &args_digest);
+    tp_digest_bytes(r->args.data ? r->args.data : (const uint8_t *)"{}", r->args.data ? r->args.len : 2, &args_digest);
     tp_identity_digest(r->tool, &args_digest, &identity);
     r->input_digest.data = identity.b;
     r->input_digest.len = TP_DIGEST_LEN;
@@ -313,8 +312,7 @@ static void record_refusal(tp_engine_t *e, Toolpool__Result *r, const uint8_t *l
  * whose record is another call's).
  */
 static tp_pending_t *reject_as(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
-                               const char *args, tp_kind_t kind, const char *msg, bool keep, tp_answer_fn fn,
-                               void *ctx)
+                               const char *args, tp_kind_t kind, const char *msg, bool keep, tp_answer_fn fn, void *ctx)
 {
     Toolpool__Result r = TOOLPOOL__RESULT__INIT;
     r.has_id = id != NULL;
@@ -380,8 +378,8 @@ static bool redo_recorded(const tp_engine_t *e, const Toolpool__StoredResult *r)
     return r->ended_unix_us < e->started_unix_us && tp_rerun_match(e->o.rerun, r->kind);
 }
 
-void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
-                      const char *msg, tp_answer_fn answer, void *ctx)
+void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool, const char *msg,
+                      tp_answer_fn answer, void *ctx)
 {
     reject(e, id, job, step, tool, NULL, TP_KIND_INVALID_REQUEST, msg, answer, ctx);
 }
@@ -458,7 +456,10 @@ static void deliver(tp_engine_t *e, bool ok)
             bare.kind = (char *)tp_kind_name(TP_KIND_CANCELLED);
             tp_call_t *c = p->call;
             tp_answer_t a = {
-                .result = c ? &c->res : p->r ? p->r : p->not_started ? NULL : &bare,
+                .result = c                ? &c->res
+                          : p->r           ? p->r
+                          : p->not_started ? NULL
+                                           : &bare,
                 .call = c ? c : p->hold,
                 .line = p->len ? d->lines.data + p->at : NULL,
                 .len = p->len,
@@ -530,8 +531,7 @@ static void job_advance(tp_engine_t *e, tp_job_t *j)
         if (c->turn_us == 0)
             c->turn_us = tp_now_us();
         tp_queue_push(&e->ready, c);
-    }
-    else if (tp_job_idle(j) && !e->keep_jobs && !e->draining)
+    } else if (tp_job_idle(j) && !e->keep_jobs && !e->draining)
         tp_jobs_drop(&e->jobs, j);
 }
 
@@ -625,9 +625,9 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
 }
 
 typedef enum {
-    END_ANSWER,    /* the current hop answered */
-    END_DEGRADED,  /* the chain ran out; the declared degraded answer stands in */
-    END_FAIL,      /* a failure: the last attempt's, or the engine's own kind */
+    END_ANSWER,   /* the current hop answered */
+    END_DEGRADED, /* the chain ran out; the declared degraded answer stands in */
+    END_FAIL,     /* a failure: the last attempt's, or the engine's own kind */
 } tp_end_t;
 
 /*
@@ -998,8 +998,8 @@ static void record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
     tp_digest_t key;
     tp_breaker_call_digest(c->hop_tool, &c->hop_digest, c->job->name, &key);
     int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, &key, c->job->name,
-                                    c->hop_args ? c->hop_args : c->args, failed,
-                                    a->kind_name, a->message, tp_unix_us(), &opened);
+                                    c->hop_args ? c->hop_args : c->args, failed, a->kind_name, a->message, tp_unix_us(),
+                                    &opened);
     if (rc) {
         tp_engine_store_failed(e, rc, "recording a breaker");
         return;
@@ -1364,8 +1364,8 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
  * An answer served from the store: the line as it was reported, and what
  * a summary counts of it.
  */
-static tp_pending_t *answer_recorded(tp_engine_t *e, const char *id, const char *job, uint64_t step,
-                                     const char *tool, const Toolpool__StoredResult *r, tp_answer_fn fn, void *ctx)
+static tp_pending_t *answer_recorded(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
+                                     const Toolpool__StoredResult *r, tp_answer_fn fn, void *ctx)
 {
     tp_pending_t *p = pending_add(e, fn, ctx);
     if (p == NULL)
@@ -1507,8 +1507,8 @@ static tp_claim_t claim(tp_engine_t *e, tp_call_t *c)
                      "id \"%s\" was recorded in the store for other input while it waited; "
                      "give this call a new id, or run with a new store",
                      c->id);
-            p = reject_as(e, c->id, c->job->name, c->step, c->tool->name, c->args, TP_KIND_INVALID_REQUEST, msg,
-                          false, c->answer, c->answer_ctx);
+            p = reject_as(e, c->id, c->job->name, c->step, c->tool->name, c->args, TP_KIND_INVALID_REQUEST, msg, false,
+                          c->answer, c->answer_ctx);
             if (p)
                 p->conflict = true;
         }
@@ -1751,8 +1751,8 @@ static const char *stored_tool(const Toolpool__StoredResult *r, char *buf, size_
  * (true as well). An in-flight marker means the call was running when a
  * supervisor died.
  */
-static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *job,
-                          const tp_digest_t *identity, bool *interrupted, bool *redo, tp_answer_fn fn, void *ctx)
+static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *job, const tp_digest_t *identity,
+                          bool *interrupted, bool *redo, tp_answer_fn fn, void *ctx)
 {
     Toolpool__StoredResult *r;
     /*
@@ -1861,8 +1861,8 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     if (t == NULL) {
         char near[256];
         tp_engine_suggest(e->o.reg, rq->tool, near, sizeof near);
-        snprintf(msg, sizeof msg, "%sunknown tool \"%s\"%s%s%s", prefix(pre, sizeof pre, rq), rq->tool, near[0] ? " (closest: " : "", near,
-                 near[0] ? ")" : "");
+        snprintf(msg, sizeof msg, "%sunknown tool \"%s\"%s%s%s", prefix(pre, sizeof pre, rq), rq->tool,
+                 near[0] ? " (closest: " : "", near, near[0] ? ")" : "");
         reject(e, rq->id, job, rq->step, rq->tool, args, TP_KIND_UNKNOWN_TOOL, msg, fn, ctx);
         goto out;
     }
@@ -2257,8 +2257,7 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
         .ctx = e,
     };
     if (e->tools == NULL || e->stats.tools == NULL || tp_jobs_init(&e->jobs) < 0 ||
-        (e->pool = tp_pool_new(e->base, &po)) == NULL ||
-        (e->ev_kick = event_new(e->base, -1, 0, kick_cb, e)) == NULL ||
+        (e->pool = tp_pool_new(e->base, &po)) == NULL || (e->ev_kick = event_new(e->base, -1, 0, kick_cb, e)) == NULL ||
         (e->ev_drain = evtimer_new(e->base, drain_timeout_cb, e)) == NULL ||
         (e->ev_commit = evtimer_new(e->base, commit_cb, e)) == NULL ||
         (e->ev_owners = event_new(e->base, -1, EV_PERSIST, owners_cb, e)) == NULL) {

@@ -53,8 +53,8 @@ typedef struct tp_call tp_call_t;
  */
 typedef struct {
     bool all;
-    uint32_t classes;           /* bit (1 << tp_class_t) per class */
-    char **kinds;               /* kind names, n_kinds of them */
+    uint32_t classes; /* bit (1 << tp_class_t) per class */
+    char **kinds;     /* kind names, n_kinds of them */
     size_t n_kinds;
 } tp_rerun_t;
 
@@ -63,14 +63,14 @@ bool tp_rerun_match(const tp_rerun_t *f, const char *kind);
 
 typedef struct {
     const tp_registry_t *reg;
-    tp_store_t *store;          /* results, checkpoints, breakers, escalations; NULL: none */
-    const tp_rerun_t *rerun;    /* recorded failures to run again; NULL: none */
-    struct event_base *base;    /* the loop the engine and its pool run on */
+    tp_store_t *store;       /* results, checkpoints, breakers, escalations; NULL: none */
+    const tp_rerun_t *rerun; /* recorded failures to run again; NULL: none */
+    struct event_base *base; /* the loop the engine and its pool run on */
     int workers;
     const char *worker_path;
     uint32_t max_frame;
     uint64_t recycle_after;
-    int pipeline;               /* attempts of a fast tool one worker may hold (1: none) */
+    int pipeline; /* attempts of a fast tool one worker may hold (1: none) */
     /*
      * How long a call queued behind others in a worker may expect to wait:
      * a tool's depth is as many of its average attempts as fit in it
@@ -78,9 +78,9 @@ typedef struct {
      * machine's speed give it generously.
      */
     uint64_t queue_budget_us;
-    uint64_t drain_us;          /* tp_engine_drain: how long running calls may finish */
-    size_t max_args;            /* a call's args longer than this are refused (InvalidRequest); 0: none */
-    uint64_t seed;              /* jitter seed; 0 = random */
+    uint64_t drain_us; /* tp_engine_drain: how long running calls may finish */
+    size_t max_args;   /* a call's args longer than this are refused (InvalidRequest); 0: none */
+    uint64_t seed;     /* jitter seed; 0 = random */
 } tp_engine_opts_t;
 
 /*
@@ -93,20 +93,20 @@ typedef void (*tp_notice_fn)(void *ctx, const char *method, const char *params, 
 
 /* One call, as a front read it. The engine copies what it keeps. */
 typedef struct {
-    const char *id;             /* non-empty */
-    const char *job;            /* NULL: the id (a job of one call) */
+    const char *id;  /* non-empty */
+    const char *job; /* NULL: the id (a job of one call) */
     uint64_t step;
     const char *tool;
-    char *args;                 /* compact JSON object text, NUL-terminated; NULL: {} */
+    char *args; /* compact JSON object text, NUL-terminated; NULL: {} */
     size_t args_len;
-    bool give_args;             /* args is malloc'd, and the engine's from now on (no copy) */
+    bool give_args; /* args is malloc'd, and the engine's from now on (no copy) */
     /* Optional, when the front has them already (else the engine works them out): */
-    const json_t *jargs;        /* the args parsed */
-    const char *canon;          /* the args' canonical form (json.h), for the digests */
+    const json_t *jargs; /* the args parsed */
+    const char *canon;   /* the args' canonical form (json.h), for the digests */
     size_t canon_len;
-    const char *where;          /* prefix for messages about the call ("line 7"); NULL: none */
-    uint64_t deadline_us;       /* the caller's end for the whole call (tp_now_us time); 0: none */
-    tp_notice_fn notice;        /* hears what an mcp tool's server says while the call runs; NULL: none */
+    const char *where;    /* prefix for messages about the call ("line 7"); NULL: none */
+    uint64_t deadline_us; /* the caller's end for the whole call (tp_now_us time); 0: none */
+    tp_notice_fn notice;  /* hears what an mcp tool's server says while the call runs; NULL: none */
 } tp_request_t;
 
 /* What a front gets back for one call. */
@@ -118,13 +118,13 @@ typedef struct {
      * (started is false).
      */
     const Toolpool__Result *result;
-    const uint8_t *line;        /* its JSON rendering, '\n' included; valid until the fronts' flush hooks return */
+    const uint8_t *line; /* its JSON rendering, '\n' included; valid until the fronts' flush hooks return */
     size_t len;
-    bool recorded;              /* answered from the store: it did not run now */
-    bool conflict;              /* InvalidRequest: the id is recorded (or claimed) for other input */
+    bool recorded; /* answered from the store: it did not run now */
+    bool conflict; /* InvalidRequest: the id is recorded (or claimed) for other input */
     /* The engine was draining and the call never started: no record, no line; a rerun runs it. */
     bool not_started;
-    tp_call_t *call;            /* the handle submit gave, or NULL */
+    tp_call_t *call; /* the handle submit gave, or NULL */
 } tp_answer_t;
 
 typedef void (*tp_answer_fn)(void *ctx, const tp_answer_t *a);
@@ -195,8 +195,8 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *req, tp_answer_f
  * JSON, a missing field) with an InvalidRequest result, in order with the
  * engine's other answers. Any of id, job, tool may be NULL.
  */
-void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
-                      const char *msg, tp_answer_fn answer, void *ctx);
+void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool, const char *msg,
+                      tp_answer_fn answer, void *ctx);
 
 /*
  * Ends a call the front no longer wants: one waiting (for its turn in its
@@ -212,12 +212,12 @@ void tp_engine_cancel(tp_engine_t *e, tp_call_t *c, const char *why);
  * hears of each retry as it happens).
  */
 typedef struct {
-    uint32_t entries;           /* trace entries so far: attempts ended, and hops skipped (circuit open) */
-    uint32_t number;            /* the last entry's attempt number in its hop (0: a hop not run) */
-    const char *tool;           /* its tool (the registry's string); NULL with no entry */
-    const char *outcome;        /* its outcome: "ok" or the kind */
-    uint64_t backoff_us;        /* the wait after it, before the next (0: none, or not yet known) */
-    bool ended;                 /* the call has ended: its answer is on its way, and says it all */
+    uint32_t entries;    /* trace entries so far: attempts ended, and hops skipped (circuit open) */
+    uint32_t number;     /* the last entry's attempt number in its hop (0: a hop not run) */
+    const char *tool;    /* its tool (the registry's string); NULL with no entry */
+    const char *outcome; /* its outcome: "ok" or the kind */
+    uint64_t backoff_us; /* the wait after it, before the next (0: none, or not yet known) */
+    bool ended;          /* the call has ended: its answer is on its way, and says it all */
 } tp_call_info_t;
 
 /* c: a handle tp_engine_submit gave, before its answer has been delivered. */

@@ -2,8 +2,8 @@
 
 #include <stdio.h>
 
-tp_kind_t tp_guard_check(const tp_guards_t *g, const tp_job_usage_t *u, bool new_step, uint64_t now,
-                         char *msg, size_t cap)
+tp_kind_t tp_guard_check(const tp_guards_t *g, const tp_job_usage_t *u, bool new_step, uint64_t now, char *msg,
+                         size_t cap)
 {
     if (new_step && g->max_steps && u->steps >= g->max_steps) {
         snprintf(msg, cap, "the job reached max_steps (%llu)", (unsigned long long)g->max_steps);

@@ -22,8 +22,8 @@
  * BudgetExceeded (max_calls, max_cost) or DeadlineExceeded (max_wall), with
  * msg saying which. new_step: the check is for a call's first attempt.
  */
-tp_kind_t tp_guard_check(const tp_guards_t *g, const tp_job_usage_t *u, bool new_step, uint64_t now,
-                         char *msg, size_t cap);
+tp_kind_t tp_guard_check(const tp_guards_t *g, const tp_job_usage_t *u, bool new_step, uint64_t now, char *msg,
+                         size_t cap);
 /* Microseconds left of max_wall (UINT64_MAX when there is no such guard). */
 uint64_t tp_guard_wall_left(const tp_guards_t *g, const tp_job_usage_t *u, uint64_t now);
 

@@ -29,23 +29,23 @@ typedef struct {
 } tp_queue_t;
 
 typedef struct tp_job {
-    struct tp_job *hnext;       /* hash chain */
-    struct tp_job *tnext;       /* on the engine's touched list */
+    struct tp_job *hnext; /* hash chain */
+    struct tp_job *tnext; /* on the engine's touched list */
     bool touched;
-    bool running;               /* one of its calls is between its turn and its end */
-    uint32_t held;              /* ended calls whose answers still name the job */
+    bool running;  /* one of its calls is between its turn and its end */
+    uint32_t held; /* ended calls whose answers still name the job */
     uint64_t hash;
-    tp_queue_t pending;         /* sorted by step */
-    tp_job_usage_t usage;       /* what the guards count */
-    uint64_t max_step;          /* the highest step started in this run, or ended (its checkpoint) */
-    tp_kind_t stopped;          /* a guard fired: later calls end with this kind */
+    tp_queue_t pending;   /* sorted by step */
+    tp_job_usage_t usage; /* what the guards count */
+    uint64_t max_step;    /* the highest step started in this run, or ended (its checkpoint) */
+    tp_kind_t stopped;    /* a guard fired: later calls end with this kind */
     char *stop_msg;
     char name[];
 } tp_job_t;
 
 typedef struct {
     tp_job_t **slots;
-    size_t cap;                 /* a power of two */
+    size_t cap; /* a power of two */
     size_t n;
 } tp_jobs_t;
 

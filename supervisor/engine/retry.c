@@ -40,9 +40,8 @@ uint64_t tp_backoff_us(const tp_policy_t *p, uint32_t attempt, tp_rng_t *rng)
     }
 }
 
-tp_retry_t tp_retry_decide(const tp_policy_t *p, tp_kind_t kind, uint32_t attempt,
-                           int64_t retry_after_ms, uint64_t now_us, uint64_t deadline_us,
-                           tp_rng_t *rng)
+tp_retry_t tp_retry_decide(const tp_policy_t *p, tp_kind_t kind, uint32_t attempt, int64_t retry_after_ms,
+                           uint64_t now_us, uint64_t deadline_us, tp_rng_t *rng)
 {
     tp_retry_t r = {.retry = false, .wait_us = 0, .why_not = NULL};
     if (kind == TP_KIND_OK) {

@@ -31,8 +31,8 @@ uint64_t tp_backoff_us(const tp_policy_t *p, uint32_t attempt, tp_rng_t *rng);
 
 typedef struct {
     bool retry;
-    uint64_t wait_us;       /* when retry: the backoff before the next attempt */
-    const char *why_not;    /* when not: "permanent", "attempts", "deadline", ... */
+    uint64_t wait_us;    /* when retry: the backoff before the next attempt */
+    const char *why_not; /* when not: "permanent", "attempts", "deadline", ... */
 } tp_retry_t;
 
 /*
@@ -41,8 +41,7 @@ typedef struct {
  * deadline_us (absolute, tp_now_us clock; 0: none) bounds attempts and
  * backoffs: no retry is scheduled that would start at or past it.
  */
-tp_retry_t tp_retry_decide(const tp_policy_t *p, tp_kind_t kind, uint32_t attempt,
-                           int64_t retry_after_ms, uint64_t now_us, uint64_t deadline_us,
-                           tp_rng_t *rng);
+tp_retry_t tp_retry_decide(const tp_policy_t *p, tp_kind_t kind, uint32_t attempt, int64_t retry_after_ms,
+                           uint64_t now_us, uint64_t deadline_us, tp_rng_t *rng);
 
 #endif

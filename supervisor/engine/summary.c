@@ -76,9 +76,9 @@ static void print_us(FILE *f, uint64_t us)
 
 void tp_summary_print(FILE *f, const tp_summary_t *s, double elapsed_s)
 {
-    fprintf(f, "toolpool: %llu calls, %llu ok, %llu failed, %llu retries in %.2fs",
-            (unsigned long long)s->calls, (unsigned long long)s->ok,
-            (unsigned long long)(s->calls - s->ok), (unsigned long long)s->retries, elapsed_s);
+    fprintf(f, "toolpool: %llu calls, %llu ok, %llu failed, %llu retries in %.2fs", (unsigned long long)s->calls,
+            (unsigned long long)s->ok, (unsigned long long)(s->calls - s->ok), (unsigned long long)s->retries,
+            elapsed_s);
     if (elapsed_s > 0)
         fprintf(f, " (%.0f calls/s)", (double)s->calls / elapsed_s);
     fputc('\n', f);
@@ -133,8 +133,8 @@ void tp_progress_format(char *buf, size_t cap, const tp_summary_t *s, double tot
         snprintf(eta, sizeof eta, "0s");
     if (total >= 0)
         snprintf(buf, cap, "[%s] %llu/%.0f  %llu failed, %d running, %.0f calls/s, ETA %s   ", bar,
-                 (unsigned long long)s->calls, total, (unsigned long long)(s->calls - s->ok),
-                 running, rate, eta[0] ? eta : "?");
+                 (unsigned long long)s->calls, total, (unsigned long long)(s->calls - s->ok), running, rate,
+                 eta[0] ? eta : "?");
     else
         snprintf(buf, cap, "%llu done, %llu failed, %d running, %.0f calls/s   ", (unsigned long long)s->calls,
                  (unsigned long long)(s->calls - s->ok), running, rate);

@@ -24,7 +24,7 @@ typedef struct {
     uint64_t by_kind[TP_KIND__COUNT + 1]; /* TP_KIND_OTHER last */
     uint64_t hist[TP_HIST_BUCKETS];
     uint64_t max_us;
-    uint64_t sum_us;            /* every latency added, summed: a histogram's exact _sum */
+    uint64_t sum_us; /* every latency added, summed: a histogram's exact _sum */
 } tp_summary_t;
 
 void tp_summary_add(tp_summary_t *s, const Toolpool__Result *r);

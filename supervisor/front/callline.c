@@ -17,7 +17,10 @@ static int field_of(const unsigned char *k, size_t n)
     case 3:
         return memcmp(k, "job", 3) == 0 ? F_JOB : 0;
     case 4:
-        return memcmp(k, "tool", 4) == 0 ? F_TOOL : memcmp(k, "step", 4) == 0 ? F_STEP : memcmp(k, "args", 4) == 0 ? F_ARGS : 0;
+        return memcmp(k, "tool", 4) == 0   ? F_TOOL
+               : memcmp(k, "step", 4) == 0 ? F_STEP
+               : memcmp(k, "args", 4) == 0 ? F_ARGS
+                                           : 0;
     default:
         return 0;
     }

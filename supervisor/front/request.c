@@ -138,7 +138,8 @@ static tp_request_kind_t parse_slow(tp_request_parser_t *p, const char *text, si
         problem = "\"tool\" must be a non-empty string";
     else if (jargs && !json_is_object(jargs))
         problem = "\"args\" must be a JSON object";
-    else if (jdeadline && (!json_is_string(jdeadline) || tp_duration_parse(json_string_value(jdeadline), &deadline) < 0))
+    else if (jdeadline &&
+             (!json_is_string(jdeadline) || tp_duration_parse(json_string_value(jdeadline), &deadline) < 0))
         problem = "\"deadline\" must be a duration string like \"30s\"";
     /* A step that is not a non-negative integer is reported as 0, never as its bits. */
     uint64_t step = json_is_integer(jstep) && json_integer_value(jstep) >= 0 ? (uint64_t)json_integer_value(jstep) : 0;

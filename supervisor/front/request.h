@@ -28,10 +28,10 @@
  * next parse or tp_request_parser_free. Zero it to start.
  */
 typedef struct {
-    tp_buf_t strs, canon;       /* the scanner's strings and canonical args */
-    json_t *doc;                /* jansson's parse of the last call */
-    json_t *owned_args;         /* an empty args object made for it */
-    char *args;                 /* the last call's args, compact, NUL-terminated */
+    tp_buf_t strs, canon; /* the scanner's strings and canonical args */
+    json_t *doc;          /* jansson's parse of the last call */
+    json_t *owned_args;   /* an empty args object made for it */
+    char *args;           /* the last call's args, compact, NUL-terminated */
 } tp_request_parser_t;
 
 enum {
@@ -42,17 +42,17 @@ enum {
 };
 
 typedef enum {
-    TP_REQUEST_BLANK = 0,       /* only whitespace: not a call, no answer */
-    TP_REQUEST_CALL,            /* *req is filled */
-    TP_REQUEST_BAD,             /* *bad is filled: answer it InvalidRequest */
+    TP_REQUEST_BLANK = 0, /* only whitespace: not a call, no answer */
+    TP_REQUEST_CALL,      /* *req is filled */
+    TP_REQUEST_BAD,       /* *bad is filled: answer it InvalidRequest */
 } tp_request_kind_t;
 
 /* A call that could not be made: what could be read of it, and why. */
 typedef struct {
-    const char *id;             /* NULL when it had no usable id */
-    const char *job;            /* NULL with no id; else the job (or the id) */
+    const char *id;  /* NULL when it had no usable id */
+    const char *job; /* NULL with no id; else the job (or the id) */
     uint64_t step;
-    const char *tool;           /* NULL when absent or not a string */
+    const char *tool; /* NULL when absent or not a string */
     /* where's prefix and the reason, as `run` words it: "line 7: \"tool\" must be a non-empty string" */
     char message[TP_REQUEST_MSG_MAX];
 } tp_request_bad_t;

@@ -65,11 +65,13 @@ enum {
 static const struct {
     const char *name;
     unsigned bit;
+    /* clang-format off */
 } type_names[] = {
     /* in the order messages list them: "expected string or null" */
     {"string", T_STRING}, {"number", T_NUMBER}, {"integer", T_INTEGER}, {"boolean", T_BOOLEAN},
     {"object", T_OBJECT}, {"array", T_ARRAY},   {"null", T_NULL},
 };
+/* clang-format on */
 #define N_TYPES (sizeof type_names / sizeof type_names[0])
 
 /* Which groups of keywords a node has, so the walk skips the others. */
@@ -147,16 +149,16 @@ typedef tp_format_t format_t;
 
 struct node {
     node_kind_t kind;
-    uint8_t mark;    /* compile time only: the loop search's colour */
-    node_t *ref;     /* N_REF: the target (after compile: never a N_REF) */
-    char *ref_where; /* any reference: its schema path and what it says, for errors */
+    uint8_t mark;     /* compile time only: the loop search's colour */
+    node_t *ref;      /* N_REF: the target (after compile: never a N_REF) */
+    char *ref_where;  /* any reference: its schema path and what it says, for errors */
     const res_t *res; /* the resource it is in (NULL: a boolean schema) */
     /* 2020-12 references apply beside the other keywords */
     node_t *apply_ref;    /* $ref */
     node_t *dyn_ref;      /* $dynamicRef: its static target */
     const char *dyn_name; /* $dynamicRef to a $dynamicAnchor: looked up in the dynamic scope */
     node_t *uneval_props, *uneval_items;
-    bool collects;        /* has unevaluated*: gathers what its subschemas evaluated */
+    bool collects;            /* has unevaluated*: gathers what its subschemas evaluated */
     const char *add_items_kw; /* "additionalItems" or "items", for messages */
     size_t min_contains, max_contains;
     format_t format;
@@ -437,7 +439,8 @@ static uint64_t json_hash(const json_t *v)
         size_t i;
         json_t *x;
         h = 6;
-        json_array_foreach(v, i, x) h = h * 1099511628211u + json_hash(x);
+        json_array_foreach(v, i, x)
+            h = h * 1099511628211u + json_hash(x);
         break;
     }
     case JSON_OBJECT: {
@@ -497,8 +500,8 @@ static int put_bounded(tp_buf_t *b, const json_t *v, size_t end)
             size_t klen = json_object_iter_key_len(it);
             size_t room = end > b->len ? end - b->len : 0;
             if ((i++ && tp_buf_puts(b, ",") < 0) ||
-                tp_json_put_string(b, json_object_iter_key(it),
-                                   utf8_cut(json_object_iter_key(it), klen, room + 4)) < 0 ||
+                tp_json_put_string(b, json_object_iter_key(it), utf8_cut(json_object_iter_key(it), klen, room + 4)) <
+                    0 ||
                 tp_buf_puts(b, ":") < 0 || put_bounded(b, json_object_iter_value(it), end) < 0)
                 return -1;
         }
@@ -561,11 +564,11 @@ typedef struct {
 typedef struct {
     tp_jsonschema_t *s;
     tp_jsonschema_opts_t opts;
-    dialect_t dflt;    /* for documents without "$schema" */
+    dialect_t dflt; /* for documents without "$schema" */
     res_t *root_res;
-    obj_slot_t *objs;  /* schema object -> its resource, open addressing */
+    obj_slot_t *objs; /* schema object -> its resource, open addressing */
     size_t objs_cap, objs_n;
-    name_t *names;     /* URIs and anchors -> schemas */
+    name_t *names; /* URIs and anchors -> schemas */
     size_t n_names, cap_names;
     char *err;
     size_t errlen;
@@ -717,10 +720,9 @@ static int get_size(cctx_t *cc, const json_t *v, const seg_t *path, size_t *out)
  * contents, and the complement of \s for a \S inside a class (a class
  * cannot hold a negated one). Written \u{...}: ALT_BSUX takes \x as \xHH.
  */
-#define ECMA_SPACE                                                                                           \
-    "\\t-\\r \\u{a0}\\u{1680}\\u{2000}-\\u{200a}\\u{2028}\\u{2029}\\u{202f}\\u{205f}\\u{3000}\\u{feff}"
-#define ECMA_NONSPACE                                                                                        \
-    "\\u{0}-\\u{8}\\u{e}-\\u{1f}\\u{21}-\\u{9f}\\u{a1}-\\u{167f}\\u{1681}-\\u{1fff}\\u{200b}-\\u{2027}"      \
+#define ECMA_SPACE "\\t-\\r \\u{a0}\\u{1680}\\u{2000}-\\u{200a}\\u{2028}\\u{2029}\\u{202f}\\u{205f}\\u{3000}\\u{feff}"
+#define ECMA_NONSPACE                                                                                                  \
+    "\\u{0}-\\u{8}\\u{e}-\\u{1f}\\u{21}-\\u{9f}\\u{a1}-\\u{167f}\\u{1681}-\\u{1fff}\\u{200b}-\\u{2027}"                \
     "\\u{202a}-\\u{202e}\\u{2030}-\\u{205e}\\u{2060}-\\u{2fff}\\u{3001}-\\u{fefe}\\u{ff00}-\\u{10ffff}"
 #define ECMA_DOT "[^\\n\\r\\u{2028}\\u{2029}]"
 
@@ -731,6 +733,7 @@ static int get_size(cctx_t *cc, const json_t *v, const seg_t *path, size_t *out)
  */
 static const char *ecma_property(const char *s, size_t n)
 {
+    /* clang-format off */
     static const char *const gc[][2] = {
         {"Letter", "L"},          {"Cased_Letter", "LC"},     {"Uppercase_Letter", "Lu"},
         {"Lowercase_Letter", "Ll"}, {"Titlecase_Letter", "Lt"}, {"Modifier_Letter", "Lm"},
@@ -747,6 +750,7 @@ static const char *ecma_property(const char *s, size_t n)
         {"Control", "Cc"},        {"cntrl", "Cc"},            {"Format", "Cf"},
         {"Surrogate", "Cs"},      {"Private_Use", "Co"},      {"Unassigned", "Cn"},
     };
+    /* clang-format on */
     const char *eq = memchr(s, '=', n);
     if (eq != NULL) {
         size_t k = (size_t)(eq - s);
@@ -787,7 +791,7 @@ static char *ecma_rewrite(const char *src, size_t n, size_t *out_len)
                 if (close != NULL) {
                     size_t len = (size_t)(close - (src + i + 2));
                     const char *name = ecma_property(src + i + 2, len);
-                    size_t nl = name == NULL                      ? len
+                    size_t nl = name == NULL                          ? len
                                 : name >= src + i + 2 && name < close ? (size_t)(close - name)
                                                                       : strlen(name);
                     rc = tp_buf_printf(&b, "\\%c{%.*s}", e, (int)nl, name ? name : src + i + 2);
@@ -811,8 +815,7 @@ static char *ecma_rewrite(const char *src, size_t n, size_t *out_len)
                 rc = rc ? rc : tp_buf_append(&b, src + ++i, 1);
             continue;
         }
-        if (in_class && ch == '[' && i + 1 < n &&
-            (src[i + 1] == ':' || src[i + 1] == '.' || src[i + 1] == '=')) {
+        if (in_class && ch == '[' && i + 1 < n && (src[i + 1] == ':' || src[i + 1] == '.' || src[i + 1] == '=')) {
             /* a POSIX class, [:alpha:]: PCRE2's, copied whole */
             const char *close = NULL;
             for (size_t k = i + 2; k + 1 < n && close == NULL; k++)
@@ -839,7 +842,7 @@ static char *ecma_rewrite(const char *src, size_t n, size_t *out_len)
     return (char *)b.data;
 }
 
-#define RE_OPTS                                                                                              \
+#define RE_OPTS                                                                                                        \
     (PCRE2_UTF | PCRE2_ALT_BSUX | PCRE2_ALLOW_EMPTY_CLASS | PCRE2_MATCH_UNSET_BACKREF | PCRE2_DOLLAR_ENDONLY)
 
 /*
@@ -880,8 +883,7 @@ static int regex_compile(cctx_t *cc, re_t *re, const char *src, size_t n, const 
 }
 
 /* An array of schemas (allOf, anyOf, oneOf; items' tuple form). */
-static int compile_list(cctx_t *cc, const json_t *v, const seg_t *path, bool nonempty, node_t ***out,
-                        size_t *n_out)
+static int compile_list(cctx_t *cc, const json_t *v, const seg_t *path, bool nonempty, node_t ***out, size_t *n_out)
 {
     size_t n = json_array_size(v);
     if (!json_is_array(v) || (nonempty && n == 0)) {
@@ -959,8 +961,7 @@ static int compile_props(cctx_t *cc, node_t *n, const json_t *props, const json_
     }
     n->pmask = (uint32_t)(cap - 1);
     if (props != NULL) {
-        for (void *it = json_object_iter((json_t *)props); it;
-             it = json_object_iter_next((json_t *)props, it)) {
+        for (void *it = json_object_iter((json_t *)props); it; it = json_object_iter_next((json_t *)props, it)) {
             const char *k = json_object_iter_key(it);
             size_t klen = json_object_iter_key_len(it);
             seg_t at = {&at_props, k, klen, false};
@@ -1077,8 +1078,7 @@ static int compile_type(cctx_t *cc, node_t *n, const json_t *v, const seg_t *pat
                 break;
         if (k == N_TYPES) {
             char q[96];
-            cfail(cc, where, "unknown type %s",
-                  quoted(json_string_value(t), json_string_length(t), q, sizeof q));
+            cfail(cc, where, "unknown type %s", quoted(json_string_value(t), json_string_length(t), q, sizeof q));
             return -1;
         }
         n->types |= type_names[k].bit;
@@ -1237,7 +1237,7 @@ static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, cons
     case K_DEP_REQUIRED:
     case K_DEP_SCHEMAS:
         return compile_deps(cc, n, v, at,
-                            kw == K_DEP_REQUIRED   ? DEP_NAMES
+                            kw == K_DEP_REQUIRED  ? DEP_NAMES
                             : kw == K_DEP_SCHEMAS ? DEP_SCHEMAS
                                                   : DEP_NAMES | DEP_SCHEMAS);
     case K_ITEMS:
@@ -1568,12 +1568,24 @@ static char *percent_decode(const char *s, size_t len, size_t *n)
  */
 static int schema_place(const char *k)
 {
-    static const char *const one[] = {"items", "additionalItems", "additionalProperties", "propertyNames",
-                                      "contains", "not", "if", "then", "else", "allOf", "anyOf", "oneOf",
-                                      "prefixItems", "unevaluatedProperties", "unevaluatedItems",
+    static const char *const one[] = {"items",
+                                      "additionalItems",
+                                      "additionalProperties",
+                                      "propertyNames",
+                                      "contains",
+                                      "not",
+                                      "if",
+                                      "then",
+                                      "else",
+                                      "allOf",
+                                      "anyOf",
+                                      "oneOf",
+                                      "prefixItems",
+                                      "unevaluatedProperties",
+                                      "unevaluatedItems",
                                       "contentSchema"};
-    static const char *const map[] = {"properties", "patternProperties", "definitions", "$defs",
-                                      "dependentSchemas", "dependencies"};
+    static const char *const map[] = {"properties", "patternProperties", "definitions",
+                                      "$defs",      "dependentSchemas",  "dependencies"};
     for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
         if (strcmp(k, one[i]) == 0)
             return 1;
@@ -2032,8 +2044,8 @@ static int dialect_of(cctx_t *cc, const json_t *sk, dialect_t *d, const seg_t *p
         return -1;
     const json_t *vocab = json_object_get(meta, "$vocabulary");
     if (json_is_object(vocab)) {
-        static const char *const known_vocab[] = {"core", "applicator", "unevaluated", "validation", "meta-data",
-                                                  "format-annotation", "format-assertion", "content"};
+        static const char *const known_vocab[] = {"core",      "applicator",        "unevaluated",      "validation",
+                                                  "meta-data", "format-annotation", "format-assertion", "content"};
         const char *prefix = "https://json-schema.org/draft/2020-12/vocab/";
         d->no_validation = true;
         for (void *it = json_object_iter((json_t *)vocab); it; it = json_object_iter_next((json_t *)vocab, it)) {
@@ -2046,8 +2058,7 @@ static int dialect_of(cctx_t *cc, const json_t *sk, dialect_t *d, const seg_t *p
             if (ok && strcmp(k + strlen(prefix), "validation") == 0)
                 d->no_validation = false;
             if (!ok && json_is_true(json_object_iter_value(it))) {
-                cfail(cc, path, "required vocabulary %s is not supported",
-                      quoted(k, strlen(k), q, sizeof q));
+                cfail(cc, path, "required vocabulary %s is not supported", quoted(k, strlen(k), q, sizeof q));
                 return -1;
             }
         }
@@ -2126,8 +2137,8 @@ out:
  * "$dynamicAnchor" of the fragment's name also gets that name (it is
  * looked up again in the dynamic scope when validating).
  */
-static int compile_ref(cctx_t *cc, node_t *n, const json_t *from, const char *kw, const json_t *ref,
-                       const seg_t *path, node_t **out)
+static int compile_ref(cctx_t *cc, node_t *n, const json_t *from, const char *kw, const json_t *ref, const seg_t *path,
+                       node_t **out)
 {
     seg_t at = {path, kw, strlen(kw), false};
     char q[160], *where;
@@ -2669,8 +2680,8 @@ static bool v_quiet(vctx_t *c, const node_t *n, const json_t *inst, const seg_t 
  * the summary's own (here), with it when deeper; "(+N more)" when there
  * were others.
  */
-static void put_first(vctx_t *c, tp_buf_t *b, const node_t *n, const json_t *inst, const seg_t *path,
-                      const char *here, size_t here_len)
+static void put_first(vctx_t *c, tp_buf_t *b, const node_t *n, const json_t *inst, const seg_t *path, const char *here,
+                      size_t here_len)
 {
     tp_buf_t tmp = {0};
     tp_buf_t *out = c->out;
@@ -2776,11 +2787,9 @@ static void v_object(vctx_t *c, const node_t *n, const json_t *inst, const seg_t
     size_t size = json_object_size(inst);
     tp_buf_t *b;
     if (size < n->min_props && (b = violation(c, path)) != NULL)
-        putf(c, b, "expected at least %zu propert%s, got %zu", n->min_props, n->min_props == 1 ? "y" : "ies",
-             size);
+        putf(c, b, "expected at least %zu propert%s, got %zu", n->min_props, n->min_props == 1 ? "y" : "ies", size);
     if (size > n->max_props && (b = violation(c, path)) != NULL)
-        putf(c, b, "expected at most %zu propert%s, got %zu", n->max_props, n->max_props == 1 ? "y" : "ies",
-             size);
+        putf(c, b, "expected at most %zu propert%s, got %zu", n->max_props, n->max_props == 1 ? "y" : "ies", size);
     if (c->quiet && c->count)
         return;
     /* One pass over the instance's keys: properties, patterns, the rest. */
@@ -2985,8 +2994,8 @@ static void v_array(vctx_t *c, const node_t *n, const json_t *inst, const seg_t 
                      n->min_contains, found, size);
         }
         if (found > n->max_contains && (b = violation(c, path)) != NULL)
-            putf(c, b, "expected at most %zu item%s matching the \"contains\" schema, got %zu of %zu",
-                 n->max_contains, n->max_contains == 1 ? "" : "s", found, size);
+            putf(c, b, "expected at most %zu item%s matching the \"contains\" schema, got %zu of %zu", n->max_contains,
+                 n->max_contains == 1 ? "" : "s", found, size);
     }
 }
 
@@ -3166,8 +3175,8 @@ static void v_combine(vctx_t *c, const node_t *n, const json_t *inst, const seg_
             if (matched == 0)
                 put_alternatives(c, b, n->one_of, n->n_one, " (oneOf)", inst, path);
             else
-                putf(c, b, "matched %zu alternatives of oneOf, expected exactly 1 (#%zu, #%zu%s)", matched,
-                     first + 1, second + 1, matched > 2 ? ", ..." : "");
+                putf(c, b, "matched %zu alternatives of oneOf, expected exactly 1 (#%zu, #%zu%s)", matched, first + 1,
+                     second + 1, matched > 2 ? ", ..." : "");
         }
         if (c->quiet && c->count)
             return;
@@ -3201,8 +3210,9 @@ static void v_unevaluated(vctx_t *c, const node_t *sub, const json_t *inst, cons
                        : (seg_t){path, NULL, pos, false};
         if (is_false(sub)) {
             if ((b = violation(c, &at)) != NULL)
-                put(c, b, obj ? "unexpected property (unevaluatedProperties is false)"
-                              : "unexpected item (unevaluatedItems is false)");
+                put(c, b,
+                    obj ? "unexpected property (unevaluatedProperties is false)"
+                        : "unexpected item (unevaluatedItems is false)");
         } else {
             v_node(c, sub, val, &at, NULL);
         }

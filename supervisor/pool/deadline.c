@@ -44,7 +44,7 @@ struct tp_deadline {
     pthread_cond_t to_sweep; /* the sweeper's: a slot is sweeping */
     pthread_cond_t swept;    /* a slot's sweeping has ended */
     tp_proctree_t *tree;     /* the sweeper's scratch for tp_proctree_kill */
-    int fd; /* eventfd */
+    int fd;                  /* eventfd */
     struct event *ev;
     tp_deadline_cb_t killed_cb;
     void *ctx;

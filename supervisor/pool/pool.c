@@ -75,33 +75,33 @@ extern char **environ;
 #define SPAWN_HOLD_MAX_US 10000u
 
 typedef enum {
-    SLOT_DOWN,      /* no process; maybe waiting for a throttled respawn */
-    SLOT_STARTING,  /* spawned, no Hello yet */
+    SLOT_DOWN,     /* no process; maybe waiting for a throttled respawn */
+    SLOT_STARTING, /* spawned, no Hello yet */
     SLOT_IDLE,
     SLOT_BUSY,
-    SLOT_STOPPING,  /* told to go (EOF or a signal); waiting for the reap */
+    SLOT_STOPPING, /* told to go (EOF or a signal); waiting for the reap */
 } slot_state_t;
 
 typedef enum {
-    WHY_NONE,       /* nobody asked it to stop: a crash */
+    WHY_NONE, /* nobody asked it to stop: a crash */
     WHY_TIMEOUT,
     WHY_RECYCLE,
     WHY_PROTOCOL,
-    WHY_HELLO,      /* never said Hello in time */
+    WHY_HELLO, /* never said Hello in time */
     WHY_SHUTDOWN,
-    WHY_CANCEL,     /* its running attempt was cancelled */
+    WHY_CANCEL, /* its running attempt was cancelled */
 } stop_why_t;
 
 typedef struct tp_slot {
     tp_pool_t *pool;
     int index;
     pid_t pid;
-    int call_fd;    /* we write Calls */
+    int call_fd;      /* we write Calls */
     size_t call_pipe; /* what tp_pipe_fit last asked of it */
-    int reply_fd;   /* we read Hello and Replies */
+    int reply_fd;     /* we read Hello and Replies */
     struct event *ev_read;
     struct event *ev_write;
-    struct event *ev_timer;  /* hello, attempt deadline, kill grace, respawn */
+    struct event *ev_timer; /* hello, attempt deadline, kill grace, respawn */
     tp_buf_t in;
     tp_buf_t out;
     slot_state_t state;
@@ -116,11 +116,11 @@ typedef struct tp_slot {
     uint64_t call_cap; /* the most calls it may answer: --recycle-after, and the lowest
                           worker.max_calls of the tools it has been given; 0: no cap */
     uint64_t seq;
-    tp_attempt_t *attempt;          /* running now */
-    uint64_t deadline_us;           /* when the running attempt times out */
-    bool thread_keeps;              /* the deadline thread keeps it (else the loop's timer) */
-    uint64_t held_since_us;         /* a respawn put off for a deadline: since when */
-    tp_attempt_t *queue[PIPE_MAX];  /* sent after it, waiting their turn in the worker */
+    tp_attempt_t *attempt;         /* running now */
+    uint64_t deadline_us;          /* when the running attempt times out */
+    bool thread_keeps;             /* the deadline thread keeps it (else the loop's timer) */
+    uint64_t held_since_us;        /* a respawn put off for a deadline: since when */
+    tp_attempt_t *queue[PIPE_MAX]; /* sent after it, waiting their turn in the worker */
     int queued;
     unsigned crash_streak;
     unsigned start_failures;
@@ -134,7 +134,7 @@ struct tp_pool {
     int n;
     int idle;
     int busy;
-    int live;       /* slots with a process */
+    int live; /* slots with a process */
     struct event *ev_chld;
     struct event *ev_flush; /* writes every slot's new Calls, once a turn */
     tp_arena_t arena;       /* what a worker's frame unpacks into */
@@ -145,8 +145,8 @@ struct tp_pool {
     bool shutting_down;
     bool kill_busy;
     bool fatal;
-    char fatal_msg[256]; /* a failure found where fatal_cb cannot be called: flush_cb calls it */
-    bool closed;    /* closed_cb has fired */
+    char fatal_msg[256];          /* a failure found where fatal_cb cannot be called: flush_cb calls it */
+    bool closed;                  /* closed_cb has fired */
     bool pipeline_room_cb_needed; /* a queue shrank: the caller may submit more */
     tp_pool_stats_t stats;
     char max_frame_arg[16];
@@ -156,7 +156,7 @@ struct tp_pool {
      * and tells the loop, which ends the attempt in deadline_cb.
      */
     tp_deadline_t *deadline;
-    tp_proctree_t *tree;    /* the loop's scratch for killing a worker's processes */
+    tp_proctree_t *tree; /* the loop's scratch for killing a worker's processes */
 };
 
 static void slot_spawn(tp_slot_t *s);
@@ -187,8 +187,8 @@ static void timer_arm(tp_slot_t *s, uint64_t us)
         return;
     tp_log_error("worker slot %d (pid %d): cannot arm its timer", s->index, (int)s->pid);
     if (!p->fatal && !p->fatal_msg[0]) {
-        snprintf(p->fatal_msg, sizeof p->fatal_msg,
-                 "cannot arm worker slot %d's timer: its deadlines cannot be kept", s->index);
+        snprintf(p->fatal_msg, sizeof p->fatal_msg, "cannot arm worker slot %d's timer: its deadlines cannot be kept",
+                 s->index);
         event_active(p->ev_flush, 0, 0);
     }
 }
@@ -209,8 +209,7 @@ static void deadline_arm(tp_slot_t *s, const tp_attempt_t *a, uint64_t now)
         timer_arm(s, a->timeout_us + DEADLINE_FALLBACK_US);
         return;
     }
-    timer_arm(s, a->timeout_us > 2 * TP_DEADLINE_LEAD_US ? a->timeout_us - TP_DEADLINE_LEAD_US
-                                                         : a->timeout_us);
+    timer_arm(s, a->timeout_us > 2 * TP_DEADLINE_LEAD_US ? a->timeout_us - TP_DEADLINE_LEAD_US : a->timeout_us);
 }
 
 /* A pipe whose ends are CLOEXEC and above fd 4, so dup2 to 3 and 4 always copies. */
@@ -341,8 +340,7 @@ static void slot_flush_later(tp_slot_t *s)
 }
 
 /* The attempt ends: fill in the failure, hand it back. */
-static void attempt_fail(tp_attempt_t *a, tp_kind_t kind, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void attempt_fail(tp_attempt_t *a, tp_kind_t kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void attempt_fail(tp_attempt_t *a, tp_kind_t kind, const char *fmt, ...)
 {
     a->ok = false;
@@ -492,8 +490,8 @@ static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
         /* Stopping: whatever it says now is too late. */
     } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_HELLO && s->state == SLOT_STARTING) {
         if (wf->hello->protocol != TOOLPOOL__PROTOCOL__PROTOCOL_VERSION) {
-            snprintf(s->detail, sizeof s->detail, "worker speaks protocol %u, supervisor %u",
-                     wf->hello->protocol, (unsigned)TOOLPOOL__PROTOCOL__PROTOCOL_VERSION);
+            snprintf(s->detail, sizeof s->detail, "worker speaks protocol %u, supervisor %u", wf->hello->protocol,
+                     (unsigned)TOOLPOOL__PROTOCOL__PROTOCOL_VERSION);
             rc = -1;
         } else {
             evtimer_del(s->ev_timer);
@@ -517,8 +515,8 @@ static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
         else
             slot_reply(s, wf->reply);
     } else {
-        snprintf(s->detail, sizeof s->detail, "unexpected frame (case %d) from worker %d",
-                 (int)wf->body_case, (int)s->pid);
+        snprintf(s->detail, sizeof s->detail, "unexpected frame (case %d) from worker %d", (int)wf->body_case,
+                 (int)s->pid);
         rc = -1;
     }
     tp_arena_reset(&p->arena);
@@ -535,8 +533,8 @@ static int slot_parse(tp_slot_t *s)
         if (rc == TP_FRAME_MORE)
             return 0;
         if (rc == TP_FRAME_TOO_BIG) {
-            snprintf(s->detail, sizeof s->detail, "oversized frame from worker %d (limit %u bytes)",
-                     (int)s->pid, s->pool->o.max_frame);
+            snprintf(s->detail, sizeof s->detail, "oversized frame from worker %d (limit %u bytes)", (int)s->pid,
+                     s->pool->o.max_frame);
             return -1;
         }
         int frc = slot_frame(s, body, len);
@@ -720,8 +718,9 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
         if (now < s->deadline_us) {
             /* Woken early on purpose: short sleeps until the deadline. */
             uint64_t left = s->deadline_us - now;
-            timer_arm(s, left > TP_DEADLINE_LEAD_US ? left - TP_DEADLINE_LEAD_US
-                         : left > TP_DEADLINE_STEP_US ? TP_DEADLINE_STEP_US : left);
+            timer_arm(s, left > TP_DEADLINE_LEAD_US   ? left - TP_DEADLINE_LEAD_US
+                         : left > TP_DEADLINE_STEP_US ? TP_DEADLINE_STEP_US
+                                                      : left);
             break;
         }
         slot_deadline(s, tp_deadline_disarm(p->deadline, s->index));
@@ -805,8 +804,7 @@ static void slot_reaped(tp_slot_t *s, int status)
 
     if (a != NULL) {
         if (why == WHY_TIMEOUT)
-            attempt_fail(a, TP_KIND_TIMEOUT, "%s exceeded %.3gs", a->tool->name,
-                         (double)a->timeout_us / 1e6);
+            attempt_fail(a, TP_KIND_TIMEOUT, "%s exceeded %.3gs", a->tool->name, (double)a->timeout_us / 1e6);
         else if (why == WHY_SHUTDOWN)
             attempt_fail(a, TP_KIND_CANCELLED, "%s cancelled: the run was stopped", a->tool->name);
         else if (why == WHY_CANCEL)
@@ -814,9 +812,8 @@ static void slot_reaped(tp_slot_t *s, int status)
         else if (why == WHY_PROTOCOL)
             attempt_fail(a, TP_KIND_WORKER_CRASHED, "%s: protocol error: %s", a->tool->name, s->detail);
         else if (cpu_limit)
-            attempt_fail(a, TP_KIND_RESOURCE_LIMIT,
-                         "%s exceeded its cpu limit (%llus of CPU time; killed by SIGXCPU)", a->tool->name,
-                         (unsigned long long)((a->tool->policy.limit_cpu_us + 999999u) / 1000000u));
+            attempt_fail(a, TP_KIND_RESOURCE_LIMIT, "%s exceeded its cpu limit (%llus of CPU time; killed by SIGXCPU)",
+                         a->tool->name, (unsigned long long)((a->tool->policy.limit_cpu_us + 999999u) / 1000000u));
         else
             attempt_fail(a, TP_KIND_WORKER_CRASHED, "worker running %s %s", a->tool->name, how);
     }
@@ -926,11 +923,11 @@ static void slot_spawn(tp_slot_t *s)
         rc = errno ? errno : ENOMEM;
         goto fail;
     }
-#define SPAWN_STEP(fn, ...)                                                                                  \
-    do {                                                                                                     \
-        what = #fn;                                                                                          \
-        if ((rc = fn(__VA_ARGS__)) != 0)                                                                     \
-            goto fail;                                                                                       \
+#define SPAWN_STEP(fn, ...)                                                                                            \
+    do {                                                                                                               \
+        what = #fn;                                                                                                    \
+        if ((rc = fn(__VA_ARGS__)) != 0)                                                                               \
+            goto fail;                                                                                                 \
     } while (0)
     SPAWN_STEP(posix_spawn_file_actions_init, &fa);
     fa_made = true;
@@ -972,8 +969,7 @@ static void slot_spawn(tp_slot_t *s)
     timer_arm(s, p->o.hello_timeout_us);
     return;
 fail:
-    tp_log_error("%s failed while starting worker slot %d (%s): %s", what, s->index, p->o.worker_path,
-                 strerror(rc));
+    tp_log_error("%s failed while starting worker slot %d (%s): %s", what, s->index, p->o.worker_path, strerror(rc));
     if (fa_made)
         posix_spawn_file_actions_destroy(&fa);
     if (attr_made)

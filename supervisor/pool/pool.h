@@ -31,28 +31,28 @@ typedef struct tp_attempt {
     const char *call_id;
     const char *job;
     uint64_t step;
-    uint32_t number;            /* 1 for the first attempt */
-    const char *args;           /* JSON text */
+    uint32_t number;  /* 1 for the first attempt */
+    const char *args; /* JSON text */
     size_t args_len;
     uint64_t timeout_us;
-    uint64_t limit_us;          /* absolute end of its time (deadline, max_wall); 0: none */
-    int depth;                  /* the most attempts a worker may hold while this one
+    uint64_t limit_us; /* absolute end of its time (deadline, max_wall); 0: none */
+    int depth;         /* the most attempts a worker may hold while this one
                                    is among them (itself included); 1: it waits for an
                                    idle worker */
-    bool notify;                /* notice_cb hears its MCP server's notifications */
+    bool notify;       /* notice_cb hears its MCP server's notifications */
     /* set by the pool */
-    uint64_t seq;               /* its frame's sequence number on the slot */
-    bool requeue;               /* ended without starting (it was queued behind a
+    uint64_t seq; /* its frame's sequence number on the slot */
+    bool requeue; /* ended without starting (it was queued behind a
                                    worker that died): run it again, uncounted */
     /* set by the pool when the attempt ends */
     bool ok;
-    tp_kind_t kind;             /* TP_KIND_OTHER: see kind_name */
-    bool from_tool;             /* the kind is what the tool's Reply said (the pool's own: false) */
+    tp_kind_t kind; /* TP_KIND_OTHER: see kind_name */
+    bool from_tool; /* the kind is what the tool's Reply said (the pool's own: false) */
     char kind_name[64];
-    char *message;              /* malloc'd or NULL; the caller frees */
-    char *result;               /* malloc'd JSON text when ok; the caller frees */
+    char *message; /* malloc'd or NULL; the caller frees */
+    char *result;  /* malloc'd JSON text when ok; the caller frees */
     size_t result_len;
-    int64_t retry_after_ms;     /* -1: none */
+    int64_t retry_after_ms; /* -1: none */
     double cost;
     uint64_t started_us;
     uint64_t ended_us;
@@ -61,12 +61,12 @@ typedef struct tp_attempt {
 typedef struct tp_pool tp_pool_t;
 
 typedef struct {
-    int workers;                /* slots */
-    const char *worker_path;    /* the toolpool-worker program */
-    uint32_t max_frame;         /* bytes; a longer frame is a protocol error */
-    uint64_t recycle_after;     /* calls per worker before a fresh one; 0 = never */
-    uint64_t hello_timeout_us;  /* a worker that says nothing this long is dead */
-    int pipeline;               /* attempts one worker may hold at once (1: no pipelining) */
+    int workers;               /* slots */
+    const char *worker_path;   /* the toolpool-worker program */
+    uint32_t max_frame;        /* bytes; a longer frame is a protocol error */
+    uint64_t recycle_after;    /* calls per worker before a fresh one; 0 = never */
+    uint64_t hello_timeout_us; /* a worker that says nothing this long is dead */
+    int pipeline;              /* attempts one worker may hold at once (1: no pipelining) */
     /* An attempt ended (ok, failed, timed out, crashed). Called from the loop. */
     void (*done_cb)(void *ctx, tp_attempt_t *a);
     /*
@@ -86,10 +86,10 @@ typedef struct {
 
 typedef struct {
     uint64_t spawned;
-    uint64_t crashed;           /* workers that died without being told to */
-    uint64_t timeouts;          /* workers killed at an attempt's deadline */
+    uint64_t crashed;  /* workers that died without being told to */
+    uint64_t timeouts; /* workers killed at an attempt's deadline */
     uint64_t recycled;
-    uint64_t requeued;          /* queued attempts handed back unstarted */
+    uint64_t requeued; /* queued attempts handed back unstarted */
 } tp_pool_stats_t;
 
 tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts);

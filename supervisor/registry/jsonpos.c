@@ -179,26 +179,37 @@ static int key_equals(scan_t *s, const char *tok, const char *tend, bool *eq)
             char e = s->p[1];
             s->p += 2;
             switch (e) {
-            case 'b': bytes[0] = '\b'; break;
-            case 'f': bytes[0] = '\f'; break;
-            case 'n': bytes[0] = '\n'; break;
-            case 'r': bytes[0] = '\r'; break;
-            case 't': bytes[0] = '\t'; break;
+            case 'b':
+                bytes[0] = '\b';
+                break;
+            case 'f':
+                bytes[0] = '\f';
+                break;
+            case 'n':
+                bytes[0] = '\n';
+                break;
+            case 'r':
+                bytes[0] = '\r';
+                break;
+            case 't':
+                bytes[0] = '\t';
+                break;
             case 'u': {
                 unsigned cp, lo;
                 if (hex4(s->p, s->end, &cp) < 0)
                     return -1;
                 s->p += 4;
-                if (cp >= 0xD800 && cp < 0xDC00 && s->end - s->p >= 6 && s->p[0] == '\\' &&
-                    s->p[1] == 'u' && hex4(s->p + 2, s->end, &lo) == 0 && lo >= 0xDC00 &&
-                    lo < 0xE000) {
+                if (cp >= 0xD800 && cp < 0xDC00 && s->end - s->p >= 6 && s->p[0] == '\\' && s->p[1] == 'u' &&
+                    hex4(s->p + 2, s->end, &lo) == 0 && lo >= 0xDC00 && lo < 0xE000) {
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                     s->p += 6;
                 }
                 nb = utf8_encode(cp, bytes);
                 break;
             }
-            default: bytes[0] = (unsigned char)e; break; /* \" \\ \/ */
+            default:
+                bytes[0] = (unsigned char)e;
+                break; /* \" \\ \/ */
             }
         }
         for (size_t i = 0; i < nb && same; i++)

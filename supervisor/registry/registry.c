@@ -97,30 +97,30 @@ static void where_pop(where_t *w, mark_t m)
 /* ---- the loader and its one way of failing ---- */
 
 typedef struct {
-    const char *file;   /* as the caller named it: the FILE of every message */
-    const char *text;   /* the file's bytes, for tp_json_line */
+    const char *file; /* as the caller named it: the FILE of every message */
+    const char *text; /* the file's bytes, for tp_json_line */
     size_t len;
     char *err;
     size_t errlen;
     where_t at;
     tp_registry_t *reg;
     json_t *root;
-    json_t *tools_json; /* the "tools" array, read after "defaults" */
-    json_t *servers_json; /* "mcp_servers", imported after "defaults" */
-    json_t *imported;   /* the tools the servers listed, as tool objects, in order */
-    size_t *imported_from; /* for each, its server's position in "mcp_servers" */
-    bool tools_at_root; /* the file is an OpenAI list: "tools" is the root array */
-    int *tool_lines;    /* where each declared tool starts, found in one walk (tp_json_element_lines) */
-    const char *dir;    /* where the file being read sits: relative paths start here */
+    json_t *tools_json;      /* the "tools" array, read after "defaults" */
+    json_t *servers_json;    /* "mcp_servers", imported after "defaults" */
+    json_t *imported;        /* the tools the servers listed, as tool objects, in order */
+    size_t *imported_from;   /* for each, its server's position in "mcp_servers" */
+    bool tools_at_root;      /* the file is an OpenAI list: "tools" is the root array */
+    int *tool_lines;         /* where each declared tool starts, found in one walk (tp_json_element_lines) */
+    const char *dir;         /* where the file being read sits: relative paths start here */
     const char *adapter_dir; /* the dir of the file that gave the tool being read its adapter */
-    json_t *run;        /* the registry file's "run" block, or NULL */
+    json_t *run;             /* the registry file's "run" block, or NULL */
     /* the policy file (--policy), read after the registry's top level */
     const char *pfile, *ptext;
     size_t plen;
     char *pdir;
     json_t *proot;
-    json_t *prun;       /* its "run" block, or NULL */
-    bool in_policy;     /* reading the policy file: fail() names it */
+    json_t *prun;   /* its "run" block, or NULL */
+    bool in_policy; /* reading the policy file: fail() names it */
     /* every error of one load, up to TP_REGISTRY_ERRORS_SHOWN of them in err */
     size_t n_errors;
     size_t err_used;
@@ -131,8 +131,7 @@ typedef struct {
 #define TP_REGISTRY_ERRORS_SHOWN 20
 
 /* The one format of every message: "FILE:LINE: KEYPATH: msg", parts left out when unknown. */
-static void report(char *err, size_t errlen, const char *file, int line, const char *key,
-                   const char *msg)
+static void report(char *err, size_t errlen, const char *file, int line, const char *key, const char *msg)
 {
     if (err == NULL || errlen == 0)
         return;
@@ -283,24 +282,24 @@ typedef enum {
     K_UINT,     /* integer -> uint32_t or uint64_t, by the field's size */
     K_NUMBER,   /* integer or real -> double */
     K_BOOL,
-    K_JITTER,   /* "full" | "equal" | "none" -> tp_jitter_t */
-    K_SCOPE,    /* "job" | "global" -> uint32_t tp_scope_t */
-    K_KINDS,    /* array of transient kind names -> uint64_t, bit per kind */
-    K_CLASSES,  /* array of class names -> uint32_t, bit per class */
-    K_NAMES,    /* tool names, an array or one string -> char **, count at off_n */
-    K_JSON,     /* any value, kept with a reference; null means none */
-    K_SCHEMA,   /* a JSON Schema: an object or a boolean, kept */
-    K_STRING,   /* -> char * */
-    K_ARGV,     /* non-empty array of strings -> NULL-terminated char ** */
-    K_OBJECT,   /* a nested object: sub's keys, fields from base + off */
-    K_ADAPTER,  /* a tool's exec / plugin / mcp / http */
-    K_TOOLS,    /* the top-level tools array, read after everything else */
-    K_DIALECT,  /* "draft-07" | "2020-12" (or a "$schema" URI of one) -> int TP_JSONSCHEMA_* */
-    K_FORMATS,  /* "annotate" | "assert" -> int TP_FORMATS_* */
+    K_JITTER,      /* "full" | "equal" | "none" -> tp_jitter_t */
+    K_SCOPE,       /* "job" | "global" -> uint32_t tp_scope_t */
+    K_KINDS,       /* array of transient kind names -> uint64_t, bit per kind */
+    K_CLASSES,     /* array of class names -> uint32_t, bit per class */
+    K_NAMES,       /* tool names, an array or one string -> char **, count at off_n */
+    K_JSON,        /* any value, kept with a reference; null means none */
+    K_SCHEMA,      /* a JSON Schema: an object or a boolean, kept */
+    K_STRING,      /* -> char * */
+    K_ARGV,        /* non-empty array of strings -> NULL-terminated char ** */
+    K_OBJECT,      /* a nested object: sub's keys, fields from base + off */
+    K_ADAPTER,     /* a tool's exec / plugin / mcp / http */
+    K_TOOLS,       /* the top-level tools array, read after everything else */
+    K_DIALECT,     /* "draft-07" | "2020-12" (or a "$schema" URI of one) -> int TP_JSONSCHEMA_* */
+    K_FORMATS,     /* "annotate" | "assert" -> int TP_FORMATS_* */
     K_SCHEMA_REFS, /* {URI: FILE}: each file read now, kept as a document by URI */
-    K_ENV,      /* an object of strings -> NULL-terminated char ** of "K=V" */
-    K_SERVERS,  /* the top-level mcp_servers object, imported after "defaults" */
-    K_RUN,      /* the top-level "run" block: {TOOL: settings}, read with each tool */
+    K_ENV,         /* an object of strings -> NULL-terminated char ** of "K=V" */
+    K_SERVERS,     /* the top-level mcp_servers object, imported after "defaults" */
+    K_RUN,         /* the top-level "run" block: {TOOL: settings}, read with each tool */
 } key_type_t;
 
 enum {
@@ -318,14 +317,14 @@ typedef struct key_table key_table_t;
 typedef struct {
     const char *name;
     key_type_t type;
-    size_t off;               /* field offset from the table's base */
-    size_t size;              /* the field's size (K_UINT and the masks) */
+    size_t off;  /* field offset from the table's base */
+    size_t size; /* the field's size (K_UINT and the masks) */
     unsigned flags;
-    double min, max;          /* K_UINT, K_NUMBER, K_DURATION (us); max 0 = none */
-    double dflt;              /* the built-in default, for tp_policy_init */
-    size_t off_n;             /* K_NAMES: where the count goes; F_OFF: the "off" bool */
-    const key_table_t *sub;   /* K_OBJECT, and K_ADAPTER's object shape */
-    tp_adapter_t adapter;     /* K_ADAPTER */
+    double min, max;        /* K_UINT, K_NUMBER, K_DURATION (us); max 0 = none */
+    double dflt;            /* the built-in default, for tp_policy_init */
+    size_t off_n;           /* K_NAMES: where the count goes; F_OFF: the "off" bool */
+    const key_table_t *sub; /* K_OBJECT, and K_ADAPTER's object shape */
+    tp_adapter_t adapter;   /* K_ADAPTER */
 } key_spec_t;
 
 /* The keys one JSON object may have; next chains more keys for the same object. */
@@ -336,7 +335,9 @@ struct key_table {
     size_t next_off; /* next's base, from this table's base */
 };
 
+/* clang-format off */
 #define TABLE(a) {(a), sizeof(a) / sizeof((a)[0]), NULL, 0}
+/* clang-format on */
 #define KEY(n, t) .name = (n), .type = (t)
 #define FIELD(T, m) .off = offsetof(T, m), .size = sizeof(((T *)0)->m)
 #define POL(m) FIELD(tp_policy_t, m)
@@ -362,8 +363,7 @@ static const key_spec_t same_call_keys[] = {
 static const key_table_t same_call_table = TABLE(same_call_keys);
 
 static const key_spec_t tool_breaker_keys[] = {
-    {KEY("failure_rate", K_NUMBER), POL(tool_failure_rate), .flags = F_MIN_EXCL, .max = 1,
-     .dflt = 0.5},
+    {KEY("failure_rate", K_NUMBER), POL(tool_failure_rate), .flags = F_MIN_EXCL, .max = 1, .dflt = 0.5},
     {KEY("min_calls", K_UINT), POL(tool_min_calls), .min = 1, .dflt = 20},
     {KEY("window", K_DURATION), POL(tool_window_us), .dflt = 60 * SEC},
     {KEY("cooldown", K_DURATION), POL(tool_cooldown_us), .dflt = 30 * SEC},
@@ -417,8 +417,8 @@ static const key_spec_t policy_keys[] = {
     {KEY("limits", K_OBJECT), .sub = &limits_table},
     {KEY("worker", K_OBJECT), .sub = &worker_table},
     {KEY("retry_on", K_KINDS), POL(retry_on),
-     .dflt = (double)(KIND_BIT(TP_KIND_TIMEOUT) | KIND_BIT(TP_KIND_RATE_LIMITED) |
-                      KIND_BIT(TP_KIND_SERVER_ERROR) | KIND_BIT(TP_KIND_WORKER_CRASHED))},
+     .dflt = (double)(KIND_BIT(TP_KIND_TIMEOUT) | KIND_BIT(TP_KIND_RATE_LIMITED) | KIND_BIT(TP_KIND_SERVER_ERROR) |
+                      KIND_BIT(TP_KIND_WORKER_CRASHED))},
     {KEY("fallback", K_NAMES), POL(fallback), .off_n = offsetof(tp_policy_t, n_fallback), .flags = F_HOPS},
     {KEY("fallback_on", K_CLASSES), POL(fallback_on), .dflt = CLASS_BIT(TP_CLASS_TRANSIENT)},
     {KEY("stale", K_BOOL), POL(stale)},
@@ -458,8 +458,8 @@ static const key_spec_t tool_keys[] = {
     {KEY("mcp", K_ADAPTER), .adapter = TP_ADAPTER_MCP, .sub = &mcp_table},
     {KEY("http", K_ADAPTER), .adapter = TP_ADAPTER_HTTP, .sub = &http_table},
 };
-static const key_table_t tool_table = {tool_keys, sizeof tool_keys / sizeof tool_keys[0],
-                                       &policy_table, offsetof(tp_tool_t, policy)};
+static const key_table_t tool_table = {tool_keys, sizeof tool_keys / sizeof tool_keys[0], &policy_table,
+                                       offsetof(tp_tool_t, policy)};
 
 /*
  * A "run" entry: toolpool's settings of a tool declared elsewhere (an
@@ -901,8 +901,7 @@ static int parse_kinds(loader_t *ld, json_t *v, uint64_t *mask)
             return fail(ld, "expected a kind name, got %s", GOT(e));
         tp_kind_t k = tp_kind_from_name(json_string_value(e));
         if (k == TP_KIND_OTHER)
-            return fail(ld, "unknown kind %s (expected one of %s)", GOT(e),
-                        transient_kinds(list, sizeof list));
+            return fail(ld, "unknown kind %s (expected one of %s)", GOT(e), transient_kinds(list, sizeof list));
         if (tp_kind_class(k) != TP_CLASS_TRANSIENT)
             return fail(ld, "%s is %s and is never retried (expected one of %s)", GOT(e),
                         tp_class_name(tp_kind_class(k)), transient_kinds(list, sizeof list));
@@ -1020,8 +1019,10 @@ static int parse_names(loader_t *ld, json_t *v, char ***names, size_t *count, js
             if (parse_hop(ld, e, &name, &map) < 0)
                 return -1;
         } else if (!json_is_string(e) || json_string_length(e) == 0) {
-            return fail(ld, maps ? "expected a tool name or {\"tool\": NAME, \"args\": {...}}, got %s"
-                                 : "expected a tool name, got %s", GOT(e));
+            return fail(ld,
+                        maps ? "expected a tool name or {\"tool\": NAME, \"args\": {...}}, got %s"
+                             : "expected a tool name, got %s",
+                        GOT(e));
         }
         if (map) {
             if (*maps == NULL && (*maps = calloc(n, sizeof **maps)) == NULL)
@@ -1082,8 +1083,7 @@ static int parse_string(loader_t *ld, const key_spec_t *s, json_t *v, char **out
     char got[96];
     const char *str = json_string_value(v);
     if (str == NULL || ((s->flags & F_NONEMPTY) && *str == '\0'))
-        return fail(ld, "expected a%s string, got %s", (s->flags & F_NONEMPTY) ? " non-empty" : "",
-                    GOT(v));
+        return fail(ld, "expected a%s string, got %s", (s->flags & F_NONEMPTY) ? " non-empty" : "", GOT(v));
     if ((s->flags & F_URL) && strncmp(str, "http://", 7) != 0 && strncmp(str, "https://", 8) != 0)
         return fail(ld, "expected an http:// or https:// URL, got %s", GOT(v));
     char *copy = (s->flags & F_PATH) ? resolve_path(ld->dir, str) : strdup(str);
@@ -1132,8 +1132,10 @@ static int parse_run_value(loader_t *ld, json_t *v)
 {
     char got[96];
     if (!json_is_object(v))
-        return fail(ld, "expected an object of tool names, each with its settings like "
-                        "{\"search_kb\": {\"exec\": [\"./kb\"], \"timeout\": \"8s\"}}, got %s", GOT(v));
+        return fail(ld,
+                    "expected an object of tool names, each with its settings like "
+                    "{\"search_kb\": {\"exec\": [\"./kb\"], \"timeout\": \"8s\"}}, got %s",
+                    GOT(v));
     if (ld->in_policy)
         ld->prun = v;
     else
@@ -1146,8 +1148,7 @@ static int parse_servers_value(loader_t *ld, json_t *v)
 {
     char got[96];
     if (!json_is_object(v))
-        return fail(ld, "expected an object of MCP servers like {\"fs\": {\"command\": [...]}}, got %s",
-                    GOT(v));
+        return fail(ld, "expected an object of MCP servers like {\"fs\": {\"command\": [...]}}, got %s", GOT(v));
     ld->servers_json = v;
     return 0;
 }
@@ -1244,7 +1245,7 @@ static int compile_parameters(loader_t *ld, tp_tool_t *tool, int dflt, const cha
         return 0;
     tp_registry_t *reg = ld->reg;
     /* MCP reads an inputSchema without "$schema" as 2020-12: so does an MCP server's tool */
-    int dialect = tool->schema_dialect                ? tool->schema_dialect
+    int dialect = tool->schema_dialect              ? tool->schema_dialect
                   : tool->adapter == TP_ADAPTER_MCP ? TP_JSONSCHEMA_2020_12
                   : dflt                            ? dflt
                                                     : reg->schema_dialect;
@@ -1294,8 +1295,10 @@ static int parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
         if (json_is_integer(v) && json_integer_value(v) >= 0)
             bytes = (uint64_t)json_integer_value(v);
         else if (!json_is_string(v) || tp_size_parse(json_string_value(v), &bytes) < 0)
-            return fail(ld, "expected a size like \"512M\" (K, M, G, T: powers of 1024) or a number of "
-                            "bytes, got %s", GOT(v));
+            return fail(ld,
+                        "expected a size like \"512M\" (K, M, G, T: powers of 1024) or a number of "
+                        "bytes, got %s",
+                        GOT(v));
         if (check_bounds(ld, s, (double)bytes, v) < 0)
             return -1;
         store_uint(field, s->size, bytes);
@@ -1453,6 +1456,7 @@ static int fail_unknown(loader_t *ld, const key_table_t *tab, const char *key)
     /* keys of the other formats, where they do not belong */
     static const struct {
         const char *key, *hint;
+        /* clang-format off */
     } hints[] = {
         {"inputSchema", "toolpool calls it \"parameters\"; an MCP tool list's entry has no adapter key"},
         {"input_schema", "Anthropic's name for it: toolpool calls it \"parameters\""},
@@ -1463,6 +1467,7 @@ static int fail_unknown(loader_t *ld, const key_table_t *tab, const char *key)
                      "{\"type\": \"function\", \"function\": {...}}, its settings in \"run\"; in toolpool's "
                      "form the name, description and parameters sit in the tool itself"},
     };
+    /* clang-format on */
     for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++)
         if (strcmp(key, hints[i].key) == 0)
             return fail(ld, "unknown key (%s)", hints[i].hint);
@@ -1472,8 +1477,10 @@ static int fail_unknown(loader_t *ld, const key_table_t *tab, const char *key)
     if (tab == &openai_table || tab == &openai_fn_table || tab == &openai_flat_table || tab == &mcp_decl_table) {
         void *scratch = NULL;
         if (table_find(&run_table, key, &scratch) != NULL)
-            return fail(ld, "unknown key (a toolpool setting: it goes in \"run\": {\"TOOL\": {\"%s\": ...}}, "
-                            "beside the tools or in the policy file, so the declaration stays as written)", key);
+            return fail(ld,
+                        "unknown key (a toolpool setting: it goes in \"run\": {\"TOOL\": {\"%s\": ...}}, "
+                        "beside the tools or in the policy file, so the declaration stays as written)",
+                        key);
     }
     const char *best = NULL;
     size_t best_d = strlen(key) >= 5 ? 3 : 2, total = 0; /* a typo or two away */
@@ -1500,8 +1507,7 @@ static int fail_unknown(loader_t *ld, const key_table_t *tab, const char *key)
         for (size_t i = 0; i < t->n; i++) {
             if (t == &top_table && t->keys[i].type == K_SKIP)
                 continue;
-            int w = snprintf(list + len, sizeof list - len, "%s\"%s\"", len ? ", " : "",
-                             t->keys[i].name);
+            int w = snprintf(list + len, sizeof list - len, "%s\"%s\"", len ? ", " : "", t->keys[i].name);
             if (w > 0 && (size_t)w < sizeof list - len)
                 len += (size_t)w;
         }
@@ -1544,8 +1550,7 @@ static int parse_object(loader_t *ld, json_t *obj, const key_table_t *tab, void 
  */
 static int check_output_once(loader_t *ld, json_t *obj)
 {
-    if (json_object_get(obj, "max_output") == NULL ||
-        json_object_get(json_object_get(obj, "limits"), "output") == NULL)
+    if (json_object_get(obj, "max_output") == NULL || json_object_get(json_object_get(obj, "limits"), "output") == NULL)
         return 0;
     where_key(&ld->at, "limits");
     where_key(&ld->at, "output");
@@ -1574,8 +1579,8 @@ static bool name_ok(const char *s)
         return false;
     for (; *s != '\0'; s++) {
         char c = *s;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+              c == '-'))
             return false;
     }
     return true;
@@ -1701,8 +1706,7 @@ static void where_setting(loader_t *ld, const tp_tool_t *tool, const char *key)
 }
 
 /* fail() at where_setting, the loader back on the registry file. */
-#define FAIL_AT(ld, tool, key, ...)                                                                                 \
-    (where_setting((ld), (tool), (key)), fail_then_reset((ld), fail((ld), __VA_ARGS__)))
+#define FAIL_AT(ld, tool, key, ...) (where_setting((ld), (tool), (key)), fail_then_reset((ld), fail((ld), __VA_ARGS__)))
 
 static int fail_then_reset(loader_t *ld, int rc)
 {
@@ -1757,8 +1761,8 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
                     TP_TOOL_NAME_MAX, GOT(name));
     const tp_tool_t *prev = tp_registry_find(reg, json_string_value(name));
     if (prev != NULL && prev->mcp_server == NULL)
-        return fail(ld, "duplicate tool name %s (already declared as tools[%zu] on line %d)",
-                    GOT(name), prev->index, prev->line);
+        return fail(ld, "duplicate tool name %s (already declared as tools[%zu] on line %d)", GOT(name), prev->index,
+                    prev->line);
     if (prev != NULL)
         return fail(ld, "duplicate tool name %s (already imported from mcp_servers.%s on line %d)", GOT(name),
                     prev->mcp_server, prev->line);
@@ -1786,14 +1790,18 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
     static const char *const at_openai[] = {"function", "parameters", NULL}, *const at_mcp[] = {"inputSchema", NULL},
                              *const at_own[] = {"parameters", NULL};
     if (rc == 0 && compile_parameters(ld, tool, form == FORM_MCP ? TP_JSONSCHEMA_2020_12 : 0,
-                                      form == FORM_OPENAI ? at_openai : form == FORM_MCP ? at_mcp : at_own) < 0)
+                                      form == FORM_OPENAI ? at_openai
+                                      : form == FORM_MCP  ? at_mcp
+                                                          : at_own) < 0)
         rc = -1;
     if (rc < 0)
         return -1;
     if (tool->adapter == 0 && form != FORM_TOOLPOOL)
-        return fail(ld, "no adapter: the tool is declared, and its settings are not: add \"run\": {\"%s\": "
-                        "{\"exec\": [...]}} (or \"plugin\", \"mcp\", \"http\") beside the tools or in the policy "
-                        "file (--policy)", tool->name);
+        return fail(ld,
+                    "no adapter: the tool is declared, and its settings are not: add \"run\": {\"%s\": "
+                    "{\"exec\": [...]}} (or \"plugin\", \"mcp\", \"http\") beside the tools or in the policy "
+                    "file (--policy)",
+                    tool->name);
     if (tool->adapter == 0)
         return fail(ld, "no adapter (expected exactly one of \"exec\", \"plugin\", \"mcp\", "
                         "\"http\")");
@@ -1829,8 +1837,7 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
  */
 static int server_policy(loader_t *ld, tp_tool_t *tool, const char *server, json_t *spec, const char *mcp_name)
 {
-    json_t *blocks[2] = {json_object_get(spec, "defaults"),
-                         json_object_get(json_object_get(spec, "tools"), mcp_name)};
+    json_t *blocks[2] = {json_object_get(spec, "defaults"), json_object_get(json_object_get(spec, "tools"), mcp_name)};
     for (int b = 0; b < 2; b++) {
         if (blocks[b] == NULL)
             continue;
@@ -1927,8 +1934,10 @@ static int check_run_names(loader_t *ld)
             ld->in_policy = f == 1;
             where_key(&ld->at, "run");
             where_key(&ld->at, k);
-            rc = fail(ld, "no tool \"%s\" is declared (a \"run\" entry holds the settings of a tool declared in "
-                          "%s)", k, ld->tools_at_root ? "the registry's list" : "\"tools\"");
+            rc = fail(ld,
+                      "no tool \"%s\" is declared (a \"run\" entry holds the settings of a tool declared in "
+                      "%s)",
+                      k, ld->tools_at_root ? "the registry's list" : "\"tools\"");
             ld->in_policy = false;
         }
     }
@@ -1993,8 +2002,10 @@ static int check_server_policy(loader_t *ld, server_spec_t *sp)
     if (rc == 0 && sp->tools != NULL) {
         mark_t m = where_key(&ld->at, "tools");
         if (!json_is_object(sp->tools)) {
-            rc = fail(ld, "expected an object of the server's tool names, each with policy keys like "
-                          "{\"read_file\": {\"timeout\": \"5s\"}}, got %s", GOT(sp->tools));
+            rc = fail(ld,
+                      "expected an object of the server's tool names, each with policy keys like "
+                      "{\"read_file\": {\"timeout\": \"5s\"}}, got %s",
+                      GOT(sp->tools));
         } else {
             const char *k;
             json_t *v;
@@ -2104,7 +2115,8 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
             char full[sizeof name];
             snprintf(full, sizeof full, "%s.%s", server, tn ? tn : "");
             if (tn == NULL || !name_ok(full)) {
-                snprintf(err, sizeof err, "it lists a tool named %.100s%s%s, which is no toolpool tool name "
+                snprintf(err, sizeof err,
+                         "it lists a tool named %.100s%s%s, which is no toolpool tool name "
                          "(letters, digits, '_', '.', '-', at most %d bytes with the server's prefix)",
                          tn ? "\"" : "", tn ? tn : "(none)", tn ? "\"" : "", TP_TOOL_NAME_MAX);
                 names_ok = false;
@@ -2296,8 +2308,7 @@ static int check_names(loader_t *ld, const tp_tool_t *tool, const tp_policy_t *p
         json_t *list = where_fallback(ld, tool);
         if (json_is_array(list))
             where_index(&ld->at, j);
-        rc = fail(ld, "unknown tool \"%s\" (a fallback must be a tool declared in \"tools\")",
-                  p->fallback[j]);
+        rc = fail(ld, "unknown tool \"%s\" (a fallback must be a tool declared in \"tools\")", p->fallback[j]);
         ld->in_policy = false;
     }
     return rc;
@@ -2325,8 +2336,7 @@ static int visit(loader_t *ld, size_t u, unsigned char *color, size_t *stack, si
                 k++;
             loop[0] = '\0';
             for (; k <= depth; k++) {
-                int w = snprintf(loop + len, sizeof loop - len, "%s -> ",
-                                 reg->tools[stack[k]].name);
+                int w = snprintf(loop + len, sizeof loop - len, "%s -> ", reg->tools[stack[k]].name);
                 if (w > 0 && (size_t)w < sizeof loop - len)
                     len += (size_t)w;
             }

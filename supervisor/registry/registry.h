@@ -36,9 +36,9 @@ typedef enum {
 } tp_adapter_t;
 
 typedef enum {
-    TP_JITTER_FULL = 0,  /* uniform in [0, delay] (the default) */
-    TP_JITTER_EQUAL,     /* delay/2 + uniform in [0, delay/2] */
-    TP_JITTER_NONE,      /* exactly delay: the seed's 0.5s, 1s */
+    TP_JITTER_FULL = 0, /* uniform in [0, delay] (the default) */
+    TP_JITTER_EQUAL,    /* delay/2 + uniform in [0, delay/2] */
+    TP_JITTER_NONE,     /* exactly delay: the seed's 0.5s, 1s */
 } tp_jitter_t;
 
 /*
@@ -53,36 +53,36 @@ typedef enum {
 
 /* The retry and recovery policy of one tool; "defaults" fills the gaps. */
 typedef struct {
-    uint64_t timeout_us;        /* per attempt */
-    uint64_t deadline_us;       /* all attempts and backoffs; 0 = none */
-    uint32_t attempts;          /* total tries, counting the first, >= 1 */
+    uint64_t timeout_us;  /* per attempt */
+    uint64_t deadline_us; /* all attempts and backoffs; 0 = none */
+    uint32_t attempts;    /* total tries, counting the first, >= 1 */
     uint64_t backoff_base_us;
-    double backoff_factor;      /* >= 1 */
+    double backoff_factor; /* >= 1 */
     uint64_t backoff_max_us;
     tp_jitter_t jitter;
-    uint64_t kill_grace_us;     /* TERM-to-KILL grace; 0 = KILL at once */
+    uint64_t kill_grace_us; /* TERM-to-KILL grace; 0 = KILL at once */
     bool idempotent;
-    uint32_t concurrency;       /* most attempts at once; 0 = no cap */
-    uint64_t max_output;        /* bytes of a tool's stdout kept (also "limits.output") */
+    uint32_t concurrency; /* most attempts at once; 0 = no cap */
+    uint64_t max_output;  /* bytes of a tool's stdout kept (also "limits.output") */
     /* "limits": setrlimit for the tool; 0 = none */
-    uint64_t limit_memory;      /* bytes of address space (RLIMIT_AS) */
-    uint64_t limit_cpu_us;      /* CPU time (RLIMIT_CPU, whole seconds: rounded up) */
-    uint32_t limit_files;       /* open descriptors (RLIMIT_NOFILE) */
+    uint64_t limit_memory; /* bytes of address space (RLIMIT_AS) */
+    uint64_t limit_cpu_us; /* CPU time (RLIMIT_CPU, whole seconds: rounded up) */
+    uint32_t limit_files;  /* open descriptors (RLIMIT_NOFILE) */
     /* "worker": when a worker that has just answered this tool is replaced; 0 = never */
-    uint64_t worker_max_calls;  /* calls the worker has answered, of any tool */
-    uint64_t worker_max_rss;    /* bytes resident in the worker (/proc/PID/statm) */
-    uint64_t retry_on;          /* bit (1 << tp_kind_t) per kind retried */
+    uint64_t worker_max_calls; /* calls the worker has answered, of any tool */
+    uint64_t worker_max_rss;   /* bytes resident in the worker (/proc/PID/statm) */
+    uint64_t retry_on;         /* bit (1 << tp_kind_t) per kind retried */
     /* fallback chain */
-    char **fallback;            /* tool names, n_fallback of them */
-    json_t **fallback_args;     /* per hop: {KEY: JSON Pointer into the call's args}, or NULL (the args as
+    char **fallback;        /* tool names, n_fallback of them */
+    json_t **fallback_args; /* per hop: {KEY: JSON Pointer into the call's args}, or NULL (the args as
                                    they are); NULL when no hop maps its args */
     size_t n_fallback;
-    uint32_t fallback_on;       /* bit (1 << tp_class_t) per class */
+    uint32_t fallback_on; /* bit (1 << tp_class_t) per class */
     bool stale;
-    json_t *degraded;           /* the last honest answer, or NULL */
+    json_t *degraded; /* the last honest answer, or NULL */
     /* breakers */
-    bool same_call_off;         /* "same_call": false */
-    uint32_t same_call_scope;   /* tp_scope_t: whose failures count together */
+    bool same_call_off;       /* "same_call": false */
+    uint32_t same_call_scope; /* tp_scope_t: whose failures count together */
     uint32_t same_call_failures;
     uint64_t same_call_window_us;
     double tool_failure_rate;
@@ -94,30 +94,30 @@ typedef struct {
 
 typedef struct {
     char *name;
-    char *description;          /* "" when absent */
-    json_t *parameters;         /* JSON Schema, or NULL */
+    char *description;            /* "" when absent */
+    json_t *parameters;           /* JSON Schema, or NULL */
     struct tp_jsonschema *schema; /* parameters, compiled at load; NULL: no check */
-    int schema_dialect;         /* "schema_dialect": TP_JSONSCHEMA_*, 0 = the registry's */
-    int formats;                /* "formats": TP_FORMATS_*, 0 = the registry's */
+    int schema_dialect;           /* "schema_dialect": TP_JSONSCHEMA_*, 0 = the registry's */
+    int formats;                  /* "formats": TP_FORMATS_*, 0 = the registry's */
     tp_adapter_t adapter;
-    char **argv;                /* exec: NULL-terminated; argv[0] resolved */
+    char **argv; /* exec: NULL-terminated; argv[0] resolved */
     size_t argc;
-    char *plugin_path;          /* plugin: absolute */
-    char *cwd;                  /* exec: the working directory (absolute; default the registry's folder) */
-    char **mcp_command;         /* mcp: the server's argv, NULL-terminated */
-    char *mcp_tool;             /* mcp: the server's name for the tool */
-    char **mcp_env;             /* mcp: "K=V" added to the server's environment, NULL-terminated, or NULL */
-    char *mcp_cwd;              /* mcp: the server's directory (absolute), or NULL */
-    char *mcp_server;           /* imported from "mcp_servers": the server's name; else NULL */
+    char *plugin_path;  /* plugin: absolute */
+    char *cwd;          /* exec: the working directory (absolute; default the registry's folder) */
+    char **mcp_command; /* mcp: the server's argv, NULL-terminated */
+    char *mcp_tool;     /* mcp: the server's name for the tool */
+    char **mcp_env;     /* mcp: "K=V" added to the server's environment, NULL-terminated, or NULL */
+    char *mcp_cwd;      /* mcp: the server's directory (absolute), or NULL */
+    char *mcp_server;   /* imported from "mcp_servers": the server's name; else NULL */
     char *http_url;
-    bool strict;                /* OpenAI's "strict", as declared */
+    bool strict; /* OpenAI's "strict", as declared */
     tp_policy_t policy;
-    size_t index;               /* position in tools[] */
-    int line;                   /* where the tool's object starts */
+    size_t index; /* position in tools[] */
+    int line;     /* where the tool's object starts */
 } tp_tool_t;
 
 typedef struct {
-    uint64_t max_steps;         /* 0 = no cap, for all four */
+    uint64_t max_steps; /* 0 = no cap, for all four */
     uint64_t max_calls;
     uint64_t max_wall_us;
     double max_cost;
@@ -131,7 +131,7 @@ enum {
 
 typedef struct tp_registry {
     char *path;
-    char *dir;                  /* the directory relative paths start from */
+    char *dir; /* the directory relative paths start from */
     /*
      * JSON Schema settings for every tool's parameters: the dialect of a
      * schema without "$schema" (0: draft-07), formats, and "schema_refs",
@@ -145,7 +145,7 @@ typedef struct tp_registry {
     tp_guards_t guards;
     tp_tool_t *tools;
     size_t n_tools;
-    void *index;                /* name -> tool lookup, private */
+    void *index; /* name -> tool lookup, private */
 } tp_registry_t;
 
 /*

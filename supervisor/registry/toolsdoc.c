@@ -81,8 +81,8 @@ json_t *tp_toolsdoc_render(const tp_registry_t *reg, tp_toolsdoc_format_t f)
                       : f == TP_TOOLSDOC_OPENAI
                           ? json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "function", "function", "name", t->name,
                                       "description", t->description, "parameters", params_json(t))
-                          : json_pack("{s:s, s:s, s:o}", "name", t->name, "description", t->description,
-                                      "inputSchema", params_json(t));
+                          : json_pack("{s:s, s:s, s:o}", "name", t->name, "description", t->description, "inputSchema",
+                                      params_json(t));
         if (json_array_append_new(list, one) != 0) {
             json_decref(list);
             list = NULL;

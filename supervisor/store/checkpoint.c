@@ -13,8 +13,7 @@ int tp_checkpoint_get(tp_store_t *s, MDB_txn *txn, const char *job, Toolpool__Ch
 }
 
 int tp_checkpoint_step(tp_store_t *s, MDB_txn *txn, const char *job, const char *call_id, uint64_t step,
-                       const tp_job_usage_t *u, uint64_t wall_used_us, tp_kind_t stopped,
-                       const char *stop_msg)
+                       const tp_job_usage_t *u, uint64_t wall_used_us, tp_kind_t stopped, const char *stop_msg)
 {
     Toolpool__Checkpoint *old = NULL;
     int rc = tp_checkpoint_get(s, txn, job, &old);
@@ -63,8 +62,7 @@ int tp_checkpoint_step(tp_store_t *s, MDB_txn *txn, const char *job, const char 
     return rc;
 }
 
-int tp_checkpoint_state_put(tp_store_t *s, MDB_txn *txn, const char *job, uint64_t step, const char *json,
-                            size_t len)
+int tp_checkpoint_state_put(tp_store_t *s, MDB_txn *txn, const char *job, uint64_t step, const char *json, size_t len)
 {
     Toolpool__Checkpoint *old = NULL;
     int rc = tp_checkpoint_get(s, txn, job, &old);
@@ -85,4 +83,3 @@ int tp_checkpoint_state_put(tp_store_t *s, MDB_txn *txn, const char *job, uint64
         toolpool__checkpoint__free_unpacked(old, NULL);
     return rc;
 }
-

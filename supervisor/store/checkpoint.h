@@ -32,8 +32,7 @@ int tp_checkpoint_get(tp_store_t *s, MDB_txn *txn, const char *job, Toolpool__Ch
  * refused before it ran, listed with the usage and stop left as they were.
  */
 int tp_checkpoint_step(tp_store_t *s, MDB_txn *txn, const char *job, const char *call_id, uint64_t step,
-                       const tp_job_usage_t *u, uint64_t wall_used_us, tp_kind_t stopped,
-                       const char *stop_msg);
+                       const tp_job_usage_t *u, uint64_t wall_used_us, tp_kind_t stopped, const char *stop_msg);
 
 /*
  * Stores an agent loop's own checkpoint of job (an opaque JSON document of
@@ -41,7 +40,6 @@ int tp_checkpoint_step(tp_store_t *s, MDB_txn *txn, const char *job, const char 
  * checkpoint (state, state_step, state_unix_us), beside what the engine
  * records of the job's calls; the latest replaces the one before.
  */
-int tp_checkpoint_state_put(tp_store_t *s, MDB_txn *txn, const char *job, uint64_t step, const char *json,
-                            size_t len);
+int tp_checkpoint_state_put(tp_store_t *s, MDB_txn *txn, const char *job, uint64_t step, const char *json, size_t len);
 
 #endif

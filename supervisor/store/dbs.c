@@ -1,12 +1,8 @@
 #include "dbs.h"
 
 static const char *const db_names[TP_DB__COUNT] = {
-    [TP_DB_META] = "meta",
-    [TP_DB_BREAKERS] = "breakers",
-    [TP_DB_ESCALATIONS] = "escalations",
-    [TP_DB_RESULTS] = "results",
-    [TP_DB_JOBS] = "jobs",
-    [TP_DB_INFLIGHT] = "inflight",
+    [TP_DB_META] = "meta",       [TP_DB_BREAKERS] = "breakers", [TP_DB_ESCALATIONS] = "escalations",
+    [TP_DB_RESULTS] = "results", [TP_DB_JOBS] = "jobs",         [TP_DB_INFLIGHT] = "inflight",
     [TP_DB_STEPS] = "steps",
 };
 

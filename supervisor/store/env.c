@@ -19,11 +19,11 @@
 struct tp_store {
     MDB_env *env;
     MDB_dbi dbi[TP_DB__COUNT];
-    bool no_steps;  /* a store of format 2, read-only: no steps database */
+    bool no_steps; /* a store of format 2, read-only: no steps database */
     unsigned flags;
     size_t mapsize;
-    size_t limit;   /* the map never grows past this: $TOOLPOOL_STORE_LIMIT, else 1 TiB */
-    size_t room;    /* the map's free bytes when the last write transaction began */
+    size_t limit;                 /* the map never grows past this: $TOOLPOOL_STORE_LIMIT, else 1 TiB */
+    size_t room;                  /* the map's free bytes when the last write transaction began */
     unsigned long map_lo, map_hi; /* where data.mdb is mapped, for tp_store_trim */
     size_t map_for;               /* the mapsize it was found for */
     char bad[512];                /* the last bad record read, for tp_store_strerror(EPROTO) */
@@ -94,8 +94,7 @@ static int open_dbs(tp_store_t *s, tp_store_check_fn check, char *err, size_t er
             rc = 0;
         }
         if (rc) {
-            snprintf(err, errlen, "%s: cannot open database %s: %s%s", s->dir, tp_store_db_name(i),
-                     mdb_strerror(rc),
+            snprintf(err, errlen, "%s: cannot open database %s: %s%s", s->dir, tp_store_db_name(i), mdb_strerror(rc),
                      rc == MDB_NOTFOUND ? " (not a toolpool store, or one of an older format)" : "");
             mdb_txn_abort(txn);
             return rc;
@@ -112,8 +111,7 @@ static int open_dbs(tp_store_t *s, tp_store_check_fn check, char *err, size_t er
     return rc;
 }
 
-tp_store_t *tp_store_open_with(const char *dir, unsigned flags, tp_store_check_fn check, char *err,
-                               size_t errlen)
+tp_store_t *tp_store_open_with(const char *dir, unsigned flags, tp_store_check_fn check, char *err, size_t errlen)
 {
     tp_store_t *s = calloc(1, sizeof *s);
     if (s == NULL) {
@@ -128,8 +126,7 @@ tp_store_t *tp_store_open_with(const char *dir, unsigned flags, tp_store_check_f
         return NULL;
     }
     if ((flags & TP_STORE_RDONLY) && access(dir, F_OK) < 0) {
-        snprintf(err, errlen, "%s: no store here (%s); run toolpool run --store %s first", dir,
-                 strerror(errno), dir);
+        snprintf(err, errlen, "%s: no store here (%s); run toolpool run --store %s first", dir, strerror(errno), dir);
         free(s);
         return NULL;
     }
@@ -198,8 +195,10 @@ static bool disk_nearly_full(const char *dir)
 const char *tp_store_strerror(const tp_store_t *s, int rc, char *buf, size_t cap)
 {
     if (rc == MDB_MAP_FULL)
-        snprintf(buf, cap, "the store reached its size limit (%zu bytes; raise TOOLPOOL_STORE_LIMIT, or free "
-                 "space and rerun: nothing recorded is lost)", s->limit);
+        snprintf(buf, cap,
+                 "the store reached its size limit (%zu bytes; raise TOOLPOOL_STORE_LIMIT, or free "
+                 "space and rerun: nothing recorded is lost)",
+                 s->limit);
     else if (rc == ENOSPC || (rc == EIO && disk_nearly_full(s->dir)))
         snprintf(buf, cap, "the disk is full (free space and rerun: nothing recorded is lost)");
     else if (rc == EPROTO && s->bad[0]) {
@@ -207,8 +206,7 @@ const char *tp_store_strerror(const tp_store_t *s, int rc, char *buf, size_t cap
         if (snprintf(buf, cap, "a corrupt record: %s (`toolpool store check --store %s` lists every bad record)",
                      s->bad, s->dir) >= (int)cap)
             buf[cap - 1] = '\0';
-    }
-    else if (rc == EPROTO)
+    } else if (rc == EPROTO)
         snprintf(buf, cap, "a corrupt record");
     else
         snprintf(buf, cap, "%s", mdb_strerror(rc));
@@ -351,8 +349,7 @@ int tp_store_write(tp_store_t *s, tp_store_apply_fn apply, void *ctx, char *err,
     return tp_store_commit(s, txn, err, errlen);
 }
 
-int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen,
-                     const ProtobufCMessage *msg)
+int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen, const ProtobufCMessage *msg)
 {
     MDB_val k = {klen, (void *)key}, v;
     v.mv_size = protobuf_c_message_get_packed_size(msg);

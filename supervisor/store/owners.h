@@ -29,15 +29,15 @@
 /* A process, told apart from a later one with the same pid. */
 typedef struct {
     int32_t pid;
-    uint64_t start;             /* /proc/PID/stat starttime: clock ticks after boot */
-    char boot[40];              /* /proc/sys/kernel/random/boot_id */
+    uint64_t start; /* /proc/PID/stat starttime: clock ticks after boot */
+    char boot[40];  /* /proc/sys/kernel/random/boot_id */
 } tp_owner_id_t;
 
 typedef struct {
-    uint64_t generation;        /* bumped by each arrival */
-    uint64_t joined;            /* the generation this owner's arrival made */
-    size_t others;              /* other owners alive now */
-    bool peers_ready;           /* every other live owner has seen this one's arrival */
+    uint64_t generation; /* bumped by each arrival */
+    uint64_t joined;     /* the generation this owner's arrival made */
+    size_t others;       /* other owners alive now */
+    bool peers_ready;    /* every other live owner has seen this one's arrival */
 } tp_owners_state_t;
 
 /* This process. 0, or -1 (no /proc). */

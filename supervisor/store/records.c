@@ -122,8 +122,7 @@ static const char *state_name(Toolpool__BreakerState st)
                                                               : "closed";
 }
 
-int tp_records_breakers_each(tp_store_t *s, MDB_txn *txn, int (*fn)(void *ctx, const tp_breaker_info_t *b),
-                             void *ctx)
+int tp_records_breakers_each(tp_store_t *s, MDB_txn *txn, int (*fn)(void *ctx, const tp_breaker_info_t *b), void *ctx)
 {
     MDB_cursor *cur;
     int rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur);
@@ -242,8 +241,8 @@ json_t *tp_records_breaker_json(const MDB_val *key, const MDB_val *val, bool ful
 }
 
 /* Walks db in key order, appending render(key, val) to a new array; a record that does not render is skipped. */
-static int each_json(tp_store_t *s, MDB_txn *txn, tp_db_t db, json_t *(*render)(const MDB_val *, const MDB_val *, void *),
-                     void *ctx, json_t **out)
+static int each_json(tp_store_t *s, MDB_txn *txn, tp_db_t db,
+                     json_t *(*render)(const MDB_val *, const MDB_val *, void *), void *ctx, json_t **out)
 {
     MDB_cursor *cur;
     int rc = mdb_cursor_open(txn, tp_store_dbi(s, db), &cur);

@@ -43,13 +43,12 @@ int tp_records_breaker_reset(tp_store_t *s, MDB_txn *txn, const char *prefix, ch
 /* What one breaker says, for a count (metrics). */
 typedef struct {
     const char *id;
-    const char *tool;           /* its tool's name */
-    bool is_tool;               /* a tool breaker (else a same-call one) */
-    const char *state;          /* "open", "half-open" or "closed" */
+    const char *tool;  /* its tool's name */
+    bool is_tool;      /* a tool breaker (else a same-call one) */
+    const char *state; /* "open", "half-open" or "closed" */
 } tp_breaker_info_t;
 /* Calls fn for each breaker, in key order; a non-zero return from fn stops the walk and is returned. */
-int tp_records_breakers_each(tp_store_t *s, MDB_txn *txn, int (*fn)(void *ctx, const tp_breaker_info_t *b),
-                             void *ctx);
+int tp_records_breakers_each(tp_store_t *s, MDB_txn *txn, int (*fn)(void *ctx, const tp_breaker_info_t *b), void *ctx);
 /*
  * One breaker: {"id", "type": "tool"|"call", "tool", "state", ...}; full
  * adds a call breaker's args, its last failure and the failure times.

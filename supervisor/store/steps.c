@@ -49,8 +49,7 @@ static MDB_val id_key(uint8_t key[KEY_LEN], const uint8_t job[HASH_LEN], const c
     return (MDB_val){KEY_LEN, key};
 }
 
-int tp_steps_add(tp_store_t *s, MDB_txn *txn, const char *job, const char *id, Toolpool__Checkpoint *cp,
-                 bool *added)
+int tp_steps_add(tp_store_t *s, MDB_txn *txn, const char *job, const char *id, Toolpool__Checkpoint *cp, bool *added)
 {
     *added = false;
     for (size_t i = 0; i < cp->n_calls; i++)

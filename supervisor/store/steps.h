@@ -32,8 +32,7 @@
  * *added is false). cp is the checkpoint about to be written: its counters
  * move. 0 or an LMDB error.
  */
-int tp_steps_add(tp_store_t *s, MDB_txn *txn, const char *job, const char *id, Toolpool__Checkpoint *cp,
-                 bool *added);
+int tp_steps_add(tp_store_t *s, MDB_txn *txn, const char *job, const char *id, Toolpool__Checkpoint *cp, bool *added);
 
 /* Takes id out of job's list, when it is there (*removed); cp's count follows. 0 or an LMDB error. */
 int tp_steps_remove(tp_store_t *s, MDB_txn *txn, const char *job, const char *id, Toolpool__Checkpoint *cp,

@@ -25,8 +25,8 @@
 #define TP_STORE_MAP_LIMIT (1ull << 40)
 
 enum {
-    TP_STORE_RDONLY = 1,  /* inspection commands: no write, no create */
-    TP_STORE_NOSYNC = 2,  /* relaxed durability: a crash of the OS may lose the last commits */
+    TP_STORE_RDONLY = 1, /* inspection commands: no write, no create */
+    TP_STORE_NOSYNC = 2, /* relaxed durability: a crash of the OS may lose the last commits */
 };
 
 typedef struct tp_store tp_store_t;
@@ -44,8 +44,7 @@ tp_store_t *tp_store_open(const char *dir, unsigned flags, char *err, size_t err
  * and the format's check.
  */
 typedef int (*tp_store_check_fn)(tp_store_t *s, MDB_txn *txn, char *err, size_t errlen);
-tp_store_t *tp_store_open_with(const char *dir, unsigned flags, tp_store_check_fn check, char *err,
-                               size_t errlen);
+tp_store_t *tp_store_open_with(const char *dir, unsigned flags, tp_store_check_fn check, char *err, size_t errlen);
 /* Whether the store was opened TP_STORE_RDONLY. */
 bool tp_store_rdonly(const tp_store_t *s);
 /* The last bad record tp_store_note_bad noted, in words ("" when none). */

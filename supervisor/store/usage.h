@@ -9,10 +9,10 @@
 #include <stdint.h>
 
 typedef struct {
-    uint64_t steps;     /* calls of the job started */
-    uint64_t calls;     /* attempts of the job's calls, every hop counted */
-    double cost;        /* what the job's tools reported */
-    uint64_t first_us;  /* when the job's first call started (0: not yet) */
+    uint64_t steps;    /* calls of the job started */
+    uint64_t calls;    /* attempts of the job's calls, every hop counted */
+    double cost;       /* what the job's tools reported */
+    uint64_t first_us; /* when the job's first call started (0: not yet) */
 } tp_job_usage_t;
 
 #endif

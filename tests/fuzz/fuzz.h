@@ -28,12 +28,12 @@ static inline bool tp_fuzz_jansson_only(const char *err)
            strstr(err, "overflow") || strstr(err, "maximum parsing depth");
 }
 
-#define TP_FUZZ_CHECK(cond)                                                                                  \
-    do {                                                                                                     \
-        if (!(cond)) {                                                                                       \
-            fprintf(stderr, "%s:%d: mismatch: %s\n", __FILE__, __LINE__, #cond);                             \
-            abort();                                                                                         \
-        }                                                                                                    \
+#define TP_FUZZ_CHECK(cond)                                                                                            \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fprintf(stderr, "%s:%d: mismatch: %s\n", __FILE__, __LINE__, #cond);                                       \
+            abort();                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 #endif

@@ -95,11 +95,11 @@ typedef struct tp_http_entry tp_http_entry_t;
 typedef struct tp_http_batch tp_http_batch_t;
 
 typedef enum {
-    TP_WAIT_CALL,               /* POST /v1/calls: the call's answer */
-    TP_WAIT_CANCEL,             /* DELETE /v1/calls/ID: the answer of the call it cancelled */
-    TP_WAIT_STORE,              /* a reply built in the engine's transaction, sent once durable */
-    TP_WAIT_BATCH,              /* POST /v1/batch: its stream */
-    TP_WAIT_MCP,                /* POST /mcp: a request's response, as JSON or an event stream */
+    TP_WAIT_CALL,   /* POST /v1/calls: the call's answer */
+    TP_WAIT_CANCEL, /* DELETE /v1/calls/ID: the answer of the call it cancelled */
+    TP_WAIT_STORE,  /* a reply built in the engine's transaction, sent once durable */
+    TP_WAIT_BATCH,  /* POST /v1/batch: its stream */
+    TP_WAIT_MCP,    /* POST /mcp: a request's response, as JSON or an event stream */
 } tp_wait_kind_t;
 
 typedef struct tp_http_mcp tp_http_mcp_t;
@@ -108,38 +108,38 @@ typedef struct tp_http_mcp tp_http_mcp_t;
 struct tp_http_wait {
     tp_wait_kind_t kind;
     tp_http_t *h;
-    struct evhttp_request *req; /* NULL once its connection is gone (or replied) */
-    tp_http_conn_t *conn;       /* NULL when not tracked, or gone */
+    struct evhttp_request *req;    /* NULL once its connection is gone (or replied) */
+    tp_http_conn_t *conn;          /* NULL when not tracked, or gone */
     tp_http_wait_t *cprev, *cnext; /* on conn->waits */
-    tp_http_wait_t *next;       /* on its entry's waits */
+    tp_http_wait_t *next;          /* on its entry's waits */
     tp_http_wait_t *sprev, *snext; /* TP_WAIT_STORE: on h->store_waits */
-    int status;                 /* TP_WAIT_STORE: the reply */
+    int status;                    /* TP_WAIT_STORE: the reply */
     const char *ctype;
     tp_buf_t body;
-    tp_http_batch_t *batch;     /* TP_WAIT_BATCH */
+    tp_http_batch_t *batch; /* TP_WAIT_BATCH */
     /* TP_WAIT_MCP (on h->mcp_waits by sprev/snext) */
     tp_http_mcp_t *mcp;
-    bool sse;                   /* the client takes an event stream: notifications go before the response */
-    bool json_ok;               /* the client takes application/json */
-    bool streaming;             /* the event stream has begun */
-    bool in_take;               /* the session is taking its message: a response now is the reply */
-    bool answered;              /* the response came while in_take, in body */
+    bool sse;       /* the client takes an event stream: notifications go before the response */
+    bool json_ok;   /* the client takes application/json */
+    bool streaming; /* the event stream has begun */
+    bool in_take;   /* the session is taking its message: a response now is the reply */
+    bool answered;  /* the response came while in_take, in body */
 };
 
 /* An MCP session over HTTP (POST /mcp), by its Mcp-Session-Id. */
 struct tp_http_mcp {
     tp_http_mcp_t *prev, *next; /* on h->mcp_sessions, the most recently used first */
     tp_mcp_session_t *s;
-    uint64_t used_us;           /* its last request */
+    uint64_t used_us; /* its last request */
 };
 
 struct tp_http_conn {
     tp_http_t *h;
-    struct bufferevent *bev;    /* held from accept until adopted */
+    struct bufferevent *bev; /* held from accept until adopted */
     struct evhttp_connection *evcon;
-    tp_http_conn_t *fnext;      /* on h->fresh, until adopted */
-    tp_http_conn_t *hnext;      /* the evcon map's chain */
-    bool refused;               /* over --max-connections: answered 503, then closed */
+    tp_http_conn_t *fnext; /* on h->fresh, until adopted */
+    tp_http_conn_t *hnext; /* the evcon map's chain */
+    bool refused;          /* over --max-connections: answered 503, then closed */
     tp_http_wait_t *waits;
 };
 
@@ -152,14 +152,14 @@ typedef struct tp_http_link {
 /* A call handed to the engine, by id. */
 struct tp_http_entry {
     tp_http_t *h;
-    tp_http_entry_t *hnext;     /* the table's chain */
+    tp_http_entry_t *hnext; /* the table's chain */
     uint64_t hash;
     char *id;
-    tp_digest_t identity;       /* of tool and args: a live id is attached to only for the same input */
+    tp_digest_t identity; /* of tool and args: a live id is attached to only for the same input */
     char *tool;
-    tp_call_t *call;            /* the engine's handle, while it may be cancelled */
-    bool live;                  /* submitted, not yet answered */
-    bool keep;                  /* keep its answer once it ends (wait=0, cancelled) */
+    tp_call_t *call; /* the engine's handle, while it may be cancelled */
+    bool live;       /* submitted, not yet answered */
+    bool keep;       /* keep its answer once it ends (wait=0, cancelled) */
     bool cancelled;
     tp_http_wait_t *waits;
     tp_http_link_t *batches;
@@ -173,18 +173,18 @@ struct tp_http_entry {
 
 struct tp_http_batch {
     tp_http_t *h;
-    tp_http_wait_t *w;          /* its stream; w->req NULL once the client has gone */
+    tp_http_wait_t *w;            /* its stream; w->req NULL once the client has gone */
     tp_http_batch_t *prev, *next; /* on h->batches */
-    const char *data;           /* the body, valid while w->req is */
+    const char *data;             /* the body, valid while w->req is */
     size_t len, off;
     long line_no;
-    size_t pending;             /* lines handed over, not yet answered */
-    struct evbuffer *out;       /* result lines not yet sent */
-    bool stalled;               /* held back: its client reads slower than results come */
-    bool ended;                 /* its reply has ended */
-    bool cut;                   /* a drain left some of its lines without a result line */
-    bool cut_made;              /* cut: its last lines are sent, its stream left unended */
-    struct event *ev_close;     /* cut: looks again for its lines to be out, to close */
+    size_t pending;         /* lines handed over, not yet answered */
+    struct evbuffer *out;   /* result lines not yet sent */
+    bool stalled;           /* held back: its client reads slower than results come */
+    bool ended;             /* its reply has ended */
+    bool cut;               /* a drain left some of its lines without a result line */
+    bool cut_made;          /* cut: its last lines are sent, its stream left unended */
+    struct event *ev_close; /* cut: looks again for its lines to be out, to close */
 };
 
 struct tp_http {
@@ -193,14 +193,14 @@ struct tp_http {
     struct evhttp *http;
     struct evconnlistener *listener;
     struct evhttp_bound_socket *bound;
-    struct event *ev_adopt;     /* adopts the connections accepted this turn */
-    struct event *ev_resume;    /* re-enables the listener after an accept error */
+    struct event *ev_adopt;  /* adopts the connections accepted this turn */
+    struct event *ev_resume; /* re-enables the listener after an accept error */
     struct timeval idle_tv;
-    bool listener_paused;       /* at the hard cap, or resting after an accept error */
+    bool listener_paused; /* at the hard cap, or resting after an accept error */
     bool accept_error;
     bool draining, finished, freeing;
-    char unix_path[108];        /* the socket file made, removed at free */
-    int unix_lock;              /* PATH.lock, flocked while we serve on PATH; -1: none */
+    char unix_path[108]; /* the socket file made, removed at free */
+    int unix_lock;       /* PATH.lock, flocked while we serve on PATH; -1: none */
     dev_t unix_dev;
     ino_t unix_ino;
     /* connections */
@@ -221,12 +221,12 @@ struct tp_http {
     tp_mcp_catalog_t *mcp_tools;
     tp_http_mcp_t *mcp_sessions;
     size_t mcp_n;
-    size_t mcp_progress;        /* their calls whose client asked for progress */
+    size_t mcp_progress; /* their calls whose client asked for progress */
     tp_http_wait_t *mcp_waits;
     /* /v1/tools, rendered once */
     tp_buf_t tools_own, tools_openai, tools_mcp;
     /* counted for /metrics */
-    uint64_t by_status[600];    /* replies, by status code */
+    uint64_t by_status[600]; /* replies, by status code */
     uint64_t accepted;
     /* the Date header of replies sent in second date_at */
     time_t date_at;
@@ -279,8 +279,7 @@ static void reply_add_date_length(tp_http_t *h, struct evhttp_request *req, stru
  * Sends the whole reply. After this, req is libevent's: the caller drops
  * its pointer.
  */
-static void reply(tp_http_t *h, struct evhttp_request *req, int status, const char *ctype, const void *body,
-                  size_t len)
+static void reply(tp_http_t *h, struct evhttp_request *req, int status, const char *ctype, const void *body, size_t len)
 {
     struct evkeyvalq *hd = evhttp_request_get_output_headers(req);
     if (ctype && evhttp_add_header(hd, "Content-Type", ctype) != 0)
@@ -304,11 +303,10 @@ static void error_body(tp_buf_t *b, const char *error, const char *message)
     tp_buf_puts(b, "}\n");
 }
 
-static void reply_error(tp_http_t *h, struct evhttp_request *req, int status, const char *error, const char *fmt,
-                        ...) __attribute__((format(printf, 5, 6)));
+static void reply_error(tp_http_t *h, struct evhttp_request *req, int status, const char *error, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
-static void reply_error(tp_http_t *h, struct evhttp_request *req, int status, const char *error, const char *fmt,
-                        ...)
+static void reply_error(tp_http_t *h, struct evhttp_request *req, int status, const char *error, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -587,8 +585,7 @@ static void store_durable_cb(void *ctx, bool ok)
  * Replies status and body (taken) once the engine's transaction, which the
  * caller has read or written, is durable.
  */
-static void reply_when_durable(tp_http_t *h, struct evhttp_request *req, int status, const char *ctype,
-                               tp_buf_t *body)
+static void reply_when_durable(tp_http_t *h, struct evhttp_request *req, int status, const char *ctype, tp_buf_t *body)
 {
     tp_http_wait_t *w = wait_new(h, req, TP_WAIT_STORE);
     if (w == NULL) {
@@ -950,8 +947,8 @@ static void calls_post(tp_http_t *h, struct evhttp_request *req)
     tp_request_t rq;
     tp_request_bad_t bad;
     char id[64];
-    switch (tp_request_parse_line(&h->parser, body ? body : "", len, NULL,
-                                  TP_REQUEST_ID_OPTIONAL | TP_REQUEST_DEADLINE, &rq, &bad)) {
+    switch (tp_request_parse_line(&h->parser, body ? body : "", len, NULL, TP_REQUEST_ID_OPTIONAL | TP_REQUEST_DEADLINE,
+                                  &rq, &bad)) {
     case TP_REQUEST_BLANK:
         reply_error(h, req, 400, "InvalidRequest", "the body is empty: send one call, a JSON object");
         return;
@@ -975,8 +972,8 @@ static void calls_post(tp_http_t *h, struct evhttp_request *req)
     if (e && e->live) {
         if (memcmp(e->identity.b, identity.b, TP_DIGEST_LEN) != 0) {
             reply_error(h, req, 409, "InvalidRequest",
-                        "id \"%.300s\" is running now for other input (tool %.100s); give this call a new id",
-                        rq.id, e->tool);
+                        "id \"%.300s\" is running now for other input (tool %.100s); give this call a new id", rq.id,
+                        e->tool);
             return;
         }
     } else {
@@ -1290,8 +1287,9 @@ static void batch_take_line(tp_http_batch_t *b)
     identity_of(&rq, &identity);
     tp_http_entry_t *e = table_get(h, rq.id);
     if (e && e->live && memcmp(e->identity.b, identity.b, TP_DIGEST_LEN) != 0) {
-        snprintf(msg, sizeof msg, "%s: id \"%.300s\" is running now for other input (tool %.100s); give this call a new id",
-                 where, rq.id, e->tool);
+        snprintf(msg, sizeof msg,
+                 "%s: id \"%.300s\" is running now for other input (tool %.100s); give this call a new id", where,
+                 rq.id, e->tool);
         batch_reject(b, rq.id, rq.job ? rq.job : rq.id, rq.step, rq.tool, msg);
         return;
     }
@@ -1674,8 +1672,10 @@ static void mcp_post(tp_http_t *h, struct evhttp_request *req)
     const char *version = evhttp_find_header(in, "MCP-Protocol-Version");
     if (version && !tp_mcp_version_known(version)) {
         char msg[200];
-        snprintf(msg, sizeof msg, "Bad Request: unsupported MCP-Protocol-Version %.40s (this server speaks "
-                 "2025-11-25 and 2025-06-18)", version);
+        snprintf(msg, sizeof msg,
+                 "Bad Request: unsupported MCP-Protocol-Version %.40s (this server speaks "
+                 "2025-11-25 and 2025-06-18)",
+                 version);
         mcp_http_error(h, req, 400, TP_RPC_INVALID_REQUEST, msg);
         return;
     }
@@ -1697,7 +1697,8 @@ static void mcp_post(tp_http_t *h, struct evhttp_request *req)
                        "Bad Request: no Mcp-Session-Id header (a session begins with initialize)");
         return;
     } else if (!mcp_room(h)) {
-        mcp_http_error(h, req, 503, TP_RPC_INTERNAL_ERROR, "Service Unavailable: too many MCP sessions with calls running");
+        mcp_http_error(h, req, 503, TP_RPC_INTERNAL_ERROR,
+                       "Service Unavailable: too many MCP sessions with calls running");
         return;
     } else if ((x = mcp_new(h)) == NULL) {
         mcp_http_error(h, req, 500, TP_RPC_INTERNAL_ERROR, "Internal error: out of memory");
@@ -1727,8 +1728,8 @@ static void mcp_post(tp_http_t *h, struct evhttp_request *req)
     w->in_take = false;
     if (fresh) {
         if (tp_mcp_session_initialized(x->s)) {
-            if (evhttp_add_header(evhttp_request_get_output_headers(req), "Mcp-Session-Id",
-                                  tp_mcp_session_id(x->s)) != 0)
+            if (evhttp_add_header(evhttp_request_get_output_headers(req), "Mcp-Session-Id", tp_mcp_session_id(x->s)) !=
+                0)
                 tp_log_warn("http: cannot set a reply's Mcp-Session-Id");
         } else {
             mcp_end(h, x); /* initialize was refused: no session */
@@ -1809,10 +1810,11 @@ static void checkpoint_put(tp_http_t *h, struct evhttp_request *req, const char 
             reply_error(h, req, 400, "InvalidRequest", "the body is empty: send {\"step\": N, \"state\": ...}");
         return;
     }
-    const char *bad = !json_is_object(doc)                                           ? "a checkpoint must be a JSON object"
-                      : !json_is_integer(jstep) || json_integer_value(jstep) < 0 ? "\"step\" must be a non-negative integer"
-                      : state == NULL                                             ? "\"state\" is missing (any JSON will do)"
-                                                                                  : NULL;
+    const char *bad = !json_is_object(doc) ? "a checkpoint must be a JSON object"
+                      : !json_is_integer(jstep) || json_integer_value(jstep) < 0
+                          ? "\"step\" must be a non-negative integer"
+                      : state == NULL ? "\"state\" is missing (any JSON will do)"
+                                      : NULL;
     if (bad) {
         reply_error(h, req, 400, "InvalidRequest", "%s", bad);
         json_decref(doc);
@@ -2106,14 +2108,15 @@ static void put_histogram(tp_buf_t *b, const char *name, const char *labels, con
         tp_buf_printf(b, "%s_bucket{%sle=\"%g\"} %llu\n", name, labels, tp_metrics_le[k], (unsigned long long)cum[k]);
     tp_buf_printf(b, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, labels, (unsigned long long)total);
     size_t n = strlen(labels);
-    tp_buf_printf(b, "%s_sum%s%.*s%s %.6f\n", name, n ? "{" : "", (int)(n ? n - 1 : 0), labels, n ? "}" : "", sum_us / 1e6);
+    tp_buf_printf(b, "%s_sum%s%.*s%s %.6f\n", name, n ? "{" : "", (int)(n ? n - 1 : 0), labels, n ? "}" : "",
+                  sum_us / 1e6);
     tp_buf_printf(b, "%s_count%s%.*s%s %llu\n", name, n ? "{" : "", (int)(n ? n - 1 : 0), labels, n ? "}" : "",
                   (unsigned long long)total);
 }
 
 typedef struct {
     tp_buf_t *b;
-    uint64_t n[2][3];           /* [call, tool][open, half-open, closed] */
+    uint64_t n[2][3]; /* [call, tool][open, half-open, closed] */
     bool head;
 } breaker_tally_t;
 
@@ -2161,10 +2164,12 @@ static void metrics_get(tp_http_t *h, struct evhttp_request *req)
     const struct {
         const char *name, *help;
         size_t off;
+        /* clang-format off */
     } per_tool[] = {
         {"toolpool_attempts_total", "Attempts made, by tool (every try of every call).", offsetof(tp_summary_t, attempts)},
         {"toolpool_retries_total", "Attempts after a call's first, by tool.", offsetof(tp_summary_t, retries)},
     };
+    /* clang-format on */
     for (size_t m = 0; m < sizeof per_tool / sizeof per_tool[0]; m++) {
         metric_head(&b, per_tool[m].name, "counter", per_tool[m].help);
         for (size_t i = 0; i < reg->n_tools; i++) {
@@ -2188,7 +2193,8 @@ static void metrics_get(tp_http_t *h, struct evhttp_request *req)
     tp_buf_printf(&b, "toolpool_timeouts_total %llu\n", (unsigned long long)st->timeouts);
     metric_head(&b, "toolpool_answered_recorded_total", "counter", "Calls answered from the store, not run again.");
     tp_buf_printf(&b, "toolpool_answered_recorded_total %llu\n", (unsigned long long)st->answered_recorded);
-    metric_head(&b, "toolpool_rejected_total", "counter", "Requests answered without a call (malformed, unknown tool).");
+    metric_head(&b, "toolpool_rejected_total", "counter",
+                "Requests answered without a call (malformed, unknown tool).");
     tp_buf_printf(&b, "toolpool_rejected_total %llu\n", (unsigned long long)st->rejected);
     metric_head(&b, "toolpool_commits_total", "counter", "Store commits (each covers a group of results).");
     tp_buf_printf(&b, "toolpool_commits_total %llu\n", (unsigned long long)st->commits);
@@ -2196,9 +2202,10 @@ static void metrics_get(tp_http_t *h, struct evhttp_request *req)
     put_histogram(&b, "toolpool_commit_duration_seconds", "", &st->commit_latency);
 
     metric_head(&b, "toolpool_workers", "gauge", "Worker slots: busy (running an attempt) or idle (ready for one).");
-    tp_buf_printf(&b, "toolpool_workers{state=\"busy\"} %d\ntoolpool_workers{state=\"idle\"} %d\n", tp_engine_busy(h->e),
-                  tp_engine_idle(h->e));
-    metric_head(&b, "toolpool_queue_depth", "gauge", "Calls waiting for a slot (ready, at a concurrency cap, or in a backoff).");
+    tp_buf_printf(&b, "toolpool_workers{state=\"busy\"} %d\ntoolpool_workers{state=\"idle\"} %d\n",
+                  tp_engine_busy(h->e), tp_engine_idle(h->e));
+    metric_head(&b, "toolpool_queue_depth", "gauge",
+                "Calls waiting for a slot (ready, at a concurrency cap, or in a backoff).");
     tp_buf_printf(&b, "toolpool_queue_depth %zu\n", tp_engine_waiting(h->e));
     metric_head(&b, "toolpool_calls_live", "gauge", "Calls the engine holds now (submitted, not yet answered).");
     tp_buf_printf(&b, "toolpool_calls_live %zu\n", tp_engine_live(h->e));
@@ -2219,7 +2226,8 @@ static void metrics_get(tp_http_t *h, struct evhttp_request *req)
         if (h->by_status[code])
             tp_buf_printf(&b, "toolpool_http_responses_total{code=\"%d\"} %llu\n", code,
                           (unsigned long long)h->by_status[code]);
-    metric_head(&b, "toolpool_http_calls_tracked", "gauge", "Calls the HTTP front tracks: running, or ended and kept for GET.");
+    metric_head(&b, "toolpool_http_calls_tracked", "gauge",
+                "Calls the HTTP front tracks: running, or ended and kept for GET.");
     tp_buf_printf(&b, "toolpool_http_calls_tracked %zu\n", h->table_n);
     tp_buf_free(&lab);
 

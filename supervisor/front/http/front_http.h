@@ -40,8 +40,8 @@ typedef struct {
     char path[108];             /* unix: the socket file */
     struct sockaddr_storage sa; /* tcp: the address resolved */
     socklen_t salen;
-    bool loopback;              /* a Unix socket, or every TCP address it names is loopback */
-    char text[320];             /* as people read it; once bound, with the port taken */
+    bool loopback;  /* a Unix socket, or every TCP address it names is loopback */
+    char text[320]; /* as people read it; once bound, with the port taken */
 } tp_http_addr_t;
 
 /* Reads spec into a. 0, or -1 with err saying why. */
@@ -50,14 +50,14 @@ int tp_http_addr_parse(const char *spec, tp_http_addr_t *a, char *err, size_t ca
 typedef struct {
     tp_engine_t *engine;
     struct event_base *base;
-    const char *token;          /* every request needs "Authorization: Bearer TOKEN"; NULL: none does */
-    size_t max_body;            /* bytes of a request body; past it, 413 */
-    uint64_t idle_timeout_us;   /* a client silent this long (or not reading) is dropped */
-    int max_connections;        /* past it, a connection's requests are answered 503 */
-    size_t max_queued;          /* calls held at once; past it, a new call is answered 503 */
-    size_t window;              /* calls held at once (tp_engine_live) while batches feed more */
-    uint64_t max_line;          /* longest line of a batch, as run's --max-frame */
-    const char *version;        /* serverInfo.version of /mcp */
+    const char *token;        /* every request needs "Authorization: Bearer TOKEN"; NULL: none does */
+    size_t max_body;          /* bytes of a request body; past it, 413 */
+    uint64_t idle_timeout_us; /* a client silent this long (or not reading) is dropped */
+    int max_connections;      /* past it, a connection's requests are answered 503 */
+    size_t max_queued;        /* calls held at once; past it, a new call is answered 503 */
+    size_t window;            /* calls held at once (tp_engine_live) while batches feed more */
+    uint64_t max_line;        /* longest line of a batch, as run's --max-frame */
+    const char *version;      /* serverInfo.version of /mcp */
 } tp_http_opts_t;
 
 typedef struct tp_http tp_http_t;

@@ -41,9 +41,9 @@ typedef struct tp_jsonl {
     size_t scan;                /* bytes of in already searched for '\n' */
     bool in_eof;
     bool in_regular;
-    bool in_ready;              /* a pipe's read event fired: one read will not block */
-    bool in_skip;               /* discarding the rest of an overlong line */
-    bool in_failed;             /* a read failed: exit 2 */
+    bool in_ready;  /* a pipe's read event fired: one read will not block */
+    bool in_skip;   /* discarding the rest of an overlong line */
+    bool in_failed; /* a read failed: exit 2 */
     off_t in_size;
     uint64_t in_read;
     long line_no;
@@ -217,7 +217,8 @@ static void feed_cb(void *ctx)
         if (avail > f->o->engine.max_frame && !f->in_skip) {
             char msg[128], where[32];
             f->in_skip = true;
-            tp_request_too_long(msg, sizeof msg, line_where(where, user_line(f, f->line_no + 1)), f->o->engine.max_frame);
+            tp_request_too_long(msg, sizeof msg, line_where(where, user_line(f, f->line_no + 1)),
+                                f->o->engine.max_frame);
             tp_engine_reject(f->e, NULL, NULL, 0, NULL, msg, answer_cb, f);
         }
         if (f->in_skip) {
@@ -306,8 +307,7 @@ static void progress_cb(evutil_socket_t fd, short what, void *arg)
         total = seen;
     else if (f->in_regular && f->in_read > 0 && f->in_size > 0)
         total = seen * (double)f->in_size / (double)f->in_read;
-    tp_progress_draw(stderr, &f->report->summary, total, (double)(tp_now_us() - f->t0) / 1e6,
-                     tp_engine_busy(f->e));
+    tp_progress_draw(stderr, &f->report->summary, total, (double)(tp_now_us() - f->t0) / 1e6, tp_engine_busy(f->e));
 }
 
 /* Whether epoll can watch fd (asked of a scratch epoll, so libevent does not complain). */

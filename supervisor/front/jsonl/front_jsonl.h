@@ -21,23 +21,23 @@
 #include "summary.h"
 
 typedef struct {
-    tp_engine_opts_t engine;    /* its max_frame is also the longest input line; base: not read (the batch's own) */
+    tp_engine_opts_t engine; /* its max_frame is also the longest input line; base: not read (the batch's own) */
     int input_fd;
-    const char *input_name;     /* for messages */
+    const char *input_name; /* for messages */
     int output_fd;
-    bool progress;              /* draw a progress bar on stderr */
-    size_t window;              /* calls held at once; 0 = automatic */
-    const long *line_map;       /* --ordered: the input's line i+1 is line line_map[i] of the user's file */
+    bool progress;        /* draw a progress bar on stderr */
+    size_t window;        /* calls held at once; 0 = automatic */
+    const long *line_map; /* --ordered: the input's line i+1 is line line_map[i] of the user's file */
     size_t n_line_map;
 } tp_batch_opts_t;
 
 typedef struct {
     tp_summary_t summary;
     tp_pool_stats_t pool;
-    uint64_t not_started;       /* calls read but never started (interrupted run) */
-    uint64_t resumed;           /* recorded results served from the store */
-    uint64_t rerun;             /* recorded failures (and refusals) done again */
-    uint64_t late;              /* steps that came after a later step of their job had started */
+    uint64_t not_started; /* calls read but never started (interrupted run) */
+    uint64_t resumed;     /* recorded results served from the store */
+    uint64_t rerun;       /* recorded failures (and refusals) done again */
+    uint64_t late;        /* steps that came after a later step of their job had started */
     bool interrupted;
     double elapsed_s;
 } tp_batch_report_t;

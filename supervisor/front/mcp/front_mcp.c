@@ -34,9 +34,9 @@
 
 /* How answers reach the output without blocking the loop. */
 typedef enum {
-    TP_OUT_BLOCKING,            /* a file or a terminal: write(2) as it is */
-    TP_OUT_NONBLOCK,            /* a pipe, through an open file of our own with O_NONBLOCK */
-    TP_OUT_SOCKET,              /* a socket (Node's child stdio is one): send(2) with MSG_DONTWAIT */
+    TP_OUT_BLOCKING, /* a file or a terminal: write(2) as it is */
+    TP_OUT_NONBLOCK, /* a pipe, through an open file of our own with O_NONBLOCK */
+    TP_OUT_SOCKET,   /* a socket (Node's child stdio is one): send(2) with MSG_DONTWAIT */
 } tp_out_mode_t;
 
 struct tp_mcp {
@@ -44,25 +44,25 @@ struct tp_mcp {
     tp_engine_t *e;
     tp_mcp_catalog_t *tools;
     tp_mcp_session_t *s;
-    size_t progress;            /* calls whose client asked for progress */
+    size_t progress; /* calls whose client asked for progress */
     /* input */
     tp_buf_t in;
-    size_t scan;                /* bytes of in already searched for '\n' */
+    size_t scan; /* bytes of in already searched for '\n' */
     bool in_eof;
-    bool in_regular;            /* epoll cannot watch it (a file, /dev/null): every read is ready */
-    bool in_ready;              /* a read event fired: one read will not block */
-    bool in_skip;               /* discarding the rest of an overlong line */
-    bool in_waiting;            /* ev_in is armed */
-    bool held_window;           /* input waits for calls to end (flush asks for a turn) */
-    bool held_out;              /* input waits for the client to read (a drained output asks for a turn) */
+    bool in_regular;  /* epoll cannot watch it (a file, /dev/null): every read is ready */
+    bool in_ready;    /* a read event fired: one read will not block */
+    bool in_skip;     /* discarding the rest of an overlong line */
+    bool in_waiting;  /* ev_in is armed */
+    bool held_window; /* input waits for calls to end (flush asks for a turn) */
+    bool held_out;    /* input waits for the client to read (a drained output asks for a turn) */
     struct event *ev_in;
     /* output */
     tp_buf_t out;
     int out_fd;
-    bool own_out_fd;            /* out_fd is ours to close */
-    int restore_flags;          /* out_fd's flags to put back at the end; -1: none changed */
+    bool own_out_fd;   /* out_fd is ours to close */
+    int restore_flags; /* out_fd's flags to put back at the end; -1: none changed */
     tp_out_mode_t out_mode;
-    bool out_waiting;           /* ev_out is armed */
+    bool out_waiting; /* ev_out is armed */
     bool out_failed;
     struct event *ev_out;
     bool draining;
@@ -74,7 +74,7 @@ static int send_cb(void *ctx, void *tag, const char *msg, size_t len, bool final
 {
     tp_mcp_t *m = ctx;
     (void)tag;
-    (void)final;
+    (void) final;
     if (m->out_failed || msg == NULL)
         return 0; /* nobody reads, or nothing to say: dropped */
     size_t mark = m->out.len;
@@ -398,8 +398,7 @@ void tp_mcp_finish(tp_mcp_t *m, uint64_t timeout_us)
             continue;
         }
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            tp_log_warn("mcp: the client did not read its last answers; %zu bytes dropped",
-                        tp_buf_avail(&m->out));
+            tp_log_warn("mcp: the client did not read its last answers; %zu bytes dropped", tp_buf_avail(&m->out));
         else
             out_fail(m, w < 0 ? errno : EIO);
         break;

@@ -22,11 +22,11 @@
 typedef struct {
     tp_engine_t *engine;
     struct event_base *base;
-    int in_fd;                  /* the client's messages (stdin) */
-    int out_fd;                 /* ours (stdout) */
-    uint64_t max_message;       /* a longer line is refused (-32600) and skipped */
-    size_t window;              /* calls held at once before input waits (tp_engine_live) */
-    const char *version;        /* serverInfo.version */
+    int in_fd;            /* the client's messages (stdin) */
+    int out_fd;           /* ours (stdout) */
+    uint64_t max_message; /* a longer line is refused (-32600) and skipped */
+    size_t window;        /* calls held at once before input waits (tp_engine_live) */
+    const char *version;  /* serverInfo.version */
     /*
      * The client closed its side (EOF on in_fd) or stopped reading ours:
      * the session is over. The command drains the engine, as for a signal.

@@ -40,29 +40,29 @@ static const char *const tp_mcp_versions[] = {"2025-11-25", "2025-06-18"};
 /* Tools a tools/list page holds; more come with nextCursor. */
 #define TP_MCP_PAGE 100
 /* MCP's log levels (RFC 5424's, least severe first), for logging/setLevel. */
-static const char *const tp_mcp_levels[] = {"debug", "info", "notice", "warning",
-                                            "error", "critical", "alert", "emergency"};
+static const char *const tp_mcp_levels[] = {"debug", "info",     "notice", "warning",
+                                            "error", "critical", "alert",  "emergency"};
 #define TP_MCP_LEVEL_WARNING 3
 
 /* A tools/call handed to the engine, by its JSON-RPC id. */
 typedef struct tp_mcp_req {
-    struct tp_mcp_req *hnext;   /* the id table's chain */
-    struct tp_mcp_req *pnext;   /* the calls whose client asked for progress */
+    struct tp_mcp_req *hnext; /* the id table's chain */
+    struct tp_mcp_req *pnext; /* the calls whose client asked for progress */
     struct tp_mcp_req *pprev;
     struct tp_mcp_session *s;
-    void *tag;                  /* the transport's, from the take of its tools/call */
-    const tp_tool_t *tool;      /* the tool called */
-    tp_call_t *call;            /* the engine's handle, while it may be cancelled */
-    json_t *progress;           /* the client's progressToken, or NULL */
-    uint32_t told;              /* trace entries already told in progress notifications */
-    double sent;                /* the last progress value sent: each must be greater (0: none yet) */
-    bool cancelled;             /* the client cancelled it: no response goes out */
+    void *tag;             /* the transport's, from the take of its tools/call */
+    const tp_tool_t *tool; /* the tool called */
+    tp_call_t *call;       /* the engine's handle, while it may be cancelled */
+    json_t *progress;      /* the client's progressToken, or NULL */
+    uint32_t told;         /* trace entries already told in progress notifications */
+    double sent;           /* the last progress value sent: each must be greater (0: none yet) */
+    bool cancelled;        /* the client cancelled it: no response goes out */
     uint64_t hash;
     uint64_t step;
-    const char *job;            /* into text[] */
-    const char *call_id;        /* into text[] */
+    const char *job;     /* into text[] */
+    const char *call_id; /* into text[] */
     size_t id_len;
-    char text[];                /* the request's id as JSON text (the key), then the call id, then the job */
+    char text[]; /* the request's id as JSON text (the key), then the call id, then the job */
 } tp_mcp_req_t;
 
 /* A job's last step given in this session. */
@@ -76,8 +76,8 @@ typedef struct tp_mcp_job {
 
 struct tp_mcp_catalog {
     const tp_registry_t *reg;
-    tp_buf_t tools;             /* each tool's entry, one after another */
-    size_t *tool_at;            /* n_tools + 1 offsets into tools */
+    tp_buf_t tools;  /* each tool's entry, one after another */
+    size_t *tool_at; /* n_tools + 1 offsets into tools */
 };
 
 struct tp_mcp_session {
@@ -85,19 +85,19 @@ struct tp_mcp_session {
     const tp_registry_t *reg;
     const tp_mcp_catalog_t *cat;
     tp_mcp_sink_t sink;
-    const char *version;        /* serverInfo.version */
-    char session[17];           /* 16 hex digits, random */
-    char session_job[24];       /* "mcp-" SESSION */
-    uint64_t seq;               /* calls made */
-    tp_buf_t msg;               /* the message being written */
-    void *tag;                  /* the transport's tag of the message being taken */
-    bool initialized;           /* initialize was answered */
-    bool closed;                /* the transport is done with it: nothing is sent */
-    int log_level;              /* from logging/setLevel; -1: never set, nothing is sent */
+    const char *version;  /* serverInfo.version */
+    char session[17];     /* 16 hex digits, random */
+    char session_job[24]; /* "mcp-" SESSION */
+    uint64_t seq;         /* calls made */
+    tp_buf_t msg;         /* the message being written */
+    void *tag;            /* the transport's tag of the message being taken */
+    bool initialized;     /* initialize was answered */
+    bool closed;          /* the transport is done with it: nothing is sent */
+    int log_level;        /* from logging/setLevel; -1: never set, nothing is sent */
     /* requests in flight, by id */
     tp_mcp_req_t **table;
     size_t table_cap, table_n;
-    tp_mcp_req_t *progress;     /* those whose client asked for progress */
+    tp_mcp_req_t *progress; /* those whose client asked for progress */
     tp_mcp_job_t **jobs;
     size_t jobs_cap, jobs_n;
     uint64_t calls, ok;
@@ -472,8 +472,8 @@ static void w_success(tp_mcp_session_t *s, tp_msg_t *w, const tp_mcp_req_t *r, c
  * the same object as structuredContent, with isError.
  */
 static void w_failure(tp_msg_t *w, const tp_mcp_req_t *r, const char *kind, const char *klass, const char *message,
-                      bool retryable, uint64_t attempts, const char *served_by, bool escalated,
-                      const char *escalation, bool degraded, bool stale)
+                      bool retryable, uint64_t attempts, const char *served_by, bool escalated, const char *escalation,
+                      bool degraded, bool stale)
 {
     tp_buf_t tm = {0};
     tp_msg_t tw = {.b = &tm};
@@ -589,8 +589,8 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
     w_result_head(&w, r->text, r->id_len);
     if (a->not_started || res == NULL) {
         w_failure(&w, r, tp_kind_name(TP_KIND_CANCELLED), NULL,
-                  "toolpool is stopping: the call was not started (send it again once the server is back)", false,
-                  0, NULL, false, NULL, false, false);
+                  "toolpool is stopping: the call was not started (send it again once the server is back)", false, 0,
+                  NULL, false, NULL, false, false);
     } else if (a->recorded) {
         w_recorded(s, &w, r, a);
     } else if (res->ok) {

@@ -55,9 +55,9 @@ typedef struct {
 
 /* What a message handed in was. */
 typedef enum {
-    TP_MCP_TOOK_NOTIFICATION,   /* a notification or a response: nothing is sent back */
-    TP_MCP_TOOK_REQUEST,        /* a request: its response is sent, now or when its call ends */
-    TP_MCP_TOOK_BAD,            /* not a message (a parse error, an invalid request): its error is sent, now */
+    TP_MCP_TOOK_NOTIFICATION, /* a notification or a response: nothing is sent back */
+    TP_MCP_TOOK_REQUEST,      /* a request: its response is sent, now or when its call ends */
+    TP_MCP_TOOK_BAD,          /* not a message (a parse error, an invalid request): its error is sent, now */
 } tp_mcp_took_t;
 
 /* JSON-RPC 2.0's error codes, the ones MCP uses. */
