@@ -27,6 +27,7 @@
 #include "owners.h"
 #include "result.h"
 #include "retry.h"
+#include "suggest.h"
 #include "jsonschema.h"
 
 /* Results between two trims of the store's map from the resident set. */
@@ -1680,53 +1681,6 @@ static void closed_cb(void *ctx)
 
 /* ---- submitting ---- */
 
-void tp_engine_suggest(const tp_registry_t *reg, const char *name, char *out, size_t cap)
-{
-    size_t n = strlen(name), best[3] = {SIZE_MAX, SIZE_MAX, SIZE_MAX};
-    const char *who[3] = {NULL, NULL, NULL};
-    if (n > 64)
-        n = 64;
-    for (size_t t = 0; t < reg->n_tools; t++) {
-        const char *cand = reg->tools[t].name;
-        size_t m = strlen(cand);
-        if (m > 64)
-            continue;
-        size_t row[65];
-        for (size_t j = 0; j <= m; j++)
-            row[j] = j;
-        for (size_t i = 1; i <= n; i++) {
-            size_t diag = row[0];
-            row[0] = i;
-            for (size_t j = 1; j <= m; j++) {
-                size_t up = row[j];
-                size_t cost = name[i - 1] == cand[j - 1] ? 0 : 1;
-                size_t v = diag + cost;
-                if (row[j] + 1 < v)
-                    v = row[j] + 1;
-                if (row[j - 1] + 1 < v)
-                    v = row[j - 1] + 1;
-                row[j] = v;
-                diag = up;
-            }
-        }
-        size_t d = row[m];
-        for (int k = 0; k < 3; k++)
-            if (d < best[k]) {
-                for (int s = 2; s > k; s--) {
-                    best[s] = best[s - 1];
-                    who[s] = who[s - 1];
-                }
-                best[k] = d;
-                who[k] = cand;
-                break;
-            }
-    }
-    out[0] = 0;
-    size_t len = 0;
-    for (int k = 0; k < 3 && who[k]; k++)
-        len += (size_t)snprintf(out + len, len < cap ? cap - len : 0, "%s%s", k ? ", " : "", who[k]);
-}
-
 /* "WHERE: ", the start of a message about the request, or "". */
 static const char *prefix(char *buf, size_t cap, const tp_request_t *rq)
 {
@@ -1860,7 +1814,7 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     const tp_tool_t *t = tp_registry_find(e->o.reg, rq->tool);
     if (t == NULL) {
         char near[256];
-        tp_engine_suggest(e->o.reg, rq->tool, near, sizeof near);
+        tp_registry_suggest(e->o.reg, rq->tool, near, sizeof near);
         snprintf(msg, sizeof msg, "%sunknown tool \"%s\"%s%s%s", prefix(pre, sizeof pre, rq), rq->tool,
                  near[0] ? " (closest: " : "", near, near[0] ? ")" : "");
         reject(e, rq->id, job, rq->step, rq->tool, args, TP_KIND_UNKNOWN_TOOL, msg, fn, ctx);

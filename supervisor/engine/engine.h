@@ -287,7 +287,4 @@ size_t tp_engine_waiting(const tp_engine_t *e);
 const tp_registry_t *tp_engine_registry(const tp_engine_t *e);
 tp_store_t *tp_engine_store(const tp_engine_t *e);
 
-/* The closest tool names to a mistyped one (edit distance), comma-separated, for a message. */
-void tp_engine_suggest(const tp_registry_t *reg, const char *name, char *out, size_t cap);
-
 #endif

@@ -9,6 +9,7 @@
  * asks tp_json_line for the line only when it has something to report.
  */
 #include "registry.h"
+#include "suggest.h"
 
 #include "clock.h"
 #include "jsonpos.h"
@@ -1421,31 +1422,6 @@ static const key_spec_t *table_find(const key_table_t *tab, const char *key, voi
     return NULL;
 }
 
-/* Levenshtein distance, for "did you mean"; large for long strings. */
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63)
-        return SIZE_MAX;
-    size_t row[64];
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[lb];
-}
 
 /*
  * An unknown key: suggests the closest known one when it is a typo away,
@@ -1488,7 +1464,8 @@ static int fail_unknown(loader_t *ld, const key_table_t *tab, const char *key)
         for (size_t i = 0; i < t->n; i++) {
             if (t == &top_table && t->keys[i].type == K_SKIP)
                 continue; /* let through from a tools/list result, never suggested */
-            size_t d = edit_distance(key, t->keys[i].name);
+            const char *name = t->keys[i].name;
+            size_t d = strlen(key) > 63 ? SIZE_MAX : tp_edit_distance(key, strlen(key), name, strlen(name));
             if (d < best_d) {
                 best_d = d;
                 best = t->keys[i].name;

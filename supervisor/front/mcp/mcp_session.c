@@ -31,6 +31,7 @@
 #include "jsonschema.h"
 #include "log.h"
 #include "registry.h"
+#include "suggest.h"
 #include "taxonomy.h"
 
 /* The revisions spoken, newest first: a client asking for another is offered the first. */
@@ -970,7 +971,7 @@ static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_
     const tp_tool_t *tool = tp_registry_find(s->reg, name);
     if (tool == NULL) {
         char near[256], msg[600];
-        tp_engine_suggest(s->reg, name, near, sizeof near);
+        tp_registry_suggest(s->reg, name, near, sizeof near);
         snprintf(msg, sizeof msg, "unknown tool \"%.200s\"%s%s%s", name, near[0] ? " (closest: " : "", near,
                  near[0] ? ")" : "");
         tp_buf_t data = {0};
