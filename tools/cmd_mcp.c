@@ -62,7 +62,7 @@ static const char mcp_usage[] =
 typedef struct {
     tp_engine_t *e;
     tp_mcp_t *front;
-    tp_cli_loop_t loop;
+    tp_loop_t loop;
     bool quiet;
 } mcp_t;
 
@@ -76,7 +76,7 @@ static void end_session(mcp_t *s, const char *why)
         fprintf(stderr, "toolpool mcp: %s; finishing %d running call%s\n", why, busy, busy == 1 ? "" : "s");
     tp_mcp_drain(s->front);
     tp_engine_drain(s->e);
-    tp_cli_loop_draining(&s->loop);
+    tp_loop_draining(&s->loop);
 }
 
 static void closed_cb(void *ctx)
@@ -124,7 +124,7 @@ int tp_cmd_mcp(int argc, char **argv)
     if (tp_engine_cli_open(&ec) < 0)
         goto out;
     signal(SIGPIPE, SIG_IGN); /* a host gone mid-answer is a write error, not our death */
-    if (tp_cli_loop_new(&s.loop, eo->drain_us) < 0)
+    if (tp_loop_new(&s.loop, eo->drain_us) < 0)
         goto out;
     eo->base = s.loop.base;
     if ((s.e = tp_engine_new(eo)) == NULL)
@@ -135,14 +135,14 @@ int tp_cmd_mcp(int argc, char **argv)
         .in_fd = 0,
         .out_fd = 1,
         .max_message = eo->max_frame,
-        .window = (size_t)eo->workers * 64 + 1024,
+        .window = tp_loop_window(eo->workers),
         .version = TP_VERSION,
         .closed = closed_cb,
         .ctx = &s,
     };
     if ((s.front = tp_mcp_new(&mo)) == NULL)
         goto out;
-    if (tp_cli_loop_signals(&s.loop, signal_cb, &s) < 0 || tp_engine_start(s.e) != 0)
+    if (tp_loop_signals(&s.loop, signal_cb, &s) < 0 || tp_engine_start(s.e) != 0)
         goto out;
     if (!ec.quiet)
         fprintf(stderr, "toolpool mcp: serving %zu tool%s on stdio (session %s, %d worker%s, store %s)\n",
@@ -163,7 +163,7 @@ out:
     /* The engine first: no answer may come to the front after it is freed. */
     tp_engine_free(s.e);
     tp_mcp_free(s.front);
-    tp_cli_loop_free(&s.loop);
+    tp_loop_free(&s.loop);
     tp_engine_cli_close(&ec);
     return status;
 }

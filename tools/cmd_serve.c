@@ -116,7 +116,7 @@ static void raise_nofile(int max_connections, int workers)
 typedef struct {
     tp_engine_t *e;
     tp_http_t *front;
-    tp_cli_loop_t loop;
+    tp_loop_t loop;
     bool quiet;
 } serve_t;
 
@@ -134,7 +134,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
                     busy == 1 ? "" : "s");
     tp_http_drain(s->front);
     tp_engine_drain(s->e);
-    tp_cli_loop_draining(&s->loop);
+    tp_loop_draining(&s->loop);
 }
 
 int tp_cmd_serve(int argc, char **argv)
@@ -221,11 +221,11 @@ int tp_cmd_serve(int argc, char **argv)
         goto out;
     signal(SIGPIPE, SIG_IGN); /* a client gone mid-reply is an error on its connection, not our death */
     raise_nofile(ho.max_connections, eo->workers);
-    if (tp_cli_loop_new(&s.loop, eo->drain_us) < 0)
+    if (tp_loop_new(&s.loop, eo->drain_us) < 0)
         goto out;
     eo->base = ho.base = s.loop.base;
     ho.token = token;
-    ho.window = (size_t)eo->workers * 64 + 1024;
+    ho.window = tp_loop_window(eo->workers);
     ho.max_line = eo->max_frame;
     ho.version = TP_VERSION;
     if ((s.e = tp_engine_new(eo)) == NULL)
@@ -237,7 +237,7 @@ int tp_cmd_serve(int argc, char **argv)
         tp_log_error("%s", err);
         goto out;
     }
-    if (tp_cli_loop_signals(&s.loop, signal_cb, &s) < 0 || tp_engine_start(s.e) != 0)
+    if (tp_loop_signals(&s.loop, signal_cb, &s) < 0 || tp_engine_start(s.e) != 0)
         goto out;
     if (!ec.quiet)
         fprintf(stderr, "toolpool serve: listening on %s (%d worker%s, store %s)\n", addr.text, eo->workers,
@@ -262,7 +262,7 @@ out:
     /* The engine first: no answer may come to the front after it is freed. */
     tp_engine_free(s.e);
     tp_http_free(s.front);
-    tp_cli_loop_free(&s.loop);
+    tp_loop_free(&s.loop);
     tp_engine_cli_close(&ec);
     free(token);
     return status;

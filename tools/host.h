@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "engine.h"
+#include "loop.h"
 
 /* getopt_long's codes of the engine options with no short form, after TP_OPT_POLICY. */
 enum {
@@ -102,29 +103,5 @@ unsigned long long tp_cli_count(const char *opt, const char *v, unsigned long lo
 
 /* A duration option ("10s", "250ms") of at least min_us, or exit 2 naming the option. */
 uint64_t tp_cli_duration(const char *opt, const char *v, uint64_t min_us);
-
-/*
- * The loop of a command that runs until told to stop (serve, mcp): the
- * engine's base; SIGINT and SIGTERM, handed to the command; and the drain's
- * last resort, a timer that stops the loop should a drain go on 10 s past
- * its --drain (what is committed stays committed).
- */
-typedef struct {
-    struct event_base *base;
-    struct event *ev_int, *ev_term, *ev_stop;
-    uint64_t drain_us;
-} tp_cli_loop_t;
-
-/* The base, for an engine that may drain for drain_us. 0, or -1 logged. */
-int tp_cli_loop_new(tp_cli_loop_t *l, uint64_t drain_us);
-
-/* From now on SIGINT and SIGTERM call on_signal(signal, arg) in the loop. 0, or -1 logged. */
-int tp_cli_loop_signals(tp_cli_loop_t *l, event_callback_fn on_signal, void *arg);
-
-/* A drain has begun: arms the last resort. */
-void tp_cli_loop_draining(tp_cli_loop_t *l);
-
-/* Frees the signals, the timer and the base, after whatever ran on it. */
-void tp_cli_loop_free(tp_cli_loop_t *l);
 
 #endif

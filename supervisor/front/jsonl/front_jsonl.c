@@ -26,6 +26,7 @@
 #include "clock.h"
 #include "engine.h"
 #include "log.h"
+#include "loop.h"
 #include "request.h"
 
 /* Input lines one turn takes at most. */
@@ -54,9 +55,8 @@ typedef struct tp_jsonl {
     size_t n_iov, cap_iov;
     bool out_failed;
     int status;
-    /* lifecycle */
-    struct event *ev_sigint;
-    struct event *ev_sigterm;
+    /* lifecycle: the loop with its signals and the drain's last resort */
+    tp_loop_t loop;
     struct event *ev_progress;
     uint64_t t0;
     tp_batch_report_t *report;
@@ -296,6 +296,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
         f->status = 1;
     event_del(f->ev_input);
     tp_engine_drain(f->e);
+    tp_loop_draining(&f->loop);
 }
 
 static void progress_cb(evutil_socket_t fd, short what, void *arg)
@@ -336,25 +337,22 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         f.in_size = st.st_size;
     }
     signal(SIGPIPE, SIG_IGN);
-    f.window = o->window ? o->window : (size_t)o->engine.workers * 64 + 1024;
-    if ((f.base = tp_engine_base_new()) == NULL) {
-        tp_log_error("out of memory");
+    f.window = o->window ? o->window : tp_loop_window(o->engine.workers);
+    if (tp_loop_new(&f.loop, o->engine.drain_us) < 0)
         return 2;
-    }
+    f.base = f.loop.base;
     tp_engine_opts_t eo = o->engine;
     eo.base = f.base;
     tp_front_t front = {.feed = feed_cb, .flush = flush_cb, .ctx = &f};
     int status = 2;
     f.e = tp_engine_new(&eo);
     f.ev_input = event_new(f.base, o->input_fd, EV_READ, input_cb, &f);
-    f.ev_sigint = evsignal_new(f.base, SIGINT, signal_cb, &f);
-    f.ev_sigterm = evsignal_new(f.base, SIGTERM, signal_cb, &f);
-    if (f.e == NULL || f.ev_input == NULL || f.ev_sigint == NULL || f.ev_sigterm == NULL ||
-        tp_engine_add_front(f.e, &front) < 0 || evsignal_add(f.ev_sigint, NULL) < 0 ||
-        evsignal_add(f.ev_sigterm, NULL) < 0) {
+    if (f.e == NULL || f.ev_input == NULL || tp_engine_add_front(f.e, &front) < 0) {
         tp_log_error("out of memory");
         goto out;
     }
+    if (tp_loop_signals(&f.loop, signal_cb, &f) < 0)
+        goto out;
     /*
      * What epoll refuses to watch (/dev/null, some devices) is read the way
      * a regular file is: each read blocks until there is something, or EOF.
@@ -386,11 +384,7 @@ out:
         event_free(f.ev_progress);
     if (f.ev_input)
         event_free(f.ev_input);
-    if (f.ev_sigint)
-        event_free(f.ev_sigint);
-    if (f.ev_sigterm)
-        event_free(f.ev_sigterm);
-    event_base_free(f.base);
+    tp_loop_free(&f.loop);
     tp_buf_free(&f.in);
     tp_request_parser_free(&f.parser);
     free(f.iov);

@@ -1,0 +1,38 @@
+/*
+ * The loop a front runs on (run, serve, mcp alike): the engine's event
+ * base; SIGINT and SIGTERM, handed to the front; and the drain's last
+ * resort, a timer that stops the loop should a drain go on 10 s past its
+ * grace (what is committed stays committed).
+ */
+#ifndef TP_LOOP_H
+#define TP_LOOP_H
+
+#include <event2/event.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    struct event_base *base;
+    struct event *ev_int, *ev_term, *ev_stop;
+    uint64_t drain_us;
+} tp_loop_t;
+
+/* How many calls a front keeps in the engine at once with this many workers. */
+static inline size_t tp_loop_window(uint32_t workers)
+{
+    return (size_t)workers * 64 + 1024;
+}
+
+/* The base, for an engine that may drain for drain_us. 0, or -1 logged. */
+int tp_loop_new(tp_loop_t *l, uint64_t drain_us);
+
+/* From now on SIGINT and SIGTERM call on_signal(signal, arg) in the loop. 0, or -1 logged. */
+int tp_loop_signals(tp_loop_t *l, event_callback_fn on_signal, void *arg);
+
+/* A drain has begun: arms the last resort. */
+void tp_loop_draining(tp_loop_t *l);
+
+/* Frees the signals, the timer and the base, after whatever ran on it. */
+void tp_loop_free(tp_loop_t *l);
+
+#endif
