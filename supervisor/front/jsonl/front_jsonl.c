@@ -25,6 +25,7 @@
 #include "buf.h"
 #include "clock.h"
 #include "engine.h"
+#include "lines.h"
 #include "log.h"
 #include "loop.h"
 #include "request.h"
@@ -39,11 +40,10 @@ typedef struct tp_jsonl {
     /* input */
     tp_buf_t in;
     tp_request_parser_t parser; /* reads a line into a call (request.h) */
-    size_t scan;                /* bytes of in already searched for '\n' */
+    tp_lines_t lines;           /* in, split into lines */
     bool in_eof;
     bool in_regular;
     bool in_ready;  /* a pipe's read event fired: one read will not block */
-    bool in_skip;   /* discarding the rest of an overlong line */
     bool in_failed; /* a read failed: exit 2 */
     off_t in_size;
     uint64_t in_read;
@@ -198,33 +198,30 @@ static void feed_cb(void *ctx)
             tp_engine_kick(f->e);
             return;
         }
-        uint8_t *head = f->in.data + f->in.off;
-        size_t avail = tp_buf_avail(&f->in);
-        uint8_t *nl = avail > f->scan ? memchr(head + f->scan, '\n', avail - f->scan) : NULL;
-        if (nl) {
-            size_t len = (size_t)(nl - head);
+        size_t len;
+        switch (tp_lines_next(&f->lines, &f->in, f->o->engine.max_frame, &len)) {
+        case TP_LINES_LINE:
             f->line_no++;
-            f->scan = 0;
-            if (f->in_skip)
-                f->in_skip = false;
-            else
-                take_line(f, (const char *)head, len);
-            tp_buf_consume(&f->in, len + 1);
+            take_line(f, (const char *)tp_buf_head(&f->in), len);
+            tp_lines_done(&f->lines, &f->in, len);
             f->in_read += len + 1;
             continue;
-        }
-        f->scan = avail;
-        if (avail > f->o->engine.max_frame && !f->in_skip) {
+        case TP_LINES_TAIL:
+            f->line_no++;
+            tp_lines_done(&f->lines, &f->in, len);
+            f->in_read += len + 1;
+            continue;
+        case TP_LINES_LONG: {
             char msg[128], where[32];
-            f->in_skip = true;
             tp_request_too_long(msg, sizeof msg, line_where(where, user_line(f, f->line_no + 1)),
                                 f->o->engine.max_frame);
             tp_engine_reject(f->e, NULL, NULL, 0, NULL, msg, answer_cb, f);
+            f->in_read += len;
+            break;
         }
-        if (f->in_skip) {
-            f->in_read += avail;
-            tp_buf_reset(&f->in);
-            f->scan = 0;
+        case TP_LINES_MORE:
+            f->in_read += len;
+            break;
         }
         /*
          * A pipe or terminal is read once per readiness event, blocking: no
@@ -250,7 +247,7 @@ static void feed_cb(void *ctx)
         }
         if (n == 0) {
             f->in_eof = true;
-            if (tp_buf_avail(&f->in) > 0 && !f->in_skip) {
+            if (tp_lines_rest(&f->lines, &f->in)) {
                 f->line_no++;
                 take_line(f, (const char *)tp_buf_head(&f->in), tp_buf_avail(&f->in));
             }

@@ -24,6 +24,7 @@
 
 #include "buf.h"
 #include "clock.h"
+#include "lines.h"
 #include "log.h"
 #include "mcp_session.h"
 
@@ -47,11 +48,10 @@ struct tp_mcp {
     size_t progress; /* calls whose client asked for progress */
     /* input */
     tp_buf_t in;
-    size_t scan; /* bytes of in already searched for '\n' */
+    tp_lines_t lines; /* in, split into lines */
     bool in_eof;
     bool in_regular;  /* epoll cannot watch it (a file, /dev/null): every read is ready */
     bool in_ready;    /* a read event fired: one read will not block */
-    bool in_skip;     /* discarding the rest of an overlong line */
     bool in_waiting;  /* ev_in is armed */
     bool held_window; /* input waits for calls to end (flush asks for a turn) */
     bool held_out;    /* input waits for the client to read (a drained output asks for a turn) */
@@ -212,7 +212,7 @@ static void input_end(tp_mcp_t *m)
 {
     m->in_eof = true;
     tp_buf_reset(&m->in);
-    m->scan = 0;
+    tp_lines_reset(&m->lines);
     tell_closed(m);
 }
 
@@ -251,30 +251,19 @@ static void feed_cb(void *ctx)
             tp_engine_kick(m->e);
             break;
         }
-        uint8_t *head = m->in.data + m->in.off;
-        size_t avail = tp_buf_avail(&m->in);
-        uint8_t *nl = avail > m->scan ? memchr(head + m->scan, '\n', avail - m->scan) : NULL;
-        if (nl) {
-            size_t len = (size_t)(nl - head);
-            m->scan = 0;
-            if (m->in_skip)
-                m->in_skip = false;
-            else if (len > m->o.max_message)
+        size_t len;
+        tp_lines_rc_t rc = tp_lines_next(&m->lines, &m->in, m->o.max_message, &len);
+        if (rc == TP_LINES_LINE || rc == TP_LINES_TAIL) {
+            /* A tail is the end of a line already refused whole. */
+            if (rc == TP_LINES_LINE && len > m->o.max_message)
                 too_long(m);
-            else
-                tp_mcp_session_take(m->s, (const char *)head, len, NULL);
-            tp_buf_consume(&m->in, len + 1);
+            else if (rc == TP_LINES_LINE)
+                tp_mcp_session_take(m->s, (const char *)tp_buf_head(&m->in), len, NULL);
+            tp_lines_done(&m->lines, &m->in, len);
             continue;
         }
-        m->scan = avail;
-        if (avail > m->o.max_message && !m->in_skip) {
-            m->in_skip = true;
+        if (rc == TP_LINES_LONG)
             too_long(m);
-        }
-        if (m->in_skip) {
-            tp_buf_reset(&m->in);
-            m->scan = 0;
-        }
         if (!m->in_regular && !m->in_ready) {
             if (!m->in_waiting) {
                 if (event_add(m->ev_in, NULL) != 0) {
@@ -297,9 +286,9 @@ static void feed_cb(void *ctx)
         }
         if (n == 0) {
             /* The last message may lack its newline. */
-            if (tp_buf_avail(&m->in) > m->o.max_message && !m->in_skip)
+            if (tp_lines_rest(&m->lines, &m->in) && tp_buf_avail(&m->in) > m->o.max_message)
                 too_long(m);
-            else if (tp_buf_avail(&m->in) > 0 && !m->in_skip)
+            else if (tp_lines_rest(&m->lines, &m->in))
                 tp_mcp_session_take(m->s, (const char *)tp_buf_head(&m->in), tp_buf_avail(&m->in), NULL);
             input_end(m);
             break;
