@@ -4,6 +4,7 @@
  * handler when its supervisor is gone.
  */
 #include "proctree.h"
+#include "procfs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,12 +15,6 @@
 
 /* Passes before giving up on a tree that keeps growing (each pass kills all it sees). */
 #define PASSES_MAX 64
-
-typedef struct {
-    pid_t ppid;
-    char state; /* R, S, D, T, Z... */
-    uint64_t start;
-} stat_t;
 
 /* getdents64's record. */
 struct dent64 {
@@ -70,80 +65,6 @@ static pid_t pid_dir_next(pid_dir_t *dir)
     }
 }
 
-/* "PID" and then suffix into buf (at least 16 bytes more than the suffix). */
-static void pid_path(char *buf, pid_t pid, const char *suffix)
-{
-    char digits[16];
-    int n = 0;
-    unsigned v = (unsigned)pid;
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    int k = 0;
-    while (n > 0)
-        buf[k++] = digits[--n];
-    memcpy(buf + k, suffix, strlen(suffix) + 1);
-}
-
-/*
- * Reads /proc/PID/stat: its state, parent and start time (fields 3, 4 and
- * 22; the name, field 2, may hold spaces and parentheses, so counting
- * starts after its last ')'). -1 when the process is gone.
- */
-static int read_stat(int procfd, pid_t pid, stat_t *st)
-{
-    char path[32], buf[1024];
-    pid_path(path, pid, "/stat");
-    int fd = openat(procfd, path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n;
-    do {
-        n = read(fd, buf, sizeof buf - 1);
-    } while (n < 0 && errno == EINTR);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    char *p = NULL;
-    for (ssize_t i = n - 1; i >= 0; i--) {
-        if (buf[i] == ')') {
-            p = buf + i + 1;
-            break;
-        }
-    }
-    if (p == NULL)
-        return -1;
-    /* p: " S PPID PGRP SID TTY TPGID FLAGS MINFLT CMINFLT MAJFLT CMAJFLT UTIME STIME ... START ..." */
-    int field = 2;
-    uint64_t v = 0;
-    bool in_num = false;
-    st->state = 0;
-    for (; *p; p++) {
-        if (*p == ' ') {
-            if (in_num) {
-                if (field == 4)
-                    st->ppid = (pid_t)v;
-                if (field == 22) {
-                    st->start = v;
-                    return st->state ? 0 : -1;
-                }
-            }
-            in_num = false;
-            field++;
-            v = 0;
-            continue;
-        }
-        if (field == 3) {
-            st->state = *p;
-        } else if (*p >= '0' && *p <= '9') {
-            v = v * 10 + (uint64_t)(*p - '0');
-            in_num = true;
-        }
-    }
-    return -1;
-}
 
 static tp_proctree_ent_t *find(tp_proctree_t *t, pid_t pid)
 {
@@ -165,8 +86,8 @@ static void kill_one(int procfd, pid_t pid, uint64_t start)
 #if defined(SYS_pidfd_open) && defined(SYS_pidfd_send_signal)
     int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (pfd >= 0) {
-        stat_t again;
-        if (read_stat(procfd, pid, &again) == 0 && again.start == start)
+        tp_proc_stat_t again;
+        if (tp_proc_stat(procfd, pid, &again) == 0 && again.start == start)
             syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
         close(pfd);
         return;
@@ -188,14 +109,14 @@ static void kill_one(int procfd, pid_t pid, uint64_t start)
 static int read_children(int procfd, pid_t pid, tp_proctree_t *t, pid_t *kids, size_t cap, size_t *n)
 {
     char path[48];
-    pid_path(path, pid, "/task");
+    tp_proc_path(path, pid, "/task");
     int tfd = openat(procfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (tfd < 0)
         return -1;
     int rc = 0;
     pid_dir_t dir = {.fd = tfd, .buf = t->dents, .cap = sizeof t->dents};
     for (pid_t tid; (tid = pid_dir_next(&dir)) > 0;) {
-        pid_path(path, tid, "/children");
+        tp_proc_path(path, tid, "/children");
         int cfd = openat(tfd, path, O_RDONLY | O_CLOEXEC);
         if (cfd < 0)
             continue; /* the thread has ended */
@@ -265,8 +186,8 @@ static int kill_by_children(int procfd, tp_proctree_t *t, pid_t root, const pid_
                 return -2;
             for (size_t k = 0; k < nk; k++) {
                 pid_t c = kids[k];
-                stat_t st;
-                if (c <= 0 || c == root || spared(spare, n_spare, c) || read_stat(procfd, c, &st) < 0)
+                tp_proc_stat_t st;
+                if (c <= 0 || c == root || spared(spare, n_spare, c) || tp_proc_stat(procfd, c, &st) < 0)
                     continue; /* a spared one's children are nobody's found: spared too */
                 if (st.ppid != p || st.state == 'Z' || st.state == 'X')
                     continue; /* moved on meanwhile, or dead already: its parent reaps it */
@@ -336,8 +257,8 @@ int tp_proctree_kill_but(tp_proctree_t *t, pid_t root, const pid_t *spare, size_
             break;
         pid_dir_t dir = {.fd = procfd, .buf = t->dents, .cap = sizeof t->dents};
         for (pid_t pid; (pid = pid_dir_next(&dir)) > 0;) {
-            stat_t st;
-            if (pid == root || spared(spare, n_spare, pid) || read_stat(procfd, pid, &st) < 0)
+            tp_proc_stat_t st;
+            if (pid == root || spared(spare, n_spare, pid) || tp_proc_stat(procfd, pid, &st) < 0)
                 continue; /* a spared one's children are nobody's found: spared too */
             if (st.state == 'Z' || st.state == 'X')
                 continue; /* dead already: its parent reaps it */

@@ -49,6 +49,7 @@
 #include "deadline.h"
 #include "frame.h"
 #include "log.h"
+#include "procfs.h"
 #include "proctree.h"
 #include "toolpool.pb-c.h"
 
@@ -362,25 +363,6 @@ static void slot_become_idle(tp_slot_t *s)
     s->pool->idle++;
 }
 
-/* The worker's resident memory in bytes (/proc/PID/statm, field 2), or 0 when unreadable. */
-static uint64_t slot_rss(const tp_slot_t *s)
-{
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%d/statm", (int)s->pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    unsigned long long size, resident;
-    if (sscanf(buf, "%llu %llu", &size, &resident) != 2)
-        return 0;
-    return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
 /*
  * After a reply of a's tool: whether its worker has served its time: it
  * has answered as many calls as its cap (--recycle-after, or the lowest
@@ -396,7 +378,7 @@ static bool slot_served(const tp_slot_t *s, const tp_attempt_t *a)
     if (s->call_cap && s->calls >= s->call_cap)
         return true;
     if (pol->worker_max_rss) {
-        uint64_t rss = slot_rss(s);
+        uint64_t rss = tp_proc_rss(s->pid);
         if (rss >= pol->worker_max_rss)
             return true;
     }

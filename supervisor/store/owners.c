@@ -7,29 +7,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "procfs.h"
+
 #define OWNERS_KEY "owners"
 
 /* Field 22 of /proc/PID/stat (starttime), or 0 when there is no such process. */
 static uint64_t proc_start(int32_t pid)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    /* The command name may hold spaces and parentheses: count from the last ')'. */
-    char *p = strrchr(buf, ')');
-    if (p == NULL)
-        return 0;
-    p++;
-    for (int field = 3; field < 22 && p; field++) /* p: the space before field 3, then 4, ... */
-        p = strchr(p + 1, ' ');
-    return p ? strtoull(p + 1, NULL, 10) : 0;
+    tp_proc_stat_t st;
+    return tp_proc_stat(-1, (pid_t)pid, &st) == 0 ? st.start : 0;
 }
 
 int tp_owner_self(tp_owner_id_t *me)
