@@ -263,13 +263,6 @@ static void keep_tail(tp_buf_t *b, const char *p, size_t n)
     tp_buf_append(b, p, n);
 }
 
-static void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
-}
-
 /* The stderr tail as one line for a message: trimmed, newlines as "; ". */
 static const char *stderr_line(tp_buf_t *err, char *line, size_t cap)
 {
@@ -375,9 +368,9 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
         }
         goto out;
     }
-    close_fd(&in_p[0]);
-    close_fd(&out_p[1]);
-    close_fd(&err_p[1]);
+    tp_close_fd(&in_p[0]);
+    tp_close_fd(&out_p[1]);
+    tp_close_fd(&err_p[1]);
     fcntl(in_p[1], F_SETFL, O_NONBLOCK);
     int exit_fd = -1; /* readable when the tool has exited */
 #ifdef SYS_pidfd_open
@@ -391,7 +384,7 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
     struct rusage ru = {0};
     bool reaped = false;
     if (call->args.len == 0)
-        close_fd(&in_p[1]);
+        tp_close_fd(&in_p[1]);
     while (out_p[0] >= 0 || err_p[0] >= 0) {
         struct pollfd pf[4] = {
             {.fd = out_p[0], .events = POLLIN},
@@ -416,24 +409,24 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
                 ;
             reaped = reaped || r == pid;
             tp_contain_kill();
-            close_fd(&exit_fd);
+            tp_close_fd(&exit_fd);
         }
         if (pf[2].revents) {
             ssize_t w = write(in_p[1], call->args.data + sent, call->args.len - sent);
             if (w > 0)
                 sent += (size_t)w;
             if ((w < 0 && errno != EAGAIN) || sent == call->args.len)
-                close_fd(&in_p[1]); /* all sent, or the tool stopped reading */
+                tp_close_fd(&in_p[1]); /* all sent, or the tool stopped reading */
         }
         if (pf[0].revents) {
             ssize_t r = tp_buf_read_fd(&out, out_p[0]);
             if (r <= 0 && !(r < 0 && errno == EAGAIN))
-                close_fd(&out_p[0]);
+                tp_close_fd(&out_p[0]);
             if (out.len > call->max_output) {
                 too_big = true;
                 kill(pid, SIGKILL);
-                close_fd(&out_p[0]);
-                close_fd(&err_p[0]);
+                tp_close_fd(&out_p[0]);
+                tp_close_fd(&err_p[0]);
             }
         }
         if (pf[1].revents) {
@@ -442,11 +435,11 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
             if (r > 0)
                 keep_tail(&err, chunk, (size_t)r);
             else if (!(r < 0 && (errno == EAGAIN || errno == EINTR)))
-                close_fd(&err_p[0]);
+                tp_close_fd(&err_p[0]);
         }
     }
-    close_fd(&in_p[1]);
-    close_fd(&exit_fd);
+    tp_close_fd(&in_p[1]);
+    tp_close_fd(&exit_fd);
 
     while (!reaped && wait4(pid, &status, 0, &ru) < 0 && errno == EINTR)
         ;
@@ -471,10 +464,10 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
     tp_buf_free(&err);
 out:
     free(argv);
-    close_fd(&in_p[0]);
-    close_fd(&in_p[1]);
-    close_fd(&out_p[0]);
-    close_fd(&out_p[1]);
-    close_fd(&err_p[0]);
-    close_fd(&err_p[1]);
+    tp_close_fd(&in_p[0]);
+    tp_close_fd(&in_p[1]);
+    tp_close_fd(&out_p[0]);
+    tp_close_fd(&out_p[1]);
+    tp_close_fd(&err_p[0]);
+    tp_close_fd(&err_p[1]);
 }

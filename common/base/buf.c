@@ -86,6 +86,13 @@ ssize_t tp_buf_read_fd(tp_buf_t *b, int fd)
     return n;
 }
 
+void tp_close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
 int tp_write_all(int fd, const void *p, size_t n)
 {
     const char *s = p;

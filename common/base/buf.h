@@ -67,6 +67,9 @@ ssize_t tp_buf_read_fd(tp_buf_t *b, int fd);
 /* write(2) until all n bytes are out, resuming after EINTR. 0 or -1. */
 int tp_write_all(int fd, const void *p, size_t n);
 
+/* Closes *fd if it is open, and marks it closed (-1). */
+void tp_close_fd(int *fd);
+
 /*
  * Grows a pipe (either end) so that n bytes fit in it at once, up to
  * TP_PIPE_MAX: a 1 MiB frame then crosses in one write and one read instead

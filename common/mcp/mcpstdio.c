@@ -26,13 +26,6 @@
 
 extern char **environ;
 
-static void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
-}
-
 /*
  * The environment: the caller's, less what env replaces, then env. The
  * strings stay the caller's and env's. NULL on ENOMEM.
@@ -133,12 +126,12 @@ int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const c
     fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
     return 0;
 fail:
-    close_fd(&in_p[0]);
-    close_fd(&in_p[1]);
-    close_fd(&out_p[0]);
-    close_fd(&out_p[1]);
-    close_fd(&err_p[0]);
-    close_fd(&err_p[1]);
+    tp_close_fd(&in_p[0]);
+    tp_close_fd(&in_p[1]);
+    tp_close_fd(&out_p[0]);
+    tp_close_fd(&out_p[1]);
+    tp_close_fd(&err_p[0]);
+    tp_close_fd(&err_p[1]);
     return -1;
 }
 
@@ -200,7 +193,7 @@ static void read_stderr(tp_mcpio_t *c)
             stderr_line(c, line, n);
         }
         tp_buf_reset(&c->errline);
-        close_fd(&c->err_fd);
+        tp_close_fd(&c->err_fd);
     }
 }
 
@@ -351,7 +344,7 @@ int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *st
         if (r > 0)
             continue;
         if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
-            close_fd(&c->out_fd);
+            tp_close_fd(&c->out_fd);
             return TP_MCP_EXITED;
         }
         int rc = wait_fd(c, c->out_fd, POLLIN, deadline_us, stop);
@@ -501,7 +494,7 @@ const char *tp_mcpio_ended(tp_mcpio_t *c, uint64_t wait_us, char *buf, size_t n)
 
 void tp_mcpio_close(tp_mcpio_t *c, uint64_t wait_us)
 {
-    close_fd(&c->in_fd);
+    tp_close_fd(&c->in_fd);
     if (c->pid > 0) {
         if (!reap(c, wait_us))
             kill_server(c);
@@ -515,8 +508,8 @@ void tp_mcpio_close(tp_mcpio_t *c, uint64_t wait_us)
         while (c->err_fd >= 0 && poll(&pf, 1, 100) > 0)
             read_stderr(c);
     }
-    close_fd(&c->out_fd);
-    close_fd(&c->err_fd);
+    tp_close_fd(&c->out_fd);
+    tp_close_fd(&c->err_fd);
     c->pid = 0;
     tp_buf_reset(&c->out);
     tp_buf_reset(&c->errline);

@@ -1,7 +1,10 @@
 #include "loop.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include "engine.h"
 #include "log.h"
@@ -53,4 +56,15 @@ void tp_loop_free(tp_loop_t *l)
             event_free(evs[i]);
     if (l->base)
         event_base_free(l->base);
+}
+
+bool tp_loop_pollable(int fd)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0)
+        return true; /* libevent will say what is wrong */
+    struct epoll_event ev = {.events = EPOLLIN};
+    bool ok = epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0 || errno != EPERM;
+    close(ep);
+    return ok;
 }

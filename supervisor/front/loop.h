@@ -8,6 +8,7 @@
 #define TP_LOOP_H
 
 #include <event2/event.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +32,13 @@ int tp_loop_signals(tp_loop_t *l, event_callback_fn on_signal, void *arg);
 
 /* A drain has begun: arms the last resort. */
 void tp_loop_draining(tp_loop_t *l);
+
+/*
+ * Whether epoll can watch fd (asked of a scratch epoll, so libevent does
+ * not complain): a regular file or /dev/null cannot be, and a front reads
+ * it as always ready.
+ */
+bool tp_loop_pollable(int fd);
 
 /* Frees the signals, the timer and the base, after whatever ran on it. */
 void tp_loop_free(tp_loop_t *l);

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -308,18 +307,6 @@ static void progress_cb(evutil_socket_t fd, short what, void *arg)
     tp_progress_draw(stderr, &f->report->summary, total, (double)(tp_now_us() - f->t0) / 1e6, tp_engine_busy(f->e));
 }
 
-/* Whether epoll can watch fd (asked of a scratch epoll, so libevent does not complain). */
-static bool pollable(int fd)
-{
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    if (ep < 0)
-        return true; /* libevent will say what is wrong */
-    struct epoll_event ev = {.events = EPOLLIN};
-    bool ok = epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0 || errno != EPERM;
-    close(ep);
-    return ok;
-}
-
 int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
 {
     tp_jsonl_t f = {.o = o, .report = report, .t0 = tp_now_us()};
@@ -354,7 +341,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
      * What epoll refuses to watch (/dev/null, some devices) is read the way
      * a regular file is: each read blocks until there is something, or EOF.
      */
-    if (!f.in_regular && !pollable(o->input_fd))
+    if (!f.in_regular && !tp_loop_pollable(o->input_fd))
         f.in_regular = true;
     if (o->progress) {
         f.ev_progress = event_new(f.base, -1, EV_PERSIST, progress_cb, &f);

@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,6 +25,7 @@
 #include "clock.h"
 #include "lines.h"
 #include "log.h"
+#include "loop.h"
 #include "mcp_session.h"
 
 /* Input lines one turn takes at most: a turn stays short, whatever the client sends. */
@@ -305,18 +305,6 @@ static void input_cb(evutil_socket_t fd, short what, void *arg)
     tp_engine_kick(m->e);
 }
 
-/* Whether epoll can watch fd (asked of a scratch epoll, so libevent does not complain). */
-static bool pollable(int fd)
-{
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    if (ep < 0)
-        return true; /* libevent will say what is wrong */
-    struct epoll_event ev = {.events = EPOLLIN};
-    bool ok = epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0 || errno != EPERM;
-    close(ep);
-    return ok;
-}
-
 /* ---- the front ---- */
 
 tp_mcp_t *tp_mcp_new(const tp_mcp_opts_t *o)
@@ -331,7 +319,7 @@ tp_mcp_t *tp_mcp_new(const tp_mcp_opts_t *o)
     if (m->o.window == 0)
         m->o.window = 1024;
     out_setup(m);
-    m->in_regular = !pollable(o->in_fd);
+    m->in_regular = !tp_loop_pollable(o->in_fd);
     m->ev_in = event_new(o->base, o->in_fd, EV_READ, input_cb, m);
     m->ev_out = event_new(o->base, m->out_fd, EV_WRITE, out_cb, m);
     tp_mcp_sink_t sink = {.send = send_cb, .ctx = m, .progress_count = &m->progress};
