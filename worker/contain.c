@@ -45,11 +45,6 @@ int tp_contain_spare(pid_t pid, bool on)
     return 0;
 }
 
-bool tp_contain_sparing(void)
-{
-    return n_spare > 0;
-}
-
 int tp_contain_init(void)
 {
     return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);

@@ -52,8 +52,6 @@ void tp_contain_kill(void);
  */
 #define TP_CONTAIN_SPARE_MAX 16
 int tp_contain_spare(pid_t pid, bool spare);
-/* Whether some process is spared now. */
-bool tp_contain_sparing(void);
 
 /*
  * tp_contain_kill for a signal handler: its own scratch, only system

@@ -22,7 +22,12 @@ void tp_proc_path(char *buf, pid_t pid, const char *suffix)
     memcpy(buf + k, suffix, strlen(suffix) + 1);
 }
 
-ssize_t tp_proc_read(int procfd, pid_t pid, const char *suffix, char *buf, size_t cap)
+/*
+ * Reads /proc/PID/SUFFIX into buf (cap bytes, NUL-terminated): relative to
+ * procfd, an open /proc, or with procfd < 0 from the path itself. The
+ * bytes read, or -1 when the process (or the file) is gone.
+ */
+static ssize_t proc_read(int procfd, pid_t pid, const char *suffix, char *buf, size_t cap)
 {
     char path[64] = "/proc/";
     size_t at = procfd < 0 ? 6 : 0;
@@ -46,7 +51,7 @@ ssize_t tp_proc_read(int procfd, pid_t pid, const char *suffix, char *buf, size_
 int tp_proc_stat(int procfd, pid_t pid, tp_proc_stat_t *st)
 {
     char buf[1024];
-    ssize_t n = tp_proc_read(procfd, pid, "/stat", buf, sizeof buf);
+    ssize_t n = proc_read(procfd, pid, "/stat", buf, sizeof buf);
     if (n <= 0)
         return -1;
     char *p = NULL;
@@ -91,7 +96,7 @@ int tp_proc_stat(int procfd, pid_t pid, tp_proc_stat_t *st)
 uint64_t tp_proc_rss(pid_t pid)
 {
     char buf[256];
-    if (tp_proc_read(-1, pid, "/statm", buf, sizeof buf) <= 0)
+    if (proc_read(-1, pid, "/statm", buf, sizeof buf) <= 0)
         return 0;
     /* "SIZE RESIDENT ...": the second number, in pages. */
     const char *p = buf;

@@ -18,12 +18,6 @@ typedef struct {
 /* "PID" and then suffix ("/stat") into buf, which holds at least 16 bytes more than the suffix. */
 void tp_proc_path(char *buf, pid_t pid, const char *suffix);
 
-/*
- * Reads /proc/PID/SUFFIX into buf (cap bytes, NUL-terminated): relative to
- * procfd, an open /proc, or with procfd < 0 from the path itself. The
- * bytes read, or -1 when the process (or the file) is gone.
- */
-ssize_t tp_proc_read(int procfd, pid_t pid, const char *suffix, char *buf, size_t cap);
 
 /*
  * /proc/PID/stat's state, parent and start time (fields 3, 4 and 22; the

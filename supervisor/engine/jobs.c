@@ -34,11 +34,6 @@ static tp_job_t *find(const tp_jobs_t *t, const char *name, size_t len, uint64_t
     return NULL;
 }
 
-tp_job_t *tp_jobs_find(const tp_jobs_t *t, const char *name, size_t len)
-{
-    return find(t, name, len, XXH3_64bits(name, len));
-}
-
 /* Doubles the table (load factor 1). -1 out of memory. */
 static int grow(tp_jobs_t *t)
 {

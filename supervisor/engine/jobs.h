@@ -53,8 +53,6 @@ typedef struct {
 int tp_jobs_init(tp_jobs_t *t);
 /* Frees every job left (not their calls). */
 void tp_jobs_free(tp_jobs_t *t);
-/* The job named name[0..len), or NULL. */
-tp_job_t *tp_jobs_find(const tp_jobs_t *t, const char *name, size_t len);
 /* The job named name[0..len), added when new (*created set); NULL out of memory. */
 tp_job_t *tp_jobs_get(tp_jobs_t *t, const char *name, size_t len, bool *created);
 /* Removes and frees j. */

@@ -18,7 +18,8 @@ uint64_t tp_rng_next(tp_rng_t *r)
     return r->s * 0x2545f4914f6cdd1dull;
 }
 
-uint64_t tp_rng_upto(tp_rng_t *r, uint64_t n)
+/* Uniform in [0, n]. */
+static uint64_t rng_upto(tp_rng_t *r, uint64_t n)
 {
     if (n == UINT64_MAX)
         return tp_rng_next(r);
@@ -33,10 +34,10 @@ uint64_t tp_backoff_us(const tp_policy_t *p, uint32_t attempt, tp_rng_t *rng)
     case TP_JITTER_NONE:
         return delay;
     case TP_JITTER_EQUAL:
-        return delay / 2 + tp_rng_upto(rng, delay - delay / 2);
+        return delay / 2 + rng_upto(rng, delay - delay / 2);
     case TP_JITTER_FULL:
     default:
-        return tp_rng_upto(rng, delay);
+        return rng_upto(rng, delay);
     }
 }
 

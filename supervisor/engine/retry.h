@@ -20,8 +20,6 @@ typedef struct {
 
 void tp_rng_seed(tp_rng_t *r, uint64_t seed); /* seed 0: from the kernel */
 uint64_t tp_rng_next(tp_rng_t *r);
-/* Uniform in [0, n]. */
-uint64_t tp_rng_upto(tp_rng_t *r, uint64_t n);
 
 /*
  * The wait after failed attempt number `attempt` (1-based):

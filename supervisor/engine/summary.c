@@ -113,7 +113,8 @@ static void eta_text(char *buf, size_t cap, double secs)
         snprintf(buf, cap, "%lluh%02llum", t / 3600, t / 60 % 60);
 }
 
-void tp_progress_format(char *buf, size_t cap, const tp_summary_t *s, double total, double elapsed_s, int running)
+/* The progress line into buf (what tp_progress_draw prints after its "\r"). */
+static void progress_format(char *buf, size_t cap, const tp_summary_t *s, double total, double elapsed_s, int running)
 {
     char bar[31], eta[32] = "";
     int width = 30;
@@ -143,7 +144,7 @@ void tp_progress_format(char *buf, size_t cap, const tp_summary_t *s, double tot
 void tp_progress_draw(FILE *f, const tp_summary_t *s, double total, double elapsed_s, int running)
 {
     char line[256];
-    tp_progress_format(line, sizeof line, s, total, elapsed_s, running);
+    progress_format(line, sizeof line, s, total, elapsed_s, running);
     fprintf(f, "\r%s", line);
     fflush(f);
 }

@@ -282,7 +282,11 @@ bool tp_deadline_running(const tp_deadline_t *d)
     return d->running;
 }
 
-void tp_deadline_stop(tp_deadline_t *d)
+/*
+ * Stops and joins the threads (the sweeper once it has killed what it was
+ * given), closes the eventfd. Safe to call again.
+ */
+static void deadline_stop(tp_deadline_t *d)
 {
     if (d->running) {
         pthread_mutex_lock(&d->mu);
@@ -310,7 +314,7 @@ void tp_deadline_free(tp_deadline_t *d)
 {
     if (d == NULL)
         return;
-    tp_deadline_stop(d);
+    deadline_stop(d);
     free(d->tree);
     free(d->slots);
     free(d);

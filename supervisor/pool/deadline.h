@@ -54,11 +54,6 @@ tp_deadline_t *tp_deadline_new(int n);
 void tp_deadline_start(tp_deadline_t *d, struct event_base *base, tp_deadline_cb_t killed_cb, void *ctx);
 /* Whether the thread runs: it keeps the deadlines given to tp_deadline_arm. */
 bool tp_deadline_running(const tp_deadline_t *d);
-/*
- * Stops and joins the threads (the sweeper once it has killed what it was
- * given), closes the eventfd. Safe to call again.
- */
-void tp_deadline_stop(tp_deadline_t *d);
 /* Stops the thread and frees d. NULL is fine. */
 void tp_deadline_free(tp_deadline_t *d);
 
