@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "array.h"
 #include "cli.h"
 #include "log.h"
 
@@ -89,14 +90,8 @@ int tp_order_input(int fd, const char *name, int *out_fd, long **line_map, size_
     off_t at = 0;
     int rc = -1;
     while ((len = getline(&line, &lcap, in)) > 0) {
-        if (n == cap) {
-            size_t c2 = cap ? cap * 2 : 1024;
-            entry_t *nv = realloc(v, c2 * sizeof *nv);
-            if (nv == NULL)
-                goto oom;
-            v = nv;
-            cap = c2;
-        }
+        if (tp_array_fit(&v, &cap, n + 1, sizeof *v, 1024) < 0)
+            goto oom;
         entry_t *e = &v[n];
         memset(e, 0, sizeof *e);
         e->line = (long)n + 1;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "checkpoint.h"
 #include "cli.h"
 #include "log.h"
@@ -59,14 +60,8 @@ typedef struct {
 
 static int series_add(series_t *s, double x)
 {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 64;
-        double *v = realloc(s->v, cap * sizeof *v);
-        if (v == NULL)
-            return -1;
-        s->v = v;
-        s->cap = cap;
-    }
+    if (tp_array_fit(&s->v, &s->cap, s->n + 1, sizeof *s->v, 64) < 0)
+        return -1;
     s->v[s->n++] = x;
     return 0;
 }
@@ -91,14 +86,8 @@ static tool_stats_t *table_get(table_t *t, const char *tool)
     for (size_t i = 0; i < t->n; i++)
         if (strcmp(t->v[i].tool, tool) == 0)
             return &t->v[i];
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 16;
-        tool_stats_t *v = realloc(t->v, cap * sizeof *v);
-        if (v == NULL)
-            return NULL;
-        t->v = v;
-        t->cap = cap;
-    }
+    if (tp_array_fit(&t->v, &t->cap, t->n + 1, sizeof *t->v, 16) < 0)
+        return NULL;
     tool_stats_t *s = &t->v[t->n];
     memset(s, 0, sizeof *s);
     if ((s->tool = strdup(tool)) == NULL || (s->by_class = json_object()) == NULL ||

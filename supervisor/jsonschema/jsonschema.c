@@ -33,6 +33,7 @@
  * scope ($dynamicRef) is a chain of resources on the stack, kept only when
  * some $dynamicRef needs it.
  */
+#include "array.h"
 #include "jsonschema.h"
 
 #include "json.h"
@@ -676,14 +677,8 @@ static int memo_put(cctx_t *cc, const json_t *key, node_t *node)
 static node_t *node_new(cctx_t *cc, const json_t *js, const seg_t *path)
 {
     tp_jsonschema_t *s = cc->s;
-    if (s->n_nodes == s->cap_nodes) {
-        size_t cap = s->cap_nodes ? s->cap_nodes * 2 : 16;
-        node_t **p = realloc(s->nodes, cap * sizeof *p);
-        if (p == NULL)
-            goto nomem;
-        s->nodes = p;
-        s->cap_nodes = cap;
-    }
+    if (tp_array_fit(&s->nodes, &s->cap_nodes, s->n_nodes + 1, sizeof *s->nodes, 16) < 0)
+        goto nomem;
     node_t *n = calloc(1, sizeof *n);
     if (n == NULL)
         goto nomem;
@@ -1727,14 +1722,8 @@ static int name_put(cctx_t *cc, const char *key, const json_t *js)
 {
     if (name_get(cc, key) != NULL)
         return 0;
-    if (cc->n_names == cc->cap_names) {
-        size_t cap = cc->cap_names ? cc->cap_names * 2 : 16;
-        name_t *p = realloc(cc->names, cap * sizeof *p);
-        if (p == NULL)
-            return -1;
-        cc->names = p;
-        cc->cap_names = cap;
-    }
+    if (tp_array_fit(&cc->names, &cc->cap_names, cc->n_names + 1, sizeof *cc->names, 16) < 0)
+        return -1;
     if ((cc->names[cc->n_names].key = strdup(key)) == NULL)
         return -1;
     cc->names[cc->n_names++].js = js;
@@ -1759,14 +1748,8 @@ static res_t *res_new(cctx_t *cc, const char *uri, const json_t *js, const json_
                       const dialect_t *d)
 {
     tp_jsonschema_t *s = cc->s;
-    if (s->n_res == s->cap_res) {
-        size_t cap = s->cap_res ? s->cap_res * 2 : 8;
-        res_t **p = realloc(s->res, cap * sizeof *p);
-        if (p == NULL)
-            return NULL;
-        s->res = p;
-        s->cap_res = cap;
-    }
+    if (tp_array_fit(&s->res, &s->cap_res, s->n_res + 1, sizeof *s->res, 8) < 0)
+        return NULL;
     res_t *r = calloc(1, sizeof *r);
     if (r == NULL)
         return NULL;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "array.h"
 #include "digest.h"
 
 #define HASH_LEN TP_DIGEST_LEN
@@ -219,15 +220,9 @@ int tp_steps_migrate(tp_store_t *s, MDB_txn *txn)
     size_t n = 0, cap = 0;
     MDB_val k, v;
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        if (n == cap) {
-            size_t c = cap ? cap * 2 : 64;
-            char **t = realloc(names, c * sizeof *t);
-            if (t == NULL) {
-                rc = ENOMEM;
-                break;
-            }
-            names = t;
-            cap = c;
+        if (tp_array_fit(&names, &cap, n + 1, sizeof *names, 64) < 0) {
+            rc = ENOMEM;
+            break;
         }
         if ((names[n] = strndup(k.mv_data, k.mv_size)) == NULL) {
             rc = ENOMEM;

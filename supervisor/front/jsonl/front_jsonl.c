@@ -8,6 +8,7 @@
  * (flush). A signal drains the engine: running calls may finish, calls not
  * started are left for a rerun.
  */
+#include "array.h"
 #include "front_jsonl.h"
 
 #include <errno.h>
@@ -72,16 +73,10 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
         f->report->not_started++;
         return;
     }
-    if (f->n_iov == f->cap_iov) {
-        size_t cap = f->cap_iov ? f->cap_iov * 2 : 1024;
-        struct iovec *v = realloc(f->iov, cap * sizeof *v);
-        if (v == NULL) {
-            tp_log_error("out of memory writing results; stopping");
-            out_stop(f);
-            return;
-        }
-        f->iov = v;
-        f->cap_iov = cap;
+    if (tp_array_fit(&f->iov, &f->cap_iov, f->n_iov + 1, sizeof *f->iov, 1024) < 0) {
+        tp_log_error("out of memory writing results; stopping");
+        out_stop(f);
+        return;
     }
     f->iov[f->n_iov++] = (struct iovec){.iov_base = (void *)a->line, .iov_len = a->len};
     tp_summary_add(&f->report->summary, a->result);
