@@ -172,6 +172,38 @@ static bool sound(const args_t *a, tp_db_t db, const MDB_val *k, const MDB_val *
 }
 
 /*
+ * The list view of a database: each record checked (sound) and handed to
+ * each(k, v, ctx), which returns 1 for a record it listed, 0 for one it
+ * passed over, -1 for one it could not read. A database with nothing
+ * listed says none. The exit status: 2 when a record was bad or the walk
+ * failed, else 0.
+ */
+static int walk(tp_store_t *s, MDB_txn *txn, const args_t *a, tp_db_t db,
+                int (*each)(const MDB_val *k, const MDB_val *v, void *ctx), void *ctx, const char *none)
+{
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int status = 0, n = 0, rc = mdb_cursor_open(txn, tp_store_dbi(s, db), &cur);
+    if (rc == 0) {
+        for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+            int got = sound(a, db, &k, &v) ? each(&k, &v, ctx) : -1;
+            if (got < 0)
+                status = 2;
+            else
+                n += got;
+        }
+        mdb_cursor_close(cur);
+    }
+    if (rc != MDB_NOTFOUND) {
+        tp_log_error("%s: cannot read %s: %s", a->store, tp_store_db_name(db), mdb_strerror(rc));
+        return 2;
+    }
+    if (n == 0)
+        puts(none);
+    return status;
+}
+
+/*
  * Runs a verb that writes (reset, resolve) in one transaction, says what it
  * did (naming id_out, the record's full id, when fn filled it in), closes
  * the store, and returns the exit status.
@@ -281,6 +313,14 @@ static int reset_apply(MDB_txn *txn, void *arg)
     return tp_records_breaker_reset(c->s, txn, c->prefix, c->id, sizeof c->id);
 }
 
+static int list_breaker(const MDB_val *k, const MDB_val *v, void *ctx)
+{
+    char id[TP_RECORDS_ID_MAX];
+    tp_records_breaker_id(k, id, sizeof id);
+    show_breaker(stdout, id, v, false);
+    return 1;
+}
+
 int tp_cmd_breakers(int argc, char **argv)
 {
     args_t a;
@@ -330,28 +370,7 @@ int tp_cmd_breakers(int argc, char **argv)
             status = print_json_lines(all, &a);
         }
     } else {
-        MDB_cursor *cur;
-        MDB_val k, v;
-        int n = 0, rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur);
-        if (rc == 0) {
-            for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-                if (!sound(&a, TP_DB_BREAKERS, &k, &v)) {
-                    status = 2;
-                    continue;
-                }
-                tp_records_breaker_id(&k, id, sizeof id);
-                show_breaker(stdout, id, &v, false);
-                n++;
-            }
-            mdb_cursor_close(cur);
-        }
-        if (rc != MDB_NOTFOUND) {
-            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_BREAKERS), mdb_strerror(rc));
-            status = 2;
-        } else {
-            if (n == 0)
-                puts("no breakers: every circuit is closed");
-        }
+        status = walk(s, txn, &a, TP_DB_BREAKERS, list_breaker, NULL, "no breakers: every circuit is closed");
     }
     mdb_txn_abort(txn);
     tp_store_close(s);
@@ -458,6 +477,19 @@ static int resolve_run(tp_store_t *s, const args_t *a)
     return 0;
 }
 
+static int list_escalation(const MDB_val *k, const MDB_val *v, void *ctx)
+{
+    const args_t *a = ctx;
+    Toolpool__Escalation *e = toolpool__escalation__unpack(NULL, v->mv_size, v->mv_data);
+    if (e == NULL)
+        return -1;
+    bool listed = a->all || !e->resolved;
+    if (listed)
+        show_escalation(stdout, e, false);
+    toolpool__escalation__free_unpacked(e, NULL);
+    return listed;
+}
+
 int tp_cmd_escalations(int argc, char **argv)
 {
     args_t a;
@@ -503,32 +535,8 @@ int tp_cmd_escalations(int argc, char **argv)
             status = print_json_lines(all, &a);
         }
     } else {
-        MDB_cursor *cur;
-        MDB_val k, v;
-        int n = 0, rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_ESCALATIONS), &cur);
-        if (rc == 0) {
-            for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-                Toolpool__Escalation *e = NULL;
-                if (!sound(&a, TP_DB_ESCALATIONS, &k, &v) ||
-                    (e = toolpool__escalation__unpack(NULL, v.mv_size, v.mv_data)) == NULL) {
-                    status = 2;
-                    continue;
-                }
-                if (a.all || !e->resolved) {
-                    show_escalation(stdout, e, false);
-                    n++;
-                }
-                toolpool__escalation__free_unpacked(e, NULL);
-            }
-            mdb_cursor_close(cur);
-        }
-        if (rc != MDB_NOTFOUND) {
-            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_ESCALATIONS), mdb_strerror(rc));
-            status = 2;
-        } else {
-            if (n == 0)
-                puts(a.all ? "no escalations" : "no open escalations");
-        }
+        status = walk(s, txn, &a, TP_DB_ESCALATIONS, list_escalation, &a,
+                      a.all ? "no escalations" : "no open escalations");
     }
     mdb_txn_abort(txn);
     tp_store_close(s);
@@ -620,6 +628,16 @@ static int show_checkpoint_json(tp_store_t *s, MDB_txn *txn, const Toolpool__Che
     return print_json(o, a);
 }
 
+static int list_job(const MDB_val *k, const MDB_val *v, void *ctx)
+{
+    Toolpool__Checkpoint *cp = toolpool__checkpoint__unpack(NULL, v->mv_size, v->mv_data);
+    if (cp == NULL)
+        return -1;
+    list_checkpoint(stdout, cp);
+    toolpool__checkpoint__free_unpacked(cp, NULL);
+    return 1;
+}
+
 int tp_cmd_checkpoints(int argc, char **argv)
 {
     args_t a;
@@ -676,30 +694,7 @@ int tp_cmd_checkpoints(int argc, char **argv)
             status = print_json_lines(all, &a);
         }
     } else {
-        MDB_cursor *cur;
-        MDB_val k, v;
-        int n = 0, rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_JOBS), &cur);
-        if (rc == 0) {
-            for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-                Toolpool__Checkpoint *cp = NULL;
-                if (!sound(&a, TP_DB_JOBS, &k, &v) ||
-                    (cp = toolpool__checkpoint__unpack(NULL, v.mv_size, v.mv_data)) == NULL) {
-                    status = 2;
-                    continue;
-                }
-                list_checkpoint(stdout, cp);
-                toolpool__checkpoint__free_unpacked(cp, NULL);
-                n++;
-            }
-            mdb_cursor_close(cur);
-        }
-        if (rc != MDB_NOTFOUND) {
-            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_JOBS), mdb_strerror(rc));
-            status = 2;
-        } else {
-            if (n == 0)
-                puts("no checkpoints");
-        }
+        status = walk(s, txn, &a, TP_DB_JOBS, list_job, NULL, "no checkpoints");
     }
     mdb_txn_abort(txn);
     tp_store_close(s);
