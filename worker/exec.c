@@ -464,10 +464,7 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
     tp_buf_free(&err);
 out:
     free(argv);
-    tp_close_fd(&in_p[0]);
-    tp_close_fd(&in_p[1]);
-    tp_close_fd(&out_p[0]);
-    tp_close_fd(&out_p[1]);
-    tp_close_fd(&err_p[0]);
-    tp_close_fd(&err_p[1]);
+    tp_close_pipe(in_p);
+    tp_close_pipe(out_p);
+    tp_close_pipe(err_p);
 }

@@ -93,6 +93,12 @@ void tp_close_fd(int *fd)
     *fd = -1;
 }
 
+void tp_close_pipe(int p[2])
+{
+    tp_close_fd(&p[0]);
+    tp_close_fd(&p[1]);
+}
+
 int tp_write_all(int fd, const void *p, size_t n)
 {
     const char *s = p;

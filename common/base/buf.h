@@ -69,6 +69,8 @@ int tp_write_all(int fd, const void *p, size_t n);
 
 /* Closes *fd if it is open, and marks it closed (-1). */
 void tp_close_fd(int *fd);
+/* Both ends of a pipe, as tp_close_fd. */
+void tp_close_pipe(int p[2]);
 
 /*
  * Grows a pipe (either end) so that n bytes fit in it at once, up to

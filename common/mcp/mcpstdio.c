@@ -126,12 +126,9 @@ int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const c
     fcntl(c->err_fd, F_SETFL, O_NONBLOCK);
     return 0;
 fail:
-    tp_close_fd(&in_p[0]);
-    tp_close_fd(&in_p[1]);
-    tp_close_fd(&out_p[0]);
-    tp_close_fd(&out_p[1]);
-    tp_close_fd(&err_p[0]);
-    tp_close_fd(&err_p[1]);
+    tp_close_pipe(in_p);
+    tp_close_pipe(out_p);
+    tp_close_pipe(err_p);
     return -1;
 }
 
