@@ -1,8 +1,8 @@
 /*
- * The registry's tools rendered for clients (toolsdoc.h). Moved here from
- * serve's HTTP front so that `toolpool tools export` prints the same JSON
- * byte for byte: an export loads again as a registry (an OpenAI list or an
- * MCP tools/list result) with the same names, descriptions and schemas.
+ * The registry's tools rendered for clients (toolsdoc.h): serve's GET
+ * /v1/tools and `toolpool tools export` print the same JSON byte for byte,
+ * and an export loads again as a registry (an OpenAI list or an MCP
+ * tools/list result) with the same names, descriptions and schemas.
  */
 #include "toolsdoc.h"
 
