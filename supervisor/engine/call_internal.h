@@ -1,6 +1,6 @@
 /*
  * A call as the engine holds it, from submit to answer, and the intrusive
- * queues it moves through. Internal to the engine (engine.c, jobs.c).
+ * queues it moves through. Internal to the engine (supervisor/engine/).
  *
  * Queues, all singly linked through `next`:
  *   job->pending   a job's calls not yet started, in step order (jobs.h)

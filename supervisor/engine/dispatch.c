@@ -1,0 +1,278 @@
+/*
+ * Dispatch: the turn hands idle slots the calls whose turn it is. Each is
+ * admitted first (its job's guards, its deadline, the same-call and tool
+ * breakers), then its attempt is prepared and started: at once, or after
+ * the commit that makes its in-flight marker durable.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "clock.h"
+#include "engine_internal.h"
+#include "guard.h"
+#include "inflight.h"
+
+/*
+ * Before an attempt starts: the job's guards, then (at a hop's start) the
+ * same-call breaker, then the tool breaker. Returns true when the call may
+ * run; otherwise it has been moved on (ended, or on to its next hop).
+ */
+static bool admit(tp_engine_t *e, tp_call_t *c, uint64_t now, bool *probe)
+{
+    tp_job_t *j = c->job;
+    char msg[256];
+    *probe = false;
+    if (c->interrupted) {
+        snprintf(msg, sizeof msg,
+                 "%s was running when its supervisor stopped; it is not idempotent, so it is not run again",
+                 c->tool->name);
+        eng_escalate(e, c, tp_kind_name(TP_KIND_INTERRUPTED), msg,
+                     "a call of a tool that is not idempotent was in flight at a crash");
+        c->marked = true; /* its marker goes with its record */
+        eng_finish(e, c, END_FAIL, TP_KIND_INTERRUPTED, msg);
+        return false;
+    }
+    if (j->stopped != TP_KIND_OK) {
+        snprintf(msg, sizeof msg, "not run: %s", j->stop_msg ? j->stop_msg : "the job was stopped");
+        eng_finish(e, c, END_FAIL, j->stopped, msg);
+        return false;
+    }
+    tp_kind_t g = tp_guard_check(&e->o.reg->guards, &j->usage, !c->started, now, msg, sizeof msg);
+    if (g != TP_KIND_OK) {
+        j->stopped = g;
+        free(j->stop_msg);
+        j->stop_msg = strdup(msg);
+        eng_finish(e, c, END_FAIL, g, msg);
+        return false;
+    }
+    if (c->deadline_us && now >= c->deadline_us) {
+        snprintf(msg, sizeof msg, "%s: the call's deadline passed before %s", c->hop_tool->name,
+                 c->n_trace ? "its next attempt" : "it started");
+        eng_finish(e, c, END_FAIL, TP_KIND_DEADLINE_EXCEEDED, msg);
+        return false;
+    }
+    if (!eng_ensure_txn(e)) {
+        c->readmit = false;
+        return !e->fatal;
+    }
+    uint64_t wall = tp_unix_us();
+    if (c->hop_attempts == 0 && !c->hop_tool->policy.same_call_off) {
+        bool open = false;
+        char esc[TP_ESCALATION_ID_MAX] = "";
+        tp_digest_t key;
+        tp_breaker_call_digest(c->hop_tool, &c->hop_digest, c->job->name, &key);
+        int rc = tp_breaker_call_check(e->o.store, e->txn, c->hop_tool, &key, wall, &open, esc, sizeof esc);
+        if (rc) {
+            tp_engine_store_failed(e, rc, "reading a breaker");
+            return false;
+        }
+        if (open) {
+            if (!eng_trace_add(c, 0, "CircuitOpen", 0)) {
+                eng_finish(e, c, END_FAIL, TP_KIND_CANCELLED, "out of memory recording the trace");
+                return false;
+            }
+            if (!c->escalated && esc[0]) {
+                c->escalated = true;
+                snprintf(c->escalation, sizeof c->escalation, "%s", esc);
+                if ((rc = tp_escalation_blocked(e->o.store, e->txn, esc)) != 0)
+                    tp_engine_store_failed(e, rc, "recording an escalation");
+            }
+            snprintf(msg, sizeof msg, "%s: this call's circuit is open (it failed %u times within %.3gs)%s%s",
+                     c->hop_tool->name, c->hop_tool->policy.same_call_failures,
+                     (double)c->hop_tool->policy.same_call_window_us / 1e6, esc[0] ? "; escalated as " : "", esc);
+            eng_hop_failed(e, c, TP_KIND_CIRCUIT_OPEN, msg);
+            return false;
+        }
+    }
+    if (c->readmit) {
+        /* Its attempt never started: the tool breaker's earlier admission (a probe) stands. */
+        c->readmit = false;
+        *probe = c->probe;
+        return true;
+    }
+    tp_admit_t adm;
+    int rc = tp_breaker_tool_admit(e->o.store, e->txn, c->hop_tool, wall, &adm);
+    if (rc) {
+        tp_engine_store_failed(e, rc, "reading a breaker");
+        return false;
+    }
+    if (adm == TP_ADMIT_NO) {
+        if (!eng_trace_add(c, c->hop_attempts + 1, "CircuitOpen", 0)) {
+            eng_finish(e, c, END_FAIL, TP_KIND_CANCELLED, "out of memory recording the trace");
+            return false;
+        }
+        snprintf(msg, sizeof msg, "%s: the tool's circuit is open (too many failures; probing again after %.3gs)",
+                 c->hop_tool->name, (double)c->hop_tool->policy.tool_cooldown_us / 1e6);
+        eng_hop_failed(e, c, TP_KIND_CIRCUIT_OPEN, msg);
+        return false;
+    }
+    *probe = adm == TP_ADMIT_PROBE;
+    return true;
+}
+
+static int tool_depth(const tp_engine_t *e, const tp_tool_t *t)
+{
+    const tp_tool_state_t *ts = &e->tools[t->index];
+    if (!t->policy.idempotent || ts->samples < TP_FAST_SAMPLES || e->o.pipeline <= 1)
+        return 1;
+    double budget = e->o.queue_budget_us ? (double)e->o.queue_budget_us : TP_QUEUE_BUDGET_US;
+    double fit = budget / (ts->ewma_us > 1 ? ts->ewma_us : 1);
+    return fit >= e->o.pipeline ? e->o.pipeline : fit < 1 ? 1 : (int)fit;
+}
+
+/* Hands the prepared attempt to an idle slot (or a fast one to a busy worker's queue). */
+void eng_submit_attempt(tp_engine_t *e, tp_call_t *c)
+{
+    int rc = tp_pool_submit(e->pool, &c->att);
+    if (rc == -2) {
+        /* Too big for a frame: the attempt ended before it began; a turn settles it. */
+        eng_attempt_done_cb(e, &c->att);
+    } else if (rc < 0) {
+        /* Cannot happen (the caller saw a slot): undo the attempt, keep any probe's admission. */
+        e->tools[c->hop_tool->index].inflight--;
+        c->hop_attempts--;
+        c->job->usage.calls--;
+        c->readmit = true;
+        tp_queue_push(&e->ready, c);
+    }
+}
+
+/* Prepares the call's next attempt and starts it (the caller checked a slot is idle). */
+static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
+{
+    const tp_policy_t *p = &c->hop_tool->policy;
+    tp_job_t *j = c->job;
+    uint64_t now = tp_now_us();
+    if (c->first_us == 0)
+        c->first_us = now;
+    if (!c->started) {
+        c->started = true;
+        j->usage.steps++;
+        if (j->usage.first_us == 0)
+            j->usage.first_us = now;
+    }
+    if (c->hop_attempts == 0)
+        c->hop_deadline_us = p->deadline_us ? now + p->deadline_us : 0;
+    uint64_t timeout = p->timeout_us;
+    if (c->hop_deadline_us) {
+        if (now >= c->hop_deadline_us) {
+            eng_hop_failed(e, c, TP_KIND_OK, NULL);
+            return;
+        }
+        if (c->hop_deadline_us - now < timeout)
+            timeout = c->hop_deadline_us - now;
+    }
+    if (c->deadline_us && c->deadline_us - now < timeout)
+        timeout = c->deadline_us - now; /* admit saw it still ahead */
+    uint64_t wall_left = tp_guard_wall_left(&e->o.reg->guards, &j->usage, now);
+    if (wall_left < timeout)
+        timeout = wall_left;
+    /* The absolute limit, for an attempt that starts later (queued behind another). */
+    uint64_t limit = call_deadline(c);
+    if (wall_left != UINT64_MAX && (limit == 0 || now + wall_left < limit))
+        limit = now + wall_left;
+    j->usage.calls++;
+    free(c->att.message);
+    free(c->att.result);
+    c->hop_attempts++;
+    c->probe = probe;
+    c->att = (tp_attempt_t){
+        .tool = c->hop_tool,
+        .call_id = c->id,
+        .job = j->name,
+        .step = c->step,
+        .number = c->hop_attempts,
+        .args = c->hop_args ? c->hop_args : c->args,
+        .args_len = c->hop_args ? c->hop_args_len : c->args_len,
+        .timeout_us = timeout,
+        .limit_us = limit,
+        .kind = TP_KIND_OK,
+        .depth = tool_depth(e, c->hop_tool),
+        .notify = c->notice != NULL,
+    };
+    e->tools[c->hop_tool->index].inflight++;
+    if (!p->idempotent && eng_ensure_txn(e)) {
+        /* The marker must be durable before the tool can run: start after the commit. */
+        Toolpool__InFlight f = TOOLPOOL__IN_FLIGHT__INIT;
+        f.call_id = c->id;
+        f.input_digest.data = c->identity.b;
+        f.input_digest.len = TP_DIGEST_LEN;
+        f.tool = (char *)c->hop_tool->name;
+        f.job = j->name;
+        f.step = c->step;
+        f.attempt = c->att.number;
+        f.started_unix_us = tp_unix_us();
+        f.owner_pid = e->me.pid;
+        f.owner_start = e->me.start;
+        f.owner_boot = e->me.boot;
+        int rc = tp_inflight_put(e->o.store, e->txn, &f);
+        if (rc) {
+            tp_engine_store_failed(e, rc, "recording an in-flight marker");
+            return;
+        }
+        c->marked = true;
+        c->claim_only = false;
+        tp_queue_push(&e->deferred, c);
+        e->n_deferred++;
+        return;
+    }
+    if (e->fatal)
+        return;
+    eng_submit_attempt(e, c);
+}
+
+/*
+ * The next call to try: one parked at its tool's concurrency cap whose tool
+ * has room now, else the head of the ready queue. Parked calls are looked
+ * at only while there are some, so runs without caps never scan.
+ */
+static tp_call_t *next_call(tp_engine_t *e)
+{
+    if (e->n_waiting > 0) {
+        for (size_t i = 0; i < e->o.reg->n_tools; i++) {
+            tp_tool_state_t *ts = &e->tools[i];
+            if (ts->waiting.head && ts->inflight < (int)e->o.reg->tools[i].policy.concurrency) {
+                e->n_waiting--;
+                return tp_queue_pop(&ts->waiting);
+            }
+        }
+    }
+    return tp_queue_pop(&e->ready);
+}
+
+void eng_dispatch(tp_engine_t *e)
+{
+    uint64_t now = tp_now_us();
+    while (!e->closing && !e->draining) {
+        bool idle = tp_pool_idle(e->pool) - e->n_deferred > 0;
+        tp_call_t *c = next_call(e);
+        if (c == NULL)
+            return;
+        /* Idle slots set aside for deferred attempts are not free for pipelining either. */
+        if (!idle && (tp_pool_idle(e->pool) > 0 || !tp_pool_room(e->pool, tool_depth(e, c->hop_tool)))) {
+            /* Only a fast tool waits in a busy worker's queue; this one waits for a free worker. */
+            tp_queue_push_front(&e->ready, c);
+            return;
+        }
+        tp_tool_state_t *ts = &e->tools[c->hop_tool->index];
+        uint32_t cap = c->hop_tool->policy.concurrency;
+        if (cap && ts->inflight >= (int)cap) {
+            tp_queue_push(&ts->waiting, c);
+            e->n_waiting++;
+            continue;
+        }
+        /*
+         * On a store shared with other supervisors, a call is checked and
+         * claimed before it first runs; so is one that was submitted while
+         * the store was shared, or before another supervisor came (and
+         * maybe went, having recorded it).
+         */
+        if (!c->claimed && !c->started &&
+            (e->owners.others > 0 || c->submitted_shared || c->submitted_gen != e->owners.generation) &&
+            eng_ensure_txn(e) && eng_claim(e, c) != CLAIM_OK)
+            continue;
+        bool probe;
+        if (admit(e, c, now, &probe))
+            start_attempt(e, c, probe);
+    }
+}

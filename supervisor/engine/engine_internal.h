@@ -1,0 +1,238 @@
+/*
+ * The engine's own state, shared by its files: the struct tp_engine, the
+ * answers waiting for their commit, and the functions one file of the
+ * engine calls in another. Internal to supervisor/engine/ (struct tp_call
+ * and its queues: call_internal.h).
+ *
+ *   engine.c    the engine's life, its transaction, the turn and its commit
+ *   submit.c    a request taken: checked, looked up in the store, queued in its job
+ *   dispatch.c  the next call admitted (guards, breakers) and its attempt started
+ *   settle.c    an ended attempt settled: its trace, a retry after backoff, or the call's end
+ *   fallback.c  a hop of the fallback chain taken, its args mapped and checked
+ *   finish.c    a call ended: its record built and written, breakers and escalations
+ *   answer.c    answers made, refusals, and their delivery once durable
+ *   claim.c     calls claimed on a store other supervisors share
+ */
+#ifndef TP_ENGINE_INTERNAL_H
+#define TP_ENGINE_INTERNAL_H
+
+#include <event2/event.h>
+#include <lmdb.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "call_internal.h"
+#include "commit.h"
+#include "engine.h"
+#include "jobs.h"
+#include "owners.h"
+#include "retry.h"
+#include "taxonomy.h"
+#include "toolpool.pb-c.h"
+
+/* Violations listed in an InvalidArguments message before "... and N more". */
+#define TP_ARGS_ERRORS_MAX 10
+
+#define TP_FRONTS_MAX 4
+
+/*
+ * How many attempts of a tool one worker may hold: as many as fit, one
+ * after another, in TP_QUEUE_BUDGET_US (or opts.queue_budget_us) of its
+ * average attempt, so a call queued behind others waits about that long at
+ * most; known only after TP_FAST_SAMPLES answers, the fastest of which
+ * seeds the average.
+ */
+#define TP_QUEUE_BUDGET_US 2000.0
+#define TP_FAST_SAMPLES 8
+
+typedef struct {
+    int inflight;
+    tp_queue_t waiting;
+    double ewma_us; /* how long its attempts take, when they answer */
+    uint32_t samples;
+} tp_tool_state_t;
+
+/*
+ * An answer made, waiting for the commit that makes it durable; or a
+ * front's wait for that commit (durable_fn).
+ */
+typedef struct {
+    tp_answer_fn fn;
+    void (*durable_fn)(void *ctx, bool ok);
+    void *ctx;
+    tp_call_t *call;     /* a call that ran: its record lives in it */
+    tp_call_t *hold;     /* a call answered otherwise, kept until then: its handle stays valid */
+    Toolpool__Result *r; /* a rejected or recorded answer's record, and its strings */
+    size_t at, len;      /* its line in the answers' buffer */
+    bool recorded;
+    bool not_started;
+    bool conflict;
+} tp_pending_t;
+
+typedef struct {
+    tp_pending_t *v;
+    size_t n, cap;
+    tp_buf_t lines;
+} tp_answers_t;
+
+struct tp_engine {
+    tp_engine_opts_t o;
+    struct event_base *base;
+    tp_pool_t *pool;
+    tp_rng_t rng;
+    tp_front_t fronts[TP_FRONTS_MAX];
+    int n_fronts;
+    /* calls */
+    size_t live;       /* calls submitted and not yet ended */
+    size_t live_bytes; /* their args' bytes */
+    tp_call_t *all;    /* those calls */
+    tp_queue_t ready;
+    tp_queue_t settle;   /* calls whose attempt ended, for the next turn */
+    tp_queue_t deferred; /* attempts that start once the turn has committed */
+    size_t n_waiting;    /* calls parked at their tool's concurrency cap */
+    int n_deferred;
+    tp_tool_state_t *tools;
+    tp_jobs_t jobs;
+    tp_job_t *touched; /* jobs given calls since the last turn, in order */
+    tp_job_t **touched_tail;
+    bool keep_jobs; /* guards, no store: keep idle jobs' usage in memory */
+    /* the store */
+    MDB_txn *txn; /* the open write transaction, when there is a store */
+    tp_commit_t commit;
+    bool marker_pending;     /* a non-idempotent call ended in the open transaction */
+    size_t txn_bytes;        /* what the open transaction has written, about */
+    size_t made_durable;     /* the first answers of made a commit within the turn covered */
+    size_t need_room;        /* free map the next transaction begins with */
+    uint64_t results;        /* calls ended so far */
+    uint64_t trimmed_at;     /* results when the store's map was last trimmed */
+    uint64_t lookups;        /* ids looked up in the store */
+    struct event *ev_commit; /* closes the commit window */
+    /* sharing the store with other supervisors (owners.h) */
+    tp_owner_id_t me;
+    bool owner_known;         /* this process could name itself (/proc) */
+    tp_owners_state_t owners; /* as of the open transaction */
+    uint64_t seen_gen;        /* the newest arrival this engine has claimed its calls for */
+    tp_queue_t parked;        /* calls another live supervisor runs: waiting for its record */
+    size_t n_parked;
+    struct event *ev_owners; /* looks for arrivals, and again at parked calls */
+    /* answers made, and the ones being delivered */
+    tp_answers_t made; /* answers made, waiting for their commit */
+    tp_answers_t late; /* answers made while others are being delivered */
+    tp_answers_t *add; /* where answers go now: made, or late during a delivery */
+    /* lifecycle */
+    struct event *ev_kick;
+    struct event *ev_drain;
+    bool close_asked;
+    bool drain_asked;
+    bool draining;
+    bool closing;
+    bool fatal;
+    bool in_turn;             /* kick_cb is running */
+    uint64_t started_unix_us; /* records older than this are earlier runs' */
+    tp_engine_stats_t stats;
+};
+
+typedef enum {
+    END_ANSWER,   /* the current hop answered */
+    END_DEGRADED, /* the chain ran out; the declared degraded answer stands in */
+    END_FAIL,     /* a failure: the last attempt's, or the engine's own kind */
+} tp_end_t;
+
+typedef enum {
+    CLAIM_OK,       /* it is this engine's to run */
+    CLAIM_PARKED,   /* another live supervisor runs it: it waits for its record */
+    CLAIM_ANSWERED, /* recorded meanwhile: answered from the store */
+} tp_claim_t;
+
+/*
+ * Every 50 ms: parked calls are looked at again (back to the ready
+ * queue, to be claimed anew), and a newcomer on the store is looked for
+ * in a read transaction, so an engine with nothing to write still
+ * acknowledges it soon.
+ */
+#define TP_OWNERS_EVERY_US 50000
+
+static inline void kick(tp_engine_t *e)
+{
+    event_active(e->ev_kick, EV_TIMEOUT, 0);
+}
+
+static inline bool refusal_kind(const char *kind)
+{
+    return kind && tp_kind_class(tp_kind_from_name(kind)) == TP_CLASS_MALFORMED;
+}
+
+static inline void call_unlink(tp_call_t *c)
+{
+    tp_engine_t *e = c->e;
+    if (c->lprev)
+        c->lprev->lnext = c->lnext;
+    else
+        e->all = c->lnext;
+    if (c->lnext)
+        c->lnext->lprev = c->lprev;
+    c->lprev = c->lnext = NULL;
+    e->live--;
+    e->live_bytes -= c->args_len;
+}
+
+/* The call's end for its whole run: the caller's own, or none. */
+static inline uint64_t call_deadline(const tp_call_t *c)
+{
+    uint64_t d = c->hop_deadline_us;
+    if (c->deadline_us && (d == 0 || c->deadline_us < d))
+        d = c->deadline_us;
+    return d;
+}
+
+/* engine.c */
+bool eng_ensure_txn(tp_engine_t *e);
+bool eng_txn_fit(tp_engine_t *e, size_t len, bool last_is_this);
+
+/* submit.c */
+void eng_advance_touched(tp_engine_t *e);
+bool eng_redo_recorded(const tp_engine_t *e, const Toolpool__StoredResult *r);
+
+/* dispatch.c */
+void eng_dispatch(tp_engine_t *e);
+void eng_submit_attempt(tp_engine_t *e, tp_call_t *c);
+
+/* settle.c */
+void eng_settle(tp_engine_t *e, tp_call_t *c);
+Toolpool__Attempt *eng_trace_add(tp_call_t *c, uint32_t number, const char *outcome, uint64_t duration_us);
+void eng_attempt_done_cb(void *ctx, tp_attempt_t *a);
+void eng_attempt_notice_cb(void *ctx, tp_attempt_t *a, const char *method, const uint8_t *params, size_t len);
+
+/* fallback.c */
+void eng_hop_failed(tp_engine_t *e, tp_call_t *c, tp_kind_t kind, const char *msg);
+
+/* finish.c */
+void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, const char *msg);
+void eng_finish_cancelled(tp_engine_t *e, tp_call_t *c);
+void eng_hold_until(tp_engine_t *e, tp_call_t *c, tp_pending_t *p);
+void eng_drop_unstarted(tp_engine_t *e, tp_call_t *c);
+void eng_job_advance(tp_engine_t *e, tp_job_t *j);
+void eng_escalate(tp_engine_t *e, tp_call_t *c, const char *kind, const char *message, const char *reason);
+void eng_record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed);
+
+/* answer.c */
+tp_pending_t *eng_pending_add(tp_engine_t *e, tp_answer_fn fn, void *ctx);
+tp_pending_t *eng_reject_as(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
+                            const char *args, tp_kind_t kind, const char *msg, bool keep, tp_answer_fn fn, void *ctx);
+tp_pending_t *eng_reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
+                         const char *args, tp_kind_t kind, const char *msg, tp_answer_fn fn, void *ctx);
+tp_pending_t *eng_answer_recorded(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
+                                  const Toolpool__StoredResult *r, tp_answer_fn fn, void *ctx);
+void eng_call_free(tp_call_t *c);
+void eng_call_release(tp_engine_t *e, tp_call_t *c);
+void eng_deliver(tp_engine_t *e, bool ok);
+
+/* claim.c */
+bool eng_marker_orphaned(tp_engine_t *e, const Toolpool__InFlight *f);
+void eng_owners_sync(tp_engine_t *e);
+tp_claim_t eng_claim(tp_engine_t *e, tp_call_t *c);
+void eng_owners_cb(evutil_socket_t fd, short what, void *arg);
+
+#endif

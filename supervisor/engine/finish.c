@@ -1,0 +1,263 @@
+/*
+ * Ending a call: its record built from its trace and last attempt,
+ * rendered and written in the open transaction with its job's checkpoint;
+ * its answer queued for after the commit; its job's next step let go. And
+ * what a call's end updates besides: the same-call breaker, escalations.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "clock.h"
+#include "engine_internal.h"
+#include "inflight.h"
+#include "json.h"
+#include "log.h"
+#include "result.h"
+#include "results.h"
+
+/*
+ * Records a call's result (its line, at line_at in the answers' buffer) in
+ * the open transaction, and the step in its job's checkpoint. A Cancelled
+ * call is not recorded (the same id again runs); its in-flight marker is
+ * dropped only when no attempt of it ever started.
+ */
+static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size_t line_at)
+{
+    if (!eng_ensure_txn(e))
+        return;
+    int rc = 0;
+    if (!r->ok && strcmp(r->kind, "Cancelled") == 0) {
+        if (c->marked && c->n_trace == 0 && (rc = tp_inflight_del(e->o.store, e->txn, c->id)) != 0)
+            tp_engine_store_failed(e, rc, "removing an in-flight marker");
+        return;
+    }
+    tp_job_t *j = c->job;
+    uint64_t now = tp_now_us();
+    size_t len = e->add->lines.len - line_at;
+    if (!eng_txn_fit(e, len, true))
+        return;
+    rc = tp_result_put(e->o.store, e->txn, r, e->add->lines.data + line_at, len);
+    /* A job named after its only call (the default) has nothing to checkpoint but that result. */
+    bool own_job = strcmp(j->name, c->id) == 0;
+    if (rc == 0 && !own_job)
+        rc = tp_checkpoint_step(e->o.store, e->txn, j->name, c->id, c->step, &j->usage,
+                                j->usage.first_us ? now - j->usage.first_us : 0, j->stopped, j->stop_msg);
+    if (rc == 0 && c->marked) {
+        rc = tp_inflight_del(e->o.store, e->txn, c->id);
+        if (!c->claim_only)
+            e->marker_pending = true; /* commit it now: a crash before would call it Interrupted */
+    }
+    if (rc)
+        tp_engine_store_failed(e, rc, "recording a result");
+}
+
+/*
+ * Ends a call: builds its record, renders and records it, and queues its
+ * answer for after the commit. For END_FAIL, msg NULL means the last
+ * attempt's failure; otherwise kind and msg are the engine's (a guard, a
+ * cancellation, an open circuit). The job's next step becomes ready.
+ */
+void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, const char *msg)
+{
+    const tp_attempt_t *a = &c->att;
+    if (msg && (c->end_msg = strdup(msg)) == NULL)
+        msg = "out of memory";
+    else if (msg)
+        msg = c->end_msg;
+    Toolpool__Result *r = &c->res;
+    toolpool__result__init(r);
+    r->has_id = true;
+    r->id = c->id;
+    r->job = c->job->name;
+    r->step = c->step;
+    r->tool = (char *)c->tool->name;
+    r->ok = end != END_FAIL;
+    r->attempts = 0;
+    for (size_t i = 0; i < c->n_trace; i++)
+        r->attempts += strcmp(c->trace[i]->outcome, "CircuitOpen") != 0;
+    r->trace = c->trace;
+    r->n_trace = c->n_trace;
+    r->duration_us = c->first_us ? tp_now_us() - c->first_us : 0;
+    r->args.data = (uint8_t *)c->args;
+    r->args.len = c->args_len;
+    r->cost = a->cost;
+    r->escalated = c->escalated;
+    r->escalation = c->escalation;
+    if (end == END_ANSWER) {
+        r->result.data = (uint8_t *)a->result;
+        r->result.len = a->result_len;
+        r->served_by = (char *)c->hop_tool->name;
+        r->degraded = c->hop > 0;
+        r->stale = c->hop_tool->policy.stale;
+    } else if (end == END_DEGRADED) {
+        tp_json_write(&c->degraded, c->tool->policy.degraded, 0);
+        r->result.data = c->degraded.data;
+        r->result.len = c->degraded.len;
+        r->degraded = true;
+    } else {
+        bool from_attempt = msg == NULL;
+        r->kind = from_attempt ? (char *)a->kind_name : (char *)tp_kind_name(kind);
+        r->klass = (char *)tp_class_name(tp_kind_class(from_attempt ? a->kind : kind));
+        r->message = (char *)(from_attempt ? (a->message ? a->message : "") : msg);
+        r->retryable = from_attempt && a->kind < TP_KIND__COUNT &&
+                       (c->hop_tool->policy.retry_on & (1ull << a->kind)) != 0;
+    }
+    r->input_digest.data = c->identity.b;
+    r->input_digest.len = TP_DIGEST_LEN;
+    e->results++;
+    tp_summary_add(&e->stats.tools[c->tool->index], r);
+    tp_pending_t *p = eng_pending_add(e, c->answer, c->answer_ctx);
+    size_t at = e->add->lines.len;
+    tp_result_write(&e->add->lines, r);
+    record(e, c, r, at);
+    call_unlink(c);
+    if (c->ev_backoff) {
+        event_free(c->ev_backoff);
+        c->ev_backoff = NULL;
+    }
+    tp_job_t *j = c->job;
+    if (p == NULL) {
+        tp_log_error("out of memory: the answer of call %s is lost", c->id);
+        if (c->current) {
+            c->current = false;
+            j->running = false;
+            eng_job_advance(e, j);
+        }
+        j->held++;
+        eng_call_release(e, c);
+        kick(e);
+        return;
+    }
+    p->call = c;
+    p->len = e->add->lines.len - at;
+    j->held++;
+    if (c->current) {
+        c->current = false;
+        j->running = false;
+        eng_job_advance(e, j);
+    }
+    kick(e);
+}
+
+/*
+ * c has been answered otherwise (p: that answer): it leaves the live calls
+ * now, but is kept until p is delivered, so the front's handle stays valid
+ * until its answer, as engine.h promises.
+ */
+void eng_hold_until(tp_engine_t *e, tp_call_t *c, tp_pending_t *p)
+{
+    tp_job_t *j = c->job;
+    bool current = c->current;
+    if (current) {
+        c->current = false;
+        j->running = false;
+    }
+    call_unlink(c);
+    if (c->ev_backoff) {
+        event_free(c->ev_backoff);
+        c->ev_backoff = NULL;
+    }
+    j->held++;
+    if (p)
+        p->hold = c;
+    else
+        eng_call_release(e, c);
+    if (current && !e->draining)
+        eng_job_advance(e, j);
+    kick(e);
+}
+
+/*
+ * A call that never started, dropped while draining: no record, and its
+ * answer says so (a rerun runs it).
+ */
+void eng_drop_unstarted(tp_engine_t *e, tp_call_t *c)
+{
+    tp_pending_t *p = eng_pending_add(e, c->answer, c->answer_ctx);
+    if (p)
+        p->not_started = true;
+    int rc;
+    if (c->marked && eng_ensure_txn(e) && (rc = tp_inflight_del(e->o.store, e->txn, c->id)) != 0)
+        tp_engine_store_failed(e, rc, "removing a claim");
+    eng_hold_until(e, c, p);
+}
+
+/* The job's next call, if it is its turn: on to ready. */
+void eng_job_advance(tp_engine_t *e, tp_job_t *j)
+{
+    tp_call_t *c = tp_job_next(j);
+    if (c) {
+        if (c->turn_us == 0)
+            c->turn_us = tp_now_us();
+        tp_queue_push(&e->ready, c);
+    } else if (tp_job_idle(j) && !e->keep_jobs && !e->draining)
+        tp_jobs_drop(&e->jobs, j);
+}
+
+/* Opens an escalation for c (once): a person takes it from here. */
+void eng_escalate(tp_engine_t *e, tp_call_t *c, const char *kind, const char *message, const char *reason)
+{
+    if (c->escalated || !eng_ensure_txn(e))
+        return;
+    Toolpool__Escalation x = TOOLPOOL__ESCALATION__INIT;
+    x.call_id = c->id;
+    x.job = c->job->name;
+    x.step = c->step;
+    x.tool = (char *)c->hop_tool->name;
+    x.args.data = (uint8_t *)c->args;
+    x.args.len = c->args_len;
+    x.kind = (char *)kind;
+    x.message = (char *)(message ? message : "");
+    x.reason = (char *)reason;
+    x.trace = c->trace;
+    x.n_trace = c->n_trace;
+    int rc = tp_escalate(e->o.store, e->txn, &x, c->escalation);
+    if (rc) {
+        tp_engine_store_failed(e, rc, "recording an escalation");
+        return;
+    }
+    c->escalated = true;
+}
+
+/* Ends c Cancelled, with why the front gave. */
+void eng_finish_cancelled(tp_engine_t *e, tp_call_t *c)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s cancelled: %s", c->tool->name, c->cancel_why ? c->cancel_why : "by its caller");
+    eng_finish(e, c, END_FAIL, TP_KIND_CANCELLED, msg);
+}
+
+/*
+ * A hop's final failure counts against its same-call breaker; the failure
+ * that opens the circuit escalates the call (the seed's open_circuit +
+ * escalate). A hop's answer clears the count.
+ */
+void eng_record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
+{
+    if (c->hop_tool->policy.same_call_off || !eng_ensure_txn(e))
+        return;
+    bool opened = false;
+    const tp_attempt_t *a = &c->att;
+    tp_digest_t key;
+    tp_breaker_call_digest(c->hop_tool, &c->hop_digest, c->job->name, &key);
+    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, &key, c->job->name,
+                                    c->hop_args ? c->hop_args : c->args, failed, a->kind_name, a->message, tp_unix_us(),
+                                    &opened);
+    if (rc) {
+        tp_engine_store_failed(e, rc, "recording a breaker");
+        return;
+    }
+    if (!opened)
+        return;
+    char reason[160];
+    snprintf(reason, sizeof reason, "the same call failed %u times within %.3gs: its circuit is open",
+             c->hop_tool->policy.same_call_failures, (double)c->hop_tool->policy.same_call_window_us / 1e6);
+    eng_escalate(e, c, a->kind_name, a->message, reason);
+    if (c->escalated) {
+        rc = tp_breaker_call_set_escalation(e->o.store, e->txn, c->hop_tool, &key, c->escalation);
+        if (rc)
+            tp_engine_store_failed(e, rc, "recording a breaker");
+    }
+}
