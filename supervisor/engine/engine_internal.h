@@ -103,7 +103,7 @@ struct tp_engine {
     tp_commit_t commit;
     bool marker_pending;     /* a non-idempotent call ended in the open transaction */
     size_t txn_bytes;        /* what the open transaction has written, about */
-    size_t made_durable;     /* the first answers of made a commit within the turn covered */
+    size_t made_durable;     /* how many of made's first answers an early commit in the turn made durable */
     size_t need_room;        /* free map the next transaction begins with */
     uint64_t results;        /* calls ended so far */
     uint64_t trimmed_at;     /* results when the store's map was last trimmed */
