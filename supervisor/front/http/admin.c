@@ -14,6 +14,7 @@
 #include "records.h"
 #include "toolsdoc.h"
 
+/* The query parameter name, copied to buf (cap bytes); NULL when the query has none. */
 static const char *query_get(struct evhttp_request *req, const char *name, char *buf, size_t cap)
 {
     const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
@@ -28,7 +29,6 @@ static const char *query_get(struct evhttp_request *req, const char *name, char 
     evhttp_clear_headers(&params);
     return v ? buf : NULL;
 }
-
 
 /* ---- /v1/breakers, /v1/escalations: what `toolpool breakers` and `escalations` do ---- */
 
@@ -142,7 +142,7 @@ void http_escalations_resolve(tp_http_t *h, struct evhttp_request *req, const ch
             (jaccept && !json_is_boolean(jaccept)) || (json_is_true(jrerun) && json_is_true(jaccept))) {
             json_decref(doc);
             http_reply_error(h, req, 400, "InvalidRequest",
-                        "the body must be {\"note\": \"...\", \"rerun\": true | \"accept\": true} (or nothing)");
+                             "the body must be {\"note\": \"...\", \"rerun\": true | \"accept\": true} (or nothing)");
             return;
         }
         note = json_string_value(jnote);

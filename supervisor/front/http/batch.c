@@ -336,4 +336,3 @@ void http_batch_post(tp_http_t *h, struct evhttp_request *req, const char *name)
         tp_log_warn("http: cannot lift a streaming connection's read timeout");
     tp_engine_kick(h->e);
 }
-

@@ -20,7 +20,6 @@
 #include "results.h"
 #include "taxonomy.h"
 
-
 /*
  * Answers kept for GET after their call ended (wait=0, cancelled): enough
  * for a client polling thousands of calls, few enough that memory stays
@@ -31,6 +30,8 @@
 #define TP_HTTP_KEEP_MAX 10000u
 #define TP_HTTP_KEEP_BYTES (64u << 20)
 
+/* ---- the call table ---- */
+
 /* {"id": ID, "status": "running"}: a call that has not ended yet. */
 static void running_body(tp_buf_t *b, const char *id)
 {
@@ -38,8 +39,6 @@ static void running_body(tp_buf_t *b, const char *id)
     tp_json_put_string(b, id, strlen(id));
     tp_buf_puts(b, ",\"status\":\"running\"}\n");
 }
-
-/* ---- the call table ---- */
 
 static uint64_t id_hash(const char *id)
 {
@@ -273,7 +272,6 @@ static bool query_off(struct evhttp_request *req, const char *name)
     return off;
 }
 
-
 static void reply_accepted(tp_http_t *h, struct evhttp_request *req, const char *id)
 {
     char *enc = evhttp_uriencode(id, -1, 0);
@@ -329,16 +327,16 @@ void http_calls_post(tp_http_t *h, struct evhttp_request *req, const char *name)
     if (e && e->live) {
         if (memcmp(e->identity.b, identity.b, TP_DIGEST_LEN) != 0) {
             http_reply_error(h, req, 409, "InvalidRequest",
-                        "id \"%.300s\" is running now for other input (tool %.100s); give this call a new id", rq.id,
-                        e->tool);
+                             "id \"%.300s\" is running now for other input (tool %.100s); give this call a new id",
+                             rq.id, e->tool);
             return;
         }
     } else {
         if (tp_engine_live(h->e) >= h->o.max_queued) {
             /* However many clients send wait=0 calls, what the service holds stays bounded. */
             evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
-            http_reply_error(h, req, 503, "Unavailable", "%zu calls are held already (--max-queued); send it again shortly",
-                        tp_engine_live(h->e));
+            http_reply_error(h, req, 503, "Unavailable",
+                             "%zu calls are held already (--max-queued); send it again shortly", tp_engine_live(h->e));
             return;
         }
         if (e)
@@ -457,4 +455,3 @@ void http_calls_delete(tp_http_t *h, struct evhttp_request *req, const char *id)
         http_store_error(h, req, rc, "reading a result");
     }
 }
-

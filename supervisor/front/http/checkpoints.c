@@ -58,7 +58,7 @@ void http_checkpoint_put(tp_http_t *h, struct evhttp_request *req, const char *j
     if (store && strlen(job) > tp_store_max_key(store)) {
         tp_buf_free(&text);
         http_reply_error(h, req, 400, "InvalidRequest", "the job's name is %zu bytes; the store takes at most %zu",
-                    strlen(job), tp_store_max_key(store));
+                         strlen(job), tp_store_max_key(store));
         return;
     }
     MDB_txn *txn = http_store_txn(h, req);
@@ -97,4 +97,3 @@ void http_checkpoint_get(tp_http_t *h, struct evhttp_request *req, const char *j
         http_reply_json_when_durable(h, req, 200, o);
     }
 }
-

@@ -218,7 +218,6 @@ static void conn_gone(tp_http_t *h)
     listener_update(h);
 }
 
-
 /*
  * A connection is going (its client closed it, it timed out, or the server
  * is freeing it): libevent frees it right after this. A request on it that
@@ -315,14 +314,12 @@ static tp_http_conn_t *conn_of(tp_http_t *h, struct evhttp_request *req)
     return conn_find(h, evhttp_request_get_connection(req));
 }
 
-
 /* The bufferevent of req's connection; NULL when req or its connection is gone. */
 struct bufferevent *http_req_bev(struct evhttp_request *req)
 {
     struct evhttp_connection *evcon = req ? evhttp_request_get_connection(req) : NULL;
     return evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
 }
-
 
 /* ---- requests whose reply comes later ---- */
 
@@ -747,7 +744,6 @@ static void request_cb(struct evhttp_request *req, void *arg)
     }
     free(name);
 }
-
 
 /* ---- listening ---- */
 

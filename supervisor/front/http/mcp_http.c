@@ -365,7 +365,6 @@ void http_mcp_delete(tp_http_t *h, struct evhttp_request *req, const char *name)
     }
 }
 
-
 /* The /mcp routes' check, before their method is looked at: a request from another Origin is refused. */
 bool http_mcp_admit(tp_http_t *h, struct evhttp_request *req)
 {

@@ -215,4 +215,3 @@ void http_metrics_get(tp_http_t *h, struct evhttp_request *req, const char *name
     tp_buf_printf(&b, "toolpool_escalations %llu\n", (unsigned long long)total);
     http_reply_when_durable(h, req, 200, "text/plain; version=0.0.4", &b);
 }
-
