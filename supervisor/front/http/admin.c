@@ -1,0 +1,248 @@
+/*
+ * What an operator asks the service: /v1/breakers and /v1/escalations
+ * (what `toolpool breakers` and `escalations` do, on the running
+ * service's store), /v1/tools (the registry's tools three ways), and
+ * /healthz, /readyz.
+ */
+#include "http_internal.h"
+
+#include <errno.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "records.h"
+#include "toolsdoc.h"
+
+/* The query parameter name, copied to buf (cap bytes); NULL when the query has none. */
+static const char *query_get(struct evhttp_request *req, const char *name, char *buf, size_t cap)
+{
+    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    if (q == NULL)
+        return NULL;
+    struct evkeyvalq params = {0};
+    if (evhttp_parse_query_str(q, &params) != 0)
+        return NULL;
+    const char *v = evhttp_find_header(&params, name);
+    if (v)
+        snprintf(buf, cap, "%s", v);
+    evhttp_clear_headers(&params);
+    return v ? buf : NULL;
+}
+
+/* ---- /v1/breakers, /v1/escalations: what `toolpool breakers` and `escalations` do ---- */
+
+void http_breakers_get(tp_http_t *h, struct evhttp_request *req, const char *key)
+{
+    MDB_txn *txn = http_store_txn(h, req);
+    if (txn == NULL)
+        return;
+    tp_store_t *s = tp_engine_store(h->e);
+    json_t *o = NULL;
+    int rc;
+    if (key == NULL) {
+        json_t *all = NULL;
+        rc = tp_records_breakers_json(s, txn, &all);
+        if (rc == 0 && (o = json_pack("{s:o}", "breakers", all)) == NULL)
+            rc = ENOMEM;
+    } else {
+        MDB_val k, v;
+        rc = tp_records_breaker_find(s, txn, key, &k, &v);
+        if (rc == 0 && (o = tp_records_breaker_json(&k, &v, true)) == NULL)
+            rc = EPROTO;
+    }
+    char msg[800];
+    if (rc == MDB_NOTFOUND || rc == EEXIST) {
+        snprintf(msg, sizeof msg, "%s breaker %.600s", rc == EEXIST ? "more than one" : "no", key);
+        http_reply_error_when_durable(h, req, rc == EEXIST ? 409 : 404, rc == EEXIST ? "Conflict" : "NotFound", msg);
+    } else if (rc == ENOMEM) {
+        http_reply_error(h, req, 500, "InternalError", "out of memory");
+    } else if (rc) {
+        http_store_error(h, req, rc, "reading the breakers");
+    } else {
+        http_reply_json_when_durable(h, req, 200, o);
+    }
+}
+
+/* POST /v1/breakers/ID/reset: closes the breaker and forgets its failures, committed before the reply. */
+void http_breakers_reset(tp_http_t *h, struct evhttp_request *req, const char *key)
+{
+    MDB_txn *txn = http_store_txn(h, req);
+    if (txn == NULL)
+        return;
+    char id[TP_RECORDS_ID_MAX], msg[800];
+    int rc = tp_records_breaker_reset(tp_engine_store(h->e), txn, key, id, sizeof id);
+    if (rc == MDB_NOTFOUND || rc == EEXIST) {
+        snprintf(msg, sizeof msg, "%s breaker %.600s", rc == EEXIST ? "more than one" : "no", key);
+        http_reply_error_when_durable(h, req, rc == EEXIST ? 409 : 404, rc == EEXIST ? "Conflict" : "NotFound", msg);
+    } else if (rc) {
+        http_store_error(h, req, rc, "resetting a breaker");
+    } else {
+        http_reply_json_when_durable(h, req, 200, json_pack("{s:s, s:b}", "id", id, "reset", 1));
+    }
+}
+
+void http_escalations_get(tp_http_t *h, struct evhttp_request *req, const char *id)
+{
+    MDB_txn *txn = http_store_txn(h, req);
+    if (txn == NULL)
+        return;
+    tp_store_t *s = tp_engine_store(h->e);
+    json_t *o = NULL;
+    int rc;
+    if (id == NULL) {
+        char all[8];
+        json_t *list = NULL;
+        bool everything = query_get(req, "all", all, sizeof all) && strcmp(all, "0") != 0 && strcmp(all, "false") != 0;
+        rc = tp_records_escalations_json(s, txn, everything, &list);
+        if (rc == 0 && (o = json_pack("{s:o}", "escalations", list)) == NULL)
+            rc = ENOMEM;
+    } else {
+        Toolpool__Escalation *e;
+        rc = tp_records_escalation_get(s, txn, id, &e);
+        if (rc == 0) {
+            o = tp_records_escalation_json(e, true);
+            toolpool__escalation__free_unpacked(e, NULL);
+            rc = o ? 0 : ENOMEM;
+        }
+    }
+    if (rc == MDB_NOTFOUND) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "no escalation %.500s", id);
+        http_reply_error_when_durable(h, req, 404, "NotFound", msg);
+    } else if (rc == ENOMEM) {
+        http_reply_error(h, req, 500, "InternalError", "out of memory");
+    } else if (rc) {
+        http_store_error(h, req, rc, "reading the escalations");
+    } else {
+        http_reply_json_when_durable(h, req, 200, o);
+    }
+}
+
+/* POST /v1/escalations/ID/resolve, body optional {"note": "..."}: the escalation as it is now resolved. */
+void http_escalations_resolve(tp_http_t *h, struct evhttp_request *req, const char *id)
+{
+    size_t len;
+    const char *body;
+    if (http_body_of(h, req, &body, &len) < 0)
+        return;
+    json_t *doc = NULL;
+    const char *note = NULL;
+    bool rerun = false;
+    if (body) {
+        json_error_t jerr;
+        doc = json_loadb(body, len, 0, &jerr);
+        if (doc == NULL) {
+            http_reply_error(h, req, 400, "InvalidRequest", "not valid JSON: %s (column %d)", jerr.text, jerr.column);
+            return;
+        }
+        json_t *jnote = json_object_get(doc, "note"), *jrerun = json_object_get(doc, "rerun");
+        json_t *jaccept = json_object_get(doc, "accept");
+        if (!json_is_object(doc) || (jnote && !json_is_string(jnote)) || (jrerun && !json_is_boolean(jrerun)) ||
+            (jaccept && !json_is_boolean(jaccept)) || (json_is_true(jrerun) && json_is_true(jaccept))) {
+            json_decref(doc);
+            http_reply_error(h, req, 400, "InvalidRequest",
+                             "the body must be {\"note\": \"...\", \"rerun\": true | \"accept\": true} (or nothing)");
+            return;
+        }
+        note = json_string_value(jnote);
+        rerun = json_is_true(jrerun);
+    }
+    MDB_txn *txn = http_store_txn(h, req);
+    if (txn == NULL) {
+        json_decref(doc);
+        return;
+    }
+    tp_store_t *s = tp_engine_store(h->e);
+    char call_id[600] = "";
+    bool forgot = false;
+    int rc = rerun ? tp_records_escalation_rerun(s, txn, id, note, call_id, sizeof call_id, &forgot)
+                   : tp_records_escalation_resolve(s, txn, id, note);
+    json_decref(doc);
+    Toolpool__Escalation *e = NULL;
+    if (rc == 0)
+        rc = tp_records_escalation_get(s, txn, id, &e);
+    if (rc == MDB_NOTFOUND) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "no escalation %.500s", id);
+        http_reply_error_when_durable(h, req, 404, "NotFound", msg);
+    } else if (rc) {
+        http_store_error(h, req, rc, "resolving an escalation");
+    } else {
+        json_t *o = tp_records_escalation_json(e, true);
+        toolpool__escalation__free_unpacked(e, NULL);
+        if (o && (json_object_set_new(o, "decision", json_string(rerun ? "rerun" : "accept")) != 0 ||
+                  json_object_set_new(o, "forgot", json_boolean(forgot)) != 0)) {
+            json_decref(o);
+            o = NULL;
+        }
+        http_reply_json_when_durable(h, req, 200, o);
+    }
+}
+
+/* ---- /v1/tools ---- */
+
+/*
+ * The registry's tools three ways, rendered once (the registry does not
+ * change while serve runs) by supervisor/registry/toolsdoc.c, as `toolpool tools
+ * export` prints them.
+ */
+int http_tools_render(tp_http_t *h)
+{
+    const tp_registry_t *reg = tp_engine_registry(h->e);
+    tp_buf_t *bufs[] = {&h->tools_own, &h->tools_openai, &h->tools_mcp};
+    tp_toolsdoc_format_t fmts[] = {TP_TOOLSDOC_TOOLPOOL, TP_TOOLSDOC_OPENAI, TP_TOOLSDOC_MCP};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *doc = tp_toolsdoc_render(reg, fmts[i]);
+        if (doc == NULL || http_json_body(bufs[i], doc) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+void http_tools_get(tp_http_t *h, struct evhttp_request *req, const char *name)
+{
+    char format[32];
+    const char *f = query_get(req, "format", format, sizeof format);
+    const tp_buf_t *b = f == NULL || strcmp(f, "toolpool") == 0 ? &h->tools_own
+                        : strcmp(f, "openai") == 0              ? &h->tools_openai
+                        : strcmp(f, "mcp") == 0                 ? &h->tools_mcp
+                                                                : NULL;
+    if (b == NULL) {
+        http_reply_error(h, req, 400, "InvalidRequest", "format \"%.100s\": expected openai, mcp or toolpool", f);
+        return;
+    }
+    http_reply(h, req, 200, "application/json", b->data, b->len);
+}
+
+/* ---- /healthz, /readyz ---- */
+
+/* Why the service cannot take calls now, or NULL when it can: workers up, store usable, not draining. */
+static const char *not_ready(tp_http_t *h)
+{
+    if (h->draining || tp_engine_draining(h->e))
+        return "draining";
+    if (tp_engine_failed(h->e))
+        return "the engine stopped on an error (see the service's log)";
+    if (tp_engine_store(h->e) == NULL)
+        return "no store";
+    if (tp_engine_busy(h->e) + tp_engine_idle(h->e) == 0)
+        return "no worker is up yet";
+    return NULL;
+}
+
+/* GET /healthz: the process answers. */
+void http_healthz(tp_http_t *h, struct evhttp_request *req, const char *name)
+{
+    http_reply(h, req, 200, "text/plain", "ok\n", 3);
+}
+
+/* GET /readyz: 200 when the service can take calls, 503 saying why not. */
+void http_readyz(tp_http_t *h, struct evhttp_request *req, const char *name)
+{
+    const char *why = not_ready(h);
+    if (why)
+        http_reply_error(h, req, 503, "NotReady", "%s", why);
+    else
+        http_reply(h, req, 200, "text/plain", "ok\n", 3);
+}
