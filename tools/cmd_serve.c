@@ -1,6 +1,6 @@
 /*
  * toolpool serve: the pool as a service. The same engine as `run`, behind
- * the HTTP front (supervisor/front/http/front_http.c) instead of the JSONL one.
+ * the HTTP front (supervisor/front/http/) instead of the JSONL one.
  *
  * This file is the command: options, the registry, the store, the engine
  * and the front, and the signals. SIGINT or SIGTERM drains: no new

@@ -4,7 +4,7 @@
  *
  * One piece of code for every way in: the inspection commands
  * (tools/cmd_inspect.c, in their own transactions) and serve's /v1/breakers,
- * /v1/escalations and /v1/jobs (front_http.c, in the engine's), so that a
+ * /v1/escalations and /v1/jobs (front/http/admin.c and checkpoints.c, in the engine's), so that a
  * breaker reset or an escalation resolved means the same whichever did it.
  *
  * Every function works inside the caller's transaction (read or write) and

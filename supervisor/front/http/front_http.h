@@ -72,7 +72,8 @@ tp_http_t *tp_http_new(const tp_http_opts_t *o);
 int tp_http_listen(tp_http_t *h, tp_http_addr_t *a, char *err, size_t cap);
 /*
  * Stops accepting connections (the listening socket is closed) and answers
- * every later request 503, but /healthz. Calls already handed over go on.
+ * every later request 503, but /healthz, /readyz and /metrics. Calls
+ * already handed over go on.
  */
 void tp_http_drain(tp_http_t *h);
 /*

@@ -1,8 +1,8 @@
 /*
  * One MCP session (mcp_session.h): the methods, the calls in flight by
  * their JSON-RPC id, the jobs' steps, and every message rendered as the
- * protocol has it. Transports (front_mcp.c over stdio, front_http.c at
- * /mcp) carry the messages.
+ * protocol has it. Transports (front_mcp.c over stdio, front/http/mcp_http.c
+ * at /mcp) carry the messages.
  *
  * The protocol is the handshake era of MCP, revisions 2025-11-25 and
  * 2025-06-18: initialize negotiates the version and must come first; a
