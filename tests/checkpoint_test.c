@@ -230,7 +230,7 @@ static void test_result_round_trip(void)
     fx_close();
 }
 
-/* A result stored again under the same id replaces the first; a record that does not unpack is EPROTO. */
+/* A result stored again under the same id replaces the first; a record that does not unpack is TP_EPROTO. */
 static void test_result_replace_and_corrupt(void)
 {
     fx_open();
@@ -262,7 +262,7 @@ static void test_result_replace_and_corrupt(void)
     CU_ASSERT_EQUAL(sr->attempts, 4);
     toolpool__stored_result__free_unpacked(sr, NULL);
     sr = NULL;
-    CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "garbage", &sr), EPROTO);
+    CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "garbage", &sr), TP_EPROTO);
     CU_ASSERT_PTR_NULL(sr);
     mdb_txn_abort(txn);
     fx_close();
@@ -663,7 +663,7 @@ int main(void)
     CU_pSuite s = CU_add_suite("results", NULL, NULL);
     CU_add_test(s, "identity digest", test_identity_digest);
     CU_add_test(s, "put/get round trip, unknown id", test_result_round_trip);
-    CU_add_test(s, "replaced; a corrupt record is EPROTO", test_result_replace_and_corrupt);
+    CU_add_test(s, "replaced; a corrupt record is TP_EPROTO", test_result_replace_and_corrupt);
     s = CU_add_suite("checkpoints", NULL, NULL);
     CU_add_test(s, "steps append in order, max last_step, usage, stop", test_checkpoint_steps);
     CU_add_test(s, "steps of one transaction; an aborted one", test_checkpoint_steps_one_txn);

@@ -2,7 +2,7 @@
  * record_test: every record the store reads is checked (supervisor/store/record.c).
  *
  * A sound record of each kind passes; the same record with one field
- * wrong, or its bytes garbled, is EPROTO with what is wrong in words. In a
+ * wrong, or its bytes garbled, is TP_EPROTO with what is wrong in words. In a
  * real store, a record damaged in place is refused by tp_store_get_msg and
  * by every typed getter built on it (results, checkpoints, in-flight
  * markers, breakers, escalations), and tp_store_strerror names it.
@@ -61,7 +61,7 @@ static int round_trip(tp_db_t db, const void *key, size_t klen, const ProtobufCM
 
 #define EXPECT_BAD(db, key, m, words)                                                                                  \
     do {                                                                                                               \
-        CU_ASSERT_EQUAL(round_trip(db, key, strlen(key), &(m).base), EPROTO);                                          \
+        CU_ASSERT_EQUAL(round_trip(db, key, strlen(key), &(m).base), TP_EPROTO);                                       \
         EXPECT_HAS(why, words);                                                                                        \
     } while (0)
 
@@ -182,13 +182,13 @@ static void test_breakers(void)
     cb.args.len = 2;
     CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen, &cb.base), 0);
     cb.tool = "other";
-    CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen, &cb.base), EPROTO);
+    CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen, &cb.base), TP_EPROTO);
     EXPECT_HAS(why, "tool is not its key's");
     cb.tool = "deny";
-    CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen - 1, &cb.base), EPROTO);
+    CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen - 1, &cb.base), TP_EPROTO);
     EXPECT_HAS(why, "its key is not");
     key[klen - 1] ^= 1;
-    CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen, &cb.base), EPROTO);
+    CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen, &cb.base), TP_EPROTO);
     EXPECT_HAS(why, "digest is not its key's");
 
     klen = tp_breaker_tool_key("search", key, sizeof key);
@@ -204,15 +204,15 @@ static void test_breakers(void)
     tb.n_buckets = 10;
     CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen, &tb.base), 0);
     tb.n_buckets = 11;
-    CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen, &tb.base), EPROTO);
+    CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen, &tb.base), TP_EPROTO);
     EXPECT_HAS(why, "at most 10");
     tb.n_buckets = 1;
     tb.state = 7;
-    CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen, &tb.base), EPROTO);
+    CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen, &tb.base), TP_EPROTO);
     EXPECT_HAS(why, "none of closed, open and half-open");
     tb.state = TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED;
     b1.failures = 4;
-    CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen, &tb.base), EPROTO);
+    CU_ASSERT_EQUAL(round_trip(TP_DB_BREAKERS, key, klen, &tb.base), TP_EPROTO);
     EXPECT_HAS(why, "more failures than calls");
 }
 
@@ -223,10 +223,10 @@ static void test_garbage_and_names(void)
     ProtobufCMessage *out;
     CU_ASSERT_EQUAL(tp_record_unpack(TP_DB_JOBS, "j1", 2, junk, sizeof junk, &toolpool__checkpoint__descriptor, &out,
                                      why, sizeof why),
-                    EPROTO);
+                    TP_EPROTO);
     CU_ASSERT_PTR_NULL(out);
     EXPECT_HAS(why, "does not unpack as a Checkpoint (5 bytes)");
-    CU_ASSERT_EQUAL(tp_record_check_raw(TP_DB_META, "escalation_seq", 14, 7, why, sizeof why), EPROTO);
+    CU_ASSERT_EQUAL(tp_record_check_raw(TP_DB_META, "escalation_seq", 14, 7, why, sizeof why), TP_EPROTO);
     CU_ASSERT_EQUAL(tp_record_check_raw(TP_DB_META, "escalation_seq", 14, 8, why, sizeof why), 0);
 
     char name[128];
@@ -270,7 +270,7 @@ static void put_raw(tp_store_t *s, tp_db_t db, const void *key, size_t klen, con
 }
 
 /*
- * Damaged records in a store: every getter says EPROTO (none hands out
+ * Damaged records in a store: every getter says TP_EPROTO (none hands out
  * what it read) and tp_store_strerror names the record and what is wrong.
  */
 static void test_getters_refuse(void)
@@ -307,35 +307,36 @@ static void test_getters_refuse(void)
     MDB_txn *txn;
     CU_ASSERT_EQUAL_FATAL(tp_store_begin(s, &txn, err, sizeof err), 0);
     Toolpool__StoredResult *sr = (void *)1;
-    CU_ASSERT_EQUAL(tp_result_get(s, txn, "c1", &sr), EPROTO);
+    CU_ASSERT_EQUAL(tp_result_get(s, txn, "c1", &sr), TP_EPROTO);
     CU_ASSERT_PTR_NULL(sr);
-    tp_store_strerror(s, EPROTO, words, sizeof words);
+    tp_store_strerror(s, TP_EPROTO, words, sizeof words);
     EXPECT_HAS(words, "results \"c1\": its result line is not a JSON object");
     EXPECT_HAS(words, dir);
     Toolpool__Checkpoint *cp;
-    CU_ASSERT_EQUAL(tp_checkpoint_get(s, txn, "j1", &cp), EPROTO);
-    EXPECT_HAS(tp_store_strerror(s, EPROTO, words, sizeof words), "jobs \"j1\": it does not unpack");
+    CU_ASSERT_EQUAL(tp_checkpoint_get(s, txn, "j1", &cp), TP_EPROTO);
+    EXPECT_HAS(tp_store_strerror(s, TP_EPROTO, words, sizeof words), "jobs \"j1\": it does not unpack");
     tp_job_usage_t u = {0};
-    CU_ASSERT_EQUAL(tp_checkpoint_step(s, txn, "j1", "c2", 2, &u, 0, TP_KIND_OK, NULL), EPROTO);
-    CU_ASSERT_EQUAL(tp_checkpoint_state_put(s, txn, "j1", 1, "{}", 2), EPROTO);
+    CU_ASSERT_EQUAL(tp_checkpoint_step(s, txn, "j1", "c2", 2, &u, 0, TP_KIND_OK, NULL), TP_EPROTO);
+    CU_ASSERT_EQUAL(tp_checkpoint_state_put(s, txn, "j1", 1, "{}", 2), TP_EPROTO);
     Toolpool__InFlight *f;
-    CU_ASSERT_EQUAL(tp_inflight_get(s, txn, "c1", &f), EPROTO);
-    CU_ASSERT_EQUAL(tp_escalation_blocked(s, txn, "E000001"), EPROTO);
+    CU_ASSERT_EQUAL(tp_inflight_get(s, txn, "c1", &f), TP_EPROTO);
+    CU_ASSERT_EQUAL(tp_escalation_blocked(s, txn, "E000001"), TP_EPROTO);
     Toolpool__Escalation e = TOOLPOOL__ESCALATION__INIT;
     e.tool = "deny";
     char id[TP_ESCALATION_ID_MAX];
-    CU_ASSERT_EQUAL(tp_escalate(s, txn, &e, id), EPROTO);
-    EXPECT_HAS(tp_store_strerror(s, EPROTO, words, sizeof words), "meta \"escalation_seq\": it is 3 bytes");
+    CU_ASSERT_EQUAL(tp_escalate(s, txn, &e, id), TP_EPROTO);
+    EXPECT_HAS(tp_store_strerror(s, TP_EPROTO, words, sizeof words), "meta \"escalation_seq\": it is 3 bytes");
     bool open = false, opened = false;
     char esc[64];
-    CU_ASSERT_EQUAL(tp_breaker_call_check(s, txn, &tool, &d, 1, &open, esc, sizeof esc), EPROTO);
-    EXPECT_HAS(tp_store_strerror(s, EPROTO, words, sizeof words), "breakers call/deny/0102");
-    CU_ASSERT_EQUAL(tp_breaker_call_record(s, txn, &tool, &d, NULL, "{}", true, "ToolError", "x", 1, &opened), EPROTO);
-    CU_ASSERT_EQUAL(tp_breaker_call_set_escalation(s, txn, &tool, &d, "E000002"), EPROTO);
+    CU_ASSERT_EQUAL(tp_breaker_call_check(s, txn, &tool, &d, 1, &open, esc, sizeof esc), TP_EPROTO);
+    EXPECT_HAS(tp_store_strerror(s, TP_EPROTO, words, sizeof words), "breakers call/deny/0102");
+    CU_ASSERT_EQUAL(tp_breaker_call_record(s, txn, &tool, &d, NULL, "{}", true, "ToolError", "x", 1, &opened),
+                    TP_EPROTO);
+    CU_ASSERT_EQUAL(tp_breaker_call_set_escalation(s, txn, &tool, &d, "E000002"), TP_EPROTO);
     tp_admit_t adm;
-    CU_ASSERT_EQUAL(tp_breaker_tool_admit(s, txn, &tool, 1, &adm), EPROTO);
-    EXPECT_HAS(tp_store_strerror(s, EPROTO, words, sizeof words), "breakers tool/deny");
-    CU_ASSERT_EQUAL(tp_breaker_tool_record(s, txn, &tool, TP_KIND_TIMEOUT, false, 1), EPROTO);
+    CU_ASSERT_EQUAL(tp_breaker_tool_admit(s, txn, &tool, 1, &adm), TP_EPROTO);
+    EXPECT_HAS(tp_store_strerror(s, TP_EPROTO, words, sizeof words), "breakers tool/deny");
+    CU_ASSERT_EQUAL(tp_breaker_tool_record(s, txn, &tool, TP_KIND_TIMEOUT, false, 1), TP_EPROTO);
     mdb_txn_abort(txn);
     tp_store_close(s);
     if (CU_get_number_of_failures() == 0)

@@ -132,7 +132,7 @@ static int get_format(MDB_txn *txn, MDB_dbi meta, void *ctx)
         return rc;
     Toolpool__StoreFormat *f = toolpool__store_format__unpack(NULL, v.mv_size, v.mv_data);
     if (f == NULL)
-        return EPROTO;
+        return TP_EPROTO;
     *(unsigned *)ctx = f->version;
     toolpool__store_format__free_unpacked(f, NULL);
     return 0;
@@ -208,7 +208,7 @@ static void test_open_creates_and_reopens(void)
     mdb_txn_abort(txn);
     /* read-only: no write transaction, and the message says why */
     err[0] = 0;
-    CU_ASSERT_EQUAL(tp_store_begin(s, &txn, err, sizeof err), EACCES);
+    CU_ASSERT_EQUAL(tp_store_begin(s, &txn, err, sizeof err), TP_EACCES);
     CU_ASSERT_TRUE(contains(err, fx.path));
     CU_ASSERT_TRUE(contains(err, "read-only"));
     tp_store_close(s);
@@ -548,8 +548,8 @@ static void test_write(void)
     CU_ASSERT_EQUAL(tp_store_write(s, apply_cb, &w, err, sizeof err), 0);
     CU_ASSERT_TRUE(value_is(s, "one"));
     w.value = "two";
-    w.fail_with = EPROTO;
-    CU_ASSERT_EQUAL(tp_store_write(s, apply_cb, &w, err, sizeof err), EPROTO);
+    w.fail_with = TP_EPROTO;
+    CU_ASSERT_EQUAL(tp_store_write(s, apply_cb, &w, err, sizeof err), TP_EPROTO);
     CU_ASSERT_TRUE(contains(err, fx.path));
     CU_ASSERT_TRUE(contains(err, "a corrupt record"));
     CU_ASSERT_TRUE(value_is(s, "one"));

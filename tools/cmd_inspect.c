@@ -158,7 +158,7 @@ static bool sound(const args_t *a, tp_db_t db, const MDB_val *k, const MDB_val *
     char why[256], name[300];
     ProtobufCMessage *m = NULL;
     const ProtobufCMessageDescriptor *desc = tp_record_type(db, k->mv_data, k->mv_size);
-    int rc = EPROTO;
+    int rc = TP_EPROTO;
     if (desc == NULL)
         snprintf(why, sizeof why, "no %s record has a key like it", tp_store_db_name(db));
     else
@@ -183,9 +183,10 @@ static int walk(tp_store_t *s, MDB_txn *txn, const args_t *a, tp_db_t db,
 {
     MDB_cursor *cur;
     MDB_val k, v;
-    int status = 0, n = 0, rc = mdb_cursor_open(txn, tp_store_dbi(s, db), &cur);
+    int status = 0, n = 0, rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, db), &cur));
     if (rc == 0) {
-        for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+             rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
             int got = sound(a, db, &k, &v) ? each(&k, &v, ctx) : -1;
             if (got < 0)
                 status = 2;
@@ -195,7 +196,7 @@ static int walk(tp_store_t *s, MDB_txn *txn, const args_t *a, tp_db_t db,
         mdb_cursor_close(cur);
     }
     if (rc != MDB_NOTFOUND) {
-        tp_log_error("%s: cannot read %s: %s", a->store, tp_store_db_name(db), mdb_strerror(rc));
+        tp_log_error("%s: cannot read %s: %s", a->store, tp_store_db_name(db), tp_strerror(rc));
         return 2;
     }
     if (n == 0)
@@ -214,8 +215,8 @@ static int run_write(tp_store_t *s, const args_t *a, tp_store_apply_fn fn, void 
     char err[1024];
     int rc = tp_store_write(s, fn, ctx, err, sizeof err);
     tp_store_close(s);
-    if (rc == MDB_NOTFOUND || rc == EEXIST) {
-        tp_log_error("%s: %s %s %s", a->store, rc == EEXIST ? "more than one" : "no", thing, a->id);
+    if (rc == MDB_NOTFOUND || rc == TP_EEXIST) {
+        tp_log_error("%s: %s %s %s", a->store, rc == TP_EEXIST ? "more than one" : "no", thing, a->id);
         return 2;
     }
     if (rc) {
@@ -349,7 +350,7 @@ int tp_cmd_breakers(int argc, char **argv)
         MDB_val k, v;
         int rc = tp_records_breaker_find(s, txn, a.id, &k, &v);
         if (rc) {
-            tp_log_error("%s: %s breaker %s", a.store, rc == EEXIST ? "more than one" : "no", a.id);
+            tp_log_error("%s: %s breaker %s", a.store, rc == TP_EEXIST ? "more than one" : "no", a.id);
             status = 2;
         } else if (a.json) {
             status = print_json(tp_records_breaker_json(&k, &v, true), &a);
@@ -364,7 +365,7 @@ int tp_cmd_breakers(int argc, char **argv)
         json_t *all = NULL;
         int rc = tp_records_breakers_json(s, txn, &all);
         if (rc) {
-            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_BREAKERS), mdb_strerror(rc));
+            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_BREAKERS), tp_strerror(rc));
             status = 2;
         } else {
             status = print_json_lines(all, &a);
@@ -516,7 +517,7 @@ int tp_cmd_escalations(int argc, char **argv)
         Toolpool__Escalation *e;
         int rc = tp_records_escalation_get(s, txn, a.id, &e);
         if (rc) {
-            tp_log_error("%s: %s escalation %s", a.store, rc == EPROTO ? "corrupt" : "no", a.id);
+            tp_log_error("%s: %s escalation %s", a.store, rc == TP_EPROTO ? "corrupt" : "no", a.id);
             status = 2;
         } else {
             if (a.json)
@@ -529,7 +530,7 @@ int tp_cmd_escalations(int argc, char **argv)
         json_t *all = NULL;
         int rc = tp_records_escalations_json(s, txn, a.all, &all);
         if (rc) {
-            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_ESCALATIONS), mdb_strerror(rc));
+            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_ESCALATIONS), tp_strerror(rc));
             status = 2;
         } else {
             status = print_json_lines(all, &a);
@@ -615,10 +616,10 @@ static void show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const char *id)
 static int show_checkpoint_json(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, const args_t *a)
 {
     json_t *o = tp_records_checkpoint_json(s, txn, cp), *results = NULL;
-    int rc = o ? tp_records_checkpoint_results_json(s, txn, cp, &results) : ENOMEM;
+    int rc = o ? tp_records_checkpoint_results_json(s, txn, cp, &results) : TP_ENOMEM;
     if (rc) {
         json_decref(o);
-        tp_log_error("%s: cannot read the results of job %s: %s", a->store, cp->job, mdb_strerror(rc));
+        tp_log_error("%s: cannot read the results of job %s: %s", a->store, cp->job, tp_strerror(rc));
         return 2;
     }
     if (json_object_set_new(o, "results", results) != 0) {
@@ -661,7 +662,7 @@ int tp_cmd_checkpoints(int argc, char **argv)
         Toolpool__Checkpoint *cp;
         int rc = tp_checkpoint_get(s, txn, a.id, &cp);
         if (rc) {
-            tp_log_error("%s: %s checkpoint for job %s", a.store, rc == EPROTO ? "corrupt" : "no", a.id);
+            tp_log_error("%s: %s checkpoint for job %s", a.store, rc == TP_EPROTO ? "corrupt" : "no", a.id);
             status = 2;
         } else if (a.json) {
             status = show_checkpoint_json(s, txn, cp, &a);
@@ -676,7 +677,7 @@ int tp_cmd_checkpoints(int argc, char **argv)
             rc = tp_steps_list(s, txn, cp, &ids, &n_ids);
             if (rc) {
                 tp_log_error("%s: cannot read the message list of job %s: %s", a.store, a.id,
-                             rc == EPROTO ? "a corrupt record" : mdb_strerror(rc));
+                             rc == TP_EPROTO ? "a corrupt record" : tp_strerror(rc));
                 status = 2;
             }
             for (size_t i = 0; rc == 0 && i < n_ids; i++)
@@ -688,7 +689,7 @@ int tp_cmd_checkpoints(int argc, char **argv)
         json_t *all = NULL;
         int rc = tp_records_checkpoints_json(s, txn, &all);
         if (rc) {
-            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_JOBS), mdb_strerror(rc));
+            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_JOBS), tp_strerror(rc));
             status = 2;
         } else {
             status = print_json_lines(all, &a);

@@ -290,8 +290,9 @@ int tp_cmd_stats(int argc, char **argv)
     uint64_t undated = 0;
     MDB_cursor *cur;
     MDB_val k, v;
-    int rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_RESULTS), &cur);
-    for (rc = rc ? rc : mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    int rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_RESULTS), &cur));
+    for (rc = rc ? rc : tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         Toolpool__StoredResult *sr = toolpool__stored_result__unpack(NULL, v.mv_size, v.mv_data);
         json_t *r = sr ? json_loadb((const char *)sr->line.data, sr->line.len, 0, NULL) : NULL;
         bool skip = sr && since_us && sr->ended_unix_us < after;
@@ -315,7 +316,7 @@ int tp_cmd_stats(int argc, char **argv)
         json_decref(r);
     }
     if (rc && rc != MDB_NOTFOUND) {
-        tp_log_error("%s: cannot read %s: %s", dir, tp_store_db_name(TP_DB_RESULTS), mdb_strerror(rc));
+        tp_log_error("%s: cannot read %s: %s", dir, tp_store_db_name(TP_DB_RESULTS), tp_strerror(rc));
         status = 2;
     }
     if (rc == 0 || rc == MDB_NOTFOUND)

@@ -89,14 +89,15 @@ static int check_db(check_t *c, tp_store_t *s, MDB_txn *txn, tp_db_t db)
     if (!tp_store_has(s, db))
         return 0; /* a store of format 2 */
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, tp_store_dbi(s, db), &cur);
+    int rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, db), &cur));
     if (rc) {
-        printf("%s: %s: cannot be read: %s\n", c->dir, tp_store_db_name(db), mdb_strerror(rc));
+        printf("%s: %s: cannot be read: %s\n", c->dir, tp_store_db_name(db), tp_strerror(rc));
         c->bad++;
         return rc;
     }
     MDB_val k, v;
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         c->records++;
         c->per_db[db]++;
         check_one(c, db, &k, &v);
@@ -105,7 +106,7 @@ static int check_db(check_t *c, tp_store_t *s, MDB_txn *txn, tp_db_t db)
     if (rc == MDB_NOTFOUND)
         return 0;
     printf("%s: %s: cannot be read past its record %llu: %s\n", c->dir, tp_store_db_name(db), c->per_db[db],
-           mdb_strerror(rc));
+           tp_strerror(rc));
     c->bad++;
     return rc;
 }

@@ -244,7 +244,7 @@ tp_store_t *tp_cli_store_read(const char *dir, MDB_txn **txn)
     }
     int rc = tp_store_read(s, txn);
     if (rc) {
-        tp_log_error("%s: cannot read: %s", dir, mdb_strerror(rc));
+        tp_log_error("%s: cannot read: %s", dir, tp_strerror(rc));
         tp_store_close(s);
         return NULL;
     }

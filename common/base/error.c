@@ -41,6 +41,8 @@ const char *tp_strerror(int rc)
             return ranges[i].fn(rc);
     if (rc < 0 && rc > -4096)
         return strerror(-rc);
+    if (rc > 0)
+        return strerror(rc);
     snprintf(buf, sizeof buf, "error %d", rc);
     return buf;
 }

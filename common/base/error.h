@@ -30,6 +30,7 @@ enum {
     TP_E2BIG = -E2BIG, /* longer than the limit allows: a frame, a line, a message */
     TP_ETIMEDOUT = -ETIMEDOUT,
     TP_EPIPE = -EPIPE,
+    TP_EACCES = -EACCES, /* not allowed: a write to a store opened read-only */
 
     TP_ECLOSED = -40001,  /* the other end closed: EOF on a pipe, a server that went away */
     TP_EREFUSED = -40002, /* the other end answered, but refused: a JSON-RPC error to initialize */
@@ -42,7 +43,10 @@ static inline int tp_errno(int e)
     return e > 0 ? -e : TP_EIO;
 }
 
-/* What rc means, for a person: static text (or this thread's buffer), never NULL. */
+/*
+ * What rc means, for a person: static text (or this thread's buffer), never
+ * NULL. A positive rc is taken as an errno, as a library returns it.
+ */
 const char *tp_strerror(int rc);
 
 /*

@@ -82,7 +82,7 @@ int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const
             rc = tp_store_put_msg(s, txn, TP_DB_BREAKERS, key, klen, &cb->base);
         } else {
             MDB_val k = {klen, key};
-            rc = mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &k, NULL);
+            rc = tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &k, NULL));
         }
     }
     protobuf_c_message_free_unpacked(&cb->base, NULL);
@@ -98,7 +98,7 @@ int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, cons
     *opened = false;
     if (!failed) {
         MDB_val k = {klen, key};
-        int rc = mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &k, NULL);
+        int rc = tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &k, NULL));
         return rc == MDB_NOTFOUND ? 0 : rc;
     }
     Toolpool__CallBreaker *old = NULL;
@@ -111,7 +111,7 @@ int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, cons
     uint64_t *fails = malloc(cap * sizeof *fails);
     if (fails == NULL) {
         protobuf_c_message_free_unpacked(old ? &old->base : NULL, NULL);
-        return ENOMEM;
+        return TP_ENOMEM;
     }
     for (size_t i = 0; old && i < old->n_failures_unix_us; i++)
         if (since(now, old->failures_unix_us[i]) < window)

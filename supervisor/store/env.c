@@ -26,7 +26,7 @@ struct tp_store {
     size_t room;                  /* the map's free bytes when the last write transaction began */
     unsigned long map_lo, map_hi; /* where data.mdb is mapped, for tp_store_trim */
     size_t map_for;               /* the mapsize it was found for */
-    char bad[512];                /* the last bad record read, for tp_store_strerror(EPROTO) */
+    char bad[512];                /* the last bad record read, for tp_store_strerror(TP_EPROTO) */
     char dir[PATH_MAX];
 };
 
@@ -82,19 +82,19 @@ static int open_dbs(tp_store_t *s, tp_store_check_fn check, char *err, size_t er
 {
     bool rdonly = s->flags & TP_STORE_RDONLY;
     MDB_txn *txn;
-    int rc = mdb_txn_begin(s->env, NULL, rdonly ? MDB_RDONLY : 0, &txn);
+    int rc = tp_mdb(mdb_txn_begin(s->env, NULL, rdonly ? MDB_RDONLY : 0, &txn));
     if (rc) {
-        snprintf(err, errlen, "%s: cannot begin a transaction: %s", s->dir, mdb_strerror(rc));
+        snprintf(err, errlen, "%s: cannot begin a transaction: %s", s->dir, tp_strerror(rc));
         return rc;
     }
     for (int i = 0; i < TP_DB__COUNT; i++) {
-        rc = mdb_dbi_open(txn, tp_store_db_name(i), rdonly ? 0 : MDB_CREATE, &s->dbi[i]);
+        rc = tp_mdb(mdb_dbi_open(txn, tp_store_db_name(i), rdonly ? 0 : MDB_CREATE, &s->dbi[i]));
         if (rc == MDB_NOTFOUND && rdonly && i == TP_DB_STEPS) {
             s->no_steps = true; /* format 2: the check decides */
             rc = 0;
         }
         if (rc) {
-            snprintf(err, errlen, "%s: cannot open database %s: %s%s", s->dir, tp_store_db_name(i), mdb_strerror(rc),
+            snprintf(err, errlen, "%s: cannot open database %s: %s%s", s->dir, tp_store_db_name(i), tp_strerror(rc),
                      rc == MDB_NOTFOUND ? " (not a toolpool store, or one of an older format)" : "");
             mdb_txn_abort(txn);
             return rc;
@@ -105,14 +105,20 @@ static int open_dbs(tp_store_t *s, tp_store_check_fn check, char *err, size_t er
         mdb_txn_abort(txn);
         return rc;
     }
-    rc = mdb_txn_commit(txn);
+    rc = tp_mdb(mdb_txn_commit(txn));
     if (rc)
-        snprintf(err, errlen, "%s: cannot commit: %s", s->dir, mdb_strerror(rc));
+        snprintf(err, errlen, "%s: cannot commit: %s", s->dir, tp_strerror(rc));
     return rc;
+}
+
+static const char *lmdb_says(int rc)
+{
+    return mdb_strerror(rc);
 }
 
 tp_store_t *tp_store_open_with(const char *dir, unsigned flags, tp_store_check_fn check, char *err, size_t errlen)
 {
+    tp_strerror_range(MDB_KEYEXIST, MDB_LAST_ERRCODE, lmdb_says);
     tp_store_t *s = calloc(1, sizeof *s);
     if (s == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -130,11 +136,11 @@ tp_store_t *tp_store_open_with(const char *dir, unsigned flags, tp_store_check_f
         free(s);
         return NULL;
     }
-    int rc = mdb_env_create(&s->env);
+    int rc = tp_mdb(mdb_env_create(&s->env));
     if (rc == 0)
-        rc = mdb_env_set_maxdbs(s->env, TP_DB__COUNT + 2);
+        rc = tp_mdb(mdb_env_set_maxdbs(s->env, TP_DB__COUNT + 2));
     if (rc == 0)
-        rc = mdb_env_set_maxreaders(s->env, MAX_READERS);
+        rc = tp_mdb(mdb_env_set_maxreaders(s->env, MAX_READERS));
     /* The map is virtual: the file grows only with what is written. */
     s->limit = TP_STORE_MAP_LIMIT;
     const char *lim = getenv("TOOLPOOL_STORE_LIMIT");
@@ -150,13 +156,13 @@ tp_store_t *tp_store_open_with(const char *dir, unsigned flags, tp_store_check_f
     }
     s->mapsize = MAP_INITIAL < s->limit ? MAP_INITIAL : s->limit;
     if (rc == 0)
-        rc = mdb_env_set_mapsize(s->env, s->mapsize);
+        rc = tp_mdb(mdb_env_set_mapsize(s->env, s->mapsize));
     unsigned envflags = MDB_NOTLS | MDB_NORDAHEAD | ((flags & TP_STORE_RDONLY) ? MDB_RDONLY : 0) |
                         ((flags & TP_STORE_NOSYNC) ? MDB_NOSYNC : 0);
     if (rc == 0)
-        rc = mdb_env_open(s->env, dir, envflags, 0644);
+        rc = tp_mdb(mdb_env_open(s->env, dir, envflags, 0644));
     if (rc) {
-        snprintf(err, errlen, "%s: cannot open the store: %s", dir, mdb_strerror(rc));
+        snprintf(err, errlen, "%s: cannot open the store: %s", dir, tp_strerror(rc));
         goto fail;
     }
     MDB_envinfo info;
@@ -199,17 +205,17 @@ const char *tp_store_strerror(const tp_store_t *s, int rc, char *buf, size_t cap
                  "the store reached its size limit (%zu bytes; raise TOOLPOOL_STORE_LIMIT, or free "
                  "space and rerun: nothing recorded is lost)",
                  s->limit);
-    else if (rc == ENOSPC || (rc == EIO && disk_nearly_full(s->dir)))
+    else if (rc == TP_ENOSPC || (rc == TP_EIO && disk_nearly_full(s->dir)))
         snprintf(buf, cap, "the disk is full (free space and rerun: nothing recorded is lost)");
-    else if (rc == EPROTO && s->bad[0]) {
+    else if (rc == TP_EPROTO && s->bad[0]) {
         /* Cut to fit the caller's buffer when the record's name and the path are long. */
         if (snprintf(buf, cap, "a corrupt record: %s (`toolpool store check --store %s` lists every bad record)",
                      s->bad, s->dir) >= (int)cap)
             buf[cap - 1] = '\0';
-    } else if (rc == EPROTO)
+    } else if (rc == TP_EPROTO)
         snprintf(buf, cap, "a corrupt record");
     else
-        snprintf(buf, cap, "%s", mdb_strerror(rc));
+        snprintf(buf, cap, "%s", tp_strerror(rc));
     return buf;
 }
 
@@ -265,7 +271,7 @@ int tp_store_reader_check(tp_store_t *s)
 /* Another process grew the map: adopt its size (no transaction is open here). */
 static int adopt_mapsize(tp_store_t *s)
 {
-    int rc = mdb_env_set_mapsize(s->env, 0);
+    int rc = tp_mdb(mdb_env_set_mapsize(s->env, 0));
     MDB_envinfo info;
     if (rc == 0 && mdb_env_info(s->env, &info) == 0)
         s->mapsize = info.me_mapsize;
@@ -274,9 +280,9 @@ static int adopt_mapsize(tp_store_t *s)
 
 int tp_store_read(tp_store_t *s, MDB_txn **txn)
 {
-    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn);
+    int rc = tp_mdb(mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn));
     if (rc == MDB_MAP_RESIZED && adopt_mapsize(s) == 0)
-        rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn);
+        rc = tp_mdb(mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn));
     return rc;
 }
 
@@ -289,7 +295,7 @@ int tp_store_begin_room(tp_store_t *s, MDB_txn **txn, size_t need, char *err, si
 {
     if (s->flags & TP_STORE_RDONLY) {
         snprintf(err, errlen, "%s: opened read-only", s->dir);
-        return EACCES;
+        return TP_EACCES;
     }
     MDB_envinfo info;
     MDB_stat st;
@@ -310,11 +316,11 @@ int tp_store_begin_room(tp_store_t *s, MDB_txn **txn, size_t need, char *err, si
             return MDB_MAP_FULL;
         }
     }
-    int rc = mdb_txn_begin(s->env, NULL, 0, txn);
+    int rc = tp_mdb(mdb_txn_begin(s->env, NULL, 0, txn));
     if (rc == MDB_MAP_RESIZED && adopt_mapsize(s) == 0)
-        rc = mdb_txn_begin(s->env, NULL, 0, txn);
+        rc = tp_mdb(mdb_txn_begin(s->env, NULL, 0, txn));
     if (rc)
-        snprintf(err, errlen, "%s: cannot begin a write: %s", s->dir, mdb_strerror(rc));
+        snprintf(err, errlen, "%s: cannot begin a write: %s", s->dir, tp_strerror(rc));
     return rc;
 }
 
@@ -325,7 +331,7 @@ size_t tp_store_room(const tp_store_t *s)
 
 int tp_store_commit(tp_store_t *s, MDB_txn *txn, char *err, size_t errlen)
 {
-    int rc = mdb_txn_commit(txn);
+    int rc = tp_mdb(mdb_txn_commit(txn));
     if (rc) {
         char why[256];
         snprintf(err, errlen, "%s: cannot commit: %s", s->dir, tp_store_strerror(s, rc, why, sizeof why));
@@ -353,12 +359,12 @@ int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, s
 {
     MDB_val k = {klen, (void *)key}, v;
     v.mv_size = protobuf_c_message_get_packed_size(msg);
-    int rc = mdb_put(txn, s->dbi[db], &k, &v, MDB_RESERVE);
+    int rc = tp_mdb(mdb_put(txn, s->dbi[db], &k, &v, MDB_RESERVE));
     if (rc)
         return rc;
     if (protobuf_c_message_pack(msg, v.mv_data) != v.mv_size) {
         tp_store_note_bad(s, db, key, klen, "it packed to other than its size");
-        return EPROTO;
+        return TP_EPROTO;
     }
     return 0;
 }
@@ -374,7 +380,7 @@ int tp_store_get_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, s
 {
     MDB_val k = {klen, (void *)key}, v;
     *out = NULL;
-    int rc = mdb_get(txn, s->dbi[db], &k, &v);
+    int rc = tp_mdb(mdb_get(txn, s->dbi[db], &k, &v));
     if (rc)
         return rc;
     char why[256];

@@ -37,22 +37,22 @@ static int check_format(tp_store_t *s, MDB_txn *txn, char *err, size_t errlen)
         rc = rc ? rc : tp_store_put_msg(s, txn, TP_DB_META, "format", 6, &fmt->base);
         if (rc)
             snprintf(err, errlen, "%s: cannot upgrade the store from format 2 to %u: %s", dir, TP_STORE_FORMAT,
-                     rc == EPROTO ? tp_store_bad(s) : mdb_strerror(rc));
+                     rc == TP_EPROTO ? tp_store_bad(s) : tp_strerror(rc));
     } else if (rc == 0 && !(fmt->version == TP_STORE_FORMAT || (fmt->version == 2 && rdonly))) {
         snprintf(err, errlen,
                  "%s: the store has format %u; this toolpool reads format %u. Use a toolpool of that "
                  "version to read it, or start a new store with --store NEWDIR",
                  dir, fmt->version, TP_STORE_FORMAT);
-        rc = EPROTO;
+        rc = TP_EPROTO;
     } else if (rc == 0 && no_steps && fmt->version != 2) {
         snprintf(err, errlen, "%s: cannot open database %s: %s", dir, tp_store_db_name(TP_DB_STEPS),
-                 mdb_strerror(MDB_NOTFOUND));
+                 tp_strerror(MDB_NOTFOUND));
         rc = MDB_NOTFOUND;
     } else if (rc == MDB_NOTFOUND) {
         snprintf(err, errlen, "%s: not a toolpool store (no format record)", dir);
     } else if (rc) {
         snprintf(err, errlen, "%s: cannot read the format record: %s", dir,
-                 rc == EPROTO ? tp_store_bad(s) : mdb_strerror(rc));
+                 rc == TP_EPROTO ? tp_store_bad(s) : tp_strerror(rc));
     }
     if (fmt)
         protobuf_c_message_free_unpacked(&fmt->base, NULL);

@@ -16,6 +16,6 @@ int tp_inflight_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__InFli
 int tp_inflight_del(tp_store_t *s, MDB_txn *txn, const char *id)
 {
     MDB_val k = {strlen(id), (void *)id};
-    int rc = mdb_del(txn, tp_store_dbi(s, TP_DB_INFLIGHT), &k, NULL);
+    int rc = tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_INFLIGHT), &k, NULL));
     return rc == MDB_NOTFOUND ? 0 : rc;
 }

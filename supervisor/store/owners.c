@@ -63,7 +63,7 @@ static int put(tp_store_t *s, MDB_txn *txn, const Toolpool__Owners *o, const boo
     size_t n = o ? o->n_owners : 0, k = 0;
     Toolpool__Owner **v = malloc((n + 1) * sizeof *v);
     if (v == NULL)
-        return ENOMEM;
+        return TP_ENOMEM;
     for (size_t i = 0; i < n; i++)
         if (keep[i])
             v[k++] = o->owners[i];
@@ -88,7 +88,7 @@ int tp_owners_sync(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, tp_owne
     bool *keep = calloc(n + 1, sizeof *keep), changed = false, found = false;
     if (keep == NULL) {
         toolpool__owners__free_unpacked(o, NULL);
-        return ENOMEM;
+        return TP_ENOMEM;
     }
     uint64_t generation = o ? o->generation : 0;
     st->others = 0;
@@ -137,7 +137,7 @@ static int update_me(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, uint6
     bool *keep = calloc(o->n_owners + 1, sizeof *keep);
     if (keep == NULL) {
         toolpool__owners__free_unpacked(o, NULL);
-        return ENOMEM;
+        return TP_ENOMEM;
     }
     for (size_t i = 0; i < o->n_owners; i++) {
         Toolpool__Owner *w = o->owners[i];

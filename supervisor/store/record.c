@@ -49,7 +49,7 @@ static int bad(char *why, size_t cap, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, cap, fmt, ap);
     va_end(ap);
-    return EPROTO;
+    return TP_EPROTO;
 }
 
 /* Whether the NUL-terminated s is exactly the n bytes at p. */

@@ -7,7 +7,7 @@
  * So every record read goes through tp_record_unpack: its value must
  * unpack as the message its database holds under that key, and its fields
  * must be sane (what each message must hold is at tp_record_check). A bad
- * one is EPROTO, with what is wrong in words, and nothing of it is used.
+ * one is TP_EPROTO, with what is wrong in words, and nothing of it is used.
  *
  * tp_store_get_msg checks every record it reads this way; `toolpool store
  * check` reads every record of a store with the same checks.
@@ -20,6 +20,7 @@
 #include <stddef.h>
 
 #include "dbs.h"
+#include "error.h"
 
 /* The length of every digest the store keeps (XXH128). */
 #define TP_RECORD_DIGEST_LEN 16
@@ -52,18 +53,18 @@ const ProtobufCMessageDescriptor *tp_record_type(tp_db_t db, const void *key, si
  *                 calls
  *   StoreFormat   a version
  *   Owners        each owner a process, joined at a generation already made
- * Any other message passes once it has unpacked. 0, or EPROTO with why.
+ * Any other message passes once it has unpacked. 0, or TP_EPROTO with why.
  */
 int tp_record_check(tp_db_t db, const void *key, size_t klen, const ProtobufCMessage *m, char *why, size_t cap);
 
 /*
  * Unpacks val (vlen bytes) as desc and checks it. 0 and *out (free with
- * protobuf_c_message_free_unpacked); EPROTO with why and *out NULL.
+ * protobuf_c_message_free_unpacked); TP_EPROTO with why and *out NULL.
  */
 int tp_record_unpack(tp_db_t db, const void *key, size_t klen, const void *val, size_t vlen,
                      const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out, char *why, size_t cap);
 
-/* A value that is not a message: meta/escalation_seq must be 8 bytes. 0, or EPROTO with why. */
+/* A value that is not a message: meta/escalation_seq must be 8 bytes. 0, or TP_EPROTO with why. */
 int tp_record_check_raw(tp_db_t db, const void *key, size_t klen, size_t vlen, char *why, size_t cap);
 
 /*

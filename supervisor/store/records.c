@@ -9,12 +9,12 @@
 #include "checkpoint.h"
 #include "steps.h"
 
-/* ---- small JSON helpers: each returns 0, or ENOMEM ---- */
+/* ---- small JSON helpers: each returns 0, or TP_ENOMEM ---- */
 
 /* obj[key] = v, taking v's reference; a NULL v is out of memory. */
 static int put(json_t *obj, const char *key, json_t *v)
 {
-    return v && json_object_set_new(obj, key, v) == 0 ? 0 : ENOMEM;
+    return v && json_object_set_new(obj, key, v) == 0 ? 0 : TP_ENOMEM;
 }
 
 /* A string from the store: one that is not valid UTF-8 (jansson refuses it) shows as U+FFFD. */
@@ -82,7 +82,7 @@ void tp_records_breaker_id(const MDB_val *k, char *id, size_t cap)
 int tp_records_breaker_find(tp_store_t *s, MDB_txn *txn, const char *prefix, MDB_val *key, MDB_val *val)
 {
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur);
+    int rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur));
     if (rc)
         return rc;
     MDB_val k, v;
@@ -91,7 +91,8 @@ int tp_records_breaker_find(tp_store_t *s, MDB_txn *txn, const char *prefix, MDB
     /* A call breaker's digest may be cut short; a tool breaker's name may not (a tool named "a" is not "ab"). */
     bool partial = strncmp(prefix, "call/", 5) == 0;
     char id[TP_RECORDS_ID_MAX];
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         tp_records_breaker_id(&k, id, sizeof id);
         if (strncmp(id, prefix, plen) == 0 && (partial || strlen(id) == plen)) {
             *key = k;
@@ -102,7 +103,7 @@ int tp_records_breaker_find(tp_store_t *s, MDB_txn *txn, const char *prefix, MDB
     mdb_cursor_close(cur);
     if (rc != MDB_NOTFOUND)
         return rc;
-    return found == 1 ? 0 : found == 0 ? MDB_NOTFOUND : EEXIST;
+    return found == 1 ? 0 : found == 0 ? MDB_NOTFOUND : TP_EEXIST;
 }
 
 int tp_records_breaker_reset(tp_store_t *s, MDB_txn *txn, const char *prefix, char *id, size_t cap)
@@ -112,7 +113,7 @@ int tp_records_breaker_reset(tp_store_t *s, MDB_txn *txn, const char *prefix, ch
     if (rc)
         return rc;
     tp_records_breaker_id(&key, id, cap);
-    return mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &key, NULL);
+    return tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &key, NULL));
 }
 
 static const char *state_name(Toolpool__BreakerState st)
@@ -125,12 +126,13 @@ static const char *state_name(Toolpool__BreakerState st)
 int tp_records_breakers_each(tp_store_t *s, MDB_txn *txn, int (*fn)(void *ctx, const tp_breaker_info_t *b), void *ctx)
 {
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur);
+    int rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur));
     if (rc)
         return rc;
     MDB_val k, v;
     char id[TP_RECORDS_ID_MAX];
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         tp_records_breaker_id(&k, id, sizeof id);
         tp_breaker_info_t b = {.id = id, .is_tool = strncmp(id, "tool/", 5) == 0};
         int r;
@@ -171,7 +173,7 @@ static json_t *tool_breaker_json(const char *id, const MDB_val *v)
         fails += tb->buckets[i]->failures;
     }
     json_t *o = json_object();
-    int rc = o ? 0 : ENOMEM;
+    int rc = o ? 0 : TP_ENOMEM;
     rc = rc ? rc : put(o, "id", str_of(id));
     rc = rc ? rc : put(o, "type", str_of("tool"));
     rc = rc ? rc : put(o, "tool", str_of(tb->tool));
@@ -196,7 +198,7 @@ static json_t *call_breaker_json(const char *id, const MDB_val *v, bool full)
         return NULL;
     const char *digest = strrchr(id, '/');
     json_t *o = json_object();
-    int rc = o ? 0 : ENOMEM;
+    int rc = o ? 0 : TP_ENOMEM;
     rc = rc ? rc : put(o, "id", str_of(id));
     rc = rc ? rc : put(o, "type", str_of("call"));
     rc = rc ? rc : put(o, "tool", str_of(cb->tool));
@@ -245,19 +247,20 @@ static int each_json(tp_store_t *s, MDB_txn *txn, tp_db_t db,
                      json_t *(*render)(const MDB_val *, const MDB_val *, void *), void *ctx, json_t **out)
 {
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, tp_store_dbi(s, db), &cur);
+    int rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, db), &cur));
     if (rc)
         return rc;
     json_t *a = json_array();
     if (a == NULL) {
         mdb_cursor_close(cur);
-        return ENOMEM;
+        return TP_ENOMEM;
     }
     MDB_val k, v;
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         json_t *o = render(&k, &v, ctx);
         if (o && json_array_append_new(a, o) != 0) {
-            rc = ENOMEM;
+            rc = TP_ENOMEM;
             break;
         }
     }
@@ -364,7 +367,7 @@ int tp_records_forget(tp_store_t *s, MDB_txn *txn, const char *id)
     result_job(r, job, sizeof job, &step);
     toolpool__stored_result__free_unpacked(r, NULL);
     MDB_val k = {strlen(id), (void *)id};
-    rc = mdb_del(txn, tp_store_dbi(s, TP_DB_RESULTS), &k, NULL);
+    rc = tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_RESULTS), &k, NULL));
     if (rc == 0 && job[0] && strcmp(job, id) != 0)
         rc = checkpoint_unlist(s, txn, job, id, step);
     return rc;
@@ -392,7 +395,7 @@ int tp_records_forget_job(tp_store_t *s, MDB_txn *txn, const char *job, uint64_t
     }
     for (size_t i = 0; i < n_ids && rc == 0; i++) {
         MDB_val k = {strlen(ids[i]), ids[i]};
-        rc = mdb_del(txn, tp_store_dbi(s, TP_DB_RESULTS), &k, NULL);
+        rc = tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_RESULTS), &k, NULL));
         if (rc == 0)
             (*n)++;
         else if (rc == MDB_NOTFOUND)
@@ -413,7 +416,7 @@ int tp_records_forget_job(tp_store_t *s, MDB_txn *txn, const char *job, uint64_t
         rc = tp_store_put_msg(s, txn, TP_DB_JOBS, job, strlen(job), &keep.base);
     } else if (rc == 0) {
         MDB_val k = {strlen(job), (void *)job};
-        rc = mdb_del(txn, tp_store_dbi(s, TP_DB_JOBS), &k, NULL);
+        rc = tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_JOBS), &k, NULL));
     }
     toolpool__checkpoint__free_unpacked(cp, NULL);
     return rc;
@@ -447,16 +450,17 @@ int tp_records_escalation_rerun(tp_store_t *s, MDB_txn *txn, const char *id, con
     /* The same-call circuit this escalation opened would refuse the call again: it closes. */
     MDB_cursor *cur;
     MDB_val k, v;
-    if ((rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur)) != 0)
+    if ((rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur))) != 0)
         return rc;
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         if (k.mv_size == 0 || ((const char *)k.mv_data)[0] != 'c')
             continue;
         Toolpool__CallBreaker *cb = toolpool__call_breaker__unpack(NULL, v.mv_size, v.mv_data);
         bool mine = cb && strcmp(cb->escalation, id) == 0;
         if (cb)
             toolpool__call_breaker__free_unpacked(cb, NULL);
-        if (mine && (rc = mdb_cursor_del(cur, 0)) != 0)
+        if (mine && (rc = tp_mdb(mdb_cursor_del(cur, 0))) != 0)
             break;
     }
     mdb_cursor_close(cur);
@@ -466,7 +470,7 @@ int tp_records_escalation_rerun(tp_store_t *s, MDB_txn *txn, const char *id, con
 json_t *tp_records_escalation_json(const Toolpool__Escalation *e, bool full)
 {
     json_t *o = json_object();
-    int rc = o ? 0 : ENOMEM;
+    int rc = o ? 0 : TP_ENOMEM;
     rc = rc ? rc : put(o, "id", str_of(e->id));
     rc = rc ? rc : put(o, "status", str_of(e->resolved ? "resolved" : "open"));
     rc = rc ? rc : put(o, "created_ms", ms_of_us(e->created_unix_us));
@@ -512,12 +516,13 @@ int tp_records_escalations_json(tp_store_t *s, MDB_txn *txn, bool all, json_t **
 int tp_records_escalations_count(tp_store_t *s, MDB_txn *txn, uint64_t *open, uint64_t *total)
 {
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_ESCALATIONS), &cur);
+    int rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_ESCALATIONS), &cur));
     if (rc)
         return rc;
     *open = *total = 0;
     MDB_val k, v;
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         Toolpool__Escalation *e = toolpool__escalation__unpack(NULL, v.mv_size, v.mv_data);
         if (e == NULL)
             continue;
@@ -535,13 +540,13 @@ int tp_records_escalations_count(tp_store_t *s, MDB_txn *txn, uint64_t *open, ui
 json_t *tp_records_checkpoint_json(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp)
 {
     json_t *o = json_object(), *calls = json_array();
-    int rc = o && calls ? 0 : ENOMEM;
+    int rc = o && calls ? 0 : TP_ENOMEM;
     char **ids = NULL;
     size_t n_ids = 0;
     rc = rc ? rc : tp_steps_list(s, txn, cp, &ids, &n_ids);
     for (size_t i = 0; rc == 0 && i < n_ids; i++)
         if (json_array_append_new(calls, str_of(ids[i])) != 0)
-            rc = ENOMEM;
+            rc = TP_ENOMEM;
     free(ids);
     rc = rc ? rc : put(o, "job", str_of(cp->job));
     rc = rc ? rc : put(o, "step", json_integer((json_int_t)cp->last_step));
@@ -596,7 +601,7 @@ int tp_records_checkpoint_results_json(tp_store_t *s, MDB_txn *txn, const Toolpo
 {
     json_t *a = json_array();
     if (a == NULL)
-        return ENOMEM;
+        return TP_ENOMEM;
     char **ids;
     size_t n_ids;
     int lrc = tp_steps_list(s, txn, cp, &ids, &n_ids);
@@ -611,7 +616,7 @@ int tp_records_checkpoint_results_json(tp_store_t *s, MDB_txn *txn, const Toolpo
         if (rc == 0) {
             r = json_loadb((const char *)sr->line.data, sr->line.len, 0, NULL);
             toolpool__stored_result__free_unpacked(sr, NULL);
-        } else if (rc != MDB_NOTFOUND && rc != EPROTO) {
+        } else if (rc != MDB_NOTFOUND && rc != TP_EPROTO) {
             json_decref(a);
             free(ids);
             return rc;
@@ -621,7 +626,7 @@ int tp_records_checkpoint_results_json(tp_store_t *s, MDB_txn *txn, const Toolpo
         if (r == NULL || json_array_append_new(a, r) != 0) {
             json_decref(a);
             free(ids);
-            return ENOMEM;
+            return TP_ENOMEM;
         }
     }
     free(ids);
@@ -640,7 +645,7 @@ int tp_records_agent_state_json(tp_store_t *s, MDB_txn *txn, const char *job, js
         return MDB_NOTFOUND;
     }
     json_t *o = json_object();
-    rc = o ? 0 : ENOMEM;
+    rc = o ? 0 : TP_ENOMEM;
     rc = rc ? rc : put(o, "job", str_of(job));
     rc = rc ? rc : put(o, "step", json_integer((json_int_t)cp->state_step));
     rc = rc ? rc : put(o, "state", json_of_bytes(cp->state.data, cp->state.len));

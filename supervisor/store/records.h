@@ -8,8 +8,8 @@
  * breaker reset or an escalation resolved means the same whichever did it.
  *
  * Every function works inside the caller's transaction (read or write) and
- * returns 0, MDB_NOTFOUND, EEXIST (a prefix that names more than one
- * record), EPROTO (a record that does not unpack), ENOMEM, or an LMDB code.
+ * returns 0, MDB_NOTFOUND, TP_EEXIST (a prefix that names more than one
+ * record), TP_EPROTO (a record that does not unpack), TP_ENOMEM, or an LMDB code.
  * Times in the JSON are milliseconds since the epoch ("..._ms"), durations
  * milliseconds.
  */

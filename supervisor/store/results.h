@@ -11,7 +11,7 @@
 
 /* Records r, reported as the JSON line (len bytes). */
 int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r, const uint8_t *line, size_t len);
-/* 0 and *out (free with toolpool__stored_result__free_unpacked), MDB_NOTFOUND, or EPROTO. */
+/* 0 and *out (free with toolpool__stored_result__free_unpacked), MDB_NOTFOUND, or TP_EPROTO. */
 int tp_result_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__StoredResult **out);
 
 #endif

@@ -60,7 +60,7 @@ int tp_steps_add(tp_store_t *s, MDB_txn *txn, const char *job, const char *id, T
     uint8_t jh[HASH_LEN], ik[KEY_LEN], ok[KEY_LEN], seqb[8];
     hash(job, jh);
     MDB_val k = id_key(ik, jh, id), v;
-    int rc = mdb_get(txn, dbi, &k, &v);
+    int rc = tp_mdb(mdb_get(txn, dbi, &k, &v));
     if (rc == 0)
         return 0;
     if (rc != MDB_NOTFOUND)
@@ -68,11 +68,11 @@ int tp_steps_add(tp_store_t *s, MDB_txn *txn, const char *job, const char *id, T
     uint64_t seq = cp->calls_next + 1;
     put_be64(seqb, seq);
     v = (MDB_val){8, seqb};
-    if ((rc = mdb_put(txn, dbi, &k, &v, 0)) != 0)
+    if ((rc = tp_mdb(mdb_put(txn, dbi, &k, &v, 0))) != 0)
         return rc;
     k = order_key(ok, jh, seq);
     v = (MDB_val){strlen(id), (void *)id};
-    if ((rc = mdb_put(txn, dbi, &k, &v, 0)) != 0)
+    if ((rc = tp_mdb(mdb_put(txn, dbi, &k, &v, 0))) != 0)
         return rc;
     cp->calls_next = seq;
     cp->calls_listed++;
@@ -88,15 +88,16 @@ int tp_steps_remove(tp_store_t *s, MDB_txn *txn, const char *job, const char *id
     uint8_t jh[HASH_LEN], ik[KEY_LEN], ok[KEY_LEN];
     hash(job, jh);
     MDB_val k = id_key(ik, jh, id), v;
-    int rc = mdb_get(txn, dbi, &k, &v);
+    int rc = tp_mdb(mdb_get(txn, dbi, &k, &v));
     if (rc == MDB_NOTFOUND)
         return 0;
     if (rc)
         return rc;
     if (v.mv_size != 8)
-        return EPROTO;
+        return TP_EPROTO;
     MDB_val o = order_key(ok, jh, get_be64(v.mv_data));
-    if ((rc = mdb_del(txn, dbi, &k, NULL)) != 0 || ((rc = mdb_del(txn, dbi, &o, NULL)) != 0 && rc != MDB_NOTFOUND))
+    if ((rc = tp_mdb(mdb_del(txn, dbi, &k, NULL))) != 0 ||
+        ((rc = tp_mdb(mdb_del(txn, dbi, &o, NULL))) != 0 && rc != MDB_NOTFOUND))
         return rc;
     if (cp->calls_listed > 0)
         cp->calls_listed--;
@@ -108,7 +109,7 @@ int tp_steps_remove(tp_store_t *s, MDB_txn *txn, const char *job, const char *id
 static int clear_range(MDB_txn *txn, MDB_dbi dbi, char tag, const uint8_t jh[HASH_LEN])
 {
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, dbi, &cur);
+    int rc = tp_mdb(mdb_cursor_open(txn, dbi, &cur));
     if (rc)
         return rc;
     uint8_t prefix[1 + HASH_LEN];
@@ -117,10 +118,10 @@ static int clear_range(MDB_txn *txn, MDB_dbi dbi, char tag, const uint8_t jh[HAS
     for (;;) {
         /* Found again each time: where a cursor stands after a delete is LMDB's to say. */
         MDB_val k = {sizeof prefix, prefix}, v;
-        rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+        rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE));
         if (rc || k.mv_size <= sizeof prefix || memcmp(k.mv_data, prefix, sizeof prefix) != 0)
             break;
-        if ((rc = mdb_cursor_del(cur, 0)) != 0)
+        if ((rc = tp_mdb(mdb_cursor_del(cur, 0))) != 0)
             break;
     }
     mdb_cursor_close(cur);
@@ -151,7 +152,7 @@ int tp_steps_list(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, c
     hash(cp->job, jh);
     MDB_val k, v;
     int rc = 0;
-    if (steps && (rc = mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_STEPS), &cur)) != 0)
+    if (steps && (rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_STEPS), &cur))) != 0)
         return rc;
     for (int pass = 0; pass < 2; pass++) {
         char **out = NULL;
@@ -159,7 +160,7 @@ int tp_steps_list(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, c
         if (pass == 1) {
             out = malloc(count * sizeof *out + bytes + 1);
             if (out == NULL) {
-                rc = ENOMEM;
+                rc = TP_ENOMEM;
                 break;
             }
             text = (char *)(out + count);
@@ -173,12 +174,12 @@ int tp_steps_list(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, c
         }
         if (steps) {
             k = order_key(ok, jh, 0);
-            for (rc = mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE);
+            for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_SET_RANGE));
                  rc == 0 && k.mv_size == 1 + HASH_LEN + 8 && memcmp(k.mv_data, ok, 1 + HASH_LEN) == 0;
-                 rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+                 rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
                 if (v.mv_size == 0 || memchr(v.mv_data, 0, v.mv_size) != NULL) {
                     tp_store_note_bad(s, TP_DB_STEPS, k.mv_data, k.mv_size, "a listed call id is empty or holds a NUL");
-                    rc = EPROTO;
+                    rc = TP_EPROTO;
                     break;
                 }
                 if (pass == 0) {
@@ -213,19 +214,20 @@ int tp_steps_migrate(tp_store_t *s, MDB_txn *txn)
     /* The jobs with a list, first: a record is rewritten while no cursor walks them. */
     MDB_dbi jobs = tp_store_dbi(s, TP_DB_JOBS);
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, jobs, &cur);
+    int rc = tp_mdb(mdb_cursor_open(txn, jobs, &cur));
     if (rc)
         return rc;
     char **names = NULL;
     size_t n = 0, cap = 0;
     MDB_val k, v;
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0; rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+    for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         if (tp_array_fit(&names, &cap, n + 1, sizeof *names, 64) < 0) {
-            rc = ENOMEM;
+            rc = TP_ENOMEM;
             break;
         }
         if ((names[n] = strndup(k.mv_data, k.mv_size)) == NULL) {
-            rc = ENOMEM;
+            rc = TP_ENOMEM;
             break;
         }
         n++;

@@ -44,7 +44,7 @@ int tp_steps_clear(tp_store_t *s, MDB_txn *txn, const char *job);
 /*
  * Every id of job's list, in order: those a format-2 checkpoint still
  * holds (cp->calls), then the steps database's. *ids is one malloc'd block
- * (the pointers, then the strings): free(*ids). 0, ENOMEM, EPROTO (a bad
+ * (the pointers, then the strings): free(*ids). 0, TP_ENOMEM, TP_EPROTO (a bad
  * record, named in the store's last-bad note), or an LMDB error.
  */
 int tp_steps_list(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, char ***ids, size_t *n);

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "dbs.h"
+#include "error.h"
 
 #define TP_STORE_MAP_LIMIT (1ull << 40)
 
@@ -30,6 +31,16 @@ enum {
 };
 
 typedef struct tp_store tp_store_t;
+
+/*
+ * An LMDB return in the one error space (error.h): LMDB's own codes are
+ * negative already; a system error it passes on as a positive errno
+ * (EIO, ENOSPC, ENOMEM) becomes its negative.
+ */
+static inline int tp_mdb(int rc)
+{
+    return rc > 0 ? -rc : rc;
+}
 
 /*
  * Opens (creating when writable) the store in dir, with its format record
@@ -90,15 +101,15 @@ int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, s
 /*
  * Reads db[key], unpacks it with desc and checks it (supervisor/store/record.h).
  * Returns 0 and *out (free with protobuf_c_message_free_unpacked),
- * MDB_NOTFOUND, or EPROTO for a record that does not unpack or is not
- * sane; tp_store_strerror(EPROTO) then names the record and what is wrong.
+ * MDB_NOTFOUND, or TP_EPROTO for a record that does not unpack or is not
+ * sane; tp_store_strerror(TP_EPROTO) then names the record and what is wrong.
  */
 int tp_store_get_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen,
                      const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out);
 
 /*
  * Notes a bad record found in db under key, and why: the next
- * tp_store_strerror(EPROTO) names it. tp_store_get_msg calls it; so does a
+ * tp_store_strerror(TP_EPROTO) names it. tp_store_get_msg calls it; so does a
  * reader of a raw value.
  */
 void tp_store_note_bad(tp_store_t *s, tp_db_t db, const void *key, size_t klen, const char *why);

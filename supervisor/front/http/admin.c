@@ -44,18 +44,19 @@ void http_breakers_get(tp_http_t *h, struct evhttp_request *req, const char *key
         json_t *all = NULL;
         rc = tp_records_breakers_json(s, txn, &all);
         if (rc == 0 && (o = json_pack("{s:o}", "breakers", all)) == NULL)
-            rc = ENOMEM;
+            rc = TP_ENOMEM;
     } else {
         MDB_val k, v;
         rc = tp_records_breaker_find(s, txn, key, &k, &v);
         if (rc == 0 && (o = tp_records_breaker_json(&k, &v, true)) == NULL)
-            rc = EPROTO;
+            rc = TP_EPROTO;
     }
     char msg[800];
-    if (rc == MDB_NOTFOUND || rc == EEXIST) {
-        snprintf(msg, sizeof msg, "%s breaker %.600s", rc == EEXIST ? "more than one" : "no", key);
-        http_reply_error_when_durable(h, req, rc == EEXIST ? 409 : 404, rc == EEXIST ? "Conflict" : "NotFound", msg);
-    } else if (rc == ENOMEM) {
+    if (rc == MDB_NOTFOUND || rc == TP_EEXIST) {
+        snprintf(msg, sizeof msg, "%s breaker %.600s", rc == TP_EEXIST ? "more than one" : "no", key);
+        http_reply_error_when_durable(h, req, rc == TP_EEXIST ? 409 : 404, rc == TP_EEXIST ? "Conflict" : "NotFound",
+                                      msg);
+    } else if (rc == TP_ENOMEM) {
         http_reply_error(h, req, 500, "InternalError", "out of memory");
     } else if (rc) {
         http_store_error(h, req, rc, "reading the breakers");
@@ -72,9 +73,10 @@ void http_breakers_reset(tp_http_t *h, struct evhttp_request *req, const char *k
         return;
     char id[TP_RECORDS_ID_MAX], msg[800];
     int rc = tp_records_breaker_reset(tp_engine_store(h->e), txn, key, id, sizeof id);
-    if (rc == MDB_NOTFOUND || rc == EEXIST) {
-        snprintf(msg, sizeof msg, "%s breaker %.600s", rc == EEXIST ? "more than one" : "no", key);
-        http_reply_error_when_durable(h, req, rc == EEXIST ? 409 : 404, rc == EEXIST ? "Conflict" : "NotFound", msg);
+    if (rc == MDB_NOTFOUND || rc == TP_EEXIST) {
+        snprintf(msg, sizeof msg, "%s breaker %.600s", rc == TP_EEXIST ? "more than one" : "no", key);
+        http_reply_error_when_durable(h, req, rc == TP_EEXIST ? 409 : 404, rc == TP_EEXIST ? "Conflict" : "NotFound",
+                                      msg);
     } else if (rc) {
         http_store_error(h, req, rc, "resetting a breaker");
     } else {
@@ -96,21 +98,21 @@ void http_escalations_get(tp_http_t *h, struct evhttp_request *req, const char *
         bool everything = query_get(req, "all", all, sizeof all) && strcmp(all, "0") != 0 && strcmp(all, "false") != 0;
         rc = tp_records_escalations_json(s, txn, everything, &list);
         if (rc == 0 && (o = json_pack("{s:o}", "escalations", list)) == NULL)
-            rc = ENOMEM;
+            rc = TP_ENOMEM;
     } else {
         Toolpool__Escalation *e;
         rc = tp_records_escalation_get(s, txn, id, &e);
         if (rc == 0) {
             o = tp_records_escalation_json(e, true);
             toolpool__escalation__free_unpacked(e, NULL);
-            rc = o ? 0 : ENOMEM;
+            rc = o ? 0 : TP_ENOMEM;
         }
     }
     if (rc == MDB_NOTFOUND) {
         char msg[600];
         snprintf(msg, sizeof msg, "no escalation %.500s", id);
         http_reply_error_when_durable(h, req, 404, "NotFound", msg);
-    } else if (rc == ENOMEM) {
+    } else if (rc == TP_ENOMEM) {
         http_reply_error(h, req, 500, "InternalError", "out of memory");
     } else if (rc) {
         http_store_error(h, req, rc, "reading the escalations");

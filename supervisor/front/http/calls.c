@@ -448,7 +448,7 @@ void http_calls_delete(tp_http_t *h, struct evhttp_request *req, const char *id)
         toolpool__stored_result__free_unpacked(sr, NULL);
         snprintf(msg, sizeof msg, "call \"%.500s\" has already ended (its result is recorded)", id);
         http_reply_error_when_durable(h, req, 409, "Conflict", msg);
-    } else if (rc == MDB_NOTFOUND || rc == EPROTO) {
+    } else if (rc == MDB_NOTFOUND || rc == TP_EPROTO) {
         snprintf(msg, sizeof msg, "no call \"%.500s\" is running here or recorded in the store", id);
         http_reply_error_when_durable(h, req, 404, "NotFound", msg);
     } else {

@@ -89,7 +89,7 @@ void http_checkpoint_get(tp_http_t *h, struct evhttp_request *req, const char *j
         char msg[600];
         snprintf(msg, sizeof msg, "job \"%.500s\" has no checkpoint saved", job);
         http_reply_error_when_durable(h, req, 404, "NotFound", msg);
-    } else if (rc == ENOMEM) {
+    } else if (rc == TP_ENOMEM) {
         http_reply_error(h, req, 500, "InternalError", "out of memory");
     } else if (rc) {
         http_store_error(h, req, rc, "reading a job's checkpoint");

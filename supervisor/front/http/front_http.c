@@ -133,7 +133,7 @@ void http_reply_error(tp_http_t *h, struct evhttp_request *req, int status, cons
     tp_buf_free(&b);
 }
 
-/* Writes v (taking its reference) compact, and a newline, to b. 0, or -1 (ENOMEM: v NULL included). */
+/* Writes v (taking its reference) compact, and a newline, to b. 0, or -1 (TP_ENOMEM: v NULL included). */
 int http_json_body(tp_buf_t *b, json_t *v)
 {
     int rc = v && tp_json_write(b, v, 0) == 0 && tp_buf_append(b, "\n", 1) == 0 ? 0 : -1;
@@ -468,11 +468,11 @@ MDB_txn *http_store_txn(tp_http_t *h, struct evhttp_request *req)
 void http_store_error(tp_http_t *h, struct evhttp_request *req, int rc, const char *what)
 {
     char why[256];
-    if (rc == EPROTO) {
+    if (rc == TP_EPROTO) {
         http_reply_error_when_durable(h, req, 500, "InternalError", "a record in the store does not unpack");
         return;
     }
-    snprintf(why, sizeof why, "%s: %s", what, mdb_strerror(rc));
+    snprintf(why, sizeof why, "%s: %s", what, tp_strerror(rc));
     tp_engine_store_failed(h->e, rc, what);
     http_reply_error(h, req, 503, "Unavailable", "%s", why);
 }
@@ -857,7 +857,7 @@ static void accept_resume_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /*
- * accept failed (EMFILE, ENFILE, ENOMEM...): libevent would retry at once
+ * accept failed (EMFILE, ENFILE, TP_ENOMEM...): libevent would retry at once
  * and spin; the listener rests a moment instead, while connections close.
  */
 static void accept_error_cb(struct evconnlistener *lev, void *arg)
