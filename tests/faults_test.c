@@ -94,7 +94,8 @@ WRAP_SPAWN(mdb_cursor_open, (MDB_txn * txn, MDB_dbi dbi, MDB_cursor **cur), (txn
 /*
  * event_add fails, when asked, for the read event of a pipe (a worker's
  * reply pipe), for a 10-second timer (a slot's hello timeout, the first
- * timer a slot arms), or for an eventfd (the deadline thread's).
+ * timer a slot arms), for a 777 ms timer (a backoff the test declares), or
+ * for an eventfd (the deadline thread's).
  */
 int __real_event_add(struct event *ev, const struct timeval *tv);
 int __wrap_event_add(struct event *ev, const struct timeval *tv);
@@ -106,6 +107,8 @@ int __wrap_event_add(struct event *ev, const struct timeval *tv)
         fault_now("event_add:pipe-read"))
         return -1;
     if (fd < 0 && tv && tv->tv_sec == 10 && tv->tv_usec == 0 && fault_now("event_add:10s-timer"))
+        return -1;
+    if (fd < 0 && tv && tv->tv_sec == 0 && tv->tv_usec == 777000 && fault_now("event_add:777ms-timer"))
         return -1;
     char link[64], target[64] = "";
     snprintf(link, sizeof link, "/proc/self/fd/%d", (int)fd);
@@ -339,6 +342,33 @@ static void test_deadline_event_fails(void)
     free(err);
 }
 
+/*
+ * A backoff timer that cannot be armed: the call is not left asleep on a
+ * timer that never fires; it retries at once, saying so, and its trace
+ * shows no wait.
+ */
+static void test_backoff_timer_fails(void)
+{
+    stderr_capture(scratch("faults-backoff"));
+    fault_set("event_add:777ms-timer", 0, 1, 0);
+    run_t r = run_calls(NULL,
+                        "{\"tools\": [{\"name\": \"busy\", \"exec\": [\"@T@/exit.sh\", \"75\"], \"attempts\": 2,"
+                        " \"backoff\": {\"base\": \"777ms\", \"jitter\": \"none\"}}]}",
+                        "{\"id\": \"b1\", \"tool\": \"busy\"}\n", 1, 0);
+    int fired = fault.fired;
+    fault_set(NULL, 0, 0, 0);
+    char *err = stderr_restore();
+    CU_ASSERT_EQUAL(fired, 1);
+    EXPECT_COUNT(err, "call b1: cannot arm its backoff timer; retrying at once", 1);
+    json_t *v = row(&r, "b1");
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "ServerError");
+    CU_ASSERT_EQUAL(num(v, "attempts"), 2);
+    CU_ASSERT(trace_ms(v, 0, "backoff_ms") == 0);
+    CU_ASSERT(r.secs < 0.7); /* it did not wait out the 777 ms */
+    json_decref(r.rows);
+    free(err);
+}
+
 /* ---- the exec adapter's spawn of a tool ---- */
 
 /*
@@ -487,6 +517,7 @@ int main(void)
     CU_add_test(s, "worker: its reply pipe cannot be watched", test_worker_read_event_fails);
     CU_add_test(s, "a slot's timer cannot be armed: the pool stops", test_slot_timer_fails);
     CU_add_test(s, "the deadline thread's eventfd cannot be watched", test_deadline_event_fails);
+    CU_add_test(s, "a backoff timer cannot be armed: the call retries at once", test_backoff_timer_fails);
     CU_add_test(s, "exec tool: a spawn setting fails, the tool does not run", test_tool_settings_fail);
     CU_add_test(s, "inspection: a cursor that cannot be opened", test_cursor_fails);
     CU_add_test(s, "trace frees what it makes", test_trace_frees);

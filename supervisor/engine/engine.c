@@ -190,8 +190,9 @@ static void turn(tp_engine_t *e)
     bool due = e->txn && tp_commit_due(&e->commit, now, e->results, tp_pool_busy(e->pool), urgent);
     if (due && (hold = tp_commit_hold(&e->commit, now, e->results, tp_pool_next_deadline(e->pool), urgent)) > 0) {
         struct timeval tv = {.tv_sec = (time_t)(hold / 1000000u), .tv_usec = (suseconds_t)(hold % 1000000u)};
-        evtimer_add(e->ev_commit, &tv);
-        return;
+        if (evtimer_add(e->ev_commit, &tv) == 0)
+            return;
+        /* No timer to wait on: the commit is made now, and its answers go out. */
     }
     if (e->txn && !due) {
         /*
@@ -202,9 +203,11 @@ static void turn(tp_engine_t *e)
             uint64_t window = tp_commit_window_us(&e->commit), since = now - e->commit.since_us;
             uint64_t left = since < window ? window - since : 0;
             struct timeval tv = {.tv_sec = 0, .tv_usec = (suseconds_t)left};
-            evtimer_add(e->ev_commit, &tv);
+            if (evtimer_add(e->ev_commit, &tv) != 0)
+                due = true; /* no timer to wait on: commit now */
         }
-        return;
+        if (!due)
+            return;
     }
     if (e->txn)
         txn_commit(e);
@@ -287,7 +290,12 @@ void tp_engine_drain(tp_engine_t *e)
     e->drain_asked = true;
     struct timeval tv = {.tv_sec = (time_t)(e->o.drain_us / 1000000u),
                          .tv_usec = (suseconds_t)(e->o.drain_us % 1000000u)};
-    evtimer_add(e->ev_drain, &tv);
+    if (evtimer_add(e->ev_drain, &tv) != 0) {
+        /* The drain could not be bounded: rather than let running calls go on past it, they stop now. */
+        tp_log_error("cannot arm the drain's timer; stopping running calls now");
+        drain_timeout_cb(-1, 0, e);
+        return;
+    }
     kick(e);
 }
 

@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "engine_internal.h"
+#include "log.h"
 
 /*
  * Appends one entry to the call's trace. NULL when out of memory. The
@@ -169,7 +170,12 @@ void eng_settle(tp_engine_t *e, tp_call_t *c)
         return;
     }
     struct timeval tv = {.tv_sec = (time_t)(d.wait_us / 1000000u), .tv_usec = (suseconds_t)(d.wait_us % 1000000u)};
-    evtimer_add(c->ev_backoff, &tv);
+    if (evtimer_add(c->ev_backoff, &tv) != 0) {
+        /* Asleep on a timer that never fires, the call would never end: it retries at once instead. */
+        tp_log_warn("call %s: cannot arm its backoff timer; retrying at once", c->id);
+        t->backoff_us = 0;
+        tp_queue_push(&e->ready, c);
+    }
 }
 
 /* The pool's word that an attempt ended: its slot is free; the turn settles it. */

@@ -341,8 +341,8 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     if (o->progress) {
         f.ev_progress = event_new(f.base, -1, EV_PERSIST, progress_cb, &f);
         struct timeval tv = {0, 200000};
-        if (f.ev_progress)
-            evtimer_add(f.ev_progress, &tv);
+        if (f.ev_progress == NULL || evtimer_add(f.ev_progress, &tv) != 0)
+            tp_log_warn("no progress bar: cannot arm its timer");
     }
     if (tp_engine_start(f.e) == 0) {
         event_base_dispatch(f.base);
