@@ -69,9 +69,9 @@ static int read_call(tp_buf_t *in)
     const uint8_t *body;
     uint32_t len;
     int rc = tp_frame_recv(CALL_FD, in, MAX_FRAME, &body, &len);
-    if (rc == 0)
+    if (rc == TP_ECLOSED)
         return -1;
-    if (rc != TP_FRAME_READY) {
+    if (rc != 0) {
         fprintf(stderr, "fakeworker: bad frame from the supervisor\n");
         exit(3);
     }

@@ -39,7 +39,7 @@ static void test_round_trip(void)
     CU_ASSERT_EQUAL(out.data[0], (uint8_t)packed); /* little-endian length */
     const uint8_t *body;
     uint32_t len;
-    CU_ASSERT_EQUAL_FATAL(tp_frame_peek(&out, TP_FRAME_DEFAULT_MAX, &body, &len), TP_FRAME_READY);
+    CU_ASSERT_EQUAL_FATAL(tp_frame_peek(&out, TP_FRAME_DEFAULT_MAX, &body, &len), 0);
     CU_ASSERT_EQUAL(len, packed);
     Toolpool__WorkerFrame *back = toolpool__worker_frame__unpack(NULL, len, body);
     CU_ASSERT_PTR_NOT_NULL_FATAL(back);
@@ -79,9 +79,9 @@ static void test_partial_reads(void)
         const uint8_t *body;
         uint32_t len;
         int rc = tp_frame_recv(p[0], &in, TP_FRAME_DEFAULT_MAX, &body, &len);
-        if (rc == 0)
+        if (rc == TP_ECLOSED)
             break;
-        CU_ASSERT_EQUAL_FATAL(rc, TP_FRAME_READY);
+        CU_ASSERT_EQUAL_FATAL(rc, 0);
         Toolpool__WorkerFrame *wf = toolpool__worker_frame__unpack(NULL, len, body);
         CU_ASSERT_PTR_NOT_NULL_FATAL(wf);
         CU_ASSERT_EQUAL(wf->reply->seq, (uint64_t)got);
@@ -107,7 +107,7 @@ static void test_many_in_one_read(void)
     for (int i = 0; i < 5; i++) {
         const uint8_t *body;
         uint32_t len;
-        CU_ASSERT_EQUAL_FATAL(tp_frame_peek(&b, TP_FRAME_DEFAULT_MAX, &body, &len), TP_FRAME_READY);
+        CU_ASSERT_EQUAL_FATAL(tp_frame_peek(&b, TP_FRAME_DEFAULT_MAX, &body, &len), 0);
         Toolpool__WorkerFrame *wf = toolpool__worker_frame__unpack(NULL, len, body);
         CU_ASSERT_EQUAL(wf->reply->seq, (uint64_t)i + 7);
         toolpool__worker_frame__free_unpacked(wf, NULL);
@@ -125,19 +125,18 @@ static void test_oversized(void)
     tp_buf_append(&b, hdr, 4);
     const uint8_t *body;
     uint32_t len;
-    CU_ASSERT_EQUAL(tp_frame_peek(&b, 1u << 20, &body, &len), TP_FRAME_TOO_BIG);
+    CU_ASSERT_EQUAL(tp_frame_peek(&b, 1u << 20, &body, &len), TP_E2BIG);
     CU_ASSERT(b.cap < 1u << 20); /* nothing was allocated for the body */
     /* Exactly the maximum is fine, one more is not. */
     tp_buf_reset(&b);
     uint8_t at[4] = {0x00, 0x01, 0x00, 0x00}; /* 256 */
     tp_buf_append(&b, at, 4);
-    CU_ASSERT_EQUAL(tp_frame_peek(&b, 256, &body, &len), TP_FRAME_MORE);
-    CU_ASSERT_EQUAL(tp_frame_peek(&b, 255, &body, &len), TP_FRAME_TOO_BIG);
+    CU_ASSERT_EQUAL(tp_frame_peek(&b, 256, &body, &len), TP_EAGAIN);
+    CU_ASSERT_EQUAL(tp_frame_peek(&b, 255, &body, &len), TP_E2BIG);
     /* The writer refuses to build one too. */
     Toolpool__Reply r;
     tp_buf_reset(&b);
-    CU_ASSERT_EQUAL(tp_frame_append(&b, &make_reply(1, "Timeout", &r)->base, 4), -1);
-    CU_ASSERT_EQUAL(errno, EMSGSIZE);
+    CU_ASSERT_EQUAL(tp_frame_append(&b, &make_reply(1, "Timeout", &r)->base, 4), TP_E2BIG);
     tp_buf_free(&b);
 }
 
@@ -312,9 +311,7 @@ static void test_call_frame(void)
         CU_ASSERT(got.len == want.len && memcmp(got.data, want.data, got.len) == 0);
         /* and too big for a smaller maximum, as tp_frame_append says */
         tp_buf_t small = {0};
-        errno = 0;
-        CU_ASSERT_EQUAL(tp_call_frame_append(&small, &cf, (uint32_t)(want.len - TP_FRAME_HEADER - 1)), -1);
-        CU_ASSERT_EQUAL(errno, EMSGSIZE);
+        CU_ASSERT_EQUAL(tp_call_frame_append(&small, &cf, (uint32_t)(want.len - TP_FRAME_HEADER - 1)), TP_E2BIG);
         CU_ASSERT_EQUAL(small.len, 0);
 
         tp_buf_free(&want);
@@ -566,13 +563,12 @@ static void test_eof(void)
     tp_buf_t in = {0};
     const uint8_t *body;
     uint32_t len;
-    CU_ASSERT_EQUAL(tp_frame_recv(p[0], &in, 1024, &body, &len), -1);
-    CU_ASSERT_EQUAL(errno, EPIPE);
+    CU_ASSERT_EQUAL(tp_frame_recv(p[0], &in, 1024, &body, &len), TP_EPIPE);
     close(p[0]);
     CU_ASSERT_EQUAL_FATAL(pipe(p), 0);
     close(p[1]);
     tp_buf_reset(&in);
-    CU_ASSERT_EQUAL(tp_frame_recv(p[0], &in, 1024, &body, &len), 0);
+    CU_ASSERT_EQUAL(tp_frame_recv(p[0], &in, 1024, &body, &len), TP_ECLOSED);
     close(p[0]);
     tp_buf_free(&in);
 }

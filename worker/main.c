@@ -84,8 +84,10 @@ static void xcpu_handler(int sig)
 static void send_frame(tp_buf_t *out, Toolpool__WorkerFrame *wf, uint32_t max)
 {
     tp_buf_reset(out);
-    if (tp_frame_append(out, &wf->base, max) < 0) {
-        tp_log_error("cannot pack a reply: %s", strerror(errno));
+    int rc = tp_frame_append(out, &wf->base, max);
+    if (rc != 0) {
+        /* strerror's words for the errno this once set: EMSGSIZE when too big */
+        tp_log_error("cannot pack a reply: %s", strerror(rc == TP_E2BIG ? EMSGSIZE : -rc));
         exit(3);
     }
     static size_t reply_pipe;
@@ -190,10 +192,10 @@ int main(int argc, char **argv)
         const uint8_t *body;
         uint32_t len;
         int rc = tp_frame_recv(TP_CALL_FD, &in, max, &body, &len);
-        if (rc == 0)
+        if (rc == TP_ECLOSED)
             break;
-        if (rc != TP_FRAME_READY) {
-            tp_log_error("bad frame from the supervisor (%s)", rc == TP_FRAME_TOO_BIG ? "oversized" : strerror(errno));
+        if (rc != 0) {
+            tp_log_error("bad frame from the supervisor (%s)", rc == TP_E2BIG ? "oversized" : tp_strerror(rc));
             return 3;
         }
         Toolpool__SupervisorFrame *sf = toolpool__supervisor_frame__unpack(NULL, len, body);

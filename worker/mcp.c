@@ -215,18 +215,18 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
         s->start_fails = 0;
         return 0;
     }
-    if (rc == TP_MCP_EXITED) {
+    if (rc == TP_ECLOSED) {
         tp_mcpio_ended(&s->conn, CLOSE_WAIT_US, how, sizeof how);
         snprintf(what, sizeof what, "%s before answering initialize%s%s", how, s->conn.tail_len ? ": " : "",
                  s->conn.tail);
         server_drop(s, 0);
         start_failed(s, call, o, "WorkerCrashed", what);
-    } else if (rc == -10) {
+    } else if (rc == TP_EREFUSED) {
         server_drop(s, 0);
         start_failed(s, call, o, "ToolError", err);
     } else {
         server_drop(s, 0);
-        if (rc == TP_MCP_TOO_BIG)
+        if (rc == TP_E2BIG)
             tp_outcome_fail(o, "ServerError", "MCP server of %s: a line of more than 1 MB before its initialize answer",
                             call->tool);
         else
@@ -427,24 +427,24 @@ void tp_mcp_run(const Toolpool__Call *call, tp_outcome_t *o)
     s->conn.notice = call->notify ? notice : NULL;
     s->conn.notice_ctx = (void *)call;
     int rc = params ? tp_mcpio_request(&s->conn, "tools/call", params, 0, &tp_mcp_interrupt, max_line, &id, &answer)
-                    : TP_MCP_NOMEM;
+                    : TP_ENOMEM;
     s->conn.notice = NULL;
     switch (rc) {
     case 0:
         classify(call, answer, o);
         json_decref(answer);
         return;
-    case TP_MCP_INTR:
+    case TP_EINTR:
         cancel(s, id);
         tp_outcome_fail(o, "Timeout", "%s: cancelled at its timeout", call->tool);
         return;
-    case TP_MCP_EXITED:
+    case TP_ECLOSED:
         tp_mcpio_ended(&s->conn, CLOSE_WAIT_US, how, sizeof how);
         server_drop(s, 0);
         tp_outcome_fail(o, "WorkerCrashed", "the MCP server of %s %s during the call (its stderr is in the log)",
                         call->tool, how);
         return;
-    case TP_MCP_TOO_BIG:
+    case TP_E2BIG:
         server_drop(s, 0);
         tp_outcome_fail(o, "OutputTooLarge",
                         "%s: the MCP server's answer is longer than max_output allows (%llu bytes)", call->tool,

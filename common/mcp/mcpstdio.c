@@ -58,7 +58,7 @@ static char **make_env(char *const env[])
 int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const char *cwd, bool own_group, char *err,
                    size_t errlen)
 {
-    int in_p[2] = {-1, -1}, out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
+    int in_p[2] = {-1, -1}, out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, rc;
     c->pid = 0;
     c->in_fd = c->out_fd = c->err_fd = -1;
     c->own_group = own_group;
@@ -70,11 +70,13 @@ int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const c
     tp_buf_reset(&c->out);
     tp_buf_reset(&c->errline);
     if (pipe2(in_p, O_CLOEXEC) < 0 || pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0) {
+        rc = tp_errno(errno);
         snprintf(err, errlen, "pipe: %s", strerror(errno));
         goto fail;
     }
     char **envp = make_env(env);
     if (envp == NULL) {
+        rc = TP_ENOMEM;
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -85,12 +87,13 @@ int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const c
     sigaddset(&def, SIGPIPE);
     sigaddset(&def, SIGTERM);
     sigemptyset(&none);
-    int rc = posix_spawn_file_actions_init(&fa);
+    rc = posix_spawn_file_actions_init(&fa);
     if (rc == 0 && (rc = posix_spawnattr_init(&attr)) != 0)
         posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
         free(envp);
         snprintf(err, errlen, "posix_spawn setup: %s", strerror(rc));
+        rc = tp_errno(rc);
         goto fail;
     }
     short flags = POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | (own_group ? POSIX_SPAWN_SETPGROUP : 0);
@@ -113,6 +116,7 @@ int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const c
             snprintf(err, errlen, "cannot start %s in %s: %s", argv[0], cwd, strerror(rc));
         else
             snprintf(err, errlen, "%s %s: %s", what, argv[0], strerror(rc));
+        rc = tp_errno(rc);
         goto fail;
     }
     close(in_p[0]);
@@ -129,7 +133,7 @@ fail:
     tp_close_pipe(in_p);
     tp_close_pipe(out_p);
     tp_close_pipe(err_p);
-    return -1;
+    return rc;
 }
 
 /* One line of stderr: to the log, and onto the tail kept for messages. */
@@ -208,7 +212,7 @@ static int wait_ms(uint64_t deadline_us)
 
 /*
  * Waits until fd is ready for events (stderr read meanwhile). 0 when it
- * is, or a TP_MCP_ code.
+ * is; TP_EINTR, TP_ETIMEDOUT, or TP_ECLOSED when ppoll fails.
  */
 static int wait_fd(tp_mcpio_t *c, int fd, short events, uint64_t deadline_us, volatile sig_atomic_t *stop)
 {
@@ -227,7 +231,7 @@ static int wait_fd(tp_mcpio_t *c, int fd, short events, uint64_t deadline_us, vo
             pthread_sigmask(SIG_BLOCK, &term, &old);
         if (stop && *stop) {
             pthread_sigmask(SIG_SETMASK, &old, NULL);
-            return TP_MCP_INTR;
+            return TP_EINTR;
         }
         int n = ppoll(pf, 2, ms < 0 ? NULL : &ts, stop ? &old : NULL);
         if (stop)
@@ -235,14 +239,14 @@ static int wait_fd(tp_mcpio_t *c, int fd, short events, uint64_t deadline_us, vo
         if (n < 0) {
             if (errno == EINTR)
                 continue; /* the flag is checked at the top */
-            return TP_MCP_EXITED;
+            return TP_ECLOSED;
         }
         if (pf[1].revents)
             read_stderr(c);
         if (pf[0].revents)
             return 0;
         if (n == 0 && deadline_us && tp_now_us() >= deadline_us)
-            return TP_MCP_TIMEOUT;
+            return TP_ETIMEDOUT;
     }
 }
 
@@ -250,10 +254,10 @@ int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volati
 {
     tp_buf_t line = {0};
     if (c->in_fd < 0)
-        return TP_MCP_EXITED;
+        return TP_ECLOSED;
     if (tp_json_write(&line, msg, 0) < 0 || tp_buf_append(&line, "\n", 1) < 0) {
         tp_buf_free(&line);
-        return TP_MCP_NOMEM;
+        return TP_ENOMEM;
     }
     /*
      * A server gone is EPIPE, never our death: the supervisor imports
@@ -282,10 +286,10 @@ int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volati
                 break;
             continue;
         }
-        rc = TP_MCP_EXITED; /* EPIPE: it closed its stdin, or is gone */
+        rc = TP_ECLOSED; /* EPIPE: it closed its stdin, or is gone */
         break;
     }
-    if (rc == TP_MCP_EXITED && !was_pending) {
+    if (rc == TP_ECLOSED && !was_pending) {
         struct timespec zero = {0, 0};
         sigtimedwait(&pipe_set, NULL, &zero);
     }
@@ -334,15 +338,15 @@ int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *st
         }
         scanned = avail;
         if (avail > max_line)
-            return TP_MCP_TOO_BIG;
+            return TP_E2BIG;
         if (c->out_fd < 0)
-            return TP_MCP_EXITED;
+            return TP_ECLOSED;
         ssize_t r = tp_buf_read_fd(&c->out, c->out_fd);
         if (r > 0)
             continue;
         if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
             tp_close_fd(&c->out_fd);
-            return TP_MCP_EXITED;
+            return TP_ECLOSED;
         }
         int rc = wait_fd(c, c->out_fd, POLLIN, deadline_us, stop);
         if (rc != 0)
@@ -373,7 +377,7 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
     json_t *req = json_pack("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", (json_int_t)my, "method", method);
     if (req == NULL || (params != NULL && json_object_set_new(req, "params", params) < 0)) {
         json_decref(req);
-        return TP_MCP_NOMEM;
+        return TP_ENOMEM;
     }
     int rc = tp_mcpio_send(c, req, deadline_us, stop);
     json_decref(req);
@@ -407,7 +411,7 @@ int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic
     json_t *params = json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", TP_MCP_PROTOCOL, "capabilities",
                                "clientInfo", "name", "toolpool", "version", "1");
     if (params == NULL)
-        return TP_MCP_NOMEM;
+        return TP_ENOMEM;
     int64_t id;
     json_t *a = NULL;
     int rc = tp_mcpio_request(c, "initialize", params, deadline_us, stop, 1 << 20, &id, &a);
@@ -422,15 +426,15 @@ int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic
         snprintf(err, errlen, "initialize failed: %s (%lld)",
                  json_string_value(json_object_get(e, "message")) ?: "no message",
                  (long long)json_integer_value(json_object_get(e, "code")));
-        rc = -10;
+        rc = TP_EREFUSED;
     } else if (!ok) {
         snprintf(err, errlen, "the server speaks MCP %s; toolpool speaks %s, 2025-06-18 and 2025-03-26",
                  v ? v : "(no protocolVersion in its answer)", TP_MCP_PROTOCOL);
-        rc = -10;
+        rc = TP_EREFUSED;
     } else {
         snprintf(version, vlen, "%s", v);
         json_t *n = json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", "notifications/initialized");
-        rc = n ? tp_mcpio_send(c, n, deadline_us, stop) : TP_MCP_NOMEM;
+        rc = n ? tp_mcpio_send(c, n, deadline_us, stop) : TP_ENOMEM;
         json_decref(n);
     }
     json_decref(a);

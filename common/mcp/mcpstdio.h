@@ -11,6 +11,11 @@
  * SIGTERM handler sets (SIGTERM is let through only inside the wait, so
  * one that comes just before it is not missed); nothing here installs a
  * handler or reaps any process but the server.
+ *
+ * A wait ends with 0 (a message), or with TP_ECLOSED (the server closed its
+ * stdout, or could not be written to), TP_ETIMEDOUT (the deadline passed),
+ * TP_EINTR (the stop flag was set), TP_E2BIG (a line longer than the cap)
+ * or TP_ENOMEM.
  */
 #ifndef TP_MCPSTDIO_H
 #define TP_MCPSTDIO_H
@@ -23,18 +28,10 @@
 #include <sys/types.h>
 
 #include "buf.h"
+#include "error.h"
 
 /* The protocol version offered, and the older ones accepted in answer. */
 #define TP_MCP_PROTOCOL "2025-11-25"
-
-/* How a wait ended, when not with a message (0). */
-enum {
-    TP_MCP_EXITED = -1,  /* the server closed its stdout, or could not be written to */
-    TP_MCP_TIMEOUT = -2, /* the deadline passed */
-    TP_MCP_INTR = -3,    /* the stop flag was set */
-    TP_MCP_TOO_BIG = -4, /* a line longer than the cap */
-    TP_MCP_NOMEM = -5,
-};
 
 /* Bytes of the end of the server's stderr kept for messages. */
 #define TP_MCP_TAIL 600
@@ -64,13 +61,14 @@ typedef struct {
  * caller's environment plus env ("K=V" entries, NULL-terminated, or NULL;
  * an entry replaces a variable of the same name) and in cwd (NULL: the
  * caller's). With own_group it leads a process group of its own (so a
- * close kills all it started); without, it joins the caller's. 0, or -1
- * with a message in err.
+ * close kills all it started); without, it joins the caller's. 0; or,
+ * with a message in err, TP_ENOMEM or the -errno of pipe2's or
+ * posix_spawn's error (-ENOENT: no such command).
  */
 int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const char *cwd, bool own_group, char *err,
                    size_t errlen);
 
-/* Writes msg and a newline. 0, or a TP_MCP_ code. */
+/* Writes msg and a newline. 0, TP_ECLOSED, TP_ETIMEDOUT, TP_EINTR or TP_ENOMEM. */
 int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volatile sig_atomic_t *stop);
 
 /*
@@ -78,7 +76,8 @@ int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volati
  * decref. Blank lines are skipped; a line that is not a JSON object is
  * logged as stderr would be and skipped. deadline_us 0: no deadline. stop
  * (may be NULL) ends the wait when a signal interrupts it with the flag
- * set. 0, or a TP_MCP_ code.
+ * set. 0, TP_ECLOSED, TP_ETIMEDOUT, TP_EINTR or TP_E2BIG (a line longer
+ * than max_line).
  */
 int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line, json_t **msg);
 
@@ -88,7 +87,8 @@ int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *st
  * "error"). Meanwhile the server's requests are answered (ping with {},
  * anything else with -32601) and its notifications go to c->notice (when
  * set). *id is the request's id, set before any wait (for a
- * notifications/cancelled). 0, or a TP_MCP_ code.
+ * notifications/cancelled). 0, or any code of tp_mcpio_send and
+ * tp_mcpio_recv: TP_ECLOSED, TP_ETIMEDOUT, TP_EINTR, TP_E2BIG, TP_ENOMEM.
  */
 int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t deadline_us,
                      volatile sig_atomic_t *stop, size_t max_line, int64_t *id, json_t **answer);
@@ -96,9 +96,10 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
 /*
  * The handshake: initialize (offering TP_MCP_PROTOCOL; 2025-06-18 and
  * 2025-03-26 accepted in answer), then notifications/initialized. The
- * version agreed into version. 0; or a TP_MCP_ code, or -10 when the
- * server answered with an error or a version toolpool does not speak, with
- * what it said in err.
+ * version agreed into version. 0; TP_EREFUSED when the server answered
+ * with an error or a version toolpool does not speak, with what it said in
+ * err; or a code of tp_mcpio_request (TP_ECLOSED, TP_ETIMEDOUT, TP_EINTR,
+ * TP_E2BIG: a line over 1 MiB, TP_ENOMEM).
  */
 int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version, size_t vlen,
                         char *err, size_t errlen);
@@ -112,7 +113,7 @@ int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic
 void tp_mcpio_close(tp_mcpio_t *c, uint64_t wait_us);
 
 /*
- * After TP_MCP_EXITED: waits up to wait_us for the server to exit (killing
+ * After TP_ECLOSED: waits up to wait_us for the server to exit (killing
  * it then) and describes how it ended, "exited with status 1" or "killed
  * by signal 9 (Killed)", into buf.
  */

@@ -15,49 +15,46 @@ int tp_frame_peek(const tp_buf_t *in, uint32_t max, const uint8_t **body, uint32
 {
     size_t avail = tp_buf_avail(in);
     if (avail < TP_FRAME_HEADER)
-        return TP_FRAME_MORE;
+        return TP_EAGAIN;
     uint32_t n = get_le32(tp_buf_head(in));
     if (n > max)
-        return TP_FRAME_TOO_BIG;
+        return TP_E2BIG;
     if (avail - TP_FRAME_HEADER < n)
-        return TP_FRAME_MORE;
+        return TP_EAGAIN;
     *body = tp_buf_head(in) + TP_FRAME_HEADER;
     *len = n;
-    return TP_FRAME_READY;
+    return 0;
 }
 
 /*
  * Room for a frame of n body bytes at the end of out, its header written:
- * the body goes at the pointer returned (out->len is left for the caller to
- * advance). NULL with errno EMSGSIZE when n is over max, or ENOMEM.
+ * the body goes at *body (out->len is left for the caller to advance). 0,
+ * TP_E2BIG when n is over max, or TP_ENOMEM.
  */
-static uint8_t *frame_begin(tp_buf_t *out, size_t n, uint32_t max)
+static int frame_begin(tp_buf_t *out, size_t n, uint32_t max, uint8_t **body)
 {
-    if (n > max) {
-        errno = EMSGSIZE;
-        return NULL;
-    }
+    if (n > max)
+        return TP_E2BIG;
     if (tp_buf_reserve(out, TP_FRAME_HEADER + n) < 0)
-        return NULL;
+        return TP_ENOMEM;
     uint8_t *p = out->data + out->len;
     p[0] = (uint8_t)n;
     p[1] = (uint8_t)(n >> 8);
     p[2] = (uint8_t)(n >> 16);
     p[3] = (uint8_t)(n >> 24);
-    return p + TP_FRAME_HEADER;
+    *body = p + TP_FRAME_HEADER;
+    return 0;
 }
 
 int tp_frame_append(tp_buf_t *out, const ProtobufCMessage *msg, uint32_t max)
 {
     size_t n = protobuf_c_message_get_packed_size(msg);
-    uint8_t *p = frame_begin(out, n, max);
-    if (p == NULL)
-        return -1;
-    size_t packed = protobuf_c_message_pack(msg, p);
-    if (packed != n) {
-        errno = EPROTO;
-        return -1;
-    }
+    uint8_t *p;
+    int rc = frame_begin(out, n, max, &p);
+    if (rc != 0)
+        return rc;
+    if (protobuf_c_message_pack(msg, p) != n)
+        return TP_EPROTO;
     out->len += TP_FRAME_HEADER + n;
     return 0;
 }
@@ -138,9 +135,9 @@ int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv
     size_t n = protobuf_c_message_get_packed_size(&call.base);
     tp_buf_reset(head);
     if (tp_buf_reserve(head, n) < 0)
-        return -1;
+        return TP_ENOMEM;
     head->len = protobuf_c_message_pack(&call.base, head->data);
-    return head->len == n ? 0 : -1;
+    return head->len == n ? 0 : TP_EPROTO;
 }
 
 int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files,
@@ -159,9 +156,9 @@ int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu,
     size_t n = protobuf_c_message_get_packed_size(&call.base);
     tp_buf_reset(tail);
     if (tp_buf_reserve(tail, n) < 0)
-        return -1;
+        return TP_ENOMEM;
     tail->len = protobuf_c_message_pack(&call.base, tail->data);
-    return tail->len == n ? 0 : -1;
+    return tail->len == n ? 0 : TP_EPROTO;
 }
 
 int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
@@ -172,9 +169,10 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
                       bytes_field_len(job_len) + varint_field_len(c->step) + varint_field_len(c->attempt) + tail_len +
                       (c->notify ? sizeof NOTIFY_FIELD : 0);
     size_t n = 1 + varint_len(call_len) + call_len;
-    uint8_t *p = frame_begin(out, n, max);
-    if (p == NULL)
-        return -1;
+    uint8_t *p;
+    int rc = frame_begin(out, n, max, &p);
+    if (rc != 0)
+        return rc;
     *p++ = KEY_FRAME_CALL;
     p = put_varint(p, call_len);
     /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-18), 19. */
@@ -294,17 +292,13 @@ int tp_frame_recv(int fd, tp_buf_t *in, uint32_t max, const uint8_t **body, uint
 {
     for (;;) {
         int rc = tp_frame_peek(in, max, body, len);
-        if (rc != TP_FRAME_MORE)
+        if (rc != TP_EAGAIN)
             return rc;
         ssize_t n = tp_buf_read_fd(in, fd);
         if (n < 0)
-            return -1;
-        if (n == 0) {
-            if (tp_buf_avail(in) == 0)
-                return 0;
-            errno = EPIPE;
-            return -1;
-        }
+            return tp_errno(errno);
+        if (n == 0)
+            return tp_buf_avail(in) == 0 ? TP_ECLOSED : TP_EPIPE;
     }
 }
 

@@ -13,25 +13,26 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "error.h"
 #include "toolpool.pb-c.h"
 
 #define TP_FRAME_HEADER 4u
 #define TP_FRAME_DEFAULT_MAX (64u << 20)
 
-enum {
-    TP_FRAME_MORE = 0,     /* not a whole frame yet */
-    TP_FRAME_READY = 1,    /* *body / *len point into the buffer */
-    TP_FRAME_TOO_BIG = -2, /* the header announced more than max */
-};
-
 /*
- * Looks for one whole frame at the head of in. On TP_FRAME_READY the body
- * stays valid until the caller calls tp_buf_consume(in, TP_FRAME_HEADER +
- * *len) or changes the buffer.
+ * Looks for one whole frame at the head of in. 0 when one is there: *body
+ * and *len point into the buffer, and the body stays valid until the
+ * caller calls tp_buf_consume(in, TP_FRAME_HEADER + *len) or changes the
+ * buffer. TP_EAGAIN: not a whole frame yet. TP_E2BIG: the header announced
+ * more than max.
  */
 int tp_frame_peek(const tp_buf_t *in, uint32_t max, const uint8_t **body, uint32_t *len);
 
-/* Appends header + packed msg to out. 0, or -1 (ENOMEM, or too big). */
+/*
+ * Appends header + packed msg to out. 0; TP_E2BIG when msg packs to more
+ * than max (out unchanged), TP_ENOMEM, or TP_EPROTO when protobuf-c packs
+ * other than the size it gave.
+ */
 int tp_frame_append(tp_buf_t *out, const ProtobufCMessage *msg, uint32_t max);
 
 /*
@@ -59,18 +60,22 @@ typedef struct {
     bool notify; /* field 19: the caller hears the MCP server's notifications */
 } tp_call_frame_t;
 
-/* Packs a tool's fields of a Call (the rest left out) into head. 0, or -1. */
+/*
+ * Packs a tool's fields of a Call (the rest left out) into head. 0,
+ * TP_ENOMEM, or TP_EPROTO when protobuf-c packs other than the size it gave.
+ */
 int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv, size_t argc, const char *plugin_path,
                       uint64_t max_output);
 /*
  * Packs a tool's limits (0: none) into tail, fields 12-14 of a Call, an mcp
  * tool's server fields after them (15-17; mcp_tool NULL: none, env a
  * NULL-terminated "K=V" list or NULL, cwd NULL: none), and an exec tool's
- * working directory (18; NULL: none). 0, or -1.
+ * working directory (18; NULL: none). 0, TP_ENOMEM, or TP_EPROTO as
+ * tp_call_head_pack.
  */
 int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files,
                       const char *mcp_tool, char **mcp_env, const char *mcp_cwd, const char *cwd);
-/* Appends header + SupervisorFrame{call} to out. 0, or -1 (ENOMEM, or EMSGSIZE: too big). */
+/* Appends header + SupervisorFrame{call} to out. 0, TP_E2BIG (more than max: out unchanged) or TP_ENOMEM. */
 int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max);
 
 /*
@@ -101,9 +106,11 @@ void tp_arena_reset(tp_arena_t *ar);
 void tp_arena_free(tp_arena_t *ar);
 
 /*
- * Blocking: reads until one whole frame is buffered. Returns TP_FRAME_READY,
- * TP_FRAME_TOO_BIG, 0 at a clean EOF between frames, -1 on a read error or
- * an EOF inside a frame (errno EPIPE).
+ * Reads fd until one whole frame is buffered (blocking, on a blocking fd).
+ * 0 with *body and *len set, as tp_frame_peek; TP_E2BIG as tp_frame_peek;
+ * TP_ECLOSED at a clean EOF, between frames; TP_EPIPE at an EOF inside a
+ * frame; TP_ENOMEM; or a read error's tp_errno (TP_EAGAIN: a non-blocking
+ * fd has nothing now).
  */
 int tp_frame_recv(int fd, tp_buf_t *in, uint32_t max, const uint8_t **body, uint32_t *len);
 

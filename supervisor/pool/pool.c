@@ -512,9 +512,9 @@ static int slot_parse(tp_slot_t *s)
         const uint8_t *body;
         uint32_t len;
         int rc = tp_frame_peek(&s->in, s->pool->o.max_frame, &body, &len);
-        if (rc == TP_FRAME_MORE)
+        if (rc == TP_EAGAIN)
             return 0;
-        if (rc == TP_FRAME_TOO_BIG) {
+        if (rc == TP_E2BIG) {
             snprintf(s->detail, sizeof s->detail, "oversized frame from worker %d (limit %u bytes)", (int)s->pid,
                      s->pool->o.max_frame);
             return -1;
@@ -1201,8 +1201,9 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
     a->result = NULL;
     a->message = NULL;
     a->retry_after_ms = -1;
-    if (head == NULL || tp_call_frame_append(&s->out, &call, p->o.max_frame) < 0) {
-        if (head != NULL && errno == EMSGSIZE)
+    int rc = head != NULL ? tp_call_frame_append(&s->out, &call, p->o.max_frame) : TP_ENOMEM;
+    if (rc != 0) {
+        if (rc == TP_E2BIG)
             attempt_fail(a, TP_KIND_BAD_ARGUMENTS, "the call does not fit in a frame of %u bytes", p->o.max_frame);
         else
             attempt_fail(a, TP_KIND_SERVER_ERROR, "out of memory for the call's frame");

@@ -2067,7 +2067,7 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
     int rc = tp_mcpio_initialize(&c, deadline, NULL, version, sizeof version, err, sizeof err);
     json_t *cursor = NULL;
     size_t listed = 0;
-    bool names_ok = true;
+    int list_rc = 0; /* TP_EREFUSED: a tool name toolpool cannot take; TP_ENOMEM */
     while (rc == 0) {
         json_t *params = cursor ? json_pack("{s:O}", "cursor", cursor) : NULL;
         json_t *answer = NULL;
@@ -2082,7 +2082,7 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
                      e ? (json_string_value(json_object_get(e, "message")) ?: "an error without a message")
                        : "its answer has no tools array");
             json_decref(answer);
-            rc = -10;
+            rc = TP_EREFUSED;
             break;
         }
         size_t i;
@@ -2096,7 +2096,7 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
                          "it lists a tool named %.100s%s%s, which is no toolpool tool name "
                          "(letters, digits, '_', '.', '-', at most %d bytes with the server's prefix)",
                          tn ? "\"" : "", tn ? tn : "(none)", tn ? "\"" : "", TP_TOOL_NAME_MAX);
-                names_ok = false;
+                list_rc = TP_EREFUSED;
                 break;
             }
             json_t *obj = imported_tool(server, sp, t, name, sizeof name);
@@ -2105,8 +2105,7 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
                 ld->imported_from = from;
             if (obj == NULL || from == NULL) {
                 json_decref(obj);
-                snprintf(err, sizeof err, "out of memory");
-                names_ok = false;
+                list_rc = TP_ENOMEM; /* said below */
                 break;
             }
             from[json_array_size(ld->imported)] = pos;
@@ -2115,24 +2114,24 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
         }
         json_t *next = json_object_get(result, "nextCursor");
         json_decref(cursor);
-        cursor = json_is_string(next) && names_ok ? json_incref(next) : NULL;
+        cursor = json_is_string(next) && list_rc == 0 ? json_incref(next) : NULL;
         json_decref(answer);
-        if (!names_ok) {
-            rc = -10;
+        if (list_rc != 0) {
+            rc = list_rc;
             break;
         }
         if (cursor == NULL)
             break;
     }
     json_decref(cursor);
-    if (rc == TP_MCP_EXITED)
+    if (rc == TP_ECLOSED)
         snprintf(err, sizeof err, "it %s before it had listed its tools", tp_mcpio_ended(&c, 200000, how, sizeof how));
-    else if (rc == TP_MCP_TIMEOUT)
+    else if (rc == TP_ETIMEDOUT)
         snprintf(err, sizeof err, "it did not answer initialize and tools/list within %.3gs (start_timeout)",
                  (double)timeout / 1e6);
-    else if (rc == TP_MCP_TOO_BIG)
+    else if (rc == TP_E2BIG)
         snprintf(err, sizeof err, "it wrote a line of more than 64 MiB");
-    else if (rc == TP_MCP_NOMEM)
+    else if (rc == TP_ENOMEM)
         snprintf(err, sizeof err, "out of memory");
     tp_mcpio_close(&c, 200000);
     char tail[TP_MCP_TAIL];

@@ -51,12 +51,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t *body;
     uint32_t len;
     int rc;
-    while ((rc = tp_frame_peek(&in, 1u << 16, &body, &len)) == TP_FRAME_READY) {
+    while ((rc = tp_frame_peek(&in, 1u << 16, &body, &len)) == 0) {
         TP_FUZZ_CHECK(len <= tp_buf_avail(&in) - TP_FRAME_HEADER);
         check_body(body, len);
         tp_buf_consume(&in, TP_FRAME_HEADER + len);
     }
-    TP_FUZZ_CHECK(rc == TP_FRAME_MORE || rc == TP_FRAME_TOO_BIG);
+    TP_FUZZ_CHECK(rc == TP_EAGAIN || rc == TP_E2BIG);
     tp_buf_free(&in);
     return 0;
 }
