@@ -420,7 +420,7 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
         }
         if (pf[0].revents) {
             ssize_t r = tp_buf_read_fd(&out, out_p[0]);
-            if (r <= 0 && !(r < 0 && errno == EAGAIN))
+            if (r <= 0 && r != TP_EAGAIN)
                 tp_close_fd(&out_p[0]);
             if (out.len > call->max_output) {
                 too_big = true;

@@ -24,13 +24,13 @@ int tp_buf_grow(tp_buf_t *b, size_t extra)
     while (cap < need) {
         if (cap > SIZE_MAX / 2) {
             errno = ENOMEM;
-            return -1;
+            return TP_ENOMEM;
         }
         cap *= 2;
     }
     uint8_t *p = realloc(b->data, cap);
     if (p == NULL)
-        return -1;
+        return TP_ENOMEM;
     b->data = p;
     b->cap = cap;
     return 0;
@@ -43,7 +43,7 @@ int tp_buf_printf(tp_buf_t *b, const char *fmt, ...)
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
     if (n < 0 || tp_buf_reserve(b, (size_t)n + 1) < 0)
-        return -1;
+        return TP_ENOMEM;
     va_start(ap, fmt);
     vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
@@ -76,13 +76,14 @@ void tp_buf_free(tp_buf_t *b)
 ssize_t tp_buf_read_fd(tp_buf_t *b, int fd)
 {
     if (tp_buf_reserve(b, 65536) < 0)
-        return -1;
+        return TP_ENOMEM;
     ssize_t n;
     do {
         n = read(fd, b->data + b->len, b->cap - b->len);
     } while (n < 0 && errno == EINTR);
-    if (n > 0)
-        b->len += (size_t)n;
+    if (n < 0)
+        return tp_errno(errno);
+    b->len += (size_t)n;
     return n;
 }
 
@@ -113,7 +114,7 @@ int tp_write_all(int fd, const void *p, size_t n)
                 poll(&pf, 1, -1);
                 continue;
             }
-            return -1;
+            return tp_errno(errno);
         }
         s += w;
         n -= (size_t)w;

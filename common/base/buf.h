@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "error.h"
+
 typedef struct {
     uint8_t *data;
     size_t off; /* first unconsumed byte */
@@ -17,11 +19,16 @@ typedef struct {
     size_t cap;
 } tp_buf_t;
 
+/*
+ * The buffer's functions return 0, or TP_ENOMEM when it cannot grow (the
+ * bytes it holds stay as they were).
+ */
+
 /* tp_buf_reserve's slow way: compacts or grows. */
 int tp_buf_grow(tp_buf_t *b, size_t extra);
 
 /*
- * Makes room for extra more bytes after len. 0, or -1 (ENOMEM). Inline,
+ * Makes room for extra more bytes after len. 0, or TP_ENOMEM. Inline,
  * with the appends: result lines and frames are built of many small ones.
  */
 static inline int tp_buf_reserve(tp_buf_t *b, size_t extra)
@@ -32,7 +39,7 @@ static inline int tp_buf_reserve(tp_buf_t *b, size_t extra)
 static inline int tp_buf_append(tp_buf_t *b, const void *p, size_t n)
 {
     if (tp_buf_reserve(b, n) < 0)
-        return -1;
+        return TP_ENOMEM;
     if (n > 0)
         memcpy(b->data + b->len, p, n);
     b->len += n;
@@ -59,12 +66,18 @@ void tp_buf_reset(tp_buf_t *b);
 void tp_buf_free(tp_buf_t *b);
 
 /*
- * One read(2) into the buffer (at least 64 KiB of room). Returns bytes read,
- * 0 at EOF, -1 with errno set (EAGAIN included) on error.
+ * One read(2) into the buffer (at least 64 KiB of room). Returns the bytes
+ * read, 0 at EOF, or a negative code: TP_ENOMEM, or read's errno as one
+ * (TP_EAGAIN on a non-blocking descriptor with nothing to read); errno is
+ * set too.
  */
 ssize_t tp_buf_read_fd(tp_buf_t *b, int fd);
 
-/* write(2) until all n bytes are out, resuming after EINTR. 0 or -1. */
+/*
+ * write(2) until all n bytes are out, resuming after EINTR (and, on a
+ * descriptor someone made non-blocking, waiting). 0, or write's errno as a
+ * code (TP_EPIPE: the reader is gone); errno is set too.
+ */
 int tp_write_all(int fd, const void *p, size_t n);
 
 /* Closes *fd if it is open, and marks it closed (-1). */

@@ -27,7 +27,8 @@ enum {
     TP_EAGAIN = -EAGAIN,
     TP_EINTR = -EINTR,
     TP_EEXIST = -EEXIST,
-    TP_E2BIG = -E2BIG, /* longer than the limit allows: a frame, a line, a message */
+    TP_ENOENT = -ENOENT, /* no such thing: a file, a running attempt */
+    TP_E2BIG = -E2BIG,   /* longer than the limit allows: a frame, a line, a message */
     TP_ETIMEDOUT = -ETIMEDOUT,
     TP_EPIPE = -EPIPE,
     TP_EACCES = -EACCES, /* not allowed: a write to a store opened read-only */

@@ -344,7 +344,7 @@ int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *st
         ssize_t r = tp_buf_read_fd(&c->out, c->out_fd);
         if (r > 0)
             continue;
-        if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+        if (r == 0 || (r != TP_EAGAIN && r != TP_EINTR)) {
             tp_close_fd(&c->out_fd);
             return TP_ECLOSED;
         }

@@ -296,7 +296,7 @@ int tp_frame_recv(int fd, tp_buf_t *in, uint32_t max, const uint8_t **body, uint
             return rc;
         ssize_t n = tp_buf_read_fd(in, fd);
         if (n < 0)
-            return tp_errno(errno);
+            return (int)n;
         if (n == 0)
             return tp_buf_avail(in) == 0 ? TP_ECLOSED : TP_EPIPE;
     }

@@ -533,7 +533,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_slot_t *s = arg;
     ssize_t n = tp_buf_read_fd(&s->in, s->reply_fd);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+    if (n == TP_EAGAIN || n == TP_EINTR)
         return;
     if (n <= 0) {
         /*
@@ -1044,12 +1044,13 @@ static void deadline_cb(void *arg)
 int tp_pool_start(tp_pool_t *p)
 {
     if (access(p->o.worker_path, X_OK) < 0) {
-        tp_log_error("worker program %s: %s", p->o.worker_path, strerror(errno));
-        return -1;
+        int rc = tp_errno(errno);
+        tp_log_error("worker program %s: %s", p->o.worker_path, tp_strerror(rc));
+        return rc;
     }
     if (p->ev_chld == NULL || p->ev_flush == NULL || evsignal_add(p->ev_chld, NULL) < 0) {
         tp_log_error("cannot watch SIGCHLD");
-        return -1;
+        return TP_EIO;
     }
     tp_deadline_start(p->deadline, p->base, deadline_cb, p);
     for (int i = 0; i < p->n; i++)
@@ -1181,7 +1182,7 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
     if (s == NULL)
         s = pipeline_slot(p, a->depth);
     if (s == NULL || p->shutting_down)
-        return -1;
+        return TP_EAGAIN;
     const tp_buf_t *tail = NULL, *head = tool_head(p, a->tool, &tail);
     a->seq = ++s->seq;
     a->requeue = false;
@@ -1207,7 +1208,7 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
             attempt_fail(a, TP_KIND_BAD_ARGUMENTS, "the call does not fit in a frame of %u bytes", p->o.max_frame);
         else
             attempt_fail(a, TP_KIND_SERVER_ERROR, "out of memory for the call's frame");
-        return -2;
+        return rc == TP_E2BIG ? TP_E2BIG : TP_ENOMEM;
     }
     p->busy++;
     uint64_t max_calls = a->tool->policy.worker_max_calls;
@@ -1278,9 +1279,9 @@ int tp_pool_cancel(tp_pool_t *p, tp_attempt_t *a)
         if (s->attempt != a || s->state != SLOT_BUSY)
             continue;
         tp_deadline_disarm(p->deadline, s->index); /* the deadline thread must not end it as a Timeout */
-        return slot_stop(s, WHY_CANCEL, SIGKILL) == 0 ? 0 : -1;
+        return slot_stop(s, WHY_CANCEL, SIGKILL) == 0 ? 0 : TP_ENOENT;
     }
-    return -1;
+    return TP_ENOENT;
 }
 
 const tp_pool_stats_t *tp_pool_stats(const tp_pool_t *p)

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "error.h"
 #include "registry.h"
 #include "taxonomy.h"
 
@@ -93,7 +94,7 @@ typedef struct {
 } tp_pool_stats_t;
 
 tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts);
-/* Starts the workers. 0, or -1 with the reason logged. */
+/* Starts the workers. 0, or with the reason logged the worker program's errno as a code, or TP_EIO. */
 int tp_pool_start(tp_pool_t *pool);
 /* Slots ready for an attempt now. */
 int tp_pool_idle(const tp_pool_t *pool);
@@ -121,16 +122,17 @@ bool tp_pool_is_running(const tp_pool_t *pool, const tp_attempt_t *a);
  * Hands a to an idle slot, or, when a->depth allows, queues it on a busy
  * worker whose attempts all allow one more. Its timer starts when the
  * worker starts it (the reply before it arrives). The pool keeps the pointer
- * until done_cb. Returns 0, -1 when no slot can take it, -2 when it does not
- * fit in a frame (a is then filled in as failed).
+ * until done_cb. Returns 0; TP_EAGAIN when no slot can take it now; or
+ * TP_E2BIG (it does not fit in a frame) or TP_ENOMEM, and then the attempt
+ * has ended before it began: a is filled in as failed.
  */
 int tp_pool_submit(tp_pool_t *pool, tp_attempt_t *a);
 /*
  * Ends a's attempt now, if it is a slot's running attempt: its worker's
  * group is killed, and the attempt ends Cancelled at the reap (done_cb).
  * An attempt queued behind another in a worker is left to end by itself
- * (a pipelined attempt is a short one). Returns 0, or -1 when a is not
- * running.
+ * (a pipelined attempt is a short one). Returns 0, or TP_ENOENT when a is
+ * not running.
  */
 int tp_pool_cancel(tp_pool_t *pool, tp_attempt_t *a);
 /*

@@ -231,11 +231,11 @@ static void feed_cb(void *ctx)
         }
         f->in_ready = false;
         ssize_t n = tp_buf_read_fd(&f->in, f->o->input_fd);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        if (n == TP_EAGAIN || n == TP_EINTR)
             continue;
         if (n < 0) {
             /* Not the end of the input: the calls after it were never read. */
-            tp_log_error("reading %s: %s", f->o->input_name, strerror(errno));
+            tp_log_error("reading %s: %s", f->o->input_name, tp_strerror((int)n));
             input_failed(f);
             return;
         }

@@ -277,10 +277,10 @@ static void feed_cb(void *ctx)
         }
         m->in_ready = false;
         ssize_t n = tp_buf_read_fd(&m->in, m->o.in_fd);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        if (n == TP_EAGAIN || n == TP_EINTR)
             continue;
         if (n < 0) {
-            tp_log_error("mcp: reading the client's messages: %s; stopping", strerror(errno));
+            tp_log_error("mcp: reading the client's messages: %s; stopping", tp_strerror((int)n));
             input_end(m);
             break;
         }
