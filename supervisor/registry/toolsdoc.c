@@ -2,12 +2,17 @@
  * The registry's tools rendered for clients (toolsdoc.h): serve's GET
  * /v1/tools and `toolpool tools export` print the same JSON byte for byte,
  * and an export loads again as a registry (an OpenAI list or an MCP
- * tools/list result) with the same names, descriptions and schemas.
+ * tools/list result) with the same names, descriptions and schemas; the
+ * tools/list of `toolpool mcp` and /mcp is the same tool rendered as a host
+ * reads it.
  */
 #include "toolsdoc.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "jsonschema.h"
 
 int tp_toolsdoc_format_parse(const char *s, tp_toolsdoc_format_t *f)
 {
@@ -35,6 +40,48 @@ static json_t *duration_json(uint64_t us)
     else
         snprintf(buf, sizeof buf, "%lluus", (unsigned long long)us);
     return json_string(buf);
+}
+
+/*
+ * A tool's parameters as an inputSchema. MCP wants an object schema with
+ * "type": "object" at its root (the TypeScript SDK refuses a tools/list
+ * without it), and reads a schema that names no dialect as 2020-12, while
+ * toolpool checks arguments in the dialect the registry gives the tool
+ * (draft-07 unless "schema_dialect" says 2020-12): so the dialect is named, and
+ * a root without "type": "object" gets it. Arguments are always objects,
+ * so for them the schema says what it said. A tool without parameters
+ * takes any object.
+ */
+static json_t *served_schema(const tp_tool_t *t)
+{
+    const json_t *p = t->parameters;
+    json_t *s = json_object();
+    if (s == NULL)
+        return NULL;
+    int rc = 0;
+    if (p == NULL || !json_is_object(p) || json_object_get(p, "$schema") == NULL) {
+        /* the dialect the arguments are checked in: the tool's, else draft-07 */
+        bool d2020 = t->schema != NULL && tp_jsonschema_dialect(t->schema) == TP_JSONSCHEMA_2020_12;
+        rc |= json_object_set_new(s, "$schema",
+                                  json_string(d2020 ? "https://json-schema.org/draft/2020-12/schema"
+                                                    : "http://json-schema.org/draft-07/schema#"));
+    }
+    rc |= json_object_set_new(s, "type", json_string("object"));
+    if (json_is_false(p))
+        rc |= json_object_set_new(s, "not", json_object()); /* accepts nothing, as false does */
+    if (json_is_object(p)) {
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)p, key, v) {
+            if (strcmp(key, "type") != 0)
+                rc |= json_object_set(s, key, v);
+        }
+    }
+    if (rc != 0) {
+        json_decref(s);
+        return NULL;
+    }
+    return s;
 }
 
 /* A tool's parameters, or the schema of a tool that declares none: any object. */
@@ -72,6 +119,25 @@ static json_t *own_json(const tp_tool_t *t)
                      params_json(t), "adapter", adapter_name(t->adapter), "policy", policy);
 }
 
+json_t *tp_toolsdoc_mcp_tool(const tp_tool_t *t, tp_toolsdoc_as_t as)
+{
+    if (as == TP_TOOLSDOC_DECLARED)
+        return json_pack("{s:s, s:s, s:o}", "name", t->name, "description", t->description, "inputSchema",
+                         params_json(t));
+    json_t *schema = served_schema(t);
+    json_t *tool = schema ? json_pack("{s:s}", "name", t->name) : NULL;
+    if (tool && t->description && t->description[0] &&
+        json_object_set_new(tool, "description", json_string(t->description)) != 0) {
+        json_decref(tool);
+        tool = NULL;
+    }
+    if (tool == NULL || json_object_set_new(tool, "inputSchema", schema) != 0) {
+        json_decref(tool);
+        return NULL;
+    }
+    return tool;
+}
+
 json_t *tp_toolsdoc_render(const tp_registry_t *reg, tp_toolsdoc_format_t f)
 {
     json_t *list = json_array();
@@ -81,8 +147,7 @@ json_t *tp_toolsdoc_render(const tp_registry_t *reg, tp_toolsdoc_format_t f)
                       : f == TP_TOOLSDOC_OPENAI
                           ? json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "function", "function", "name", t->name,
                                       "description", t->description, "parameters", params_json(t))
-                          : json_pack("{s:s, s:s, s:o}", "name", t->name, "description", t->description, "inputSchema",
-                                      params_json(t));
+                          : tp_toolsdoc_mcp_tool(t, TP_TOOLSDOC_DECLARED);
         if (json_array_append_new(list, one) != 0) {
             json_decref(list);
             list = NULL;

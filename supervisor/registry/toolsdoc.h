@@ -23,4 +23,21 @@ int tp_toolsdoc_format_parse(const char *s, tp_toolsdoc_format_t *f);
 /* A new reference to the document, or NULL on ENOMEM. */
 json_t *tp_toolsdoc_render(const tp_registry_t *reg, tp_toolsdoc_format_t f);
 
+/*
+ * One tool as MCP's tools/list writes it, the one rendering of every
+ * tools/list toolpool makes, in either of two ways:
+ *   DECLARED  as the registry declares it, so that an export loads again as
+ *             the same registry: name, description, its parameters as they
+ *             are (GET /v1/tools?format=mcp, `tools export --format mcp`)
+ *   SERVED    as an MCP host reads it from `toolpool mcp` and /mcp: the
+ *             description only when there is one, and an inputSchema with
+ *             "type": "object" at its root and its dialect named
+ * A new reference, or NULL on ENOMEM.
+ */
+typedef enum {
+    TP_TOOLSDOC_DECLARED = 0,
+    TP_TOOLSDOC_SERVED,
+} tp_toolsdoc_as_t;
+json_t *tp_toolsdoc_mcp_tool(const tp_tool_t *t, tp_toolsdoc_as_t as);
+
 #endif

@@ -28,11 +28,11 @@
 #include "checkpoint.h"
 #include "clock.h"
 #include "json.h"
-#include "jsonschema.h"
 #include "log.h"
 #include "registry.h"
 #include "suggest.h"
 #include "taxonomy.h"
+#include "toolsdoc.h"
 
 /* The revisions spoken, newest first: a client asking for another is offered the first. */
 static const char *const tp_mcp_versions[] = {"2025-11-25", "2025-06-18"};
@@ -783,48 +783,6 @@ static void do_initialize(tp_mcp_session_t *s, const json_t *id, const json_t *p
 
 /* The tools as tools/list lists them, rendered once: name, description, inputSchema. */
 
-/*
- * A tool's parameters as an inputSchema. MCP wants an object schema with
- * "type": "object" at its root (the TypeScript SDK refuses a tools/list
- * without it), and reads a schema that names no dialect as 2020-12, while
- * toolpool checks arguments in the dialect the registry gives the tool
- * (draft-07 unless "schema_dialect" says 2020-12): so the dialect is named, and
- * a root without "type": "object" gets it. Arguments are always objects,
- * so for them the schema says what it said. A tool without parameters
- * takes any object.
- */
-static json_t *input_schema(const tp_tool_t *t)
-{
-    const json_t *p = t->parameters;
-    json_t *s = json_object();
-    if (s == NULL)
-        return NULL;
-    int rc = 0;
-    if (p == NULL || !json_is_object(p) || json_object_get(p, "$schema") == NULL) {
-        /* the dialect the arguments are checked in: the tool's, else draft-07 */
-        bool d2020 = t->schema != NULL && tp_jsonschema_dialect(t->schema) == TP_JSONSCHEMA_2020_12;
-        rc |= json_object_set_new(s, "$schema",
-                                  json_string(d2020 ? "https://json-schema.org/draft/2020-12/schema"
-                                                    : "http://json-schema.org/draft-07/schema#"));
-    }
-    rc |= json_object_set_new(s, "type", json_string("object"));
-    if (json_is_false(p))
-        rc |= json_object_set_new(s, "not", json_object()); /* accepts nothing, as false does */
-    if (json_is_object(p)) {
-        const char *key;
-        json_t *v;
-        json_object_foreach((json_t *)p, key, v) {
-            if (strcmp(key, "type") != 0)
-                rc |= json_object_set(s, key, v);
-        }
-    }
-    if (rc != 0) {
-        json_decref(s);
-        return NULL;
-    }
-    return s;
-}
-
 tp_mcp_catalog_t *tp_mcp_catalog_new(const tp_registry_t *reg)
 {
     tp_mcp_catalog_t *c = calloc(1, sizeof *c);
@@ -837,21 +795,13 @@ tp_mcp_catalog_t *tp_mcp_catalog_new(const tp_registry_t *reg)
     for (size_t i = 0; i < reg->n_tools && w.err == 0; i++) {
         const tp_tool_t *t = &reg->tools[i];
         c->tool_at[i] = c->tools.len;
-        json_t *schema = input_schema(t);
-        if (schema == NULL) {
+        json_t *tool = tp_toolsdoc_mcp_tool(t, TP_TOOLSDOC_SERVED);
+        if (tool == NULL) {
             w.err = -1;
             break;
         }
-        w_puts(&w, "{\"name\":");
-        w_cstr(&w, t->name);
-        if (t->description && t->description[0]) {
-            w_puts(&w, ",\"description\":");
-            w_cstr(&w, t->description);
-        }
-        w_puts(&w, ",\"inputSchema\":");
-        w_json(&w, schema);
-        w_puts(&w, "}");
-        json_decref(schema);
+        w_json(&w, tool);
+        json_decref(tool);
     }
     c->tool_at[reg->n_tools] = c->tools.len;
     if (w.err) {
