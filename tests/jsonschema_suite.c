@@ -1,7 +1,7 @@
 /*
  * Conformance: the official JSON Schema Test Suite (upstream commit
  * 44401e0c, copied into tests/data/json-schema-test-suite), its draft7 and
- * draft2020-12 folders, against supervisor/jsonschema/jsonschema.c.
+ * draft2020-12 folders, against supervisor/jsonschema/.
  *
  * Every *.json under each folder (optional/ included) is run, and every
  * case in it must pass, unless a table below skips it with a reason, which

@@ -1,5 +1,5 @@
 /*
- * JSON Schema draft-07 (supervisor/jsonschema/jsonschema.c): the messages a model reads when
+ * JSON Schema draft-07 (supervisor/jsonschema/): the messages a model reads when
  * its arguments fail a tool's schema, exactly; the cap; compile errors that
  * name the schema location; code-point lengths; integers written 1.0; JSON
  * equality; recursive and escaped $refs; the ECMA-262 side of regexes. The

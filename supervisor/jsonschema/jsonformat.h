@@ -1,5 +1,5 @@
 /*
- * JSON Schema "format", asserted (supervisor/jsonschema/jsonschema.c calls these when a
+ * JSON Schema "format", asserted (supervisor/jsonschema/compile.c and validate.c call these when a
  * tool's or the registry's "formats" is "assert"): exact checks for the
  * formats tools' parameters use, by the RFCs the JSON Schema spec names.
  *
@@ -18,7 +18,7 @@
  *   uri, uri-reference     RFC 3986 URI and URI-reference, ASCII only
  *   uuid                   RFC 4122 8-4-4-4-12 hex digits
  *   json-pointer           RFC 6901
- * "regex" is checked by jsonschema.c (it compiles the pattern). Other
+ * "regex" is checked by validate.c (it compiles the pattern). Other
  * format names are annotations even when asserting.
  */
 #ifndef TP_JSONFORMAT_H
