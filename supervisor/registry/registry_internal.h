@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- where the loader is: a JSON Pointer and the key path users read ---- */
+/* ---- where the loader is: a JSON Pointer and the key path users read (loader.c) ---- */
 
 #define TP_WHERE_MAX 2048
 
