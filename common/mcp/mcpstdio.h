@@ -6,7 +6,7 @@
  *
  * Two users: the worker's mcp adapter (worker/mcp.c), which keeps a session
  * open across calls, and the registry's import of "mcp_servers"
- * (supervisor/registry/registry.c), which starts a server, lists its tools and stops it.
+ * (supervisor/registry/import.c), which starts a server, lists its tools and stops it.
  * Every wait has a deadline and may be cut short by a flag the caller's
  * SIGTERM handler sets (SIGTERM is let through only inside the wait, so
  * one that comes just before it is not missed); nothing here installs a

@@ -9,7 +9,7 @@
  * entry; a top-level array is an OpenAI list. "run" (or a policy file)
  * gives a tool declared in another form its adapter and policy.
  *
- * Every key comes from one table per object (see registry.c); an unknown
+ * Every key comes from one table per object (see keys.c); an unknown
  * key, a wrong type or an out-of-range value is an error that names the
  * file, the line and the key path.
  */

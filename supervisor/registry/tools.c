@@ -1,0 +1,469 @@
+/*
+ * The "tools" entries, each read in the form it is declared in (toolpool's
+ * own, OpenAI's function tool nested or flat, an MCP tools/list entry),
+ * then the tools imported from "mcp_servers"; each with its "run" entries,
+ * its parameters compiled and its adapter checked. Then the checks over
+ * the whole list: every "run" entry names a tool, and there is a tool.
+ */
+#include "registry_internal.h"
+
+#include "jsonpos.h"
+#include "jsonschema.h"
+
+#include <errno.h>
+#include <sys/stat.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How a "tools" entry is declared (tool_form). */
+typedef enum {
+    FORM_TOOLPOOL = 0,
+    FORM_OPENAI,      /* {"type": "function", "function": {...}} */
+    FORM_OPENAI_FLAT, /* {"type": "function", "name": ...} */
+    FORM_MCP,         /* {"name", "inputSchema", ...}, with no adapter key */
+} form_t;
+
+/* The loader a tool's parameters compile with: the registry's schema_refs, by URI. */
+static json_t *schema_load(const char *uri, void *arg)
+{
+    const tp_registry_t *reg = arg;
+    json_t *doc = reg->schema_refs ? json_object_get(reg->schema_refs, uri) : NULL;
+    return doc ? json_incref(doc) : NULL;
+}
+
+/*
+ * A tool's "parameters", compiled with its dialect and formats: its own,
+ * else (the dialect) 2020-12 for an MCP server's tool, else the form's
+ * (dflt: 2020-12 for a tool declared from an MCP list), else the
+ * registry's. The loader stands on the tool; at is the path from there to
+ * the schema. An error points at the schema keyword itself,
+ * "tools[0] (a).parameters/properties/q/type".
+ */
+static int compile_parameters(loader_t *ld, tp_tool_t *tool, int dflt, const char *const *at)
+{
+    if (tool->parameters == NULL)
+        return 0;
+    tp_registry_t *reg = ld->reg;
+    /* MCP reads an inputSchema without "$schema" as 2020-12: so does an MCP server's tool */
+    int dialect = tool->schema_dialect              ? tool->schema_dialect
+                  : tool->adapter == TP_ADAPTER_MCP ? TP_JSONSCHEMA_2020_12
+                  : dflt                            ? dflt
+                                                    : reg->schema_dialect;
+    int formats = tool->formats ? tool->formats : reg->formats;
+    tp_jsonschema_opts_t opts = {
+        .dialect = dialect ? (tp_jsonschema_dialect_t)dialect : TP_JSONSCHEMA_DRAFT7,
+        .assert_formats = formats == TP_FORMATS_ASSERT,
+        .load = schema_load,
+        .load_arg = reg,
+    };
+    char serr[768];
+    mark_t mp = {ld->at.ptr_len, ld->at.key_len};
+    for (; *at != NULL; at++)
+        reg_where_key(&ld->at, *at);
+    tp_jsonschema_t *compiled = tp_jsonschema_compile_opts(tool->parameters, &opts, serr, sizeof serr);
+    if (compiled == NULL) {
+        /* serr is "POINTER: what": point the line at the schema keyword itself. */
+        const char *colon = strstr(serr, ": ");
+        if (serr[0] == '/' && colon)
+            reg_where_add(ld->at.ptr, &ld->at.ptr_len, serr, (size_t)(colon - serr));
+        return reg_fail(ld, "invalid JSON Schema at %s", serr);
+    }
+    tp_jsonschema_free(tool->schema);
+    tool->schema = compiled;
+    reg_where_pop(&ld->at, mp);
+    return 0;
+}
+
+/* A name as agents and MCP hosts accept it: [A-Za-z0-9_.-]+. */
+bool reg_name_ok(const char *s)
+{
+    if (*s == '\0' || strlen(s) > TP_TOOL_NAME_MAX)
+        return false;
+    for (; *s != '\0'; s++) {
+        char c = *s;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+              c == '-'))
+            return false;
+    }
+    return true;
+}
+
+/* "exec and plugin", from the adapter table. */
+static const char *available_adapters(char *buf, size_t n)
+{
+    size_t count = 0, seen = 0, len = 0;
+    for (size_t a = 1; a < sizeof reg_adapters / sizeof reg_adapters[0]; a++)
+        count += reg_adapters[a].available;
+    buf[0] = '\0';
+    for (size_t a = 1; a < sizeof reg_adapters / sizeof reg_adapters[0]; a++) {
+        if (!reg_adapters[a].available)
+            continue;
+        const char *sep = seen == 0 ? "" : seen + 1 == count ? " and " : ", ";
+        int w = snprintf(buf + len, n - len, "%s%s", sep, reg_adapters[a].name);
+        if (w > 0 && (size_t)w < n - len)
+            len += (size_t)w;
+        seen++;
+    }
+    return buf;
+}
+
+/*
+ * How a "tools" entry is declared, from its keys alone: "type" makes it an
+ * OpenAI function tool (nested when it has "function", else the flat form
+ * of the Responses API); "inputSchema" with no adapter key an MCP
+ * tools/list entry; anything else toolpool's own form. An entry with an
+ * adapter and "inputSchema" is toolpool's form with a misplaced key.
+ */
+static form_t tool_form(json_t *t)
+{
+    static const char *const adapter_keys[] = {"exec", "plugin", "mcp", "http"};
+    if (json_object_get(t, "type") != NULL)
+        return json_object_get(t, "function") != NULL ? FORM_OPENAI : FORM_OPENAI_FLAT;
+    if (json_object_get(t, "inputSchema") == NULL)
+        return FORM_TOOLPOOL;
+    for (size_t i = 0; i < sizeof adapter_keys / sizeof adapter_keys[0]; i++)
+        if (json_object_get(t, adapter_keys[i]) != NULL)
+            return FORM_TOOLPOOL;
+    return FORM_MCP;
+}
+
+/*
+ * An MCP tool's "annotations" where they mean something to a run:
+ * readOnlyHint or idempotentHint true makes it idempotent (retried after a
+ * timeout), else destructiveHint true makes it not idempotent. A "run"
+ * entry's own "idempotent" is read later and wins. The other annotations
+ * (title, openWorldHint, ones MCP adds later) are let through.
+ */
+static int apply_annotations(loader_t *ld, json_t *t, tp_tool_t *tool)
+{
+    char got[96];
+    json_t *a = json_object_get(t, "annotations");
+    if (a == NULL)
+        return 0;
+    mark_t m = reg_where_key(&ld->at, "annotations");
+    if (!json_is_object(a))
+        return reg_fail(ld, "expected an object of MCP tool annotations, got %s", GOT(a));
+    static const char *const hints[] = {"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++) {
+        json_t *v = json_object_get(a, hints[i]);
+        if (v == NULL || json_is_boolean(v))
+            continue;
+        mark_t mh = reg_where_key(&ld->at, hints[i]);
+        rc = reg_fail(ld, "expected true or false, got %s", GOT(v));
+        reg_where_pop(&ld->at, mh);
+    }
+    if (json_is_true(json_object_get(a, "readOnlyHint")) || json_is_true(json_object_get(a, "idempotentHint")))
+        tool->policy.idempotent = true;
+    else if (json_is_true(json_object_get(a, "destructiveHint")))
+        tool->policy.idempotent = false;
+    reg_where_pop(&ld->at, m);
+    return rc;
+}
+
+/*
+ * The tool's "run" entries, the registry file's and then the policy
+ * file's, each read over what the tool has. The loader's place is kept
+ * and given back.
+ */
+static int apply_run(loader_t *ld, tp_tool_t *tool)
+{
+    int rc = 0;
+    for (int f = 0; f < 2; f++) {
+        json_t *entry = json_object_get(f == 0 ? ld->run : ld->prun, tool->name);
+        if (entry == NULL)
+            continue;
+        where_t saved = ld->at;
+        reg_where_pop(&ld->at, (mark_t){0, 0});
+        ld->in_policy = f == 1;
+        ld->dir = f == 1 ? ld->pdir : ld->reg->dir;
+        reg_where_key(&ld->at, "run");
+        reg_where_key(&ld->at, tool->name);
+        if (reg_parse_object(ld, entry, &reg_run_table, tool) < 0 || reg_check_output_once(ld, entry) < 0)
+            rc = -1;
+        ld->in_policy = false;
+        ld->dir = ld->reg->dir;
+        ld->at = saved;
+    }
+    return rc;
+}
+
+/*
+ * Moves the loader onto key where the tool's value of it was written: its
+ * policy file "run" entry, else its registry "run" entry, else the tool
+ * itself (where the loader stands). reg_fail() then names the right file and line.
+ */
+static void where_setting(loader_t *ld, const tp_tool_t *tool, const char *key)
+{
+    for (int f = 1; f >= 0; f--) {
+        if (json_object_get(json_object_get(f ? ld->prun : ld->run, tool->name), key) == NULL)
+            continue;
+        reg_where_pop(&ld->at, (mark_t){0, 0});
+        ld->in_policy = f == 1;
+        reg_where_key(&ld->at, "run");
+        reg_where_key(&ld->at, tool->name);
+        break;
+    }
+    reg_where_key(&ld->at, key);
+}
+
+/* reg_fail() at where_setting, the loader back on the registry file. */
+#define FAIL_AT(ld, tool, key, ...)                                                                                    \
+    (where_setting((ld), (tool), (key)), fail_then_reset((ld), reg_fail((ld), __VA_ARGS__)))
+
+static int fail_then_reset(loader_t *ld, int rc)
+{
+    ld->in_policy = false;
+    return rc;
+}
+
+/*
+ * One tool: starts from a copy of the defaults, reads the name first (so
+ * every later message can say which tool), registers it in the index
+ * (a second tool of the same name is an error here), then the rest of its
+ * keys by its form (tool_form), MCP annotations, its "run" entries, its
+ * parameters, then the adapter rules.
+ */
+static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool imported)
+{
+    char got[96];
+    tp_registry_t *reg = ld->reg;
+    mark_t m = {ld->at.ptr_len, ld->at.key_len};
+    if (!imported)
+        reg_where_index(&ld->at, i); /* an imported tool's place is its server's, set by the caller */
+    tool->index = i;
+    tool->line = !imported && ld->tool_lines ? ld->tool_lines[i] : tp_json_line(ld->text, ld->len, ld->at.ptr);
+    ld->adapter_dir = reg->dir;
+    if (!json_is_object(t))
+        return reg_fail(ld, "expected a tool object, got %s", GOT(t));
+    if (reg_policy_copy(&tool->policy, &reg->defaults) < 0)
+        return reg_fail_oom(ld);
+
+    form_t form = imported ? FORM_TOOLPOOL : tool_form(t);
+    mark_t mt = {ld->at.ptr_len, ld->at.key_len};
+    json_t *decl = t; /* the object holding the name */
+    if (form == FORM_OPENAI || form == FORM_OPENAI_FLAT) {
+        json_t *type = json_object_get(t, "type");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0) {
+            reg_where_key(&ld->at, "type");
+            return reg_fail(ld, "expected \"function\" (only function tools run in toolpool), got %s", GOT(type));
+        }
+    }
+    if (form == FORM_OPENAI) {
+        decl = json_object_get(t, "function");
+        reg_where_key(&ld->at, "function");
+        if (!json_is_object(decl))
+            return reg_fail(ld, "expected an object like {\"name\": ..., \"parameters\": {...}}, got %s", GOT(decl));
+    }
+    json_t *name = json_object_get(decl, "name");
+    if (name == NULL)
+        return reg_fail(ld, "missing required key \"name\"");
+    reg_where_key(&ld->at, "name");
+    if (!json_is_string(name) || !reg_name_ok(json_string_value(name)))
+        return reg_fail(ld, "expected a name of letters, digits, '_', '.' or '-', at most %d bytes, got %s",
+                        TP_TOOL_NAME_MAX, GOT(name));
+    const tp_tool_t *prev = tp_registry_find(reg, json_string_value(name));
+    if (prev != NULL && prev->mcp_server == NULL)
+        return reg_fail(ld, "duplicate tool name %s (already declared as tools[%zu] on line %d)", GOT(name),
+                        prev->index, prev->line);
+    if (prev != NULL)
+        return reg_fail(ld, "duplicate tool name %s (already imported from mcp_servers.%s on line %d)", GOT(name),
+                        prev->mcp_server, prev->line);
+    tool->name = strdup(json_string_value(name));
+    if (tool->name == NULL)
+        return reg_fail_oom(ld);
+    reg_index_put(reg, i);
+    reg_where_pop(&ld->at, mt);
+    char note[300];
+    snprintf(note, sizeof note, " (%s)", tool->name);
+    reg_where_note(&ld->at, note);
+
+    const key_table_t *tab = form == FORM_OPENAI        ? &reg_openai_table
+                             : form == FORM_OPENAI_FLAT ? &reg_openai_flat_table
+                             : form == FORM_MCP         ? &reg_mcp_decl_table
+                                                        : &reg_tool_table;
+    int rc = 0;
+    if (reg_parse_object(ld, t, tab, tool) < 0 || (form == FORM_TOOLPOOL && reg_check_output_once(ld, t) < 0))
+        rc = -1;
+    if (form == FORM_MCP && apply_annotations(ld, t, tool) < 0)
+        rc = -1;
+    if (apply_run(ld, tool) < 0)
+        rc = -1;
+    /* MCP reads an inputSchema without "$schema" as 2020-12 */
+    static const char *const at_openai[] = {"function", "parameters", NULL}, *const at_mcp[] = {"inputSchema", NULL},
+                             *const at_own[] = {"parameters", NULL};
+    if (rc == 0 && compile_parameters(ld, tool, form == FORM_MCP ? TP_JSONSCHEMA_2020_12 : 0,
+                                      form == FORM_OPENAI ? at_openai
+                                      : form == FORM_MCP  ? at_mcp
+                                                          : at_own) < 0)
+        rc = -1;
+    if (rc < 0)
+        return -1;
+    if (tool->adapter == 0 && form != FORM_TOOLPOOL)
+        return reg_fail(ld,
+                        "no adapter: the tool is declared, and its settings are not: add \"run\": {\"%s\": "
+                        "{\"exec\": [...]}} (or \"plugin\", \"mcp\", \"http\") beside the tools or in the policy "
+                        "file (--policy)",
+                        tool->name);
+    if (tool->adapter == 0)
+        return reg_fail(ld, "no adapter (expected exactly one of \"exec\", \"plugin\", \"mcp\", "
+                            "\"http\")");
+    if (!reg_adapters[tool->adapter].available) {
+        char list[64];
+        return FAIL_AT(ld, tool, reg_adapters[tool->adapter].name,
+                       "the %s adapter is not available in this build (%s are)", reg_adapters[tool->adapter].name,
+                       available_adapters(list, sizeof list));
+    }
+    if (tool->cwd && tool->adapter != TP_ADAPTER_EXEC)
+        return FAIL_AT(ld, tool, "cwd", "only an exec tool has a working directory (this one is %s)",
+                       reg_adapters[tool->adapter].name);
+    if (tool->cwd) {
+        struct stat st;
+        int se = stat(tool->cwd, &st) != 0 ? errno : 0;
+        if (se || !S_ISDIR(st.st_mode))
+            return FAIL_AT(ld, tool, "cwd", "%s is not a directory%s%s", tool->cwd, se ? ": " : "",
+                           se ? strerror(se) : "");
+    } else if (tool->adapter == TP_ADAPTER_EXEC && (tool->cwd = strdup(ld->adapter_dir)) == NULL) {
+        return reg_fail_oom(ld);
+    }
+    if (tool->description == NULL && (tool->description = strdup("")) == NULL)
+        return reg_fail_oom(ld);
+    reg_where_pop(&ld->at, m);
+    return 0;
+}
+
+/*
+ * Layers a server's policy blocks on an imported tool: the server's
+ * "defaults", then the tool's own entry in the server's "tools", each key
+ * by key over what it has (the registry's defaults). Both were checked
+ * in place by check_server_policy, so only a second look at
+ * max_output can fail here.
+ */
+static int server_policy(loader_t *ld, tp_tool_t *tool, const char *server, json_t *spec, const char *mcp_name)
+{
+    json_t *blocks[2] = {json_object_get(spec, "defaults"), json_object_get(json_object_get(spec, "tools"), mcp_name)};
+    for (int b = 0; b < 2; b++) {
+        if (blocks[b] == NULL)
+            continue;
+        reg_where_pop(&ld->at, (mark_t){0, 0});
+        reg_where_key(&ld->at, "mcp_servers");
+        reg_where_key(&ld->at, server);
+        reg_where_key(&ld->at, b == 0 ? "defaults" : "tools");
+        if (b == 1)
+            reg_where_key(&ld->at, mcp_name);
+        if (reg_parse_object(ld, blocks[b], &reg_policy_table, &tool->policy) < 0 ||
+            reg_check_output_once(ld, blocks[b]) < 0)
+            return -1;
+    }
+    reg_where_pop(&ld->at, (mark_t){0, 0});
+    return 0;
+}
+
+/*
+ * Sizes the tool array and the name index from the declared tools and the
+ * imported ones, then reads each in order: the declared first, then each
+ * server's, in the order they were listed.
+ */
+int reg_parse_tools(loader_t *ld)
+{
+    tp_registry_t *reg = ld->reg;
+    size_t nd = json_array_size(ld->tools_json), n = nd + json_array_size(ld->imported);
+    reg->tools = calloc(n ? n : 1, sizeof *reg->tools);
+    reg->index = reg_index_new(n);
+    if (reg->tools == NULL || reg->index == NULL)
+        return reg_fail_oom(ld);
+    reg->n_tools = n;
+    if (nd > 0 && (ld->tool_lines = calloc(nd, sizeof *ld->tool_lines)) != NULL &&
+        tp_json_element_lines(ld->text, ld->len, ld->tools_at_root ? "" : "/tools", ld->tool_lines, nd) < nd) {
+        free(ld->tool_lines); /* not the array jansson read: ask for each line */
+        ld->tool_lines = NULL;
+    }
+    int rc = 0;
+    mark_t m = {0, 0};
+    if (!ld->tools_at_root)
+        m = reg_where_key(&ld->at, "tools");
+    for (size_t i = 0; i < nd; i++) {
+        mark_t mi = {ld->at.ptr_len, ld->at.key_len};
+        if (parse_tool(ld, json_array_get(ld->tools_json, i), i, &reg->tools[i], false) < 0)
+            rc = -1; /* reported; on to the next tool */
+        reg_where_pop(&ld->at, mi);
+    }
+    reg_where_pop(&ld->at, m);
+    for (size_t i = nd; i < n; i++) {
+        json_t *t = json_array_get(ld->imported, i - nd);
+        const char *server = NULL;
+        json_t *spec = NULL;
+        size_t k = 0, want = ld->imported_from[i - nd];
+        const char *key;
+        json_t *v;
+        json_object_foreach(ld->servers_json, key, v) {
+            if (k++ == want) {
+                server = key;
+                spec = v;
+                break;
+            }
+        }
+        reg_where_pop(&ld->at, (mark_t){0, 0});
+        reg_where_key(&ld->at, "mcp_servers");
+        reg_where_key(&ld->at, server);
+        reg->tools[i].mcp_server = strdup(server);
+        if (reg->tools[i].mcp_server == NULL)
+            return reg_fail_oom(ld);
+        if (parse_tool(ld, t, i, &reg->tools[i], true) < 0) {
+            rc = -1;
+            continue;
+        }
+        const char *mcp_name = json_string_value(json_object_get(json_object_get(t, "mcp"), "tool"));
+        if (server_policy(ld, &reg->tools[i], server, spec, mcp_name) < 0)
+            rc = -1;
+    }
+    reg_where_pop(&ld->at, (mark_t){0, 0});
+    return rc;
+}
+
+/*
+ * Every "run" entry names a declared tool: one that names none is a typo
+ * or a tool left out, and its settings would silently apply to nothing.
+ */
+int reg_check_run_names(loader_t *ld)
+{
+    int rc = 0;
+    for (int f = 0; f < 2; f++) {
+        json_t *block = f == 0 ? ld->run : ld->prun;
+        const char *k;
+        json_t *v;
+        json_object_foreach(block, k, v) {
+            if (tp_registry_find(ld->reg, k) != NULL)
+                continue;
+            reg_where_pop(&ld->at, (mark_t){0, 0});
+            ld->in_policy = f == 1;
+            reg_where_key(&ld->at, "run");
+            reg_where_key(&ld->at, k);
+            rc = reg_fail(ld,
+                          "no tool \"%s\" is declared (a \"run\" entry holds the settings of a tool declared in "
+                          "%s)",
+                          k, ld->tools_at_root ? "the registry's list" : "\"tools\"");
+            ld->in_policy = false;
+        }
+    }
+    reg_where_pop(&ld->at, (mark_t){0, 0});
+    return rc;
+}
+
+/* A registry with no tool at all is an error, at "tools" or at the top. */
+int reg_check_some_tools(loader_t *ld)
+{
+    if (ld->reg->n_tools > 0)
+        return 0;
+    reg_where_pop(&ld->at, (mark_t){0, 0});
+    if (ld->tools_json == NULL && ld->servers_json == NULL)
+        return reg_fail(ld, "missing required key \"tools\"");
+    if (ld->servers_json == NULL) {
+        reg_where_key(&ld->at, "tools");
+        return reg_fail(ld, "expected a non-empty array of tools, got []");
+    }
+    reg_where_key(&ld->at, "mcp_servers");
+    return reg_fail(ld, "no tools: \"tools\" declares none and \"mcp_servers\" names no server");
+}
