@@ -114,7 +114,7 @@ static void test_call_breaker_longest_name(void)
     bool opened = false;
     int rc = call_fail(t, T0, &opened);
     if (rc)
-        fprintf(stderr, "\n  tp_breaker_call_record: %s\n", mdb_strerror(rc));
+        fprintf(stderr, "\n  tp_breaker_call_record: %s\n", tp_strerror(rc));
     CU_ASSERT_EQUAL(rc, 0); /* fails: MDB_BAD_VALSIZE */
     CU_ASSERT_EQUAL(call_fail(t, T0 + 1, &opened), 0);
     CU_ASSERT_EQUAL(call_fail(t, T0 + 2, &opened), 0);
@@ -137,7 +137,7 @@ static void test_tool_breaker_longest_name(void)
         CU_ASSERT_EQUAL_FATAL(tp_store_begin(store, &txn, err, sizeof err), 0);
         int rc = tp_breaker_tool_record(store, txn, t, TP_KIND_TIMEOUT, false, T0 + (uint64_t)i);
         if (rc)
-            fprintf(stderr, "\n  tp_breaker_tool_record: %s\n", mdb_strerror(rc));
+            fprintf(stderr, "\n  tp_breaker_tool_record: %s\n", tp_strerror(rc));
         CU_ASSERT_EQUAL(rc, 0); /* fails: MDB_BAD_VALSIZE */
         if (rc == 0) {
             CU_ASSERT_EQUAL(tp_store_commit(store, txn, err, sizeof err), 0);

@@ -580,7 +580,7 @@ static void test_long_job_list(void)
     txn = begin();
     int frc = tp_records_forget_job(fx.store, txn, "long", &forgot);
     if (frc)
-        fprintf(stderr, "forget_job: %d %s\n", frc, mdb_strerror(frc));
+        fprintf(stderr, "forget_job: %d %s\n", frc, tp_strerror(frc));
     CU_ASSERT_EQUAL(frc, 0);
     commit(txn);
     txn = reader();

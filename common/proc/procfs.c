@@ -102,6 +102,8 @@ uint64_t tp_proc_rss(pid_t pid)
     const char *p = buf;
     while (*p && *p != ' ')
         p++;
+    if (*p == '\0')
+        return 0;
     uint64_t pages = 0;
     for (p++; *p >= '0' && *p <= '9'; p++)
         pages = pages * 10 + (uint64_t)(*p - '0');

@@ -294,7 +294,6 @@ void tp_engine_drain(tp_engine_t *e)
         /* The drain could not be bounded: rather than let running calls go on past it, they stop now. */
         tp_log_error("cannot arm the drain's timer; stopping running calls now");
         drain_timeout_cb(-1, 0, e);
-        return;
     }
     kick(e);
 }

@@ -166,7 +166,8 @@ void eng_settle(tp_engine_t *e, tp_call_t *c)
         return;
     }
     if (c->ev_backoff == NULL && (c->ev_backoff = evtimer_new(e->base, backoff_cb, c)) == NULL) {
-        tp_queue_push(&e->ready, c); /* no timer to be had: retry at once */
+        t->backoff_us = 0; /* no timer to be had: retry at once, and the trace says no wait */
+        tp_queue_push(&e->ready, c);
         return;
     }
     struct timeval tv = {.tv_sec = (time_t)(d.wait_us / 1000000u), .tv_usec = (suseconds_t)(d.wait_us % 1000000u)};

@@ -126,12 +126,13 @@ json_t *tp_toolsdoc_mcp_tool(const tp_tool_t *t, tp_toolsdoc_as_t as)
                          params_json(t));
     json_t *schema = served_schema(t);
     json_t *tool = schema ? json_pack("{s:s}", "name", t->name) : NULL;
-    if (tool && t->description && t->description[0] &&
-        json_object_set_new(tool, "description", json_string(t->description)) != 0) {
+    if (tool == NULL || (t->description && t->description[0] &&
+                         json_object_set_new(tool, "description", json_string(t->description)) != 0)) {
         json_decref(tool);
-        tool = NULL;
+        json_decref(schema);
+        return NULL;
     }
-    if (tool == NULL || json_object_set_new(tool, "inputSchema", schema) != 0) {
+    if (json_object_set_new(tool, "inputSchema", schema) != 0) { /* it takes schema, failing too */
         json_decref(tool);
         return NULL;
     }

@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ProtobufCMessage *m;
     int rc = tp_record_unpack(db, key, klen, val, vlen, desc, &m, why, sizeof why);
     if (rc != 0) {
-        TP_FUZZ_CHECK(rc == EPROTO && m == NULL && why[0] != 0);
+        TP_FUZZ_CHECK(rc == TP_EPROTO && m == NULL && why[0] != 0);
         return 0;
     }
     TP_FUZZ_CHECK(tp_record_check(db, key, klen, m, why, sizeof why) == 0);
