@@ -158,8 +158,8 @@ static void test_appends(void)
     CU_ASSERT_EQUAL(tp_jsonschema_validate(s, bad, &msg, 10), 1);
     tp_buf_append(&msg, "", 1);
     CU_ASSERT_STRING_EQUAL((char *)msg.data, "args: (root): expected string, got number 7");
-    CU_ASSERT_EQUAL(tp_jsonschema_validate(NULL, ok, &msg, 1), -1);
-    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, NULL, &msg, 1), -1);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(NULL, ok, &msg, 1), TP_EINVAL);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, NULL, &msg, 1), TP_EINVAL);
     tp_buf_free(&msg);
     json_decref(ok);
     json_decref(bad);
@@ -617,7 +617,7 @@ static void test_2020_12(void)
     CU_ASSERT_EQUAL(d, TP_JSONSCHEMA_2020_12);
     CU_ASSERT_EQUAL(tp_jsonschema_dialect_parse("http://json-schema.org/draft-07/schema", &d), 0);
     CU_ASSERT_EQUAL(d, TP_JSONSCHEMA_DRAFT7);
-    CU_ASSERT_EQUAL(tp_jsonschema_dialect_parse("draft-04", &d), -1);
+    CU_ASSERT_EQUAL(tp_jsonschema_dialect_parse("draft-04", &d), TP_EINVAL);
 }
 
 /* draft-07's $ref in full: "$id" changes the base URI of what is under it. */

@@ -120,13 +120,13 @@ static void test_duration_invalid(void)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t us = 777;
         int rc = tp_duration_parse(bad[i], &us);
-        CU_ASSERT_EQUAL(rc, -1);
+        CU_ASSERT_EQUAL(rc, TP_EINVAL);
         CU_ASSERT_EQUAL(us, 777);
-        if (rc != -1)
+        if (rc != TP_EINVAL)
             fprintf(stderr, "\n  \"%s\" accepted as %llu us\n", bad[i], (unsigned long long)us);
     }
     uint64_t us;
-    CU_ASSERT_EQUAL(tp_duration_parse(NULL, &us), -1);
+    CU_ASSERT_EQUAL(tp_duration_parse(NULL, &us), TP_EINVAL);
 }
 
 /* ---- JSON line positions ---- */
@@ -486,7 +486,7 @@ static void test_size_parse(void)
         "", "M", "1.5G", "512MB", "512 M", "-1", "12X", "0x10", "16777216T", "99999999999999999999", "1Ki"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t b = 7;
-        CU_ASSERT_EQUAL(tp_size_parse(bad[i], &b), -1);
+        CU_ASSERT_EQUAL(tp_size_parse(bad[i], &b), TP_EINVAL);
         CU_ASSERT_EQUAL(b, 7);
     }
 }

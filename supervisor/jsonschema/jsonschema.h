@@ -90,6 +90,7 @@
 #include <stddef.h>
 
 #include "buf.h"
+#include "error.h"
 
 typedef struct tp_jsonschema tp_jsonschema_t;
 
@@ -145,13 +146,14 @@ tp_jsonschema_dialect_t tp_jsonschema_dialect(const tp_jsonschema_t *s);
 
 /*
  * Parses a dialect's name as the registry writes it: "draft-07" or
- * "2020-12", or any "$schema" URI of the two. 0 and *out, or -1.
+ * "2020-12", or any "$schema" URI of the two. 0 and *out, or TP_EINVAL.
  */
 int tp_jsonschema_dialect_parse(const char *name, tp_jsonschema_dialect_t *out);
 
 /*
  * Checks instance against s. Returns the number of violations (0: valid),
- * or -1 when memory ran out. When msg is non-NULL, appends the message
+ * TP_EINVAL without a schema or an instance, or TP_ENOMEM when memory ran
+ * out. When msg is non-NULL, appends the message
  * described above: at most max_errors violations (max_errors <= 0: all),
  * then "... and N more". Nothing is appended when the instance is valid.
  * The valid path allocates only a PCRE2 match block when a regex runs, and

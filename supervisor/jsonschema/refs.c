@@ -917,6 +917,6 @@ int tp_jsonschema_dialect_parse(const char *name, tp_jsonschema_dialect_t *out)
     else if (known_dialect(name) != 0)
         *out = (tp_jsonschema_dialect_t)known_dialect(name);
     else
-        return -1;
+        return TP_EINVAL;
     return 0;
 }

@@ -1018,7 +1018,7 @@ int tp_jsonschema_validate(const tp_jsonschema_t *s, const json_t *instance, tp_
 {
     if (s == NULL || instance == NULL) {
         errno = EINVAL;
-        return -1;
+        return TP_EINVAL;
     }
     vctx_t c = {.out = msg, .max = max_errors > 0 ? max_errors : INT_MAX, .dynamic = s->dynamic};
     v_node(&c, s->root, instance, NULL, NULL);
@@ -1029,7 +1029,7 @@ int tp_jsonschema_validate(const tp_jsonschema_t *s, const json_t *instance, tp_
         c.oom = true;
     if (c.oom) {
         errno = ENOMEM;
-        return -1;
+        return TP_ENOMEM;
     }
     return c.count;
 }

@@ -23,7 +23,7 @@ int tp_duration_parse(const char *s, uint64_t *us)
         uint64_t us;
     } units[] = {{"us", 1}, {"ms", 1000}, {"s", 1000000}, {"m", 60000000}, {"h", 3600000000ull}};
     if (s == NULL || us == NULL)
-        return -1;
+        return TP_EINVAL;
     if (strcmp(s, "0") == 0) {
         *us = 0;
         return 0;
@@ -31,17 +31,17 @@ int tp_duration_parse(const char *s, uint64_t *us)
     const char *p = s;
     uint64_t whole = 0, frac = 0, scale = 1;
     if (*p < '0' || *p > '9')
-        return -1;
+        return TP_EINVAL;
     for (; *p >= '0' && *p <= '9'; p++) {
         uint64_t d = (uint64_t)(*p - '0');
         if (whole > (UINT64_MAX - d) / 10)
-            return -1;
+            return TP_EINVAL;
         whole = whole * 10 + d;
     }
     if (*p == '.') {
         p++;
         if (*p < '0' || *p > '9')
-            return -1;
+            return TP_EINVAL;
         for (; *p >= '0' && *p <= '9'; p++) {
             if (scale < 1000000000ull) {
                 frac = frac * 10 + (uint64_t)(*p - '0');
@@ -54,36 +54,36 @@ int tp_duration_parse(const char *s, uint64_t *us)
             continue;
         uint64_t u = units[i].us;
         if (whole > UINT64_MAX / u)
-            return -1;
+            return TP_EINVAL;
         uint64_t part = (frac * u + scale / 2) / scale;
         if (whole * u > UINT64_MAX - part)
-            return -1;
+            return TP_EINVAL;
         *us = whole * u + part;
         return 0;
     }
-    return -1;
+    return TP_EINVAL;
 }
 
 int tp_size_parse(const char *s, uint64_t *bytes)
 {
     if (s == NULL || bytes == NULL || *s < '0' || *s > '9')
-        return -1;
+        return TP_EINVAL;
     uint64_t v = 0;
     for (; *s >= '0' && *s <= '9'; s++) {
         uint64_t d = (uint64_t)(*s - '0');
         if (v > (UINT64_MAX - d) / 10)
-            return -1;
+            return TP_EINVAL;
         v = v * 10 + d;
     }
     unsigned shift = 0;
     if (*s != '\0') {
         const char *units = "KMGT", *u = strchr(units, *s >= 'a' ? *s - 'a' + 'A' : *s);
         if (u == NULL || s[1] != '\0')
-            return -1;
+            return TP_EINVAL;
         shift = 10 * (unsigned)(u - units + 1);
     }
     if (v > (UINT64_MAX >> shift))
-        return -1;
+        return TP_EINVAL;
     *bytes = v << shift;
     return 0;
 }

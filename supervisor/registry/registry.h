@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "error.h"
+
 /*
  * The longest tool name: MCP allows 128 characters, and a server's prefix
  * comes on top when its tools are imported. The store's keys hold the
@@ -174,13 +176,13 @@ void tp_policy_init(tp_policy_t *p);
 
 /*
  * "8s", "250ms", "1.5s", "10m", "1h", "100us", "0". Returns 0 and sets *us,
- * or -1 for anything else (a bare number other than 0 included).
+ * or TP_EINVAL for anything else (a bare number other than 0 included).
  */
 int tp_duration_parse(const char *s, uint64_t *us);
 
 /*
  * "512M", "16M", "1G", "64K", "2T" (powers of 1024, the unit in either
- * case) or plain digits of bytes. Returns 0 and sets *bytes, or -1.
+ * case) or plain digits of bytes. Returns 0 and sets *bytes, or TP_EINVAL.
  */
 int tp_size_parse(const char *s, uint64_t *bytes);
 

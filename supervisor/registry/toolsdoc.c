@@ -17,7 +17,7 @@
 int tp_toolsdoc_format_parse(const char *s, tp_toolsdoc_format_t *f)
 {
     if (s == NULL)
-        return -1;
+        return TP_EINVAL;
     if (strcmp(s, "toolpool") == 0)
         *f = TP_TOOLSDOC_TOOLPOOL;
     else if (strcmp(s, "openai") == 0)
@@ -25,7 +25,7 @@ int tp_toolsdoc_format_parse(const char *s, tp_toolsdoc_format_t *f)
     else if (strcmp(s, "mcp") == 0)
         *f = TP_TOOLSDOC_MCP;
     else
-        return -1;
+        return TP_EINVAL;
     return 0;
 }
 

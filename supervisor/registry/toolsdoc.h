@@ -17,7 +17,7 @@ typedef enum {
     TP_TOOLSDOC_MCP,          /* {"tools": [{name, description, inputSchema}]} */
 } tp_toolsdoc_format_t;
 
-/* "toolpool", "openai", "mcp" -> *f; -1 for anything else. */
+/* "toolpool", "openai", "mcp" -> *f, 0; TP_EINVAL for anything else. */
 int tp_toolsdoc_format_parse(const char *s, tp_toolsdoc_format_t *f);
 
 /* A new reference to the document, or NULL on ENOMEM. */
