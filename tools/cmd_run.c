@@ -1,0 +1,282 @@
+/*
+ * toolpool run: a file of calls (JSON lines) through the JSONL front, one
+ * result line per call, the summary, and --retry-failed's choice of what
+ * to run again.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "host.h"
+#include "frame.h"
+#include "front_jsonl.h"
+#include "log.h"
+#include "registry.h"
+#include "taxonomy.h"
+
+/* clang-format off */
+static const char run_usage[] =
+    "usage: toolpool run [--registry FILE] [--store DIR] [-j N] [-o FILE] [OPTIONS] [CALLS.jsonl | -]\n"
+    "\n"
+    "Reads calls, one JSON object a line ({\"id\", \"job\", \"step\", \"tool\", \"args\"}),\n"
+    "from CALLS (default: standard input), runs them, and writes one result line\n"
+    "per call. A summary goes to stderr, and a progress bar when it is a terminal.\n"
+    "Every result is committed to the store before it is written out; rerunning\n"
+    "the same command on the same store resumes: recorded calls are not run again,\n"
+    "their recorded results are written instead.\n"
+    "\n"
+    "  -r, --registry FILE    the tools (default: tools.json): toolpool's own\n"
+    "                         file, an OpenAI tool list or an MCP tools/list\n"
+    "                         result, as written (docs/guide.md, \"The registry\")\n"
+    "      --policy FILE      toolpool's settings of those tools, in a file of\n"
+    "                         their own: {\"run\": {TOOL: {\"exec\": [...], ...}},\n"
+    "                         \"defaults\": {...}, \"guards\": {...}}\n"
+    "  -s, --store DIR        the store: results, checkpoints, breakers and\n"
+    "                         escalations (default: $TOOLPOOL_STORE, else\n"
+    "                         .toolpool in this directory)\n"
+    "  -j, --workers N        worker processes (default: the number of cores)\n"
+    "  -o, --output FILE      results file (default: standard output)\n"
+    "      --relaxed          commit without fsync: a crash of toolpool loses\n"
+    "                         nothing; a crash of the machine can lose the last\n"
+    "                         results or damage the store (for runs you could redo)\n"
+    "      --recycle-after N  replace a worker after N calls (default: never)\n"
+    "      --pipeline N       let a worker hold up to N calls of a quick tool, as\n"
+    "                         many as its average call fits in 2ms: the next\n"
+    "                         starts as soon as one ends (default: 64, the most;\n"
+    "                         1: off)\n"
+    "      --max-frame BYTES  longest frame on a pipe, and longest input line\n"
+    "                         (default: 67108864)\n"
+    "      --max-args BYTES   a call whose args are longer is refused as\n"
+    "                         InvalidRequest (default: 16777216)\n"
+    "      --drain DURATION   after SIGINT/SIGTERM, how long running calls may\n"
+    "                         finish before they are killed (default: 10s)\n"
+    "      --seed N           seed the backoff jitter (default: random)\n"
+    "      --retry-failed[=LIST]\n"
+    "                         run again the calls whose recorded result is a\n"
+    "                         failure (all of them, or those of LIST: classes\n"
+    "                         and kinds, e.g. transient or ServerError,Timeout),\n"
+    "                         keeping every other result, breakers and\n"
+    "                         checkpoints; refusals (malformed) are always\n"
+    "                         checked again\n"
+    "      --ordered          read CALLS (a file) once for each call's job and\n"
+    "                         step first, then run each job strictly in step\n"
+    "                         order, however its lines were placed\n"
+    "      --summary-json FILE\n"
+    "                         write the run's summary to FILE as one JSON object:\n"
+    "                         calls, ok, failed, attempts, retries, by_kind,\n"
+    "                         latency_ms, elapsed_s, resumed, done_again, ...\n"
+    "  -q, --quiet            no summary, no progress bar (on a terminal, the bar\n"
+    "                         shows done/total, failures, calls/s and an ETA)\n"
+    "      --no-progress      no progress bar\n"
+    "  -h, --help             this text\n";
+/* clang-format on */
+
+/*
+ * --retry-failed's LIST: comma-separated class names (transient,
+ * permanent, malformed, guard) and kind names; a name the taxonomy does
+ * not know is taken as a tool's own kind, and said so. NULL or "": all.
+ * Exits 2 on an empty item.
+ */
+static void parse_rerun(const char *list, tp_rerun_t *f)
+{
+    if (list == NULL || *list == '\0') {
+        f->all = true;
+        return;
+    }
+    char *copy = strdup(list), *save = NULL;
+    if (copy == NULL) {
+        tp_log_error("out of memory");
+        exit(2);
+    }
+    for (const char *p = list; *p; p++)
+        if (*p == ',' && (p == list || p[1] == ',' || p[1] == '\0')) {
+            tp_log_error("--retry-failed: an empty name in \"%s\" (expected classes and kinds, comma-separated)", list);
+            exit(2);
+        }
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int c;
+        for (c = TP_CLASS_TRANSIENT; c <= TP_CLASS_GUARD; c++)
+            if (strcmp(tok, tp_class_name((tp_class_t)c)) == 0)
+                break;
+        if (c <= TP_CLASS_GUARD) {
+            f->classes |= 1u << c;
+            continue;
+        }
+        if (tp_kind_from_name(tok) == TP_KIND_OTHER)
+            tp_log_warn("--retry-failed: \"%s\" is not a class or a kind toolpool gives; "
+                        "taken as a tool's own kind",
+                        tok);
+        char **grown = realloc(f->kinds, (f->n_kinds + 1) * sizeof *grown);
+        if (grown == NULL || (grown[f->n_kinds] = strdup(tok)) == NULL) {
+            tp_log_error("out of memory");
+            exit(2);
+        }
+        f->kinds = grown;
+        f->n_kinds++;
+    }
+    free(copy);
+}
+
+/*
+ * --summary-json FILE: the run's summary as one JSON object, for a program
+ * (the same figures as the summary on stderr). 0, or -1 logged.
+ */
+static int write_summary_json(const char *path, const tp_batch_report_t *rep, int status)
+{
+    const tp_summary_t *s = &rep->summary;
+    json_t *kinds = json_object();
+    for (int k = TP_KIND_TIMEOUT; kinds && k <= TP_KIND_OTHER; k++)
+        if (s->by_kind[k])
+            json_object_set_new(kinds, k == TP_KIND_OTHER ? "other" : tp_kind_name((tp_kind_t)k),
+                                json_integer((json_int_t)s->by_kind[k]));
+    json_t *o = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:o, s:{s:f, s:f, s:f}, s:f, s:f, s:I, s:I, s:I, s:b, s:I, s:i}", "calls",
+        (json_int_t)s->calls, "ok", (json_int_t)s->ok, "failed", (json_int_t)(s->calls - s->ok), "attempts",
+        (json_int_t)s->attempts, "retries", (json_int_t)s->retries, "by_kind", kinds, "latency_ms", "p50",
+        (double)tp_summary_quantile_us(s, 0.5) / 1e3, "p99", (double)tp_summary_quantile_us(s, 0.99) / 1e3, "max",
+        (double)s->max_us / 1e3, "elapsed_s", rep->elapsed_s, "calls_per_s",
+        rep->elapsed_s > 0 ? (double)s->calls / rep->elapsed_s : 0.0, "resumed", (json_int_t)rep->resumed, "done_again",
+        (json_int_t)rep->rerun, "late_steps", (json_int_t)rep->late, "interrupted", rep->interrupted, "not_started",
+        (json_int_t)rep->not_started, "exit_status", status);
+    if (o == NULL) {
+        tp_log_error("%s: out of memory rendering the summary", path);
+        return -1;
+    }
+    FILE *f = fopen(path, "w");
+    int rc = f && json_dumpf(o, f, JSON_COMPACT | JSON_REAL_PRECISION(10)) == 0 && fputc('\n', f) != EOF ? 0 : -1;
+    if (f && fclose(f) != 0)
+        rc = -1;
+    if (rc)
+        tp_log_error("%s: %s", path, strerror(errno ? errno : EIO));
+    json_decref(o);
+    return rc;
+}
+
+static void rerun_free(tp_rerun_t *f)
+{
+    for (size_t i = 0; i < f->n_kinds; i++)
+        free(f->kinds[i]);
+    free(f->kinds);
+}
+
+int tp_cmd_run(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        TP_ENGINE_LONGOPTS,
+        {"output", required_argument, NULL, 'o'},
+        {"no-progress", no_argument, NULL, 'P'},
+        {"retry-failed", optional_argument, NULL, 'X'},
+        {"summary-json", required_argument, NULL, 'Y'},
+        {"ordered", no_argument, NULL, 'O'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    tp_engine_cli_t ec;
+    tp_engine_cli_init(&ec, 10000000u);
+    const char *output = NULL, *summary_json = NULL;
+    bool progress = isatty(2), ordered = false, want_rerun = false;
+    tp_rerun_t rerun = {0};
+    long *line_map = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, TP_ENGINE_SHORTOPTS "o:h", longopts, NULL)) != -1) {
+        if (tp_engine_cli_take(&ec, c, optarg))
+            continue;
+        switch (c) {
+        case 'o':
+            output = optarg;
+            break;
+        case 'P':
+            progress = false;
+            break;
+        case 'Y':
+            summary_json = optarg;
+            break;
+        case 'O':
+            ordered = true;
+            break;
+        case 'X':
+            rerun_free(&rerun);
+            rerun = (tp_rerun_t){0};
+            parse_rerun(optarg, &rerun);
+            want_rerun = true;
+            break;
+        case 'h':
+            fputs(run_usage, stdout);
+            return 0;
+        default:
+            fputs(run_usage, stderr);
+            return 2;
+        }
+    }
+    tp_batch_opts_t o = {.input_fd = -1, .output_fd = -1};
+    int status = 2;
+    if (argc - optind > 1) {
+        tp_log_error("run takes one calls file, got %d", argc - optind);
+        goto out;
+    }
+    const char *input = optind < argc ? argv[optind] : "-";
+    if (tp_engine_cli_open(&ec) < 0)
+        goto out;
+    o.engine = ec.engine;
+    o.input_name = strcmp(input, "-") == 0 ? "standard input" : input;
+    o.input_fd = strcmp(input, "-") == 0 ? 0 : open(input, O_RDONLY | O_CLOEXEC);
+    if (o.input_fd < 0) {
+        tp_log_error("%s: %s", input, strerror(errno));
+        goto out;
+    }
+    if (ordered) {
+        int copy;
+        if (tp_order_input(o.input_fd, o.input_name, &copy, &line_map, &o.n_line_map) < 0)
+            goto out;
+        if (o.input_fd > 0)
+            close(o.input_fd);
+        o.input_fd = copy;
+        o.line_map = line_map;
+    }
+    o.output_fd = output ? open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : 1;
+    if (o.output_fd < 0) {
+        tp_log_error("%s: %s", output, strerror(errno));
+        goto out;
+    }
+    o.progress = progress && !ec.quiet;
+    o.engine.rerun = want_rerun ? &rerun : NULL;
+    tp_batch_report_t rep;
+    status = tp_batch_run(&o, &rep);
+    if (!ec.quiet) {
+        tp_summary_print(stderr, &rep.summary, rep.elapsed_s);
+        if (rep.resumed)
+            fprintf(stderr, "  resumed: %llu recorded result%s served from %s, not run again\n",
+                    (unsigned long long)rep.resumed, rep.resumed == 1 ? "" : "s", ec.store_dir);
+        if (rep.rerun)
+            fprintf(stderr, "  done again: %llu recorded failure%s and refusal%s\n", (unsigned long long)rep.rerun,
+                    rep.rerun == 1 ? "" : "s", rep.rerun == 1 ? "" : "s");
+        if (rep.late)
+            fprintf(stderr,
+                    "  late steps: %llu call%s came after a later step of their job had started, "
+                    "and ran out of order\n",
+                    (unsigned long long)rep.late, rep.late == 1 ? "" : "s");
+        if (rep.interrupted)
+            fprintf(stderr, "  interrupted: %llu call%s read but not started; rerun to run them\n",
+                    (unsigned long long)rep.not_started, rep.not_started == 1 ? "" : "s");
+    }
+    if (summary_json && write_summary_json(summary_json, &rep, status) < 0)
+        status = 2;
+out:
+    if (o.input_fd > 0)
+        close(o.input_fd);
+    free(line_map);
+    rerun_free(&rerun);
+    if (output && o.output_fd >= 0 && close(o.output_fd) < 0) {
+        tp_log_error("%s: %s", output, strerror(errno));
+        status = 2;
+    }
+    tp_engine_cli_close(&ec);
+    return status;
+}
