@@ -149,7 +149,7 @@ const key_table_t reg_run_table = {run_keys, sizeof run_keys / sizeof run_keys[0
  * OpenAI's function tool, nested ({"type": "function", "function": {...}})
  * or flat as the Responses API writes it, and an MCP tools/list entry.
  * "type" and "name" are read by hand (K_SKIP); "annotations" too
- * (apply_annotations). MCP's title, outputSchema, icons and _meta mean
+ * (apply_annotations, in tools.c). MCP's title, outputSchema, icons and _meta mean
  * nothing to a run and are let through.
  */
 static const key_spec_t openai_fn_keys[] = {

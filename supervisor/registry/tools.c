@@ -338,7 +338,7 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
  * Layers a server's policy blocks on an imported tool: the server's
  * "defaults", then the tool's own entry in the server's "tools", each key
  * by key over what it has (the registry's defaults). Both were checked
- * in place by check_server_policy, so only a second look at
+ * in place by check_server_policy (import.c), so only a second look at
  * max_output can fail here.
  */
 static int server_policy(loader_t *ld, tp_tool_t *tool, const char *server, json_t *spec, const char *mcp_name)
