@@ -32,8 +32,8 @@ static void test_overflow_refused(void)
     CU_ASSERT_EQUAL(tp_array_fit(&v, &cap, 10, 1, 0), 0);
     CU_ASSERT_EQUAL(cap, 16); /* from 1, doubled to 16 */
     char *was = v;
-    CU_ASSERT_EQUAL(tp_array_fit(&v, &cap, SIZE_MAX, 1, 0), -1);
-    CU_ASSERT_EQUAL(tp_array_fit(&v, &cap, SIZE_MAX / 4, 64, 0), -1);
+    CU_ASSERT_EQUAL(tp_array_fit(&v, &cap, SIZE_MAX, 1, 0), TP_ENOMEM);
+    CU_ASSERT_EQUAL(tp_array_fit(&v, &cap, SIZE_MAX / 4, 64, 0), TP_ENOMEM);
     CU_ASSERT_PTR_EQUAL(v, was); /* left as it was */
     CU_ASSERT_EQUAL(cap, 16);
     free(v);

@@ -9,16 +9,16 @@ int tp_array_grow(void *array, size_t *cap, size_t need, size_t size, size_t fir
     size_t c = *cap ? *cap : (first ? first : 1);
     while (c < need) {
         if (c > SIZE_MAX / 2)
-            return -1;
+            return TP_ENOMEM;
         c *= 2;
     }
     if (size && c > SIZE_MAX / size)
-        return -1;
+        return TP_ENOMEM;
     void *old;
     memcpy(&old, array, sizeof old);
     void *p = realloc(old, c * size);
     if (p == NULL)
-        return -1;
+        return TP_ENOMEM;
     memcpy(array, &p, sizeof p);
     *cap = c;
     return 0;

@@ -11,11 +11,13 @@
 
 #include <stddef.h>
 
+#include "error.h"
+
 /*
  * Makes *array (of *cap elements of size bytes) hold at least need: the
  * capacity doubles from first until it does, and *array is realloc'd.
- * Nothing is done when it already fits. 0, or -1 when out of memory (or
- * the size overflows), with *array and *cap as they were.
+ * Nothing is done when it already fits. 0, or TP_ENOMEM when out of memory
+ * (or the size overflows), with *array and *cap as they were.
  */
 int tp_array_grow(void *array, size_t *cap, size_t need, size_t size, size_t first);
 

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "array.h"
+
 int tp_buf_grow(tp_buf_t *b, size_t extra)
 {
     if (b->cap - b->len >= extra)
@@ -19,20 +21,10 @@ int tp_buf_grow(tp_buf_t *b, size_t extra)
         b->off = 0;
         return 0;
     }
-    size_t need = b->len + extra;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < need) {
-        if (cap > SIZE_MAX / 2) {
-            errno = ENOMEM;
-            return TP_ENOMEM;
-        }
-        cap *= 2;
-    }
-    uint8_t *p = realloc(b->data, cap);
-    if (p == NULL)
+    if (extra > SIZE_MAX - b->len || tp_array_grow(&b->data, &b->cap, b->len + extra, 1, 256) < 0) {
+        errno = ENOMEM;
         return TP_ENOMEM;
-    b->data = p;
-    b->cap = cap;
+    }
     return 0;
 }
 
