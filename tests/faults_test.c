@@ -94,8 +94,9 @@ WRAP_SPAWN(mdb_cursor_open, (MDB_txn * txn, MDB_dbi dbi, MDB_cursor **cur), (txn
 /*
  * event_add fails, when asked, for the read event of a pipe (a worker's
  * reply pipe), for a 10-second timer (a slot's hello timeout, the first
- * timer a slot arms), for a 777 ms timer (a backoff the test declares), or
- * for an eventfd (the deadline thread's).
+ * timer a slot arms), for a 777 ms timer (a backoff the test declares), for
+ * a 1-second timer (the drain's, run_calls' --drain), or for an eventfd
+ * (the deadline thread's).
  */
 int __real_event_add(struct event *ev, const struct timeval *tv);
 int __wrap_event_add(struct event *ev, const struct timeval *tv);
@@ -109,6 +110,8 @@ int __wrap_event_add(struct event *ev, const struct timeval *tv)
     if (fd < 0 && tv && tv->tv_sec == 10 && tv->tv_usec == 0 && fault_now("event_add:10s-timer"))
         return -1;
     if (fd < 0 && tv && tv->tv_sec == 0 && tv->tv_usec == 777000 && fault_now("event_add:777ms-timer"))
+        return -1;
+    if (fd < 0 && tv && tv->tv_sec == 1 && tv->tv_usec == 0 && fault_now("event_add:1s-timer"))
         return -1;
     char link[64], target[64] = "";
     snprintf(link, sizeof link, "/proc/self/fd/%d", (int)fd);
@@ -369,6 +372,32 @@ static void test_backoff_timer_fails(void)
     free(err);
 }
 
+/*
+ * A drain whose timer cannot be armed: the running call is not left to run
+ * on unbounded (here it would hang for its 20 s timeout); it is stopped
+ * now, saying so, and ends Cancelled.
+ */
+static void test_drain_timer_fails(void)
+{
+    stderr_capture(scratch("faults-drain"));
+    fault_set("event_add:1s-timer", 0, 1, 0);
+    run_t r = run_calls(NULL,
+                        "{\"tools\": [{\"name\": \"term\", \"exec\": [\"@T@/term_run.sh\"], \"timeout\": \"20s\","
+                        " \"attempts\": 1}]}",
+                        "{\"id\": \"d1\", \"tool\": \"term\"}\n", 1, 0);
+    int fired = fault.fired;
+    fault_set(NULL, 0, 0, 0);
+    char *err = stderr_restore();
+    CU_ASSERT_EQUAL(fired, 1);
+    EXPECT_COUNT(err, "cannot arm the drain's timer; stopping running calls now", 1);
+    json_t *v = row(&r, "d1");
+    CU_ASSERT_STRING_EQUAL(str(v, "error"), "Cancelled");
+    CU_ASSERT_EQUAL(r.status, 1);
+    CU_ASSERT(r.secs < 5); /* not the call's 20 s */
+    json_decref(r.rows);
+    free(err);
+}
+
 /* ---- the exec adapter's spawn of a tool ---- */
 
 /*
@@ -518,6 +547,7 @@ int main(void)
     CU_add_test(s, "a slot's timer cannot be armed: the pool stops", test_slot_timer_fails);
     CU_add_test(s, "the deadline thread's eventfd cannot be watched", test_deadline_event_fails);
     CU_add_test(s, "a backoff timer cannot be armed: the call retries at once", test_backoff_timer_fails);
+    CU_add_test(s, "a drain timer cannot be armed: running calls stop now", test_drain_timer_fails);
     CU_add_test(s, "exec tool: a spawn setting fails, the tool does not run", test_tool_settings_fail);
     CU_add_test(s, "inspection: a cursor that cannot be opened", test_cursor_fails);
     CU_add_test(s, "trace frees what it makes", test_trace_frees);
