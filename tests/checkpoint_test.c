@@ -12,6 +12,7 @@
 
 #include "checkpoint.h"
 #include "records.h"
+#include "resultline.h"
 #include "steps.h"
 #include "testutil.h"
 
@@ -162,11 +163,11 @@ static void test_result_round_trip(void)
     tp_digest_t args, ident;
     tp_digest_bytes("{\"q\":1}", 7, &args);
     tp_identity_digest("search", &args, &ident);
-    static const uint8_t line[] = "{\"id\":\"call-1\",\"ok\":true,\"result\":\"a\\u0000b\"}\n";
-    const size_t len = sizeof line - 1;
-
     Toolpool__Result r = TOOLPOOL__RESULT__INIT;
+    r.has_id = true;
     r.id = "call-1";
+    r.result.data = (uint8_t *)"\"a\\u0000b\"";
+    r.result.len = strlen((const char *)r.result.data);
     r.tool = "search";
     r.ok = true;
     r.kind = "";
@@ -174,7 +175,10 @@ static void test_result_round_trip(void)
     r.duration_us = 123456;
     r.input_digest.data = ident.b;
     r.input_digest.len = TP_DIGEST_LEN;
+    tp_buf_t line = {0};
+    CU_ASSERT_EQUAL_FATAL(tp_result_write(&line, &r), 0);
     Toolpool__Result f = TOOLPOOL__RESULT__INIT;
+    f.has_id = true;
     f.id = "call-2";
     f.ok = false;
     f.kind = "Timeout";
@@ -182,10 +186,9 @@ static void test_result_round_trip(void)
     f.duration_us = 9;
     f.input_digest.data = ident.b;
     f.input_digest.len = TP_DIGEST_LEN;
-    static const char fline[] = "{\"id\":\"call-2\",\"ok\":false,\"error\":\"Timeout\"}\n";
     MDB_txn *txn = begin();
-    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, line, len), 0);
-    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &f, (const uint8_t *)fline, sizeof fline - 1), 0);
+    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r), 0);
+    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &f), 0);
     /* readable inside the transaction that wrote it */
     Toolpool__StoredResult *sr = NULL;
     CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "call-1", &sr), 0);
@@ -199,25 +202,34 @@ static void test_result_round_trip(void)
     sr = NULL;
     CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "call-1", &sr), 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sr);
-    CU_ASSERT_EQUAL(sr->line.len, len);
-    CU_ASSERT_EQUAL(sr->line.len == len ? memcmp(sr->line.data, line, len) : -1, 0);
-    CU_ASSERT_EQUAL(sr->input_digest.len, TP_DIGEST_LEN);
-    CU_ASSERT_EQUAL(sr->input_digest.len == TP_DIGEST_LEN ? memcmp(sr->input_digest.data, ident.b, TP_DIGEST_LEN) : -1,
-                    0);
-    CU_ASSERT_TRUE(sr->ok);
-    CU_ASSERT_STRING_EQUAL(sr->kind, "");
-    CU_ASSERT_EQUAL(sr->attempts, 2);
-    CU_ASSERT_EQUAL(sr->duration_us, 123456);
+    /* the record, not a line: its fields, and the line rendered from it the same */
+    CU_ASSERT_EQUAL(sr->line.len, 0);
+    const Toolpool__Result *got = sr->result;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(got);
+    tp_buf_t again = {0};
+    CU_ASSERT_EQUAL(tp_result_line(&again, sr), 0);
+    CU_ASSERT_EQUAL(again.len, line.len);
+    CU_ASSERT_EQUAL(again.len == line.len ? memcmp(again.data, line.data, line.len) : -1, 0);
+    tp_buf_free(&again);
+    tp_buf_free(&line);
+    CU_ASSERT_EQUAL(got->input_digest.len, TP_DIGEST_LEN);
+    CU_ASSERT_EQUAL(
+        got->input_digest.len == TP_DIGEST_LEN ? memcmp(got->input_digest.data, ident.b, TP_DIGEST_LEN) : -1, 0);
+    CU_ASSERT_TRUE(got->ok);
+    CU_ASSERT_STRING_EQUAL(got->kind, "");
+    CU_ASSERT_STRING_EQUAL(got->tool, "search");
+    CU_ASSERT_EQUAL(got->attempts, 2);
+    CU_ASSERT_EQUAL(got->duration_us, 123456);
+    CU_ASSERT_NOT_EQUAL(sr->ended_unix_us, 0);
     toolpool__stored_result__free_unpacked(sr, NULL);
 
     sr = NULL;
     CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "call-2", &sr), 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sr);
-    CU_ASSERT_FALSE(sr->ok);
-    CU_ASSERT_STRING_EQUAL(sr->kind, "Timeout");
-    CU_ASSERT_EQUAL(sr->attempts, 3);
-    CU_ASSERT_EQUAL(sr->input_digest.len, TP_DIGEST_LEN);
-    CU_ASSERT_EQUAL(sr->line.len, sizeof fline - 1);
+    CU_ASSERT_FALSE(sr->result->ok);
+    CU_ASSERT_STRING_EQUAL(sr->result->kind, "Timeout");
+    CU_ASSERT_EQUAL(sr->result->attempts, 3);
+    CU_ASSERT_EQUAL(sr->result->input_digest.len, TP_DIGEST_LEN);
     toolpool__stored_result__free_unpacked(sr, NULL);
 
     /* an unknown id, or a prefix of a known one: MDB_NOTFOUND, nothing returned */
@@ -236,19 +248,20 @@ static void test_result_replace_and_corrupt(void)
     fx_open();
     Toolpool__Result r = TOOLPOOL__RESULT__INIT;
     uint8_t digest[TP_DIGEST_LEN] = {1};
+    r.has_id = true;
     r.id = "x";
     r.kind = "Timeout";
+    r.message = "first";
     r.attempts = 1;
     r.input_digest.data = digest;
     r.input_digest.len = TP_DIGEST_LEN;
-    static const char first[] = "{\"id\":\"x\",\"ok\":false,\"n\":1}\n",
-                      second[] = "{\"id\":\"x\",\"ok\":false,\"n\":2}\n";
     MDB_txn *txn = begin();
-    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, (const uint8_t *)first, sizeof first - 1), 0);
+    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r), 0);
     commit(txn);
     r.attempts = 4;
+    r.message = "second";
     txn = begin();
-    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, (const uint8_t *)second, sizeof second - 1), 0);
+    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r), 0);
     /* a record that is not a StoredResult */
     MDB_val k = {7, "garbage"}, v = {3, "\xff\xff\xff"};
     CU_ASSERT_EQUAL(mdb_put(txn, tp_store_dbi(fx.store, TP_DB_RESULTS), &k, &v, 0), 0);
@@ -257,9 +270,8 @@ static void test_result_replace_and_corrupt(void)
     Toolpool__StoredResult *sr = NULL;
     CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "x", &sr), 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sr);
-    CU_ASSERT_EQUAL(sr->line.len, sizeof second - 1);
-    CU_ASSERT_EQUAL(memcmp(sr->line.data, second, sizeof second - 1), 0);
-    CU_ASSERT_EQUAL(sr->attempts, 4);
+    CU_ASSERT_STRING_EQUAL(sr->result->message, "second");
+    CU_ASSERT_EQUAL(sr->result->attempts, 4);
     toolpool__stored_result__free_unpacked(sr, NULL);
     sr = NULL;
     CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "garbage", &sr), TP_EPROTO);
@@ -556,15 +568,17 @@ static void test_long_job_list(void)
     /* forget: one call out of the list (by its result), then the whole job */
     tp_digest_t args;
     tp_digest_bytes("{}", 2, &args);
-    static const uint8_t line[] = "{\"id\":\"call-10\",\"job\":\"long\",\"step\":10,\"ok\":true}\n";
     Toolpool__Result r = TOOLPOOL__RESULT__INIT;
+    r.has_id = true;
     r.id = "call-10";
+    r.job = "long";
+    r.step = 10;
     r.ok = true;
     r.kind = "";
     r.input_digest.data = args.b;
     r.input_digest.len = TP_DIGEST_LEN;
     txn = begin();
-    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r, line, sizeof line - 1), 0);
+    CU_ASSERT_EQUAL(tp_result_put(fx.store, txn, &r), 0);
     CU_ASSERT_EQUAL(tp_records_forget(fx.store, txn, "call-10"), 0);
     commit(txn);
     cp = checkpoint("long");
@@ -594,7 +608,7 @@ static void test_long_job_list(void)
 /*
  * A store of format 2 kept each job's list in its checkpoint. Opened
  * read-only it is read as it is; opened for writing it is upgraded to
- * format 3 at once, its lists moved to the steps database, in order.
+ * format 4 at once, its lists moved to the steps database, in order.
  */
 static void test_format_2_upgrade(void)
 {
@@ -649,10 +663,158 @@ static void test_format_2_upgrade(void)
     CU_ASSERT_EQUAL(tp_store_get_msg(fx.store, txn, TP_DB_META, "format", 6, &toolpool__store_format__descriptor,
                                      (ProtobufCMessage **)&f),
                     0);
-    CU_ASSERT(f && f->version == TP_STORE_FORMAT && TP_STORE_FORMAT == 3);
+    CU_ASSERT(f && f->version == TP_STORE_FORMAT && TP_STORE_FORMAT == 4);
     if (f)
         toolpool__store_format__free_unpacked(f, NULL);
     mdb_txn_abort(txn);
+    fx_close();
+}
+
+/* A results value as a store of format 3 kept it: the line, and the digest, ok and kind beside it. */
+static void put_line_record(MDB_txn *txn, const char *id, const char *line, bool ok, const char *kind)
+{
+    static uint8_t digest[TP_DIGEST_LEN] = {7, 7, 7};
+    Toolpool__StoredResult sr = TOOLPOOL__STORED_RESULT__INIT;
+    sr.input_digest.data = digest;
+    sr.input_digest.len = TP_DIGEST_LEN;
+    sr.line.data = (uint8_t *)line;
+    sr.line.len = strlen(line);
+    sr.ok = ok;
+    sr.kind = (char *)kind;
+    sr.ended_unix_us = 1234;
+    CU_ASSERT_EQUAL(tp_store_put_msg(fx.store, txn, TP_DB_RESULTS, id, strlen(id), &sr.base), 0);
+}
+
+/* The line a record of id renders as, read through the store. */
+static bool renders_as(MDB_txn *txn, const char *id, const char *want)
+{
+    Toolpool__StoredResult *sr = NULL;
+    tp_buf_t b = {0};
+    int grc = tp_result_get(fx.store, txn, id, &sr);
+    bool same = grc == 0 && tp_result_line(&b, sr) == 0 && b.len == strlen(want) && memcmp(b.data, want, b.len) == 0;
+    if (!same)
+        fprintf(stderr, "\n  %s renders as %.*s (%s: %s)\n", id, (int)b.len, b.data ? (const char *)b.data : "(none)",
+                tp_strerror(grc), tp_store_bad(fx.store));
+    tp_buf_free(&b);
+    if (sr)
+        toolpool__stored_result__free_unpacked(sr, NULL);
+    return same;
+}
+
+/*
+ * A store of format 3 kept each result as its rendered line. Read-only,
+ * each line is read back into the record; opened for writing, every
+ * record is rewritten as a Result, keeping its line only where today's
+ * rendering would not give it byte for byte (an older toolpool's line),
+ * so every front still sends what it sent. A line that cannot be read
+ * back stays as it was, for store check to name.
+ */
+static void test_format_3_upgrade(void)
+{
+    fx_open();
+    /* today's rendering: escapes, a null id's neighbours, a trace, cost, a big step, a huge number */
+    static const char today[] =
+        "{\"id\":\"n\u00e9\\\"w\",\"job\":\"j\",\"step\":18446744073709551615,\"tool\":\"echo\",\"ok\":true,"
+        "\"result\":{\"big\":123456789012345678901234567890,\"s\":\"\\n\"},\"attempts\":2,\"served_by\":\"echo2\","
+        "\"degraded\":true,\"stale\":false,\"escalated\":false,\"duration_ms\":12.345,\"cost\":0.1,"
+        "\"args\":{\"q\":[1,2,{\"x\":null}]},\"trace\":[{\"attempt\":1,\"tool\":\"echo\",\"outcome\":\"Timeout\","
+        "\"duration_ms\":10.000,\"backoff_ms\":0.250,\"start_ms\":0.000},{\"attempt\":1,\"tool\":\"echo2\","
+        "\"outcome\":\"ok\",\"duration_ms\":2.001,\"backoff_ms\":0.000,\"start_ms\":10.250}]}\n";
+    static const char failed[] =
+        "{\"id\":\"f\",\"job\":null,\"step\":0,\"tool\":\"t\",\"ok\":false,\"error\":\"RateLimited\","
+        "\"class\":\"transient\",\"message\":\"slow down\",\"retryable\":true,\"attempts\":3,\"served_by\":null,"
+        "\"degraded\":false,\"stale\":false,\"escalated\":true,\"escalation\":\"E000001\",\"duration_ms\":0.001,"
+        "\"args\":null,\"trace\":[]}\n";
+    /* an older toolpool's line: no start_ms in its trace */
+    static const char older[] = "{\"id\":\"o\",\"job\":\"o\",\"step\":0,\"tool\":\"t\",\"ok\":true,\"result\":1,"
+                                "\"attempts\":1,\"served_by\":\"t\",\"degraded\":false,\"stale\":false,"
+                                "\"escalated\":false,\"duration_ms\":1.000,\"args\":{},\"trace\":[{\"attempt\":1,"
+                                "\"tool\":\"t\",\"outcome\":\"ok\",\"duration_ms\":1.000,\"backoff_ms\":0.000}]}\n";
+    static const char unreadable[] = "{\"id\":\"u\",\"ok\":true,\"step\":\"seven\"}\n";
+    MDB_txn *txn = begin();
+    put_line_record(txn, "n\u00e9\"w", today, true, "");
+    put_line_record(txn, "f", failed, false, "RateLimited");
+    put_line_record(txn, "o", older, true, "");
+    put_line_record(txn, "u", unreadable, true, "");
+    Toolpool__StoreFormat fmt = TOOLPOOL__STORE_FORMAT__INIT;
+    fmt.version = 3;
+    CU_ASSERT_EQUAL(tp_store_put_msg(fx.store, txn, TP_DB_META, "format", 6, &fmt.base), 0);
+    commit(txn);
+    tp_store_close(fx.store);
+
+    char err[1024];
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0: read-only, as it is; pass 1: opened for writing, upgraded */
+        fx.store = tp_store_open(fx.dir, pass ? TP_STORE_NOSYNC : TP_STORE_RDONLY, err, sizeof err);
+        if (fx.store == NULL)
+            fprintf(stderr, "\n  open: %s\n", err);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(fx.store);
+        txn = reader();
+        CU_ASSERT_TRUE(renders_as(txn, "n\u00e9\"w", today));
+        CU_ASSERT_TRUE(renders_as(txn, "f", failed));
+        CU_ASSERT_TRUE(renders_as(txn, "o", older));
+        Toolpool__StoredResult *sr = NULL;
+        CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "n\u00e9\"w", &sr), 0);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(sr);
+        const Toolpool__Result *r = sr->result;
+        CU_ASSERT_EQUAL(sr->line.len, 0);
+        CU_ASSERT_STRING_EQUAL(r->id, "n\u00e9\"w");
+        CU_ASSERT_EQUAL(r->step, UINT64_MAX);
+        CU_ASSERT_EQUAL(r->duration_us, 12345);
+        CU_ASSERT_EQUAL(r->attempts, 2);
+        CU_ASSERT_TRUE(r->degraded);
+        CU_ASSERT_STRING_EQUAL(r->served_by, "echo2");
+        CU_ASSERT_DOUBLE_EQUAL(r->cost, 0.1, 1e-12);
+        CU_ASSERT_EQUAL_FATAL(r->n_trace, 2);
+        CU_ASSERT_EQUAL(r->trace[0]->backoff_us, 250);
+        CU_ASSERT_EQUAL(r->trace[1]->start_us, 10250);
+        CU_ASSERT_STRING_EQUAL(r->trace[1]->tool, "echo2");
+        CU_ASSERT_EQUAL(r->input_digest.len, TP_DIGEST_LEN);
+        CU_ASSERT_EQUAL(r->input_digest.len ? r->input_digest.data[0] : 0, 7);
+        CU_ASSERT_EQUAL(sr->ended_unix_us, 1234);
+        toolpool__stored_result__free_unpacked(sr, NULL);
+        CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "f", &sr), 0);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(sr);
+        CU_ASSERT_FALSE(sr->result->ok);
+        CU_ASSERT_STRING_EQUAL(sr->result->kind, "RateLimited");
+        CU_ASSERT_STRING_EQUAL(sr->result->escalation, "E000001");
+        CU_ASSERT_TRUE(sr->result->retryable);
+        CU_ASSERT_EQUAL(sr->result->args.len, 0);
+        toolpool__stored_result__free_unpacked(sr, NULL);
+        /* the older line is kept, and its record read from it */
+        CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "o", &sr), 0);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(sr);
+        CU_ASSERT_EQUAL(sr->line.len, sizeof older - 1);
+        CU_ASSERT_EQUAL(sr->result->n_trace, 1);
+        toolpool__stored_result__free_unpacked(sr, NULL);
+        /* a line that cannot be read back: corrupt, by name */
+        CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "u", &sr), TP_EPROTO);
+        CU_ASSERT_PTR_NULL(sr);
+        if (pass == 1) {
+            /* rewritten: the raw records hold a Result now (but the unreadable one, as it was) */
+            const char *ids[] = {"n\u00e9\"w", "f", "o", "u"};
+            for (int i = 0; i < 4; i++) {
+                MDB_val k = {strlen(ids[i]), (void *)ids[i]}, v;
+                CU_ASSERT_EQUAL_FATAL(mdb_get(txn, tp_store_dbi(fx.store, TP_DB_RESULTS), &k, &v), 0);
+                Toolpool__StoredResult *raw = toolpool__stored_result__unpack(NULL, v.mv_size, v.mv_data);
+                CU_ASSERT_PTR_NOT_NULL_FATAL(raw);
+                CU_ASSERT_EQUAL(raw->result != NULL, i < 3);
+                CU_ASSERT_EQUAL(raw->line.len > 0, i >= 2);
+                CU_ASSERT_EQUAL(raw->ended_unix_us, 1234);
+                toolpool__stored_result__free_unpacked(raw, NULL);
+            }
+            Toolpool__StoreFormat *f = NULL;
+            CU_ASSERT_EQUAL(tp_store_get_msg(fx.store, txn, TP_DB_META, "format", 6,
+                                             &toolpool__store_format__descriptor, (ProtobufCMessage **)&f),
+                            0);
+            CU_ASSERT(f && f->version == 4);
+            if (f)
+                toolpool__store_format__free_unpacked(f, NULL);
+        }
+        mdb_txn_abort(txn);
+        tp_store_close(fx.store);
+        fx.store = NULL;
+    }
     fx_close();
 }
 
@@ -671,6 +833,7 @@ int main(void)
     CU_add_test(s, "a large state document", test_checkpoint_large_state);
     CU_add_test(s, "a long job's list: each id written once, in order", test_long_job_list);
     CU_add_test(s, "a store of format 2: read as it is, upgraded when written", test_format_2_upgrade);
+    CU_add_test(s, "a store of format 3: lines read back, rewritten as records when written", test_format_3_upgrade);
     s = CU_add_suite("in-flight", NULL, NULL);
     CU_add_test(s, "put, get, del", test_inflight);
     return tp_test_run();

@@ -61,9 +61,12 @@ static void answer_cb(void *ctx, const tp_answer_t *ans)
         snprintf(a->klass, sizeof a->klass, "%s", ans->result->klass ? ans->result->klass : "");
         snprintf(a->message, sizeof a->message, "%s", ans->result->message ? ans->result->message : "");
     }
-    if (ans->line) {
-        CU_ASSERT_EQUAL(ans->line[ans->len - 1], '\n');
-        a->line = strndup((const char *)ans->line, ans->len);
+    if (ans->result) {
+        tp_buf_t line = {0};
+        CU_ASSERT_EQUAL(tp_answer_write(&line, ans), 0);
+        CU_ASSERT_EQUAL(line.len > 0 ? line.data[line.len - 1] : 0, '\n');
+        a->line = strndup((const char *)line.data, line.len);
+        tp_buf_free(&line);
     }
     fx->handles[a->order] = NULL;
     if (++fx->got == fx->expect)

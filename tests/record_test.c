@@ -65,7 +65,59 @@ static int round_trip(tp_db_t db, const void *key, size_t klen, const ProtobufCM
         EXPECT_HAS(why, words);                                                                                        \
     } while (0)
 
+/* Format 4: the record itself, and a line only where it keeps one. */
 static void test_stored_result(void)
+{
+    Toolpool__Result res = TOOLPOOL__RESULT__INIT;
+    res.has_id = true;
+    res.id = "c1";
+    res.tool = "echo";
+    res.ok = true;
+    res.result.data = (uint8_t *)"{\"a\":[1,2]}";
+    res.result.len = strlen((const char *)res.result.data);
+    res.args.data = (uint8_t *)"{}";
+    res.args.len = 2;
+    res.input_digest.data = digest;
+    res.input_digest.len = 16;
+    Toolpool__StoredResult r = TOOLPOOL__STORED_RESULT__INIT;
+    r.result = &res;
+    EXPECT_SOUND(TP_DB_RESULTS, "c1", r);
+    EXPECT_BAD(TP_DB_RESULTS, "c2", r, "not this call's");
+    res.has_id = false;
+    EXPECT_BAD(TP_DB_RESULTS, "c1", r, "not this call's");
+    res.has_id = true;
+    res.input_digest.len = 8;
+    EXPECT_BAD(TP_DB_RESULTS, "c1", r, "input digest is 8 bytes");
+    res.input_digest.len = 16;
+    res.result.data = (uint8_t *)"{\"a\":\n1}";
+    res.result.len = strlen((const char *)res.result.data);
+    EXPECT_BAD(TP_DB_RESULTS, "c1", r, "result is not JSON on one line");
+    res.result.data = (uint8_t *)"{\"a\":";
+    res.result.len = strlen((const char *)res.result.data);
+    EXPECT_BAD(TP_DB_RESULTS, "c1", r, "result is not JSON on one line");
+    res.result.len = 0;
+    res.args.data = (uint8_t *)"{x}";
+    res.args.len = 3;
+    EXPECT_BAD(TP_DB_RESULTS, "c1", r, "args are not JSON on one line");
+    res.args.len = 0;
+    EXPECT_SOUND(TP_DB_RESULTS, "c1", r);
+    res.ok = false;
+    EXPECT_BAD(TP_DB_RESULTS, "c1", r, "names no kind");
+    res.kind = "ToolError";
+    EXPECT_SOUND(TP_DB_RESULTS, "c1", r);
+    /* a kept line is checked as formats 2 and 3 check theirs, against the record's ok */
+    const char *line = "{\"id\":\"c1\",\"ok\":false}\n";
+    r.line.data = (uint8_t *)line;
+    r.line.len = strlen(line);
+    EXPECT_SOUND(TP_DB_RESULTS, "c1", r);
+    res.ok = true;
+    EXPECT_BAD(TP_DB_RESULTS, "c1", r, "disagree on \"ok\"");
+    r.line.len--;
+    EXPECT_BAD(TP_DB_RESULTS, "c1", r, "does not end in a newline");
+}
+
+/* Formats 2 and 3: the rendered line, and the digest, ok and kind beside it. */
+static void test_stored_result_line(void)
 {
     const char *line = "{\"id\":\"c1\",\"job\":\"c1\",\"step\":0,\"tool\":\"echo\",\"ok\":true,\"result\":{}}\n";
     Toolpool__StoredResult r = TOOLPOOL__STORED_RESULT__INIT;
@@ -348,7 +400,8 @@ int main(void)
     if (CU_initialize_registry() != CUE_SUCCESS)
         return 2;
     CU_pSuite s = CU_add_suite("record", NULL, NULL);
-    CU_add_test(s, "results: the line, its id, its ok", test_stored_result);
+    CU_add_test(s, "results: the record, its id, its digest, its JSON", test_stored_result);
+    CU_add_test(s, "results of formats 2 and 3: the line, its id, its ok", test_stored_result_line);
     CU_add_test(s, "jobs: checkpoints", test_checkpoint);
     CU_add_test(s, "in-flight markers and escalations", test_inflight_and_escalation);
     CU_add_test(s, "breakers: keys and fields", test_breakers);

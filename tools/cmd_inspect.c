@@ -589,27 +589,22 @@ static void show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const char *id)
 {
     Toolpool__StoredResult *sr;
     int rc = tp_result_get(s, txn, id, &sr);
-    json_t *r = rc ? NULL : json_loadb((const char *)sr->line.data, sr->line.len, 0, NULL);
-    if (rc == 0)
-        toolpool__stored_result__free_unpacked(sr, NULL);
-    if (r == NULL) {
+    if (rc) {
         fprintf(out, "  %s: (no record: %s)\n", id, rc == MDB_NOTFOUND ? "missing" : "corrupt");
         return;
     }
-    char *args = json_dumps(json_object_get(r, "args"), JSON_COMPACT | JSON_ENCODE_ANY);
-    fprintf(out, "  step %lld  %s  %s(args=%.200s)\n    → ", (long long)json_integer_value(json_object_get(r, "step")),
-            id, json_string_value(json_object_get(r, "tool")), args ? args : "{}");
-    free(args);
-    if (json_is_true(json_object_get(r, "ok"))) {
-        char *res = json_dumps(json_object_get(r, "result"), JSON_COMPACT | JSON_ENCODE_ANY);
-        fprintf(out, "%s%.300s%s\n", json_is_true(json_object_get(r, "degraded")) ? "(degraded) " : "",
-                res ? res : "null", res && strlen(res) > 300 ? "..." : "");
-        free(res);
+    const Toolpool__Result *r = sr->result;
+    ProtobufCBinaryData args = r->args.len ? r->args : (ProtobufCBinaryData){4, (uint8_t *)"null"};
+    fprintf(out, "  step %llu  %s  %s(args=%.*s)\n    → ", (unsigned long long)r->step, id, r->tool,
+            (int)(args.len > 200 ? 200 : args.len), (const char *)args.data);
+    if (r->ok) {
+        ProtobufCBinaryData res = r->result.len ? r->result : (ProtobufCBinaryData){4, (uint8_t *)"null"};
+        fprintf(out, "%s%.*s%s\n", r->degraded ? "(degraded) " : "", (int)(res.len > 300 ? 300 : res.len),
+                (const char *)res.data, res.len > 300 ? "..." : "");
     } else {
-        fprintf(out, "%s: %s\n", json_string_value(json_object_get(r, "error")),
-                json_string_value(json_object_get(r, "message")));
+        fprintf(out, "%s: %s\n", r->kind, r->message);
     }
-    json_decref(r);
+    toolpool__stored_result__free_unpacked(sr, NULL);
 }
 
 /* show JOB --json: the checkpoint, with the recorded results of its calls in order. */

@@ -3,7 +3,7 @@
  *
  *   toolpool stats [--store DIR] [--tool T] [--since D] [--json]
  *
- * One read transaction over the results: each record's line says its tool,
+ * One read transaction over the results: each record says its tool,
  * outcome, attempts and trace. Per tool (the tool called): calls, ok,
  * failures by class and by kind (a tool's own kind under its own name),
  * attempts, retries, fallback hops, timeouts, latency (p50, p90, p99, max)
@@ -106,36 +106,34 @@ static void count(json_t *o, const char *name)
     json_object_set_new(o, name, json_integer(n + 1));
 }
 
-/* Adds one result line r; -1 when out of memory. */
-static int add_result(table_t *t, json_t *r)
+static double ms(uint64_t us)
 {
-    const char *tool = json_string_value(json_object_get(r, "tool"));
-    tool_stats_t *s = table_get(t, tool && *tool ? tool : "(none)");
+    return (double)us / 1000.0;
+}
+
+/* Adds one recorded result r; -1 when out of memory. */
+static int add_result(table_t *t, const Toolpool__Result *r)
+{
+    tool_stats_t *s = table_get(t, r->tool[0] ? r->tool : "(none)");
     if (s == NULL)
         return -1;
     s->calls++;
-    if (json_is_true(json_object_get(r, "ok"))) {
+    if (r->ok) {
         s->ok++;
     } else {
-        const char *kind = json_string_value(json_object_get(r, "error"));
-        const char *klass = json_string_value(json_object_get(r, "class"));
-        count(s->by_kind, kind ? kind : "?");
-        count(s->by_class, klass ? klass : tp_class_name(tp_kind_class(tp_kind_from_name(kind ? kind : ""))));
+        count(s->by_kind, r->kind[0] ? r->kind : "?");
+        count(s->by_class, r->klass[0] ? r->klass : tp_class_name(tp_kind_class(tp_kind_from_name(r->kind))));
     }
-    json_t *trace = json_object_get(r, "trace"), *e;
-    size_t i, n = json_array_size(trace);
-    const char *hop = tool;
+    const char *hop = r->tool;
     uint32_t in_hop = 0;
     double run = 0, backoff = 0, end = 0;
-    bool timed = false;
-    json_array_foreach(trace, i, e) {
-        const char *outcome = json_string_value(json_object_get(e, "outcome"));
-        const char *etool = json_string_value(json_object_get(e, "tool"));
-        double d = json_number_value(json_object_get(e, "duration_ms"));
-        bool ran = !(outcome && strcmp(outcome, "CircuitOpen") == 0 && d == 0);
-        if (etool && hop && strcmp(etool, hop) != 0) {
+    for (size_t i = 0; i < r->n_trace; i++) {
+        const Toolpool__Attempt *e = r->trace[i];
+        double d = ms(e->duration_us);
+        bool ran = !(strcmp(e->outcome, "CircuitOpen") == 0 && d == 0);
+        if (strcmp(e->tool, hop) != 0) {
             s->hops++;
-            hop = etool;
+            hop = e->tool;
             in_hop = 0;
         }
         if (ran) {
@@ -143,21 +141,17 @@ static int add_result(table_t *t, json_t *r)
             if (in_hop++ > 0)
                 s->retries++;
         }
-        if (outcome && strcmp(outcome, "Timeout") == 0)
+        if (strcmp(e->outcome, "Timeout") == 0)
             s->timeouts++;
-        json_t *start = json_object_get(e, "start_ms");
-        if (json_is_number(start)) {
-            timed = true;
-            if (json_number_value(start) + d > end)
-                end = json_number_value(start) + d;
-        }
+        if (ms(e->start_us) + d > end)
+            end = ms(e->start_us) + d;
         run += d;
-        if (i + 1 < n)
-            backoff += json_number_value(json_object_get(e, "backoff_ms"));
+        if (i + 1 < r->n_trace)
+            backoff += ms(e->backoff_us);
     }
-    if (series_add(&s->latency, json_number_value(json_object_get(r, "duration_ms"))) < 0)
+    if (series_add(&s->latency, ms(r->duration_us)) < 0)
         return -1;
-    if (timed && series_add(&s->wait, end - run - backoff > 0 ? end - run - backoff : 0) < 0)
+    if (r->n_trace > 0 && series_add(&s->wait, end - run - backoff > 0 ? end - run - backoff : 0) < 0)
         return -1;
     return 0;
 }
@@ -293,27 +287,24 @@ int tp_cmd_stats(int argc, char **argv)
     int rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_RESULTS), &cur));
     for (rc = rc ? rc : tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
          rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
-        Toolpool__StoredResult *sr = toolpool__stored_result__unpack(NULL, v.mv_size, v.mv_data);
-        json_t *r = sr ? json_loadb((const char *)sr->line.data, sr->line.len, 0, NULL) : NULL;
-        bool skip = sr && since_us && sr->ended_unix_us < after;
-        if (sr && since_us && sr->ended_unix_us == 0)
-            undated++;
-        if (sr)
-            toolpool__stored_result__free_unpacked(sr, NULL);
-        if (r == NULL) {
+        Toolpool__StoredResult *sr;
+        if (tp_result_unpack(v.mv_data, v.mv_size, &sr) != 0) {
             tp_log_error("%s: results \"%.*s\": a corrupt record (`toolpool store check --store %s` lists them)", dir,
                          (int)k.mv_size, (const char *)k.mv_data, dir);
             status = 2;
             continue;
         }
-        const char *tool = json_string_value(json_object_get(r, "tool"));
-        if (!skip && (only == NULL || (tool && strcmp(tool, only) == 0)) && add_result(&t, r) < 0) {
-            json_decref(r);
+        bool skip = since_us && sr->ended_unix_us < after;
+        if (since_us && sr->ended_unix_us == 0)
+            undated++;
+        const Toolpool__Result *r = sr->result;
+        int arc = skip || (only && strcmp(r->tool, only) != 0) ? 0 : add_result(&t, r);
+        toolpool__stored_result__free_unpacked(sr, NULL);
+        if (arc < 0) {
             tp_log_error("out of memory");
             status = 2;
             break;
         }
-        json_decref(r);
     }
     if (rc && rc != MDB_NOTFOUND) {
         tp_log_error("%s: cannot read %s: %s", dir, tp_store_db_name(TP_DB_RESULTS), tp_strerror(rc));

@@ -19,7 +19,6 @@
 #include "buf.h"
 #include "checkpoint.h"
 #include "cli.h"
-#include "result.h"
 #include "log.h"
 
 /* Seconds as the seed writes them: "8.0s", "0.5s"; short ones keep 3 places. */
@@ -273,8 +272,15 @@ static int trace_store(const char *dir, int n, char **ids, bool json)
             rc = 2;
             continue;
         }
+        /* The record as its result line says it: what trace reads from a file too. */
         json_error_t jerr;
-        json_t *v = json_loadb((const char *)r->line.data, r->line.len, 0, &jerr);
+        tp_buf_t line = {0};
+        json_t *v = NULL;
+        if (tp_result_line(&line, r) < 0)
+            snprintf(jerr.text, sizeof jerr.text, "out of memory");
+        else
+            v = json_loadb((const char *)line.data, line.len, 0, &jerr);
+        tp_buf_free(&line);
         toolpool__stored_result__free_unpacked(r, NULL);
         if (v == NULL) {
             /* Sound JSON that jansson still refuses (a number past int64, say). */

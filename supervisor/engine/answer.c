@@ -1,15 +1,16 @@
 /*
- * Answers: each one made in order, with its result line in one buffer,
- * and held until the commit that makes it durable; then delivered to its
- * front, and the call that made it freed. A request refused before it
- * became a call is answered here too, and recorded when it can be.
+ * Answers: each one made in order, with its record, and held until the
+ * commit that makes it durable; then delivered to its front, and the call
+ * that made it freed. A request refused before it became a call is
+ * answered here too, and recorded when it can be. The engine renders no
+ * answer: each front renders what it sends from the record.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint.h"
 #include "engine_internal.h"
-#include "result.h"
+#include "resultline.h"
 #include "results.h"
 
 tp_pending_t *eng_pending_add(tp_engine_t *e, tp_answer_fn fn, void *ctx)
@@ -27,7 +28,6 @@ tp_pending_t *eng_pending_add(tp_engine_t *e, tp_answer_fn fn, void *ctx)
     memset(p, 0, sizeof *p);
     p->fn = fn;
     p->ctx = ctx;
-    p->at = a->lines.len;
     return p;
 }
 
@@ -43,39 +43,46 @@ void tp_engine_when_durable(tp_engine_t *e, void (*cb)(void *ctx, bool ok), void
 }
 
 /*
- * Copies the strings of r into one block the pending answer owns (r is a
- * rejected or recorded answer's, built on the stack).
+ * Copies the strings of r and its args into one block the pending answer
+ * owns (r is a rejected answer's, built on the stack; it has no result
+ * and no trace).
  */
 static void pending_own(tp_pending_t *p, const Toolpool__Result *r)
 {
-    const char *s[5] = {r->id, r->job, r->tool, r->message ? r->message : "", r->kind ? r->kind : ""};
-    size_t n[5], total = sizeof *p->r;
-    for (int i = 0; i < 5; i++)
-        total += (n[i] = strlen(s[i]) + 1);
+    const char *s[7] = {r->id,
+                        r->job,
+                        r->tool,
+                        r->message ? r->message : "",
+                        r->kind ? r->kind : "",
+                        r->klass ? r->klass : "",
+                        (const char *)r->args.data};
+    size_t n[7], total = sizeof *p->r;
+    for (int i = 0; i < 7; i++)
+        total += (n[i] = i == 6 ? r->args.len : strlen(s[i]) + 1);
     if ((p->r = malloc(total)) == NULL)
         return;
     *p->r = *r;
-    p->r->trace = NULL;
-    p->r->n_trace = 0;
-    p->r->args.data = NULL;
-    p->r->args.len = 0;
-    p->r->result.data = NULL;
-    p->r->result.len = 0;
-    char *o = (char *)(p->r + 1), **d[5] = {&p->r->id, &p->r->job, &p->r->tool, &p->r->message, &p->r->kind};
-    for (int i = 0; i < 5; i++) {
-        memcpy(o, s[i], n[i]);
-        *d[i] = o;
+    char *o = (char *)(p->r + 1);
+    char **d[6] = {&p->r->id, &p->r->job, &p->r->tool, &p->r->message, &p->r->kind, &p->r->klass};
+    for (int i = 0; i < 7; i++) {
+        if (n[i])
+            memcpy(o, s[i], n[i]);
+        if (i < 6)
+            *d[i] = o;
+        else
+            p->r->args.data = n[i] ? (uint8_t *)o : NULL;
         o += n[i];
     }
+    p->bytes = total;
 }
 
 /*
- * Records a refusal (r, rendered as line) under its id, so trace, the
- * job's checkpoint and the next run see every call: unless the id holds a
- * record of another kind (a result that ran is never overwritten by a
- * refusal of other input), or the id or job is too long for a key.
+ * Records a refusal r under its id, so trace, the job's checkpoint and
+ * the next run see every call: unless the id holds a record of another
+ * kind (a result that ran is never overwritten by a refusal of other
+ * input), or the id or job is too long for a key.
  */
-static void record_refusal(tp_engine_t *e, Toolpool__Result *r, const uint8_t *line, size_t len)
+static void record_refusal(tp_engine_t *e, Toolpool__Result *r)
 {
     size_t max_key = tp_store_max_key(e->o.store);
     if (strlen(r->id) > max_key || strlen(r->job) > max_key || !eng_ensure_txn(e))
@@ -83,21 +90,21 @@ static void record_refusal(tp_engine_t *e, Toolpool__Result *r, const uint8_t *l
     Toolpool__StoredResult *old;
     int rc = tp_result_get(e->o.store, e->txn, r->id, &old);
     if (rc == 0) {
-        bool refusal = !old->ok && refusal_kind(old->kind);
+        bool refusal = !old->result->ok && refusal_kind(old->result->kind);
         toolpool__stored_result__free_unpacked(old, NULL);
         if (!refusal)
             return;
     } else if (rc != MDB_NOTFOUND) {
         return; /* a corrupt record stays as it is, for store check to name */
     }
-    if (!eng_txn_fit(e, len, true))
+    if (!eng_txn_fit(e, eng_record_bytes(r), true))
         return;
     tp_digest_t args_digest, identity;
     tp_digest_bytes(r->args.data ? r->args.data : (const uint8_t *)"{}", r->args.data ? r->args.len : 2, &args_digest);
     tp_identity_digest(r->tool, &args_digest, &identity);
     r->input_digest.data = identity.b;
     r->input_digest.len = TP_DIGEST_LEN;
-    rc = tp_result_put(e->o.store, e->txn, r, line, len);
+    rc = tp_result_put(e->o.store, e->txn, r);
     if (rc == 0 && r->job[0] && strcmp(r->job, r->id) != 0)
         rc = tp_checkpoint_step(e->o.store, e->txn, r->job, r->id, r->step, NULL, 0, TP_KIND_OK, NULL);
     r->input_digest.data = NULL;
@@ -135,11 +142,10 @@ tp_pending_t *eng_reject_as(tp_engine_t *e, const char *id, const char *job, uin
     tp_pending_t *p = eng_pending_add(e, fn, ctx);
     if (p == NULL)
         return NULL;
-    tp_result_write(&e->add->lines, &r);
-    p->len = e->add->lines.len - p->at;
     if (keep && id && e->o.store)
-        record_refusal(e, &r, e->add->lines.data + p->at, p->len);
+        record_refusal(e, &r);
     pending_own(p, &r);
+    e->add->bytes += p->bytes;
     kick(e);
     return p;
 }
@@ -198,7 +204,7 @@ void eng_deliver(tp_engine_t *e, bool ok)
     tp_answers_t *d = &e->made;
     if (d->n == 0)
         return;
-    /* Answers made meanwhile go aside: these lines stay where they are until the fronts have flushed. */
+    /* Answers made meanwhile go aside: these records stay where they are until the fronts have flushed. */
     e->add = &e->late;
     size_t upto = ok ? d->n : e->made_durable;
     e->made_durable = 0;
@@ -209,18 +215,21 @@ void eng_deliver(tp_engine_t *e, bool ok)
             continue;
         }
         if (i < upto && p->fn) {
-            /* The record's copy could not be had (out of memory): the line still says it all. */
+            /* The record's copy could not be had (out of memory): the front still gets an answer. */
             Toolpool__Result bare = TOOLPOOL__RESULT__INIT;
             bare.kind = (char *)tp_kind_name(TP_KIND_CANCELLED);
+            bare.message = (char *)"out of memory: the call's record is lost";
             tp_call_t *c = p->call;
+            const Toolpool__StoredResult *sr = p->stored;
             tp_answer_t a = {
                 .result = c                ? &c->res
+                          : sr             ? sr->result
                           : p->r           ? p->r
                           : p->not_started ? NULL
                                            : &bare,
                 .call = c ? c : p->hold,
-                .line = p->len ? d->lines.data + p->at : NULL,
-                .len = p->len,
+                .kept_line = sr && sr->line.len ? sr->line.data : NULL,
+                .kept_len = sr ? sr->line.len : 0,
                 .recorded = p->recorded,
                 .not_started = p->not_started,
                 .conflict = p->conflict,
@@ -238,9 +247,11 @@ void eng_deliver(tp_engine_t *e, bool ok)
         if (d->v[i].hold)
             eng_call_release(e, d->v[i].hold);
         free(d->v[i].r);
+        if (d->v[i].stored)
+            toolpool__stored_result__free_unpacked(d->v[i].stored, NULL);
     }
     d->n = 0;
-    tp_buf_reset(&d->lines);
+    d->bytes = 0;
     e->add = &e->made;
     if (e->late.n > 0) {
         /* They wait for the next commit, first in line. */
@@ -251,31 +262,36 @@ void eng_deliver(tp_engine_t *e, bool ok)
 }
 
 /*
- * An answer served from the store: the line as it was reported, and what
- * a summary counts of it.
+ * An answer served from the store: its record as it was reported (the
+ * pending answer owns r from now on, freed after delivery, or at once
+ * when there is no room for the answer).
  */
-tp_pending_t *eng_answer_recorded(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
-                                  const Toolpool__StoredResult *r, tp_answer_fn fn, void *ctx)
+tp_pending_t *eng_answer_recorded(tp_engine_t *e, Toolpool__StoredResult *r, tp_answer_fn fn, void *ctx)
 {
     tp_pending_t *p = eng_pending_add(e, fn, ctx);
-    if (p == NULL)
+    if (p == NULL) {
+        toolpool__stored_result__free_unpacked(r, NULL);
         return NULL;
-    Toolpool__Result counted = TOOLPOOL__RESULT__INIT;
-    counted.has_id = true;
-    counted.id = (char *)id;
-    counted.job = (char *)job;
-    counted.step = step;
-    counted.tool = (char *)tool;
-    counted.ok = r->ok;
-    counted.kind = r->kind;
-    counted.attempts = r->attempts;
-    counted.duration_us = r->duration_us;
-    tp_buf_append(&e->add->lines, r->line.data, r->line.len);
-    p->len = e->add->lines.len - p->at;
+    }
+    p->stored = r;
     p->recorded = true;
-    pending_own(p, &counted);
+    p->bytes = eng_record_bytes(r->result) + r->line.len;
+    e->add->bytes += p->bytes;
     e->results++;
     e->stats.answered_recorded++;
     kick(e);
     return p;
+}
+
+size_t eng_record_bytes(const Toolpool__Result *r)
+{
+    return sizeof *r + r->result.len + r->args.len + r->n_trace * 64 + strlen(r->id) + strlen(r->job) +
+           (r->message ? strlen(r->message) : 0) + 64;
+}
+
+int tp_answer_write(tp_buf_t *b, const tp_answer_t *a)
+{
+    if (a->kept_line)
+        return tp_buf_append(b, a->kept_line, a->kept_len);
+    return a->result ? tp_result_write(b, a->result) : TP_EINVAL;
 }

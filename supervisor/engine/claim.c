@@ -114,8 +114,9 @@ tp_claim_t eng_claim(tp_engine_t *e, tp_call_t *c)
     }
     if (rc == 0) {
         tp_pending_t *p;
-        if (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, c->identity.b, TP_DIGEST_LEN) == 0) {
-            p = eng_answer_recorded(e, c->id, c->job->name, c->step, c->tool->name, r, c->answer, c->answer_ctx);
+        if (eng_same_input(r, &c->identity)) {
+            p = eng_answer_recorded(e, r, c->answer, c->answer_ctx);
+            r = NULL; /* the answer's now */
         } else {
             char msg[512];
             snprintf(msg, sizeof msg,
@@ -127,7 +128,8 @@ tp_claim_t eng_claim(tp_engine_t *e, tp_call_t *c)
             if (p)
                 p->conflict = true;
         }
-        toolpool__stored_result__free_unpacked(r, NULL);
+        if (r)
+            toolpool__stored_result__free_unpacked(r, NULL);
         eng_hold_until(e, c, p);
         return CLAIM_ANSWERED;
     }

@@ -186,7 +186,7 @@ static void turn(tp_engine_t *e)
     tp_pool_flush(e->pool); /* the workers start on them during the commit */
     uint64_t now = tp_now_us(), hold;
     /* A window whose answers hold TP_COMMIT_BYTES commits now, whatever their count: memory stays bounded. */
-    bool urgent = commit_urgent(e) || e->add->lines.len >= TP_COMMIT_BYTES;
+    bool urgent = commit_urgent(e) || e->add->bytes >= TP_COMMIT_BYTES;
     bool due = e->txn && tp_commit_due(&e->commit, now, e->results, tp_pool_busy(e->pool), urgent);
     if (due && (hold = tp_commit_hold(&e->commit, now, e->results, tp_pool_next_deadline(e->pool), urgent)) > 0) {
         struct timeval tv = {.tv_sec = (time_t)(hold / 1000000u), .tv_usec = (suseconds_t)(hold % 1000000u)};
@@ -434,9 +434,10 @@ static void answers_free(tp_engine_t *e, tp_answers_t *a)
         if (a->v[i].hold)
             eng_call_release(e, a->v[i].hold);
         free(a->v[i].r);
+        if (a->v[i].stored)
+            toolpool__stored_result__free_unpacked(a->v[i].stored, NULL);
     }
     free(a->v);
-    tp_buf_free(&a->lines);
 }
 
 void tp_engine_free(tp_engine_t *e)

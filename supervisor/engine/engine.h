@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "pool.h"
 #include "registry.h"
 #include "store.h"
@@ -109,17 +110,24 @@ typedef struct {
     tp_notice_fn notice;  /* hears what an mcp tool's server says while the call runs; NULL: none */
 } tp_request_t;
 
-/* What a front gets back for one call. */
+/*
+ * What a front gets back for one call: its record, which the front renders
+ * as it sends it (tp_answer_write for the JSON line). Valid until the
+ * fronts' flush hooks return.
+ */
 typedef struct {
     /*
-     * The record. For a call answered from the store (recorded) only id,
-     * ok, kind, attempts and duration_us are set: the rest is in line, as
-     * it was reported the first time. NULL when the call never started
-     * (started is false).
+     * The record, whole: the call's as it ran now, or as the store keeps
+     * it (recorded). NULL when the call never started (not_started).
      */
     const Toolpool__Result *result;
-    const uint8_t *line; /* its JSON rendering, '\n' included; valid until the fronts' flush hooks return */
-    size_t len;
+    /*
+     * A recorded answer of an older toolpool's store whose line today's
+     * rendering would not give byte for byte: that line, as first reported
+     * ('\n' included); else NULL.
+     */
+    const uint8_t *kept_line;
+    size_t kept_len;
     bool recorded; /* answered from the store: it did not run now */
     bool conflict; /* InvalidRequest: the id is recorded (or claimed) for other input */
     /* The engine was draining and the call never started: no record, no line; a rerun runs it. */
@@ -128,6 +136,13 @@ typedef struct {
 } tp_answer_t;
 
 typedef void (*tp_answer_fn)(void *ctx, const tp_answer_t *a);
+
+/*
+ * Appends a's JSON line (the contract's result line, '\n' included): its
+ * kept line, or its record rendered (resultline.h). 0, TP_ENOMEM, or
+ * TP_EINVAL for a call that never started (it has no line).
+ */
+int tp_answer_write(tp_buf_t *b, const tp_answer_t *a);
 
 /* A front's hooks into the engine's turn. Any of them may be NULL. */
 typedef struct {

@@ -62,10 +62,11 @@ typedef struct {
     tp_answer_fn fn;
     void (*durable_fn)(void *ctx, bool ok);
     void *ctx;
-    tp_call_t *call;     /* a call that ran: its record lives in it */
-    tp_call_t *hold;     /* a call answered otherwise, kept until then: its handle stays valid */
-    Toolpool__Result *r; /* a rejected or recorded answer's record, and its strings */
-    size_t at, len;      /* its line in the answers' buffer */
+    tp_call_t *call;                /* a call that ran: its record lives in it */
+    tp_call_t *hold;                /* a call answered otherwise, kept until then: its handle stays valid */
+    Toolpool__Result *r;            /* a rejected answer's record, and its strings */
+    Toolpool__StoredResult *stored; /* a recorded answer's record, as the store gave it */
+    size_t bytes;                   /* what its record holds, about (for the commit's byte bound) */
     bool recorded;
     bool not_started;
     bool conflict;
@@ -74,7 +75,7 @@ typedef struct {
 typedef struct {
     tp_pending_t *v;
     size_t n, cap;
-    tp_buf_t lines;
+    size_t bytes; /* what their records hold, about */
 } tp_answers_t;
 
 struct tp_engine {
@@ -194,6 +195,8 @@ bool eng_txn_fit(tp_engine_t *e, size_t len, bool last_is_this);
 /* submit.c */
 void eng_advance_touched(tp_engine_t *e);
 bool eng_redo_recorded(const tp_engine_t *e, const Toolpool__StoredResult *r);
+/* Whether the record r was made for this input (its digest is identity). */
+bool eng_same_input(const Toolpool__StoredResult *r, const tp_digest_t *identity);
 
 /* dispatch.c */
 void eng_dispatch(tp_engine_t *e);
@@ -223,8 +226,9 @@ tp_pending_t *eng_reject_as(tp_engine_t *e, const char *id, const char *job, uin
                             const char *args, tp_kind_t kind, const char *msg, bool keep, tp_answer_fn fn, void *ctx);
 tp_pending_t *eng_reject(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
                          const char *args, tp_kind_t kind, const char *msg, tp_answer_fn fn, void *ctx);
-tp_pending_t *eng_answer_recorded(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
-                                  const Toolpool__StoredResult *r, tp_answer_fn fn, void *ctx);
+tp_pending_t *eng_answer_recorded(tp_engine_t *e, Toolpool__StoredResult *r, tp_answer_fn fn, void *ctx);
+/* About how many bytes r holds: what a transaction's room and a commit's byte bound count for it. */
+size_t eng_record_bytes(const Toolpool__Result *r);
 void eng_call_free(tp_call_t *c);
 void eng_call_release(tp_engine_t *e, tp_call_t *c);
 void eng_deliver(tp_engine_t *e, bool ok);

@@ -1,6 +1,6 @@
 /*
- * Ending a call: its record built from its trace and last attempt,
- * rendered and written in the open transaction with its job's checkpoint;
+ * Ending a call: its record built from its trace and last attempt, and
+ * written in the open transaction with its job's checkpoint;
  * its answer queued for after the commit; its job's next step let go. And
  * what a call's end updates besides: the same-call breaker, escalations.
  */
@@ -14,16 +14,15 @@
 #include "inflight.h"
 #include "json.h"
 #include "log.h"
-#include "result.h"
 #include "results.h"
 
 /*
- * Records a call's result (its line, at line_at in the answers' buffer) in
- * the open transaction, and the step in its job's checkpoint. A Cancelled
+ * Records a call's result r in the open transaction, and the step in its
+ * job's checkpoint. A Cancelled
  * call is not recorded (the same id again runs); its in-flight marker is
  * dropped only when no attempt of it ever started.
  */
-static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size_t line_at)
+static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size_t bytes)
 {
     if (!eng_ensure_txn(e))
         return;
@@ -35,10 +34,9 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
     }
     tp_job_t *j = c->job;
     uint64_t now = tp_now_us();
-    size_t len = e->add->lines.len - line_at;
-    if (!eng_txn_fit(e, len, true))
+    if (!eng_txn_fit(e, bytes, true))
         return;
-    rc = tp_result_put(e->o.store, e->txn, r, e->add->lines.data + line_at, len);
+    rc = tp_result_put(e->o.store, e->txn, r);
     /* A job named after its only call (the default) has nothing to checkpoint but that result. */
     bool own_job = strcmp(j->name, c->id) == 0;
     if (rc == 0 && !own_job)
@@ -54,8 +52,8 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
 }
 
 /*
- * Ends a call: builds its record, renders and records it, and queues its
- * answer for after the commit. For END_FAIL, msg NULL means the last
+ * Ends a call: builds its record, records it, and queues its answer for
+ * after the commit. For END_FAIL, msg NULL means the last
  * attempt's failure; otherwise kind and msg are the engine's (a guard, a
  * cancellation, an open circuit). The job's next step becomes ready.
  */
@@ -109,9 +107,9 @@ void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, cons
     e->results++;
     tp_summary_add(&e->stats.tools[c->tool->index], r);
     tp_pending_t *p = eng_pending_add(e, c->answer, c->answer_ctx);
-    size_t at = e->add->lines.len;
-    tp_result_write(&e->add->lines, r);
-    record(e, c, r, at);
+    size_t bytes = eng_record_bytes(r);
+    e->add->bytes += bytes;
+    record(e, c, r, bytes);
     call_unlink(c);
     if (c->ev_backoff) {
         event_free(c->ev_backoff);
@@ -131,7 +129,7 @@ void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, cons
         return;
     }
     p->call = c;
-    p->len = e->add->lines.len - at;
+    p->bytes = bytes;
     j->held++;
     if (c->current) {
         c->current = false;

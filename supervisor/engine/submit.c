@@ -85,31 +85,28 @@ bool tp_rerun_match(const tp_rerun_t *f, const char *kind)
  * refusal (nothing ran, and the registry may have been fixed since), or
  * a failure the run's --retry-failed names.
  */
-bool eng_redo_recorded(const tp_engine_t *e, const Toolpool__StoredResult *r)
+bool eng_redo_recorded(const tp_engine_t *e, const Toolpool__StoredResult *sr)
 {
+    const Toolpool__Result *r = sr->result;
     if (r->ok)
         return false;
     if (refusal_kind(r->kind))
         return true;
     /* Only failures earlier runs recorded: this run's own (the same id twice, another
      * supervisor's answer to a call it claimed) are served, so nothing is redone twice. */
-    return r->ended_unix_us < e->started_unix_us && tp_rerun_match(e->o.rerun, r->kind);
+    return sr->ended_unix_us < e->started_unix_us && tp_rerun_match(e->o.rerun, r->kind);
+}
+
+bool eng_same_input(const Toolpool__StoredResult *sr, const tp_digest_t *identity)
+{
+    const ProtobufCBinaryData *d = &sr->result->input_digest;
+    return d->len == TP_DIGEST_LEN && memcmp(d->data, identity->b, TP_DIGEST_LEN) == 0;
 }
 
 /* "WHERE: ", the start of a message about the request, or "". */
 static const char *prefix(char *buf, size_t cap, const tp_request_t *rq)
 {
     snprintf(buf, cap, "%s%s", rq->where ? rq->where : "", rq->where ? ": " : "");
-    return buf;
-}
-
-/* The tool a recorded line names, for a message. */
-static const char *stored_tool(const Toolpool__StoredResult *r, char *buf, size_t cap)
-{
-    json_t *v = json_loadb((const char *)r->line.data, r->line.len, 0, NULL);
-    const char *t = json_string_value(json_object_get(v, "tool"));
-    snprintf(buf, cap, "%s", t ? t : "?");
-    json_decref(v);
     return buf;
 }
 
@@ -132,9 +129,7 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
     if (++e->lookups % TP_TRIM_LOOKUPS == 0)
         tp_store_trim(e->o.store);
     int rc = tp_result_get(e->o.store, e->txn, rq->id, &r);
-    if (rc == 0 && eng_redo_recorded(e, r) &&
-        (refusal_kind(r->kind) ||
-         (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, identity->b, TP_DIGEST_LEN) == 0))) {
+    if (rc == 0 && eng_redo_recorded(e, r) && (refusal_kind(r->result->kind) || eng_same_input(r, identity))) {
         /* Done again: its new record replaces this one. */
         toolpool__stored_result__free_unpacked(r, NULL);
         *redo = true;
@@ -142,19 +137,19 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
         rc = MDB_NOTFOUND;
     }
     if (rc == 0) {
-        if (r->input_digest.len == TP_DIGEST_LEN && memcmp(r->input_digest.data, identity->b, TP_DIGEST_LEN) == 0) {
-            eng_answer_recorded(e, rq->id, job, rq->step, rq->tool, r, fn, ctx);
-        } else {
-            char msg[512], tool_buf[128], pre[96];
-            snprintf(msg, sizeof msg,
-                     "%sid \"%s\" is recorded in the store for other input (tool %s, other args); "
-                     "give this call a new id, or run with a new store",
-                     prefix(pre, sizeof pre, rq), rq->id, stored_tool(r, tool_buf, sizeof tool_buf));
-            tp_pending_t *p = eng_reject_as(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg,
-                                            false, fn, ctx);
-            if (p)
-                p->conflict = true;
+        if (eng_same_input(r, identity)) {
+            eng_answer_recorded(e, r, fn, ctx);
+            return true;
         }
+        char msg[512], pre[96];
+        snprintf(msg, sizeof msg,
+                 "%sid \"%s\" is recorded in the store for other input (tool %.127s, other args); "
+                 "give this call a new id, or run with a new store",
+                 prefix(pre, sizeof pre, rq), rq->id, r->result->tool[0] ? r->result->tool : "?");
+        tp_pending_t *p = eng_reject_as(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, false,
+                                        fn, ctx);
+        if (p)
+            p->conflict = true;
         toolpool__stored_result__free_unpacked(r, NULL);
         return true;
     }

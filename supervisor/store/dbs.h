@@ -6,8 +6,12 @@
 #ifndef TP_DBS_H
 #define TP_DBS_H
 
-/* 3: a job's message list in the steps database (steps.h); 2 kept it in the checkpoint. */
-#define TP_STORE_FORMAT 3
+/*
+ * 4: a result is its record (results.h), not its rendered line, as 3 and 2
+ * kept it; 3: a job's message list in the steps database (steps.h), where
+ * 2 kept it in the checkpoint.
+ */
+#define TP_STORE_FORMAT 4
 
 typedef enum {
     TP_DB_META = 0,

@@ -355,6 +355,14 @@ int tp_store_write(tp_store_t *s, tp_store_apply_fn apply, void *ctx, char *err,
     return tp_store_commit(s, txn, err, errlen);
 }
 
+int tp_store_reserve(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen, size_t n, uint8_t **at)
+{
+    MDB_val k = {klen, (void *)key}, v = {n, NULL};
+    int rc = tp_mdb(mdb_put(txn, s->dbi[db], &k, &v, MDB_RESERVE));
+    *at = rc ? NULL : v.mv_data;
+    return rc;
+}
+
 int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen, const ProtobufCMessage *msg)
 {
     MDB_val k = {klen, (void *)key}, v;

@@ -9,15 +9,23 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "results.h"
 #include "steps.h"
 #include "toolpool.pb-c.h"
 
 /*
  * Checks (or, on a new store, writes) the format record, in the
- * transaction that opened the databases. A store of format 2 is upgraded
- * to 3 when opened for writing (its job lists move to the steps database,
- * in the same transaction), and read as it is when opened read-only.
+ * transaction that opened the databases. A store of format 2 or 3 is
+ * upgraded to 4 when opened for writing, in the same transaction: format
+ * 2's job lists move to the steps database, and every result line becomes
+ * its record. Opened read-only, it is read as it is (results.c reads the
+ * lines back).
  */
+static bool upgradable(unsigned version)
+{
+    return version == 2 || version == 3;
+}
+
 static int check_format(tp_store_t *s, MDB_txn *txn, char *err, size_t errlen)
 {
     bool rdonly = tp_store_rdonly(s);
@@ -31,14 +39,16 @@ static int check_format(tp_store_t *s, MDB_txn *txn, char *err, size_t errlen)
         nf.version = TP_STORE_FORMAT;
         nf.created_unix_us = tp_unix_us();
         rc = tp_store_put_msg(s, txn, TP_DB_META, "format", 6, &nf.base);
-    } else if (rc == 0 && fmt->version == 2 && !rdonly) {
-        rc = tp_steps_migrate(s, txn);
+    } else if (rc == 0 && upgradable(fmt->version) && !rdonly) {
+        unsigned from = fmt->version;
+        rc = from == 2 ? tp_steps_migrate(s, txn) : 0;
+        rc = rc ? rc : tp_results_upgrade(s, txn);
         fmt->version = TP_STORE_FORMAT;
         rc = rc ? rc : tp_store_put_msg(s, txn, TP_DB_META, "format", 6, &fmt->base);
         if (rc)
-            snprintf(err, errlen, "%s: cannot upgrade the store from format 2 to %u: %s", dir, TP_STORE_FORMAT,
+            snprintf(err, errlen, "%s: cannot upgrade the store from format %u to %u: %s", dir, from, TP_STORE_FORMAT,
                      rc == TP_EPROTO ? tp_store_bad(s) : tp_strerror(rc));
-    } else if (rc == 0 && !(fmt->version == TP_STORE_FORMAT || (fmt->version == 2 && rdonly))) {
+    } else if (rc == 0 && !(fmt->version == TP_STORE_FORMAT || (upgradable(fmt->version) && rdonly))) {
         snprintf(err, errlen,
                  "%s: the store has format %u; this toolpool reads format %u. Use a toolpool of that "
                  "version to read it, or start a new store with --store NEWDIR",

@@ -96,17 +96,14 @@ static bool id_is(const uint8_t *text, size_t n, const void *key, size_t klen)
 }
 
 /*
- * results/ID: the line a rerun writes out as it is, so everything a reader
- * of the output relies on is checked: one JSON object, one line, this
- * call's id, and the record's own ok.
+ * A result line of a record of formats 2 and 3 (or one format 4 kept), as
+ * a rerun writes it out: one JSON object, one line, this call's id, and
+ * the record's ok.
  */
-static int check_result(const void *key, size_t klen, const Toolpool__StoredResult *r, char *why, size_t cap)
+static int check_line(const void *key, size_t klen, ProtobufCBinaryData l, bool ok, char *why, size_t cap)
 {
-    const uint8_t *line = r->line.data;
-    size_t n = r->line.len;
-    size_t at;
-    if (r->input_digest.len != TP_RECORD_DIGEST_LEN)
-        return bad(why, cap, "its input digest is %zu bytes, not %d", r->input_digest.len, TP_RECORD_DIGEST_LEN);
+    const uint8_t *line = l.data;
+    size_t n = l.len, at;
     if (n == 0)
         return bad(why, cap, "its result line is empty");
     if (line[n - 1] != '\n')
@@ -117,11 +114,44 @@ static int check_result(const void *key, size_t klen, const Toolpool__StoredResu
         return bad(why, cap, "its result line is not a JSON object (wrong at byte %zu)", line[0] != '{' ? 0 : at);
     if (!id_is(line, n - 1, key, klen))
         return bad(why, cap, "its result line is not this call's (its \"id\" is another)");
-    if (!member_is(line, n - 1, "ok", r->ok ? "true" : "false", r->ok ? 4 : 5))
+    if (!member_is(line, n - 1, "ok", ok ? "true" : "false", ok ? 4 : 5))
         return bad(why, cap, "its result line and its record disagree on \"ok\"");
+    return 0;
+}
+
+/* JSON text that a result line can hold as it is: empty, or one value on one line. */
+static bool json_one_line(ProtobufCBinaryData d)
+{
+    return json_or_empty(d) && memchr(d.data, '\n', d.len) == NULL && memchr(d.data, '\r', d.len) == NULL;
+}
+
+/*
+ * results/ID: everything the line rendered from it relies on: this call's
+ * id, a kind when it failed, a result and args that are JSON on one line;
+ * and the input digest a rerun compares.
+ */
+static int check_result(const void *key, size_t klen, const Toolpool__StoredResult *sr, char *why, size_t cap)
+{
+    const Toolpool__Result *r = sr->result;
+    if (r == NULL) { /* formats 2 and 3 */
+        if (sr->input_digest.len != TP_RECORD_DIGEST_LEN)
+            return bad(why, cap, "its input digest is %zu bytes, not %d", sr->input_digest.len, TP_RECORD_DIGEST_LEN);
+        int rc = check_line(key, klen, sr->line, sr->ok, why, cap);
+        if (rc == 0 && !sr->ok && sr->kind[0] == 0)
+            return bad(why, cap, "it failed but names no kind");
+        return rc;
+    }
+    if (r->input_digest.len != TP_RECORD_DIGEST_LEN)
+        return bad(why, cap, "its input digest is %zu bytes, not %d", r->input_digest.len, TP_RECORD_DIGEST_LEN);
+    if (!r->has_id || !same(r->id, key, klen))
+        return bad(why, cap, "its record is not this call's (its id is another)");
     if (!r->ok && r->kind[0] == 0)
         return bad(why, cap, "it failed but names no kind");
-    return 0;
+    if (!json_one_line(r->result))
+        return bad(why, cap, "its result is not JSON on one line");
+    if (!json_one_line(r->args))
+        return bad(why, cap, "its args are not JSON on one line");
+    return sr->line.len ? check_line(key, klen, sr->line, r->ok, why, cap) : 0;
 }
 
 static int check_checkpoint(const void *key, size_t klen, const Toolpool__Checkpoint *cp, char *why, size_t cap)

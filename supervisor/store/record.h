@@ -38,9 +38,12 @@ const ProtobufCMessageDescriptor *tp_record_type(tp_db_t db, const void *key, si
 /*
  * Whether m, read from db under key, is sane. For the messages this
  * version writes:
- *   StoredResult  a 16-byte input digest; a line that is one JSON object
- *                 ending in its only '\n', whose "id" is the key and whose
- *                 "ok" is the record's; a kind when not ok
+ *   StoredResult  a result whose id is the key, with a 16-byte input
+ *                 digest, a kind when not ok, and a result and args that
+ *                 are JSON on one line; a line, when it keeps one (and
+ *                 in formats 2 and 3, a line and no result), that is one
+ *                 JSON object ending in its only '\n', whose "id" is the
+ *                 key and whose "ok" is the record's
  *   Checkpoint    its job is the key; no empty call id in its message
  *                 list; stopped empty or a guard's kind; a cost that is a
  *                 finite number >= 0; an agent state, if any, that is JSON

@@ -308,15 +308,11 @@ int tp_records_escalation_resolve(tp_store_t *s, MDB_txn *txn, const char *id, c
     return rc;
 }
 
-/* The job and step a recorded result line names, into job (cap bytes; "" when none) and *step. */
+/* The job and step of a recorded result, into job (cap bytes; "" when none) and *step. */
 static void result_job(const Toolpool__StoredResult *r, char *job, size_t cap, uint64_t *step)
 {
-    json_t *v = json_loadb((const char *)r->line.data, r->line.len, 0, NULL);
-    const char *j = json_string_value(json_object_get(v, "job"));
-    snprintf(job, cap, "%s", j ? j : "");
-    json_int_t st = json_integer_value(json_object_get(v, "step"));
-    *step = st > 0 ? (uint64_t)st : 0;
-    json_decref(v);
+    snprintf(job, cap, "%s", r->result->job);
+    *step = r->result->step;
 }
 
 /*
@@ -437,7 +433,7 @@ int tp_records_escalation_rerun(tp_store_t *s, MDB_txn *txn, const char *id, con
     Toolpool__StoredResult *r;
     rc = tp_result_get(s, txn, call_id, &r);
     if (rc == 0) {
-        bool ok = r->ok;
+        bool ok = r->result->ok;
         toolpool__stored_result__free_unpacked(r, NULL);
         if (!ok) {
             if ((rc = tp_records_forget(s, txn, call_id)) != 0)
@@ -609,16 +605,21 @@ int tp_records_checkpoint_results_json(tp_store_t *s, MDB_txn *txn, const Toolpo
         json_decref(a);
         return lrc;
     }
+    tp_buf_t line = {0};
     for (size_t i = 0; i < n_ids; i++) {
         Toolpool__StoredResult *sr;
         int rc = tp_result_get(s, txn, ids[i], &sr);
         json_t *r = NULL;
         if (rc == 0) {
-            r = json_loadb((const char *)sr->line.data, sr->line.len, 0, NULL);
+            /* Each as its result line says it (a number past jansson's int64 makes it "missing"). */
+            tp_buf_reset(&line);
+            if (tp_result_line(&line, sr) == 0)
+                r = json_loadb((const char *)line.data, line.len, 0, NULL);
             toolpool__stored_result__free_unpacked(sr, NULL);
         } else if (rc != MDB_NOTFOUND && rc != TP_EPROTO) {
             json_decref(a);
             free(ids);
+            tp_buf_free(&line);
             return rc;
         }
         if (r == NULL)
@@ -626,10 +627,12 @@ int tp_records_checkpoint_results_json(tp_store_t *s, MDB_txn *txn, const Toolpo
         if (r == NULL || json_array_append_new(a, r) != 0) {
             json_decref(a);
             free(ids);
+            tp_buf_free(&line);
             return TP_ENOMEM;
         }
     }
     free(ids);
+    tp_buf_free(&line);
     *out = a;
     return 0;
 }

@@ -1,23 +1,270 @@
 #include "results.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r, const uint8_t *line, size_t len)
+#include "resultline.h"
+
+/*
+ * ---- packing a record by hand ----
+ *
+ * Every call's end packs its record: protobuf-c's generic packer walks
+ * each field through its descriptor twice (to size, then to pack), and a
+ * nested Result three times, which cost more than the rest of recording a
+ * call. This packs exactly the bytes protobuf-c would (field by field in
+ * number order, proto3's defaults left out: results_test holds the two to
+ * each other), in one sizing pass and one writing pass.
+ */
+enum { WT_VARINT = 0, WT_64 = 1, WT_LEN = 2 };
+
+static size_t varint_len(uint64_t v)
 {
-    Toolpool__StoredResult sr = TOOLPOOL__STORED_RESULT__INIT;
-    sr.input_digest = r->input_digest;
-    sr.line.data = (uint8_t *)line;
-    sr.line.len = len;
-    sr.ok = r->ok;
-    sr.kind = r->kind;
-    sr.attempts = r->attempts;
-    sr.duration_us = r->duration_us;
-    sr.ended_unix_us = tp_unix_us();
-    return tp_store_put_msg(s, txn, TP_DB_RESULTS, r->id, strlen(r->id), &sr.base);
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+static size_t key_len(unsigned field)
+{
+    return field < 16 ? 1 : 2;
+}
+
+static uint8_t *put_key(uint8_t *p, unsigned field, unsigned wt)
+{
+    return put_varint(p, (uint64_t)field << 3 | wt);
+}
+
+static size_t len_field(unsigned field, size_t n)
+{
+    return n ? key_len(field) + varint_len(n) + n : 0;
+}
+
+static size_t varint_field(unsigned field, uint64_t v)
+{
+    return v ? key_len(field) + varint_len(v) : 0;
+}
+
+static uint8_t *put_len(uint8_t *p, unsigned field, const void *data, size_t n)
+{
+    if (n == 0)
+        return p;
+    p = put_varint(put_key(p, field, WT_LEN), n);
+    memcpy(p, data, n);
+    return p + n;
+}
+
+static uint8_t *put_uint(uint8_t *p, unsigned field, uint64_t v)
+{
+    return v ? put_varint(put_key(p, field, WT_VARINT), v) : p;
+}
+
+/* The lengths of a record's strings, found once for both passes. */
+typedef struct {
+    size_t id, job, tool, kind, klass, message, served_by, escalation;
+} lens_t;
+
+static size_t slen(const char *s)
+{
+    return s ? strlen(s) : 0;
+}
+
+static size_t attempt_size(const Toolpool__Attempt *a, size_t tool, size_t outcome)
+{
+    return varint_field(1, a->attempt) + len_field(2, tool) + len_field(3, outcome) + varint_field(4, a->duration_us) +
+           varint_field(5, a->backoff_us) + varint_field(6, a->start_us);
+}
+
+static size_t result_size(const Toolpool__Result *r, const lens_t *l)
+{
+    size_t n = len_field(1, l->id) + len_field(2, l->job) + varint_field(3, r->step) + len_field(4, l->tool) +
+               varint_field(5, r->ok) + len_field(6, r->result.len) + len_field(7, l->kind) + len_field(8, l->klass) +
+               len_field(9, l->message) + varint_field(10, r->retryable) + varint_field(11, r->attempts) +
+               len_field(13, l->served_by) + varint_field(14, r->degraded) + varint_field(15, r->stale) +
+               varint_field(16, r->escalated) + varint_field(17, r->duration_us) + len_field(18, r->args.len) +
+               varint_field(19, r->has_id) + (r->cost != 0 ? key_len(20) + 8 : 0) + len_field(21, l->escalation) +
+               len_field(22, r->input_digest.len);
+    for (size_t i = 0; i < r->n_trace; i++) {
+        const Toolpool__Attempt *a = r->trace[i];
+        size_t m = attempt_size(a, slen(a->tool), slen(a->outcome));
+        n += key_len(12) + varint_len(m) + m;
+    }
+    return n;
+}
+
+static uint8_t *put_attempt(uint8_t *p, const Toolpool__Attempt *a)
+{
+    size_t tool = slen(a->tool), outcome = slen(a->outcome);
+    p = put_varint(put_key(p, 12, WT_LEN), attempt_size(a, tool, outcome));
+    p = put_uint(p, 1, a->attempt);
+    p = put_len(p, 2, a->tool, tool);
+    p = put_len(p, 3, a->outcome, outcome);
+    p = put_uint(p, 4, a->duration_us);
+    p = put_uint(p, 5, a->backoff_us);
+    return put_uint(p, 6, a->start_us);
+}
+
+static uint8_t *put_result(uint8_t *p, const Toolpool__Result *r, const lens_t *l)
+{
+    p = put_len(p, 1, r->id, l->id);
+    p = put_len(p, 2, r->job, l->job);
+    p = put_uint(p, 3, r->step);
+    p = put_len(p, 4, r->tool, l->tool);
+    p = put_uint(p, 5, r->ok);
+    p = put_len(p, 6, r->result.data, r->result.len);
+    p = put_len(p, 7, r->kind, l->kind);
+    p = put_len(p, 8, r->klass, l->klass);
+    p = put_len(p, 9, r->message, l->message);
+    p = put_uint(p, 10, r->retryable);
+    p = put_uint(p, 11, r->attempts);
+    for (size_t i = 0; i < r->n_trace; i++)
+        p = put_attempt(p, r->trace[i]);
+    p = put_len(p, 13, r->served_by, l->served_by);
+    p = put_uint(p, 14, r->degraded);
+    p = put_uint(p, 15, r->stale);
+    p = put_uint(p, 16, r->escalated);
+    p = put_uint(p, 17, r->duration_us);
+    p = put_len(p, 18, r->args.data, r->args.len);
+    p = put_uint(p, 19, r->has_id);
+    if (r->cost != 0) {
+        p = put_key(p, 20, WT_64);
+        memcpy(p, &r->cost, 8); /* little-endian, as the wire is: x86-64 and aarch64 */
+        p += 8;
+    }
+    p = put_len(p, 21, r->escalation, l->escalation);
+    return put_len(p, 22, r->input_digest.data, r->input_digest.len);
+}
+
+size_t tp_result_pack(const Toolpool__Result *r, uint64_t ended_unix_us, uint8_t *out)
+{
+    lens_t l = {slen(r->id),    slen(r->job),     slen(r->tool),      slen(r->kind),
+                slen(r->klass), slen(r->message), slen(r->served_by), slen(r->escalation)};
+    size_t inner = result_size(r, &l);
+    size_t n = varint_field(7, ended_unix_us) + key_len(8) + varint_len(inner) + inner;
+    if (out == NULL)
+        return n;
+    uint8_t *p = put_uint(out, 7, ended_unix_us);
+    p = put_varint(put_key(p, 8, WT_LEN), inner);
+    p = put_result(p, r, &l);
+    return (size_t)(p - out);
+}
+
+int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r)
+{
+    uint64_t ended = tp_unix_us();
+    size_t n = tp_result_pack(r, ended, NULL);
+    uint8_t *at;
+    int rc = tp_store_reserve(s, txn, TP_DB_RESULTS, r->id, strlen(r->id), n, &at);
+    if (rc == 0 && tp_result_pack(r, ended, at) != n) {
+        tp_store_note_bad(s, TP_DB_RESULTS, r->id, strlen(r->id), "it packed to other than its size");
+        rc = TP_EPROTO;
+    }
+    return rc;
+}
+
+int tp_result_from_line(Toolpool__StoredResult *sr)
+{
+    bool same;
+    Toolpool__Result *r;
+    int rc = tp_result_read_line(sr->line.data, sr->line.len, &r, &same);
+    if (rc)
+        return rc;
+    if (sr->input_digest.len > 0) {
+        if ((r->input_digest.data = malloc(sr->input_digest.len)) == NULL) {
+            toolpool__result__free_unpacked(r, NULL);
+            return TP_ENOMEM;
+        }
+        memcpy(r->input_digest.data, sr->input_digest.data, sr->input_digest.len);
+        r->input_digest.len = sr->input_digest.len;
+    }
+    sr->result = r;
+    if (same)
+        sr->line.len = 0; /* the bytes stay allocated, for free_unpacked */
+    return 0;
 }
 
 int tp_result_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__StoredResult **out)
 {
-    return tp_store_get_msg(s, txn, TP_DB_RESULTS, id, strlen(id), &toolpool__stored_result__descriptor,
-                            (ProtobufCMessage **)out);
+    int rc = tp_store_get_msg(s, txn, TP_DB_RESULTS, id, strlen(id), &toolpool__stored_result__descriptor,
+                              (ProtobufCMessage **)out);
+    if (rc == 0 && (*out)->result == NULL && (rc = tp_result_from_line(*out)) != 0) {
+        if (rc == TP_EPROTO)
+            tp_store_note_bad(s, TP_DB_RESULTS, id, strlen(id), "its result line cannot be read back");
+        toolpool__stored_result__free_unpacked(*out, NULL);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int tp_result_line(tp_buf_t *b, const Toolpool__StoredResult *sr)
+{
+    return sr->line.len ? tp_buf_append(b, sr->line.data, sr->line.len) : tp_result_write(b, sr->result);
+}
+
+int tp_result_unpack(const void *data, size_t len, Toolpool__StoredResult **out)
+{
+    *out = toolpool__stored_result__unpack(NULL, len, data);
+    if (*out == NULL)
+        return TP_EPROTO;
+    int rc = (*out)->result ? 0 : (*out)->line.len ? tp_result_from_line(*out) : TP_EPROTO;
+    if (rc) {
+        toolpool__stored_result__free_unpacked(*out, NULL);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int tp_results_upgrade(tp_store_t *s, MDB_txn *txn)
+{
+    MDB_dbi dbi = tp_store_dbi(s, TP_DB_RESULTS);
+    MDB_cursor *cur;
+    MDB_val k, v;
+    char key[512]; /* a key is at most the store's key size (mdb_env_get_maxkeysize: 511) */
+    int rc = tp_mdb(mdb_cursor_open(txn, dbi, &cur));
+    for (rc = rc ? rc : tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        Toolpool__StoredResult *sr;
+        if (k.mv_size > sizeof key)
+            continue; /* none such: store check names it */
+        if ((rc = tp_result_unpack(v.mv_data, v.mv_size, &sr)) != 0) {
+            if (rc != TP_EPROTO)
+                break;
+            rc = 0; /* a corrupt record stays as it is, for store check to name */
+            continue;
+        }
+        /* What the record of format 4 holds: the result, its time, and a line only when it must stay. */
+        Toolpool__StoredResult nr = TOOLPOOL__STORED_RESULT__INIT;
+        nr.result = sr->result;
+        nr.ended_unix_us = sr->ended_unix_us;
+        nr.line = sr->line;
+        memcpy(key, k.mv_data, k.mv_size);
+        MDB_val nk = {k.mv_size, key};
+        MDB_val nv = {toolpool__stored_result__get_packed_size(&nr), NULL};
+        if ((nv.mv_data = malloc(nv.mv_size + 1)) == NULL) {
+            rc = TP_ENOMEM;
+        } else {
+            toolpool__stored_result__pack(&nr, nv.mv_data);
+            /* Written by key, then found again: the cursor walks on from where it was. */
+            rc = tp_mdb(mdb_put(txn, dbi, &nk, &nv, 0));
+            free(nv.mv_data);
+            rc = rc ? rc : tp_mdb(mdb_cursor_get(cur, &nk, &v, MDB_SET));
+        }
+        toolpool__stored_result__free_unpacked(sr, NULL);
+        if (rc)
+            break;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND ? 0 : rc;
 }

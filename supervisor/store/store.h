@@ -98,6 +98,8 @@ MDB_dbi tp_store_dbi(const tp_store_t *s, tp_db_t db);
 /* Packs msg into db[key] (MDB_RESERVE: packed straight into the page). */
 int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen,
                      const ProtobufCMessage *msg);
+/* Room for a value of n bytes under key, at *at, to fill before the next write. 0, or an LMDB error. */
+int tp_store_reserve(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen, size_t n, uint8_t **at);
 /*
  * Reads db[key], unpacks it with desc and checks it (supervisor/store/record.h).
  * Returns 0 and *out (free with protobuf_c_message_free_unpacked),

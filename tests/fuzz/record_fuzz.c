@@ -12,6 +12,7 @@
 #include "fuzz.h"
 #include "json.h"
 #include "record.h"
+#include "results.h"
 #include "toolpool.pb-c.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -48,11 +49,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     TP_FUZZ_CHECK(tp_record_check(db, key, klen, m, why, sizeof why) == 0);
     if (desc == &toolpool__stored_result__descriptor) {
+        /* a sound record renders (or keeps) one JSON object on one line */
         const Toolpool__StoredResult *r = (const Toolpool__StoredResult *)m;
-        json_error_t err;
-        json_t *v = json_loadb((const char *)r->line.data, r->line.len - 1, JSON_ALLOW_NUL, &err);
-        TP_FUZZ_CHECK(v ? json_is_object(v) : tp_fuzz_jansson_only(err.text));
-        json_decref(v);
+        tp_buf_t line = {0};
+        TP_FUZZ_CHECK(tp_result_line(&line, r) == 0 || r->result == NULL);
+        if (line.len > 0) {
+            TP_FUZZ_CHECK(line.data[line.len - 1] == '\n' && memchr(line.data, '\n', line.len - 1) == NULL);
+            json_error_t err;
+            json_t *v = json_loadb((const char *)line.data, line.len - 1, JSON_ALLOW_NUL, &err);
+            TP_FUZZ_CHECK(v ? json_is_object(v) : tp_fuzz_jansson_only(err.text));
+            json_decref(v);
+        }
+        tp_buf_free(&line);
     }
     protobuf_c_message_free_unpacked(m, NULL);
     return 0;

@@ -157,7 +157,11 @@ void http_batch_answer_line(tp_http_batch_t *b, const tp_answer_t *a)
     b->pending--;
     if (a->not_started)
         b->cut = true;
-    if (a->line && b->w->req && !b->ended && evbuffer_add(b->out, a->line, a->len) != 0)
+    if (a->not_started || b->w->req == NULL || b->ended)
+        return;
+    tp_buf_t *line = &b->h->line;
+    tp_buf_reset(line);
+    if (tp_answer_write(line, a) < 0 || evbuffer_add(b->out, line->data, line->len) != 0)
         tp_log_error("http: out of memory for a batch's result line");
 }
 

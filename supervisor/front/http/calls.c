@@ -184,9 +184,9 @@ static int answer_render(const tp_answer_t *a, tp_buf_t *body)
             return k == TP_KIND_UNKNOWN_TOOL ? 404 : a->conflict ? 409 : 400;
         }
     }
-    if (a->line == NULL || tp_buf_append(body, a->line, a->len) < 0) {
+    if (tp_answer_write(body, a) < 0) {
         tp_buf_reset(body);
-        http_error_body(body, "InternalError", a->line ? "out of memory" : "the call ended without a result");
+        http_error_body(body, "InternalError", a->result ? "out of memory" : "the call ended without a result");
         return 500;
     }
     return 200;
@@ -397,7 +397,7 @@ void http_calls_get(tp_http_t *h, struct evhttp_request *req, const char *id)
         return;
     }
     tp_buf_t b = {0};
-    int ok = tp_buf_append(&b, sr->line.data, sr->line.len);
+    int ok = tp_result_line(&b, sr);
     toolpool__stored_result__free_unpacked(sr, NULL);
     if (ok < 0) {
         tp_buf_free(&b);

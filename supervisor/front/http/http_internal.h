@@ -162,6 +162,7 @@ struct tp_http {
     bool listener_paused; /* at the hard cap, or resting after an accept error */
     bool accept_error;
     bool draining, finished, freeing;
+    tp_buf_t line;       /* a batch's result line, rendered before it is queued */
     char unix_path[108]; /* the socket file made, removed at free */
     int unix_lock;       /* PATH.lock, flocked while we serve on PATH; -1: none */
     dev_t unix_dev;

@@ -50,9 +50,8 @@ typedef struct tp_jsonl {
     long line_no;
     size_t window;
     struct event *ev_input;
-    /* output: the lines of a commit's answers, written in place at its flush */
-    struct iovec *iov;
-    size_t n_iov, cap_iov;
+    /* output: the lines of a commit's answers, written at its flush */
+    tp_buf_t out;
     bool out_failed;
     int status;
     /* lifecycle: the loop with its signals and the drain's last resort */
@@ -65,7 +64,7 @@ typedef struct tp_jsonl {
 static void input_failed(tp_jsonl_t *f);
 static void out_stop(tp_jsonl_t *f);
 
-/* One call's answer: its line goes out with the rest of its commit's. */
+/* One call's answer: its line, rendered, goes out with the rest of its commit's. */
 static void answer_cb(void *ctx, const tp_answer_t *a)
 {
     tp_jsonl_t *f = ctx;
@@ -73,12 +72,11 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
         f->report->not_started++;
         return;
     }
-    if (tp_array_fit(&f->iov, &f->cap_iov, f->n_iov + 1, sizeof *f->iov, 1024) < 0) {
+    if (tp_answer_write(&f->out, a) < 0) {
         tp_log_error("out of memory writing results; stopping");
         out_stop(f);
         return;
     }
-    f->iov[f->n_iov++] = (struct iovec){.iov_base = (void *)a->line, .iov_len = a->len};
     tp_summary_add(&f->report->summary, a->result);
     if (a->recorded)
         f->report->resumed++;
@@ -95,37 +93,16 @@ static void out_stop(tp_jsonl_t *f)
     tp_engine_drain(f->e); /* a second time: kill what runs */
 }
 
-/*
- * A commit's answers have been delivered: their lines, still where the
- * engine rendered them, go out in one writev (a copy fewer than gathering
- * them first), resumed after a short write.
- */
+/* A commit's answers have been delivered: their lines go out in one write, resumed after a short one. */
 static void flush_cb(void *ctx)
 {
     tp_jsonl_t *f = ctx;
-    struct iovec *v = f->iov;
-    size_t n = f->n_iov;
-    f->n_iov = 0;
-    while (n > 0 && !f->out_failed) {
-        ssize_t w = writev(f->o->output_fd, v, n > IOV_MAX ? IOV_MAX : (int)n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0) {
-            tp_log_error("writing results: %s", strerror(errno));
-            tp_log_error("cannot write results; stopping");
-            out_stop(f);
-            return;
-        }
-        size_t done = (size_t)w;
-        while (n > 0 && done >= v->iov_len) {
-            done -= v->iov_len;
-            v++;
-            n--;
-        }
-        if (n > 0 && done > 0) {
-            v->iov_base = (char *)v->iov_base + done;
-            v->iov_len -= done;
-        }
+    int rc = f->out_failed ? 0 : tp_write_all(f->o->output_fd, f->out.data, f->out.len);
+    tp_buf_reset(&f->out);
+    if (rc < 0) {
+        tp_log_error("writing results: %s", tp_strerror(rc));
+        tp_log_error("cannot write results; stopping");
+        out_stop(f);
     }
 }
 
@@ -366,6 +343,6 @@ out:
     tp_loop_free(&f.loop);
     tp_buf_free(&f.in);
     tp_request_parser_free(&f.parser);
-    free(f.iov);
+    tp_buf_free(&f.out);
     return status;
 }

@@ -517,48 +517,6 @@ static void log_to_client(tp_mcp_session_t *s, const tp_mcp_req_t *r, int level,
 }
 
 /*
- * An answer served from the store has only its line (engine.h): the result
- * is read back from it. A line jansson cannot read (a number too large for
- * it) is given whole, as the text, which is JSON all the same.
- */
-static void w_recorded(tp_mcp_session_t *s, tp_msg_t *w, const tp_mcp_req_t *r, const tp_answer_t *a)
-{
-    json_t *line = a->line ? json_loadb((const char *)a->line, a->len, 0, NULL) : NULL;
-    bool ok = a->result && a->result->ok;
-    if (line == NULL) {
-        w_puts(w, "{\"content\":[{\"type\":\"text\",\"text\":");
-        w_str(w, a->line ? (const char *)a->line : "null", a->line ? a->len - (a->len > 0) : 4);
-        w_puts(w, ok ? "}],\"isError\":false" : "}],\"isError\":true");
-        w_meta(w, r, NULL, false, false);
-        w_puts(w, "}");
-        return;
-    }
-    const char *served_by = json_string_value(json_object_get(line, "served_by"));
-    bool degraded = json_is_true(json_object_get(line, "degraded"));
-    bool stale = json_is_true(json_object_get(line, "stale"));
-    if (ok) {
-        json_t *result = json_object_get(line, "result");
-        tp_buf_t res = {0};
-        if (result && tp_json_write(&res, result, 0) < 0)
-            w->err = -1;
-        w_success(s, w, r, res.data ? (const char *)res.data : "", res.len, served_by);
-        tp_buf_free(&res);
-        w_meta(w, r, served_by, degraded, stale);
-        w_puts(w, "}");
-    } else {
-        json_t *att = json_object_get(line, "attempts");
-        const char *kind = json_string_value(json_object_get(line, "error"));
-        w_failure(w, r, kind ? kind : tp_kind_name(TP_KIND_TOOL_ERROR),
-                  json_string_value(json_object_get(line, "class")),
-                  json_string_value(json_object_get(line, "message")), json_is_true(json_object_get(line, "retryable")),
-                  json_is_integer(att) && json_integer_value(att) > 0 ? (uint64_t)json_integer_value(att) : 0,
-                  served_by, json_is_true(json_object_get(line, "escalated")),
-                  json_string_value(json_object_get(line, "escalation")), degraded, stale);
-    }
-    json_decref(line);
-}
-
-/*
  * The engine's answer for a tools/call: a CallToolResult, unless the client
  * cancelled the request (then nothing is sent, as the cancellation rules
  * have it). Every failure is a result with isError, for the model to read.
@@ -592,8 +550,6 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
         w_failure(&w, r, tp_kind_name(TP_KIND_CANCELLED), NULL,
                   "toolpool is stopping: the call was not started (send it again once the server is back)", false, 0,
                   NULL, false, NULL, false, false);
-    } else if (a->recorded) {
-        w_recorded(s, &w, r, a);
     } else if (res->ok) {
         w_success(s, &w, r, (const char *)res->result.data, res->result.len, res->served_by);
         w_meta(&w, r, res->served_by, res->degraded, res->stale);
