@@ -233,7 +233,7 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
     }
     bool recycle = s->retiring;
     if (s->dead)
-        s->state = SLOT_STOPPING;
+        s->state = SLOT_DYING; /* reaped already: the rest of the reap follows */
     else if (p->shutting_down || recycle)
         slot_stop(s, p->shutting_down ? WHY_SHUTDOWN : WHY_RECYCLE, 0);
     else

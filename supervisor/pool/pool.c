@@ -4,11 +4,13 @@
  * an attempt's failure filled in). The files of the pool and what they
  * share: pool_internal.h.
  *
- * Every slot moves through one small state machine:
+ * Every slot moves through one small state machine (each state and event:
+ * the table in pool_internal.h):
  *
  *   DOWN --spawn--> STARTING --Hello--> IDLE --submit--> BUSY --Reply--> IDLE
- *                                                         |
- *        (deadline: kill the group; EOF, garbage: kill) STOPPING --reaped--> DOWN
+ *   STARTING, IDLE, BUSY --told to go: EOF or TERM--> STOPPING --timer: KILL--> DYING
+ *   STARTING, IDLE, BUSY --KILL: deadline, garbage, cancel, no Hello--> DYING
+ *   STOPPING, DYING (or any with a process) --reaped--> DOWN --timer--> respawn
  *
  * A slot leaves the living only through SIGCHLD. The attempt it held ends
  * when no process of it can run code of its own any more, so a retry never
@@ -319,6 +321,8 @@ void tp_pool_shutdown(tp_pool_t *p, bool kill_busy)
                 slot_stop(s, WHY_SHUTDOWN, SIGKILL);
             break;
         case SLOT_STOPPING:
+        case SLOT_DYING:
+            /* A STOPPING slot's timer still fires: a timeout's attempt ends once that KILL is out. */
             if (kill_busy)
                 slot_kill(s);
             break;

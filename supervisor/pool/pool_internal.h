@@ -38,12 +38,105 @@
 /* Workers in a row that cannot start (spawn fails, or dies before its Hello) stop the pool. */
 #define TP_POOL_START_FAILURES_MAX 5
 
+/*
+ * A slot's state, and what each event does in it: the table the code's
+ * switches follow. "KILL" is slot_kill: the group stopped,
+ * every process the worker started killed, then the group; the stop's
+ * reason (why) is the first one given and is kept until the reap. While
+ * the pool shuts down, submit is TP_EAGAIN in every state, and nothing
+ * respawns. The deadline thread's kill (pool_deadline_cb, reap.c) only
+ * ever concerns a BUSY slot.
+ *
+ * DOWN: no process; the timer, when armed, is the respawn.
+ *   frame, EOF  none (no pipe)
+ *   timer     respawn -> STARTING; held while a deadline the loop keeps is
+ *             under 2 ms away (10 ms at most); a spawn that fails stays
+ *             DOWN, retried after 100 ms x failures (the 5th: fatal_cb)
+ *   reaped    none (no process)
+ *   submit    not chosen          cancel  TP_ENOENT
+ *   shutdown  the respawn timer is cancelled
+ *
+ * STARTING: spawned, no Hello yet; the timer is the hello timeout.
+ *   Hello     right protocol: -> IDLE, idle_cb (shutting down: EOF ->
+ *             STOPPING); another protocol: KILL (protocol) -> DYING
+ *   Notice    dropped             Reply, garbage  KILL (protocol) -> DYING
+ *   EOF       eof; the timer becomes its 1 s linger, then KILL (protocol)
+ *   timer     KILL (hello) -> DYING
+ *   reaped    -> DOWN, a start failure (not when SIGKILLed from outside:
+ *             a crash): respawn after 100 ms x failures, the 5th: fatal_cb
+ *   submit    not chosen          cancel  TP_ENOENT
+ *   shutdown  EOF -> STOPPING; kill_busy: KILL (shutdown) -> DYING
+ *
+ * IDLE: said Hello, holds no attempt; no timer.
+ *   Notice    dropped             Hello, Reply, garbage  KILL (protocol) -> DYING
+ *   EOF       eof; 1 s linger, then KILL (protocol)
+ *   timer     none (but the linger)
+ *   reaped    -> DOWN, a crash: respawn at once, then throttled
+ *   submit    -> BUSY: the first IDLE slot takes it, its deadline armed
+ *             (an IDLE slot at EOF too: the deadline replaces its linger)
+ *   cancel    TP_ENOENT           shutdown  EOF -> STOPPING
+ *
+ * BUSY: an attempt runs, more may be queued behind it; the timer is its
+ * deadline (the deadline thread's fallback, or the loop's own).
+ *   Reply     its seq: the attempt ends (Timeout instead when the thread's
+ *             KILL went out first); the next queued one starts, its
+ *             deadline armed, BUSY; none queued: -> IDLE, or EOF ->
+ *             STOPPING (retiring: recycle; shutting down: shutdown).
+ *             Another seq: KILL (protocol) -> DYING
+ *   Notice    its seq, notify, a notice_cb: handed on; else dropped
+ *   Hello, garbage  KILL (protocol) -> DYING
+ *   EOF       eof: the timer becomes its 1 s linger, then KILL (protocol);
+ *             nothing is queued on it; its deadline leaves the loop's list
+ *   timer     early: short sleeps; at the deadline: no grace: KILL ->
+ *             DYING, Timeout now, the queue handed back; a grace: TERM
+ *             (mcp: the worker alone) -> STOPPING
+ *   thread kill  -> DYING, Timeout as of the stop, the queue handed back
+ *   reaped    a Reply left in the pipe still counts; then WorkerCrashed
+ *             (ResourceLimit: SIGXCPU under a cpu limit), the queue handed
+ *             back, -> DOWN, respawn at once, then throttled; after the
+ *             thread's KILL: as a thread kill first, then as DYING
+ *   submit    queued behind, when pipelining, the depths, eof, retiring
+ *             and the call cap allow; else not chosen
+ *   cancel    its running attempt: KILL (cancel) -> DYING; Cancelled at the reap
+ *   shutdown  runs on (stopped at its last Reply); kill_busy: KILL
+ *             (shutdown) -> DYING, Cancelled at the reap
+ *
+ * STOPPING: told to go by EOF (its call pipe closed) or TERM; the timer
+ * sends the KILL after EOF_GRACE_US or the tool's kill_grace.
+ *   frames    too late: ignored; garbage: KILL -> DYING
+ *   EOF       none
+ *   timer     KILL -> DYING; a timeout's attempt ends Timeout once it is out
+ *   reaped    -> DOWN; its attempt, if any, ends by why (Timeout, Cancelled,
+ *             WorkerCrashed); respawn at once after a timeout, recycle or
+ *             cancel, throttled after a protocol error or no Hello (as a
+ *             start failure when it never said Hello)
+ *   submit    not chosen          cancel  TP_ENOENT
+ *   shutdown  kill_busy: KILL now; the state and its timer stay
+ *
+ * DYING: the KILL has gone out (or failed: the attempt then ends at the
+ * reap), or the worker was reaped while a Reply was read; no timer.
+ *   frames    too late: ignored; garbage: KILL again
+ *   EOF, timer  none
+ *   reaped    as STOPPING
+ *   submit    not chosen          cancel  TP_ENOENT
+ *   shutdown  kill_busy: KILL again
+ *
+ * The flags beside the state are not states: eof (the worker closed its
+ * reply pipe) can befall STARTING, IDLE and BUSY alike, and a BUSY slot at
+ * EOF still holds its attempt; retiring (a BUSY worker takes no more, and
+ * goes once its queue is done) is a want, as s6-supervise keeps
+ * flagwantup beside its state; said_hello is the worker's history, read at the reap
+ * from whatever state it left; dead marks the reap's reading of the last
+ * frames, in which a Reply is handled as in BUSY; unflushed and
+ * thread_keeps say which Calls await the flush and who keeps the deadline.
+ */
 typedef enum {
     SLOT_DOWN,     /* no process; maybe waiting for a throttled respawn */
     SLOT_STARTING, /* spawned, no Hello yet */
     SLOT_IDLE,
     SLOT_BUSY,
-    SLOT_STOPPING, /* told to go (EOF or a signal); waiting for the reap */
+    SLOT_STOPPING, /* told to go (EOF or TERM): the timer sends SIGKILL */
+    SLOT_DYING,    /* SIGKILL sent (or the worker is gone): only the reap is left */
 } slot_state_t;
 
 typedef enum {
@@ -70,8 +163,7 @@ typedef struct tp_slot {
     tp_buf_t out;
     slot_state_t state;
     stop_why_t why;
-    bool term_sent; /* told to go (TERM or EOF); SIGKILL follows at the timer */
-    bool dead;      /* reaped; its last frames are being read */
+    bool dead; /* reaped; its last frames are being read */
     bool said_hello;
     bool eof;       /* its reply pipe reached EOF */
     bool unflushed; /* out holds Calls the flush event will write */

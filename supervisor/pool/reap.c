@@ -59,9 +59,10 @@ int slot_kill(tp_slot_t *s)
 
 /*
  * Asks a worker to go: sig 0 closes its call pipe (it exits at EOF),
- * otherwise the signal goes to its whole process group. With a TERM, a KILL
- * follows after the attempt's tool's kill_grace. Returns kill's result (0
- * with sig 0).
+ * otherwise the signal goes to its whole process group. After EOF or a
+ * TERM the slot is STOPPING, and its timer sends the KILL (after
+ * EOF_GRACE_US, or the attempt's tool's kill_grace); after a KILL it is
+ * DYING. Returns kill's result (0 with sig 0).
  */
 int slot_stop(tp_slot_t *s, stop_why_t why, int sig)
 {
@@ -70,7 +71,7 @@ int slot_stop(tp_slot_t *s, stop_why_t why, int sig)
         p->idle--;
     if (s->why == WHY_NONE)
         s->why = why;
-    s->state = SLOT_STOPPING;
+    s->state = sig == 0 || sig == SIGTERM ? SLOT_STOPPING : SLOT_DYING;
     evtimer_del(s->ev_timer);
     if (sig == 0) {
         if (s->unflushed)
@@ -81,7 +82,6 @@ int slot_stop(tp_slot_t *s, stop_why_t why, int sig)
             close(s->call_fd);
         s->call_fd = -1;
         /* One that does not leave at EOF (stuck before its Hello, say) is killed. */
-        s->term_sent = true;
         slot_timer_arm(s, EOF_GRACE_US);
         return 0;
     }
@@ -94,10 +94,8 @@ int slot_stop(tp_slot_t *s, stop_why_t why, int sig)
      */
     bool worker_only = sig == SIGTERM && s->attempt && s->attempt->tool->adapter == TP_ADAPTER_MCP;
     int rc = sig == SIGKILL ? slot_kill(s) : kill(worker_only ? s->pid : -s->pid, sig);
-    if (sig == SIGTERM) {
-        s->term_sent = true;
+    if (sig == SIGTERM)
         slot_timer_arm(s, s->attempt ? s->attempt->tool->policy.kill_grace_us : 0);
-    }
     return rc;
 }
 
@@ -181,7 +179,7 @@ void slot_deadline(tp_slot_t *s, uint64_t killed_us)
     p->stats.timeouts++;
     if (killed_us) {
         s->why = WHY_TIMEOUT;
-        s->state = SLOT_STOPPING;
+        s->state = SLOT_DYING;
         evtimer_del(s->ev_timer);
         slot_timed_out(s, killed_us);
         return;
@@ -208,8 +206,9 @@ void pool_deadline_cb(void *arg)
  * The slot's one timer. What it was armed for follows from the slot's
  * state: a respawn (DOWN), the hello timeout (STARTING), the running
  * attempt's deadline (BUSY), the KILL after a TERM's or an EOF's grace
- * (STOPPING); and, before any of them, the linger of a worker that closed
- * its reply pipe but has not exited (eof).
+ * (STOPPING; none is armed in IDLE or DYING); and, before any of them,
+ * the linger of a worker that closed its reply pipe but has not exited
+ * (eof).
  */
 void slot_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -254,10 +253,12 @@ void slot_timer_cb(evutil_socket_t fd, short what, void *arg)
         break;
     }
     case SLOT_STOPPING:
-        if (s->term_sent && slot_kill(s) == 0 && s->why == WHY_TIMEOUT)
+        s->state = SLOT_DYING;
+        if (slot_kill(s) == 0 && s->why == WHY_TIMEOUT)
             slot_timed_out(s, 0);
         break;
     case SLOT_IDLE:
+    case SLOT_DYING:
         break;
     }
 }
@@ -303,7 +304,6 @@ static void slot_reaped(tp_slot_t *s, int status)
     s->attempt = NULL;
     s->state = SLOT_DOWN;
     s->why = WHY_NONE;
-    s->term_sent = false;
     s->dead = false;
     s->pid = 0;
     s->calls = 0;
