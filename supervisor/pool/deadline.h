@@ -6,12 +6,13 @@
  * then the group, and tells the loop through an eventfd; the loop ends the
  * attempt as of the moment of the stop, from which none of the group ran.
  * The walk of /proc takes a millisecond or more: in a thread apart, it
- * never makes the next deadline late. pool.c keeps the slots and
- * their state machine; this keeps, by slot index, what the thread needs to
- * know of each, under one mutex: the worker until it is reaped, its reply
- * pipe, the running attempt's deadline, and when the thread stopped the
- * group. While the thread kills a slot's processes (a millisecond or two),
- * every call for that slot waits for it to finish.
+ * never makes the next deadline late. The pool's other files keep the
+ * slots and their state machine (pool_internal.h); this keeps, by slot
+ * index, what the thread needs to know of each, under one mutex: the
+ * worker until it is reaped, its reply pipe, the running attempt's
+ * deadline, and when the thread stopped the group. While the thread
+ * kills a slot's processes (a millisecond or two), every call for that
+ * slot waits for it to finish.
  *
  * Every function is called from the loop's thread. Without the thread (not
  * started, or it could not start), the per-slot calls do nothing and report
