@@ -194,7 +194,7 @@ static void test_result_round_trip(void)
     CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "call-1", &sr), 0);
     CU_ASSERT_PTR_NOT_NULL(sr);
     if (sr)
-        toolpool__stored_result__free_unpacked(sr, NULL);
+        tp_result_free(sr);
     commit(txn);
     fx_reopen();
 
@@ -221,7 +221,7 @@ static void test_result_round_trip(void)
     CU_ASSERT_EQUAL(got->attempts, 2);
     CU_ASSERT_EQUAL(got->duration_us, 123456);
     CU_ASSERT_NOT_EQUAL(sr->ended_unix_us, 0);
-    toolpool__stored_result__free_unpacked(sr, NULL);
+    tp_result_free(sr);
 
     sr = NULL;
     CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "call-2", &sr), 0);
@@ -230,7 +230,7 @@ static void test_result_round_trip(void)
     CU_ASSERT_STRING_EQUAL(sr->result->kind, "Timeout");
     CU_ASSERT_EQUAL(sr->result->attempts, 3);
     CU_ASSERT_EQUAL(sr->result->input_digest.len, TP_DIGEST_LEN);
-    toolpool__stored_result__free_unpacked(sr, NULL);
+    tp_result_free(sr);
 
     /* an unknown id, or a prefix of a known one: MDB_NOTFOUND, nothing returned */
     Toolpool__StoredResult dummy;
@@ -272,7 +272,7 @@ static void test_result_replace_and_corrupt(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(sr);
     CU_ASSERT_STRING_EQUAL(sr->result->message, "second");
     CU_ASSERT_EQUAL(sr->result->attempts, 4);
-    toolpool__stored_result__free_unpacked(sr, NULL);
+    tp_result_free(sr);
     sr = NULL;
     CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "garbage", &sr), TP_EPROTO);
     CU_ASSERT_PTR_NULL(sr);
@@ -697,7 +697,7 @@ static bool renders_as(MDB_txn *txn, const char *id, const char *want)
                 tp_strerror(grc), tp_store_bad(fx.store));
     tp_buf_free(&b);
     if (sr)
-        toolpool__stored_result__free_unpacked(sr, NULL);
+        tp_result_free(sr);
     return same;
 }
 
@@ -772,7 +772,7 @@ static void test_format_3_upgrade(void)
         CU_ASSERT_EQUAL(r->input_digest.len, TP_DIGEST_LEN);
         CU_ASSERT_EQUAL(r->input_digest.len ? r->input_digest.data[0] : 0, 7);
         CU_ASSERT_EQUAL(sr->ended_unix_us, 1234);
-        toolpool__stored_result__free_unpacked(sr, NULL);
+        tp_result_free(sr);
         CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "f", &sr), 0);
         CU_ASSERT_PTR_NOT_NULL_FATAL(sr);
         CU_ASSERT_FALSE(sr->result->ok);
@@ -780,13 +780,13 @@ static void test_format_3_upgrade(void)
         CU_ASSERT_STRING_EQUAL(sr->result->escalation, "E000001");
         CU_ASSERT_TRUE(sr->result->retryable);
         CU_ASSERT_EQUAL(sr->result->args.len, 0);
-        toolpool__stored_result__free_unpacked(sr, NULL);
+        tp_result_free(sr);
         /* the older line is kept, and its record read from it */
         CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "o", &sr), 0);
         CU_ASSERT_PTR_NOT_NULL_FATAL(sr);
         CU_ASSERT_EQUAL(sr->line.len, sizeof older - 1);
         CU_ASSERT_EQUAL(sr->result->n_trace, 1);
-        toolpool__stored_result__free_unpacked(sr, NULL);
+        tp_result_free(sr);
         /* a line that cannot be read back: corrupt, by name */
         CU_ASSERT_EQUAL(tp_result_get(fx.store, txn, "u", &sr), TP_EPROTO);
         CU_ASSERT_PTR_NULL(sr);
@@ -801,7 +801,7 @@ static void test_format_3_upgrade(void)
                 CU_ASSERT_EQUAL(raw->result != NULL, i < 3);
                 CU_ASSERT_EQUAL(raw->line.len > 0, i >= 2);
                 CU_ASSERT_EQUAL(raw->ended_unix_us, 1234);
-                toolpool__stored_result__free_unpacked(raw, NULL);
+                tp_result_free(raw);
             }
             Toolpool__StoreFormat *f = NULL;
             CU_ASSERT_EQUAL(tp_store_get_msg(fx.store, txn, TP_DB_META, "format", 6,

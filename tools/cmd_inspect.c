@@ -604,7 +604,7 @@ static void show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const char *id)
     } else {
         fprintf(out, "%s: %s\n", r->kind, r->message);
     }
-    toolpool__stored_result__free_unpacked(sr, NULL);
+    tp_result_free(sr);
 }
 
 /* show JOB --json: the checkpoint, with the recorded results of its calls in order. */

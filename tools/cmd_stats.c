@@ -288,7 +288,7 @@ int tp_cmd_stats(int argc, char **argv)
     for (rc = rc ? rc : tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
          rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         Toolpool__StoredResult *sr;
-        if (tp_result_unpack(v.mv_data, v.mv_size, &sr) != 0) {
+        if (tp_result_unpack(k.mv_data, k.mv_size, v.mv_data, v.mv_size, &sr) != 0) {
             tp_log_error("%s: results \"%.*s\": a corrupt record (`toolpool store check --store %s` lists them)", dir,
                          (int)k.mv_size, (const char *)k.mv_data, dir);
             status = 2;
@@ -299,7 +299,7 @@ int tp_cmd_stats(int argc, char **argv)
             undated++;
         const Toolpool__Result *r = sr->result;
         int arc = skip || (only && strcmp(r->tool, only) != 0) ? 0 : add_result(&t, r);
-        toolpool__stored_result__free_unpacked(sr, NULL);
+        tp_result_free(sr);
         if (arc < 0) {
             tp_log_error("out of memory");
             status = 2;

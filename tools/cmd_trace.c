@@ -281,7 +281,7 @@ static int trace_store(const char *dir, int n, char **ids, bool json)
         else
             v = json_loadb((const char *)line.data, line.len, 0, &jerr);
         tp_buf_free(&line);
-        toolpool__stored_result__free_unpacked(r, NULL);
+        tp_result_free(r);
         if (v == NULL) {
             /* Sound JSON that jansson still refuses (a number past int64, say). */
             tp_log_error("%s: call %s: its recorded line cannot be read: %s", dir, ids[i], jerr.text);

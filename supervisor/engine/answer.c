@@ -91,7 +91,7 @@ static void record_refusal(tp_engine_t *e, Toolpool__Result *r)
     int rc = tp_result_get(e->o.store, e->txn, r->id, &old);
     if (rc == 0) {
         bool refusal = !old->result->ok && refusal_kind(old->result->kind);
-        toolpool__stored_result__free_unpacked(old, NULL);
+        tp_result_free(old);
         if (!refusal)
             return;
     } else if (rc != MDB_NOTFOUND) {
@@ -248,7 +248,7 @@ void eng_deliver(tp_engine_t *e, bool ok)
             eng_call_release(e, d->v[i].hold);
         free(d->v[i].r);
         if (d->v[i].stored)
-            toolpool__stored_result__free_unpacked(d->v[i].stored, NULL);
+            tp_result_free(d->v[i].stored);
     }
     d->n = 0;
     d->bytes = 0;
@@ -270,7 +270,7 @@ tp_pending_t *eng_answer_recorded(tp_engine_t *e, Toolpool__StoredResult *r, tp_
 {
     tp_pending_t *p = eng_pending_add(e, fn, ctx);
     if (p == NULL) {
-        toolpool__stored_result__free_unpacked(r, NULL);
+        tp_result_free(r);
         return NULL;
     }
     p->stored = r;

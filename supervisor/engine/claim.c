@@ -109,7 +109,7 @@ tp_claim_t eng_claim(tp_engine_t *e, tp_call_t *c)
     Toolpool__StoredResult *r;
     int rc = tp_result_get(e->o.store, e->txn, c->id, &r);
     if (rc == 0 && eng_redo_recorded(e, r)) {
-        toolpool__stored_result__free_unpacked(r, NULL);
+        tp_result_free(r);
         rc = MDB_NOTFOUND; /* it was to be done again when it came, and still is */
     }
     if (rc == 0) {
@@ -129,7 +129,7 @@ tp_claim_t eng_claim(tp_engine_t *e, tp_call_t *c)
                 p->conflict = true;
         }
         if (r)
-            toolpool__stored_result__free_unpacked(r, NULL);
+            tp_result_free(r);
         eng_hold_until(e, c, p);
         return CLAIM_ANSWERED;
     }

@@ -20,6 +20,7 @@
 #include "clock.h"
 #include "engine_internal.h"
 #include "log.h"
+#include "results.h"
 
 /* Results between two trims of the store's map from the resident set. */
 #define TP_TRIM_EVERY 1024
@@ -435,7 +436,7 @@ static void answers_free(tp_engine_t *e, tp_answers_t *a)
             eng_call_release(e, a->v[i].hold);
         free(a->v[i].r);
         if (a->v[i].stored)
-            toolpool__stored_result__free_unpacked(a->v[i].stored, NULL);
+            tp_result_free(a->v[i].stored);
     }
     free(a->v);
 }

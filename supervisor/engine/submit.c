@@ -131,7 +131,7 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
     int rc = tp_result_get(e->o.store, e->txn, rq->id, &r);
     if (rc == 0 && eng_redo_recorded(e, r) && (refusal_kind(r->result->kind) || eng_same_input(r, identity))) {
         /* Done again: its new record replaces this one. */
-        toolpool__stored_result__free_unpacked(r, NULL);
+        tp_result_free(r);
         *redo = true;
         e->stats.rerun++;
         rc = MDB_NOTFOUND;
@@ -150,7 +150,7 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
                                         fn, ctx);
         if (p)
             p->conflict = true;
-        toolpool__stored_result__free_unpacked(r, NULL);
+        tp_result_free(r);
         return true;
     }
     if (rc != MDB_NOTFOUND) {

@@ -361,7 +361,7 @@ int tp_records_forget(tp_store_t *s, MDB_txn *txn, const char *id)
     char job[600];
     uint64_t step;
     result_job(r, job, sizeof job, &step);
-    toolpool__stored_result__free_unpacked(r, NULL);
+    tp_result_free(r);
     MDB_val k = {strlen(id), (void *)id};
     rc = tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_RESULTS), &k, NULL));
     if (rc == 0 && job[0] && strcmp(job, id) != 0)
@@ -434,7 +434,7 @@ int tp_records_escalation_rerun(tp_store_t *s, MDB_txn *txn, const char *id, con
     rc = tp_result_get(s, txn, call_id, &r);
     if (rc == 0) {
         bool ok = r->result->ok;
-        toolpool__stored_result__free_unpacked(r, NULL);
+        tp_result_free(r);
         if (!ok) {
             if ((rc = tp_records_forget(s, txn, call_id)) != 0)
                 return rc;
@@ -615,7 +615,7 @@ int tp_records_checkpoint_results_json(tp_store_t *s, MDB_txn *txn, const Toolpo
             tp_buf_reset(&line);
             if (tp_result_line(&line, sr) == 0)
                 r = json_loadb((const char *)line.data, line.len, 0, NULL);
-            toolpool__stored_result__free_unpacked(sr, NULL);
+            tp_result_free(sr);
         } else if (rc != MDB_NOTFOUND && rc != TP_EPROTO) {
             json_decref(a);
             free(ids);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "record.h"
 #include "resultline.h"
 
 /*
@@ -195,17 +196,285 @@ int tp_result_from_line(Toolpool__StoredResult *sr)
     return 0;
 }
 
-int tp_result_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__StoredResult **out)
+/*
+ * ---- reading a record by hand (the resume path) ----
+ *
+ * Each call answered from the store reads its record: protobuf-c's
+ * generic unpacker parses field by field through the descriptors and
+ * mallocs every string, which cost more than the rest of the answer. A
+ * record as tp_result_pack writes it is read here into one block instead
+ * (the messages, then the strings, each NUL-terminated); anything else (a
+ * record of formats 2 and 3, a field this version does not write) goes
+ * the generic way. tp_result_free frees either.
+ */
+static const char block_mark; /* base.unknown_fields of a record read into one block */
+
+typedef struct {
+    const uint8_t *p, *end;
+} wire_t;
+
+static bool get_varint(wire_t *w, uint64_t *v)
 {
-    int rc = tp_store_get_msg(s, txn, TP_DB_RESULTS, id, strlen(id), &toolpool__stored_result__descriptor,
-                              (ProtobufCMessage **)out);
-    if (rc == 0 && (*out)->result == NULL && (rc = tp_result_from_line(*out)) != 0) {
-        if (rc == TP_EPROTO)
-            tp_store_note_bad(s, TP_DB_RESULTS, id, strlen(id), "its result line cannot be read back");
-        toolpool__stored_result__free_unpacked(*out, NULL);
+    uint64_t x = 0;
+    for (unsigned shift = 0; shift < 64 && w->p < w->end; shift += 7) {
+        uint8_t b = *w->p++;
+        x |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = x;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The next field: its number, and its value (a varint, 8 bytes, or a length and its bytes). */
+typedef struct {
+    unsigned field, wt;
+    uint64_t v;
+    const uint8_t *data;
+} wfield_t;
+
+static bool get_field(wire_t *w, wfield_t *f)
+{
+    uint64_t key;
+    if (!get_varint(w, &key) || key >> 3 == 0 || key >> 3 > 64)
+        return false;
+    f->field = (unsigned)(key >> 3);
+    f->wt = (unsigned)(key & 7);
+    if (f->wt == WT_VARINT)
+        return get_varint(w, &f->v);
+    if (f->wt == WT_64) {
+        if (w->end - w->p < 8)
+            return false;
+        f->data = w->p;
+        w->p += 8;
+        return true;
+    }
+    if (f->wt != WT_LEN || !get_varint(w, &f->v) || f->v > (uint64_t)(w->end - w->p))
+        return false;
+    f->data = w->p;
+    w->p += f->v;
+    return true;
+}
+
+/* The wire type field has in a Result (12: an Attempt), or -1 for a field it does not have. */
+static int result_wt(unsigned field)
+{
+    static const signed char wt[23] = {-1,     WT_LEN,    WT_LEN,    WT_VARINT, WT_LEN,    WT_VARINT,
+                                       WT_LEN, WT_LEN,    WT_LEN,    WT_LEN,    WT_VARINT, WT_VARINT,
+                                       WT_LEN, WT_LEN,    WT_VARINT, WT_VARINT, WT_VARINT, WT_VARINT,
+                                       WT_LEN, WT_VARINT, WT_64,     WT_LEN,    WT_LEN};
+    return field < sizeof wt ? wt[field] : -1;
+}
+
+static int attempt_wt(unsigned field)
+{
+    static const signed char wt[7] = {-1, WT_VARINT, WT_LEN, WT_LEN, WT_VARINT, WT_VARINT, WT_VARINT};
+    return field < sizeof wt ? wt[field] : -1;
+}
+
+typedef struct {
+    uint8_t *at; /* the block's free space */
+} block_t;
+
+static void *take(block_t *b, size_t n)
+{
+    void *p = b->at;
+    b->at += (n + 7) & ~(size_t)7;
+    return p;
+}
+
+static char *take_str(block_t *b, const uint8_t *data, size_t n)
+{
+    char *s = (char *)b->at;
+    memcpy(s, data, n);
+    s[n] = 0;
+    b->at += n + 1;
+    return s;
+}
+
+static ProtobufCBinaryData take_bytes(block_t *b, const uint8_t *data, size_t n)
+{
+    ProtobufCBinaryData d = {n, b->at};
+    memcpy(b->at, data, n);
+    b->at += n;
+    return d;
+}
+
+/* Pass 1 over a Result's bytes: whether this reader takes it, and how many attempts and strings it holds. */
+static bool result_count(wire_t w, size_t *n_trace, size_t *n_len)
+{
+    wfield_t f;
+    *n_trace = *n_len = 0;
+    while (w.p < w.end) {
+        if (!get_field(&w, &f) || result_wt(f.field) != (int)f.wt)
+            return false;
+        if (f.wt == WT_LEN)
+            ++*n_len;
+        if (f.field != 12)
+            continue;
+        ++*n_trace;
+        wire_t a = {f.data, f.data + f.v};
+        while (a.p < a.end) {
+            if (!get_field(&a, &f) || attempt_wt(f.field) != (int)f.wt)
+                return false;
+            *n_len += f.wt == WT_LEN;
+        }
+    }
+    return true;
+}
+
+static void attempt_fill(block_t *b, wire_t w, Toolpool__Attempt *a)
+{
+    wfield_t f;
+    toolpool__attempt__init(a);
+    while (w.p < w.end && get_field(&w, &f)) {
+        switch (f.field) {
+        case 1:
+            a->attempt = (uint32_t)f.v;
+            break;
+        case 2:
+            a->tool = take_str(b, f.data, f.v);
+            break;
+        case 3:
+            a->outcome = take_str(b, f.data, f.v);
+            break;
+        case 4:
+            a->duration_us = f.v;
+            break;
+        case 5:
+            a->backoff_us = f.v;
+            break;
+        case 6:
+            a->start_us = f.v;
+            break;
+        }
+    }
+}
+
+/* Pass 2: the Result's fields into r, its strings and attempts into the block (pass 1 has checked them). */
+static void result_fill(block_t *b, wire_t w, Toolpool__Result *r, size_t n_trace)
+{
+    wfield_t f;
+    toolpool__result__init(r);
+    if (n_trace) {
+        r->trace = take(b, n_trace * sizeof *r->trace);
+        for (size_t i = 0; i < n_trace; i++)
+            r->trace[i] = take(b, sizeof **r->trace);
+    }
+    while (w.p < w.end && get_field(&w, &f)) {
+        /* clang-format off */
+        switch (f.field) {
+        case 1: r->id = take_str(b, f.data, f.v); break;
+        case 2: r->job = take_str(b, f.data, f.v); break;
+        case 3: r->step = f.v; break;
+        case 4: r->tool = take_str(b, f.data, f.v); break;
+        case 5: r->ok = f.v != 0; break;
+        case 6: r->result = take_bytes(b, f.data, f.v); break;
+        case 7: r->kind = take_str(b, f.data, f.v); break;
+        case 8: r->klass = take_str(b, f.data, f.v); break;
+        case 9: r->message = take_str(b, f.data, f.v); break;
+        case 10: r->retryable = f.v != 0; break;
+        case 11: r->attempts = (uint32_t)f.v; break;
+        case 12: attempt_fill(b, (wire_t){f.data, f.data + f.v}, r->trace[r->n_trace++]); break;
+        case 13: r->served_by = take_str(b, f.data, f.v); break;
+        case 14: r->degraded = f.v != 0; break;
+        case 15: r->stale = f.v != 0; break;
+        case 16: r->escalated = f.v != 0; break;
+        case 17: r->duration_us = f.v; break;
+        case 18: r->args = take_bytes(b, f.data, f.v); break;
+        case 19: r->has_id = f.v != 0; break;
+        case 20: memcpy(&r->cost, f.data, 8); break;
+        case 21: r->escalation = take_str(b, f.data, f.v); break;
+        case 22: r->input_digest = take_bytes(b, f.data, f.v); break;
+        }
+        /* clang-format on */
+    }
+}
+
+/*
+ * A record as tp_result_pack writes it, into one block: *out, or NULL when
+ * it is something else (left to protobuf-c). 0, or TP_ENOMEM.
+ */
+static int block_read(const uint8_t *data, size_t len, Toolpool__StoredResult **out)
+{
+    wire_t w = {data, data + len}, inner = {NULL, NULL};
+    wfield_t f;
+    uint64_t ended = 0;
+    *out = NULL;
+    while (w.p < w.end) {
+        if (!get_field(&w, &f))
+            return 0;
+        if (f.field == 7 && f.wt == WT_VARINT)
+            ended = f.v;
+        else if (f.field == 8 && f.wt == WT_LEN && inner.p == NULL)
+            inner = (wire_t){f.data, f.data + f.v};
+        else
+            return 0;
+    }
+    size_t n_trace, n_len;
+    if (inner.p == NULL || !result_count(inner, &n_trace, &n_len))
+        return 0;
+    size_t size = 8 * 4 + sizeof **out + sizeof *(*out)->result +
+                  n_trace * (sizeof(Toolpool__Attempt *) + sizeof(Toolpool__Attempt) + 16) + len + n_len;
+    uint8_t *mem = malloc(size);
+    if (mem == NULL)
+        return TP_ENOMEM;
+    block_t b = {mem};
+    Toolpool__StoredResult *sr = take(&b, sizeof *sr);
+    toolpool__stored_result__init(sr);
+    sr->base.unknown_fields = (ProtobufCMessageUnknownField *)&block_mark;
+    sr->ended_unix_us = ended;
+    sr->result = take(&b, sizeof *sr->result);
+    result_fill(&b, inner, sr->result, n_trace);
+    *out = sr;
+    return 0;
+}
+
+void tp_result_free(Toolpool__StoredResult *sr)
+{
+    if (sr && sr->base.unknown_fields == (const void *)&block_mark)
+        free(sr);
+    else if (sr)
+        toolpool__stored_result__free_unpacked(sr, NULL);
+}
+
+/* A value read by key or cursor: the one-block way when it can, else protobuf-c's; then checked. */
+static int result_read(tp_store_t *s, const void *key, size_t klen, const void *data, size_t len,
+                       Toolpool__StoredResult **out)
+{
+    int rc = block_read(data, len, out);
+    if (rc)
+        return rc;
+    char why[256];
+    if (*out == NULL) {
+        rc = tp_record_unpack(TP_DB_RESULTS, key, klen, data, len, &toolpool__stored_result__descriptor,
+                              (ProtobufCMessage **)out, why, sizeof why);
+    } else if ((rc = tp_record_check(TP_DB_RESULTS, key, klen, &(*out)->base, why, sizeof why)) != 0) {
+        tp_result_free(*out);
+        *out = NULL;
+    }
+    if (rc) {
+        if (s)
+            tp_store_note_bad(s, TP_DB_RESULTS, key, klen, why);
+        return rc;
+    }
+    if ((*out)->result == NULL && (rc = tp_result_from_line(*out)) != 0) {
+        if (rc == TP_EPROTO && s)
+            tp_store_note_bad(s, TP_DB_RESULTS, key, klen, "its result line cannot be read back");
+        tp_result_free(*out);
         *out = NULL;
     }
     return rc;
+}
+
+int tp_result_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__StoredResult **out)
+{
+    size_t klen = strlen(id);
+    MDB_val k = {klen, (void *)id}, v;
+    *out = NULL;
+    int rc = tp_mdb(mdb_get(txn, tp_store_dbi(s, TP_DB_RESULTS), &k, &v));
+    return rc ? rc : result_read(s, id, klen, v.mv_data, v.mv_size, out);
 }
 
 int tp_result_line(tp_buf_t *b, const Toolpool__StoredResult *sr)
@@ -213,17 +482,9 @@ int tp_result_line(tp_buf_t *b, const Toolpool__StoredResult *sr)
     return sr->line.len ? tp_buf_append(b, sr->line.data, sr->line.len) : tp_result_write(b, sr->result);
 }
 
-int tp_result_unpack(const void *data, size_t len, Toolpool__StoredResult **out)
+int tp_result_unpack(const void *key, size_t klen, const void *data, size_t len, Toolpool__StoredResult **out)
 {
-    *out = toolpool__stored_result__unpack(NULL, len, data);
-    if (*out == NULL)
-        return TP_EPROTO;
-    int rc = (*out)->result ? 0 : (*out)->line.len ? tp_result_from_line(*out) : TP_EPROTO;
-    if (rc) {
-        toolpool__stored_result__free_unpacked(*out, NULL);
-        *out = NULL;
-    }
-    return rc;
+    return result_read(NULL, key, klen, data, len, out);
 }
 
 int tp_results_upgrade(tp_store_t *s, MDB_txn *txn)
@@ -238,7 +499,7 @@ int tp_results_upgrade(tp_store_t *s, MDB_txn *txn)
         Toolpool__StoredResult *sr;
         if (k.mv_size > sizeof key)
             continue; /* none such: store check names it */
-        if ((rc = tp_result_unpack(v.mv_data, v.mv_size, &sr)) != 0) {
+        if ((rc = tp_result_unpack(k.mv_data, k.mv_size, v.mv_data, v.mv_size, &sr)) != 0) {
             if (rc != TP_EPROTO)
                 break;
             rc = 0; /* a corrupt record stays as it is, for store check to name */
@@ -261,7 +522,7 @@ int tp_results_upgrade(tp_store_t *s, MDB_txn *txn)
             free(nv.mv_data);
             rc = rc ? rc : tp_mdb(mdb_cursor_get(cur, &nk, &v, MDB_SET));
         }
-        toolpool__stored_result__free_unpacked(sr, NULL);
+        tp_result_free(sr);
         if (rc)
             break;
     }

@@ -26,19 +26,25 @@ int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r);
 size_t tp_result_pack(const Toolpool__Result *r, uint64_t ended_unix_us, uint8_t *out);
 
 /*
- * 0 and *out (free with toolpool__stored_result__free_unpacked), whose
- * result is always set; its line is not empty only for a record of an
- * older toolpool that is to be answered with the line it first reported.
- * MDB_NOTFOUND, TP_EPROTO (the record is corrupt: tp_store_strerror says
- * how), TP_ENOMEM, or an LMDB error.
+ * 0 and *out (free with tp_result_free), whose result is always set; its
+ * line is not empty only for a record of an older toolpool that is to be
+ * answered with the line it first reported. MDB_NOTFOUND, TP_EPROTO (the
+ * record is corrupt: tp_store_strerror says how), TP_ENOMEM, or an LMDB
+ * error.
  */
 int tp_result_get(tp_store_t *s, MDB_txn *txn, const char *id, Toolpool__StoredResult **out);
+
+/* Frees what tp_result_get or tp_result_unpack gave (NULL: nothing). */
+void tp_result_free(Toolpool__StoredResult *sr);
 
 /* Appends sr's JSON line: the line it keeps, or its result rendered (resultline.h). 0 or TP_ENOMEM. */
 int tp_result_line(tp_buf_t *b, const Toolpool__StoredResult *sr);
 
-/* A results value read by a cursor, as tp_result_get gives it. 0, TP_EPROTO or TP_ENOMEM. */
-int tp_result_unpack(const void *data, size_t len, Toolpool__StoredResult **out);
+/*
+ * A results value under key, read by a cursor, as tp_result_get gives it
+ * and checked as it does. 0, TP_EPROTO or TP_ENOMEM.
+ */
+int tp_result_unpack(const void *key, size_t klen, const void *data, size_t len, Toolpool__StoredResult **out);
 
 /*
  * A record of format 2 or 3 (sr->result NULL, the line set) read back:

@@ -398,7 +398,7 @@ void http_calls_get(tp_http_t *h, struct evhttp_request *req, const char *id)
     }
     tp_buf_t b = {0};
     int ok = tp_result_line(&b, sr);
-    toolpool__stored_result__free_unpacked(sr, NULL);
+    tp_result_free(sr);
     if (ok < 0) {
         tp_buf_free(&b);
         http_reply_error(h, req, 500, "InternalError", "out of memory");
@@ -445,7 +445,7 @@ void http_calls_delete(tp_http_t *h, struct evhttp_request *req, const char *id)
     int rc = tp_result_get(tp_engine_store(h->e), txn, id, &sr);
     char msg[600];
     if (rc == 0) {
-        toolpool__stored_result__free_unpacked(sr, NULL);
+        tp_result_free(sr);
         snprintf(msg, sizeof msg, "call \"%.500s\" has already ended (its result is recorded)", id);
         http_reply_error_when_durable(h, req, 409, "Conflict", msg);
     } else if (rc == MDB_NOTFOUND || rc == TP_EPROTO) {
