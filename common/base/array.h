@@ -3,7 +3,7 @@
  * and the overflow check that every growable list of the code base needs.
  *
  *     if (tp_array_fit(&v, &cap, n + 1, sizeof *v, 16) < 0)
- *         return -1;
+ *         return TP_ENOMEM;
  *     v[n++] = x;
  */
 #ifndef TP_ARRAY_H
