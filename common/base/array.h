@@ -21,6 +21,7 @@
  */
 int tp_array_grow(void *array, size_t *cap, size_t need, size_t size, size_t first);
 
+/* tp_array_grow, called only when need is past *cap. 0, or TP_ENOMEM. */
 static inline int tp_array_fit(void *array, size_t *cap, size_t need, size_t size, size_t first)
 {
     return need <= *cap ? 0 : tp_array_grow(array, cap, need, size, first);

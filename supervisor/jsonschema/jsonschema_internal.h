@@ -333,6 +333,7 @@ static inline int js_cerr(const cctx_t *cc)
 {
     return cc->rc < 0 ? cc->rc : TP_ENOMEM;
 }
+/* s (n bytes) as a JSON string cut to fit buf, for messages; returns buf ("\"?\"" when out of memory). */
 const char *js_quoted(const char *s, size_t n, char *buf, size_t size);
 /* The node key was compiled into, or NULL when it has not been. */
 node_t *js_memo_get(cctx_t *cc, const json_t *key);
