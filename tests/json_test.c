@@ -43,24 +43,24 @@ static void test_table(void)
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
         check_text(good[i], 0);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        check_text(bad[i], -1);
+        check_text(bad[i], TP_EINVAL);
     /* Nesting: as deep as TP_JSON_DEPTH_MAX, not one more. */
     size_t n = TP_JSON_DEPTH_MAX + 1;
     char *deep = malloc(2 * n + 1);
     memset(deep, '[', n);
     memset(deep + n, ']', n);
     deep[2 * n] = 0;
-    CU_ASSERT_EQUAL(tp_json_check(deep, 2 * n, NULL), -1);
+    CU_ASSERT_EQUAL(tp_json_check(deep, 2 * n, NULL), TP_EINVAL);
     CU_ASSERT_EQUAL(tp_json_check(deep + 1, 2 * n - 2, NULL), 0);
     free(deep);
     /* Nothing at all (an empty bytes field: no pointer either) is not JSON. */
-    CU_ASSERT_EQUAL(tp_json_check(NULL, 0, NULL), -1);
+    CU_ASSERT_EQUAL(tp_json_check(NULL, 0, NULL), TP_EINVAL);
     const char *v;
     size_t vlen;
-    CU_ASSERT_EQUAL(tp_json_member(NULL, 0, "id", &v, &vlen), -1);
+    CU_ASSERT_EQUAL(tp_json_member(NULL, 0, "id", &v, &vlen), TP_ENOENT);
     /* The offset of what is wrong. */
     size_t at = 0;
-    CU_ASSERT_EQUAL(tp_json_check("{\"a\": tru}", 10, &at), -1);
+    CU_ASSERT_EQUAL(tp_json_check("{\"a\": tru}", 10, &at), TP_EINVAL);
     CU_ASSERT_EQUAL(at, 6);
 }
 

@@ -40,14 +40,14 @@ int tp_contain_spare(pid_t pid, bool on)
     if (!on)
         return 0;
     if (n_spare == TP_CONTAIN_SPARE_MAX)
-        return -1;
+        return TP_ENOSPC;
     spare[n_spare++] = pid;
     return 0;
 }
 
 int tp_contain_init(void)
 {
-    return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    return prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 ? tp_errno(errno) : 0;
 }
 
 /* Whether this process has any child, live or a zombie: one system call. */
@@ -109,7 +109,7 @@ void tp_contain_sweep(void)
         int live = tp_proctree_kill_but(&tree, self, spare, n_spare);
         reap_all();
         if (live < 0) {
-            tp_log_error("cannot read /proc to kill what a tool left running: %s", strerror(errno));
+            tp_log_error("cannot read /proc to kill what a tool left running: %s", strerror(-live));
             return;
         }
         if (live == 0)

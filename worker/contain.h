@@ -16,6 +16,8 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
+#include "error.h"
+
 /*
  * A call shorter than this cannot have started a process, so the worker
  * skips the sweep after it: fork copies the worker's page tables (50 us
@@ -26,7 +28,7 @@
  */
 #define TP_CONTAIN_QUICK_US 20u
 
-/* Makes this process a child subreaper. 0, or -1 with errno. */
+/* Makes this process a child subreaper. 0, or prctl's -errno (errno set too). */
 int tp_contain_init(void);
 
 /*
@@ -47,7 +49,7 @@ void tp_contain_kill(void);
  * Marks pid (a child of this process) as one the sweeps and kills above
  * leave alone, with everything it starts, or (spare false) no longer: a
  * live MCP server, which serves call after call (worker/mcp.c). At most
- * TP_CONTAIN_SPARE_MAX at once; 0, or -1 when full. The handler's kill
+ * TP_CONTAIN_SPARE_MAX at once; 0, or TP_ENOSPC when full. The handler's kill
  * spares nobody.
  */
 #define TP_CONTAIN_SPARE_MAX 16

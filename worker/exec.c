@@ -76,8 +76,8 @@ static char **call_env(const Toolpool__Call *call, char vars[4][320])
 
 /*
  * name as posix_spawnp finds it: as given when it holds a '/', else the
- * first executable file of that name in a directory of $PATH. 0, or -1
- * with errno (ENOENT, or EACCES when one was found but not executable).
+ * first executable file of that name in a directory of $PATH. 0, or
+ * TP_ENOENT, or TP_EACCES when one was found but not executable.
  */
 static int find_program(const char *name, char *buf, size_t cap)
 {
@@ -103,8 +103,7 @@ static int find_program(const char *name, char *buf, size_t cap)
             break;
         p = end + 1;
     }
-    errno = err;
-    return -1;
+    return tp_errno(err);
 }
 
 /*
@@ -124,14 +123,18 @@ static int find_program(const char *name, char *buf, size_t cap)
  * only async-signal-safe functions (a plugin may have left threads), so
  * the program is found on PATH before the fork, and an exec failure comes
  * back through a close-on-exec pipe (*in_child set: the limits may be why).
+ * The pid, or the -errno of what failed.
  */
 static pid_t spawn_limited(char **argv, char **envp, const char *cwd, int in_fd, int out_fd, int err_fd,
                            const tp_rlimit_t *lim, bool *in_child)
 {
     char path[4096];
     int ep[2];
-    if (find_program(argv[0], path, sizeof path) < 0 || pipe2(ep, O_CLOEXEC) < 0)
-        return -1;
+    int rc = find_program(argv[0], path, sizeof path);
+    if (rc < 0)
+        return rc;
+    if (pipe2(ep, O_CLOEXEC) < 0)
+        return tp_errno(errno);
     sigset_t all, old;
     sigfillset(&all);
     sigprocmask(SIG_BLOCK, &all, &old); /* no handler of the worker's may run in the child */
@@ -157,8 +160,7 @@ static pid_t spawn_limited(char **argv, char **envp, const char *cwd, int in_fd,
     close(ep[1]);
     if (pid < 0) {
         close(ep[0]);
-        errno = fork_errno;
-        return -1;
+        return tp_errno(fork_errno);
     }
     int child_errno = 0;
     ssize_t r;
@@ -170,8 +172,7 @@ static pid_t spawn_limited(char **argv, char **envp, const char *cwd, int in_fd,
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
             ;
         *in_child = true;
-        errno = child_errno;
-        return -1;
+        return tp_errno(child_errno);
     }
     return pid;
 }
@@ -181,8 +182,8 @@ static pid_t spawn_limited(char **argv, char **envp, const char *cwd, int in_fd,
  * SIGPIPE back to its default (the worker ignores it), the call in its
  * environment. Every other fd the worker holds is close-on-exec. Without
  * limits, with posix_spawnp (vfork speed); with them, spawn_limited.
- * Returns the pid, or -1 with errno (*in_child: the child failed to start
- * the program).
+ * Returns the pid, or the -errno of the step *what names (*in_child: the
+ * child failed to start the program).
  */
 static pid_t spawn_tool(const Toolpool__Call *call, char **argv, int in_fd, int out_fd, int err_fd,
                         const tp_rlimit_t *lim, bool *in_child, const char **what)
@@ -191,16 +192,13 @@ static pid_t spawn_tool(const Toolpool__Call *call, char **argv, int in_fd, int 
     char **envp = call_env(call, vars);
     if (envp == NULL) {
         *what = "malloc";
-        errno = ENOMEM;
-        return -1;
+        return TP_ENOMEM;
     }
     if (tp_rlimit_any(lim)) {
         *what = "posix_spawnp"; /* the tool's own start, as far as the caller can tell */
         pid_t pid = spawn_limited(argv, envp, call->cwd && call->cwd[0] ? call->cwd : NULL, in_fd, out_fd, err_fd, lim,
                                   in_child);
-        int e = errno;
         free(envp);
-        errno = e;
         return pid;
     }
     /*
@@ -243,11 +241,7 @@ out:
     if (attr_made)
         posix_spawnattr_destroy(&attr);
     free(envp);
-    if (rc != 0) {
-        errno = rc;
-        return -1;
-    }
-    return pid;
+    return rc != 0 ? tp_errno(rc) : pid;
 }
 
 /* Keeps the last STDERR_KEEP bytes of what the tool wrote on stderr. */
@@ -352,7 +346,7 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
     const char *what = "posix_spawnp";
     pid_t pid = spawn_tool(call, argv, in_p[0], out_p[1], err_p[1], &lim, &in_child, &what);
     if (pid < 0) {
-        int err = errno;
+        int err = (int)-pid;
         if (strcmp(what, "posix_spawnp") != 0) {
             /* Not the tool's doing: the worker could not set its start up. Transient. */
             tp_log_error("%s failed while starting tool %s (call %s, attempt %u): %s", what, call->tool, call->call_id,

@@ -78,16 +78,23 @@ static void log_line(void *ctx, const char *line)
     tp_log_info("%s: %s", current_tool, line);
 }
 
-/* The server's identity: argv, env and cwd, each string ended by a NUL, the parts by a 0x1f. */
+/*
+ * The server's identity: argv, env and cwd, each string ended by a NUL, the
+ * parts by a 0x1f. 0, or TP_ENOMEM (a key with a part left out would name
+ * another server).
+ */
 static int make_key(const Toolpool__Call *call, tp_buf_t *b)
 {
-    for (size_t i = 0; i < call->n_argv; i++)
-        tp_buf_append(b, call->argv[i], strlen(call->argv[i]) + 1);
-    tp_buf_append(b, "\x1f", 1);
-    for (size_t i = 0; i < call->n_mcp_env; i++)
-        tp_buf_append(b, call->mcp_env[i], strlen(call->mcp_env[i]) + 1);
-    tp_buf_append(b, "\x1f", 1);
-    return tp_buf_append(b, call->mcp_cwd, strlen(call->mcp_cwd) + 1);
+    int rc = 0;
+    for (size_t i = 0; i < call->n_argv && rc == 0; i++)
+        rc = tp_buf_append(b, call->argv[i], strlen(call->argv[i]) + 1);
+    if (rc == 0)
+        rc = tp_buf_append(b, "\x1f", 1);
+    for (size_t i = 0; i < call->n_mcp_env && rc == 0; i++)
+        rc = tp_buf_append(b, call->mcp_env[i], strlen(call->mcp_env[i]) + 1);
+    if (rc == 0)
+        rc = tp_buf_append(b, "\x1f", 1);
+    return rc ? rc : tp_buf_append(b, call->mcp_cwd, strlen(call->mcp_cwd) + 1);
 }
 
 /* The command for messages: its words, cut at 160 bytes. */
@@ -181,7 +188,9 @@ static void start_failed(server_t *s, const Toolpool__Call *call, tp_outcome_t *
 
 /*
  * Spawns the server and runs the handshake. 0 when it is live; else o
- * holds the failure and the server is gone.
+ * holds the failure, the server is gone, and the code says why: TP_ENOMEM,
+ * tp_mcpio_spawn's, or tp_mcpio_initialize's (TP_ECLOSED, TP_EREFUSED,
+ * TP_E2BIG, TP_EINTR...).
  */
 static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o)
 {
@@ -192,7 +201,7 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
         free(argv);
         free(env);
         tp_outcome_fail(o, "ServerError", "out of memory");
-        return -1;
+        return TP_ENOMEM;
     }
     memcpy(argv, call->argv, call->n_argv * sizeof *argv);
     if (call->n_mcp_env > 0)
@@ -204,7 +213,7 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
         char cmd[200];
         tp_outcome_fail(o, "ToolError", "MCP server for %s: %s (command `%s`)", call->tool, err,
                         command_line(call, cmd, sizeof cmd));
-        return -1;
+        return rc;
     }
     if (tp_contain_spare(s->conn.pid, true) < 0)
         tp_log_warn("more than %d MCP servers in one worker: the server of %s is killed after each call",
@@ -232,7 +241,7 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
         else
             tp_outcome_fail(o, "ServerError", "MCP server of %s: its handshake did not finish", call->tool);
     }
-    return -1;
+    return rc;
 }
 
 /*

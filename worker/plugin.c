@@ -48,9 +48,12 @@ static tp_plugin_call_v1_fn plugin_entry(const char *path, tp_outcome_t *o)
         dlclose(h);
         return NULL;
     }
-    loaded[n_loaded].path = strdup(path);
-    loaded[n_loaded].call = fn;
-    n_loaded++;
+    char *copy = strdup(path);
+    if (copy != NULL) { /* out of memory: not kept, and loaded again (the same handle) next time */
+        loaded[n_loaded].path = copy;
+        loaded[n_loaded].call = fn;
+        n_loaded++;
+    }
     return fn;
 }
 

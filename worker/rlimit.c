@@ -1,6 +1,7 @@
 /* Resource limits for tools (rlimit.h). */
 #include "rlimit.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -16,7 +17,10 @@ bool tp_rlimit_any(const tp_rlimit_t *l)
     return l->memory || l->cpu || l->files;
 }
 
-/* Sets soft and hard to at most soft and hard, keeping a tighter limit the process has already. */
+/*
+ * Sets soft and hard to at most soft and hard, keeping a tighter limit the
+ * process has already. 0, or setrlimit's -errno.
+ */
 static int set_at_most(int resource, rlim_t soft, rlim_t hard)
 {
     struct rlimit now, r = {.rlim_cur = soft, .rlim_max = hard};
@@ -25,21 +29,22 @@ static int set_at_most(int resource, rlim_t soft, rlim_t hard)
         if (r.rlim_cur > r.rlim_max)
             r.rlim_cur = r.rlim_max;
     }
-    return setrlimit(resource, &r);
+    return setrlimit(resource, &r) < 0 ? tp_errno(errno) : 0;
 }
 
 int tp_rlimit_apply(const tp_rlimit_t *l)
 {
-    if (l->memory && set_at_most(RLIMIT_AS, l->memory, l->memory) < 0)
-        return -1;
+    int rc = 0;
+    if (l->memory && (rc = set_at_most(RLIMIT_AS, l->memory, l->memory)) < 0)
+        return rc;
     /*
      * The hard cpu limit a second past the soft one: SIGXCPU first, which
      * names the cause (at soft == hard the kernel sends SIGKILL alone).
      */
-    if (l->cpu && set_at_most(RLIMIT_CPU, l->cpu, (rlim_t)l->cpu + 1) < 0)
-        return -1;
-    if (l->files && set_at_most(RLIMIT_NOFILE, l->files, l->files) < 0)
-        return -1;
+    if (l->cpu && (rc = set_at_most(RLIMIT_CPU, l->cpu, (rlim_t)l->cpu + 1)) < 0)
+        return rc;
+    if (l->files && (rc = set_at_most(RLIMIT_NOFILE, l->files, l->files)) < 0)
+        return rc;
     return 0;
 }
 

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <sys/resource.h>
 
+#include "error.h"
 #include "toolpool.pb-c.h"
 
 typedef struct {
@@ -41,7 +42,7 @@ bool tp_rlimit_any(const tp_rlimit_t *l);
  * Sets l as this process's limits, soft and hard, for good: for a child
  * between fork and exec. A tighter limit the process already has (the
  * worker's own, from whoever started toolpool) stays. Async-signal-safe.
- * 0, or -1 with errno.
+ * 0, or setrlimit's -errno (errno set too).
  */
 int tp_rlimit_apply(const tp_rlimit_t *l);
 

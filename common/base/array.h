@@ -3,7 +3,7 @@
  * and the overflow check that every growable list of the code base needs.
  *
  *     if (tp_array_fit(&v, &cap, n + 1, sizeof *v, 16) < 0)
- *         return -1;
+ *         return TP_ENOMEM;
  *     v[n++] = x;
  */
 #ifndef TP_ARRAY_H
@@ -21,6 +21,7 @@
  */
 int tp_array_grow(void *array, size_t *cap, size_t need, size_t size, size_t first);
 
+/* tp_array_grow, called only when need is past *cap. 0, or TP_ENOMEM. */
 static inline int tp_array_fit(void *array, size_t *cap, size_t need, size_t size, size_t first)
 {
     return need <= *cap ? 0 : tp_array_grow(array, cap, need, size, first);

@@ -24,7 +24,7 @@ typedef struct {
  * bytes it holds stay as they were).
  */
 
-/* tp_buf_reserve's slow way: compacts or grows. */
+/* tp_buf_reserve's slow way: compacts or grows. 0, or TP_ENOMEM. */
 int tp_buf_grow(tp_buf_t *b, size_t extra);
 
 /*
@@ -36,6 +36,7 @@ static inline int tp_buf_reserve(tp_buf_t *b, size_t extra)
     return b->cap - b->len >= extra ? 0 : tp_buf_grow(b, extra);
 }
 
+/* Appends n bytes from p. 0, or TP_ENOMEM. */
 static inline int tp_buf_append(tp_buf_t *b, const void *p, size_t n)
 {
     if (tp_buf_reserve(b, n) < 0)
@@ -46,11 +47,13 @@ static inline int tp_buf_append(tp_buf_t *b, const void *p, size_t n)
     return 0;
 }
 
+/* Appends the string s, without its NUL. 0, or TP_ENOMEM. */
 static inline int tp_buf_puts(tp_buf_t *b, const char *s)
 {
     return tp_buf_append(b, s, strlen(s));
 }
 
+/* Appends fmt as printf formats it, without a NUL. 0, or TP_ENOMEM. */
 int tp_buf_printf(tp_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Drops n consumed bytes from the front; compacts when worth it. */
 void tp_buf_consume(tp_buf_t *b, size_t n);

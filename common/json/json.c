@@ -42,7 +42,7 @@ int tp_json_put_string(tp_buf_t *b, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     if (tp_buf_reserve(b, n * 6 + 2) < 0)
-        return -1;
+        return TP_ENOMEM;
     char *o = (char *)b->data + b->len;
     char *start = o;
     *o++ = '"';
@@ -131,11 +131,11 @@ int tp_json_write(tp_buf_t *b, const json_t *v, int flags)
         const char *key;
         json_t *val;
         if (tp_buf_puts(b, "{") < 0)
-            return -1;
+            return TP_ENOMEM;
         if (flags & TP_JSON_SORT_KEYS) {
             const char **keys = malloc((n ? n : 1) * sizeof *keys);
             if (keys == NULL)
-                return -1;
+                return TP_ENOMEM;
             json_object_foreach((json_t *)v, key, val)
                 keys[i++] = key;
             qsort(keys, n, sizeof *keys, cmp_keys);
@@ -143,7 +143,7 @@ int tp_json_write(tp_buf_t *b, const json_t *v, int flags)
                 if ((i && tp_buf_puts(b, ",") < 0) || tp_json_put_string(b, keys[i], strlen(keys[i])) < 0 ||
                     tp_buf_puts(b, ":") < 0 || tp_json_write(b, json_object_get(v, keys[i]), flags) < 0) {
                     free(keys);
-                    return -1;
+                    return TP_ENOMEM;
                 }
             }
             free(keys);
@@ -151,7 +151,7 @@ int tp_json_write(tp_buf_t *b, const json_t *v, int flags)
             json_object_foreach((json_t *)v, key, val) {
                 if ((i++ && tp_buf_puts(b, ",") < 0) || tp_json_put_string(b, key, strlen(key)) < 0 ||
                     tp_buf_puts(b, ":") < 0 || tp_json_write(b, val, flags) < 0)
-                    return -1;
+                    return TP_ENOMEM;
             }
         }
         return tp_buf_puts(b, "}");
@@ -160,10 +160,10 @@ int tp_json_write(tp_buf_t *b, const json_t *v, int flags)
         size_t i;
         json_t *val;
         if (tp_buf_puts(b, "[") < 0)
-            return -1;
+            return TP_ENOMEM;
         json_array_foreach(v, i, val) {
             if ((i && tp_buf_puts(b, ",") < 0) || tp_json_write(b, val, flags) < 0)
-                return -1;
+                return TP_ENOMEM;
         }
         return tp_buf_puts(b, "]");
     }
@@ -303,7 +303,7 @@ int tp_json_check(const void *text, size_t n, size_t *at)
     if (n == 0) { /* nothing is no JSON (and text may be NULL then: an empty bytes field) */
         if (at)
             *at = 0;
-        return -1;
+        return TP_EINVAL;
     }
     const uint8_t *start = text, *end = start + n, *p = skip_ws(start, end);
     uint8_t stack[TP_JSON_DEPTH_MAX / 8];
@@ -368,7 +368,7 @@ int tp_json_check(const void *text, size_t n, size_t *at)
 bad:
     if (at)
         *at = (size_t)(p - start);
-    return -1;
+    return TP_EINVAL;
 }
 
 /* In a text known to be valid: the byte after the value that starts at p. */
@@ -394,24 +394,24 @@ static const uint8_t *skip_value(const uint8_t *p, const uint8_t *end)
 int tp_json_member(const void *text, size_t n, const char *name, const char **val, size_t *len)
 {
     if (n == 0)
-        return -1;
+        return TP_ENOENT;
     const uint8_t *end = (const uint8_t *)text + n, *p = skip_ws(text, end);
     size_t nlen = strlen(name);
     if (p >= end || *p != '{')
-        return -1;
+        return TP_ENOENT;
     p = skip_ws(p + 1, end);
     while (p != NULL && p < end && *p == '"') {
         const uint8_t *key = p + 1, *q = scan_string(p, end);
         if (q == NULL)
-            return -1;
+            return TP_ENOENT;
         bool match = (size_t)(q - 1 - key) == nlen && memcmp(key, name, nlen) == 0;
         p = skip_ws(q, end);
         if (p >= end || *p != ':')
-            return -1;
+            return TP_ENOENT;
         p = skip_ws(p + 1, end);
         const uint8_t *v = p;
         if (p >= end || (p = skip_value(p, end)) == NULL)
-            return -1;
+            return TP_ENOENT;
         if (match) {
             *val = (const char *)v;
             *len = (size_t)(p - v);
@@ -421,5 +421,5 @@ int tp_json_member(const void *text, size_t n, const char *name, const char **va
         if (p < end && *p == ',')
             p = skip_ws(p + 1, end);
     }
-    return -1;
+    return TP_ENOENT;
 }

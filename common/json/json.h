@@ -86,11 +86,11 @@ static inline const unsigned char *tp_json_plain_end(const unsigned char *p, con
     return tp_json_plain_end_word(p, end);
 }
 
-/* Appends s (n bytes) as a JSON string, quotes included. */
+/* Appends s (n bytes) as a JSON string, quotes included. 0, or TP_ENOMEM. */
 int tp_json_put_string(tp_buf_t *b, const char *s, size_t n);
-/* Appends v compact. 0, or -1 (ENOMEM). */
+/* Appends v compact. 0, or TP_ENOMEM. */
 int tp_json_write(tp_buf_t *b, const json_t *v, int flags);
-/* Appends a double in its shortest round-trip form ("1e+300", "0.1", "3"). */
+/* Appends a double in its shortest round-trip form ("1e+300", "0.1", "3.0"; null when not finite). 0, or TP_ENOMEM. */
 int tp_json_put_real(tp_buf_t *b, double d);
 
 /* The deepest nesting of objects and arrays tp_json_check takes. */
@@ -103,14 +103,14 @@ int tp_json_put_real(tp_buf_t *b, double d);
  * and arrays nested at most TP_JSON_DEPTH_MAX deep. Grammar only: a number
  * past int64 or \u0000, which jansson refuses by default, are JSON here.
  * Allocates nothing: the store checks every record it reads with it.
- * 0, or -1 with *at (when at is not NULL) the offset where it goes wrong.
+ * 0, or TP_EINVAL with *at (when at is not NULL) the offset where it goes wrong.
  */
 int tp_json_check(const void *text, size_t n, size_t *at);
 
 /*
  * In an object text that tp_json_check has passed: the value of its
  * top-level member whose key is exactly name (as written, escapes and
- * all), as *val and *len pointing into text. 0, or -1 when it has none.
+ * all), as *val and *len pointing into text. 0, or TP_ENOENT when it has none.
  */
 int tp_json_member(const void *text, size_t n, const char *name, const char **val, size_t *len);
 

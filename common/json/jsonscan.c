@@ -134,28 +134,28 @@ static int key_cmp(const unsigned char *a, size_t an, const unsigned char *b, si
 }
 
 
-/* The opening byte of an object or array: 1 when it closes at once, 0 when members follow, -1 ENOMEM. */
+/* The opening byte of an object or array: 1 when it closes at once, 0 when members follow, TP_ENOMEM. */
 static int open_container(tp_scan_t *s, const char *close)
 {
     if (!emit(s, s->p++, 1))
-        return -1;
+        return TP_ENOMEM;
     tp_scan_ws(s);
     if (s->p < s->end && *s->p == (unsigned char)*close) {
         s->p++;
-        return emit(s, (const unsigned char *)close, 1) ? 1 : -1;
+        return emit(s, (const unsigned char *)close, 1) ? 1 : TP_ENOMEM;
     }
     return 0;
 }
 
-/* After a member or an element: 0 when a comma says another follows, 1 at the closing byte, else -1. */
+/* After a member or an element: 0 at a comma, 1 at the closing byte, else a code (jsonscan.h). */
 int tp_scan_next_or_close(tp_scan_t *s, unsigned char close)
 {
     tp_scan_ws(s);
-    if (s->p == s->end)
-        return -1;
+    if (s->p == s->end || (*s->p != ',' && *s->p != close))
+        return TP_EINVAL;
     unsigned char c = *s->p++;
-    if (!emit(s, &c, 1) || (c != ',' && c != close))
-        return -1;
+    if (!emit(s, &c, 1))
+        return TP_ENOMEM;
     if (c == close)
         return 1;
     tp_scan_ws(s);
@@ -290,7 +290,7 @@ int tp_scan_canon(const char *p, size_t n, tp_buf_t *out)
     if (*p != '{' && *p != '[')
         return tp_buf_append(out, p, n);
     if (tp_buf_append(out, p, 1) < 0)
-        return -1;
+        return TP_ENOMEM;
     bool obj = *p == '{';
     member_t stack[16], *m = stack;
     size_t count = 0, cap = 16;
@@ -300,7 +300,7 @@ int tp_scan_canon(const char *p, size_t n, tp_buf_t *out)
         if (count == cap) {
             member_t *bigger = malloc(2 * cap * sizeof *bigger);
             if (bigger == NULL) {
-                rc = -1;
+                rc = TP_ENOMEM;
                 goto out;
             }
             memcpy(bigger, m, count * sizeof *m);
@@ -327,14 +327,14 @@ int tp_scan_canon(const char *p, size_t n, tp_buf_t *out)
         qsort(m, count, sizeof *m, member_cmp);
     for (size_t i = 0; i < count && rc == 0; i++) {
         if (obj && i && member_cmp(&m[i - 1], &m[i]) == 0)
-            rc = -1; /* a repeated key: jansson keeps the last, so let it */
-        else if ((i && tp_buf_append(out, ",", 1) < 0) ||
-                 (obj && tp_buf_append(out, m[i].key - 1, m[i].key_n + 3) < 0) ||
-                 tp_scan_canon(m[i].val, m[i].val_n, out) < 0)
-            rc = -1;
+            rc = TP_EINVAL; /* a repeated key: jansson keeps the last, so let it */
+        else if ((i && tp_buf_append(out, ",", 1) < 0) || (obj && tp_buf_append(out, m[i].key - 1, m[i].key_n + 3) < 0))
+            rc = TP_ENOMEM;
+        else
+            rc = tp_scan_canon(m[i].val, m[i].val_n, out);
     }
     if (rc == 0 && tp_buf_append(out, obj ? "}" : "]", 1) < 0)
-        rc = -1;
+        rc = TP_ENOMEM;
 out:
     if (m != stack)
         free(m);

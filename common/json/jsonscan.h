@@ -39,19 +39,23 @@ bool tp_scan_integer(tp_scan_t *s, int64_t *value);
 bool tp_scan_value(tp_scan_t *s, int depth);
 /* An object (s->p at its '{'), copied compact. */
 bool tp_scan_object(tp_scan_t *s, int depth);
-/* After a member or an element: 0 when a comma says another follows, 1 at the closing byte, else -1. */
+/*
+ * After a member or an element: 0 when a comma says another follows, 1 at
+ * the closing byte; TP_EINVAL for anything else, TP_ENOMEM when the copy
+ * cannot grow.
+ */
 int tp_scan_next_or_close(tp_scan_t *s, unsigned char close);
 /*
  * Appends the compact, plain value at p (n bytes) with every object's keys
- * sorted: the canonical form. -1 on a repeated key, or ENOMEM.
+ * sorted: the canonical form. 0; TP_EINVAL on a repeated key, or TP_ENOMEM.
  */
 int tp_scan_canon(const char *p, size_t n, tp_buf_t *out);
 
 /*
  * The whole text as one plain value (whitespace around it allowed),
  * appended compact to out: byte for byte what jansson's reading and
- * tp_json_write's writing would give. 1 done; 0 not plain (out as it was);
- * -1 ENOMEM.
+ * tp_json_write's writing would give. 1 done; 0 not plain, or out of
+ * memory on the way (out as it was: the jansson way then tells which).
  */
 int tp_json_compact_plain(const char *text, size_t len, tp_buf_t *out);
 

@@ -25,25 +25,27 @@ void tp_proc_path(char *buf, pid_t pid, const char *suffix)
 /*
  * Reads /proc/PID/SUFFIX into buf (cap bytes, NUL-terminated): relative to
  * procfd, an open /proc, or with procfd < 0 from the path itself. The
- * bytes read, or -1 when the process (or the file) is gone.
+ * bytes read, or the -errno of opening or reading it (TP_ENOENT, -ESRCH:
+ * the process is gone), or TP_EINVAL for a suffix too long.
  */
 static ssize_t proc_read(int procfd, pid_t pid, const char *suffix, char *buf, size_t cap)
 {
     char path[64] = "/proc/";
     size_t at = procfd < 0 ? 6 : 0;
     if (strlen(suffix) + 16 + at > sizeof path)
-        return -1;
+        return TP_EINVAL;
     tp_proc_path(path + at, pid, suffix);
     int fd = openat(procfd < 0 ? AT_FDCWD : procfd, path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return -1;
+        return tp_errno(errno);
     ssize_t n;
     do {
         n = read(fd, buf, cap - 1);
     } while (n < 0 && errno == EINTR);
+    int e = errno;
     close(fd);
     if (n < 0)
-        return -1;
+        return tp_errno(e);
     buf[n] = '\0';
     return n;
 }
@@ -52,8 +54,10 @@ int tp_proc_stat(int procfd, pid_t pid, tp_proc_stat_t *st)
 {
     char buf[1024];
     ssize_t n = proc_read(procfd, pid, "/stat", buf, sizeof buf);
-    if (n <= 0)
-        return -1;
+    if (n < 0)
+        return (int)n;
+    if (n == 0)
+        return TP_EIO;
     char *p = NULL;
     for (ssize_t i = n - 1; i >= 0; i--) {
         if (buf[i] == ')') {
@@ -62,7 +66,7 @@ int tp_proc_stat(int procfd, pid_t pid, tp_proc_stat_t *st)
         }
     }
     if (p == NULL)
-        return -1;
+        return TP_EIO;
     /* p: " S PPID PGRP SID TTY TPGID FLAGS MINFLT CMINFLT MAJFLT CMAJFLT UTIME STIME ... START ..." */
     int field = 2;
     uint64_t v = 0;
@@ -75,7 +79,7 @@ int tp_proc_stat(int procfd, pid_t pid, tp_proc_stat_t *st)
                     st->ppid = (pid_t)v;
                 if (field == 22) {
                     st->start = v;
-                    return st->state ? 0 : -1;
+                    return st->state ? 0 : TP_EIO;
                 }
             }
             in_num = false;
@@ -90,7 +94,7 @@ int tp_proc_stat(int procfd, pid_t pid, tp_proc_stat_t *st)
             in_num = true;
         }
     }
-    return -1;
+    return TP_EIO;
 }
 
 uint64_t tp_proc_rss(pid_t pid)

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "error.h"
+
 typedef struct {
     pid_t ppid;
     char state;     /* R, S, D, T, Z... */
@@ -22,7 +24,9 @@ void tp_proc_path(char *buf, pid_t pid, const char *suffix);
 /*
  * /proc/PID/stat's state, parent and start time (fields 3, 4 and 22; the
  * name, field 2, may hold spaces and parentheses, so counting starts after
- * its last ')'). 0, or -1 when the process is gone.
+ * its last ')'). 0; the -errno of opening or reading it (TP_ENOENT or
+ * -ESRCH: the process is gone), or TP_EIO when it does not read as a stat
+ * file.
  */
 int tp_proc_stat(int procfd, pid_t pid, tp_proc_stat_t *st);
 

@@ -104,7 +104,8 @@ static void kill_one(int procfd, pid_t pid, uint64_t start)
 /*
  * The children of every thread of pid, from /proc/PID/task/TID/children
  * (Linux 3.5, CONFIG_PROC_CHILDREN), appended to kids (at most cap in all,
- * *n so far). 0; 1 when they did not all fit; -1 when pid is gone.
+ * *n so far). 0; TP_E2BIG when they did not all fit; the -errno of opening
+ * its task/ when pid is gone.
  */
 static int read_children(int procfd, pid_t pid, tp_proctree_t *t, pid_t *kids, size_t cap, size_t *n)
 {
@@ -112,7 +113,7 @@ static int read_children(int procfd, pid_t pid, tp_proctree_t *t, pid_t *kids, s
     tp_proc_path(path, pid, "/task");
     int tfd = openat(procfd, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (tfd < 0)
-        return -1;
+        return tp_errno(errno);
     int rc = 0;
     pid_dir_t dir = {.fd = tfd, .buf = t->dents, .cap = sizeof t->dents};
     for (pid_t tid; (tid = pid_dir_next(&dir)) > 0;) {
@@ -138,7 +139,7 @@ static int read_children(int procfd, pid_t pid, tp_proctree_t *t, pid_t *kids, s
                     if (*n < cap)
                         kids[(*n)++] = (pid_t)v;
                     else
-                        rc = 1;
+                        rc = TP_E2BIG;
                     in = false;
                     v = 0;
                 }
@@ -147,7 +148,7 @@ static int read_children(int procfd, pid_t pid, tp_proctree_t *t, pid_t *kids, s
         if (in && *n < cap)
             kids[(*n)++] = (pid_t)v; /* the last, when no space followed it */
         else if (in)
-            rc = 1;
+            rc = TP_E2BIG;
         close(cfd);
     }
     close(tfd);
@@ -164,8 +165,9 @@ static bool spared(const pid_t *spare, size_t n, pid_t pid);
  * reparenting), and only then are those not yet signalled killed; passes
  * follow until one finds nothing new. It reads only the tree, not every
  * process on the machine: a tool that left nothing costs a few system
- * calls. -2 when a process has more children than it can hold (then the
- * whole-/proc walk does it).
+ * calls. How many live descendants the last pass saw, or TP_E2BIG when a
+ * process has more children than it can hold (then the whole-/proc walk
+ * does it).
  */
 static int kill_by_children(int procfd, tp_proctree_t *t, pid_t root, const pid_t *spare, size_t n_spare)
 {
@@ -182,8 +184,8 @@ static int kill_by_children(int procfd, tp_proctree_t *t, pid_t root, const pid_
             pid_t p = i == 0 ? root : t->ents[i - 1].pid;
             size_t nk = 0;
             int rc = read_children(procfd, p, t, kids, KIDS_MAX, &nk);
-            if (rc > 0)
-                return -2;
+            if (rc == TP_E2BIG)
+                return TP_E2BIG; /* a process gone meanwhile (its task/ unread) has no children to find */
             for (size_t k = 0; k < nk; k++) {
                 pid_t c = kids[k];
                 tp_proc_stat_t st;
@@ -239,10 +241,10 @@ int tp_proctree_kill_but(tp_proctree_t *t, pid_t root, const pid_t *spare, size_
 {
     int procfd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (procfd < 0)
-        return -1;
+        return tp_errno(errno);
     if (!t->whole && faccessat(procfd, "thread-self/children", R_OK, 0) == 0) {
         int live = kill_by_children(procfd, t, root, spare, n_spare);
-        if (live != -2) {
+        if (live != TP_E2BIG) {
             close(procfd);
             return live;
         }

@@ -30,6 +30,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "error.h"
+
 /* Descendants tracked per walk; past this, the others are still killed, pass by pass. */
 #define TP_PROCTREE_MAX 4096
 
@@ -53,14 +55,15 @@ typedef struct {
  * a pidfd opened after the process was recognized and checked again, so
  * a pid reused in between is never signalled. Returns how many live
  * descendants the last pass saw (0: none is left alive; the others were
- * signalled and are dying), or -1 with errno when /proc cannot be read.
+ * signalled and are dying), or the -errno of opening /proc when it cannot
+ * be read (errno is set too).
  */
 int tp_proctree_kill(tp_proctree_t *t, pid_t root);
 
 /*
  * tp_proctree_kill, sparing the n processes in spare (children of root)
  * and everything descended from them: a worker's MCP servers, which live
- * from call to call.
+ * from call to call. Returns as tp_proctree_kill.
  */
 int tp_proctree_kill_but(tp_proctree_t *t, pid_t root, const pid_t *spare, size_t n);
 

@@ -16,28 +16,39 @@
 #include <string.h>
 
 /*
- * Records the first compile error: "PATH: what", PATH the schema location
- * ("(root)" for the top). Later errors are ignored: the first one is the
- * one to fix.
+ * Records the first compile error, "PATH: what" (PATH the schema location,
+ * "(root)" for the top), and its code rc. Later errors are ignored: the
+ * first one is the one to fix. Returns the first error's code.
  */
-__attribute__((format(printf, 3, 4))) void js_cfail(cctx_t *cc, const seg_t *path, const char *fmt, ...)
+static int record(cctx_t *cc, int rc, const seg_t *path, const char *what)
 {
-    if (cc->failed)
-        return;
-    cc->failed = true;
+    if (cc->rc < 0)
+        return cc->rc;
+    cc->rc = rc;
     if (cc->err == NULL || cc->errlen == 0)
-        return;
+        return rc;
     tp_buf_t b = {0};
-    char what[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
-    va_end(ap);
     if (js_put_location(&b, path) < 0 || tp_buf_append(&b, "", 1) < 0)
         snprintf(cc->err, cc->errlen, "%s", what);
     else
         snprintf(cc->err, cc->errlen, "%s: %s", (char *)b.data, what);
     tp_buf_free(&b);
+    return rc;
+}
+
+int js_cfail(cctx_t *cc, const seg_t *path, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return record(cc, TP_EINVAL, path, what);
+}
+
+int js_cfail_oom(cctx_t *cc, const seg_t *path)
+{
+    return record(cc, TP_ENOMEM, path, "out of memory");
 }
 
 /* s quoted as JSON into buf (cut to fit): for names in compile errors. */
@@ -67,14 +78,14 @@ node_t *js_memo_get(cctx_t *cc, const json_t *key)
     }
 }
 
-/* Remembers key -> node, growing the table at half full. 0, or -1 (ENOMEM). */
+/* Remembers key -> node, growing the table at half full. 0, or TP_ENOMEM. */
 static int memo_put(cctx_t *cc, const json_t *key, node_t *node)
 {
     if ((cc->memo_n + 1) * 2 > cc->memo_cap) {
         size_t cap = cc->memo_cap ? cc->memo_cap * 2 : 64;
         memo_slot_t *m = calloc(cap, sizeof *m);
         if (m == NULL)
-            return -1;
+            return TP_ENOMEM;
         for (size_t j = 0; j < cc->memo_cap; j++) {
             if (cc->memo[j].key == NULL)
                 continue;
@@ -114,7 +125,7 @@ static node_t *node_new(cctx_t *cc, const json_t *js, const seg_t *path)
         goto nomem;
     return n;
 nomem:
-    js_cfail(cc, path, "out of memory");
+    js_cfail_oom(cc, path);
     return NULL;
 }
 
@@ -126,10 +137,8 @@ static int get_size(cctx_t *cc, const json_t *v, const seg_t *path, size_t *out)
         i = json_integer_value(v);
     else if (!json_is_real(v) || !real_as_int(json_real_value(v), &i))
         i = -1;
-    if (i < 0) {
-        js_cfail(cc, path, "expected a non-negative integer");
-        return -1;
-    }
+    if (i < 0)
+        return js_cfail(cc, path, "expected a non-negative integer");
     *out = (size_t)i;
     return 0;
 }
@@ -138,21 +147,17 @@ static int get_size(cctx_t *cc, const json_t *v, const seg_t *path, size_t *out)
 static int compile_list(cctx_t *cc, const json_t *v, const seg_t *path, bool nonempty, node_t ***out, size_t *n_out)
 {
     size_t n = json_array_size(v);
-    if (!json_is_array(v) || (nonempty && n == 0)) {
-        js_cfail(cc, path, nonempty ? "expected a non-empty array of schemas" : "expected an array of schemas");
-        return -1;
-    }
+    if (!json_is_array(v) || (nonempty && n == 0))
+        return js_cfail(cc, path, nonempty ? "expected a non-empty array of schemas" : "expected an array of schemas");
     node_t **list = calloc(n ? n : 1, sizeof *list);
-    if (list == NULL) {
-        js_cfail(cc, path, "out of memory");
-        return -1;
-    }
+    if (list == NULL)
+        return js_cfail_oom(cc, path);
     *out = list;
     *n_out = n;
     for (size_t i = 0; i < n; i++) {
         seg_t at = {path, NULL, i, false};
         if ((list[i] = js_compile(cc, json_array_get(v, i), &at)) == NULL)
-            return -1;
+            return js_cerr(cc);
     }
     return 0;
 }
@@ -179,14 +184,10 @@ static prop_t *prop_add(node_t *n, const char *name, size_t len)
 static int compile_props(cctx_t *cc, node_t *n, const json_t *props, const json_t *req, const seg_t *path)
 {
     seg_t at_props = {path, "properties", 10, false}, at_req = {path, "required", 8, false};
-    if (props != NULL && !json_is_object(props)) {
-        js_cfail(cc, &at_props, "expected an object");
-        return -1;
-    }
-    if (req != NULL && !json_is_array(req)) {
-        js_cfail(cc, &at_req, "expected an array of strings");
-        return -1;
-    }
+    if (props != NULL && !json_is_object(props))
+        return js_cfail(cc, &at_props, "expected an object");
+    if (req != NULL && !json_is_array(req))
+        return js_cfail(cc, &at_req, "expected an array of strings");
     size_t total = json_object_size(props) + json_array_size(req);
     size_t cap = 4;
     while (cap < total * 2)
@@ -194,10 +195,8 @@ static int compile_props(cctx_t *cc, node_t *n, const json_t *props, const json_
     n->props = calloc(total ? total : 1, sizeof *n->props);
     n->ptab = calloc(cap, sizeof *n->ptab);
     n->req = calloc(json_array_size(req) + 1, sizeof *n->req);
-    if (n->props == NULL || n->ptab == NULL || n->req == NULL) {
-        js_cfail(cc, path, "out of memory");
-        return -1;
-    }
+    if (n->props == NULL || n->ptab == NULL || n->req == NULL)
+        return js_cfail_oom(cc, path);
     n->pmask = (uint32_t)(cap - 1);
     if (props != NULL) {
         for (void *it = json_object_iter((json_t *)props); it; it = json_object_iter_next((json_t *)props, it)) {
@@ -206,15 +205,14 @@ static int compile_props(cctx_t *cc, node_t *n, const json_t *props, const json_
             seg_t at = {&at_props, k, klen, false};
             prop_t *p = prop_add(n, k, klen);
             if ((p->schema = js_compile(cc, json_object_iter_value(it), &at)) == NULL)
-                return -1;
+                return js_cerr(cc);
         }
     }
     for (size_t i = 0; i < json_array_size(req); i++) {
         const json_t *name = json_array_get(req, i);
         if (!json_is_string(name)) {
             seg_t at = {&at_req, NULL, i, false};
-            js_cfail(cc, &at, "expected a string");
-            return -1;
+            return js_cfail(cc, &at, "expected a string");
         }
         prop_t *p = prop_add(n, json_string_value(name), json_string_length(name));
         if (i < 64)
@@ -229,22 +227,20 @@ static int compile_props(cctx_t *cc, node_t *n, const json_t *props, const json_
 /* patternProperties: each key a regex, each value a schema. */
 static int compile_pattern_props(cctx_t *cc, node_t *n, const json_t *v, const seg_t *path)
 {
-    if (!json_is_object(v)) {
-        js_cfail(cc, path, "expected an object");
-        return -1;
-    }
+    if (!json_is_object(v))
+        return js_cfail(cc, path, "expected an object");
     n->pprops = calloc(json_object_size(v) + 1, sizeof *n->pprops);
-    if (n->pprops == NULL) {
-        js_cfail(cc, path, "out of memory");
-        return -1;
-    }
+    if (n->pprops == NULL)
+        return js_cfail_oom(cc, path);
     for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
         const char *k = json_object_iter_key(it);
         seg_t at = {path, k, json_object_iter_key_len(it), false};
         pattern_prop_t *pp = &n->pprops[n->n_pprops++];
-        if (js_regex_compile(cc, &pp->re, k, json_object_iter_key_len(it), &at) < 0 ||
-            (pp->schema = js_compile(cc, json_object_iter_value(it), &at)) == NULL)
-            return -1;
+        int rc = js_regex_compile(cc, &pp->re, k, json_object_iter_key_len(it), &at);
+        if (rc < 0)
+            return rc;
+        if ((pp->schema = js_compile(cc, json_object_iter_value(it), &at)) == NULL)
+            return js_cerr(cc);
     }
     n->groups |= G_OBJECT;
     return 0;
@@ -256,15 +252,11 @@ enum { DEP_NAMES = 1, DEP_SCHEMAS = 2 };
 
 static int compile_deps(cctx_t *cc, node_t *n, const json_t *v, const seg_t *path, unsigned forms)
 {
-    if (!json_is_object(v)) {
-        js_cfail(cc, path, "expected an object");
-        return -1;
-    }
+    if (!json_is_object(v))
+        return js_cfail(cc, path, "expected an object");
     dep_t *grown = realloc(n->deps, (n->n_deps + json_object_size(v) + 1) * sizeof *n->deps);
-    if (grown == NULL) {
-        js_cfail(cc, path, "out of memory");
-        return -1;
-    }
+    if (grown == NULL)
+        return js_cfail_oom(cc, path);
     n->deps = grown;
     for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
         const json_t *d = json_object_iter_value(it);
@@ -273,21 +265,18 @@ static int compile_deps(cctx_t *cc, node_t *n, const json_t *v, const seg_t *pat
         memset(dep, 0, sizeof *dep);
         dep->name = at.key;
         dep->len = at.n;
-        if (forms == DEP_NAMES && !json_is_array(d)) {
-            js_cfail(cc, &at, "expected an array of strings");
-            return -1;
-        }
+        if (forms == DEP_NAMES && !json_is_array(d))
+            return js_cfail(cc, &at, "expected an array of strings");
         if (json_is_array(d) && (forms & DEP_NAMES)) {
             for (size_t i = 0; i < json_array_size(d); i++) {
                 if (!json_is_string(json_array_get(d, i))) {
                     seg_t ai = {&at, NULL, i, false};
-                    js_cfail(cc, &ai, "expected a string");
-                    return -1;
+                    return js_cfail(cc, &ai, "expected a string");
                 }
             }
             dep->need = d;
         } else if ((dep->schema = js_compile(cc, d, &at)) == NULL) {
-            return -1;
+            return js_cerr(cc);
         }
     }
     n->groups |= G_OBJECT;
@@ -298,27 +287,23 @@ static int compile_deps(cctx_t *cc, node_t *n, const json_t *v, const seg_t *pat
 static int compile_type(cctx_t *cc, node_t *n, const json_t *v, const seg_t *path)
 {
     size_t count = json_is_array(v) ? json_array_size(v) : 1;
-    if (!json_is_string(v) && !json_is_array(v)) {
-        js_cfail(cc, path, "expected a type name or an array of them");
-        return -1;
-    }
+    if (!json_is_string(v) && !json_is_array(v))
+        return js_cfail(cc, path, "expected a type name or an array of them");
     n->has_type = true;
     for (size_t i = 0; i < count; i++) {
         const json_t *t = json_is_array(v) ? json_array_get(v, i) : v;
         seg_t at = {path, NULL, i, false};
         const seg_t *where = json_is_array(v) ? &at : path;
-        if (!json_is_string(t)) {
-            js_cfail(cc, where, "expected a type name");
-            return -1;
-        }
+        if (!json_is_string(t))
+            return js_cfail(cc, where, "expected a type name");
         size_t k;
         for (k = 0; k < N_TYPES; k++)
             if (strcmp(json_string_value(t), js_type_names[k].name) == 0)
                 break;
         if (k == N_TYPES) {
             char q[96];
-            js_cfail(cc, where, "unknown type %s", js_quoted(json_string_value(t), json_string_length(t), q, sizeof q));
-            return -1;
+            return js_cfail(cc, where, "unknown type %s",
+                            js_quoted(json_string_value(t), json_string_length(t), q, sizeof q));
         }
         n->types |= js_type_names[k].bit;
     }
@@ -430,26 +415,22 @@ static const struct {
 /* "format": its name, checked only when formats are asserted; unknown names stay annotations. */
 static int compile_format(cctx_t *cc, node_t *n, const json_t *v, const seg_t *at)
 {
-    if (!json_is_string(v)) {
-        js_cfail(cc, at, "expected a string");
-        return -1;
-    }
+    if (!json_is_string(v))
+        return js_cfail(cc, at, "expected a string");
     if (cc->opts.assert_formats)
         n->format = tp_jsonformat_lookup(json_string_value(v));
     return 0;
 }
 
-/* One keyword of a schema object into n. 0, or -1 with the error recorded. */
+/* One keyword of a schema object into n. 0, or TP_EINVAL or TP_ENOMEM with the error recorded. */
 static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, const seg_t *at)
 {
     switch (kw) {
     case K_TYPE:
         return compile_type(cc, n, v, at);
     case K_ENUM:
-        if (!json_is_array(v)) {
-            js_cfail(cc, at, "expected an array");
-            return -1;
-        }
+        if (!json_is_array(v))
+            return js_cfail(cc, at, "expected an array");
         n->enum_ = v;
         return 0;
     case K_CONST:
@@ -462,10 +443,10 @@ static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, cons
         return compile_pattern_props(cc, n, v, at);
     case K_ADDITIONAL_PROPS:
         n->groups |= G_OBJECT;
-        return (n->additional = js_compile(cc, v, at)) ? 0 : -1;
+        return (n->additional = js_compile(cc, v, at)) ? 0 : js_cerr(cc);
     case K_PROPERTY_NAMES:
         n->groups |= G_OBJECT;
-        return (n->prop_names = js_compile(cc, v, at)) ? 0 : -1;
+        return (n->prop_names = js_compile(cc, v, at)) ? 0 : js_cerr(cc);
     case K_MIN_PROPS:
         n->groups |= G_OBJECT;
         return get_size(cc, v, at, &n->min_props);
@@ -485,17 +466,17 @@ static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, cons
             /* 2020-12: the schema for every item after prefixItems */
             n->tuple_form = true;
             n->add_items_kw = "items";
-            return (n->add_items = js_compile(cc, v, at)) ? 0 : -1;
+            return (n->add_items = js_compile(cc, v, at)) ? 0 : js_cerr(cc);
         }
         if (json_is_array(v)) {
             n->tuple_form = true;
             return compile_list(cc, v, at, false, &n->tuple, &n->n_tuple);
         }
-        return (n->items = js_compile(cc, v, at)) ? 0 : -1;
+        return (n->items = js_compile(cc, v, at)) ? 0 : js_cerr(cc);
     case K_ADDITIONAL_ITEMS:
         n->groups |= G_ARRAY;
         n->add_items_kw = "additionalItems";
-        return (n->add_items = js_compile(cc, v, at)) ? 0 : -1;
+        return (n->add_items = js_compile(cc, v, at)) ? 0 : js_cerr(cc);
     case K_PREFIX_ITEMS:
         n->groups |= G_ARRAY;
         n->tuple_form = true;
@@ -508,10 +489,10 @@ static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, cons
         return get_size(cc, v, at, &n->max_contains);
     case K_UNEVAL_PROPS:
         n->collects = true;
-        return (n->uneval_props = js_compile(cc, v, at)) ? 0 : -1;
+        return (n->uneval_props = js_compile(cc, v, at)) ? 0 : js_cerr(cc);
     case K_UNEVAL_ITEMS:
         n->collects = true;
-        return (n->uneval_items = js_compile(cc, v, at)) ? 0 : -1;
+        return (n->uneval_items = js_compile(cc, v, at)) ? 0 : js_cerr(cc);
     case K_FORMAT:
         return compile_format(cc, n, v, at);
     case K_MIN_ITEMS:
@@ -521,16 +502,14 @@ static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, cons
         n->groups |= G_ARRAY;
         return get_size(cc, v, at, &n->max_items);
     case K_UNIQUE:
-        if (!json_is_boolean(v)) {
-            js_cfail(cc, at, "expected a boolean");
-            return -1;
-        }
+        if (!json_is_boolean(v))
+            return js_cfail(cc, at, "expected a boolean");
         n->groups |= G_ARRAY;
         n->unique = json_is_true(v);
         return 0;
     case K_CONTAINS:
         n->groups |= G_ARRAY;
-        return (n->contains = js_compile(cc, v, at)) ? 0 : -1;
+        return (n->contains = js_compile(cc, v, at)) ? 0 : js_cerr(cc);
     case K_MIN_LEN:
         n->groups |= G_STRING;
         return get_size(cc, v, at, &n->min_len);
@@ -538,10 +517,8 @@ static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, cons
         n->groups |= G_STRING;
         return get_size(cc, v, at, &n->max_len);
     case K_PATTERN:
-        if (!json_is_string(v)) {
-            js_cfail(cc, at, "expected a string");
-            return -1;
-        }
+        if (!json_is_string(v))
+            return js_cfail(cc, at, "expected a string");
         n->groups |= G_STRING;
         return js_regex_compile(cc, &n->pattern, json_string_value(v), json_string_length(v), at);
     case K_MINIMUM:
@@ -549,10 +526,8 @@ static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, cons
     case K_XMINIMUM:
     case K_XMAXIMUM:
     case K_MULTIPLE_OF:
-        if (!is_number(v) || (kw == K_MULTIPLE_OF && !(num_value(v) > 0))) {
-            js_cfail(cc, at, kw == K_MULTIPLE_OF ? "expected a number greater than 0" : "expected a number");
-            return -1;
-        }
+        if (!is_number(v) || (kw == K_MULTIPLE_OF && !(num_value(v) > 0)))
+            return js_cfail(cc, at, kw == K_MULTIPLE_OF ? "expected a number greater than 0" : "expected a number");
         n->groups |= G_NUMBER;
         *(kw == K_MINIMUM    ? &n->minimum
           : kw == K_MAXIMUM  ? &n->maximum
@@ -571,25 +546,23 @@ static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, cons
         return compile_list(cc, v, at, true, &n->one_of, &n->n_one);
     case K_NOT:
         n->groups |= G_COMBINE;
-        return (n->not_ = js_compile(cc, v, at)) ? 0 : -1;
+        return (n->not_ = js_compile(cc, v, at)) ? 0 : js_cerr(cc);
     case K_IF:
         n->groups |= G_COMBINE;
-        return (n->if_ = js_compile(cc, v, at)) ? 0 : -1;
+        return (n->if_ = js_compile(cc, v, at)) ? 0 : js_cerr(cc);
     case K_THEN:
-        return (n->then_ = js_compile(cc, v, at)) ? 0 : -1;
+        return (n->then_ = js_compile(cc, v, at)) ? 0 : js_cerr(cc);
     case K_ELSE:
-        return (n->else_ = js_compile(cc, v, at)) ? 0 : -1;
+        return (n->else_ = js_compile(cc, v, at)) ? 0 : js_cerr(cc);
     case K_DEFINITIONS:
     case K_DEFS:
         /* Compiled now, so a broken definition is an error even unused. */
-        if (!json_is_object(v)) {
-            js_cfail(cc, at, "expected an object");
-            return -1;
-        }
+        if (!json_is_object(v))
+            return js_cfail(cc, at, "expected an object");
         for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {
             seg_t d = {at, json_object_iter_key(it), json_object_iter_key_len(it), false};
             if (js_compile(cc, json_object_iter_value(it), &d) == NULL)
-                return -1;
+                return js_cerr(cc);
         }
         return 0;
     }
@@ -603,7 +576,7 @@ static int compile_keyword(cctx_t *cc, node_t *n, kw_t kw, const json_t *v, cons
 node_t *js_compile(cctx_t *cc, const json_t *js, const seg_t *path)
 {
     node_t *n = js_memo_get(cc, js);
-    if (n != NULL || cc->failed)
+    if (n != NULL || cc->rc < 0)
         return n;
     if (!json_is_object(js) && !json_is_boolean(js)) {
         js_cfail(cc, path, "expected a schema (an object or a boolean), got %s", type_name(js));
@@ -768,7 +741,7 @@ tp_jsonschema_t *tp_jsonschema_compile_opts(const json_t *schema, const tp_jsons
     }
     cc.pcc = pcre2_compile_context_create(NULL);
     if (cc.pcc == NULL || pcre2_set_compile_extra_options(cc.pcc, PCRE2_EXTRA_ALT_BSUX) != 0) {
-        js_cfail(&cc, NULL, "out of memory");
+        js_cfail_oom(&cc, NULL);
         goto fail;
     }
     if ((cc.root_res = js_index_doc(&cc, cc.s->doc, "", NULL, &cc.dflt)) == NULL)
@@ -796,7 +769,7 @@ tp_jsonschema_t *tp_jsonschema_compile_opts(const json_t *schema, const tp_jsons
     cctx_free(&cc);
     return cc.s;
 fail:
-    if (!cc.failed && err && errlen && !err[0])
+    if (cc.rc == 0 && err && errlen && !err[0])
         snprintf(err, errlen, "(root): out of memory");
     pcre2_compile_context_free(cc.pcc);
     cctx_free(&cc);

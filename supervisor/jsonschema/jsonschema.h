@@ -107,12 +107,13 @@ typedef struct tp_jsonschema tp_jsonschema_t;
  * resolves every reference (only within the schema: no loader). A
  * recursive schema is fine ({"items": {"$ref": "#"}}); a loop that comes
  * back to the same value without descending into it ({"anyOf": [...,
- * {"$ref": "#"}]}) is an error. Returns NULL on error with one line in err
- * naming the schema location (for a place in another document, its URI,
- * "#" and the pointer), e.g.
+ * {"$ref": "#"}]}) is an error. Returns NULL on error, and the caller
+ * learns why from err alone: one line naming the schema location (for a
+ * place in another document, its URI, "#" and the pointer), e.g.
  * "/properties/q/type: unknown type \"strin\"" or
- * "/$ref: unresolvable reference \"#/definitions/x\"". The caller owns the
- * result: tp_jsonschema_free.
+ * "/$ref: unresolvable reference \"#/definitions/x\"" (memory running out
+ * is "LOCATION: out of memory"). The caller owns the result:
+ * tp_jsonschema_free.
  */
 tp_jsonschema_t *tp_jsonschema_compile(const json_t *schema, char *err, size_t errlen);
 

@@ -257,7 +257,7 @@ static inline const char *type_name(const json_t *v)
     }
 }
 
-/* jsonschema.c: what compile errors and validation messages both write. */
+/* jsonschema.c: what compile errors and validation messages both write. Each 0 or TP_ENOMEM. */
 int js_put_pointer(tp_buf_t *b, const seg_t *path);
 int js_put_location(tp_buf_t *b, const seg_t *path);
 int js_put_short(tp_buf_t *b, const json_t *v, size_t limit);
@@ -289,7 +289,7 @@ typedef struct {
     size_t n_names, cap_names;
     char *err;
     size_t errlen;
-    bool failed;
+    int rc;            /* the first failure's code (its message in err), 0 until one */
     memo_slot_t *memo; /* json_t * -> node, open addressing */
     size_t memo_cap, memo_n;
     pcre2_compile_context *pcc;
@@ -318,24 +318,47 @@ static inline uint32_t *prop_slot(node_t *n, const char *name, size_t len, uint3
     }
 }
 
-/* compile.c */
-__attribute__((format(printf, 3, 4))) void js_cfail(cctx_t *cc, const seg_t *path, const char *fmt, ...);
+/*
+ * compile.c. Compiling's steps return 0 or a negative code: TP_EINVAL for
+ * a schema that is wrong, TP_ENOMEM when memory ran out, the first
+ * failure's message in cc->err and its code in cc->rc (a step that
+ * returns a pointer returns NULL, and js_cerr says why). js_cfail records
+ * a TP_EINVAL, js_cfail_oom a TP_ENOMEM ("out of memory"); each returns
+ * the code of the first failure recorded.
+ */
+__attribute__((format(printf, 3, 4))) int js_cfail(cctx_t *cc, const seg_t *path, const char *fmt, ...);
+int js_cfail_oom(cctx_t *cc, const seg_t *path);
+/* The first failure's code, after a step returned NULL: TP_EINVAL or TP_ENOMEM. */
+static inline int js_cerr(const cctx_t *cc)
+{
+    return cc->rc < 0 ? cc->rc : TP_ENOMEM;
+}
+/* s (n bytes) as a JSON string cut to fit buf, for messages; returns buf ("\"?\"" when out of memory). */
 const char *js_quoted(const char *s, size_t n, char *buf, size_t size);
+/* The node key was compiled into, or NULL when it has not been. */
 node_t *js_memo_get(cctx_t *cc, const json_t *key);
+/* The node of schema value js, compiled now or before; NULL on error (js_cerr). */
 node_t *js_compile(cctx_t *cc, const json_t *js, const seg_t *path);
 
 /* regex.c */
 #define RE_OPTS                                                                                                        \
     (PCRE2_UTF | PCRE2_ALT_BSUX | PCRE2_ALLOW_EMPTY_CLASS | PCRE2_MATCH_UNSET_BACKREF | PCRE2_DOLLAR_ENDONLY)
+/* The pattern as PCRE2 reads ECMA-262's, malloc'd, *out_len bytes; NULL when out of memory. */
 char *js_ecma_rewrite(const char *src, size_t n, size_t *out_len);
+/* 0; TP_EINVAL for an invalid pattern, TP_ENOMEM. */
 int js_regex_compile(cctx_t *cc, re_t *re, const char *src, size_t n, const seg_t *path);
 
 /* refs.c */
+/* The resource schema object js is in, or NULL for one no document walk reached. */
 res_t *js_res_of(cctx_t *cc, const json_t *js);
+/* doc's root resource, every resource and anchor in it indexed; NULL on error (js_cerr). */
 res_t *js_index_doc(cctx_t *cc, const json_t *doc, const char *uri, const char *doc_name, const dialect_t *d);
+/* Appends the JSON Pointer of target inside v to ptr; false when it is not there (or out of memory). */
 bool js_find_ptr(const json_t *v, const json_t *target, int depth, tp_buf_t *ptr);
+/* 0 and *out; TP_EINVAL (not a string, unresolvable, its target broken) or TP_ENOMEM. */
 int js_compile_ref(cctx_t *cc, node_t *n, const json_t *from, const char *kw, const json_t *ref, const seg_t *path,
                    node_t **out);
+/* 0; TP_EINVAL for a loop of references back to the same value, or TP_ENOMEM. */
 int js_finish_refs(cctx_t *cc);
 
 #endif

@@ -71,7 +71,7 @@ static void uri_split(const char *s, uri_t *u)
         u->frag = (span_t){s + i + 1, len - i - 1, true};
 }
 
-/* RFC 3986 5.2.4: appends path p with its "." and ".." segments removed. */
+/* RFC 3986 5.2.4: appends path p with its "." and ".." segments removed. 0, or TP_ENOMEM. */
 static int put_path(tp_buf_t *b, const char *p, size_t n)
 {
     size_t start = b->len;
@@ -84,7 +84,7 @@ static int put_path(tp_buf_t *b, const char *p, size_t n)
         } else if ((n - i >= 3 && memcmp(p + i, "/./", 3) == 0) || (n - i == 2 && memcmp(p + i, "/.", 2) == 0)) {
             i += 2;
             if (i >= n && tp_buf_append(b, "/", 1) < 0)
-                return -1;
+                return TP_ENOMEM;
             if (i < n && p[i] == '/')
                 continue;
         } else if ((n - i >= 4 && memcmp(p + i, "/../", 4) == 0) || (n - i == 3 && memcmp(p + i, "/..", 3) == 0)) {
@@ -94,7 +94,7 @@ static int put_path(tp_buf_t *b, const char *p, size_t n)
             if (b->len > start)
                 b->len--;
             if (i >= n && tp_buf_append(b, "/", 1) < 0)
-                return -1;
+                return TP_ENOMEM;
         } else if ((n - i == 1 && p[i] == '.') || (n - i == 2 && memcmp(p + i, "..", 2) == 0)) {
             i = n;
         } else {
@@ -102,7 +102,7 @@ static int put_path(tp_buf_t *b, const char *p, size_t n)
             while (j < n && p[j] != '/')
                 j++;
             if (tp_buf_append(b, p + i, j - i) < 0)
-                return -1;
+                return TP_ENOMEM;
             i = j;
         }
     }
@@ -163,15 +163,15 @@ static char *uri_resolve(const char *base, const char *ref)
         }
     }
     if (rc == 0 && scheme->has)
-        rc = tp_buf_append(&o, scheme->s, scheme->n) || tp_buf_append(&o, ":", 1) ? -1 : 0;
+        rc = tp_buf_append(&o, scheme->s, scheme->n) || tp_buf_append(&o, ":", 1) ? TP_ENOMEM : 0;
     if (rc == 0 && auth->has)
-        rc = tp_buf_append(&o, "//", 2) || tp_buf_append(&o, auth->s, auth->n) ? -1 : 0;
+        rc = tp_buf_append(&o, "//", 2) || tp_buf_append(&o, auth->s, auth->n) ? TP_ENOMEM : 0;
     if (rc == 0)
         rc = tp_buf_append(&o, path.data, path.len);
     if (rc == 0 && query->has)
-        rc = tp_buf_append(&o, "?", 1) || tp_buf_append(&o, query->s, query->n) ? -1 : 0;
+        rc = tp_buf_append(&o, "?", 1) || tp_buf_append(&o, query->s, query->n) ? TP_ENOMEM : 0;
     if (rc == 0 && r.frag.has)
-        rc = tp_buf_append(&o, "#", 1) || tp_buf_append(&o, r.frag.s, r.frag.n) ? -1 : 0;
+        rc = tp_buf_append(&o, "#", 1) || tp_buf_append(&o, r.frag.s, r.frag.n) ? TP_ENOMEM : 0;
     tp_buf_free(&path);
     if (rc != 0 || tp_buf_append(&o, "", 1) < 0) {
         tp_buf_free(&o);
@@ -337,13 +337,14 @@ res_t *js_res_of(cctx_t *cc, const json_t *js)
     }
 }
 
+/* Puts js in res. 0, or TP_ENOMEM. */
 static int res_put(cctx_t *cc, const json_t *js, res_t *res)
 {
     if ((cc->objs_n + 1) * 2 > cc->objs_cap) {
         size_t cap = cc->objs_cap ? cc->objs_cap * 2 : 64;
         obj_slot_t *m = calloc(cap, sizeof *m);
         if (m == NULL)
-            return -1;
+            return TP_ENOMEM;
         for (size_t j = 0; j < cc->objs_cap; j++) {
             if (cc->objs[j].key == NULL)
                 continue;
@@ -375,15 +376,15 @@ static const json_t *name_get(cctx_t *cc, const char *key)
     return NULL;
 }
 
-/* Gives a name to a schema; the first one given wins. 0, or -1 (ENOMEM). */
+/* Gives a name to a schema; the first one given wins. 0, or TP_ENOMEM. */
 static int name_put(cctx_t *cc, const char *key, const json_t *js)
 {
     if (name_get(cc, key) != NULL)
         return 0;
     if (tp_array_fit(&cc->names, &cc->cap_names, cc->n_names + 1, sizeof *cc->names, 16) < 0)
-        return -1;
+        return TP_ENOMEM;
     if ((cc->names[cc->n_names].key = strdup(key)) == NULL)
-        return -1;
+        return TP_ENOMEM;
     cc->names[cc->n_names++].js = js;
     return 0;
 }
@@ -429,7 +430,8 @@ static int dialect_of(cctx_t *cc, const json_t *schema_kw, dialect_t *d, const s
  * (resolved against the resource around it) starts a new one, "$anchor",
  * "$dynamicAnchor" and draft-07's "$id": "#name" name a schema in the
  * resource they are in. draft-07 ignores a "$id" beside "$ref". Values of
- * enum, const, default and examples are data, not searched.
+ * enum, const, default and examples are data, not searched. 0; TP_EINVAL
+ * (a "$schema" it cannot take) or TP_ENOMEM, recorded.
  */
 static int index_value(cctx_t *cc, const json_t *v, res_t *res, const seg_t *path, int depth)
 {
@@ -438,8 +440,9 @@ static int index_value(cctx_t *cc, const json_t *v, res_t *res, const seg_t *pat
     if (json_is_array(v)) {
         for (size_t i = 0; i < json_array_size(v); i++) {
             seg_t at = {path, NULL, i, false};
-            if (index_value(cc, json_array_get(v, i), res, &at, depth + 1) < 0)
-                return -1;
+            int rc = index_value(cc, json_array_get(v, i), res, &at, depth + 1);
+            if (rc < 0)
+                return rc;
         }
         return 0;
     }
@@ -457,9 +460,10 @@ static int index_value(cctx_t *cc, const json_t *v, res_t *res, const seg_t *pat
             dialect_t d = res->d;
             const json_t *sk = json_object_get(v, "$schema");
             seg_t at = {path, "$schema", 7, false};
-            if (sk != NULL && dialect_of(cc, sk, &d, &at, 0) < 0) {
+            int rc = sk != NULL ? dialect_of(cc, sk, &d, &at, 0) : 0;
+            if (rc < 0) {
                 free(abs);
-                return -1;
+                return rc;
             }
             abs[base] = 0;
             res = res_new(cc, abs, v, res->doc, res->doc_name, &d);
@@ -471,7 +475,7 @@ static int index_value(cctx_t *cc, const json_t *v, res_t *res, const seg_t *pat
         }
         if (d7 && *frag) {
             char *name = uri_with(res->uri, frag);
-            int rc = name ? name_put(cc, name, v) : -1;
+            int rc = name ? name_put(cc, name, v) : TP_ENOMEM;
             free(name);
             if (rc < 0) {
                 free(abs);
@@ -487,7 +491,7 @@ static int index_value(cctx_t *cc, const json_t *v, res_t *res, const seg_t *pat
             if (!json_is_string(a))
                 continue;
             char *name = uri_with(res->uri, json_string_value(a));
-            int rc = name ? name_put(cc, name, v) : -1;
+            int rc = name ? name_put(cc, name, v) : TP_ENOMEM;
             free(name);
             if (rc < 0)
                 goto nomem;
@@ -513,17 +517,19 @@ static int index_value(cctx_t *cc, const json_t *v, res_t *res, const seg_t *pat
         if (where == 2 && json_is_object(val)) {
             for (void *j = json_object_iter((json_t *)val); j; j = json_object_iter_next((json_t *)val, j)) {
                 seg_t at2 = {&at, json_object_iter_key(j), json_object_iter_key_len(j), false};
-                if (index_value(cc, json_object_iter_value(j), res, &at2, depth + 2) < 0)
-                    return -1;
+                int rc = index_value(cc, json_object_iter_value(j), res, &at2, depth + 2);
+                if (rc < 0)
+                    return rc;
             }
-        } else if (where != 2 && index_value(cc, val, res, &at, depth + 1) < 0) {
-            return -1;
+        } else if (where != 2) {
+            int rc = index_value(cc, val, res, &at, depth + 1);
+            if (rc < 0)
+                return rc;
         }
     }
     return 0;
 nomem:
-    js_cfail(cc, path, "out of memory");
-    return -1;
+    return js_cfail_oom(cc, path);
 }
 
 /*
@@ -543,12 +549,12 @@ res_t *js_index_doc(cctx_t *cc, const json_t *doc, const char *uri, const char *
     res_t *r = abs ? res_new(cc, abs, doc, doc, doc_name, &dd) : NULL;
     if (r == NULL) {
         free(abs);
-        js_cfail(cc, NULL, "out of memory");
+        js_cfail_oom(cc, NULL);
         return NULL;
     }
     if (*uri && strcmp(r->uri, uri) != 0 && name_put(cc, uri, doc) < 0) {
         free(abs);
-        js_cfail(cc, NULL, "out of memory");
+        js_cfail_oom(cc, NULL);
         return NULL;
     }
     /* draft-07: a root "$id" may carry an anchor too, "http://x/s.json#top" */
@@ -557,7 +563,7 @@ res_t *js_index_doc(cctx_t *cc, const json_t *doc, const char *uri, const char *
         int rc = name_put(cc, abs, doc);
         if (rc < 0) {
             free(abs);
-            js_cfail(cc, NULL, "out of memory");
+            js_cfail_oom(cc, NULL);
             return NULL;
         }
     }
@@ -565,7 +571,7 @@ res_t *js_index_doc(cctx_t *cc, const json_t *doc, const char *uri, const char *
     return index_value(cc, doc, r, NULL, 0) < 0 ? NULL : r;
 }
 
-/* Keeps doc (owned now) and its name (malloc'd or NULL) with the schema. 0, or -1 (both freed). */
+/* Keeps doc (owned now) and its name (malloc'd or NULL) with the schema. 0, or TP_ENOMEM (both freed). */
 static int keep_doc(tp_jsonschema_t *s, json_t *doc, char *name)
 {
     json_t **docs = realloc(s->docs, (s->n_docs + 1) * sizeof *docs);
@@ -577,7 +583,7 @@ static int keep_doc(tp_jsonschema_t *s, json_t *doc, char *name)
     if (docs == NULL || names == NULL) {
         json_decref(doc);
         free(name);
-        return -1;
+        return TP_ENOMEM;
     }
     s->docs[s->n_docs] = doc;
     s->doc_names[s->n_docs++] = name;
@@ -604,7 +610,7 @@ static res_t *load_doc(cctx_t *cc, const char *uri, const seg_t *path)
             json_decref(doc);
             free(name);
         }
-        js_cfail(cc, path, "out of memory");
+        js_cfail_oom(cc, path);
         return NULL;
     }
     if (!json_is_object(doc) && !json_is_boolean(doc)) {
@@ -645,10 +651,8 @@ static int known_dialect(const char *s)
 static int dialect_of(cctx_t *cc, const json_t *sk, dialect_t *d, const seg_t *path, int depth)
 {
     char q[160];
-    if (!json_is_string(sk)) {
-        js_cfail(cc, path, "expected a URI string");
-        return -1;
-    }
+    if (!json_is_string(sk))
+        return js_cfail(cc, path, "expected a URI string");
     int known = known_dialect(json_string_value(sk));
     if (known != 0) {
         d->draft = known;
@@ -658,10 +662,8 @@ static int dialect_of(cctx_t *cc, const json_t *sk, dialect_t *d, const seg_t *p
     const json_t *meta = NULL;
     if (depth < 4) {
         char *uri = strndup(json_string_value(sk), strcspn(json_string_value(sk), "#"));
-        if (uri == NULL) {
-            js_cfail(cc, path, "out of memory");
-            return -1;
-        }
+        if (uri == NULL)
+            return js_cfail_oom(cc, path);
         meta = name_get(cc, uri);
         if (meta == NULL && cc->opts.load != NULL) {
             json_t *got = cc->opts.load(uri, cc->opts.load_arg);
@@ -670,19 +672,16 @@ static int dialect_of(cctx_t *cc, const json_t *sk, dialect_t *d, const seg_t *p
         }
         free(uri);
     }
-    if (!json_is_object(meta)) {
-        js_cfail(cc, path, "unsupported dialect %s (supported: draft-07, 2020-12)",
-                 js_quoted(json_string_value(sk), json_string_length(sk), q, sizeof q));
-        return -1;
-    }
+    if (!json_is_object(meta))
+        return js_cfail(cc, path, "unsupported dialect %s (supported: draft-07, 2020-12)",
+                        js_quoted(json_string_value(sk), json_string_length(sk), q, sizeof q));
     const json_t *own = json_object_get(meta, "$schema");
-    if (own == NULL || strcmp(json_string_value(own) ? json_string_value(own) : "", json_string_value(sk)) == 0) {
-        js_cfail(cc, path, "unsupported dialect %s (supported: draft-07, 2020-12)",
-                 js_quoted(json_string_value(sk), json_string_length(sk), q, sizeof q));
-        return -1;
-    }
-    if (dialect_of(cc, own, d, path, depth + 1) < 0)
-        return -1;
+    if (own == NULL || strcmp(json_string_value(own) ? json_string_value(own) : "", json_string_value(sk)) == 0)
+        return js_cfail(cc, path, "unsupported dialect %s (supported: draft-07, 2020-12)",
+                        js_quoted(json_string_value(sk), json_string_length(sk), q, sizeof q));
+    int rc = dialect_of(cc, own, d, path, depth + 1);
+    if (rc < 0)
+        return rc;
     const json_t *vocab = json_object_get(meta, "$vocabulary");
     if (json_is_object(vocab)) {
         static const char *const known_vocab[] = {"core",      "applicator",        "unevaluated",      "validation",
@@ -698,10 +697,9 @@ static int dialect_of(cctx_t *cc, const json_t *sk, dialect_t *d, const seg_t *p
                         ok = true;
             if (ok && strcmp(k + strlen(prefix), "validation") == 0)
                 d->no_validation = false;
-            if (!ok && json_is_true(json_object_iter_value(it))) {
-                js_cfail(cc, path, "required vocabulary %s is not supported", js_quoted(k, strlen(k), q, sizeof q));
-                return -1;
-            }
+            if (!ok && json_is_true(json_object_iter_value(it)))
+                return js_cfail(cc, path, "required vocabulary %s is not supported",
+                                js_quoted(k, strlen(k), q, sizeof q));
         }
     }
     return 0;
@@ -730,7 +728,7 @@ static const json_t *resolve(cctx_t *cc, const json_t *from, const char *ref, co
     const json_t *doc = name_get(cc, abs);
     if (doc == NULL && *abs) {
         res_t *r = load_doc(cc, abs, path);
-        if (cc->failed)
+        if (cc->rc < 0)
             goto out;
         doc = r ? r->js : NULL;
     }
@@ -783,24 +781,20 @@ int js_compile_ref(cctx_t *cc, node_t *n, const json_t *from, const char *kw, co
 {
     seg_t at = {path, kw, strlen(kw), false};
     char q[160], *where;
-    if (!json_is_string(ref)) {
-        js_cfail(cc, &at, "expected a string");
-        return -1;
-    }
+    if (!json_is_string(ref))
+        return js_cfail(cc, &at, "expected a string");
     js_quoted(json_string_value(ref), json_string_length(ref), q, sizeof q);
     const json_t *target = resolve(cc, from, json_string_value(ref), &at, &where);
-    if (cc->failed)
-        return -1;
+    if (cc->rc < 0)
+        return cc->rc;
     if (target == NULL) {
         const char *r = json_string_value(ref);
         if (r[0] == '#')
-            js_cfail(cc, &at, "unresolvable reference %s", q);
-        else
-            js_cfail(cc, &at,
-                     "unresolvable reference %s (a document that is not this schema must be given in "
-                     "\"schema_refs\"; nothing is fetched from the network)",
-                     q);
-        return -1;
+            return js_cfail(cc, &at, "unresolvable reference %s", q);
+        return js_cfail(cc, &at,
+                        "unresolvable reference %s (a document that is not this schema must be given in "
+                        "\"schema_refs\"; nothing is fetched from the network)",
+                        q);
     }
     /* For the cycle check after compiling: where this reference is and what it says. */
     tp_buf_t b = {0};
@@ -808,8 +802,7 @@ int js_compile_ref(cctx_t *cc, node_t *n, const json_t *from, const char *kw, co
         tp_buf_append(&b, "", 1) < 0) {
         tp_buf_free(&b);
         free(where);
-        js_cfail(cc, &at, "out of memory");
-        return -1;
+        return js_cfail_oom(cc, &at);
     }
     free(n->ref_where);
     n->ref_where = (char *)b.data;
@@ -824,7 +817,7 @@ int js_compile_ref(cctx_t *cc, node_t *n, const json_t *from, const char *kw, co
     seg_t tpath = {NULL, where, strlen(where), true};
     *out = js_compile(cc, target, *where ? &tpath : NULL);
     free(where);
-    return *out ? 0 : -1;
+    return *out ? 0 : js_cerr(cc);
 }
 
 /*
@@ -834,6 +827,7 @@ int js_compile_ref(cctx_t *cc, node_t *n, const json_t *from, const char *kw, co
  * {"anyOf": [{"type": "string"}, {"$ref": "#"}]}. Validating one would
  * come back where it started without descending into the instance, for
  * ever. Such a loop always passes a $ref; the error names the last one.
+ * 0, or TP_EINVAL with the error recorded.
  */
 static int same_value_loop(cctx_t *cc, node_t *n, node_t **stack, size_t depth)
 {
@@ -842,9 +836,13 @@ static int same_value_loop(cctx_t *cc, node_t *n, node_t **stack, size_t depth)
     if (n->mark == 1) {
         for (size_t i = depth; i-- > 0;) {
             if (stack[i]->ref_where != NULL) {
-                if (cc->err && cc->errlen)
-                    snprintf(cc->err, cc->errlen, "%s", stack[i]->ref_where);
-                return -1;
+                /* the reference's own message, its location in it (js_compile_ref) */
+                if (cc->rc == 0) {
+                    cc->rc = TP_EINVAL;
+                    if (cc->err && cc->errlen)
+                        snprintf(cc->err, cc->errlen, "%s", stack[i]->ref_where);
+                }
+                return cc->rc;
             }
             if (stack[i] == n)
                 break;
@@ -858,16 +856,17 @@ static int same_value_loop(cctx_t *cc, node_t *n, node_t **stack, size_t depth)
     node_t *one[] = {n->ref, n->not_, n->if_, n->then_, n->else_, n->apply_ref, n->dyn_ref};
     node_t **lists[] = {n->all_of, n->any_of, n->one_of};
     size_t sizes[] = {n->n_all, n->n_any, n->n_one};
+    int rc;
     for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
-        if (one[i] != NULL && same_value_loop(cc, one[i], stack, depth + 1) < 0)
-            return -1;
+        if (one[i] != NULL && (rc = same_value_loop(cc, one[i], stack, depth + 1)) < 0)
+            return rc;
     for (size_t l = 0; l < 3; l++)
         for (size_t i = 0; i < sizes[l]; i++)
-            if (same_value_loop(cc, lists[l][i], stack, depth + 1) < 0)
-                return -1;
+            if ((rc = same_value_loop(cc, lists[l][i], stack, depth + 1)) < 0)
+                return rc;
     for (size_t i = 0; i < n->n_deps; i++)
-        if (n->deps[i].schema != NULL && same_value_loop(cc, n->deps[i].schema, stack, depth + 1) < 0)
-            return -1;
+        if (n->deps[i].schema != NULL && (rc = same_value_loop(cc, n->deps[i].schema, stack, depth + 1)) < 0)
+            return rc;
     n->mark = 2;
     return 0;
 }
@@ -880,14 +879,13 @@ int js_finish_refs(cctx_t *cc)
 {
     tp_jsonschema_t *s = cc->s;
     node_t **stack = malloc((TP_JSONSCHEMA_MAX_DEPTH + 1) * sizeof *stack);
-    if (stack == NULL) {
-        js_cfail(cc, NULL, "out of memory");
-        return -1;
-    }
+    if (stack == NULL)
+        return js_cfail_oom(cc, NULL);
     for (size_t i = 0; i < s->n_nodes; i++) {
-        if (same_value_loop(cc, s->nodes[i], stack, 0) < 0) {
+        int rc = same_value_loop(cc, s->nodes[i], stack, 0);
+        if (rc < 0) {
             free(stack);
-            return -1;
+            return rc;
         }
     }
     free(stack);

@@ -139,7 +139,8 @@ char *js_ecma_rewrite(const char *src, size_t n, size_t *out_len)
 /*
  * Compiles pattern src (n bytes) as jsonschema.h describes: rewritten by
  * js_ecma_rewrite, then PCRE2 with the ECMA-262-leaning options, JIT when it
- * can. A syntax error is reported against the pattern as written.
+ * can. A syntax error is reported against the pattern as written. 0;
+ * TP_EINVAL for an invalid pattern, or TP_ENOMEM, recorded.
  */
 int js_regex_compile(cctx_t *cc, re_t *re, const char *src, size_t n, const seg_t *path)
 {
@@ -149,10 +150,8 @@ int js_regex_compile(cctx_t *cc, re_t *re, const char *src, size_t n, const seg_
     size_t len;
     re->src = src;
     char *ecma = js_ecma_rewrite(src, n, &len);
-    if (ecma == NULL) {
-        js_cfail(cc, path, "out of memory");
-        return -1;
-    }
+    if (ecma == NULL)
+        return js_cfail_oom(cc, path);
     re->code = pcre2_compile((PCRE2_SPTR)ecma, len, opts, &code, &off, cc->pcc);
     free(ecma);
     if (re->code == NULL) {
@@ -162,12 +161,10 @@ int js_regex_compile(cctx_t *cc, re_t *re, const char *src, size_t n, const seg_
         PCRE2_SIZE off2;
         pcre2_code *orig = pcre2_compile((PCRE2_SPTR)src, n, opts, &code2, &off2, cc->pcc);
         pcre2_get_error_message(orig ? code : code2, why, sizeof why);
-        if (orig == NULL)
-            js_cfail(cc, path, "invalid regex: %s at offset %zu", (char *)why, (size_t)off2);
-        else
-            js_cfail(cc, path, "invalid regex: %s", (char *)why);
+        int rc = orig == NULL ? js_cfail(cc, path, "invalid regex: %s at offset %zu", (char *)why, (size_t)off2)
+                              : js_cfail(cc, path, "invalid regex: %s", (char *)why);
         pcre2_code_free(orig);
-        return -1;
+        return rc;
     }
     re->jit = pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE) == 0;
     return 0;

@@ -73,7 +73,8 @@ static int check_names(loader_t *ld, const tp_tool_t *tool, const tp_policy_t *p
         json_t *list = where_fallback(ld, tool);
         if (json_is_array(list))
             reg_where_index(&ld->at, j);
-        rc = reg_fail(ld, "unknown tool \"%s\" (a fallback must be a tool declared in \"tools\")", p->fallback[j]);
+        rc = reg_rc(
+            rc, reg_fail(ld, "unknown tool \"%s\" (a fallback must be a tool declared in \"tools\")", p->fallback[j]));
         ld->in_policy = false;
     }
     return rc;
@@ -111,8 +112,9 @@ static int visit(loader_t *ld, size_t u, unsigned char *color, size_t *stack, si
             ld->in_policy = false;
             return rc;
         }
-        if (color[v] == WHITE && visit(ld, v, color, stack, depth + 1) < 0)
-            return -1;
+        int rc = color[v] == WHITE ? visit(ld, v, color, stack, depth + 1) : 0;
+        if (rc < 0)
+            return rc;
     }
     color[u] = BLACK;
     return 0;
@@ -129,8 +131,8 @@ int reg_check_fallbacks(loader_t *ld)
     for (size_t i = 0; i < reg->n_tools; i++) {
         fallback_json(ld, &reg->tools[i], &src);
         bool imported = reg->tools[i].mcp_server != NULL; /* its chain may come from its server's blocks */
-        if ((src >= FB_OWN || imported) && check_names(ld, &reg->tools[i], &reg->tools[i].policy) < 0)
-            rc = -1;
+        if (src >= FB_OWN || imported)
+            rc = reg_rc(rc, check_names(ld, &reg->tools[i], &reg->tools[i].policy));
     }
     if (rc < 0 || reg->n_tools == 0)
         return rc;

@@ -141,7 +141,10 @@ static json_t *imported_tool(const char *server, const server_spec_t *sp, json_t
  * Starts one server (a process group of its own), runs the handshake,
  * lists its tools (following nextCursor), and stops it. Each tool listed
  * is appended to ld->imported. An error names the server, says what went
- * wrong and quotes the end of the server's stderr.
+ * wrong and quotes the end of the server's stderr. 0; the code the server
+ * failed with (tp_mcpio_spawn's -errno, TP_ECLOSED, TP_ETIMEDOUT, TP_E2BIG,
+ * TP_EREFUSED: it refused, or listed what toolpool cannot take), TP_ENOMEM,
+ * or TP_EINVAL when it lists no tools or lacks one the registry names.
  */
 static int import_server(loader_t *ld, const char *server, size_t pos, server_spec_t *sp)
 {
@@ -150,11 +153,12 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
     uint64_t timeout = sp->start_timeout_us ? sp->start_timeout_us : IMPORT_TIMEOUT_US;
     uint64_t deadline = tp_now_us() + timeout;
     command_text(sp->command, cmd, sizeof cmd);
-    if (tp_mcpio_spawn(&c, sp->command, sp->env, sp->cwd, true, err, sizeof err) < 0) {
+    int rc = tp_mcpio_spawn(&c, sp->command, sp->env, sp->cwd, true, err, sizeof err);
+    if (rc < 0) {
         tp_mcpio_free(&c);
-        return reg_fail(ld, "cannot import the tools of MCP server \"%s\": %s", server, err);
+        return reg_fail_code(ld, rc, "cannot import the tools of MCP server \"%s\": %s", server, err);
     }
-    int rc = tp_mcpio_initialize(&c, deadline, NULL, version, sizeof version, err, sizeof err);
+    rc = tp_mcpio_initialize(&c, deadline, NULL, version, sizeof version, err, sizeof err);
     json_t *cursor = NULL;
     size_t listed = 0;
     int list_rc = 0; /* TP_EREFUSED: a tool name toolpool cannot take; TP_ENOMEM */
@@ -228,8 +232,8 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
     snprintf(tail, sizeof tail, "%s", c.tail);
     tp_mcpio_free(&c);
     if (rc != 0)
-        return reg_fail(ld, "cannot import the tools of MCP server \"%s\" (`%.120s`): %s%s%.300s%s", server, cmd, err,
-                        tail[0] ? "; its stderr: \"" : "", tail, tail[0] ? "\"" : "");
+        return reg_fail_code(ld, rc, "cannot import the tools of MCP server \"%s\" (`%.120s`): %s%s%.300s%s", server,
+                             cmd, err, tail[0] ? "; its stderr: \"" : "", tail, tail[0] ? "\"" : "");
     if (listed == 0)
         return reg_fail(ld, "MCP server \"%s\" (`%.120s`) lists no tools", server, cmd);
     /* Every override names a tool the server has. */
@@ -282,7 +286,7 @@ int reg_import_servers(loader_t *ld)
             rc = import_server(ld, key, pos, &sp);
         server_spec_clear(&sp);
         if (rc < 0)
-            return -1;
+            return rc;
         reg_where_pop(&ld->at, ms);
         pos++;
     }

@@ -1,5 +1,7 @@
 #include "jsonpos.h"
 
+#include "error.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -27,7 +29,7 @@ static void skip_ws(scan_t *s)
     }
 }
 
-/* At an opening quote: moves past the closing one. 0, or -1 at the end. */
+/* At an opening quote: moves past the closing one. 0, or TP_EINVAL at the end of the text. */
 static int skip_string(scan_t *s)
 {
     s->p++;
@@ -42,17 +44,18 @@ static int skip_string(scan_t *s)
             s->line++;
         }
     }
-    return -1;
+    return TP_EINVAL;
 }
 
 /*
  * Skips one whole value. Containers are skipped by counting brackets, with
- * strings stepped over as units so a "}" inside one does not count.
+ * strings stepped over as units so a "}" inside one does not count. 0, or
+ * TP_EINVAL when the text ends first.
  */
 static int skip_value(scan_t *s)
 {
     if (s->p >= s->end)
-        return -1;
+        return TP_EINVAL;
     char c = *s->p;
     if (c == '"')
         return skip_string(s);
@@ -62,7 +65,7 @@ static int skip_value(scan_t *s)
             c = *s->p;
             if (c == '"') {
                 if (skip_string(s) < 0)
-                    return -1;
+                    return TP_EINVAL;
                 continue;
             }
             if (c == '{' || c == '[') {
@@ -77,7 +80,7 @@ static int skip_value(scan_t *s)
             }
             s->p++;
         }
-        return -1;
+        return TP_EINVAL;
     }
     /* a number, true, false or null: up to the next delimiter */
     for (; s->p < s->end; s->p++) {
@@ -103,11 +106,12 @@ static int token_byte(const char **t, const char *tend)
     return (unsigned char)c;
 }
 
+/* The four hex digits at p as *out: 0, or TP_EINVAL. */
 static int hex4(const char *p, const char *end, unsigned *out)
 {
     unsigned v = 0;
     if (end - p < 4)
-        return -1;
+        return TP_EINVAL;
     for (int i = 0; i < 4; i++) {
         char c = p[i];
         v <<= 4;
@@ -118,7 +122,7 @@ static int hex4(const char *p, const char *end, unsigned *out)
         else if (c >= 'A' && c <= 'F')
             v |= (unsigned)(c - 'A' + 10);
         else
-            return -1;
+            return TP_EINVAL;
     }
     *out = v;
     return 0;
@@ -152,7 +156,7 @@ static size_t utf8_encode(unsigned cp, unsigned char *b)
  * At the opening quote of a key: decodes it (escapes and \u surrogate pairs
  * to UTF-8, as jansson does) and compares it with the pointer token in
  * [tok, tend), leaving the cursor past the closing quote. Compares as it
- * goes, so no key is ever copied. 0 and *eq set, or -1 on a broken string.
+ * goes, so no key is ever copied. 0 and *eq set, or TP_EINVAL on a broken string.
  */
 static int key_equals(scan_t *s, const char *tok, const char *tend, bool *eq)
 {
@@ -175,7 +179,7 @@ static int key_equals(scan_t *s, const char *tok, const char *tend, bool *eq)
             s->p++;
         } else {
             if (s->end - s->p < 2)
-                return -1;
+                return TP_EINVAL;
             char e = s->p[1];
             s->p += 2;
             switch (e) {
@@ -197,7 +201,7 @@ static int key_equals(scan_t *s, const char *tok, const char *tend, bool *eq)
             case 'u': {
                 unsigned cp, lo;
                 if (hex4(s->p, s->end, &cp) < 0)
-                    return -1;
+                    return TP_EINVAL;
                 s->p += 4;
                 if (cp >= 0xD800 && cp < 0xDC00 && s->end - s->p >= 6 && s->p[0] == '\\' && s->p[1] == 'u' &&
                     hex4(s->p + 2, s->end, &lo) == 0 && lo >= 0xDC00 && lo < 0xE000) {
@@ -216,7 +220,7 @@ static int key_equals(scan_t *s, const char *tok, const char *tend, bool *eq)
             if (token_byte(&t, tend) != bytes[i])
                 same = false;
     }
-    return -1;
+    return TP_EINVAL;
 }
 
 /* An array index token: "0" or digits without a leading zero. */

@@ -140,28 +140,44 @@ void reg_finish_errors(loader_t *ld)
 
 /*
  * Writes "FILE:LINE: KEYPATH: message" for wherever the loader stands and
- * returns -1, so every check reads `return reg_fail(ld, ...)`. The load goes
+ * returns rc, so every check reads `return reg_fail(ld, ...)`. The load goes
  * on to find the other errors: reg_parse_object skips to the next key, and
  * reg_parse_tools to the next tool.
  */
-int reg_fail(loader_t *ld, const char *fmt, ...)
+static int vfail(loader_t *ld, int rc, const char *fmt, va_list ap)
 {
     char msg[1024], one[2048];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     const char *file = ld->in_policy ? ld->pfile : ld->file, *text = ld->in_policy ? ld->ptext : ld->text;
     size_t len = ld->in_policy ? ld->plen : ld->len;
     int line = tp_json_line(text, len, ld->at.ptr);
     reg_report(one, sizeof one, file, line, ld->at.key, msg);
     add_error(ld, one);
-    return -1;
+    return rc;
+}
+
+/* A check the file fails: TP_EINVAL. */
+int reg_fail(loader_t *ld, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfail(ld, TP_EINVAL, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int reg_fail_code(loader_t *ld, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    rc = vfail(ld, rc, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 int reg_fail_oom(loader_t *ld)
 {
-    return reg_fail(ld, "out of memory");
+    return reg_fail_code(ld, TP_ENOMEM, "out of memory");
 }
 
 /*
@@ -318,14 +334,14 @@ int reg_parse_object(loader_t *ld, json_t *obj, const key_table_t *tab, void *ba
         void *at = base;
         const key_spec_t *s = table_find(tab, key, &at);
         mark_t m = reg_where_key(&ld->at, key);
-        if (s == NULL ? fail_unknown(ld, tab, key) < 0 : reg_parse_key(ld, s, v, at) < 0)
-            rc = -1; /* reported; the next key may have an error of its own */
+        /* reported; the next key may have an error of its own */
+        rc = reg_rc(rc, s == NULL ? fail_unknown(ld, tab, key) : reg_parse_key(ld, s, v, at));
         reg_where_pop(&ld->at, m);
     }
     for (const key_table_t *t = tab; t != NULL; t = t->next)
         for (size_t i = 0; i < t->n; i++)
             if ((t->keys[i].flags & F_REQUIRED) && json_object_get(obj, t->keys[i].name) == NULL)
-                rc = reg_fail(ld, "missing required key \"%s\"", t->keys[i].name);
+                rc = reg_rc(rc, reg_fail(ld, "missing required key \"%s\"", t->keys[i].name));
     return rc;
 }
 
@@ -350,8 +366,9 @@ int reg_check_defaults(loader_t *ld)
     if (dflt == NULL)
         return 0;
     mark_t m = reg_where_key(&ld->at, "defaults");
-    if (reg_check_output_once(ld, dflt) < 0)
-        return -1;
+    int rc = reg_check_output_once(ld, dflt);
+    if (rc < 0)
+        return rc;
     reg_where_pop(&ld->at, m);
     return 0;
 }

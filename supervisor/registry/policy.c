@@ -181,7 +181,7 @@ void reg_policy_clear(tp_policy_t *p)
 /*
  * A tool starts as a deep copy of "defaults": its own fallback list and its
  * own reference to the degraded answer, so overriding or freeing one never
- * touches the other. -1 on ENOMEM, with dst safe to clear.
+ * touches the other. 0, or TP_ENOMEM with dst safe to clear.
  */
 int reg_policy_copy(tp_policy_t *dst, const tp_policy_t *src)
 {
@@ -194,13 +194,13 @@ int reg_policy_copy(tp_policy_t *dst, const tp_policy_t *src)
         return 0;
     dst->fallback = calloc(src->n_fallback + 1, sizeof *dst->fallback);
     if (dst->fallback == NULL)
-        return -1;
+        return TP_ENOMEM;
     if (src->fallback_args && (dst->fallback_args = calloc(src->n_fallback, sizeof *dst->fallback_args)) == NULL)
-        return -1;
+        return TP_ENOMEM;
     for (size_t i = 0; i < src->n_fallback; i++) {
         dst->fallback[i] = strdup(src->fallback[i]);
         if (dst->fallback[i] == NULL)
-            return -1;
+            return TP_ENOMEM;
         if (src->fallback_args && src->fallback_args[i])
             dst->fallback_args[i] = json_incref(src->fallback_args[i]);
         dst->n_fallback = i + 1;

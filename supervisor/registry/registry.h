@@ -151,8 +151,10 @@ typedef struct tp_registry {
 } tp_registry_t;
 
 /*
- * Loads and validates path. On error returns NULL and writes into err
- * every error found, one line each, "FILE:LINE: KEY.PATH: what is wrong"
+ * Loads and validates path: the registry, the caller's to
+ * tp_registry_free. On error returns NULL, and the caller learns why from
+ * err alone (a failed allocation is its line "out of memory"): every error
+ * found, one line each, "FILE:LINE: KEY.PATH: what is wrong"
  * (the first as it always was; at most TP_REGISTRY_ERRORS_SHOWN (20), then
  * "and N more errors"), as many whole lines as errlen holds. Relative exec
  * argv[0] (with a slash) and plugin paths resolve against the directory
@@ -167,7 +169,9 @@ typedef struct tp_registry {
  */
 #define TP_REGISTRY_ERRLEN 16384 /* an err that holds the 20 errors a load writes at most */
 tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, char *err, size_t errlen);
+/* tp_registry_load_policy without a policy file. */
 tp_registry_t *tp_registry_load(const char *path, char *err, size_t errlen);
+/* The tool named name, or NULL when reg has none of that name. */
 const tp_tool_t *tp_registry_find(const tp_registry_t *reg, const char *name);
 void tp_registry_free(tp_registry_t *reg);
 

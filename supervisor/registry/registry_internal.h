@@ -69,9 +69,37 @@ typedef struct {
 
 void reg_report(char *err, size_t errlen, const char *file, int line, const char *key, const char *msg);
 void reg_finish_errors(loader_t *ld);
+
+/*
+ * Every step of the loader returns 0, or a negative code (error.h) with
+ * its message already added to the loader's errors: TP_EINVAL for what
+ * the files say, TP_ENOMEM when memory ran out, and for an MCP server that
+ * could not be imported the code of its failure (tp_mcpio_spawn's and
+ * tp_mcpio_initialize's). A step goes on after an error to find the others,
+ * and says the first failure's code, out of memory over any other (reg_rc).
+ */
+
+/* Adds "FILE:LINE: KEYPATH: message" for where the loader stands. Returns TP_EINVAL. */
 int reg_fail(loader_t *ld, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* reg_fail, returning rc (negative): a failure that is not the file's, such as a server's. */
+int reg_fail_code(loader_t *ld, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* reg_fail's "out of memory". Returns TP_ENOMEM. */
 int reg_fail_oom(loader_t *ld);
 const char *reg_describe(const json_t *v, char *buf, size_t n);
+
+/*
+ * Two steps' codes as one: 0 when both succeeded, else the first failure's,
+ * but TP_ENOMEM over any other (a load that ran out of memory says so,
+ * whatever else was wrong).
+ */
+static inline int reg_rc(int rc, int r)
+{
+    if (r == 0 || rc == TP_ENOMEM)
+        return rc;
+    if (rc == 0 || r == TP_ENOMEM)
+        return r;
+    return rc;
+}
 
 #define GOT(v) reg_describe((v), got, sizeof got)
 
@@ -157,8 +185,10 @@ extern const adapter_info_t reg_adapters[TP_ADAPTER_HTTP + 1];
 
 /* ---- reading against the tables (loader.c, values.c) ---- */
 
+/* Each of these: 0, TP_EINVAL or TP_ENOMEM, every error reported. */
 int reg_parse_object(loader_t *ld, json_t *obj, const key_table_t *tab, void *base);
 int reg_parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base);
+/* Each 0 or TP_EINVAL. */
 int reg_check_output_once(loader_t *ld, json_t *obj);
 int reg_check_defaults(loader_t *ld);
 
@@ -169,21 +199,29 @@ void reg_free_strv(char **v, size_t n);
 void reg_free_argv(char **v);
 void reg_free_maps(json_t **maps, size_t n);
 void reg_policy_clear(tp_policy_t *p);
+/* 0, or TP_ENOMEM with dst safe to clear (nothing reported: the caller says it). */
 int reg_policy_copy(tp_policy_t *dst, const tp_policy_t *src);
 
 /* ---- the name index (registry.c) ---- */
 
 typedef struct tp_index tp_index_t;
+/* An empty index for n names, or NULL when out of memory. */
 tp_index_t *reg_index_new(size_t n);
 void reg_index_put(tp_registry_t *reg, size_t i);
 
 /* ---- tools (tools.c), mcp_servers (import.c), fallback chains (fallback.c) ---- */
 
 bool reg_name_ok(const char *s);
+/* 0, TP_EINVAL or TP_ENOMEM, every error reported. */
 int reg_parse_tools(loader_t *ld);
+int reg_check_fallbacks(loader_t *ld);
+/* 0 or TP_EINVAL. */
 int reg_check_run_names(loader_t *ld);
 int reg_check_some_tools(loader_t *ld);
+/*
+ * 0, TP_EINVAL, TP_ENOMEM, or the code a server's import failed with
+ * (tp_mcpio_spawn's -errno, TP_ECLOSED, TP_ETIMEDOUT, TP_E2BIG, TP_EREFUSED).
+ */
 int reg_import_servers(loader_t *ld);
-int reg_check_fallbacks(loader_t *ld);
 
 #endif

@@ -152,7 +152,7 @@ static int apply_annotations(loader_t *ld, json_t *t, tp_tool_t *tool)
         if (v == NULL || json_is_boolean(v))
             continue;
         mark_t mh = reg_where_key(&ld->at, hints[i]);
-        rc = reg_fail(ld, "expected true or false, got %s", GOT(v));
+        rc = reg_rc(rc, reg_fail(ld, "expected true or false, got %s", GOT(v)));
         reg_where_pop(&ld->at, mh);
     }
     if (json_is_true(json_object_get(a, "readOnlyHint")) || json_is_true(json_object_get(a, "idempotentHint")))
@@ -181,8 +181,8 @@ static int apply_run(loader_t *ld, tp_tool_t *tool)
         ld->dir = f == 1 ? ld->pdir : ld->reg->dir;
         reg_where_key(&ld->at, "run");
         reg_where_key(&ld->at, tool->name);
-        if (reg_parse_object(ld, entry, &reg_run_table, tool) < 0 || reg_check_output_once(ld, entry) < 0)
-            rc = -1;
+        int r = reg_parse_object(ld, entry, &reg_run_table, tool);
+        rc = reg_rc(rc, r < 0 ? r : reg_check_output_once(ld, entry));
         ld->in_policy = false;
         ld->dir = ld->reg->dir;
         ld->at = saved;
@@ -284,23 +284,22 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
                              : form == FORM_OPENAI_FLAT ? &reg_openai_flat_table
                              : form == FORM_MCP         ? &reg_mcp_decl_table
                                                         : &reg_tool_table;
-    int rc = 0;
-    if (reg_parse_object(ld, t, tab, tool) < 0 || (form == FORM_TOOLPOOL && reg_check_output_once(ld, t) < 0))
-        rc = -1;
-    if (form == FORM_MCP && apply_annotations(ld, t, tool) < 0)
-        rc = -1;
-    if (apply_run(ld, tool) < 0)
-        rc = -1;
+    int rc = reg_parse_object(ld, t, tab, tool);
+    if (rc == 0 && form == FORM_TOOLPOOL)
+        rc = reg_check_output_once(ld, t);
+    if (form == FORM_MCP)
+        rc = reg_rc(rc, apply_annotations(ld, t, tool));
+    rc = reg_rc(rc, apply_run(ld, tool));
     /* MCP reads an inputSchema without "$schema" as 2020-12 */
     static const char *const at_openai[] = {"function", "parameters", NULL}, *const at_mcp[] = {"inputSchema", NULL},
                              *const at_own[] = {"parameters", NULL};
-    if (rc == 0 && compile_parameters(ld, tool, form == FORM_MCP ? TP_JSONSCHEMA_2020_12 : 0,
-                                      form == FORM_OPENAI ? at_openai
-                                      : form == FORM_MCP  ? at_mcp
-                                                          : at_own) < 0)
-        rc = -1;
+    if (rc == 0)
+        rc = compile_parameters(ld, tool, form == FORM_MCP ? TP_JSONSCHEMA_2020_12 : 0,
+                                form == FORM_OPENAI ? at_openai
+                                : form == FORM_MCP  ? at_mcp
+                                                    : at_own);
     if (rc < 0)
-        return -1;
+        return rc;
     if (tool->adapter == 0 && form != FORM_TOOLPOOL)
         return reg_fail(ld,
                         "no adapter: the tool is declared, and its settings are not: add \"run\": {\"%s\": "
@@ -353,9 +352,11 @@ static int server_policy(loader_t *ld, tp_tool_t *tool, const char *server, json
         reg_where_key(&ld->at, b == 0 ? "defaults" : "tools");
         if (b == 1)
             reg_where_key(&ld->at, mcp_name);
-        if (reg_parse_object(ld, blocks[b], &reg_policy_table, &tool->policy) < 0 ||
-            reg_check_output_once(ld, blocks[b]) < 0)
-            return -1;
+        int rc = reg_parse_object(ld, blocks[b], &reg_policy_table, &tool->policy);
+        if (rc == 0)
+            rc = reg_check_output_once(ld, blocks[b]);
+        if (rc < 0)
+            return rc;
     }
     reg_where_pop(&ld->at, (mark_t){0, 0});
     return 0;
@@ -386,8 +387,8 @@ int reg_parse_tools(loader_t *ld)
         m = reg_where_key(&ld->at, "tools");
     for (size_t i = 0; i < nd; i++) {
         mark_t mi = {ld->at.ptr_len, ld->at.key_len};
-        if (parse_tool(ld, json_array_get(ld->tools_json, i), i, &reg->tools[i], false) < 0)
-            rc = -1; /* reported; on to the next tool */
+        /* reported; on to the next tool */
+        rc = reg_rc(rc, parse_tool(ld, json_array_get(ld->tools_json, i), i, &reg->tools[i], false));
         reg_where_pop(&ld->at, mi);
     }
     reg_where_pop(&ld->at, m);
@@ -411,13 +412,13 @@ int reg_parse_tools(loader_t *ld)
         reg->tools[i].mcp_server = strdup(server);
         if (reg->tools[i].mcp_server == NULL)
             return reg_fail_oom(ld);
-        if (parse_tool(ld, t, i, &reg->tools[i], true) < 0) {
-            rc = -1;
+        int r = parse_tool(ld, t, i, &reg->tools[i], true);
+        if (r < 0) {
+            rc = reg_rc(rc, r);
             continue;
         }
         const char *mcp_name = json_string_value(json_object_get(json_object_get(t, "mcp"), "tool"));
-        if (server_policy(ld, &reg->tools[i], server, spec, mcp_name) < 0)
-            rc = -1;
+        rc = reg_rc(rc, server_policy(ld, &reg->tools[i], server, spec, mcp_name));
     }
     reg_where_pop(&ld->at, (mark_t){0, 0});
     return rc;
@@ -441,10 +442,10 @@ int reg_check_run_names(loader_t *ld)
             ld->in_policy = f == 1;
             reg_where_key(&ld->at, "run");
             reg_where_key(&ld->at, k);
-            rc = reg_fail(ld,
-                          "no tool \"%s\" is declared (a \"run\" entry holds the settings of a tool declared in "
-                          "%s)",
-                          k, ld->tools_at_root ? "the registry's list" : "\"tools\"");
+            rc = reg_rc(rc, reg_fail(ld,
+                                     "no tool \"%s\" is declared (a \"run\" entry holds the settings of a tool "
+                                     "declared in %s)",
+                                     k, ld->tools_at_root ? "the registry's list" : "\"tools\""));
             ld->in_policy = false;
         }
     }

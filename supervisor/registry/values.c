@@ -151,8 +151,9 @@ static int parse_hop(loader_t *ld, json_t *e, const char **name, json_t **map)
                 return reg_fail(ld, "expected a tool name, got %s", GOT(v));
             *name = json_string_value(v);
         } else if (strcmp(k, "args") == 0) {
-            if (parse_hop_args(ld, v) < 0)
-                return -1;
+            int rc = parse_hop_args(ld, v);
+            if (rc < 0)
+                return rc;
             *map = v;
         } else {
             return reg_fail(ld, "unknown key (a hop is {\"tool\": NAME, \"args\": {KEY: \"/pointer\"}})");
@@ -193,8 +194,9 @@ static int parse_names(loader_t *ld, json_t *v, char ***names, size_t *count, js
         const char *name = json_string_value(e);
         json_t *map = NULL;
         if (maps && json_is_object(e)) {
-            if (parse_hop(ld, e, &name, &map) < 0)
-                return -1;
+            int rc = parse_hop(ld, e, &name, &map);
+            if (rc < 0)
+                return rc;
         } else if (!json_is_string(e) || json_string_length(e) == 0) {
             return reg_fail(ld,
                             maps ? "expected a tool name or {\"tool\": NAME, \"args\": {...}}, got %s"
@@ -407,6 +409,7 @@ static const char *const jitter_names[] = {
 int reg_parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
 {
     char got[96];
+    int rc;
     void *field = (char *)base + s->off;
     switch (s->type) {
     case K_SKIP:
@@ -415,8 +418,8 @@ int reg_parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
         uint64_t us;
         if (!json_is_string(v) || tp_duration_parse(json_string_value(v), &us) < 0)
             return reg_fail(ld, "expected a duration like \"8s\", got %s", GOT(v));
-        if (check_bounds(ld, s, (double)us, v) < 0)
-            return -1;
+        if ((rc = check_bounds(ld, s, (double)us, v)) < 0)
+            return rc;
         reg_store_uint(field, s->size, us);
         return 0;
     }
@@ -429,23 +432,23 @@ int reg_parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
                             "expected a size like \"512M\" (K, M, G, T: powers of 1024) or a number of "
                             "bytes, got %s",
                             GOT(v));
-        if (check_bounds(ld, s, (double)bytes, v) < 0)
-            return -1;
+        if ((rc = check_bounds(ld, s, (double)bytes, v)) < 0)
+            return rc;
         reg_store_uint(field, s->size, bytes);
         return 0;
     }
     case K_UINT:
         if (!json_is_integer(v))
             return reg_fail(ld, "expected an integer, got %s", GOT(v));
-        if (check_bounds(ld, s, (double)json_integer_value(v), v) < 0)
-            return -1;
+        if ((rc = check_bounds(ld, s, (double)json_integer_value(v), v)) < 0)
+            return rc;
         reg_store_uint(field, s->size, (uint64_t)json_integer_value(v));
         return 0;
     case K_NUMBER:
         if (!json_is_number(v))
             return reg_fail(ld, "expected a number, got %s", GOT(v));
-        if (check_bounds(ld, s, json_number_value(v), v) < 0)
-            return -1;
+        if ((rc = check_bounds(ld, s, json_number_value(v), v)) < 0)
+            return rc;
         *(double *)field = json_number_value(v);
         return 0;
     case K_BOOL:

@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t at = 0;
     int got = tp_json_check(data, size, &at);
     bool nul = memchr(data, 0, size) != NULL;
-    TP_FUZZ_CHECK(got == 0 || got == -1);
+    TP_FUZZ_CHECK(got == 0 || got == TP_EINVAL);
     TP_FUZZ_CHECK(got == 0 || at <= size);
     if (v && !nul)
         TP_FUZZ_CHECK(got == 0);
