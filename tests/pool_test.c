@@ -184,9 +184,10 @@ static void wd_idle(void *ctx)
     ((wd_ctx_t *)ctx)->idle++;
 }
 
-static void wd_fatal(void *ctx, const char *msg)
+static void wd_fatal(void *ctx, int rc, const char *msg)
 {
     (void)ctx;
+    CU_ASSERT(rc < 0);
     fprintf(stderr, "pool: %s\n", msg);
 }
 

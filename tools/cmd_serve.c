@@ -244,7 +244,7 @@ int tp_cmd_serve(int argc, char **argv)
                 eo->workers == 1 ? "" : "s", ec.store_dir);
     if (event_base_dispatch(s.loop.base) < 0)
         tp_log_error("the event loop failed");
-    tp_engine_finish(s.e);
+    tp_engine_finish(s.e); /* a failure is the engine's still, after the front has finished */
     tp_http_finish(s.front, 2000000u);
     status = tp_engine_failed(s.e) ? 2 : 0;
     if (!ec.quiet) {

@@ -8,7 +8,7 @@
  * moved to. The worker kills them all after every call that leaves any,
  * when it leaves (EOF, the supervisor's TERM), and, from its signal
  * handler, when its supervisor is gone. At a timeout the supervisor does
- * the same from outside, while the worker is stopped (supervisor/pool/pool.c).
+ * the same from outside, while the worker is stopped (supervisor/pool/reap.c, slot_kill).
  */
 #ifndef TP_CONTAIN_H
 #define TP_CONTAIN_H

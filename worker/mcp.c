@@ -13,7 +13,7 @@
  *
  * Nothing here keeps time: the supervisor's timer bounds the handshake and
  * the call alike. At a timeout with a kill_grace the worker alone gets
- * SIGTERM (supervisor/pool/pool.c): the call's wait ends, the server is told
+ * SIGTERM (supervisor/pool/reap.c, slot_stop): the call's wait ends, the server is told
  * notifications/cancelled for the request, and the worker waits for it to
  * answer or exit until the KILL at the end of the grace. The next call on
  * the slot finds a fresh worker, so a fresh server and handshake.

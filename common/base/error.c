@@ -29,6 +29,8 @@ const char *tp_strerror(int rc)
         return "the other end closed";
     case TP_EREFUSED:
         return "refused by the other end";
+    case TP_EWORKER:
+        return "the workers cannot be kept";
     case TP_EPROTO:
         return "a corrupt frame or record";
     case TP_E2BIG:

@@ -35,7 +35,8 @@ enum {
 
     TP_ECLOSED = -40001,  /* the other end closed: EOF on a pipe, a server that went away */
     TP_EREFUSED = -40002, /* the other end answered, but refused: a JSON-RPC error to initialize */
-    TP_E_LAST = -40002,
+    TP_EWORKER = -40003,  /* the pool's workers cannot be started, or their deadlines kept */
+    TP_E_LAST = -40003,
 };
 
 /* A system call's errno as a code: -e, or TP_EIO for an errno of 0 (a call that failed without saying why). */

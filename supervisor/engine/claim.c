@@ -79,13 +79,13 @@ static void claim_live(tp_engine_t *e)
  */
 void eng_owners_sync(tp_engine_t *e)
 {
-    if (!e->owner_known || e->fatal)
+    if (!e->owner_known || e->failed)
         return;
     int rc = tp_owners_sync(e->o.store, e->txn, &e->me, &e->owners);
     if (rc == 0 && e->owners.generation > e->seen_gen) {
         if (e->owners.others > 0)
             claim_live(e);
-        if (!e->fatal && (rc = tp_owners_ack(e->o.store, e->txn, &e->me, e->owners.generation)) == 0)
+        if (!e->failed && (rc = tp_owners_ack(e->o.store, e->txn, &e->me, e->owners.generation)) == 0)
             e->seen_gen = e->owners.generation;
     }
     if (rc)
@@ -168,7 +168,7 @@ tp_claim_t eng_claim(tp_engine_t *e, tp_call_t *c)
 void eng_owners_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_engine_t *e = arg;
-    if (e->fatal || e->closing)
+    if (e->failed || e->closing)
         return;
     if (e->n_parked > 0) {
         tp_call_t *c;

@@ -53,7 +53,7 @@ static bool admit(tp_engine_t *e, tp_call_t *c, uint64_t now, bool *probe)
     }
     if (!eng_ensure_txn(e)) {
         c->readmit = false;
-        return !e->fatal;
+        return !e->failed;
     }
     uint64_t wall = tp_unix_us();
     if (c->hop_attempts == 0 && !c->hop_tool->policy.same_call_off) {
@@ -216,7 +216,7 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
         e->n_deferred++;
         return;
     }
-    if (e->fatal)
+    if (e->failed)
         return;
     eng_submit_attempt(e, c);
 }

@@ -30,12 +30,13 @@ void tp_engine_kick(tp_engine_t *e)
     kick(e);
 }
 
-static void fail(tp_engine_t *e, const char *message)
+/* The engine cannot go on: rc (< 0) is kept as its failure, message logged; only the first counts. */
+static void fail(tp_engine_t *e, int rc, const char *message)
 {
-    if (e->fatal)
+    if (e->failed)
         return;
     tp_log_error("%s", message);
-    e->fatal = true;
+    e->failed = rc < 0 ? rc : TP_EIO;
     e->closing = true;
     tp_pool_shutdown(e->pool, true);
 }
@@ -46,13 +47,13 @@ void tp_engine_store_failed(tp_engine_t *e, int rc, const char *what)
     char msg[512], why[256];
     snprintf(msg, sizeof msg, "%s: %s: %s", tp_store_dir(e->o.store), what,
              tp_store_strerror(e->o.store, rc, why, sizeof why));
-    fail(e, msg);
+    fail(e, rc, msg);
 }
 
 /* Begins the write transaction if none is open; false when there is none to have. */
 bool eng_ensure_txn(tp_engine_t *e)
 {
-    if (e->fatal)
+    if (e->failed)
         return false; /* one failure, one message: nothing more is written */
     if (e->txn)
         return true;
@@ -60,16 +61,17 @@ bool eng_ensure_txn(tp_engine_t *e)
         return false;
     char err[512];
     e->txn_bytes = 0;
-    if (tp_store_begin_room(e->o.store, &e->txn, e->need_room, err, sizeof err) != 0) {
+    int rc = tp_store_begin_room(e->o.store, &e->txn, e->need_room, err, sizeof err);
+    if (rc != 0) {
         e->txn = NULL;
-        fail(e, err);
+        fail(e, rc, err);
         return false;
     }
     tp_commit_begin(&e->commit, tp_now_us(), e->results);
     if (!e->in_turn)
         kick(e); /* a turn will commit it */
     eng_owners_sync(e);
-    return !e->fatal;
+    return !e->failed;
 }
 
 MDB_txn *tp_engine_txn(tp_engine_t *e)
@@ -106,7 +108,7 @@ bool eng_txn_fit(tp_engine_t *e, size_t len, bool last_is_this)
     }
     size_t covered = e->add == &e->made ? e->made.n - (last_is_this && e->made.n > 0) : 0;
     txn_commit(e); /* what came before it is durable now; its answers still wait for the turn */
-    if (!e->fatal)
+    if (!e->failed)
         e->made_durable = covered;
     e->need_room = need + TP_TXN_MARGIN;
     bool ok = eng_ensure_txn(e);
@@ -119,7 +121,7 @@ bool eng_txn_fit(tp_engine_t *e, size_t len, bool last_is_this)
 
 static bool commit_urgent(const tp_engine_t *e)
 {
-    return e->fatal || e->closing || e->draining || e->drain_asked || e->n_deferred > 0 || e->marker_pending;
+    return e->failed || e->closing || e->draining || e->drain_asked || e->n_deferred > 0 || e->marker_pending;
 }
 
 /*
@@ -133,12 +135,13 @@ static void txn_commit(tp_engine_t *e)
     e->txn = NULL;
     e->marker_pending = false;
     evtimer_del(e->ev_commit);
-    if (e->fatal) {
+    if (e->failed) {
         mdb_txn_abort(txn);
     } else {
         uint64_t t0 = tp_now_us();
-        if (tp_store_commit(e->o.store, txn, err, sizeof err) != 0)
-            fail(e, err);
+        int rc = tp_store_commit(e->o.store, txn, err, sizeof err);
+        if (rc != 0)
+            fail(e, rc, err);
         uint64_t took = tp_now_us() - t0;
         tp_commit_took(&e->commit, took);
         e->stats.commits++;
@@ -219,13 +222,13 @@ static void turn(tp_engine_t *e)
             e->tools[d->hop_tool->index].inflight--;
             d->hop_attempts--;
             eng_finish_cancelled(e, d);
-        } else if (e->fatal || e->closing) {
+        } else if (e->failed || e->closing) {
             tp_queue_push(&e->ready, d); /* never started; freed with the rest */
         } else {
             eng_submit_attempt(e, d);
         }
     }
-    eng_deliver(e, !e->fatal);
+    eng_deliver(e, !e->failed);
     bool idle = e->live == 0 || (e->draining && tp_pool_busy(e->pool) == 0);
     if (!e->closing && (e->close_asked || e->draining) && idle) {
         e->closing = true;
@@ -310,9 +313,9 @@ bool tp_engine_draining(const tp_engine_t *e)
     return e->drain_asked;
 }
 
-bool tp_engine_failed(const tp_engine_t *e)
+int tp_engine_failed(const tp_engine_t *e)
 {
-    return e->fatal;
+    return e->failed;
 }
 
 /* ---- the engine itself ---- */
@@ -322,9 +325,9 @@ static void idle_cb(void *ctx)
     kick(ctx);
 }
 
-static void fatal_cb(void *ctx, const char *message)
+static void fatal_cb(void *ctx, int rc, const char *message)
 {
-    fail(ctx, message);
+    fail(ctx, rc, message);
 }
 
 static void closed_cb(void *ctx)
@@ -476,23 +479,24 @@ void tp_engine_free(tp_engine_t *e)
  * After the loop: attempts the pool settled on its way out still get
  * their records and answers.
  */
-void tp_engine_finish(tp_engine_t *e)
+int tp_engine_finish(tp_engine_t *e)
 {
     e->closing = true;
     kick_cb(-1, 0, e);
     /* The last transaction: this engine leaves the store's owners. */
     char err[512];
     int rc;
-    if (e->owner_known && e->seen_gen && !e->fatal && eng_ensure_txn(e)) {
+    if (e->owner_known && e->seen_gen && !e->failed && eng_ensure_txn(e)) {
         MDB_txn *txn = e->txn;
         e->txn = NULL;
         if ((rc = tp_owners_leave(e->o.store, txn, &e->me)) != 0) {
             mdb_txn_abort(txn);
             tp_engine_store_failed(e, rc, "leaving the store's owners");
-        } else if (tp_store_commit(e->o.store, txn, err, sizeof err) != 0) {
-            fail(e, err);
+        } else if ((rc = tp_store_commit(e->o.store, txn, err, sizeof err)) != 0) {
+            fail(e, rc, err);
         }
     }
+    return e->failed;
 }
 
 const tp_engine_stats_t *tp_engine_stats(const tp_engine_t *e)

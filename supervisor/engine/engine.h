@@ -286,11 +286,16 @@ void tp_engine_drain(tp_engine_t *e);
 bool tp_engine_draining(const tp_engine_t *e);
 /*
  * After the loop has exited: the last turn, so attempts the pool ended on
- * its way out still get their records and answers.
+ * its way out still get their records and answers. 0, or the code of the
+ * failure the engine stopped at (tp_engine_failed): exit 2.
  */
-void tp_engine_finish(tp_engine_t *e);
-/* Whether the engine stopped on an error it logged (a store or a worker failure): exit 2. */
-bool tp_engine_failed(const tp_engine_t *e);
+int tp_engine_finish(tp_engine_t *e);
+/*
+ * 0, or the code of the first failure the engine stopped at, which it
+ * logged: a store error (an LMDB code, TP_EPROTO, -errno) or the pool's
+ * (TP_EWORKER, -errno). Nothing is answered after it.
+ */
+int tp_engine_failed(const tp_engine_t *e);
 
 const tp_engine_stats_t *tp_engine_stats(const tp_engine_t *e);
 const tp_pool_stats_t *tp_engine_pool_stats(const tp_engine_t *e);

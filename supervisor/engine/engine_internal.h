@@ -129,7 +129,7 @@ struct tp_engine {
     bool drain_asked;
     bool draining;
     bool closing;
-    bool fatal;
+    int failed;               /* the first failure's code (error.h), 0 while none: the engine stops at it */
     bool in_turn;             /* kick_cb is running */
     uint64_t started_unix_us; /* records older than this are earlier runs' */
     tp_engine_stats_t stats;

@@ -196,7 +196,7 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     char *owned_args = rq->give_args ? rq->args : NULL;
     json_t *owned_json = NULL;
     tp_call_t *c = NULL;
-    if (e->fatal)
+    if (e->failed)
         goto out;
     if (e->draining || e->closing || e->close_asked) {
         tp_pending_t *p = eng_pending_add(e, fn, ctx);

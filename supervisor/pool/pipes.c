@@ -92,7 +92,7 @@ void pool_flush_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_pool_t *p = arg;
     if (p->fatal_msg[0] && !p->fatal) {
-        pool_fatal(p, p->fatal_msg);
+        pool_fatal(p, TP_EWORKER, p->fatal_msg);
         return;
     }
     if (p->flush_pending)

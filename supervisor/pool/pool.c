@@ -50,12 +50,12 @@
 #include "log.h"
 
 /* The pool cannot go on: fatal_cb, once. */
-void pool_fatal(tp_pool_t *p, const char *msg)
+void pool_fatal(tp_pool_t *p, int rc, const char *msg)
 {
     if (p->fatal)
         return;
     p->fatal = true;
-    p->o.fatal_cb(p->o.ctx, msg);
+    p->o.fatal_cb(p->o.ctx, rc, msg);
 }
 
 /*

@@ -78,8 +78,8 @@ typedef struct {
     void (*notice_cb)(void *ctx, tp_attempt_t *a, const char *method, const uint8_t *params, size_t len);
     /* A slot can take an attempt: the caller may submit more. */
     void (*idle_cb)(void *ctx);
-    /* The pool cannot go on (a worker cannot start): message says why. */
-    void (*fatal_cb)(void *ctx, const char *message);
+    /* The pool cannot go on (a worker cannot start): rc is TP_EWORKER, or the system's code; message says why. */
+    void (*fatal_cb)(void *ctx, int rc, const char *message);
     /* Every worker has been reaped after tp_pool_shutdown. */
     void (*closed_cb)(void *ctx);
     void *ctx;

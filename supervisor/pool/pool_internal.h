@@ -216,7 +216,7 @@ struct tp_pool {
 };
 
 /* pool.c */
-void pool_fatal(tp_pool_t *p, const char *msg);
+void pool_fatal(tp_pool_t *p, int rc, const char *msg);
 void slot_timer_arm(tp_slot_t *s, uint64_t us);
 void pool_attempt_fail(tp_attempt_t *a, tp_kind_t kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

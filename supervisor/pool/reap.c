@@ -354,7 +354,7 @@ static void slot_reaped(tp_slot_t *s, int status)
             char msg[512];
             snprintf(msg, sizeof msg, "worker %s cannot start: %s (%u tries)", p->o.worker_path,
                      why == WHY_HELLO || why == WHY_PROTOCOL ? s->detail : how, s->start_failures);
-            pool_fatal(p, msg);
+            pool_fatal(p, TP_EWORKER, msg);
         } else if (!p->fatal) {
             slot_timer_arm(s, 100000u * s->start_failures);
         }

@@ -147,7 +147,7 @@ fail:
     if (s->start_failures >= TP_POOL_START_FAILURES_MAX) {
         char msg[512];
         snprintf(msg, sizeof msg, "cannot start worker %s: %s: %s", p->o.worker_path, what, strerror(rc));
-        pool_fatal(p, msg);
+        pool_fatal(p, tp_errno(rc), msg);
         return;
     }
     slot_timer_arm(s, 100000u * s->start_failures);

@@ -62,7 +62,7 @@ static const key_table_t limits_table = TABLE(limits_keys);
 /*
  * Worker recycling: after a worker answers a call of this tool, it is
  * replaced (between calls) once it has answered max_calls calls or holds
- * max_rss bytes resident (supervisor/pool/pool.c).
+ * max_rss bytes resident (supervisor/pool/pipes.c, slot_served).
  */
 static const key_spec_t worker_keys[] = {
     {KEY("max_calls", K_UINT), POL(worker_max_calls), .min = 1},

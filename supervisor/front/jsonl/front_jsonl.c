@@ -323,8 +323,8 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     }
     if (tp_engine_start(f.e) == 0) {
         event_base_dispatch(f.base);
-        tp_engine_finish(f.e);
-        status = tp_engine_failed(f.e) || f.out_failed || f.in_failed ? 2 : f.status;
+        int failed = tp_engine_finish(f.e);
+        status = failed || f.out_failed || f.in_failed ? 2 : f.status;
     }
     if (o->progress)
         fputs("\r\033[K", stderr);
