@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "clock.h"
 #include "engine.h"
 #include "runutil.h"
@@ -231,6 +232,24 @@ static void durable_cb(void *ctx, bool ok)
     *slot = 1;
 }
 
+/* A front's own write and read in the engine's turn: an agent's checkpoint of job "agent", at step 7. */
+static int state_put_op(void *ctx, tp_store_t *s, MDB_txn *txn)
+{
+    (void)ctx;
+    return tp_checkpoint_state_put(s, txn, "agent", 7, "{\"m\":[]}", 8);
+}
+
+static int state_step_op(void *ctx, tp_store_t *s, MDB_txn *txn)
+{
+    Toolpool__Checkpoint *cp;
+    int rc = tp_checkpoint_get(s, txn, "agent", &cp);
+    if (rc == 0) {
+        *(uint64_t *)ctx = cp->state_step;
+        toolpool__checkpoint__free_unpacked(cp, NULL);
+    }
+    return rc;
+}
+
 /* A recorded id is answered from the store with the same line, without running. */
 static void test_recorded(void)
 {
@@ -263,7 +282,7 @@ static void test_recorded(void)
     fx_submit(&fx, "r1", NULL, 0, "echo", "{\"n\":2}", 0); /* other input under the same id */
     /* A front's own write waits for its commit, in order with the answers. */
     int durable = 0;
-    CU_ASSERT_PTR_NOT_NULL(tp_engine_txn(fx.e));
+    CU_ASSERT_EQUAL(tp_engine_store_op(fx.e, 64, state_put_op, NULL), 0);
     tp_engine_when_durable(fx.e, durable_cb, &durable);
     fx.expect = 2;
     fx_run(&fx);
@@ -274,6 +293,9 @@ static void test_recorded(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(fx.a[1].message, "recorded in the store for other input"));
     CU_ASSERT_EQUAL(durable, 1);
     CU_ASSERT_EQUAL(tp_engine_stats(fx.e)->answered_recorded, 1);
+    uint64_t step = 0;
+    CU_ASSERT_EQUAL(tp_engine_store_op(fx.e, 0, state_step_op, &step), 0);
+    CU_ASSERT_EQUAL(step, 7);
     free(first);
     fx_close(&fx);
 }

@@ -74,14 +74,11 @@ bool eng_ensure_txn(tp_engine_t *e)
     return !e->failed;
 }
 
-MDB_txn *tp_engine_txn(tp_engine_t *e)
+int tp_engine_store_op(tp_engine_t *e, size_t room, tp_store_op_fn op, void *ctx)
 {
-    return eng_ensure_txn(e) ? e->txn : NULL;
-}
-
-bool tp_engine_room(tp_engine_t *e, size_t len)
-{
-    return eng_ensure_txn(e) && eng_txn_fit(e, len, false);
+    if (e->o.store == NULL || !eng_ensure_txn(e) || (room > 0 && !eng_txn_fit(e, room, false)))
+        return TP_EAGAIN;
+    return op(ctx, e->o.store, e->txn);
 }
 
 static void txn_commit(tp_engine_t *e);

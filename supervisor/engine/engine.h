@@ -252,18 +252,19 @@ bool tp_engine_takes(const tp_engine_t *e, size_t window);
 void tp_engine_kick(tp_engine_t *e);
 
 /*
- * The store's open write transaction, begun if there is none, for a front's
- * own reads and writes (a checkpoint, a breaker reset) in the engine's
- * group commit; NULL without a store or once the engine has failed. A
- * front that wrote waits for tp_engine_when_durable before it answers.
+ * A front's own read or write of the store (a recorded result looked up,
+ * an agent's checkpoint saved, a breaker reset), done by the store
+ * module's functions in the engine's turn: op runs now, in the engine's
+ * open write transaction (begun if there is none), which the engine
+ * commits with its group commit; a front that wrote answers once
+ * tp_engine_when_durable says so. room: the bytes op may write (0 for a
+ * read): the transaction makes room first, committing what it holds and
+ * growing the map when the write might not fit. op gets no transaction to
+ * keep: it is the engine's. Returns what op returns, or TP_EAGAIN without
+ * calling it when there is no store or the engine has failed.
  */
-MDB_txn *tp_engine_txn(tp_engine_t *e);
-/*
- * Makes room in the open transaction for a front's write of len bytes (an
- * agent's checkpoint): it commits what it holds and begins again, the map
- * grown, when the write might not fit. false: the engine failed (logged).
- */
-bool tp_engine_room(tp_engine_t *e, size_t len);
+typedef int (*tp_store_op_fn)(void *ctx, tp_store_t *s, MDB_txn *txn);
+int tp_engine_store_op(tp_engine_t *e, size_t room, tp_store_op_fn op, void *ctx);
 /*
  * cb(ctx, ok) once everything written so far is committed (ok), or could
  * not be (the engine failed), in order with the answers.

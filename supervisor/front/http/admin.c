@@ -32,25 +32,79 @@ static const char *query_get(struct evhttp_request *req, const char *name, char 
 
 /* ---- /v1/breakers, /v1/escalations: what `toolpool breakers` and `escalations` do ---- */
 
-void http_breakers_get(tp_http_t *h, struct evhttp_request *req, const char *key)
+/* What a request asks of the store's breakers or escalations, done in the engine's turn; and what it got. */
+typedef struct {
+    const char *key; /* a breaker's key or an escalation's id; NULL: all of them */
+    bool everything; /* escalations: the resolved ones too */
+    const char *note;
+    bool rerun;
+    char id[TP_RECORDS_ID_MAX];
+    char call_id[600];
+    bool forgot;
+    json_t *o;
+    Toolpool__Escalation *e;
+} admin_op_t;
+
+static int breakers_get_op(void *ctx, tp_store_t *s, MDB_txn *txn)
 {
-    MDB_txn *txn = http_store_txn(h, req);
-    if (txn == NULL)
-        return;
-    tp_store_t *s = tp_engine_store(h->e);
-    json_t *o = NULL;
+    admin_op_t *op = ctx;
     int rc;
-    if (key == NULL) {
+    if (op->key == NULL) {
         json_t *all = NULL;
         rc = tp_records_breakers_json(s, txn, &all);
-        if (rc == 0 && (o = json_pack("{s:o}", "breakers", all)) == NULL)
+        if (rc == 0 && (op->o = json_pack("{s:o}", "breakers", all)) == NULL)
             rc = TP_ENOMEM;
     } else {
         MDB_val k, v;
-        rc = tp_records_breaker_find(s, txn, key, &k, &v);
-        if (rc == 0 && (o = tp_records_breaker_json(&k, &v, true)) == NULL)
+        rc = tp_records_breaker_find(s, txn, op->key, &k, &v);
+        if (rc == 0 && (op->o = tp_records_breaker_json(&k, &v, true)) == NULL)
             rc = TP_EPROTO;
     }
+    return rc;
+}
+
+static int breakers_reset_op(void *ctx, tp_store_t *s, MDB_txn *txn)
+{
+    admin_op_t *op = ctx;
+    return tp_records_breaker_reset(s, txn, op->key, op->id, sizeof op->id);
+}
+
+static int escalations_get_op(void *ctx, tp_store_t *s, MDB_txn *txn)
+{
+    admin_op_t *op = ctx;
+    if (op->key == NULL) {
+        json_t *list = NULL;
+        int rc = tp_records_escalations_json(s, txn, op->everything, &list);
+        if (rc == 0 && (op->o = json_pack("{s:o}", "escalations", list)) == NULL)
+            rc = TP_ENOMEM;
+        return rc;
+    }
+    Toolpool__Escalation *e;
+    int rc = tp_records_escalation_get(s, txn, op->key, &e);
+    if (rc == 0) {
+        op->o = tp_records_escalation_json(e, true);
+        toolpool__escalation__free_unpacked(e, NULL);
+        rc = op->o ? 0 : TP_ENOMEM;
+    }
+    return rc;
+}
+
+static int escalations_resolve_op(void *ctx, tp_store_t *s, MDB_txn *txn)
+{
+    admin_op_t *op = ctx;
+    int rc = op->rerun
+                 ? tp_records_escalation_rerun(s, txn, op->key, op->note, op->call_id, sizeof op->call_id, &op->forgot)
+                 : tp_records_escalation_resolve(s, txn, op->key, op->note);
+    return rc ? rc : tp_records_escalation_get(s, txn, op->key, &op->e);
+}
+
+void http_breakers_get(tp_http_t *h, struct evhttp_request *req, const char *key)
+{
+    admin_op_t op = {.key = key};
+    int rc = http_store_op(h, req, 0, breakers_get_op, &op);
+    json_t *o = op.o;
+    if (rc == TP_EAGAIN)
+        return;
     char msg[800];
     if (rc == MDB_NOTFOUND || rc == TP_EEXIST) {
         snprintf(msg, sizeof msg, "%s breaker %.600s", rc == TP_EEXIST ? "more than one" : "no", key);
@@ -68,11 +122,11 @@ void http_breakers_get(tp_http_t *h, struct evhttp_request *req, const char *key
 /* POST /v1/breakers/ID/reset: closes the breaker and forgets its failures, committed before the reply. */
 void http_breakers_reset(tp_http_t *h, struct evhttp_request *req, const char *key)
 {
-    MDB_txn *txn = http_store_txn(h, req);
-    if (txn == NULL)
+    admin_op_t op = {.key = key};
+    char msg[800];
+    int rc = http_store_op(h, req, 0, breakers_reset_op, &op);
+    if (rc == TP_EAGAIN)
         return;
-    char id[TP_RECORDS_ID_MAX], msg[800];
-    int rc = tp_records_breaker_reset(tp_engine_store(h->e), txn, key, id, sizeof id);
     if (rc == MDB_NOTFOUND || rc == TP_EEXIST) {
         snprintf(msg, sizeof msg, "%s breaker %.600s", rc == TP_EEXIST ? "more than one" : "no", key);
         http_reply_error_when_durable(h, req, rc == TP_EEXIST ? 409 : 404, rc == TP_EEXIST ? "Conflict" : "NotFound",
@@ -80,34 +134,20 @@ void http_breakers_reset(tp_http_t *h, struct evhttp_request *req, const char *k
     } else if (rc) {
         http_store_error(h, req, rc, "resetting a breaker");
     } else {
-        http_reply_json_when_durable(h, req, 200, json_pack("{s:s, s:b}", "id", id, "reset", 1));
+        http_reply_json_when_durable(h, req, 200, json_pack("{s:s, s:b}", "id", op.id, "reset", 1));
     }
 }
 
 void http_escalations_get(tp_http_t *h, struct evhttp_request *req, const char *id)
 {
-    MDB_txn *txn = http_store_txn(h, req);
-    if (txn == NULL)
+    char all[8];
+    admin_op_t op = {.key = id};
+    op.everything = id == NULL && query_get(req, "all", all, sizeof all) && strcmp(all, "0") != 0 &&
+                    strcmp(all, "false") != 0;
+    int rc = http_store_op(h, req, 0, escalations_get_op, &op);
+    json_t *o = op.o;
+    if (rc == TP_EAGAIN)
         return;
-    tp_store_t *s = tp_engine_store(h->e);
-    json_t *o = NULL;
-    int rc;
-    if (id == NULL) {
-        char all[8];
-        json_t *list = NULL;
-        bool everything = query_get(req, "all", all, sizeof all) && strcmp(all, "0") != 0 && strcmp(all, "false") != 0;
-        rc = tp_records_escalations_json(s, txn, everything, &list);
-        if (rc == 0 && (o = json_pack("{s:o}", "escalations", list)) == NULL)
-            rc = TP_ENOMEM;
-    } else {
-        Toolpool__Escalation *e;
-        rc = tp_records_escalation_get(s, txn, id, &e);
-        if (rc == 0) {
-            o = tp_records_escalation_json(e, true);
-            toolpool__escalation__free_unpacked(e, NULL);
-            rc = o ? 0 : TP_ENOMEM;
-        }
-    }
     if (rc == MDB_NOTFOUND) {
         char msg[600];
         snprintf(msg, sizeof msg, "no escalation %.500s", id);
@@ -150,20 +190,13 @@ void http_escalations_resolve(tp_http_t *h, struct evhttp_request *req, const ch
         note = json_string_value(jnote);
         rerun = json_is_true(jrerun);
     }
-    MDB_txn *txn = http_store_txn(h, req);
-    if (txn == NULL) {
-        json_decref(doc);
-        return;
-    }
-    tp_store_t *s = tp_engine_store(h->e);
-    char call_id[600] = "";
-    bool forgot = false;
-    int rc = rerun ? tp_records_escalation_rerun(s, txn, id, note, call_id, sizeof call_id, &forgot)
-                   : tp_records_escalation_resolve(s, txn, id, note);
+    admin_op_t op = {.key = id, .note = note, .rerun = rerun};
+    int rc = http_store_op(h, req, 0, escalations_resolve_op, &op);
     json_decref(doc);
-    Toolpool__Escalation *e = NULL;
-    if (rc == 0)
-        rc = tp_records_escalation_get(s, txn, id, &e);
+    Toolpool__Escalation *e = op.e;
+    bool forgot = op.forgot;
+    if (rc == TP_EAGAIN)
+        return;
     if (rc == MDB_NOTFOUND) {
         char msg[600];
         snprintf(msg, sizeof msg, "no escalation %.500s", id);

@@ -366,6 +366,18 @@ void http_calls_post(tp_http_t *h, struct evhttp_request *req, const char *name)
     e->waits = w;
 }
 
+/* A call's record, looked up in the engine's turn. */
+typedef struct {
+    const char *id;
+    Toolpool__StoredResult *sr;
+} result_get_t;
+
+static int result_get_op(void *ctx, tp_store_t *s, MDB_txn *txn)
+{
+    result_get_t *g = ctx;
+    return tp_result_get(s, txn, g->id, &g->sr);
+}
+
 /* GET /v1/calls/ID: the answer (200 and the result line), 202 while it runs, 404 unknown. */
 void http_calls_get(tp_http_t *h, struct evhttp_request *req, const char *id)
 {
@@ -381,11 +393,11 @@ void http_calls_get(tp_http_t *h, struct evhttp_request *req, const char *id)
         http_reply(h, req, e->status, "application/json", e->body, e->body_len);
         return;
     }
-    MDB_txn *txn = http_store_txn(h, req);
-    if (txn == NULL)
+    result_get_t g = {.id = id};
+    int rc = http_store_op(h, req, 0, result_get_op, &g);
+    Toolpool__StoredResult *sr = g.sr;
+    if (rc == TP_EAGAIN)
         return;
-    Toolpool__StoredResult *sr;
-    int rc = tp_result_get(tp_engine_store(h->e), txn, id, &sr);
     if (rc == MDB_NOTFOUND) {
         char msg[600];
         snprintf(msg, sizeof msg, "no call \"%.500s\" is running here or recorded in the store", id);
@@ -438,14 +450,13 @@ void http_calls_delete(tp_http_t *h, struct evhttp_request *req, const char *id)
         http_reply_error(h, req, 409, "Conflict", "call \"%.500s\" has already ended", id);
         return;
     }
-    MDB_txn *txn = http_store_txn(h, req);
-    if (txn == NULL)
-        return;
-    Toolpool__StoredResult *sr;
-    int rc = tp_result_get(tp_engine_store(h->e), txn, id, &sr);
+    result_get_t g = {.id = id};
+    int rc = http_store_op(h, req, 0, result_get_op, &g);
     char msg[600];
+    if (rc == TP_EAGAIN)
+        return;
     if (rc == 0) {
-        tp_result_free(sr);
+        tp_result_free(g.sr);
         snprintf(msg, sizeof msg, "call \"%.500s\" has already ended (its result is recorded)", id);
         http_reply_error_when_durable(h, req, 409, "Conflict", msg);
     } else if (rc == MDB_NOTFOUND || rc == TP_EPROTO) {

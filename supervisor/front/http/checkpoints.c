@@ -1,6 +1,6 @@
 /*
  * /v1/jobs/JOB/checkpoint: an agent loop's own checkpoint of a job, put
- * and got through the engine's transaction.
+ * and got in the engine's turn (tp_engine_store_op).
  */
 #include "http_internal.h"
 
@@ -13,6 +13,29 @@
 #include "records.h"
 
 /* ---- /v1/jobs/JOB/checkpoint ---- */
+
+typedef struct {
+    const char *job;
+    uint64_t step;
+    const tp_buf_t *text;
+} state_put_t;
+
+static int state_put_op(void *ctx, tp_store_t *s, MDB_txn *txn)
+{
+    const state_put_t *put = ctx;
+    return tp_checkpoint_state_put(s, txn, put->job, put->step, (const char *)put->text->data, put->text->len);
+}
+
+typedef struct {
+    const char *job;
+    json_t *o;
+} state_get_t;
+
+static int state_get_op(void *ctx, tp_store_t *s, MDB_txn *txn)
+{
+    state_get_t *get = ctx;
+    return tp_records_agent_state_json(s, txn, get->job, &get->o);
+}
 
 /*
  * PUT: {"step": N, "state": ANY} stores an agent loop's own checkpoint of
@@ -61,16 +84,11 @@ void http_checkpoint_put(tp_http_t *h, struct evhttp_request *req, const char *j
                          strlen(job), tp_store_max_key(store));
         return;
     }
-    MDB_txn *txn = http_store_txn(h, req);
-    if (txn && !tp_engine_room(h->e, text.len))
-        txn = NULL; /* the engine failed making room: it said why */
-    int rc = txn ? tp_checkpoint_state_put(store, txn, job, step, (const char *)text.data, text.len) : 0;
+    state_put_t put = {.job = job, .step = step, .text = &text};
+    int rc = http_store_op(h, req, text.len, state_put_op, &put);
     tp_buf_free(&text);
-    if (txn == NULL) {
-        if (tp_engine_failed(h->e))
-            http_reply_error(h, req, 503, "Unavailable", "the store cannot be used now (see the service's log)");
-        return;
-    }
+    if (rc == TP_EAGAIN)
+        return; /* no store, or the engine failed (making room, say): it said why */
     if (rc) {
         http_store_error(h, req, rc, "saving a job's checkpoint");
         return;
@@ -80,11 +98,11 @@ void http_checkpoint_put(tp_http_t *h, struct evhttp_request *req, const char *j
 
 void http_checkpoint_get(tp_http_t *h, struct evhttp_request *req, const char *job)
 {
-    MDB_txn *txn = http_store_txn(h, req);
-    if (txn == NULL)
+    state_get_t get = {.job = job};
+    int rc = http_store_op(h, req, 0, state_get_op, &get);
+    json_t *o = get.o;
+    if (rc == TP_EAGAIN)
         return;
-    json_t *o = NULL;
-    int rc = tp_records_agent_state_json(tp_engine_store(h->e), txn, job, &o);
     if (rc == MDB_NOTFOUND) {
         char msg[600];
         snprintf(msg, sizeof msg, "job \"%.500s\" has no checkpoint saved", job);

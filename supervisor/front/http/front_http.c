@@ -450,13 +450,13 @@ void http_reply_error_when_durable(tp_http_t *h, struct evhttp_request *req, int
     http_reply_when_durable(h, req, status, "application/json", &b);
 }
 
-/* The engine's transaction for a reply that reads or writes the store; NULL has been answered 503. */
-MDB_txn *http_store_txn(tp_http_t *h, struct evhttp_request *req)
+/* A request's read or write of the store, in the engine's turn (tp_engine_store_op); TP_EAGAIN has been answered 503. */
+int http_store_op(tp_http_t *h, struct evhttp_request *req, size_t room, tp_store_op_fn op, void *ctx)
 {
-    MDB_txn *txn = tp_engine_store(h->e) ? tp_engine_txn(h->e) : NULL;
-    if (txn == NULL)
+    int rc = tp_engine_store_op(h->e, room, op, ctx);
+    if (rc == TP_EAGAIN)
         http_reply_error(h, req, 503, "Unavailable", "the store cannot be used now (see the service's log)");
-    return txn;
+    return rc;
 }
 
 /*

@@ -225,7 +225,7 @@ void http_reply_when_durable(tp_http_t *h, struct evhttp_request *req, int statu
 void http_reply_json_when_durable(tp_http_t *h, struct evhttp_request *req, int status, json_t *v);
 void http_reply_error_when_durable(tp_http_t *h, struct evhttp_request *req, int status, const char *error,
                                    const char *message);
-MDB_txn *http_store_txn(tp_http_t *h, struct evhttp_request *req);
+int http_store_op(tp_http_t *h, struct evhttp_request *req, size_t room, tp_store_op_fn op, void *ctx);
 void http_store_error(tp_http_t *h, struct evhttp_request *req, int rc, const char *what);
 
 /* calls.c: the call table, /v1/calls */

@@ -71,6 +71,7 @@ typedef struct {
     tp_buf_t *b;
     uint64_t n[2][3]; /* [call, tool][open, half-open, closed] */
     bool head;
+    uint64_t open, total; /* escalations */
 } breaker_tally_t;
 
 static int breaker_tally_cb(void *ctx, const tp_breaker_info_t *info)
@@ -89,6 +90,14 @@ static int breaker_tally_cb(void *ctx, const tp_breaker_info_t *info)
         tp_buf_printf(t->b, "\"} %s\n", st == 0 ? "1" : st == 1 ? "0.5" : "0");
     }
     return 0;
+}
+
+/* The store's part of /metrics, in the engine's turn: each breaker tallied, the escalations counted. */
+static int store_tally_op(void *ctx, tp_store_t *s, MDB_txn *txn)
+{
+    breaker_tally_t *t = ctx;
+    int rc = tp_records_breakers_each(s, txn, breaker_tally_cb, t);
+    return rc ? rc : tp_records_escalations_count(s, txn, &t->open, &t->total);
 }
 
 /*
@@ -185,18 +194,13 @@ void http_metrics_get(tp_http_t *h, struct evhttp_request *req, const char *name
     tp_buf_free(&lab);
 
     /* The store's part: every process's breakers and escalations, as the CLI lists them. */
-    MDB_txn *txn = tp_engine_store(h->e) ? tp_engine_txn(h->e) : NULL;
-    if (txn == NULL) {
+    breaker_tally_t t = {.b = &b};
+    int rc = tp_engine_store_op(h->e, 0, store_tally_op, &t);
+    if (rc == TP_EAGAIN) {
         http_reply(h, req, 200, "text/plain; version=0.0.4", b.data, b.len);
         tp_buf_free(&b);
         return;
     }
-    tp_store_t *s = tp_engine_store(h->e);
-    breaker_tally_t t = {.b = &b};
-    uint64_t open = 0, total = 0;
-    int rc = tp_records_breakers_each(s, txn, breaker_tally_cb, &t);
-    if (rc == 0)
-        rc = tp_records_escalations_count(s, txn, &open, &total);
     if (rc) {
         tp_buf_free(&b);
         http_store_error(h, req, rc, "reading breakers and escalations for /metrics");
@@ -210,8 +214,8 @@ void http_metrics_get(tp_http_t *h, struct evhttp_request *req, const char *name
                 tp_buf_printf(&b, "toolpool_breakers{type=\"%s\",state=\"%s\"} %llu\n", ty ? "tool" : "call", states[k],
                               (unsigned long long)t.n[ty][k]);
     metric_head(&b, "toolpool_escalations_open", "gauge", "Escalations waiting for a person.");
-    tp_buf_printf(&b, "toolpool_escalations_open %llu\n", (unsigned long long)open);
+    tp_buf_printf(&b, "toolpool_escalations_open %llu\n", (unsigned long long)t.open);
     metric_head(&b, "toolpool_escalations", "gauge", "Escalations in the store, open and resolved.");
-    tp_buf_printf(&b, "toolpool_escalations %llu\n", (unsigned long long)total);
+    tp_buf_printf(&b, "toolpool_escalations %llu\n", (unsigned long long)t.total);
     http_reply_when_durable(h, req, 200, "text/plain; version=0.0.4", &b);
 }

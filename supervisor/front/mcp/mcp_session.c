@@ -304,6 +304,19 @@ static void req_free(tp_mcp_req_t *r)
 
 /* ---- jobs and steps ---- */
 
+/* The last step of job j's checkpoint, if the store has one, in the engine's turn. */
+static int last_step_op(void *ctx, tp_store_t *store, MDB_txn *txn)
+{
+    tp_mcp_job_t *j = ctx;
+    Toolpool__Checkpoint *cp;
+    int rc = tp_checkpoint_get(store, txn, j->name, &cp);
+    if (rc == 0) {
+        j->step = cp->last_step;
+        toolpool__checkpoint__free_unpacked(cp, NULL);
+    }
+    return rc;
+}
+
 /*
  * The next step of job: one more than the last this session gave it. A job
  * the client names (_meta.job) may have run in an earlier session on the
@@ -341,17 +354,10 @@ static uint64_t job_next_step(tp_mcp_session_t *s, const char *name)
     memcpy(j->name, name, len + 1);
     j->hash = h;
     j->step = 0;
-    tp_store_t *store = tp_engine_store(s->e);
-    MDB_txn *txn = store && strcmp(name, s->session_job) != 0 ? tp_engine_txn(s->e) : NULL;
-    if (txn) {
-        Toolpool__Checkpoint *cp;
-        int rc = tp_checkpoint_get(store, txn, name, &cp);
-        if (rc == 0) {
-            j->step = cp->last_step;
-            toolpool__checkpoint__free_unpacked(cp, NULL);
-        } else if (rc != MDB_NOTFOUND) {
+    if (strcmp(name, s->session_job) != 0) {
+        int rc = tp_engine_store_op(s->e, 0, last_step_op, j);
+        if (rc && rc != MDB_NOTFOUND && rc != TP_EAGAIN)
             tp_engine_store_failed(s->e, rc, "reading a job's checkpoint");
-        }
     }
     j->next = s->jobs[h & (s->jobs_cap - 1)];
     s->jobs[h & (s->jobs_cap - 1)] = j;
