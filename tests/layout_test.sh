@@ -4,7 +4,10 @@
 #     libevent, PCRE2, xxhash): common/ is what both processes link;
 #   - a file under common/ includes only headers of common/ (and the
 #     generated protobuf header, and include/);
-#   - a component's *_internal.h is included only from its own folder.
+#   - a component's *_internal.h is included only from its own folder;
+#   - the fronts and the commands see of the engine only its interface
+#     (engine.h, the summary they report, the commit options they take):
+#     its jobs, calls, policies and transaction stay its own.
 # Usage: layout_test.sh SOURCE_DIR BUILD_DIR
 src=$1
 build=$2
@@ -36,5 +39,14 @@ for h in $(find "$src/common" "$src/supervisor" "$src/worker" -name '*_internal.
     done
 done
 
-[ $fail = 0 ] && echo "layout_test: 3 rules hold"
+public="engine.h summary.h commit.h"
+for h in $(find "$src/supervisor/engine" -name '*.h'); do
+    name=$(basename "$h")
+    case " $public " in *" $name "*) continue ;; esac
+    for f in $(grep -rl --include='*.[ch]' "#include \"$name\"" "$src/supervisor/front" "$src/tools"); do
+        say "${f#"$src"/} includes $name, which is the engine's own (fronts use engine.h)"
+    done
+done
+
+[ $fail = 0 ] && echo "layout_test: 4 rules hold"
 exit $fail
