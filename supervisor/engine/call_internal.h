@@ -73,8 +73,7 @@ struct tp_call {
     Toolpool__Attempt *trace0_at;
     tp_trace_entry_t trace0; /* the first entry: most calls have no other */
     struct event *ev_backoff;
-    /* Its end: the record, and what it points to, kept until the answer is delivered. */
-    Toolpool__Result res;
+    bool ended;        /* its answer is made: what is left is its front's handle */
     char *end_msg;     /* the engine's own message (a guard, a cancel) */
     tp_buf_t degraded; /* the declared degraded answer, when it stood in */
     char *cancel_why;

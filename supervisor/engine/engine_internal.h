@@ -62,9 +62,11 @@ typedef struct {
     tp_answer_fn fn;
     void (*durable_fn)(void *ctx, bool ok);
     void *ctx;
-    tp_call_t *call;                /* a call that ran: its record lives in it */
-    tp_call_t *hold;                /* a call answered otherwise, kept until then: its handle stays valid */
-    Toolpool__Result *r;            /* a rejected answer's record, and its strings */
+    tp_call_t *hold;                /* what is left of the call it answers: its handle stays valid until then */
+    Toolpool__Result *r;            /* its record, with everything it points to (eng_pending_own) */
+    void *own;                      /* r's block, when it is malloc'd (not in its list's arena) */
+    char *args_buf;                 /* large args the record points to, taken over from the call */
+    char *result_buf;               /* a large result the record points to, likewise */
     Toolpool__StoredResult *stored; /* a recorded answer's record, as the store gave it */
     size_t bytes;                   /* what its record holds, about (for the commit's byte bound) */
     bool recorded;
@@ -72,10 +74,17 @@ typedef struct {
     bool conflict;
 } tp_pending_t;
 
+typedef struct tp_arena_chunk {
+    struct tp_arena_chunk *next;
+    size_t used;
+    char data[];
+} tp_arena_chunk_t;
+
 typedef struct {
     tp_pending_t *v;
     size_t n, cap;
-    size_t bytes; /* what their records hold, about */
+    size_t bytes;            /* what their records hold, about */
+    tp_arena_chunk_t *arena; /* their records' blocks, newest chunk first */
 } tp_answers_t;
 
 struct tp_engine {
@@ -89,6 +98,8 @@ struct tp_engine {
     size_t live;       /* calls submitted and not yet ended */
     size_t live_bytes; /* their args' bytes */
     tp_call_t *all;    /* those calls */
+    tp_call_t *spare;  /* ended calls kept for reuse, through their next */
+    size_t n_spare;
     tp_queue_t ready;
     tp_queue_t settle;   /* calls whose attempt ended, for the next turn */
     tp_queue_t deferred; /* attempts that start once the turn has committed */
@@ -229,8 +240,13 @@ tp_pending_t *eng_reject(tp_engine_t *e, const char *id, const char *job, uint64
 tp_pending_t *eng_answer_recorded(tp_engine_t *e, Toolpool__StoredResult *r, tp_answer_fn fn, void *ctx);
 /* About how many bytes r holds: what a transaction's room and a commit's byte bound count for it. */
 size_t eng_record_bytes(const Toolpool__Result *r);
+bool eng_pending_own(tp_answers_t *a, tp_pending_t *p, const Toolpool__Result *r, char *args_buf, char *result_buf);
+void eng_arena_reset(tp_answers_t *a, bool keep);
+void eng_pending_free(tp_engine_t *e, tp_pending_t *p);
+tp_call_t *eng_call_new(tp_engine_t *e);
+void eng_call_teardown(tp_call_t *c);
 void eng_call_free(tp_call_t *c);
-void eng_call_release(tp_engine_t *e, tp_call_t *c);
+void eng_call_recycle(tp_engine_t *e, tp_call_t *c);
 void eng_deliver(tp_engine_t *e, bool ok);
 
 /* claim.c */
