@@ -60,7 +60,9 @@ static void *arena_alloc(tp_answers_t *a, size_t n)
         return NULL;
     tp_arena_chunk_t *k = a->arena;
     if (k == NULL || k->used + n > TP_ARENA_CHUNK) {
-        if ((k = malloc(sizeof *k + TP_ARENA_CHUNK)) == NULL)
+        if ((k = a->arena_free) != NULL)
+            a->arena_free = k->next;
+        else if ((k = malloc(sizeof *k + TP_ARENA_CHUNK)) == NULL)
             return NULL;
         k->next = a->arena;
         k->used = 0;
@@ -71,21 +73,38 @@ static void *arena_alloc(tp_answers_t *a, size_t n)
     return m;
 }
 
-/* Every block of a's arena is let go; one chunk stays, for the next commit's. */
+/* Chunks an arena keeps for the next commit's records (a commit's worth of no-op calls fills six). */
+#define TP_ARENA_KEEP 16
+
+/*
+ * Every block of a's arena is let go; keep: up to TP_ARENA_KEEP chunks
+ * stay, emptied, so the next commit's records go where this one's were,
+ * not into memory the heap must give again.
+ */
 void eng_arena_reset(tp_answers_t *a, bool keep)
 {
-    tp_arena_chunk_t *k = a->arena, *nx;
-    a->arena = NULL;
-    for (; k; k = nx) {
+    size_t kept = 0;
+    for (tp_arena_chunk_t *k = a->arena_free; k; k = k->next)
+        kept++;
+    for (tp_arena_chunk_t *k = a->arena, *nx; k; k = nx) {
         nx = k->next;
-        if (keep && nx == NULL) {
+        if (kept < TP_ARENA_KEEP) {
             k->used = 0;
-            k->next = NULL;
-            a->arena = k;
+            k->next = a->arena_free;
+            a->arena_free = k;
+            kept++;
         } else {
             free(k);
         }
     }
+    a->arena = NULL;
+    if (keep)
+        return;
+    for (tp_arena_chunk_t *k = a->arena_free, *nx; k; k = nx) {
+        nx = k->next;
+        free(k);
+    }
+    a->arena_free = NULL;
 }
 
 /*

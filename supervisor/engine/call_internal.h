@@ -47,7 +47,9 @@ struct tp_call {
     tp_digest_t identity; /* of tool and args: with the id, what a recorded result answers */
     char *hop_args;       /* the current hop's args, when its fallback entry maps them; else NULL */
     size_t hop_args_len;
-    tp_digest_t hop_digest; /* of the current hop's args: its same-call breaker's key */
+    tp_digest_t hop_digest; /* of the current hop's args */
+    tp_digest_t hop_key;    /* the current hop's same-call breaker key (call_breaker_key), once worked out */
+    bool hop_key_set;
     bool marked;            /* an in-flight marker of ours is in the store */
     bool claim_only;        /* ... written only to claim it (orphaned, it may run again) */
     bool claimed;           /* checked and claimed in one transaction, on a shared store */

@@ -83,8 +83,9 @@ typedef struct tp_arena_chunk {
 typedef struct {
     tp_pending_t *v;
     size_t n, cap;
-    size_t bytes;            /* what their records hold, about */
-    tp_arena_chunk_t *arena; /* their records' blocks, newest chunk first */
+    size_t bytes;                 /* what their records hold, about */
+    tp_arena_chunk_t *arena;      /* their records' blocks, newest chunk first */
+    tp_arena_chunk_t *arena_free; /* empty chunks kept for the next ones */
 } tp_answers_t;
 
 struct tp_engine {
@@ -197,6 +198,22 @@ static inline uint64_t call_deadline(const tp_call_t *c)
     if (c->deadline_us && (d == 0 || c->deadline_us < d))
         d = c->deadline_us;
     return d;
+}
+
+/*
+ * The same-call breaker's key of c's current hop (tp_breaker_call_digest:
+ * under the scope "job", a hash of the args' digest and the job's name),
+ * worked out once a hop, for both its check at admission and its record
+ * at the hop's end. submit works out the first hop's while the job's name
+ * is in cache.
+ */
+static inline const tp_digest_t *call_breaker_key(tp_call_t *c)
+{
+    if (!c->hop_key_set) {
+        tp_breaker_call_digest(c->hop_tool, &c->hop_digest, c->job->name, &c->hop_key);
+        c->hop_key_set = true;
+    }
+    return &c->hop_key;
 }
 
 /* engine.c */

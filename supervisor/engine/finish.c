@@ -251,9 +251,8 @@ void eng_record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
         return;
     bool opened = false;
     const tp_attempt_t *a = &c->att;
-    tp_digest_t key;
-    tp_breaker_call_digest(c->hop_tool, &c->hop_digest, c->job->name, &key);
-    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, &key, c->job->name,
+    const tp_digest_t *key = call_breaker_key(c);
+    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, key, c->job->name,
                                     c->hop_args ? c->hop_args : c->args, failed, a->kind_name, a->message, tp_unix_us(),
                                     &opened);
     if (rc) {
@@ -267,7 +266,7 @@ void eng_record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
              c->hop_tool->policy.same_call_failures, (double)c->hop_tool->policy.same_call_window_us / 1e6);
     eng_escalate(e, c, a->kind_name, a->message, reason);
     if (c->escalated) {
-        rc = tp_breaker_call_set_escalation(e->o.store, e->txn, c->hop_tool, &key, c->escalation);
+        rc = tp_breaker_call_set_escalation(e->o.store, e->txn, c->hop_tool, key, c->escalation);
         if (rc)
             tp_engine_store_failed(e, rc, "recording a breaker");
     }
