@@ -1,7 +1,7 @@
 /*
  * Answers: each one made in order, with its record, and held until the
- * commit that makes it durable; then delivered to its front, and the call
- * that made it freed. A request refused before it became a call is
+ * commit that makes it durable; then delivered to its front, and what is
+ * left of the call that made it (its handle) freed. A request refused before it became a call is
  * answered here too, and recorded when it can be. The engine renders no
  * answer: each front renders what it sends from the record.
  */
@@ -42,38 +42,135 @@ void tp_engine_when_durable(tp_engine_t *e, void (*cb)(void *ctx, bool ok), void
     kick(e);
 }
 
+/* A payload longer than this is handed over to the answer's block, not copied into it. */
+#define TP_RECORD_COPY_MAX 4096
+
+/* Arena chunks: a commit's records, one after another in the order they are delivered. */
+#define TP_ARENA_CHUNK ((size_t)64 << 10)
+
 /*
- * Copies the strings of r and its args into one block the pending answer
- * owns (r is a rejected answer's, built on the stack; it has no result
- * and no trace).
+ * n bytes (8-aligned) of a's arena, valid until a's answers are freed;
+ * NULL for a block too large for a chunk (the caller mallocs it) or out of
+ * memory.
  */
-static void pending_own(tp_pending_t *p, const Toolpool__Result *r)
+static void *arena_alloc(tp_answers_t *a, size_t n)
 {
-    const char *s[7] = {r->id,
-                        r->job,
-                        r->tool,
-                        r->message ? r->message : "",
-                        r->kind ? r->kind : "",
-                        r->klass ? r->klass : "",
-                        (const char *)r->args.data};
-    size_t n[7], total = sizeof *p->r;
-    for (int i = 0; i < 7; i++)
-        total += (n[i] = i == 6 ? r->args.len : strlen(s[i]) + 1);
-    if ((p->r = malloc(total)) == NULL)
+    n = (n + 7) & ~(size_t)7;
+    if (n > TP_ARENA_CHUNK / 4)
+        return NULL;
+    tp_arena_chunk_t *k = a->arena;
+    if (k == NULL || k->used + n > TP_ARENA_CHUNK) {
+        if ((k = a->arena_free) != NULL)
+            a->arena_free = k->next;
+        else if ((k = malloc(sizeof *k + TP_ARENA_CHUNK)) == NULL)
+            return NULL;
+        k->next = a->arena;
+        k->used = 0;
+        a->arena = k;
+    }
+    void *m = k->data + k->used;
+    k->used += n;
+    return m;
+}
+
+/* Chunks an arena keeps for the next commit's records (a commit's worth of no-op calls fills six). */
+#define TP_ARENA_KEEP 16
+
+/*
+ * Every block of a's arena is let go; keep: up to TP_ARENA_KEEP chunks
+ * stay, emptied, so the next commit's records go where this one's were,
+ * not into memory the heap must give again.
+ */
+void eng_arena_reset(tp_answers_t *a, bool keep)
+{
+    size_t kept = 0;
+    for (tp_arena_chunk_t *k = a->arena_free; k; k = k->next)
+        kept++;
+    for (tp_arena_chunk_t *k = a->arena, *nx; k; k = nx) {
+        nx = k->next;
+        if (kept < TP_ARENA_KEEP) {
+            k->used = 0;
+            k->next = a->arena_free;
+            a->arena_free = k;
+            kept++;
+        } else {
+            free(k);
+        }
+    }
+    a->arena = NULL;
+    if (keep)
         return;
-    *p->r = *r;
-    char *o = (char *)(p->r + 1);
-    char **d[6] = {&p->r->id, &p->r->job, &p->r->tool, &p->r->message, &p->r->kind, &p->r->klass};
-    for (int i = 0; i < 7; i++) {
-        if (n[i])
-            memcpy(o, s[i], n[i]);
-        if (i < 6)
-            *d[i] = o;
-        else
-            p->r->args.data = n[i] ? (uint8_t *)o : NULL;
+    for (tp_arena_chunk_t *k = a->arena_free, *nx; k; k = nx) {
+        nx = k->next;
+        free(k);
+    }
+    a->arena_free = NULL;
+}
+
+/*
+ * Makes r the pending answer p's own (p is the newest of a): r with every
+ * string, byte field and trace entry it points to, copied into one block
+ * of a's arena, so that what made r (a call, a request on the stack) can
+ * go at once, while it is in cache, and the answer's front later reads
+ * compact blocks in order. Args and a result longer than
+ * TP_RECORD_COPY_MAX are not copied: r's buffers of them, malloc'd, become
+ * the answer's (args_buf, result_buf; NULL when r's are not to be taken
+ * over, and then they are copied whatever their size). false: out of
+ * memory (nothing taken over).
+ */
+bool eng_pending_own(tp_answers_t *a, tp_pending_t *p, const Toolpool__Result *r, char *args_buf, char *result_buf)
+{
+    bool take_args = args_buf && r->args.len > TP_RECORD_COPY_MAX;
+    bool take_result = result_buf && r->result.len > TP_RECORD_COPY_MAX;
+    enum { N_STR = 8 };
+    const char *s[N_STR] = {r->id, r->job, r->tool, r->kind, r->klass, r->message, r->served_by, r->escalation};
+    size_t n[N_STR];
+    size_t total = sizeof *r + r->n_trace * (sizeof(Toolpool__Attempt *) + sizeof(Toolpool__Attempt));
+    for (size_t i = 0; i < N_STR; i++) {
+        if (s[i] == NULL)
+            s[i] = "";
+        total += n[i] = strlen(s[i]) + 1;
+    }
+    for (size_t i = 0; i < r->n_trace; i++)
+        total += strlen(r->trace[i]->tool) + strlen(r->trace[i]->outcome) + 2;
+    total += (take_args ? 0 : r->args.len) + (take_result ? 0 : r->result.len) + r->input_digest.len;
+    Toolpool__Result *c = arena_alloc(a, total);
+    if (c == NULL && (c = p->own = malloc(total)) == NULL)
+        return false;
+    *c = *r;
+    Toolpool__Attempt **tv = (Toolpool__Attempt **)(c + 1);
+    Toolpool__Attempt *ta = (Toolpool__Attempt *)(tv + r->n_trace);
+    char *o = (char *)(ta + r->n_trace);
+    c->trace = r->n_trace ? tv : NULL;
+    for (size_t i = 0; i < r->n_trace; i++) {
+        ta[i] = *r->trace[i];
+        size_t lt = strlen(ta[i].tool) + 1, lo = strlen(ta[i].outcome) + 1;
+        ta[i].tool = memcpy(o, ta[i].tool, lt);
+        ta[i].outcome = memcpy(o + lt, ta[i].outcome, lo);
+        o += lt + lo;
+        tv[i] = &ta[i];
+    }
+    char **d[N_STR] = {&c->id, &c->job, &c->tool, &c->kind, &c->klass, &c->message, &c->served_by, &c->escalation};
+    for (size_t i = 0; i < N_STR; i++) {
+        *d[i] = memcpy(o, s[i], n[i]);
         o += n[i];
     }
-    p->bytes = total;
+    const ProtobufCBinaryData *src[3] = {&r->args, &r->result, &r->input_digest};
+    ProtobufCBinaryData *dst[3] = {&c->args, &c->result, &c->input_digest};
+    bool take[3] = {take_args, take_result, false};
+    for (int i = 0; i < 3; i++) {
+        if (take[i])
+            continue;
+        dst[i]->data = src[i]->len ? memcpy(o, src[i]->data, src[i]->len) : NULL;
+        o += src[i]->len;
+    }
+    if (take_args)
+        p->args_buf = args_buf;
+    if (take_result)
+        p->result_buf = result_buf;
+    p->r = c;
+    p->bytes = total + (take_args ? r->args.len : 0) + (take_result ? r->result.len : 0);
+    return true;
 }
 
 /*
@@ -144,7 +241,7 @@ tp_pending_t *eng_reject_as(tp_engine_t *e, const char *id, const char *job, uin
         return NULL;
     if (keep && id && e->o.store)
         record_refusal(e, &r);
-    pending_own(p, &r);
+    eng_pending_own(e->add, p, &r, NULL, NULL); /* out of memory: the front is told the record is lost */
     e->add->bytes += p->bytes;
     kick(e);
     return p;
@@ -162,33 +259,78 @@ void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t 
     eng_reject(e, id, job, step, tool, NULL, TP_KIND_INVALID_REQUEST, msg, answer, ctx);
 }
 
-void eng_call_free(tp_call_t *c)
+/* Frees everything c owns but c itself; c has ended (tp_call_info says so). */
+void eng_call_teardown(tp_call_t *c)
 {
     for (size_t i = 1; i < c->n_trace; i++)
         free(c->trace[i]);
     if (c->trace != &c->trace0_at)
         free(c->trace);
+    c->trace = NULL;
     free(c->att.message);
     free(c->att.result);
+    c->att.message = c->att.result = NULL;
     if (c->ev_backoff)
         event_free(c->ev_backoff);
+    c->ev_backoff = NULL;
     free(c->end_msg);
     free(c->cancel_why);
+    c->end_msg = c->cancel_why = NULL;
     tp_buf_free(&c->degraded);
     free(c->id);
     free(c->args);
     free(c->hop_args);
+    c->id = c->args = c->hop_args = NULL;
+    c->ended = true;
+}
+
+void eng_call_free(tp_call_t *c)
+{
+    if (!c->ended)
+        eng_call_teardown(c);
     free(c);
 }
 
-/* A delivered call lets go of its job: an idle job leaves the table. */
-void eng_call_release(tp_engine_t *e, tp_call_t *c)
+/*
+ * Calls kept for reuse: a commit's worth of them is let go at each
+ * delivery and as many come in after it; the last one kept, still in
+ * cache, is the first one taken.
+ */
+#define TP_SPARE_CALLS 2048
+
+tp_call_t *eng_call_new(tp_engine_t *e)
 {
-    tp_job_t *j = c->job;
-    j->held--;
-    if (tp_job_idle(j) && !e->keep_jobs && !e->draining)
-        tp_jobs_drop(&e->jobs, j);
-    eng_call_free(c);
+    tp_call_t *c = e->spare;
+    if (c == NULL)
+        return calloc(1, sizeof *c);
+    e->spare = c->next;
+    e->n_spare--;
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
+/* c, torn down, kept for the next call (or freed when enough are kept). */
+void eng_call_recycle(tp_engine_t *e, tp_call_t *c)
+{
+    if (e->n_spare >= TP_SPARE_CALLS) {
+        free(c);
+        return;
+    }
+    c->next = e->spare;
+    e->spare = c;
+    e->n_spare++;
+}
+
+/* What a pending answer holds: its record, the handle it keeps, what it took over. */
+void eng_pending_free(tp_engine_t *e, tp_pending_t *p)
+{
+    if (p->hold)
+        eng_call_recycle(e, p->hold);
+    free(p->own);
+    free(p->args_buf);
+    free(p->result_buf);
+    if (p->stored)
+        tp_result_free(p->stored);
 }
 
 /*
@@ -219,15 +361,13 @@ void eng_deliver(tp_engine_t *e, bool ok)
             Toolpool__Result bare = TOOLPOOL__RESULT__INIT;
             bare.kind = (char *)tp_kind_name(TP_KIND_CANCELLED);
             bare.message = (char *)"out of memory: the call's record is lost";
-            tp_call_t *c = p->call;
             const Toolpool__StoredResult *sr = p->stored;
             tp_answer_t a = {
-                .result = c                ? &c->res
-                          : sr             ? sr->result
+                .result = sr               ? sr->result
                           : p->r           ? p->r
                           : p->not_started ? NULL
                                            : &bare,
-                .call = c ? c : p->hold,
+                .call = p->hold,
                 .kept_line = sr && sr->line.len ? sr->line.data : NULL,
                 .kept_len = sr ? sr->line.len : 0,
                 .recorded = p->recorded,
@@ -241,15 +381,9 @@ void eng_deliver(tp_engine_t *e, bool ok)
         for (int i = 0; i < e->n_fronts; i++)
             if (e->fronts[i].flush)
                 e->fronts[i].flush(e->fronts[i].ctx);
-    for (size_t i = 0; i < d->n; i++) {
-        if (d->v[i].call)
-            eng_call_release(e, d->v[i].call);
-        if (d->v[i].hold)
-            eng_call_release(e, d->v[i].hold);
-        free(d->v[i].r);
-        if (d->v[i].stored)
-            tp_result_free(d->v[i].stored);
-    }
+    for (size_t i = 0; i < d->n; i++)
+        eng_pending_free(e, &d->v[i]);
+    eng_arena_reset(d, true);
     d->n = 0;
     d->bytes = 0;
     e->add = &e->made;

@@ -47,7 +47,9 @@ struct tp_call {
     tp_digest_t identity; /* of tool and args: with the id, what a recorded result answers */
     char *hop_args;       /* the current hop's args, when its fallback entry maps them; else NULL */
     size_t hop_args_len;
-    tp_digest_t hop_digest; /* of the current hop's args: its same-call breaker's key */
+    tp_digest_t hop_digest; /* of the current hop's args */
+    tp_digest_t hop_key;    /* the current hop's same-call breaker key (call_breaker_key), once worked out */
+    bool hop_key_set;
     bool marked;            /* an in-flight marker of ours is in the store */
     bool claim_only;        /* ... written only to claim it (orphaned, it may run again) */
     bool claimed;           /* checked and claimed in one transaction, on a shared store */
@@ -73,8 +75,7 @@ struct tp_call {
     Toolpool__Attempt *trace0_at;
     tp_trace_entry_t trace0; /* the first entry: most calls have no other */
     struct event *ev_backoff;
-    /* Its end: the record, and what it points to, kept until the answer is delivered. */
-    Toolpool__Result res;
+    bool ended;        /* its answer is made: what is left is its front's handle */
     char *end_msg;     /* the engine's own message (a guard, a cancel) */
     tp_buf_t degraded; /* the declared degraded answer, when it stood in */
     char *cancel_why;

@@ -59,9 +59,8 @@ static bool admit(tp_engine_t *e, tp_call_t *c, uint64_t now, bool *probe)
     if (c->hop_attempts == 0 && !c->hop_tool->policy.same_call_off) {
         bool open = false;
         char esc[TP_ESCALATION_ID_MAX] = "";
-        tp_digest_t key;
-        tp_breaker_call_digest(c->hop_tool, &c->hop_digest, c->job->name, &key);
-        int rc = tp_breaker_call_check(e->o.store, e->txn, c->hop_tool, &key, wall, &open, esc, sizeof esc);
+        int rc = tp_breaker_call_check(e->o.store, e->txn, c->hop_tool, call_breaker_key(c), wall, &open, esc,
+                                       sizeof esc);
         if (rc) {
             tp_engine_store_failed(e, rc, "reading a breaker");
             return false;
@@ -222,6 +221,27 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
 }
 
 /*
+ * Asks for the lines of the call at the head of the ready queue, and what
+ * its turn reads (its job, id and args), while the one before it runs:
+ * a call waits there behind a front's window of others (1,024 and more),
+ * long enough to have left the cache; and for the line of the one after
+ * it, whose job and strings the next round asks for.
+ */
+static void prefetch_ready(const tp_engine_t *e)
+{
+    const tp_call_t *n = e->ready.head;
+    if (n == NULL)
+        return;
+    for (size_t off = 0; off < sizeof *n; off += 64)
+        __builtin_prefetch((const char *)n + off, 1);
+    __builtin_prefetch(n->job, 1);
+    __builtin_prefetch(n->id);
+    __builtin_prefetch(n->args);
+    if (n->next)
+        __builtin_prefetch(n->next, 1);
+}
+
+/*
  * The next call to try: one parked at its tool's concurrency cap whose tool
  * has room now, else the head of the ready queue. Parked calls are looked
  * at only while there are some, so runs without caps never scan.
@@ -248,6 +268,7 @@ void eng_dispatch(tp_engine_t *e)
         tp_call_t *c = next_call(e);
         if (c == NULL)
             return;
+        prefetch_ready(e);
         /* Idle slots set aside for deferred attempts are not free for pipelining either. */
         if (!idle && (tp_pool_idle(e->pool) > 0 || !tp_pool_room(e->pool, tool_depth(e, c->hop_tool)))) {
             /* Only a fast tool waits in a busy worker's queue; this one waits for a free worker. */

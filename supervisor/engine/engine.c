@@ -429,15 +429,9 @@ int tp_engine_start(tp_engine_t *e)
 /* Answers made and never delivered (the loop ended early), and their calls. */
 static void answers_free(tp_engine_t *e, tp_answers_t *a)
 {
-    for (size_t i = 0; i < a->n; i++) {
-        if (a->v[i].call)
-            eng_call_release(e, a->v[i].call);
-        if (a->v[i].hold)
-            eng_call_release(e, a->v[i].hold);
-        free(a->v[i].r);
-        if (a->v[i].stored)
-            tp_result_free(a->v[i].stored);
-    }
+    for (size_t i = 0; i < a->n; i++)
+        eng_pending_free(e, &a->v[i]);
+    eng_arena_reset(a, false);
     free(a->v);
 }
 
@@ -458,6 +452,11 @@ void tp_engine_free(tp_engine_t *e)
     }
     answers_free(e, &e->made);
     answers_free(e, &e->late);
+    while (e->spare) {
+        tp_call_t *c = e->spare;
+        e->spare = c->next;
+        free(c);
+    }
     tp_jobs_free(&e->jobs);
     if (e->ev_kick)
         event_free(e->ev_kick);

@@ -62,9 +62,11 @@ typedef struct {
     tp_answer_fn fn;
     void (*durable_fn)(void *ctx, bool ok);
     void *ctx;
-    tp_call_t *call;                /* a call that ran: its record lives in it */
-    tp_call_t *hold;                /* a call answered otherwise, kept until then: its handle stays valid */
-    Toolpool__Result *r;            /* a rejected answer's record, and its strings */
+    tp_call_t *hold;                /* what is left of the call it answers: its handle stays valid until then */
+    Toolpool__Result *r;            /* its record, with everything it points to (eng_pending_own) */
+    void *own;                      /* r's block, when it is malloc'd (not in its list's arena) */
+    char *args_buf;                 /* large args the record points to, taken over from the call */
+    char *result_buf;               /* a large result the record points to, likewise */
     Toolpool__StoredResult *stored; /* a recorded answer's record, as the store gave it */
     size_t bytes;                   /* what its record holds, about (for the commit's byte bound) */
     bool recorded;
@@ -72,10 +74,18 @@ typedef struct {
     bool conflict;
 } tp_pending_t;
 
+typedef struct tp_arena_chunk {
+    struct tp_arena_chunk *next;
+    size_t used;
+    char data[];
+} tp_arena_chunk_t;
+
 typedef struct {
     tp_pending_t *v;
     size_t n, cap;
-    size_t bytes; /* what their records hold, about */
+    size_t bytes;                 /* what their records hold, about */
+    tp_arena_chunk_t *arena;      /* their records' blocks, newest chunk first */
+    tp_arena_chunk_t *arena_free; /* empty chunks kept for the next ones */
 } tp_answers_t;
 
 struct tp_engine {
@@ -89,6 +99,8 @@ struct tp_engine {
     size_t live;       /* calls submitted and not yet ended */
     size_t live_bytes; /* their args' bytes */
     tp_call_t *all;    /* those calls */
+    tp_call_t *spare;  /* ended calls kept for reuse, through their next */
+    size_t n_spare;
     tp_queue_t ready;
     tp_queue_t settle;   /* calls whose attempt ended, for the next turn */
     tp_queue_t deferred; /* attempts that start once the turn has committed */
@@ -188,6 +200,22 @@ static inline uint64_t call_deadline(const tp_call_t *c)
     return d;
 }
 
+/*
+ * The same-call breaker's key of c's current hop (tp_breaker_call_digest:
+ * under the scope "job", a hash of the args' digest and the job's name),
+ * worked out once a hop, for both its check at admission and its record
+ * at the hop's end. submit works out the first hop's while the job's name
+ * is in cache.
+ */
+static inline const tp_digest_t *call_breaker_key(tp_call_t *c)
+{
+    if (!c->hop_key_set) {
+        tp_breaker_call_digest(c->hop_tool, &c->hop_digest, c->job->name, &c->hop_key);
+        c->hop_key_set = true;
+    }
+    return &c->hop_key;
+}
+
 /* engine.c */
 bool eng_ensure_txn(tp_engine_t *e);
 bool eng_txn_fit(tp_engine_t *e, size_t len, bool last_is_this);
@@ -229,8 +257,13 @@ tp_pending_t *eng_reject(tp_engine_t *e, const char *id, const char *job, uint64
 tp_pending_t *eng_answer_recorded(tp_engine_t *e, Toolpool__StoredResult *r, tp_answer_fn fn, void *ctx);
 /* About how many bytes r holds: what a transaction's room and a commit's byte bound count for it. */
 size_t eng_record_bytes(const Toolpool__Result *r);
+bool eng_pending_own(tp_answers_t *a, tp_pending_t *p, const Toolpool__Result *r, char *args_buf, char *result_buf);
+void eng_arena_reset(tp_answers_t *a, bool keep);
+void eng_pending_free(tp_engine_t *e, tp_pending_t *p);
+tp_call_t *eng_call_new(tp_engine_t *e);
+void eng_call_teardown(tp_call_t *c);
 void eng_call_free(tp_call_t *c);
-void eng_call_release(tp_engine_t *e, tp_call_t *c);
+void eng_call_recycle(tp_engine_t *e, tp_call_t *c);
 void eng_deliver(tp_engine_t *e, bool ok);
 
 /* claim.c */

@@ -119,6 +119,7 @@ static void next_hop(tp_engine_t *e, tp_call_t *c)
     c->hop++;
     c->hop_attempts = 0;
     c->hop_deadline_us = 0;
+    c->hop_key_set = false;
     char msg[1024];
     if (!hop_args(c, map, msg, sizeof msg)) {
         /* Not run: the hop would refuse these args; the chain goes on. */

@@ -52,20 +52,61 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
 }
 
 /*
+ * c leaves its job: a current call lets the job's next step go (advance),
+ * and a job left idle leaves the table now, while it is in cache; the
+ * call's answer names the job by a copy of its name.
+ */
+static void leave_job(tp_engine_t *e, tp_call_t *c, bool advance)
+{
+    tp_job_t *j = c->job;
+    c->job = NULL;
+    if (c->current) {
+        c->current = false;
+        j->running = false;
+        if (advance) {
+            eng_job_advance(e, j);
+            return;
+        }
+    }
+    if (tp_job_idle(j) && !e->keep_jobs && !e->draining)
+        tp_jobs_drop(&e->jobs, j);
+}
+
+/*
+ * c has ended, its answer made (p; NULL: none to be had): it leaves the
+ * live calls and its job, and everything it owns goes now, while it is in
+ * cache. What is left of it is its front's handle, valid until p is
+ * delivered, as engine.h promises (a cancel then finds it ended).
+ */
+static void retire(tp_engine_t *e, tp_call_t *c, tp_pending_t *p, bool advance)
+{
+    call_unlink(c);
+    leave_job(e, c, advance);
+    eng_call_teardown(c);
+    if (p)
+        p->hold = c;
+    else
+        eng_call_recycle(e, c);
+    kick(e);
+}
+
+/*
  * Ends a call: builds its record, records it, and queues its answer for
- * after the commit. For END_FAIL, msg NULL means the last
- * attempt's failure; otherwise kind and msg are the engine's (a guard, a
- * cancellation, an open circuit). The job's next step becomes ready.
+ * after the commit, with the record copied into a block of the answer's
+ * own (eng_pending_own); then the call is torn down (retire). For
+ * END_FAIL, msg NULL means the last attempt's failure; otherwise kind and
+ * msg are the engine's (a guard, a cancellation, an open circuit). The
+ * job's next step becomes ready.
  */
 void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, const char *msg)
 {
-    const tp_attempt_t *a = &c->att;
+    tp_attempt_t *a = &c->att;
     if (msg && (c->end_msg = strdup(msg)) == NULL)
         msg = "out of memory";
     else if (msg)
         msg = c->end_msg;
-    Toolpool__Result *r = &c->res;
-    toolpool__result__init(r);
+    Toolpool__Result res = TOOLPOOL__RESULT__INIT, *r = &res;
+    char *result_buf = NULL;
     r->has_id = true;
     r->id = c->id;
     r->job = c->job->name;
@@ -86,6 +127,7 @@ void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, cons
     if (end == END_ANSWER) {
         r->result.data = (uint8_t *)a->result;
         r->result.len = a->result_len;
+        result_buf = a->result;
         r->served_by = (char *)c->hop_tool->name;
         r->degraded = c->hop > 0;
         r->stale = c->hop_tool->policy.stale;
@@ -93,6 +135,7 @@ void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, cons
         tp_json_write(&c->degraded, c->tool->policy.degraded, 0);
         r->result.data = c->degraded.data;
         r->result.len = c->degraded.len;
+        result_buf = (char *)c->degraded.data;
         r->degraded = true;
     } else {
         bool from_attempt = msg == NULL;
@@ -108,63 +151,33 @@ void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, cons
     tp_summary_add(&e->stats.tools[c->tool->index], r);
     tp_pending_t *p = eng_pending_add(e, c->answer, c->answer_ctx);
     size_t bytes = eng_record_bytes(r);
-    e->add->bytes += bytes;
     record(e, c, r, bytes);
-    call_unlink(c);
-    if (c->ev_backoff) {
-        event_free(c->ev_backoff);
-        c->ev_backoff = NULL;
-    }
-    tp_job_t *j = c->job;
     if (p == NULL) {
         tp_log_error("out of memory: the answer of call %s is lost", c->id);
-        if (c->current) {
-            c->current = false;
-            j->running = false;
-            eng_job_advance(e, j);
-        }
-        j->held++;
-        eng_call_release(e, c);
-        kick(e);
-        return;
+    } else {
+        if (!eng_pending_own(e->add, p, r, c->args, result_buf))
+            tp_log_error("out of memory: the record of call %s is lost to its answer", c->id);
+        /* What the answer took over is its own now. */
+        if (p->args_buf)
+            c->args = NULL;
+        if (p->result_buf && p->result_buf == a->result)
+            a->result = NULL;
+        else if (p->result_buf)
+            c->degraded = (tp_buf_t){0};
+        p->bytes = bytes;
+        e->add->bytes += bytes;
     }
-    p->call = c;
-    p->bytes = bytes;
-    j->held++;
-    if (c->current) {
-        c->current = false;
-        j->running = false;
-        eng_job_advance(e, j);
-    }
-    kick(e);
+    retire(e, c, p, true);
 }
 
 /*
- * c has been answered otherwise (p: that answer): it leaves the live calls
- * now, but is kept until p is delivered, so the front's handle stays valid
- * until its answer, as engine.h promises.
+ * c has been answered otherwise (p: that answer, which owns its record):
+ * it leaves the live calls now (retire), and what is left of it stays the
+ * front's handle until p is delivered.
  */
 void eng_hold_until(tp_engine_t *e, tp_call_t *c, tp_pending_t *p)
 {
-    tp_job_t *j = c->job;
-    bool current = c->current;
-    if (current) {
-        c->current = false;
-        j->running = false;
-    }
-    call_unlink(c);
-    if (c->ev_backoff) {
-        event_free(c->ev_backoff);
-        c->ev_backoff = NULL;
-    }
-    j->held++;
-    if (p)
-        p->hold = c;
-    else
-        eng_call_release(e, c);
-    if (current && !e->draining)
-        eng_job_advance(e, j);
-    kick(e);
+    retire(e, c, p, !e->draining);
 }
 
 /*
@@ -238,9 +251,8 @@ void eng_record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
         return;
     bool opened = false;
     const tp_attempt_t *a = &c->att;
-    tp_digest_t key;
-    tp_breaker_call_digest(c->hop_tool, &c->hop_digest, c->job->name, &key);
-    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, &key, c->job->name,
+    const tp_digest_t *key = call_breaker_key(c);
+    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, key, c->job->name,
                                     c->hop_args ? c->hop_args : c->args, failed, a->kind_name, a->message, tp_unix_us(),
                                     &opened);
     if (rc) {
@@ -254,7 +266,7 @@ void eng_record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
              c->hop_tool->policy.same_call_failures, (double)c->hop_tool->policy.same_call_window_us / 1e6);
     eng_escalate(e, c, a->kind_name, a->message, reason);
     if (c->escalated) {
-        rc = tp_breaker_call_set_escalation(e->o.store, e->txn, c->hop_tool, &key, c->escalation);
+        rc = tp_breaker_call_set_escalation(e->o.store, e->txn, c->hop_tool, key, c->escalation);
         if (rc)
             tp_engine_store_failed(e, rc, "recording a breaker");
     }

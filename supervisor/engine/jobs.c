@@ -88,7 +88,7 @@ void tp_jobs_drop(tp_jobs_t *t, tp_job_t *j)
 
 bool tp_job_idle(const tp_job_t *j)
 {
-    return !j->running && j->pending.head == NULL && j->held == 0;
+    return !j->running && j->pending.head == NULL;
 }
 
 void tp_job_add(tp_job_t *j, tp_call_t *c)

@@ -32,8 +32,7 @@ typedef struct tp_job {
     struct tp_job *hnext; /* hash chain */
     struct tp_job *tnext; /* on the engine's touched list */
     bool touched;
-    bool running;  /* one of its calls is between its turn and its end */
-    uint32_t held; /* ended calls whose answers still name the job */
+    bool running; /* one of its calls is between its turn and its end */
     uint64_t hash;
     tp_queue_t pending;   /* sorted by step */
     tp_job_usage_t usage; /* what the guards count */
@@ -57,7 +56,7 @@ void tp_jobs_free(tp_jobs_t *t);
 tp_job_t *tp_jobs_get(tp_jobs_t *t, const char *name, size_t len, bool *created);
 /* Removes and frees j. */
 void tp_jobs_drop(tp_jobs_t *t, tp_job_t *j);
-/* Whether j holds nothing: no call pending, running, or waiting for its answer. */
+/* Whether j holds nothing: no call pending or running (an ended call's answer names it by a copy). */
 bool tp_job_idle(const tp_job_t *j);
 
 /* Inserts c among j's pending calls, keeping step order (equal steps: in arrival order). */

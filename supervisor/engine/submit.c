@@ -263,7 +263,7 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
             goto out;
     }
     bool created;
-    c = calloc(1, sizeof *c);
+    c = eng_call_new(e);
     tp_job_t *j = c ? tp_jobs_get(&e->jobs, job, strlen(job), &created) : NULL;
     if (j && created && strcmp(job, rq->id) != 0)
         job_resume(e, j); /* a job named after its one call has no checkpoint */
@@ -296,6 +296,8 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     c->notice = rq->notice;
     c->att.kind = TP_KIND_OK;
     tp_job_add(j, c);
+    if (e->o.store && !t->policy.same_call_off)
+        call_breaker_key(c);
     if (!j->touched) {
         j->touched = true;
         j->tnext = NULL;
@@ -346,9 +348,8 @@ void tp_engine_cancel(tp_engine_t *e, tp_call_t *c, const char *why)
 
 void tp_call_info(const tp_call_t *c, tp_call_info_t *out)
 {
-    /* The call's record is filled when it ends, and only then (eng_finish). */
-    *out = (tp_call_info_t){.entries = (uint32_t)c->n_trace, .ended = c->res.has_id};
-    if (c->n_trace == 0)
+    *out = (tp_call_info_t){.entries = (uint32_t)c->n_trace, .ended = c->ended};
+    if (c->n_trace == 0 || c->ended)
         return;
     const Toolpool__Attempt *last = c->trace[c->n_trace - 1];
     out->number = last->attempt;
