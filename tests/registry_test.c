@@ -1030,14 +1030,27 @@ static void test_err_name(void)
 
 static void test_err_adapter_shapes(void)
 {
-    EXPECT_EXACT("{\"tools\": [\n"                                          /* 1 */
-                 "  {\"name\": \"a\", \"exec\": [\"x\"]},\n"                /* 2 */
-                 "  {\"name\": \"b\", \"plugin\": {\"path\": \"b.so\"}},\n" /* 3 */
-                 "  {\"name\": \"c\",\n"                                    /* 4 */
-                 "   \"http\": {\"url\": \"https://example.com/c\"}}\n"     /* 5 */
-                 "]}\n",                                                    /* 6 */
-                 "5: tools[2] (c).http: the http adapter is not available in this build (exec, "
-                 "plugin and mcp are)");
+    EXPECT_EXACT("{\"tools\": [\n"                                                             /* 1 */
+                 "  {\"name\": \"a\", \"exec\": [\"x\"]},\n"                                   /* 2 */
+                 "  {\"name\": \"b\", \"plugin\": {\"path\": \"b.so\"}},\n"                    /* 3 */
+                 "  {\"name\": \"c\",\n"                                                       /* 4 */
+                 "   \"http\": {\"url\": \"https://example.com/c\", \"method\": \"FETCH\"}}\n" /* 5 */
+                 "]}\n",                                                                       /* 6 */
+                 "5: tools[2] (c).http: \"method\" FETCH: expected GET, POST, PUT, PATCH or DELETE");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"c\",\n"                         /* 1 */
+                 "   \"http\": {\"url\": \"https://example.com/{a\"}}]}\n", /* 2 */
+                 2, "tools[0] (c).http", "a placeholder is {NAME}");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"c\",\n"                                          /* 1 */
+                 "   \"http\": {\"url\": \"https://example.com/\", \"body\": \"all\"}}]}\n", /* 2 */
+                 2, "tools[0] (c).http", "expected \"args\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"c\", \"http\": {\"url\": \"https://example.com/\",\n" /* 1 */
+                 "   \"headers\": {\"X-Key\": \"${env:TP_TEST_NO_SUCH_SECRET}\"}}}]}\n",          /* 2 */
+                 2, "tools[0] (c).http.headers.X-Key", "TP_TEST_NO_SUCH_SECRET is not set");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"c\", \"http\": {\"url\": \"https://example.com/\",\n" /* 1 */
+                 "   \"headers\": {\"Bad Name\": \"x\"}}}]}\n",                                   /* 2 */
+                 2, "tools[0] (c).http.headers.Bad Name", "expected a header name");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"e\", \"exec\": [\"x\"], \"connect_timeout\": \"1s\"}]}", 1,
+                 "tools[0] (e).connect_timeout", "only an http tool has a connect timeout");
     /* their shape is checked first */
     EXPECT_ERROR("{\"tools\": [{\"name\": \"c\",\n"                    /* 1 */
                  "   \"http\": {\"url\": \"ftp://example.com\"}}]}\n", /* 2 */

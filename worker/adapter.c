@@ -8,6 +8,7 @@ static const tp_worker_adapter_t adapters[] = {
     {TOOLPOOL__ADAPTER__ADAPTER_EXEC, "exec", tp_exec_run},
     {TOOLPOOL__ADAPTER__ADAPTER_PLUGIN, "plugin", tp_plugin_run},
     {TOOLPOOL__ADAPTER__ADAPTER_MCP, "mcp", tp_mcp_run},
+    {TOOLPOOL__ADAPTER__ADAPTER_HTTP, "http", tp_http_run},
 };
 /* clang-format on */
 

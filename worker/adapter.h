@@ -30,6 +30,8 @@ void tp_plugin_run(const Toolpool__Call *call, tp_outcome_t *o);
  * server, started (and the handshake run) at the first call that needs it.
  */
 void tp_mcp_run(const Toolpool__Call *call, tp_outcome_t *o);
+/* http adapter: one HTTP request (the call's HttpCall) on the worker's kept connections. */
+void tp_http_run(const Toolpool__Call *call, tp_outcome_t *o);
 /*
  * Where the mcp adapter sends, while call seq runs, a notification its MCP
  * server sent (method, and its params as JSON text): the worker's main

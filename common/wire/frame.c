@@ -161,6 +161,18 @@ int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu,
     return tail->len == n ? 0 : TP_EPROTO;
 }
 
+int tp_call_http_pack(tp_buf_t *tail, const Toolpool__HttpCall *http)
+{
+    Toolpool__Call call = TOOLPOOL__CALL__INIT;
+    call.http = (Toolpool__HttpCall *)http;
+    size_t n = protobuf_c_message_get_packed_size(&call.base);
+    if (tp_buf_reserve(tail, n) < 0)
+        return TP_ENOMEM;
+    size_t got = protobuf_c_message_pack(&call.base, tail->data + tail->len);
+    tail->len += got;
+    return got == n ? 0 : TP_EPROTO;
+}
+
 int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
 {
     size_t id_len = c->call_id ? strlen(c->call_id) : 0, job_len = c->job ? strlen(c->job) : 0;

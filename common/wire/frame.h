@@ -73,6 +73,11 @@ int tp_call_head_pack(tp_buf_t *head, const char *tool, int adapter, char **argv
  * working directory (18; NULL: none). 0, TP_ENOMEM, or TP_EPROTO as
  * tp_call_head_pack.
  */
+/*
+ * Appends an http tool's request (Call field 20) to its tail. 0, TP_ENOMEM,
+ * or TP_EPROTO when protobuf-c packs other than the size it gave.
+ */
+int tp_call_http_pack(tp_buf_t *tail, const Toolpool__HttpCall *http);
 int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu, uint32_t limit_files,
                       const char *mcp_tool, char **mcp_env, const char *mcp_cwd, const char *cwd);
 /* Appends header + SupervisorFrame{call} to out. 0, TP_E2BIG (more than max: out unchanged) or TP_ENOMEM. */

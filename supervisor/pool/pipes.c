@@ -115,6 +115,28 @@ void slot_flush_later(tp_slot_t *s)
  * (*tail; the CPU time in whole seconds, rounded up, as RLIMIT_CPU counts
  * it). NULL: out of memory.
  */
+/* An http tool's request, its secrets resolved, onto its tail. */
+static int http_pack(tp_buf_t *tail, const tp_tool_t *t)
+{
+    Toolpool__HttpCall http = TOOLPOOL__HTTP_CALL__INIT;
+    http.url = t->http_target;
+    http.method = t->http_method;
+    http.query = t->http_query;
+    for (http.n_query = 0; t->http_query && t->http_query[http.n_query]; http.n_query++)
+        ;
+    http.headers = t->http_header_lines;
+    for (http.n_headers = 0; t->http_header_lines && t->http_header_lines[http.n_headers]; http.n_headers++)
+        ;
+    http.body_args = t->http_body != NULL;
+    http.ca_file = t->http_ca_file ? t->http_ca_file : (char *)"";
+    http.timeout_ms = (t->policy.timeout_us + 999u) / 1000u;
+    http.connect_timeout_ms = (t->connect_timeout_us + 999u) / 1000u;
+    http.redact = t->http_secrets;
+    for (http.n_redact = 0; t->http_secrets && t->http_secrets[http.n_redact]; http.n_redact++)
+        ;
+    return tp_call_http_pack(tail, &http);
+}
+
 const tp_buf_t *pool_tool_head(tp_pool_t *p, const tp_tool_t *t, const tp_buf_t **tail)
 {
     if (t->index >= p->n_heads) {
@@ -136,6 +158,7 @@ const tp_buf_t *pool_tool_head(tp_pool_t *p, const tp_tool_t *t, const tp_buf_t 
         const tp_policy_t *pol = &t->policy;
         int adapter = t->adapter == TP_ADAPTER_PLUGIN ? TOOLPOOL__ADAPTER__ADAPTER_PLUGIN
                       : t->adapter == TP_ADAPTER_MCP  ? TOOLPOOL__ADAPTER__ADAPTER_MCP
+                      : t->adapter == TP_ADAPTER_HTTP ? TOOLPOOL__ADAPTER__ADAPTER_HTTP
                                                       : TOOLPOOL__ADAPTER__ADAPTER_EXEC;
         char **argv = t->adapter == TP_ADAPTER_MCP ? t->mcp_command : t->argv;
         size_t argc = 0;
@@ -145,7 +168,8 @@ const tp_buf_t *pool_tool_head(tp_pool_t *p, const tp_tool_t *t, const tp_buf_t 
         uint32_t cpu = cpu_s > UINT32_MAX ? UINT32_MAX : (uint32_t)cpu_s;
         if (tp_call_head_pack(h, t->name, adapter, argv, argc, t->plugin_path, pol->max_output) < 0 ||
             tp_call_tail_pack(&p->tails[t->index], pol->limit_memory, cpu, pol->limit_files, t->mcp_tool, t->mcp_env,
-                              t->mcp_cwd, t->cwd) < 0) {
+                              t->mcp_cwd, t->cwd) < 0 ||
+            (t->adapter == TP_ADAPTER_HTTP && http_pack(&p->tails[t->index], t) < 0)) {
             tp_buf_reset(h);
             return NULL;
         }

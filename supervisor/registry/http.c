@@ -83,7 +83,23 @@ static char *read_secret_file(const char *path, size_t *len)
  * (malloc'd); a line break in a resolved value is refused where one
  * cannot go (a header). The loader stands where text was written.
  */
-static int resolve(loader_t *ld, const char *text, bool one_line, char **out)
+/* Keeps a secret's value, for the worker to redact from what it answers. */
+static int keep_secret(tp_tool_t *tool, const char *val, size_t len)
+{
+    size_t n = 0;
+    while (tool->http_secrets && tool->http_secrets[n])
+        n++;
+    char **v = realloc(tool->http_secrets, (n + 2) * sizeof *v);
+    if (v == NULL)
+        return TP_ENOMEM;
+    tool->http_secrets = v;
+    if ((v[n] = strndup(val, len)) == NULL)
+        return TP_ENOMEM;
+    v[n + 1] = NULL;
+    return 0;
+}
+
+static int resolve(loader_t *ld, tp_tool_t *tool, const char *text, bool one_line, char **out)
 {
     tp_buf_t b = {0};
     const char *p = text;
@@ -122,11 +138,12 @@ static int resolve(loader_t *ld, const char *text, bool one_line, char **out)
             else
                 snprintf(path, sizeof path, "%s/%s", ld->reg->dir, key);
             if ((val = owned = read_secret_file(path, &vlen)) == NULL)
-                rc = errno == ENOMEM ? reg_fail_oom(ld) : reg_fail(ld, "%s: cannot read %s: %s", ref, path, strerror(errno));
+                rc = errno == ENOMEM ? reg_fail_oom(ld)
+                                     : reg_fail(ld, "%s: cannot read %s: %s", ref, path, strerror(errno));
         }
         if (rc == 0 && one_line && (memchr(val, '\n', vlen) != NULL || memchr(val, '\r', vlen) != NULL))
             rc = reg_fail(ld, "%s holds a line break, which a header cannot", ref);
-        if (rc == 0 && tp_buf_append(&b, val, vlen) < 0)
+        if (rc == 0 && (tp_buf_append(&b, val, vlen) < 0 || keep_secret(tool, val, vlen) < 0))
             rc = reg_fail_oom(ld);
         if (owned) {
             explicit_bzero(owned, vlen);
@@ -160,12 +177,12 @@ int reg_http_finish(loader_t *ld, tp_tool_t *tool)
                        tool->http_body);
     const char *bad;
     if (!placeholders_ok(tool->http_url, &bad))
-        return FAIL_AT(ld, tool, "http",
-                       "\"url\": a placeholder is {NAME}, the name of an arg (wrong at \"%.20s\")", bad);
+        return FAIL_AT(ld, tool, "http", "\"url\": a placeholder is {NAME}, the name of an arg (wrong at \"%.20s\")",
+                       bad);
     where_t saved = ld->at;
     reg_where_setting(ld, tool, "http");
     mark_t m = reg_where_key(&ld->at, "url");
-    int rc = resolve(ld, tool->http_url, false, &tool->http_target);
+    int rc = resolve(ld, tool, tool->http_url, false, &tool->http_target);
     reg_where_pop(&ld->at, m);
     size_t n = 0;
     while (tool->http_headers && tool->http_headers[n])
@@ -178,7 +195,7 @@ int reg_http_finish(loader_t *ld, tp_tool_t *tool)
         snprintf(name, sizeof name, "%.*s", (int)(eq - h), h);
         m = reg_where_key(&ld->at, "headers");
         mark_t k = reg_where_key(&ld->at, name);
-        rc = resolve(ld, eq + 1, true, &value);
+        rc = resolve(ld, tool, eq + 1, true, &value);
         reg_where_pop(&ld->at, k);
         reg_where_pop(&ld->at, m);
         if (rc == 0) {

@@ -108,6 +108,11 @@ static const key_table_t mcp_table = TABLE(mcp_keys);
 
 static const key_spec_t http_keys[] = {
     {KEY("url", K_STRING), TOOL(http_url), .flags = F_REQUIRED | F_NONEMPTY | F_URL},
+    {KEY("method", K_STRING), TOOL(http_method), .flags = F_NONEMPTY},
+    {KEY("query", K_ARGNAMES), TOOL(http_query)},
+    {KEY("headers", K_HEADERS), TOOL(http_headers)},
+    {KEY("body", K_STRING), TOOL(http_body), .flags = F_NONEMPTY},
+    {KEY("ca_file", K_STRING), TOOL(http_ca_file), .flags = F_NONEMPTY | F_PATH},
 };
 static const key_table_t http_table = TABLE(http_keys);
 
@@ -123,6 +128,7 @@ static const key_spec_t tool_keys[] = {
     {KEY("cwd", K_STRING), TOOL(cwd), .flags = F_NONEMPTY | F_PATH},
     {KEY("mcp", K_ADAPTER), .adapter = TP_ADAPTER_MCP, .sub = &mcp_table},
     {KEY("http", K_ADAPTER), .adapter = TP_ADAPTER_HTTP, .sub = &http_table},
+    {KEY("connect_timeout", K_DURATION), TOOL(connect_timeout_us), .flags = F_MIN_EXCL},
 };
 const key_table_t reg_tool_table = {tool_keys, sizeof tool_keys / sizeof tool_keys[0], &reg_policy_table,
                                     offsetof(tp_tool_t, policy)};
@@ -137,6 +143,7 @@ static const key_spec_t run_keys[] = {
     {KEY("plugin", K_ADAPTER), .adapter = TP_ADAPTER_PLUGIN, .sub = &plugin_table},
     {KEY("mcp", K_ADAPTER), .adapter = TP_ADAPTER_MCP, .sub = &mcp_table},
     {KEY("http", K_ADAPTER), .adapter = TP_ADAPTER_HTTP, .sub = &http_table},
+    {KEY("connect_timeout", K_DURATION), TOOL(connect_timeout_us), .flags = F_MIN_EXCL},
     {KEY("cwd", K_STRING), TOOL(cwd), .flags = F_NONEMPTY | F_PATH},
     {KEY("schema_dialect", K_DIALECT), TOOL(schema_dialect)},
     {KEY("formats", K_FORMATS), TOOL(formats)},
@@ -223,5 +230,5 @@ const adapter_info_t reg_adapters[] = {
     [TP_ADAPTER_EXEC] = {"exec", true},
     [TP_ADAPTER_PLUGIN] = {"plugin", true},
     [TP_ADAPTER_MCP] = {"mcp", true},
-    [TP_ADAPTER_HTTP] = {"http", false},
+    [TP_ADAPTER_HTTP] = {"http", true},
 };

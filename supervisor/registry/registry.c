@@ -312,6 +312,20 @@ void tp_registry_free(tp_registry_t *reg)
         free(t->mcp_cwd);
         free(t->mcp_server);
         free(t->http_url);
+        free(t->http_method);
+        reg_free_argv(t->http_query);
+        reg_free_argv(t->http_headers);
+        free(t->http_body);
+        free(t->http_ca_file);
+        if (t->http_target) /* it may hold a secret */
+            explicit_bzero(t->http_target, strlen(t->http_target));
+        free(t->http_target);
+        for (size_t h = 0; t->http_header_lines && t->http_header_lines[h]; h++)
+            explicit_bzero(t->http_header_lines[h], strlen(t->http_header_lines[h]));
+        reg_free_argv(t->http_header_lines);
+        for (size_t h = 0; t->http_secrets && t->http_secrets[h]; h++)
+            explicit_bzero(t->http_secrets[h], strlen(t->http_secrets[h]));
+        reg_free_argv(t->http_secrets);
         reg_policy_clear(&t->policy);
     }
     free(reg->tools);

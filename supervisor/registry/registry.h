@@ -111,8 +111,18 @@ typedef struct {
     char **mcp_env;     /* mcp: "K=V" added to the server's environment, NULL-terminated, or NULL */
     char *mcp_cwd;      /* mcp: the server's directory (absolute), or NULL */
     char *mcp_server;   /* imported from "mcp_servers": the server's name; else NULL */
-    char *http_url;
-    bool strict; /* OpenAI's "strict", as declared */
+    /* http: the request as declared (secrets unresolved: what may be shown), and as sent */
+    char *http_url;              /* the URL template: {NAME} takes the arg NAME, percent-encoded */
+    char *http_method;           /* GET (the default), POST, PUT, PATCH or DELETE */
+    char **http_query;           /* args sent as the query string, NULL-terminated, or NULL */
+    char **http_headers;         /* "Name=value" as declared, NULL-terminated, or NULL */
+    char *http_body;             /* "args": GET and DELETE send the args as a body too; NULL: they do not */
+    char *http_ca_file;          /* absolute, or NULL: the system's certificates */
+    uint64_t connect_timeout_us; /* 0: the transport's own */
+    char *http_target;           /* the URL, ${env:NAME} and ${file:PATH} resolved at load; never shown */
+    char **http_header_lines;    /* "Name: value", resolved at load; never shown; NULL-terminated, or NULL */
+    char **http_secrets;         /* the secrets' values, for the worker to keep out of what it answers */
+    bool strict;                 /* OpenAI's "strict", as declared */
     tp_policy_t policy;
     size_t index; /* position in tools[] */
     int line;     /* where the tool's object starts */

@@ -85,6 +85,22 @@ int reg_fail(loader_t *ld, const char *fmt, ...) __attribute__((format(printf, 2
 int reg_fail_code(loader_t *ld, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* reg_fail's "out of memory". Returns TP_ENOMEM. */
 int reg_fail_oom(loader_t *ld);
+/*
+ * Moves the loader onto key where the tool's value of it was written (its
+ * policy file's or registry's "run" entry, else the tool itself), so that
+ * reg_fail() names the right file and line; reg_fail_then_reset(rc) puts
+ * the loader back on the registry file after. FAIL_AT does both.
+ */
+void reg_where_setting(loader_t *ld, const tp_tool_t *tool, const char *key);
+int reg_fail_then_reset(loader_t *ld, int rc);
+#define FAIL_AT(ld, tool, key, ...)                                                                                    \
+    (reg_where_setting((ld), (tool), (key)), reg_fail_then_reset((ld), reg_fail((ld), __VA_ARGS__)))
+/*
+ * An http tool read (http.c): its method and body mode checked, its URL's
+ * placeholders well formed, its secrets (${env:NAME}, ${file:PATH}) resolved
+ * into http_target and http_header_lines. 0, TP_EINVAL or TP_ENOMEM.
+ */
+int reg_http_finish(loader_t *ld, tp_tool_t *tool);
 const char *reg_describe(const json_t *v, char *buf, size_t n);
 
 /*
@@ -128,6 +144,8 @@ typedef enum {
     K_FORMATS,     /* "annotate" | "assert" -> int TP_FORMATS_* */
     K_SCHEMA_REFS, /* {URI: FILE}: each file read now, kept as a document by URI */
     K_ENV,         /* an object of strings -> NULL-terminated char ** of "K=V" */
+    K_HEADERS,     /* an object of HTTP headers -> NULL-terminated char ** of "Name=value" */
+    K_ARGNAMES,    /* an array of argument names (non-empty strings) -> NULL-terminated char ** */
     K_SERVERS,     /* the top-level mcp_servers object, imported after "defaults" */
     K_RUN,         /* the top-level "run" block: {TOOL: settings}, read with each tool */
 } key_type_t;

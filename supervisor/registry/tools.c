@@ -195,7 +195,7 @@ static int apply_run(loader_t *ld, tp_tool_t *tool)
  * policy file "run" entry, else its registry "run" entry, else the tool
  * itself (where the loader stands). reg_fail() then names the right file and line.
  */
-static void where_setting(loader_t *ld, const tp_tool_t *tool, const char *key)
+void reg_where_setting(loader_t *ld, const tp_tool_t *tool, const char *key)
 {
     for (int f = 1; f >= 0; f--) {
         if (json_object_get(json_object_get(f ? ld->prun : ld->run, tool->name), key) == NULL)
@@ -209,11 +209,7 @@ static void where_setting(loader_t *ld, const tp_tool_t *tool, const char *key)
     reg_where_key(&ld->at, key);
 }
 
-/* reg_fail() at where_setting, the loader back on the registry file. */
-#define FAIL_AT(ld, tool, key, ...)                                                                                    \
-    (where_setting((ld), (tool), (key)), fail_then_reset((ld), reg_fail((ld), __VA_ARGS__)))
-
-static int fail_then_reset(loader_t *ld, int rc)
+int reg_fail_then_reset(loader_t *ld, int rc)
 {
     ld->in_policy = false;
     return rc;
@@ -315,6 +311,11 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
                        "the %s adapter is not available in this build (%s are)", reg_adapters[tool->adapter].name,
                        available_adapters(list, sizeof list));
     }
+    if (tool->connect_timeout_us && tool->adapter != TP_ADAPTER_HTTP)
+        return FAIL_AT(ld, tool, "connect_timeout", "only an http tool has a connect timeout (this one is %s)",
+                       reg_adapters[tool->adapter].name);
+    if (tool->adapter == TP_ADAPTER_HTTP && (rc = reg_http_finish(ld, tool)) < 0)
+        return rc;
     if (tool->cwd && tool->adapter != TP_ADAPTER_EXEC)
         return FAIL_AT(ld, tool, "cwd", "only an exec tool has a working directory (this one is %s)",
                        reg_adapters[tool->adapter].name);

@@ -9,6 +9,7 @@
 #include "jsonschema.h"
 #include "taxonomy.h"
 
+#include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,6 +360,74 @@ static int parse_env(loader_t *ld, json_t *v, char ***out)
     return 0;
 }
 
+/* A header's name: a token of RFC 9110 (letters, digits and !#$%&'*+-.^_`|~). */
+static bool header_name(const char *k)
+{
+    if (*k == '\0')
+        return false;
+    for (; *k; k++)
+        if (!(isalnum((unsigned char)*k) || strchr("!#$%&'*+-.^_`|~", *k) != NULL))
+            return false;
+    return true;
+}
+
+/* An http tool's "headers": {"Name": "value"} -> "Name=value" strings (no line breaks in a value). */
+static int parse_headers(loader_t *ld, json_t *v, char ***out)
+{
+    char got[96];
+    if (!json_is_object(v))
+        return reg_fail(ld, "expected an object of headers like {\"Authorization\": \"Bearer ${env:TOKEN}\"}, got %s",
+                        GOT(v));
+    char **h = calloc(json_object_size(v) + 1, sizeof *h);
+    if (h == NULL)
+        return reg_fail_oom(ld);
+    reg_free_argv(*out);
+    *out = h;
+    size_t i = 0;
+    const char *k;
+    json_t *e;
+    json_object_foreach(v, k, e) {
+        mark_t m = reg_where_key(&ld->at, k);
+        if (!header_name(k))
+            return reg_fail(ld, "expected a header name (letters, digits and !#$%%&'*+-.^_`|~)");
+        const char *val = json_string_value(e);
+        if (val == NULL)
+            return reg_fail(ld, "expected a string, got %s", GOT(e));
+        if (strpbrk(val, "\r\n") != NULL)
+            return reg_fail(ld, "a header's value cannot hold a line break");
+        size_t n = strlen(k) + strlen(val) + 2;
+        if ((h[i] = malloc(n)) == NULL)
+            return reg_fail_oom(ld);
+        snprintf(h[i++], n, "%s=%s", k, val);
+        reg_where_pop(&ld->at, m);
+    }
+    return 0;
+}
+
+/* An array of names (non-empty strings): an http tool's "query". */
+static int parse_argnames(loader_t *ld, json_t *v, char ***out)
+{
+    char got[96];
+    if (!json_is_array(v))
+        return reg_fail(ld, "expected an array of argument names like [\"q\", \"limit\"], got %s", GOT(v));
+    size_t n = json_array_size(v);
+    char **names = calloc(n + 1, sizeof *names);
+    if (names == NULL)
+        return reg_fail_oom(ld);
+    reg_free_argv(*out);
+    *out = names;
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(v, i);
+        mark_t m = reg_where_index(&ld->at, i);
+        if (!json_is_string(e) || json_string_length(e) == 0)
+            return reg_fail(ld, "expected an argument's name, got %s", GOT(e));
+        if ((names[i] = strdup(json_string_value(e))) == NULL)
+            return reg_fail_oom(ld);
+        reg_where_pop(&ld->at, m);
+    }
+    return 0;
+}
+
 /*
  * "schema_refs": {URI: FILE}. Each file (relative to the registry) is read
  * now, so a missing or broken one is an error here, naming its URI; the
@@ -538,6 +607,10 @@ int reg_parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
         return parse_run_value(ld, v);
     case K_ENV:
         return parse_env(ld, v, (char ***)field);
+    case K_HEADERS:
+        return parse_headers(ld, v, (char ***)field);
+    case K_ARGNAMES:
+        return parse_argnames(ld, v, (char ***)field);
     }
     return reg_fail(ld, "internal error: key type %d", (int)s->type);
 }
