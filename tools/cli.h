@@ -1,4 +1,4 @@
-/* The toolpool subcommands, one file each, dispatched from toolpool.c. */
+/* The toolpool subcommands, one file each, dispatched from main.c, and what they share (cli.c). */
 #ifndef TP_CLI_H
 #define TP_CLI_H
 
@@ -26,6 +26,47 @@ tp_store_t *tp_cli_store_read(const char *dir, MDB_txn **txn);
 
 /* The long option --policy FILE of every command that loads a registry (no short form). */
 #define TP_OPT_POLICY 0x100
+
+/*
+ * What a command does with getopt_long's answer opt that none of its
+ * options took: 'h' (-h, --help) prints usage on stdout and answers 0, the
+ * exit status; anything else (getopt has said what was wrong) prints it on
+ * stderr and answers 2.
+ */
+int tp_cli_usage(const char *usage, int opt);
+/* Operands the command does not take: usage on stderr, and 2. */
+int tp_cli_misuse(const char *usage);
+
+/*
+ * One option of a command's table, for tp_cli_options: --name, and -letter
+ * when letter is not 0. One with a value (has_arg) stores it, a const
+ * char *, in *to; one without sets the bool *to. take, when there is one,
+ * does instead: it gets the option and its value (NULL without) and
+ * answers 0, or the exit status once it has logged why.
+ */
+typedef struct tp_cli_opt tp_cli_opt_t;
+struct tp_cli_opt {
+    const char *name;
+    char letter;
+    bool has_arg;
+    void *to;
+    int (*take)(const tp_cli_opt_t *o, const char *arg);
+};
+
+/* The most options a table holds, and the codes getopt_long gives those without a short form. */
+#define TP_CLI_OPTS_MAX 16
+#define TP_CLI_OPT_BASE 0x200
+/* tp_cli_options took every option: optind is the first operand. */
+#define TP_CLI_GO_ON (-1)
+
+/*
+ * Takes argv's options by opts (ended by one with a NULL name) and
+ * -h/--help, in the order they come. TP_CLI_GO_ON, or the status the
+ * command exits with: 0 when --help has printed usage on stdout, 2 when an
+ * option was bad (usage on stderr after getopt's word), or what a take
+ * answered.
+ */
+int tp_cli_options(int argc, char **argv, const char *usage, const tp_cli_opt_t *opts);
 
 /*
  * run --ordered: reads the calls file fd once for each call's job and

@@ -61,36 +61,18 @@ static int forget_apply(MDB_txn *txn, void *arg)
 
 int tp_cmd_forget(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"store", required_argument, NULL, 's'},
-        {"job", no_argument, NULL, 'J'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     forget_t f = {0};
     const char *dir = tp_store_default_dir();
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            dir = optarg;
-            break;
-        case 'J':
-            f.jobs = true;
-            break;
-        case 'h':
-            fputs(forget_usage, stdout);
-            return 0;
-        default:
-            fputs(forget_usage, stderr);
-            return 2;
-        }
-    }
-    if (optind >= argc) {
-        fputs(forget_usage, stderr);
-        return 2;
-    }
+    const tp_cli_opt_t opts[] = {
+        {"store", 's', true, &dir, NULL},
+        {"job", 0, false, &f.jobs, NULL},
+        {NULL, 0, false, NULL, NULL},
+    };
+    int rc = tp_cli_options(argc, argv, forget_usage, opts);
+    if (rc != TP_CLI_GO_ON)
+        return rc;
+    if (optind >= argc)
+        return tp_cli_misuse(forget_usage);
     f.names = argv + optind;
     f.n = argc - optind;
     char err[1024];
@@ -98,7 +80,7 @@ int tp_cmd_forget(int argc, char **argv)
         tp_log_error("%s", err);
         return 2;
     }
-    int rc = tp_store_write(f.s, forget_apply, &f, err, sizeof err);
+    rc = tp_store_write(f.s, forget_apply, &f, err, sizeof err);
     tp_store_close(f.s);
     if (rc == MDB_NOTFOUND && f.missing) {
         tp_log_error("%s: no %s %s is recorded; nothing was forgotten", dir, f.jobs ? "job" : "call", f.missing);

@@ -35,60 +35,48 @@ typedef struct {
     const char *note;
     bool all;
     bool json;
-    int decision; /* resolve: 'r' --rerun, 'a' --accept, 0 neither */
+    const char *decision; /* resolve: "rerun" or "accept", the name of the option given; NULL neither */
 } args_t;
 
-/* [VERB [ID]] [--store DIR] [--all] [--note TEXT] [--json], in any order. */
+/* --rerun or --accept, into the const char *o->to: either, once or more, but not both. */
+static int take_decision(const tp_cli_opt_t *o, const char *arg)
+{
+    const char **decision = o->to;
+    (void)arg;
+    if (*decision && *decision != o->name) {
+        tp_log_error("--rerun and --accept: give one of them");
+        return 2;
+    }
+    *decision = o->name;
+    return 0;
+}
+
+/*
+ * [VERB [ID]] [--store DIR] [--all] [--note TEXT] [--json], in any order.
+ * TP_CLI_GO_ON, or the status to exit with (tp_cli_options).
+ */
 static int parse(int argc, char **argv, args_t *a, const char *usage)
 {
-    static const struct option longopts[] = {
-        {"store", required_argument, NULL, 's'}, {"all", no_argument, NULL, 'a'},
-        {"note", required_argument, NULL, 'n'},  {"json", no_argument, NULL, 'J'},
-        {"rerun", no_argument, NULL, 'r'},       {"accept", no_argument, NULL, 'A'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
-    };
     *a = (args_t){.store = tp_store_default_dir(), .verb = "list"};
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            a->store = optarg;
-            break;
-        case 'a':
-            a->all = true;
-            break;
-        case 'n':
-            a->note = optarg;
-            break;
-        case 'J':
-            a->json = true;
-            break;
-        case 'r':
-        case 'A':
-            if (a->decision && a->decision != c) {
-                tp_log_error("--rerun and --accept: give one of them");
-                return 2;
-            }
-            a->decision = c;
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            exit(0);
-        default:
-            fputs(usage, stderr);
-            return 2;
-        }
-    }
+    const tp_cli_opt_t opts[] = {
+        {"store", 's', true, &a->store, NULL},
+        {"all", 0, false, &a->all, NULL},
+        {"note", 0, true, &a->note, NULL},
+        {"json", 0, false, &a->json, NULL},
+        {"rerun", 0, false, &a->decision, take_decision},
+        {"accept", 0, false, &a->decision, take_decision},
+        {NULL, 0, false, NULL, NULL},
+    };
+    int rc = tp_cli_options(argc, argv, usage, opts);
+    if (rc != TP_CLI_GO_ON)
+        return rc;
     if (optind < argc)
         a->verb = argv[optind++];
     if (optind < argc)
         a->id = argv[optind++];
-    if (optind < argc) {
-        fputs(usage, stderr);
-        return 2;
-    }
-    return 0;
+    if (optind < argc)
+        return tp_cli_misuse(usage);
+    return TP_CLI_GO_ON;
 }
 
 static void put_time(FILE *out, uint64_t unix_us)
@@ -325,13 +313,12 @@ static int list_breaker(const MDB_val *k, const MDB_val *v, void *ctx)
 int tp_cmd_breakers(int argc, char **argv)
 {
     args_t a;
-    if (parse(argc, argv, &a, breakers_usage))
-        return 2;
+    int parsed = parse(argc, argv, &a, breakers_usage);
+    if (parsed != TP_CLI_GO_ON)
+        return parsed;
     bool list = strcmp(a.verb, "list") == 0, show = strcmp(a.verb, "show") == 0, reset = strcmp(a.verb, "reset") == 0;
-    if (!(list || show || reset) || (list && a.id) || (!list && !a.id) || a.decision) {
-        fputs(breakers_usage, stderr);
-        return 2;
-    }
+    if (!(list || show || reset) || (list && a.id) || (!list && !a.id) || a.decision)
+        return tp_cli_misuse(breakers_usage);
     tp_store_t *s = open_store(&a, reset);
     if (s == NULL)
         return 2;
@@ -450,7 +437,8 @@ static int resolve_apply(MDB_txn *txn, void *arg)
 static int resolve_run(tp_store_t *s, const args_t *a)
 {
     char err[1024];
-    resolve_ctx_t ctx = {.s = s, .id = a->id, .note = a->note, .rerun = a->decision == 'r'};
+    resolve_ctx_t ctx = {
+        .s = s, .id = a->id, .note = a->note, .rerun = a->decision && strcmp(a->decision, "rerun") == 0};
     int rc = tp_store_write(s, resolve_apply, &ctx, err, sizeof err);
     tp_store_close(s);
     if (rc == MDB_NOTFOUND) {
@@ -494,14 +482,13 @@ static int list_escalation(const MDB_val *k, const MDB_val *v, void *ctx)
 int tp_cmd_escalations(int argc, char **argv)
 {
     args_t a;
-    if (parse(argc, argv, &a, escalations_usage))
-        return 2;
+    int parsed = parse(argc, argv, &a, escalations_usage);
+    if (parsed != TP_CLI_GO_ON)
+        return parsed;
     bool list = strcmp(a.verb, "list") == 0, show = strcmp(a.verb, "show") == 0,
          resolve = strcmp(a.verb, "resolve") == 0;
-    if (!(list || show || resolve) || (list && a.id) || (!list && !a.id) || (a.decision && !resolve)) {
-        fputs(escalations_usage, stderr);
-        return 2;
-    }
+    if (!(list || show || resolve) || (list && a.id) || (!list && !a.id) || (a.decision && !resolve))
+        return tp_cli_misuse(escalations_usage);
     tp_store_t *s = open_store(&a, resolve);
     if (s == NULL)
         return 2;
@@ -637,13 +624,12 @@ static int list_job(const MDB_val *k, const MDB_val *v, void *ctx)
 int tp_cmd_checkpoints(int argc, char **argv)
 {
     args_t a;
-    if (parse(argc, argv, &a, checkpoints_usage))
-        return 2;
+    int parsed = parse(argc, argv, &a, checkpoints_usage);
+    if (parsed != TP_CLI_GO_ON)
+        return parsed;
     bool list = strcmp(a.verb, "list") == 0, show = strcmp(a.verb, "show") == 0;
-    if (!(list || show) || (list && a.id) || (show && !a.id) || a.decision) {
-        fputs(checkpoints_usage, stderr);
-        return 2;
-    }
+    if (!(list || show) || (list && a.id) || (show && !a.id) || a.decision)
+        return tp_cli_misuse(checkpoints_usage);
     tp_store_t *s = open_store(&a, false);
     if (s == NULL)
         return 2;

@@ -84,6 +84,11 @@ static void closed_cb(void *ctx)
     end_session(ctx, "the client closed the session");
 }
 
+static void finish_cb(void *front, uint64_t timeout_us)
+{
+    tp_mcp_finish(front, timeout_us);
+}
+
 static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
     mcp_t *s = arg;
@@ -110,13 +115,11 @@ int tp_cmd_mcp(int argc, char **argv)
     while ((c = getopt_long(argc, argv, TP_ENGINE_SHORTOPTS "h", longopts, NULL)) != -1) {
         if (tp_engine_cli_take(&ec, c, optarg))
             continue;
-        fputs(mcp_usage, c == 'h' ? stdout : stderr);
-        return c == 'h' ? 0 : 2;
+        return tp_cli_usage(mcp_usage, c);
     }
     if (optind < argc) {
         tp_log_error("mcp takes no arguments, got \"%s\" (the host speaks on stdin)", argv[optind]);
-        fputs(mcp_usage, stderr);
-        return 2;
+        return tp_cli_misuse(mcp_usage);
     }
     int status = 2;
     mcp_t s = {.quiet = ec.quiet};
@@ -148,11 +151,7 @@ int tp_cmd_mcp(int argc, char **argv)
         fprintf(stderr, "toolpool mcp: serving %zu tool%s on stdio (session %s, %d worker%s, store %s)\n",
                 eo->reg->n_tools, eo->reg->n_tools == 1 ? "" : "s", tp_mcp_session(s.front), eo->workers,
                 eo->workers == 1 ? "" : "s", ec.store_dir);
-    if (event_base_dispatch(s.loop.base) < 0)
-        tp_log_error("the event loop failed");
-    tp_engine_finish(s.e); /* a failure is the engine's still, after the front has finished */
-    tp_mcp_finish(s.front, 2000000u);
-    status = tp_engine_failed(s.e) ? 2 : 0;
+    status = tp_host_finish(&s.loop, s.e, finish_cb, s.front);
     if (!ec.quiet) {
         uint64_t calls, ok;
         tp_mcp_counts(s.front, &calls, &ok);

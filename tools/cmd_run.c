@@ -207,12 +207,8 @@ int tp_cmd_run(int argc, char **argv)
             parse_rerun(optarg, &rerun);
             want_rerun = true;
             break;
-        case 'h':
-            fputs(run_usage, stdout);
-            return 0;
         default:
-            fputs(run_usage, stderr);
-            return 2;
+            return tp_cli_usage(run_usage, c);
         }
     }
     tp_batch_opts_t o = {.input_fd = -1, .output_fd = -1};

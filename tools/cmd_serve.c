@@ -137,6 +137,11 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
     tp_loop_draining(&s->loop);
 }
 
+static void finish_cb(void *front, uint64_t timeout_us)
+{
+    tp_http_finish(front, timeout_us);
+}
+
 int tp_cmd_serve(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -184,18 +189,13 @@ int tp_cmd_serve(int argc, char **argv)
         case 'I':
             ho.idle_timeout_us = tp_cli_duration("--idle-timeout", optarg, 1);
             break;
-        case 'h':
-            fputs(serve_usage, stdout);
-            return 0;
         default:
-            fputs(serve_usage, stderr);
-            return 2;
+            return tp_cli_usage(serve_usage, c);
         }
     }
     if (optind < argc) {
         tp_log_error("serve takes no arguments, got \"%s\"", argv[optind]);
-        fputs(serve_usage, stderr);
-        return 2;
+        return tp_cli_misuse(serve_usage);
     }
 
     int status = 2;
@@ -242,11 +242,7 @@ int tp_cmd_serve(int argc, char **argv)
     if (!ec.quiet)
         fprintf(stderr, "toolpool serve: listening on %s (%d worker%s, store %s)\n", addr.text, eo->workers,
                 eo->workers == 1 ? "" : "s", ec.store_dir);
-    if (event_base_dispatch(s.loop.base) < 0)
-        tp_log_error("the event loop failed");
-    tp_engine_finish(s.e); /* a failure is the engine's still, after the front has finished */
-    tp_http_finish(s.front, 2000000u);
-    status = tp_engine_failed(s.e) ? 2 : 0;
+    status = tp_host_finish(&s.loop, s.e, finish_cb, s.front);
     if (!ec.quiet) {
         const tp_engine_stats_t *st = tp_engine_stats(s.e);
         uint64_t calls = 0, ok = 0;

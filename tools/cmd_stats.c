@@ -233,47 +233,30 @@ static int by_name(const void *a, const void *b)
     return strcmp(((const tool_stats_t *)a)->tool, ((const tool_stats_t *)b)->tool);
 }
 
+/* --since D: into the uint64_t *o->to, in microseconds, more than 0. */
+static int take_since(const tp_cli_opt_t *o, const char *arg)
+{
+    if (tp_duration_parse(arg, o->to) < 0 || *(uint64_t *)o->to == 0) {
+        tp_log_error("--since: expected a duration like \"1h\" or \"30m\", got \"%s\"", arg);
+        return 2;
+    }
+    return 0;
+}
+
 int tp_cmd_stats(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"store", required_argument, NULL, 's'}, {"tool", required_argument, NULL, 't'},
-        {"since", required_argument, NULL, 'S'}, {"json", no_argument, NULL, 'J'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
-    };
     const char *dir = tp_store_default_dir(), *only = NULL;
     uint64_t since_us = 0;
     bool json = false;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            dir = optarg;
-            break;
-        case 't':
-            only = optarg;
-            break;
-        case 'S':
-            if (tp_duration_parse(optarg, &since_us) < 0 || since_us == 0) {
-                tp_log_error("--since: expected a duration like \"1h\" or \"30m\", got \"%s\"", optarg);
-                return 2;
-            }
-            break;
-        case 'J':
-            json = true;
-            break;
-        case 'h':
-            fputs(stats_usage, stdout);
-            return 0;
-        default:
-            fputs(stats_usage, stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fputs(stats_usage, stderr);
-        return 2;
-    }
+    const tp_cli_opt_t opts[] = {
+        {"store", 's', true, &dir, NULL}, {"tool", 0, true, &only, NULL}, {"since", 0, true, &since_us, take_since},
+        {"json", 0, false, &json, NULL},  {NULL, 0, false, NULL, NULL},
+    };
+    int rc = tp_cli_options(argc, argv, stats_usage, opts);
+    if (rc != TP_CLI_GO_ON)
+        return rc;
+    if (optind < argc)
+        return tp_cli_misuse(stats_usage);
     MDB_txn *txn;
     tp_store_t *s = tp_cli_store_read(dir, &txn);
     if (s == NULL)
@@ -284,7 +267,7 @@ int tp_cmd_stats(int argc, char **argv)
     uint64_t undated = 0;
     MDB_cursor *cur;
     MDB_val k, v;
-    int rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_RESULTS), &cur));
+    rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_RESULTS), &cur));
     for (rc = rc ? rc : tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
          rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         Toolpool__StoredResult *sr;

@@ -137,32 +137,17 @@ static int store_check(const char *dir)
 
 int tp_cmd_store(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"store", required_argument, NULL, 's'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     const char *dir = tp_store_default_dir(), *verb = NULL;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            dir = optarg;
-            break;
-        case 'h':
-            fputs(store_usage, stdout);
-            return 0;
-        default:
-            fputs(store_usage, stderr);
-            return 2;
-        }
-    }
+    const tp_cli_opt_t opts[] = {
+        {"store", 's', true, &dir, NULL},
+        {NULL, 0, false, NULL, NULL},
+    };
+    int rc = tp_cli_options(argc, argv, store_usage, opts);
+    if (rc != TP_CLI_GO_ON)
+        return rc;
     if (optind < argc)
         verb = argv[optind++];
-    if (verb == NULL || strcmp(verb, "check") != 0 || optind < argc) {
-        fputs(store_usage, stderr);
-        return 2;
-    }
+    if (verb == NULL || strcmp(verb, "check") != 0 || optind < argc)
+        return tp_cli_misuse(store_usage);
     return store_check(dir);
 }

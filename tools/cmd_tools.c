@@ -52,13 +52,6 @@ static const char *adapter_of(const tp_tool_t *t)
 
 int tp_cmd_tools(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"registry", required_argument, NULL, 'r'},
-        {"policy", required_argument, NULL, TP_OPT_POLICY},
-        {"format", required_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(tools_usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -67,30 +60,17 @@ int tp_cmd_tools(int argc, char **argv)
     bool export = strcmp(sub, "export") == 0;
     if (!export && strcmp(sub, "list") != 0) {
         tp_log_error("tools: unknown subcommand \"%s\" (expected list or export)", sub);
-        fputs(tools_usage, stderr);
-        return 2;
+        return tp_cli_misuse(tools_usage);
     }
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc - 1, argv + 1, "r:f:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'r':
-            registry = optarg;
-            break;
-        case TP_OPT_POLICY:
-            policy = optarg;
-            break;
-        case 'f':
-            format = optarg;
-            break;
-        case 'h':
-            fputs(tools_usage, stdout);
-            return 0;
-        default:
-            fputs(tools_usage, stderr);
-            return 2;
-        }
-    }
+    const tp_cli_opt_t opts[] = {
+        {"registry", 'r', true, &registry, NULL},
+        {"policy", 0, true, &policy, NULL},
+        {"format", 'f', true, &format, NULL},
+        {NULL, 0, false, NULL, NULL},
+    };
+    int rc = tp_cli_options(argc - 1, argv + 1, tools_usage, opts);
+    if (rc != TP_CLI_GO_ON)
+        return rc;
     if (optind < argc - 1) {
         tp_log_error("tools %s takes no operand, got \"%s\"", sub, argv[1 + optind]);
         return 2;

@@ -233,23 +233,6 @@ int tp_trace_print(FILE *in, const char *name, FILE *out)
     return tp_trace_print_as(in, name, out, false);
 }
 
-tp_store_t *tp_cli_store_read(const char *dir, MDB_txn **txn)
-{
-    char err[1024];
-    tp_store_t *s = tp_store_open(dir, TP_STORE_RDONLY, err, sizeof err);
-    if (s == NULL) {
-        tp_log_error("%s", err);
-        return NULL;
-    }
-    int rc = tp_store_read(s, txn);
-    if (rc) {
-        tp_log_error("%s: cannot read: %s", dir, tp_strerror(rc));
-        tp_store_close(s);
-        return NULL;
-    }
-    return s;
-}
-
 /* Prints the recorded result of each call id from the store. */
 static int trace_store(const char *dir, int n, char **ids, bool json)
 {
@@ -315,36 +298,18 @@ int tp_cmd_trace(int argc, char **argv)
         "printed. Input that is not results (a calls file, say) is refused (exit 2).\n"
         "  --json   each result record as one JSON line\n";
     /* clang-format on */
-    static const struct option longopts[] = {
-        {"store", required_argument, NULL, 's'},
-        {"json", no_argument, NULL, 'J'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     const char *store = NULL;
     bool json = false;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            store = optarg;
-            break;
-        case 'J':
-            json = true;
-            break;
-        case 'h':
-            fputs(usage, stdout);
-            return 0;
-        default:
-            fputs(usage, stderr);
-            return 2;
-        }
-    }
-    if (optind >= argc) {
-        fputs(usage, stderr);
-        return 2;
-    }
+    const tp_cli_opt_t opts[] = {
+        {"store", 's', true, &store, NULL},
+        {"json", 0, false, &json, NULL},
+        {NULL, 0, false, NULL, NULL},
+    };
+    int rc = tp_cli_options(argc, argv, usage, opts);
+    if (rc != TP_CLI_GO_ON)
+        return rc;
+    if (optind >= argc)
+        return tp_cli_misuse(usage);
     const char *path = argv[optind];
     if (store == NULL && (strcmp(path, "-") == 0 || access(path, F_OK) == 0)) {
         if (argc - optind > 1) {
@@ -356,7 +321,7 @@ int tp_cmd_trace(int argc, char **argv)
             tp_log_error("%s: %s", path, strerror(errno));
             return 2;
         }
-        int rc = tp_trace_print_as(in, path, stdout, json);
+        rc = tp_trace_print_as(in, path, stdout, json);
         if (in != stdin)
             fclose(in);
         return rc;

@@ -127,3 +127,12 @@ uint64_t tp_cli_duration(const char *opt, const char *v, uint64_t min_us)
     }
     return us;
 }
+
+int tp_host_finish(tp_loop_t *loop, tp_engine_t *e, void (*finish)(void *front, uint64_t timeout_us), void *front)
+{
+    if (event_base_dispatch(loop->base) < 0)
+        tp_log_error("the event loop failed");
+    tp_engine_finish(e);
+    finish(front, TP_HOST_FINISH_US);
+    return tp_engine_failed(e) ? 2 : 0;
+}

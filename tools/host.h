@@ -104,4 +104,17 @@ unsigned long long tp_cli_count(const char *opt, const char *v, unsigned long lo
 /* A duration option ("10s", "250ms") of at least min_us, or exit 2 naming the option. */
 uint64_t tp_cli_duration(const char *opt, const char *v, uint64_t min_us);
 
+/* How long a front may take, once the loop has ended, to write what it still holds. */
+#define TP_HOST_FINISH_US 2000000u
+
+/*
+ * The end of serve's and mcp's run, once the engine has started on loop:
+ * the loop until it exits (the drain over, or its last resort), the
+ * engine's last turn, then the front's, finish(front, TP_HOST_FINISH_US).
+ * The engine goes first, so that the front finishes with every answer
+ * there will be. Answers the exit status: 2 when the engine has failed,
+ * as it may still while the front finishes; else 0.
+ */
+int tp_host_finish(tp_loop_t *loop, tp_engine_t *e, void (*finish)(void *front, uint64_t timeout_us), void *front);
+
 #endif

@@ -65,46 +65,60 @@ const char *js_quoted(const char *s, size_t n, char *buf, size_t size)
     return buf;
 }
 
-/* The node schema value key became, or NULL: js_compile()'s memo. */
-node_t *js_memo_get(cctx_t *cc, const json_t *key)
+static size_t ptr_hash(const void *p, size_t mask)
 {
-    if (cc->memo_cap == 0)
+    uintptr_t x = (uintptr_t)p;
+    x ^= x >> 17;
+    x *= 0xed5ad4bbu;
+    x ^= x >> 11;
+    return (size_t)x & mask;
+}
+
+void *js_ptrmap_get(const ptrmap_t *m, const void *key)
+{
+    if (m->cap == 0)
         return NULL;
-    for (size_t i = ptr_hash(key, cc->memo_cap - 1);; i = (i + 1) & (cc->memo_cap - 1)) {
-        if (cc->memo[i].key == NULL)
+    for (size_t i = ptr_hash(key, m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (m->v[i].key == NULL)
             return NULL;
-        if (cc->memo[i].key == key)
-            return cc->memo[i].node;
+        if (m->v[i].key == key)
+            return m->v[i].val;
     }
 }
 
-/* Remembers key -> node, growing the table at half full. 0, or TP_ENOMEM. */
-static int memo_put(cctx_t *cc, const json_t *key, node_t *node)
+int js_ptrmap_put(ptrmap_t *m, const void *key, void *val)
 {
-    if ((cc->memo_n + 1) * 2 > cc->memo_cap) {
-        size_t cap = cc->memo_cap ? cc->memo_cap * 2 : 64;
-        memo_slot_t *m = calloc(cap, sizeof *m);
-        if (m == NULL)
+    if ((m->n + 1) * 2 > m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 64;
+        ptr_slot_t *v = calloc(cap, sizeof *v);
+        if (v == NULL)
             return TP_ENOMEM;
-        for (size_t j = 0; j < cc->memo_cap; j++) {
-            if (cc->memo[j].key == NULL)
+        for (size_t j = 0; j < m->cap; j++) {
+            if (m->v[j].key == NULL)
                 continue;
-            size_t i = ptr_hash(cc->memo[j].key, cap - 1);
-            while (m[i].key != NULL)
+            size_t i = ptr_hash(m->v[j].key, cap - 1);
+            while (v[i].key != NULL)
                 i = (i + 1) & (cap - 1);
-            m[i] = cc->memo[j];
+            v[i] = m->v[j];
         }
-        free(cc->memo);
-        cc->memo = m;
-        cc->memo_cap = cap;
+        free(m->v);
+        m->v = v;
+        m->cap = cap;
     }
-    size_t i = ptr_hash(key, cc->memo_cap - 1);
-    while (cc->memo[i].key != NULL)
-        i = (i + 1) & (cc->memo_cap - 1);
-    cc->memo[i].key = key;
-    cc->memo[i].node = node;
-    cc->memo_n++;
+    size_t i = ptr_hash(key, m->cap - 1);
+    while (m->v[i].key != NULL && m->v[i].key != key)
+        i = (i + 1) & (m->cap - 1);
+    if (m->v[i].key == NULL)
+        m->n++;
+    m->v[i].key = key;
+    m->v[i].val = val;
     return 0;
+}
+
+/* The node schema value key became, or NULL: js_compile()'s memo. */
+node_t *js_memo_get(cctx_t *cc, const json_t *key)
+{
+    return js_ptrmap_get(&cc->memo, key);
 }
 
 /*
@@ -121,7 +135,7 @@ static node_t *node_new(cctx_t *cc, const json_t *js, const seg_t *path)
         goto nomem;
     s->nodes[s->n_nodes++] = n;
     n->max_props = n->max_items = n->max_len = SIZE_MAX;
-    if (memo_put(cc, js, n) < 0)
+    if (js_ptrmap_put(&cc->memo, js, n) < 0)
         goto nomem;
     return n;
 nomem:
@@ -660,8 +674,8 @@ fail:
 /* What only compiling needed. */
 static void cctx_free(cctx_t *cc)
 {
-    free(cc->memo);
-    free(cc->objs);
+    free(cc->memo.v);
+    free(cc->objs.v);
     for (size_t i = 0; i < cc->n_names; i++)
         free(cc->names[i].key);
     free(cc->names);

@@ -262,16 +262,26 @@ int js_put_pointer(tp_buf_t *b, const seg_t *path);
 int js_put_location(tp_buf_t *b, const seg_t *path);
 int js_put_short(tp_buf_t *b, const json_t *v, size_t limit);
 
-/* Compiling's state, which compile.c and refs.c both work on. */
+/*
+ * A table keyed by pointer, open addressing, grown at half full: compiling
+ * keeps two, schema value -> node (the memo) and schema object -> resource.
+ */
 typedef struct {
-    const json_t *key;
-    node_t *node;
-} memo_slot_t;
+    const void *key;
+    void *val;
+} ptr_slot_t;
 
 typedef struct {
-    const json_t *key;
-    res_t *res;
-} obj_slot_t;
+    ptr_slot_t *v;
+    size_t cap, n;
+} ptrmap_t;
+
+/* What key maps to, or NULL. */
+void *js_ptrmap_get(const ptrmap_t *m, const void *key);
+/* Maps key to val (over what it mapped to). 0, or TP_ENOMEM. */
+int js_ptrmap_put(ptrmap_t *m, const void *key, void *val);
+
+/* Compiling's state, which compile.c and refs.c both work on. */
 
 typedef struct {
     char *key; /* "URI" or "URI#anchor" */
@@ -283,27 +293,17 @@ typedef struct {
     tp_jsonschema_opts_t opts;
     dialect_t dflt; /* for documents without "$schema" */
     res_t *root_res;
-    obj_slot_t *objs; /* schema object -> its resource, open addressing */
-    size_t objs_cap, objs_n;
+    ptrmap_t objs; /* schema object -> its resource (res_t *) */
     name_t *names; /* URIs and anchors -> schemas */
     size_t n_names, cap_names;
     char *err;
     size_t errlen;
-    int rc;            /* the first failure's code (its message in err), 0 until one */
-    memo_slot_t *memo; /* json_t * -> node, open addressing */
-    size_t memo_cap, memo_n;
+    int rc;        /* the first failure's code (its message in err), 0 until one */
+    ptrmap_t memo; /* schema value -> its node (node_t *) */
     pcre2_compile_context *pcc;
     int depth;
 } cctx_t;
 
-static inline size_t ptr_hash(const void *p, size_t mask)
-{
-    uintptr_t x = (uintptr_t)p;
-    x ^= x >> 17;
-    x *= 0xed5ad4bbu;
-    x ^= x >> 11;
-    return (size_t)x & mask;
-}
 
 /* The slot of name (hash h) in n's property table: its entry, or the empty slot it would take. */
 static inline uint32_t *prop_slot(node_t *n, const char *name, size_t len, uint32_t h)

@@ -324,47 +324,10 @@ static const json_t *walk_pointer(const json_t *doc, const char *p, size_t n)
     return cur;
 }
 
-/* The pointer-keyed table of objinfo: which resource each schema object is in. */
+/* Which resource schema object js is in, or NULL. */
 res_t *js_res_of(cctx_t *cc, const json_t *js)
 {
-    if (cc->objs_cap == 0)
-        return NULL;
-    for (size_t i = ptr_hash(js, cc->objs_cap - 1);; i = (i + 1) & (cc->objs_cap - 1)) {
-        if (cc->objs[i].key == NULL)
-            return NULL;
-        if (cc->objs[i].key == js)
-            return cc->objs[i].res;
-    }
-}
-
-/* Puts js in res. 0, or TP_ENOMEM. */
-static int res_put(cctx_t *cc, const json_t *js, res_t *res)
-{
-    if ((cc->objs_n + 1) * 2 > cc->objs_cap) {
-        size_t cap = cc->objs_cap ? cc->objs_cap * 2 : 64;
-        obj_slot_t *m = calloc(cap, sizeof *m);
-        if (m == NULL)
-            return TP_ENOMEM;
-        for (size_t j = 0; j < cc->objs_cap; j++) {
-            if (cc->objs[j].key == NULL)
-                continue;
-            size_t i = ptr_hash(cc->objs[j].key, cap - 1);
-            while (m[i].key != NULL)
-                i = (i + 1) & (cap - 1);
-            m[i] = cc->objs[j];
-        }
-        free(cc->objs);
-        cc->objs = m;
-        cc->objs_cap = cap;
-    }
-    size_t i = ptr_hash(js, cc->objs_cap - 1);
-    while (cc->objs[i].key != NULL && cc->objs[i].key != js)
-        i = (i + 1) & (cc->objs_cap - 1);
-    if (cc->objs[i].key == NULL)
-        cc->objs_n++;
-    cc->objs[i].key = js;
-    cc->objs[i].res = res;
-    return 0;
+    return js_ptrmap_get(&cc->objs, js);
 }
 
 /* The schema a name ("URI" or "URI#anchor") was given to, or NULL. */
@@ -504,7 +467,7 @@ static int index_value(cctx_t *cc, const json_t *v, res_t *res, const seg_t *pat
             }
         }
     }
-    if (res_put(cc, v, res) < 0)
+    if (js_ptrmap_put(&cc->objs, v, res) < 0)
         goto nomem;
     /* only where schemas are: "$id" inside an unknown keyword or data names nothing */
     for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it)) {

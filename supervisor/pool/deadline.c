@@ -320,47 +320,55 @@ void tp_deadline_free(tp_deadline_t *d)
     free(d);
 }
 
-/* Called under mu: waits until the thread has finished killing slot i's processes. */
-static void wait_swept(tp_deadline_t *d, int i)
+/*
+ * What every change to slot i begins with: mu taken, and the thread done
+ * killing the slot's processes, should it be at it. false, nothing taken,
+ * when there is no thread (then there is nothing to change).
+ */
+static bool slot_lock(tp_deadline_t *d, int i)
 {
+    if (!d->running)
+        return false;
+    pthread_mutex_lock(&d->mu);
     while (d->slots[i].sweeping)
         pthread_cond_wait(&d->swept, &d->mu);
+    return true;
+}
+
+/* Called under mu: slot i's deadline gone; what the kill of its last one took (0: none), gone too. */
+static uint64_t slot_disarm(tp_deadline_t *d, int i)
+{
+    uint64_t killed = d->slots[i].killed_us;
+    d->slots[i].deadline = 0;
+    d->slots[i].killed_us = 0;
+    return killed;
 }
 
 void tp_deadline_watch(tp_deadline_t *d, int i, pid_t pid, int reply_fd)
 {
-    if (!d->running)
+    if (!slot_lock(d, i))
         return;
-    pthread_mutex_lock(&d->mu);
-    wait_swept(d, i);
     d->slots[i].pid = pid;
     d->slots[i].reply_fd = reply_fd;
-    d->slots[i].deadline = 0;
-    d->slots[i].killed_us = 0;
+    slot_disarm(d, i);
     pthread_mutex_unlock(&d->mu);
 }
 
 uint64_t tp_deadline_forget(tp_deadline_t *d, int i)
 {
-    if (!d->running)
+    if (!slot_lock(d, i))
         return 0;
-    pthread_mutex_lock(&d->mu);
-    wait_swept(d, i);
-    uint64_t killed = d->slots[i].killed_us;
     d->slots[i].pid = 0;
     d->slots[i].reply_fd = -1;
-    d->slots[i].deadline = 0;
-    d->slots[i].killed_us = 0;
+    uint64_t killed = slot_disarm(d, i);
     pthread_mutex_unlock(&d->mu);
     return killed;
 }
 
 void tp_deadline_arm(tp_deadline_t *d, int i, uint64_t at)
 {
-    if (!d->running)
+    if (!slot_lock(d, i))
         return;
-    pthread_mutex_lock(&d->mu);
-    wait_swept(d, i);
     d->slots[i].deadline = at;
     d->slots[i].killed_us = 0;
     if (at != 0 && (d->next == 0 || at < d->next))
@@ -370,23 +378,17 @@ void tp_deadline_arm(tp_deadline_t *d, int i, uint64_t at)
 
 uint64_t tp_deadline_disarm(tp_deadline_t *d, int i)
 {
-    if (!d->running)
+    if (!slot_lock(d, i))
         return 0;
-    pthread_mutex_lock(&d->mu);
-    wait_swept(d, i);
-    uint64_t killed = d->slots[i].killed_us;
-    d->slots[i].deadline = 0;
-    d->slots[i].killed_us = 0;
+    uint64_t killed = slot_disarm(d, i);
     pthread_mutex_unlock(&d->mu);
     return killed;
 }
 
 uint64_t tp_deadline_killed(tp_deadline_t *d, int i)
 {
-    if (!d->running)
+    if (!slot_lock(d, i))
         return 0;
-    pthread_mutex_lock(&d->mu);
-    wait_swept(d, i);
     uint64_t killed = d->slots[i].killed_us;
     pthread_mutex_unlock(&d->mu);
     return killed;

@@ -91,6 +91,23 @@ static int skip_value(scan_t *s)
     return 0;
 }
 
+/*
+ * Past the value at the cursor, the ',' after it and the white space, to
+ * the next member or element. 0, or -1 at the end of the object or array
+ * (or of a text broken there).
+ */
+static int skip_to_next(scan_t *s)
+{
+    if (skip_value(s) < 0)
+        return -1;
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != ',')
+        return -1;
+    s->p++;
+    skip_ws(s);
+    return 0;
+}
+
 /* The next byte of a pointer token, "~0" and "~1" decoded; -1 past its end. */
 static int token_byte(const char **t, const char *tend)
 {
@@ -152,6 +169,14 @@ static size_t utf8_encode(unsigned cp, unsigned char *b)
     return 4;
 }
 
+/* The byte a one-letter escape \e stands for: \b \f \n \r \t, and any other letter (\" \\ \/) itself. */
+static unsigned char unescape(char e)
+{
+    static const char letters[] = "bfnrt", bytes[] = "\b\f\n\r\t";
+    const char *at = e ? strchr(letters, e) : NULL;
+    return (unsigned char)(at ? bytes[at - letters] : e);
+}
+
 /*
  * At the opening quote of a key: decodes it (escapes and \u surrogate pairs
  * to UTF-8, as jansson does) and compares it with the pointer token in
@@ -182,23 +207,7 @@ static int key_equals(scan_t *s, const char *tok, const char *tend, bool *eq)
                 return TP_EINVAL;
             char e = s->p[1];
             s->p += 2;
-            switch (e) {
-            case 'b':
-                bytes[0] = '\b';
-                break;
-            case 'f':
-                bytes[0] = '\f';
-                break;
-            case 'n':
-                bytes[0] = '\n';
-                break;
-            case 'r':
-                bytes[0] = '\r';
-                break;
-            case 't':
-                bytes[0] = '\t';
-                break;
-            case 'u': {
+            if (e == 'u') {
                 unsigned cp, lo;
                 if (hex4(s->p, s->end, &cp) < 0)
                     return TP_EINVAL;
@@ -209,11 +218,8 @@ static int key_equals(scan_t *s, const char *tok, const char *tend, bool *eq)
                     s->p += 6;
                 }
                 nb = utf8_encode(cp, bytes);
-                break;
-            }
-            default:
-                bytes[0] = (unsigned char)e;
-                break; /* \" \\ \/ */
+            } else {
+                bytes[0] = unescape(e);
             }
         }
         for (size_t i = 0; i < nb && same; i++)
@@ -268,13 +274,8 @@ static int enter_member(scan_t *s, const char *tok, const char *tend)
             return 0;
         if (eq)
             return key_line;
-        if (skip_value(s) < 0)
+        if (skip_to_next(s) < 0)
             return 0;
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ',')
-            return 0;
-        s->p++;
-        skip_ws(s);
     }
 }
 
@@ -291,14 +292,7 @@ static int enter_element(scan_t *s, const char *tok, const char *tend)
     for (size_t i = 0;; i++) {
         if (i == idx)
             return s->line;
-        if (skip_value(s) < 0)
-            return 0;
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ',')
-            return 0;
-        s->p++;
-        skip_ws(s);
-        if (s->p >= s->end)
+        if (skip_to_next(s) < 0 || s->p >= s->end)
             return 0;
     }
 }

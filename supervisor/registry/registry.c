@@ -137,6 +137,29 @@ static char *dir_of(const char *path)
 }
 
 /*
+ * path's text (*text, *len; the caller frees it, and keeps it for line
+ * numbers) and its JSON, parsed with duplicate keys rejected (*root): the
+ * registry file and the policy file alike. 0, or -1 with the error
+ * reported against path.
+ */
+static int load_json(const char *path, char **text, size_t *len, json_t **root, char *err, size_t errlen)
+{
+    json_error_t jerr;
+    char msg[256];
+    if ((*text = read_text(path, len)) == NULL) {
+        snprintf(msg, sizeof msg, "cannot read: %s", strerror(errno));
+        reg_report(err, errlen, path, 0, "", msg);
+        return -1;
+    }
+    if ((*root = json_loadb(*text, *len, JSON_REJECT_DUPLICATES, &jerr)) == NULL) {
+        snprintf(msg, sizeof msg, "invalid JSON: %s (column %d)", jerr.text, jerr.column);
+        reg_report(err, errlen, path, jerr.line, "", msg);
+        return -1;
+    }
+    return 0;
+}
+
+/*
  * Reads the file itself (the text is needed again for line numbers), parses
  * it with duplicate keys rejected, then walks the top level: "defaults"
  * and "guards" first, whatever their place in the file, then the policy
@@ -149,7 +172,6 @@ tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, cha
     loader_t ld = {.file = path, .err = err, .errlen = errlen};
     tp_registry_t *reg = NULL;
     json_t *root = NULL;
-    json_error_t jerr;
     char got[96];
     char *ptext = NULL;
 
@@ -159,40 +181,16 @@ tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, cha
         reg_report(err, errlen, "(null)", 0, "", "no registry path");
         return NULL;
     }
-    char *text = read_text(path, &ld.len);
-    if (text == NULL) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "cannot read: %s", strerror(errno));
-        reg_report(err, errlen, path, 0, "", msg);
-        return NULL;
-    }
-    ld.text = text;
-
-    root = json_loadb(text, ld.len, JSON_REJECT_DUPLICATES, &jerr);
-    if (root == NULL) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "invalid JSON: %s (column %d)", jerr.text, jerr.column);
-        reg_report(err, errlen, path, jerr.line, "", msg);
+    char *text = NULL;
+    if (load_json(path, &text, &ld.len, &root, err, errlen) < 0)
         goto fail;
-    }
+    ld.text = text;
     ld.root = root;
     if (policy != NULL) {
         ld.pfile = policy;
-        ptext = read_text(policy, &ld.plen);
-        if (ptext == NULL) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "cannot read: %s", strerror(errno));
-            reg_report(err, errlen, policy, 0, "", msg);
+        if (load_json(policy, &ptext, &ld.plen, &ld.proot, err, errlen) < 0)
             goto fail;
-        }
         ld.ptext = ptext;
-        ld.proot = json_loadb(ptext, ld.plen, JSON_REJECT_DUPLICATES, &jerr);
-        if (ld.proot == NULL) {
-            char msg[256];
-            snprintf(msg, sizeof msg, "invalid JSON: %s (column %d)", jerr.text, jerr.column);
-            reg_report(err, errlen, policy, jerr.line, "", msg);
-            goto fail;
-        }
         if ((ld.pdir = dir_of(policy)) == NULL) {
             char msg[256];
             snprintf(msg, sizeof msg, "cannot resolve its directory: %s", strerror(errno));
@@ -263,10 +261,13 @@ tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, cha
     }
     free(ld.tool_lines);
     ld.tool_lines = NULL;
-    if (ld.n_errors > 0) {
-        reg_finish_errors(&ld);
-        goto fail;
-    }
+    if (ld.n_errors == 0)
+        goto out;
+    reg_finish_errors(&ld);
+fail:
+    tp_registry_free(reg);
+    reg = NULL;
+out:
     json_decref(ld.imported);
     free(ld.imported_from);
     json_decref(root);
@@ -275,17 +276,6 @@ tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, cha
     free(ptext);
     free(text);
     return reg;
-
-fail:
-    tp_registry_free(reg);
-    json_decref(ld.imported);
-    free(ld.imported_from);
-    json_decref(root);
-    json_decref(ld.proot);
-    free(ld.pdir);
-    free(ptext);
-    free(text);
-    return NULL;
 }
 
 tp_registry_t *tp_registry_load(const char *path, char *err, size_t errlen)

@@ -1,0 +1,94 @@
+/*
+ * What the subcommands share beside the engine options (host.c): the
+ * options of the commands that read or change a store or a registry
+ * (stats, trace, store, forget, tools, breakers, escalations, checkpoints)
+ * from one table each, the usage text's two ways out, and the store opened
+ * for reading.
+ */
+#include <getopt.h>
+#include <stdio.h>
+
+#include "cli.h"
+#include "log.h"
+#include "store.h"
+
+int tp_cli_usage(const char *usage, int opt)
+{
+    fputs(usage, opt == 'h' ? stdout : stderr);
+    return opt == 'h' ? 0 : 2;
+}
+
+int tp_cli_misuse(const char *usage)
+{
+    return tp_cli_usage(usage, '?');
+}
+
+/*
+ * getopt_long over the table as it is written: its long options in its
+ * order (an abbreviation that fits two is named with both, in that order),
+ * then --help; the short forms the table gives, then -h. An option without
+ * a short form answers its index past TP_CLI_OPT_BASE. Each option is
+ * taken as it comes, so the first bad one, or --help, ends the parse.
+ */
+int tp_cli_options(int argc, char **argv, const char *usage, const tp_cli_opt_t *opts)
+{
+    struct option longopts[TP_CLI_OPTS_MAX + 2];
+    char shortopts[2 * TP_CLI_OPTS_MAX + 2];
+    size_t n = 0, ns = 0;
+    for (; opts[n].name != NULL; n++) {
+        if (n == TP_CLI_OPTS_MAX) {
+            tp_log_error("%s: more than %d options", argv[0], TP_CLI_OPTS_MAX);
+            return 2;
+        }
+        const tp_cli_opt_t *o = &opts[n];
+        longopts[n] = (struct option){o->name, o->has_arg ? required_argument : no_argument, NULL,
+                                      o->letter ? o->letter : TP_CLI_OPT_BASE + (int)n};
+        if (o->letter) {
+            shortopts[ns++] = o->letter;
+            if (o->has_arg)
+                shortopts[ns++] = ':';
+        }
+    }
+    longopts[n] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[n + 1] = (struct option){NULL, 0, NULL, 0};
+    shortopts[ns++] = 'h';
+    shortopts[ns] = '\0';
+
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, shortopts, longopts, NULL)) != -1) {
+        const tp_cli_opt_t *o = NULL;
+        for (size_t i = 0; o == NULL && i < n; i++)
+            if (longopts[i].val == c)
+                o = &opts[i];
+        if (o == NULL)
+            return tp_cli_usage(usage, c);
+        if (o->take) {
+            int rc = o->take(o, optarg);
+            if (rc)
+                return rc;
+        } else if (o->has_arg) {
+            *(const char **)o->to = optarg;
+        } else {
+            *(bool *)o->to = true;
+        }
+    }
+    return TP_CLI_GO_ON;
+}
+
+tp_store_t *tp_cli_store_read(const char *dir, MDB_txn **txn)
+{
+    char err[1024];
+    tp_store_t *s = tp_store_open(dir, TP_STORE_RDONLY, err, sizeof err);
+    if (s == NULL) {
+        tp_log_error("%s", err);
+        return NULL;
+    }
+    int rc = tp_store_read(s, txn);
+    if (rc) {
+        tp_log_error("%s: cannot read: %s", dir, tp_strerror(rc));
+        tp_store_close(s);
+        return NULL;
+    }
+    return s;
+}
