@@ -122,7 +122,8 @@ static int check_line(const void *key, size_t klen, ProtobufCBinaryData l, bool 
 /* JSON text that a result line can hold as it is: empty, or one value on one line. */
 static bool json_one_line(ProtobufCBinaryData d)
 {
-    return json_or_empty(d) && memchr(d.data, '\n', d.len) == NULL && memchr(d.data, '\r', d.len) == NULL;
+    return d.len == 0 ||
+           (json_or_empty(d) && memchr(d.data, '\n', d.len) == NULL && memchr(d.data, '\r', d.len) == NULL);
 }
 
 /*

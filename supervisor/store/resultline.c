@@ -146,7 +146,11 @@ static bool read_str(reader_t *rd, const char *name, char **out)
     if (v == NULL || is_lit(v, n, "null"))
         return true;
     json_t *s = json_loadb(v, n, JSON_DECODE_ANY, NULL);
-    if (!json_is_string(s) || json_array_append_new(rd->keep, s) != 0)
+    if (!json_is_string(s)) {
+        json_decref(s);
+        return false;
+    }
+    if (json_array_append_new(rd->keep, s) != 0)
         return false;
     *out = (char *)json_string_value(s);
     return true;
@@ -228,7 +232,11 @@ static bool read_trace(reader_t *rd, Toolpool__Result *r, Toolpool__Attempt **at
     if (v == NULL)
         return true;
     json_t *a = json_loadb(v, n, 0, NULL);
-    if (!json_is_array(a) || json_array_append_new(rd->keep, a) != 0)
+    if (!json_is_array(a)) {
+        json_decref(a);
+        return false;
+    }
+    if (json_array_append_new(rd->keep, a) != 0)
         return false;
     size_t count = json_array_size(a);
     if (count == 0)
