@@ -14,7 +14,8 @@
  * RateLimited, 408 Timeout, 500/502/503/504 ServerError (transient); 400
  * and 422 BadArguments, 401 and 403 PermissionDenied, 404 and 410
  * NotFound, anything else ToolError. A body in the tool error convention
- * ({"error": KIND, "message": ...}) names the kind itself. Retry-After,
+ * ({"error": KIND, "message": ...}) names the kind itself. A body past
+ * the tool's output limit is OutputTooLarge, as for every adapter. Retry-After,
  * in either form, becomes retry_after_ms. A failure's message is the
  * status line and the body's start, so the model reads what the API said;
  * never the URL or a header, which may hold a secret.
@@ -223,7 +224,7 @@ static void transport_failure(tp_outcome_t *o, CURLcode rc, const char *errbuf, 
     switch (rc) {
     case CURLE_WRITE_ERROR:
         if (r->too_big) {
-            tp_outcome_fail(o, "ResourceLimit", "the response's body is past the tool's output limit of %llu bytes",
+            tp_outcome_fail(o, "OutputTooLarge", "the response's body is past the tool's output limit of %llu bytes",
                             (unsigned long long)max);
             return;
         }
@@ -337,14 +338,12 @@ void tp_http_run(const Toolpool__Call *call, tp_outcome_t *o)
     curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, strncmp(h->url, "https:", 6) == 0 ? "https" : "http,https");
     curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     /*
-     * The transfer ends a little before the supervisor's own deadline for
-     * the attempt, so the worker answers Timeout itself and keeps its
-     * connections; the supervisor's kill stays the backstop.
+     * The transfer ends at the tool's timeout, and the worker answers
+     * Timeout itself, keeping its connections: the supervisor's kill comes
+     * a little later (supervisor/pool/reap.c), as the backstop.
      */
-    if (h->timeout_ms) {
-        uint64_t margin = h->timeout_ms / 10 < 50 ? h->timeout_ms / 10 : 50;
-        curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, (long)(h->timeout_ms - margin));
-    }
+    if (h->timeout_ms)
+        curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, (long)h->timeout_ms);
     if (h->connect_timeout_ms)
         curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms);
     if (h->ca_file && h->ca_file[0])

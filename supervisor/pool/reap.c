@@ -127,6 +127,13 @@ static void pool_hand_back(tp_pool_t *p, queued_t *q)
 }
 
 /*
+ * An http tool's worker ends its transfer at the timeout itself and
+ * answers Timeout, keeping its connections: the kill comes this much
+ * later, as the backstop for a worker that does not.
+ */
+#define HTTP_GRACE_US 250000u
+
+/*
  * Arms the deadline of a, which starts now on s. The deadline thread keeps
  * it when a needs no kill_grace (the loop's timer is then a fallback);
  * otherwise the loop's timer does, TP_DEADLINE_LEAD_US early.
@@ -134,15 +141,16 @@ static void pool_hand_back(tp_pool_t *p, queued_t *q)
 void slot_deadline_arm(tp_slot_t *s, const tp_attempt_t *a, uint64_t now)
 {
     tp_pool_t *p = s->pool;
-    s->deadline_us = now + a->timeout_us;
+    uint64_t timeout = a->timeout_us + (a->tool->adapter == TP_ADAPTER_HTTP ? HTTP_GRACE_US : 0);
+    s->deadline_us = now + timeout;
     bool thread = tp_deadline_running(p->deadline) && a->tool->policy.kill_grace_us == 0 && !s->dead;
     s->thread_keeps = thread;
     tp_deadline_arm(p->deadline, s->index, thread ? s->deadline_us : 0);
     if (thread) {
-        slot_timer_arm(s, a->timeout_us + DEADLINE_FALLBACK_US);
+        slot_timer_arm(s, timeout + DEADLINE_FALLBACK_US);
         return;
     }
-    slot_timer_arm(s, a->timeout_us > 2 * TP_DEADLINE_LEAD_US ? a->timeout_us - TP_DEADLINE_LEAD_US : a->timeout_us);
+    slot_timer_arm(s, timeout > 2 * TP_DEADLINE_LEAD_US ? timeout - TP_DEADLINE_LEAD_US : timeout);
 }
 
 /*
