@@ -994,6 +994,7 @@ static void test_load(void)
     json_decref(before);
     json_decref(after);
     json_decref(r.rows);
+    tp_buf_free(&calls);
 }
 
 /*

@@ -32,7 +32,7 @@ static char *random_string(void)
         "a", "Z",     "\"", "\\", "\n", "\t", "\x01", "/", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
         " ", "call-", "7"};
     size_t n = rnd(8), count = sizeof parts / sizeof parts[0];
-    char *s = calloc(1, n * 4 + 1);
+    char *s = calloc(1, n * 5 + 1); /* the longest part is 5 bytes */
     for (size_t i = 0; i < n; i++)
         strcat(s, parts[rnd((unsigned)count)]);
     return s;

@@ -331,33 +331,10 @@ static int parse_servers_value(loader_t *ld, json_t *v)
     return 0;
 }
 
-/* env: {"NAME": "value"} -> "NAME=value" entries, NULL-terminated. */
-static int parse_env(loader_t *ld, json_t *v, char ***out)
+/* A variable's name: anything but empty or holding '='. */
+static bool env_name(const char *k)
 {
-    char got[96];
-    if (!json_is_object(v))
-        return reg_fail(ld, "expected an object of environment variables like {\"HOME\": \"/tmp\"}, got %s", GOT(v));
-    char **env = calloc(json_object_size(v) + 1, sizeof *env);
-    if (env == NULL)
-        return reg_fail_oom(ld);
-    reg_free_argv(*out);
-    *out = env;
-    size_t i = 0;
-    const char *k;
-    json_t *e;
-    json_object_foreach(v, k, e) {
-        mark_t m = reg_where_key(&ld->at, k);
-        if (*k == '\0' || strchr(k, '=') != NULL)
-            return reg_fail(ld, "expected a variable name without '='");
-        if (!json_is_string(e))
-            return reg_fail(ld, "expected a string, got %s", GOT(e));
-        size_t n = strlen(k) + json_string_length(e) + 2;
-        if ((env[i] = malloc(n)) == NULL)
-            return reg_fail_oom(ld);
-        snprintf(env[i++], n, "%s=%s", k, json_string_value(e));
-        reg_where_pop(&ld->at, m);
-    }
-    return 0;
+    return *k != '\0' && strchr(k, '=') == NULL;
 }
 
 /* A header's name: a token of RFC 9110 (letters, digits and !#$%&'*+-.^_`|~). */
@@ -371,34 +348,46 @@ static bool header_name(const char *k)
     return true;
 }
 
-/* An http tool's "headers": {"Name": "value"} -> "Name=value" strings (no line breaks in a value). */
-static int parse_headers(loader_t *ld, json_t *v, char ***out)
+/* The two objects of string pairs: an mcp server's "env", an http tool's "headers". */
+typedef struct {
+    const char *object; /* what the object is, with an example */
+    bool (*name_ok)(const char *k);
+    const char *bad_name;
+    bool one_line; /* a value cannot hold a line break */
+} pairs_t;
+
+static const pairs_t env_pairs = {"environment variables like {\"HOME\": \"/tmp\"}", env_name,
+                                  "a variable name without '='", false};
+static const pairs_t header_pairs = {"headers like {\"Authorization\": \"Bearer ${env:TOKEN}\"}", header_name,
+                                     "a header name (letters, digits and !#$%&'*+-.^_`|~)", true};
+
+/* {"NAME": "value"} -> "NAME=value" entries, NULL-terminated. */
+static int parse_pairs(loader_t *ld, json_t *v, const pairs_t *kind, char ***out)
 {
     char got[96];
     if (!json_is_object(v))
-        return reg_fail(ld, "expected an object of headers like {\"Authorization\": \"Bearer ${env:TOKEN}\"}, got %s",
-                        GOT(v));
-    char **h = calloc(json_object_size(v) + 1, sizeof *h);
-    if (h == NULL)
+        return reg_fail(ld, "expected an object of %s, got %s", kind->object, GOT(v));
+    char **pairs = calloc(json_object_size(v) + 1, sizeof *pairs);
+    if (pairs == NULL)
         return reg_fail_oom(ld);
     reg_free_argv(*out);
-    *out = h;
+    *out = pairs;
     size_t i = 0;
     const char *k;
     json_t *e;
     json_object_foreach(v, k, e) {
         mark_t m = reg_where_key(&ld->at, k);
-        if (!header_name(k))
-            return reg_fail(ld, "expected a header name (letters, digits and !#$%%&'*+-.^_`|~)");
+        if (!kind->name_ok(k))
+            return reg_fail(ld, "expected %s", kind->bad_name);
         const char *val = json_string_value(e);
         if (val == NULL)
             return reg_fail(ld, "expected a string, got %s", GOT(e));
-        if (strpbrk(val, "\r\n") != NULL)
+        if (kind->one_line && strpbrk(val, "\r\n") != NULL)
             return reg_fail(ld, "a header's value cannot hold a line break");
-        size_t n = strlen(k) + strlen(val) + 2;
-        if ((h[i] = malloc(n)) == NULL)
+        size_t n = strlen(k) + json_string_length(e) + 2;
+        if ((pairs[i] = malloc(n)) == NULL)
             return reg_fail_oom(ld);
-        snprintf(h[i++], n, "%s=%s", k, val);
+        snprintf(pairs[i++], n, "%s=%s", k, val);
         reg_where_pop(&ld->at, m);
     }
     return 0;
@@ -606,9 +595,9 @@ int reg_parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
     case K_RUN:
         return parse_run_value(ld, v);
     case K_ENV:
-        return parse_env(ld, v, (char ***)field);
+        return parse_pairs(ld, v, &env_pairs, (char ***)field);
     case K_HEADERS:
-        return parse_headers(ld, v, (char ***)field);
+        return parse_pairs(ld, v, &header_pairs, (char ***)field);
     case K_ARGNAMES:
         return parse_argnames(ld, v, (char ***)field);
     }

@@ -98,6 +98,23 @@ static int escalations_resolve_op(void *ctx, tp_store_t *s, MDB_txn *txn)
     return rc ? rc : tp_records_escalation_get(s, txn, op->key, &op->e);
 }
 
+/*
+ * A lookup's reply: 404 with msg when there is none (409 when more than
+ * one breaker matches), 500 out of memory, the store's failure, or o.
+ */
+static void reply_lookup(tp_http_t *h, struct evhttp_request *req, int rc, const char *msg, const char *what, json_t *o)
+{
+    if (rc == MDB_NOTFOUND || rc == TP_EEXIST)
+        http_reply_error_when_durable(h, req, rc == TP_EEXIST ? 409 : 404, rc == TP_EEXIST ? "Conflict" : "NotFound",
+                                      msg);
+    else if (rc == TP_ENOMEM)
+        http_reply_error(h, req, 500, "InternalError", "out of memory");
+    else if (rc)
+        http_store_error(h, req, rc, what);
+    else
+        http_reply_json_when_durable(h, req, 200, o);
+}
+
 void http_breakers_get(tp_http_t *h, struct evhttp_request *req, const char *key)
 {
     admin_op_t op = {.key = key};
@@ -106,17 +123,8 @@ void http_breakers_get(tp_http_t *h, struct evhttp_request *req, const char *key
     if (rc == TP_EAGAIN)
         return;
     char msg[800];
-    if (rc == MDB_NOTFOUND || rc == TP_EEXIST) {
-        snprintf(msg, sizeof msg, "%s breaker %.600s", rc == TP_EEXIST ? "more than one" : "no", key);
-        http_reply_error_when_durable(h, req, rc == TP_EEXIST ? 409 : 404, rc == TP_EEXIST ? "Conflict" : "NotFound",
-                                      msg);
-    } else if (rc == TP_ENOMEM) {
-        http_reply_error(h, req, 500, "InternalError", "out of memory");
-    } else if (rc) {
-        http_store_error(h, req, rc, "reading the breakers");
-    } else {
-        http_reply_json_when_durable(h, req, 200, o);
-    }
+    snprintf(msg, sizeof msg, "%s breaker %.600s", rc == TP_EEXIST ? "more than one" : "no", key ? key : "");
+    reply_lookup(h, req, rc, msg, "reading the breakers", o);
 }
 
 /* POST /v1/breakers/ID/reset: closes the breaker and forgets its failures, committed before the reply. */
@@ -148,17 +156,9 @@ void http_escalations_get(tp_http_t *h, struct evhttp_request *req, const char *
     json_t *o = op.o;
     if (rc == TP_EAGAIN)
         return;
-    if (rc == MDB_NOTFOUND) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "no escalation %.500s", id);
-        http_reply_error_when_durable(h, req, 404, "NotFound", msg);
-    } else if (rc == TP_ENOMEM) {
-        http_reply_error(h, req, 500, "InternalError", "out of memory");
-    } else if (rc) {
-        http_store_error(h, req, rc, "reading the escalations");
-    } else {
-        http_reply_json_when_durable(h, req, 200, o);
-    }
+    char msg[600];
+    snprintf(msg, sizeof msg, "no escalation %.500s", id ? id : "");
+    reply_lookup(h, req, rc, msg, "reading the escalations", o);
 }
 
 /* POST /v1/escalations/ID/resolve, body optional {"note": "..."}: the escalation as it is now resolved. */
