@@ -483,7 +483,10 @@ static void test_retry_after(void)
     json_decref(r.rows);
 }
 
-/* A Retry-After that would pass the call's deadline ends the call at once with that failure. */
+/*
+ * A Retry-After that would pass the call's deadline ends the call at once
+ * with that failure, the wait asked for in the result (retry_after_ms).
+ */
 static void test_retry_after_past_deadline(void)
 {
     run_t r = run_http(
@@ -506,6 +509,9 @@ static void test_retry_after_past_deadline(void)
             fprintf(stderr, "%s: took %.1f ms: it waited\n", str(v, "id"), took);
         CU_ASSERT(took < 1000);
         CU_ASSERT_EQUAL(trace_ms(v, 0, "backoff_ms"), 0); /* the last attempt: no wait after it */
+        /* the wait asked for is in the result, for a caller that tries again later */
+        long ra = num(v, "retry_after_ms");
+        CU_ASSERT(i == 0 ? ra == 30000 : ra >= 29000 && ra <= 31000);
     }
     /* the control: a wait that fits is waited, and the call retried */
     json_t *v = row(&r, "within");

@@ -87,6 +87,8 @@ static void random_record(rec_t *x)
         r->klass = (char *)(rnd(2) ? "transient" : "permanent");
         r->message = keep(x, random_string());
         r->retryable = rnd(2);
+        r->has_retry_after = rnd(3) == 0;
+        r->retry_after_ms = r->has_retry_after ? rnd(100000) : 0;
     }
     r->attempts = rnd(5);
     r->served_by = rnd(2) ? keep(x, random_string()) : (char *)"";

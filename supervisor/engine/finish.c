@@ -144,6 +144,9 @@ void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, cons
         r->message = (char *)(from_attempt ? (a->message ? a->message : "") : msg);
         r->retryable = from_attempt && a->kind < TP_KIND__COUNT &&
                        (c->hop_tool->policy.retry_on & (1ull << a->kind)) != 0;
+        /* The wait the tool asked for: a caller that tries again later knows when. */
+        r->has_retry_after = from_attempt && a->retry_after_ms >= 0;
+        r->retry_after_ms = r->has_retry_after ? (uint64_t)a->retry_after_ms : 0;
     }
     r->input_digest.data = c->identity.b;
     r->input_digest.len = TP_DIGEST_LEN;

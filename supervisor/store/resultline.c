@@ -83,6 +83,8 @@ int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
         put_str(b, ",\"class\":", r->klass);
         put_str(b, ",\"message\":", r->message);
         put_bool(b, ",\"retryable\":", r->retryable);
+        if (r->has_retry_after)
+            put_num(b, ",\"retry_after_ms\":", r->retry_after_ms);
     }
     put_num(b, ",\"attempts\":", r->attempts);
     if (r->served_by[0])
@@ -295,9 +297,11 @@ static bool read_members(reader_t *rd, Toolpool__Result *r, Toolpool__Attempt **
     if (r->ok) {
         read_raw(rd, "result", &r->result);
     } else if (!read_str(rd, "error", &r->kind) || !read_str(rd, "class", &r->klass) ||
-               !read_str(rd, "message", &r->message) || !read_bool(rd, "retryable", &r->retryable)) {
+               !read_str(rd, "message", &r->message) || !read_bool(rd, "retryable", &r->retryable) ||
+               !read_u64(rd, "retry_after_ms", &r->retry_after_ms)) {
         return false;
     }
+    r->has_retry_after = !r->ok && member(rd, "retry_after_ms", &n) != NULL;
     read_raw(rd, "args", &r->args);
     return read_trace(rd, r, at);
 }

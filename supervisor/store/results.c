@@ -96,7 +96,8 @@ static size_t result_size(const Toolpool__Result *r, const lens_t *l)
                len_field(13, l->served_by) + varint_field(14, r->degraded) + varint_field(15, r->stale) +
                varint_field(16, r->escalated) + varint_field(17, r->duration_us) + len_field(18, r->args.len) +
                varint_field(19, r->has_id) + (r->cost != 0 ? key_len(20) + 8 : 0) + len_field(21, l->escalation) +
-               len_field(22, r->input_digest.len);
+               len_field(22, r->input_digest.len) + varint_field(23, r->retry_after_ms) +
+               varint_field(24, r->has_retry_after);
     for (size_t i = 0; i < r->n_trace; i++) {
         const Toolpool__Attempt *a = r->trace[i];
         size_t m = attempt_size(a, slen(a->tool), slen(a->outcome));
@@ -145,7 +146,9 @@ static uint8_t *put_result(uint8_t *p, const Toolpool__Result *r, const lens_t *
         p += 8;
     }
     p = put_len(p, 21, r->escalation, l->escalation);
-    return put_len(p, 22, r->input_digest.data, r->input_digest.len);
+    p = put_len(p, 22, r->input_digest.data, r->input_digest.len);
+    p = put_uint(p, 23, r->retry_after_ms);
+    return put_uint(p, 24, r->has_retry_after);
 }
 
 size_t tp_result_pack(const Toolpool__Result *r, uint64_t ended_unix_us, uint8_t *out)
@@ -260,10 +263,10 @@ static bool get_field(wire_t *w, wfield_t *f)
 /* The wire type field has in a Result (12: an Attempt), or -1 for a field it does not have. */
 static int result_wt(unsigned field)
 {
-    static const signed char wt[23] = {-1,     WT_LEN,    WT_LEN,    WT_VARINT, WT_LEN,    WT_VARINT,
-                                       WT_LEN, WT_LEN,    WT_LEN,    WT_LEN,    WT_VARINT, WT_VARINT,
-                                       WT_LEN, WT_LEN,    WT_VARINT, WT_VARINT, WT_VARINT, WT_VARINT,
-                                       WT_LEN, WT_VARINT, WT_64,     WT_LEN,    WT_LEN};
+    static const signed char wt[25] = {-1,        WT_LEN,    WT_LEN,    WT_VARINT, WT_LEN,    WT_VARINT, WT_LEN,
+                                       WT_LEN,    WT_LEN,    WT_LEN,    WT_VARINT, WT_VARINT, WT_LEN,    WT_LEN,
+                                       WT_VARINT, WT_VARINT, WT_VARINT, WT_VARINT, WT_LEN,    WT_VARINT, WT_64,
+                                       WT_LEN,    WT_LEN,    WT_VARINT, WT_VARINT};
     return field < sizeof wt ? wt[field] : -1;
 }
 
@@ -387,6 +390,8 @@ static void result_fill(block_t *b, wire_t w, Toolpool__Result *r, size_t n_trac
         case 20: memcpy(&r->cost, f.data, 8); break;
         case 21: r->escalation = take_str(b, f.data, f.v); break;
         case 22: r->input_digest = take_bytes(b, f.data, f.v); break;
+        case 23: r->retry_after_ms = f.v; break;
+        case 24: r->has_retry_after = f.v != 0; break;
         }
         /* clang-format on */
     }
