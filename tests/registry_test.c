@@ -1049,6 +1049,10 @@ static void test_err_adapter_shapes(void)
     EXPECT_ERROR("{\"tools\": [{\"name\": \"c\", \"http\": {\"url\": \"https://example.com/\",\n" /* 1 */
                  "   \"headers\": {\"Bad Name\": \"x\"}}}]}\n",                                   /* 2 */
                  2, "tools[0] (c).http.headers.Bad Name", "expected a header name");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"e\", \"exec\": [\"x\"], \"rate\": {\"per\": \"1s\"}}]}", 1,
+                 "tools[0] (e).rate", "missing required key \"calls\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"e\", \"exec\": [\"x\"], \"rate\": {\"calls\": 5, \"per\": \"0s\"}}]}", 1,
+                 "tools[0] (e).rate.per", "");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"e\", \"exec\": [\"x\"], \"connect_timeout\": \"1s\"}]}", 1,
                  "tools[0] (e).connect_timeout", "only an http tool has a connect timeout");
     /* their shape is checked first */

@@ -11,6 +11,7 @@
 #include "engine_internal.h"
 #include "guard.h"
 #include "inflight.h"
+#include "log.h"
 
 /*
  * Before an attempt starts: the job's guards, then (at a hop's start) the
@@ -242,19 +243,65 @@ static void prefetch_ready(const tp_engine_t *e)
 }
 
 /*
- * The next call to try: one parked at its tool's concurrency cap whose tool
- * has room now, else the head of the ready queue. Parked calls are looked
- * at only while there are some, so runs without caps never scan.
+ * A tool's "rate": a token bucket, refilled at calls per per up to burst.
+ * An attempt takes a token as it starts; one that finds none waits,
+ * parked with the calls at the tool's concurrency cap, and the engine's
+ * rate timer wakes the dispatch when the next token is due. The wait
+ * counts against the call's deadline, and shows as queue wait in the
+ * trace; it never fails the call.
  */
-static tp_call_t *next_call(tp_engine_t *e)
+static void rate_refill(tp_tool_state_t *ts, const tp_policy_t *p, uint64_t now)
+{
+    if (now > ts->refill_us) {
+        ts->tokens += (double)(now - ts->refill_us) * p->rate_calls / (double)p->rate_per_us;
+        if (ts->tokens > p->rate_burst)
+            ts->tokens = p->rate_burst;
+    }
+    ts->refill_us = now;
+}
+
+static bool rate_ready(tp_tool_state_t *ts, const tp_policy_t *p, uint64_t now)
+{
+    if (p->rate_calls == 0)
+        return true;
+    rate_refill(ts, p, now);
+    return ts->tokens >= 1.0;
+}
+
+/* Arms the rate timer for when ts has its next token, unless it fires sooner already. */
+static void rate_wake(tp_engine_t *e, const tp_tool_state_t *ts, const tp_policy_t *p, uint64_t now)
+{
+    uint64_t wait = (uint64_t)((1.0 - ts->tokens) * (double)p->rate_per_us / p->rate_calls) + 1;
+    if (e->rate_wake_us && e->rate_wake_us <= now + wait)
+        return;
+    struct timeval tv = {.tv_sec = (time_t)(wait / 1000000u), .tv_usec = (suseconds_t)(wait % 1000000u)};
+    if (evtimer_add(e->ev_rate, &tv) != 0) {
+        /* No timer: the next turn (an answer, a submit) looks again; a lone parked call waits for one. */
+        tp_log_error("cannot arm the rate timer: a rate-limited call waits for the next turn");
+        return;
+    }
+    e->rate_wake_us = now + wait;
+}
+
+/*
+ * The next call to try: one parked at its tool's concurrency cap or rate
+ * whose tool has room and a token now, else the head of the ready queue.
+ * Parked calls are looked at only while there are some, so runs without
+ * caps never scan.
+ */
+static tp_call_t *next_call(tp_engine_t *e, uint64_t now)
 {
     if (e->n_waiting > 0) {
         for (size_t i = 0; i < e->o.reg->n_tools; i++) {
             tp_tool_state_t *ts = &e->tools[i];
-            if (ts->waiting.head && ts->inflight < (int)e->o.reg->tools[i].policy.concurrency) {
+            const tp_policy_t *p = &e->o.reg->tools[i].policy;
+            if (ts->waiting.head == NULL || (p->concurrency && ts->inflight >= (int)p->concurrency))
+                continue;
+            if (rate_ready(ts, p, now)) {
                 e->n_waiting--;
                 return tp_queue_pop(&ts->waiting);
             }
+            rate_wake(e, ts, p, now); /* its head waits for a token: the timer brings the next turn */
         }
     }
     return tp_queue_pop(&e->ready);
@@ -265,7 +312,7 @@ void eng_dispatch(tp_engine_t *e)
     uint64_t now = tp_now_us();
     while (!e->closing && !e->draining) {
         bool idle = tp_pool_idle(e->pool) - e->n_deferred > 0;
-        tp_call_t *c = next_call(e);
+        tp_call_t *c = next_call(e, now);
         if (c == NULL)
             return;
         prefetch_ready(e);
@@ -277,9 +324,14 @@ void eng_dispatch(tp_engine_t *e)
         }
         tp_tool_state_t *ts = &e->tools[c->hop_tool->index];
         uint32_t cap = c->hop_tool->policy.concurrency;
-        if (cap && ts->inflight >= (int)cap) {
+        const tp_policy_t *pol = &c->hop_tool->policy;
+        bool no_token = !rate_ready(ts, pol, now);
+        if ((cap && ts->inflight >= (int)cap) || no_token) {
+            /* Behind the tool's parked calls, in order; a token due wakes the dispatch. */
             tp_queue_push(&ts->waiting, c);
             e->n_waiting++;
+            if (no_token)
+                rate_wake(e, ts, pol, now);
             continue;
         }
         /*
@@ -293,7 +345,10 @@ void eng_dispatch(tp_engine_t *e)
             eng_ensure_txn(e) && eng_claim(e, c) != CLAIM_OK)
             continue;
         bool probe;
-        if (admit(e, c, now, &probe))
+        if (admit(e, c, now, &probe)) {
+            if (pol->rate_calls)
+                ts->tokens -= 1.0; /* the attempt's token */
             start_attempt(e, c, probe);
+        }
     }
 }

@@ -275,6 +275,13 @@ static void commit_cb(evutil_socket_t fd, short what, void *arg)
     kick(arg);
 }
 
+static void rate_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_engine_t *e = arg;
+    e->rate_wake_us = 0;
+    kick(e);
+}
+
 static void drain_timeout_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_engine_t *e = arg;
@@ -378,6 +385,8 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
     size_t n = o->reg->n_tools ? o->reg->n_tools : 1;
     e->tools = calloc(n, sizeof *e->tools);
     e->stats.tools = calloc(n, sizeof *e->stats.tools);
+    for (size_t i = 0; e->tools && i < o->reg->n_tools; i++)
+        e->tools[i].tokens = o->reg->tools[i].policy.rate_burst;
     tp_pool_opts_t po = {
         .workers = o->workers,
         .worker_path = o->worker_path,
@@ -395,6 +404,7 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
         (e->pool = tp_pool_new(e->base, &po)) == NULL || (e->ev_kick = event_new(e->base, -1, 0, kick_cb, e)) == NULL ||
         (e->ev_drain = evtimer_new(e->base, drain_timeout_cb, e)) == NULL ||
         (e->ev_commit = evtimer_new(e->base, commit_cb, e)) == NULL ||
+        (e->ev_rate = evtimer_new(e->base, rate_cb, e)) == NULL ||
         (e->ev_owners = event_new(e->base, -1, EV_PERSIST, eng_owners_cb, e)) == NULL) {
         tp_log_error("out of memory starting the engine");
         tp_engine_free(e);
@@ -464,6 +474,8 @@ void tp_engine_free(tp_engine_t *e)
         event_free(e->ev_drain);
     if (e->ev_commit)
         event_free(e->ev_commit);
+    if (e->ev_rate)
+        event_free(e->ev_rate);
     if (e->ev_owners)
         event_free(e->ev_owners);
     free(e->tools);

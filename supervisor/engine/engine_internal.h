@@ -49,9 +49,12 @@
 
 typedef struct {
     int inflight;
-    tp_queue_t waiting;
-    double ewma_us; /* how long its attempts take, when they answer */
+    tp_queue_t waiting; /* calls parked at its concurrency cap, or waiting for a token of its rate */
+    double ewma_us;     /* how long its attempts take, when they answer */
     uint32_t samples;
+    /* "rate": the bucket's tokens as of refill_us (the tool's burst at first) */
+    double tokens;
+    uint64_t refill_us;
 } tp_tool_state_t;
 
 /*
@@ -122,6 +125,8 @@ struct tp_engine {
     uint64_t trimmed_at;     /* results when the store's map was last trimmed */
     uint64_t lookups;        /* ids looked up in the store */
     struct event *ev_commit; /* closes the commit window */
+    struct event *ev_rate;   /* a rate-limited tool's next token: its parked calls may go */
+    uint64_t rate_wake_us;   /* when ev_rate fires (0: not armed) */
     /* sharing the store with other supervisors (owners.h) */
     tp_owner_id_t me;
     bool owner_known;         /* this process could name itself (/proc) */

@@ -70,6 +70,14 @@ static const key_spec_t worker_keys[] = {
 };
 static const key_table_t worker_table = TABLE(worker_keys);
 
+/* A token bucket of the tool's attempts: calls per per, burst at once (supervisor/engine/dispatch.c). */
+static const key_spec_t rate_keys[] = {
+    {KEY("calls", K_UINT), POL(rate_calls), .min = 1, .flags = F_REQUIRED},
+    {KEY("per", K_DURATION), POL(rate_per_us), .flags = F_MIN_EXCL, .dflt = SEC},
+    {KEY("burst", K_UINT), POL(rate_burst), .min = 1, .dflt = 1},
+};
+static const key_table_t rate_table = TABLE(rate_keys);
+
 /* Allowed in "defaults" and in every tool; the tool's value wins. */
 static const key_spec_t policy_keys[] = {
     {KEY("timeout", K_DURATION), POL(timeout_us), .flags = F_MIN_EXCL, .dflt = 30 * SEC},
@@ -79,6 +87,7 @@ static const key_spec_t policy_keys[] = {
     {KEY("kill_grace", K_DURATION), POL(kill_grace_us)},
     {KEY("idempotent", K_BOOL), POL(idempotent), .dflt = 1},
     {KEY("concurrency", K_UINT), POL(concurrency)},
+    {KEY("rate", K_OBJECT), .sub = &rate_table},
     {KEY("max_output", K_UINT), POL(max_output), .min = 1, .dflt = MAX_OUTPUT_DEFAULT},
     {KEY("limits", K_OBJECT), .sub = &limits_table},
     {KEY("worker", K_OBJECT), .sub = &worker_table},

@@ -65,6 +65,10 @@ typedef struct {
     uint64_t kill_grace_us; /* TERM-to-KILL grace; 0 = KILL at once */
     bool idempotent;
     uint32_t concurrency; /* most attempts at once; 0 = no cap */
+    /* "rate": a token bucket of the tool's attempts, in each supervisor; rate_calls 0 = none */
+    uint32_t rate_calls;  /* attempts ... */
+    uint64_t rate_per_us; /* ... per this long */
+    uint32_t rate_burst;  /* the most that may start at once after a quiet spell */
     uint64_t max_output;  /* bytes of a tool's stdout kept (also "limits.output") */
     /* "limits": setrlimit for the tool; 0 = none */
     uint64_t limit_memory; /* bytes of address space (RLIMIT_AS) */
