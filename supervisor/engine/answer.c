@@ -5,6 +5,7 @@
  * answered here too, and recorded when it can be. The engine renders no
  * answer: each front renders what it sends from the record.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -269,7 +270,7 @@ void eng_call_teardown(tp_call_t *c)
     c->trace = NULL;
     free(c->att.message);
     free(c->att.result);
-    c->att.message = c->att.result = NULL;
+    c->att = (tp_attempt_t){.kind = TP_KIND_OK}; /* in cache now; the next call on c starts with it clear */
     if (c->ev_backoff)
         event_free(c->ev_backoff);
     c->ev_backoff = NULL;
@@ -298,6 +299,10 @@ void eng_call_free(tp_call_t *c)
  */
 #define TP_SPARE_CALLS 2048
 
+/*
+ * A call, all clear: one kept is cleared only up to att, which its
+ * teardown cleared (call_internal.h says why).
+ */
 tp_call_t *eng_call_new(tp_engine_t *e)
 {
     tp_call_t *c = e->spare;
@@ -305,7 +310,7 @@ tp_call_t *eng_call_new(tp_engine_t *e)
         return calloc(1, sizeof *c);
     e->spare = c->next;
     e->n_spare--;
-    memset(c, 0, sizeof *c);
+    memset(c, 0, offsetof(tp_call_t, att));
     return c;
 }
 
