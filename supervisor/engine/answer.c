@@ -5,6 +5,7 @@
  * answered here too, and recorded when it can be. The engine renders no
  * answer: each front renders what it sends from the record.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,7 +117,8 @@ void eng_arena_reset(tp_answers_t *a, bool keep)
  * TP_RECORD_COPY_MAX are not copied: r's buffers of them, malloc'd, become
  * the answer's (args_buf, result_buf; NULL when r's are not to be taken
  * over, and then they are copied whatever their size). false: out of
- * memory (nothing taken over).
+ * memory (nothing taken over). An empty or NULL string becomes a static
+ * "" (half of a no-op call's eight are empty).
  */
 bool eng_pending_own(tp_answers_t *a, tp_pending_t *p, const Toolpool__Result *r, char *args_buf, char *result_buf)
 {
@@ -126,11 +128,8 @@ bool eng_pending_own(tp_answers_t *a, tp_pending_t *p, const Toolpool__Result *r
     const char *s[N_STR] = {r->id, r->job, r->tool, r->kind, r->klass, r->message, r->served_by, r->escalation};
     size_t n[N_STR];
     size_t total = sizeof *r + r->n_trace * (sizeof(Toolpool__Attempt *) + sizeof(Toolpool__Attempt));
-    for (size_t i = 0; i < N_STR; i++) {
-        if (s[i] == NULL)
-            s[i] = "";
-        total += n[i] = strlen(s[i]) + 1;
-    }
+    for (size_t i = 0; i < N_STR; i++)
+        total += n[i] = s[i] && s[i][0] ? strlen(s[i]) + 1 : 0; /* an empty one is not copied */
     for (size_t i = 0; i < r->n_trace; i++)
         total += strlen(r->trace[i]->tool) + strlen(r->trace[i]->outcome) + 2;
     total += (take_args ? 0 : r->args.len) + (take_result ? 0 : r->result.len) + r->input_digest.len;
@@ -152,7 +151,7 @@ bool eng_pending_own(tp_answers_t *a, tp_pending_t *p, const Toolpool__Result *r
     }
     char **d[N_STR] = {&c->id, &c->job, &c->tool, &c->kind, &c->klass, &c->message, &c->served_by, &c->escalation};
     for (size_t i = 0; i < N_STR; i++) {
-        *d[i] = memcpy(o, s[i], n[i]);
+        *d[i] = n[i] ? memcpy(o, s[i], n[i]) : (char *)"";
         o += n[i];
     }
     const ProtobufCBinaryData *src[3] = {&r->args, &r->result, &r->input_digest};
@@ -269,7 +268,7 @@ void eng_call_teardown(tp_call_t *c)
     c->trace = NULL;
     free(c->att.message);
     free(c->att.result);
-    c->att.message = c->att.result = NULL;
+    c->att = (tp_attempt_t){.kind = TP_KIND_OK}; /* in cache now; the next call on c starts with it clear */
     if (c->ev_backoff)
         event_free(c->ev_backoff);
     c->ev_backoff = NULL;
@@ -298,6 +297,10 @@ void eng_call_free(tp_call_t *c)
  */
 #define TP_SPARE_CALLS 2048
 
+/*
+ * A call, all clear: one kept is cleared only up to att, which its
+ * teardown cleared (call_internal.h says why).
+ */
 tp_call_t *eng_call_new(tp_engine_t *e)
 {
     tp_call_t *c = e->spare;
@@ -305,7 +308,7 @@ tp_call_t *eng_call_new(tp_engine_t *e)
         return calloc(1, sizeof *c);
     e->spare = c->next;
     e->n_spare--;
-    memset(c, 0, sizeof *c);
+    memset(c, 0, offsetof(tp_call_t, att));
     return c;
 }
 

@@ -32,6 +32,15 @@ typedef struct {
     char outcome[64];
 } tp_trace_entry_t;
 
+/*
+ * Laid out by when a call's fields are first written, so that a call
+ * reused cold (eng_call_new) is written only where submit needs it: the
+ * fields before att are cleared at submit (about 5 of its 12 cache
+ * lines); att is cleared at the call's teardown, while it is in cache,
+ * and written whole when an attempt starts; trace0 is written when the
+ * first trace entry is made. 20,000 no-op durable calls had 0.15M L2
+ * write misses in clearing the whole call at submit.
+ */
 struct tp_call {
     struct tp_call *next;  /* the queue it is in */
     struct tp_call *lprev; /* every call not yet ended, for drain and teardown */
@@ -39,50 +48,52 @@ struct tp_call {
     tp_job_t *job;
     const tp_tool_t *tool;     /* the tool called */
     const tp_tool_t *hop_tool; /* the tool of the current hop of its fallback chain */
-    uint32_t hop;              /* 0: the tool called; n: its nth fallback */
     char *id;
     char *args;
     size_t args_len;
-    tp_digest_t digest;   /* of the canonical args: the same-call breaker's key */
-    tp_digest_t identity; /* of tool and args: with the id, what a recorded result answers */
-    char *hop_args;       /* the current hop's args, when its fallback entry maps them; else NULL */
-    size_t hop_args_len;
+    tp_digest_t digest;     /* of the canonical args: the same-call breaker's key */
+    tp_digest_t identity;   /* of tool and args: with the id, what a recorded result answers */
     tp_digest_t hop_digest; /* of the current hop's args */
     tp_digest_t hop_key;    /* the current hop's same-call breaker key (call_breaker_key), once worked out */
-    bool hop_key_set;
-    bool marked;            /* an in-flight marker of ours is in the store */
-    bool claim_only;        /* ... written only to claim it (orphaned, it may run again) */
-    bool claimed;           /* checked and claimed in one transaction, on a shared store */
-    bool submitted_shared;  /* other supervisors were on the store when it came */
+    char *hop_args;         /* the current hop's args, when its fallback entry maps them; else NULL */
+    size_t hop_args_len;
     uint64_t submitted_gen; /* the store's owners' generation then */
-    bool interrupted;       /* found in flight after a crash: not to be run again */
-    bool current;           /* its job's call between its turn and its end */
-    bool started;           /* counted as a step of its job */
-    bool probe;             /* the running attempt is a half-open probe */
-    bool readmit;           /* its attempt never started: admitted already */
-    bool cancelled;         /* the front cancelled it: it ends Cancelled at the next chance */
-    bool escalated;
-    char escalation[TP_ESCALATION_ID_MAX];
     uint64_t step;
     uint64_t deadline_us;     /* the caller's end for the whole call; 0: none */
     uint64_t first_us;        /* first attempt's start */
     uint64_t turn_us;         /* when its turn came: ready to run, its job's earlier steps ended */
     uint64_t hop_deadline_us; /* absolute, for the current hop; 0 = none */
-    uint32_t hop_attempts;    /* attempts made in the current hop */
-    tp_attempt_t att;
-    Toolpool__Attempt **trace; /* &trace0_at while there is one entry; then malloc'd */
-    size_t n_trace;
-    Toolpool__Attempt *trace0_at;
-    tp_trace_entry_t trace0; /* the first entry: most calls have no other */
-    struct event *ev_backoff;
-    bool ended;        /* its answer is made: what is left is its front's handle */
-    char *end_msg;     /* the engine's own message (a guard, a cancel) */
-    tp_buf_t degraded; /* the declared degraded answer, when it stood in */
-    char *cancel_why;
     tp_answer_fn answer;
     void *answer_ctx;
     tp_notice_fn notice; /* NULL: nobody listens to its MCP server's notifications */
     tp_engine_t *e;
+    Toolpool__Attempt **trace; /* &trace0_at while there is one entry; then malloc'd */
+    size_t n_trace;
+    struct event *ev_backoff;
+    char *end_msg; /* the engine's own message (a guard, a cancel) */
+    char *cancel_why;
+    tp_buf_t degraded;     /* the declared degraded answer, when it stood in */
+    uint32_t hop;          /* 0: the tool called; n: its nth fallback */
+    uint32_t hop_attempts; /* attempts made in the current hop */
+    bool hop_key_set;
+    bool marked;           /* an in-flight marker of ours is in the store */
+    bool claim_only;       /* ... written only to claim it (orphaned, it may run again) */
+    bool claimed;          /* checked and claimed in one transaction, on a shared store */
+    bool submitted_shared; /* other supervisors were on the store when it came */
+    bool interrupted;      /* found in flight after a crash: not to be run again */
+    bool current;          /* its job's call between its turn and its end */
+    bool started;          /* counted as a step of its job */
+    bool probe;            /* the running attempt is a half-open probe */
+    bool readmit;          /* its attempt never started: admitted already */
+    bool cancelled;        /* the front cancelled it: it ends Cancelled at the next chance */
+    bool ended;            /* its answer is made: what is left is its front's handle */
+    bool escalated;
+    char escalation[TP_ESCALATION_ID_MAX];
+    /* Cleared at teardown, not at submit. */
+    tp_attempt_t att;
+    /* Written when the first entry is made (eng_trace_add). */
+    Toolpool__Attempt *trace0_at;
+    tp_trace_entry_t trace0; /* the first entry: most calls have no other */
 };
 
 static inline void tp_queue_push(tp_queue_t *q, tp_call_t *c)

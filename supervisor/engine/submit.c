@@ -294,7 +294,6 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     c->answer = fn;
     c->answer_ctx = ctx;
     c->notice = rq->notice;
-    c->att.kind = TP_KIND_OK;
     tp_job_add(j, c);
     if (e->o.store && !t->policy.same_call_off)
         call_breaker_key(c);

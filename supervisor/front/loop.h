@@ -18,10 +18,18 @@ typedef struct {
     uint64_t drain_us;
 } tp_loop_t;
 
-/* How many calls a front keeps in the engine at once with this many workers. */
+/*
+ * How many calls a front keeps in the engine at once with this many
+ * workers: what the workers' pipelines hold, and a turn's worth more. A
+ * call waits behind the window from submit to dispatch, so the window is
+ * what its lines must stay cached across; it does not bound a commit
+ * (answered calls leave it), which still takes 1,024 results. With 1,024
+ * more instead of 128, 20,000 no-op durable calls at -j 2 had 1.6x the
+ * L2 misses (0.74M against 0.47M, 512 KB L2) and ran no faster.
+ */
 static inline size_t tp_loop_window(uint32_t workers)
 {
-    return (size_t)workers * 64 + 1024;
+    return (size_t)workers * 64 + 128;
 }
 
 /* The base, for an engine that may drain for drain_us. 0, or -1 logged. */
