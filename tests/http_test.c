@@ -1117,6 +1117,39 @@ static int suite_cleanup(void)
     return 0;
 }
 
+/*
+ * Nothing takes a call elsewhere than its tool says: an arg that is a dot
+ * segment is refused, and a redirect to another host is not followed by a
+ * tool with headers of its own (they may hold its secrets), while one
+ * without follows it.
+ */
+static void test_stays_home(void)
+{
+    char other[128], calls[1024];
+    snprintf(other, sizeof other, "http://localhost:%s/json", strrchr(base_url, ':') + 1);
+    snprintf(calls, sizeof calls,
+             "{\"id\": \"dot\", \"tool\": \"rec\", \"args\": {\"id\": \"..\"}}\n"
+             "{\"id\": \"hdr\", \"tool\": \"away_h\", \"args\": {\"url\": \"%s\"}}\n"
+             "{\"id\": \"bare\", \"tool\": \"away\", \"args\": {\"url\": \"%s\"}}\n",
+             other, other);
+    run_t r = run_http(
+        "{\"tools\": [{\"name\": \"rec\", \"http\": {\"url\": \"@U@/echo/records/{id}\","
+        " \"method\": \"DELETE\"}, " STR_PARAMS(S(
+            "id")) ", \"required\": [\"id\"]}},"
+                   "{\"name\": \"away_h\", \"http\": {\"url\": \"@U@/redirect-to\", \"query\": [\"url\"],"
+                   " \"headers\": {\"X-Key\": \"k\"}}, " STR_PARAMS(S(
+                       "url")) "}},"
+                               "{\"name\": \"away\", \"http\": {\"url\": \"@U@/redirect-to\", \"query\": [\"url\"]}, " STR_PARAMS(
+                                   S("url")) "}}]}",
+        calls, 1);
+    const char *dot[] = {"cannot be", NULL}, *away[] = {"another host", NULL};
+    expect_fail(row(&r, "dot"), "dot", "BadArguments", "permanent", 1, dot);
+    expect_fail(row(&r, "hdr"), "hdr", "ToolError", "permanent", 1, away);
+    json_t *v = row(&r, "bare");
+    CU_ASSERT_TRUE(v && json_is_true(json_object_get(v, "ok")));
+    json_decref(r.rows);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1128,6 +1161,7 @@ int main(void)
     CU_add_test(s, "transient statuses retried until ok", test_retried_until_ok);
     CU_add_test(s, "Retry-After: delta-seconds and HTTP-date", test_retry_after);
     CU_add_test(s, "Retry-After past the deadline ends the call", test_retry_after_past_deadline);
+    CU_add_test(s, "no dot segments, no headers taken to another host", test_stays_home);
     CU_add_test(s, "URL template, query and body as received", test_echo_request);
     CU_add_test(s, "secrets reach the server and nothing else", test_secrets);
     CU_add_test(s, "a missing secret is a registry error", test_missing_secret);

@@ -70,7 +70,7 @@ static long retry_after(const char *v)
     if (at < 0)
         return -1;
     time_t now = time(NULL);
-    return at <= now ? 0 : (long)(at - now) * 1000;
+    return at <= now ? 0 : at - now > 86400L * 365 ? 86400L * 365 * 1000 : (long)(at - now) * 1000;
 }
 
 /* Each header line of a response (of every response, redirects too: the last one's count). */
@@ -133,7 +133,13 @@ static bool build_url(const Toolpool__HttpCall *h, json_t *args, json_t *body, t
         snprintf(name, sizeof name, "%.*s", (int)(end - s - 1), s + 1);
         json_t *v = json_object_get(args, name);
         if (v == NULL || json_is_null(v)) {
-            tp_outcome_fail(o, "InvalidArguments", "the URL takes the arg \"%s\", which the call does not give", name);
+            tp_outcome_fail(o, "BadArguments", "the URL takes the arg \"%s\", which the call does not give", name);
+            return false;
+        }
+        const char *sv = json_string_value(v);
+        if (sv && (strcmp(sv, ".") == 0 || strcmp(sv, "..") == 0)) {
+            /* A path's dot segment would take the request to another of the API's paths. */
+            tp_outcome_fail(o, "BadArguments", "the arg \"%s\" cannot be \"%s\" in the URL", name, sv);
             return false;
         }
         tp_buf_append(url, p, (size_t)(s - p));
@@ -282,6 +288,69 @@ static void redact_in(tp_buf_t *b, const char *s)
     *b = out;
 }
 
+/* Every secret of the call out of b. */
+static void redact_all(const Toolpool__HttpCall *h, tp_buf_t *b)
+{
+    for (size_t i = 0; i < h->n_redact; i++)
+        redact_in(b, h->redact[i]);
+}
+
+/* A secret out of a fixed text (cap bytes), cut to fit. */
+static void redact_text(const Toolpool__HttpCall *h, char *s, size_t cap)
+{
+    tp_buf_t b = {0};
+    if (h->n_redact == 0 || tp_buf_puts(&b, s) < 0) {
+        tp_buf_free(&b);
+        return;
+    }
+    redact_all(h, &b);
+    snprintf(s, cap, "%.*s", (int)b.len, b.data ? (const char *)b.data : "");
+    tp_buf_free(&b);
+}
+
+/* "scheme://host:port" of url, into out; false when it does not parse. */
+static bool origin(const char *url, char *out, size_t cap)
+{
+    CURLU *u = curl_url();
+    char *scheme = NULL, *host = NULL, *port = NULL;
+    bool ok = u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+              curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+              curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+              curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
+    if (ok)
+        snprintf(out, cap, "%s://%s:%s", scheme, host, port);
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(port);
+    curl_url_cleanup(u);
+    return ok;
+}
+
+/*
+ * Whether the transfer may go on to next, a redirect from at: never from
+ * https to http, and, for a tool that sends headers of its own (its
+ * secrets, maybe), only to the same scheme, host and port: curl would
+ * send them to any host. false with the outcome set.
+ */
+static bool may_follow(const Toolpool__HttpCall *h, const char *at, const char *next, tp_outcome_t *o)
+{
+    if (strncmp(at, "https:", 6) == 0 && strncmp(next, "https:", 6) != 0) {
+        tp_outcome_fail(o, "ToolError", "a redirect from https to http is not followed");
+        return false;
+    }
+    if (strncmp(next, "http:", 5) != 0 && strncmp(next, "https:", 6) != 0) {
+        tp_outcome_fail(o, "ToolError", "a redirect to another protocol is not followed");
+        return false;
+    }
+    char a[600], b[600];
+    if (h->n_headers > 0 && (!origin(at, a, sizeof a) || !origin(next, b, sizeof b) || strcmp(a, b) != 0)) {
+        tp_outcome_fail(o, "ToolError",
+                        "a redirect to another host is not followed: the tool's headers go to its own host only");
+        return false;
+    }
+    return true;
+}
+
 void tp_http_run(const Toolpool__Call *call, tp_outcome_t *o)
 {
     const Toolpool__HttpCall *h = call->http;
@@ -302,10 +371,10 @@ void tp_http_run(const Toolpool__Call *call, tp_outcome_t *o)
     tp_buf_t url = {0};
     reply_t r = {.max = call->max_output, .retry_after_ms = -1};
     struct curl_slist *headers = NULL;
-    char *payload = NULL;
+    char *payload = NULL, *at = NULL;
     char errbuf[CURL_ERROR_SIZE] = "";
     if (body == NULL) {
-        tp_outcome_fail(o, "InvalidArguments", "the args are not a JSON object");
+        tp_outcome_fail(o, "BadArguments", "the args are not a JSON object");
         goto done;
     }
     if (!build_url(h, args, body, &url, o))
@@ -320,10 +389,9 @@ void tp_http_run(const Toolpool__Call *call, tp_outcome_t *o)
         curl_easy_setopt(easy, CURLOPT_POSTFIELDS, payload ? payload : "{}");
     }
     headers = curl_slist_append(headers, "Expect:"); /* no 100-continue round trip */
-    curl_easy_setopt(easy, CURLOPT_URL, (const char *)url.data);
     if (strcmp(m, "GET") == 0 && !sends)
         curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
-    else
+    else if (strcmp(m, "POST") != 0) /* POST is what a body makes; a 303 can then turn it into a GET */
         curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, m);
     curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
@@ -333,9 +401,7 @@ void tp_http_run(const Toolpool__Call *call, tp_outcome_t *o)
     curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, header_cb);
     curl_easy_setopt(easy, CURLOPT_HEADERDATA, &r);
     curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(easy, CURLOPT_MAXREDIRS, (long)TP_HTTP_REDIRECTS);
-    curl_easy_setopt(easy, CURLOPT_REDIR_PROTOCOLS_STR, strncmp(h->url, "https:", 6) == 0 ? "https" : "http,https");
+    curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L); /* the path as the template made it */
     curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     /*
      * The transfer ends at the tool's timeout, and the worker answers
@@ -348,9 +414,48 @@ void tp_http_run(const Toolpool__Call *call, tp_outcome_t *o)
         curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms);
     if (h->ca_file && h->ca_file[0])
         curl_easy_setopt(easy, CURLOPT_CAINFO, h->ca_file);
-    CURLcode rc = curl_easy_perform(easy);
+    /* Redirects are followed here, not by curl, so that each is checked (may_follow). */
+    CURLcode rc;
     long status = 0;
-    curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+    int redirects = 0;
+    if ((at = strdup((const char *)url.data)) == NULL) {
+        tp_outcome_fail(o, "OutOfMemory", "out of memory building the request");
+        goto done;
+    }
+    for (;;) {
+        curl_easy_setopt(easy, CURLOPT_URL, at);
+        tp_buf_reset(&r.body);
+        r.too_big = false;
+        errbuf[0] = 0;
+        rc = curl_easy_perform(easy);
+        status = 0;
+        curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
+        char *next = NULL;
+        if (rc != CURLE_OK || status < 300 || status > 399 ||
+            curl_easy_getinfo(easy, CURLINFO_REDIRECT_URL, &next) != CURLE_OK || next == NULL)
+            break;
+        if (++redirects > TP_HTTP_REDIRECTS) {
+            tp_outcome_fail(o, "ToolError", "more than %d redirects", TP_HTTP_REDIRECTS);
+            goto done;
+        }
+        if (!may_follow(h, at, next, o))
+            goto done;
+        /* As browsers and curl do: a 303, or a 301 or 302 after a POST, goes on as a GET. */
+        if (status == 303 || ((status == 301 || status == 302) && strcmp(m, "POST") == 0)) {
+            curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, NULL);
+            curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
+        }
+        char *copy = strdup(next);
+        free(at);
+        if ((at = copy) == NULL) {
+            tp_outcome_fail(o, "OutOfMemory", "out of memory following a redirect");
+            goto done;
+        }
+    }
+    /* What the server said, its secrets out before any of it is quoted or cut. */
+    redact_all(h, &r.body);
+    redact_text(h, r.reason, sizeof r.reason);
+    redact_text(h, errbuf, sizeof errbuf);
     if (rc != CURLE_OK) {
         transport_failure(o, rc, errbuf, &r, call->max_output);
     } else if (status >= 200 && status < 300) {
@@ -369,11 +474,13 @@ void tp_http_run(const Toolpool__Call *call, tp_outcome_t *o)
     if (!o->ok && o->retry_after_ms < 0 && r.retry_after_ms >= 0)
         o->retry_after_ms = r.retry_after_ms;
 done:
-    /* A secret never goes back: not in a result (an API that echoes its token), not in a message. */
-    for (size_t i = 0; i < h->n_redact; i++) {
-        redact_in(&o->result, h->redact[i]);
-        redact_in(&o->message, h->redact[i]);
-    }
+    /* A secret never goes back: not in a result (an API that echoes its token), a message or a kind. */
+    redact_all(h, &o->result);
+    redact_all(h, &o->message);
+    for (size_t i = 0; i < h->n_redact; i++)
+        if (h->redact[i][0] && strstr(o->kind, h->redact[i]) != NULL)
+            snprintf(o->kind, sizeof o->kind, "ToolError");
+    free(at);
     curl_slist_free_all(headers);
     free(payload);
     tp_buf_free(&url);

@@ -29,11 +29,18 @@ static bool known_method(const char *m)
     return false;
 }
 
-/* Whether the URL's {NAME} placeholders are well formed; *bad the first that is not. */
+/* Whether the URL's {NAME} placeholders are well formed (a secret's ${...} is none); *bad the first that is not. */
 static bool placeholders_ok(const char *url, const char **bad)
 {
     for (const char *p = url; (p = strpbrk(p, "{}")) != NULL;) {
         *bad = p;
+        if (*p == '{' && p > url && p[-1] == '$') {
+            const char *end = strchr(p, '}');
+            if (end == NULL)
+                return false;
+            p = end + 1;
+            continue;
+        }
         if (*p == '}')
             return false;
         const char *end = strchr(p + 1, '}');
@@ -99,7 +106,7 @@ static int keep_secret(tp_tool_t *tool, const char *val, size_t len)
     return 0;
 }
 
-static int resolve(loader_t *ld, tp_tool_t *tool, const char *text, bool one_line, char **out)
+static int resolve(loader_t *ld, tp_tool_t *tool, const char *text, bool in_url, char **out)
 {
     tp_buf_t b = {0};
     const char *p = text;
@@ -141,8 +148,10 @@ static int resolve(loader_t *ld, tp_tool_t *tool, const char *text, bool one_lin
                 rc = errno == ENOMEM ? reg_fail_oom(ld)
                                      : reg_fail(ld, "%s: cannot read %s: %s", ref, path, strerror(errno));
         }
-        if (rc == 0 && one_line && (memchr(val, '\n', vlen) != NULL || memchr(val, '\r', vlen) != NULL))
+        if (rc == 0 && !in_url && (memchr(val, '\n', vlen) != NULL || memchr(val, '\r', vlen) != NULL))
             rc = reg_fail(ld, "%s holds a line break, which a header cannot", ref);
+        if (rc == 0 && in_url && (memchr(val, '{', vlen) != NULL || memchr(val, '}', vlen) != NULL))
+            rc = reg_fail(ld, "%s holds a brace, which the URL would take for a placeholder", ref);
         if (rc == 0 && (tp_buf_append(&b, val, vlen) < 0 || keep_secret(tool, val, vlen) < 0))
             rc = reg_fail_oom(ld);
         if (owned) {
@@ -182,7 +191,7 @@ int reg_http_finish(loader_t *ld, tp_tool_t *tool)
     where_t saved = ld->at;
     reg_where_setting(ld, tool, "http");
     mark_t m = reg_where_key(&ld->at, "url");
-    int rc = resolve(ld, tool, tool->http_url, false, &tool->http_target);
+    int rc = resolve(ld, tool, tool->http_url, true, &tool->http_target);
     reg_where_pop(&ld->at, m);
     size_t n = 0;
     while (tool->http_headers && tool->http_headers[n])
@@ -195,7 +204,8 @@ int reg_http_finish(loader_t *ld, tp_tool_t *tool)
         snprintf(name, sizeof name, "%.*s", (int)(eq - h), h);
         m = reg_where_key(&ld->at, "headers");
         mark_t k = reg_where_key(&ld->at, name);
-        rc = resolve(ld, tool, eq + 1, true, &value);
+        rc = eq - h >= (ptrdiff_t)sizeof name ? reg_fail(ld, "a header's name is longer than 255 bytes")
+                                              : resolve(ld, tool, eq + 1, false, &value);
         reg_where_pop(&ld->at, k);
         reg_where_pop(&ld->at, m);
         if (rc == 0) {

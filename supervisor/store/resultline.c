@@ -59,9 +59,24 @@ static void put_raw(tp_buf_t *b, const char *key, ProtobufCBinaryData v)
         tp_buf_append(b, v.data, v.len);
 }
 
+static size_t slen6(const char *s)
+{
+    return s ? strlen(s) * 6 + 2 : 2;
+}
+
 int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
 {
     size_t mark = b->len;
+    /*
+     * Room for the whole line first (a string escapes to at most six bytes
+     * a byte), so that no append after can fail and leave a line cut.
+     */
+    size_t need = 400 + slen6(r->id) + slen6(r->job) + slen6(r->tool) + slen6(r->kind) + slen6(r->klass) +
+                  slen6(r->message) + slen6(r->served_by) + slen6(r->escalation) + r->result.len + r->args.len;
+    for (size_t i = 0; i < r->n_trace; i++)
+        need += 160 + slen6(r->trace[i]->tool) + slen6(r->trace[i]->outcome);
+    if (tp_buf_reserve(b, need) < 0)
+        return TP_ENOMEM;
     if (r->has_id)
         put_str(b, "{\"id\":", r->id);
     else

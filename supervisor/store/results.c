@@ -495,10 +495,12 @@ int tp_result_unpack(const void *key, size_t klen, const void *data, size_t len,
 int tp_results_upgrade(tp_store_t *s, MDB_txn *txn)
 {
     MDB_dbi dbi = tp_store_dbi(s, TP_DB_RESULTS);
-    MDB_cursor *cur;
+    MDB_cursor *cur = NULL;
     MDB_val k, v;
     char key[512]; /* a key is at most the store's key size (mdb_env_get_maxkeysize: 511) */
     int rc = tp_mdb(mdb_cursor_open(txn, dbi, &cur));
+    if (rc)
+        return rc;
     for (rc = rc ? rc : tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
          rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         Toolpool__StoredResult *sr;
