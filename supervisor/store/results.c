@@ -307,7 +307,7 @@ static ProtobufCBinaryData take_bytes(block_t *b, const uint8_t *data, size_t n)
 /* Pass 1 over a Result's bytes: whether this reader takes it, and how many attempts and strings it holds. */
 static bool result_count(wire_t w, size_t *n_trace, size_t *n_len)
 {
-    wfield_t f;
+    wfield_t f = {0};
     *n_trace = *n_len = 0;
     while (w.p < w.end) {
         if (!get_field(&w, &f) || result_wt(f.field) != (int)f.wt)
@@ -329,7 +329,7 @@ static bool result_count(wire_t w, size_t *n_trace, size_t *n_len)
 
 static void attempt_fill(block_t *b, wire_t w, Toolpool__Attempt *a)
 {
-    wfield_t f;
+    wfield_t f = {0};
     toolpool__attempt__init(a);
     while (w.p < w.end && get_field(&w, &f)) {
         switch (f.field) {
@@ -358,7 +358,7 @@ static void attempt_fill(block_t *b, wire_t w, Toolpool__Attempt *a)
 /* Pass 2: the Result's fields into r, its strings and attempts into the block (pass 1 has checked them). */
 static void result_fill(block_t *b, wire_t w, Toolpool__Result *r, size_t n_trace)
 {
-    wfield_t f;
+    wfield_t f = {0};
     toolpool__result__init(r);
     if (n_trace) {
         r->trace = take(b, n_trace * sizeof *r->trace);
@@ -404,7 +404,7 @@ static void result_fill(block_t *b, wire_t w, Toolpool__Result *r, size_t n_trac
 static int block_read(const uint8_t *data, size_t len, Toolpool__StoredResult **out)
 {
     wire_t w = {data, data + len}, inner = {NULL, NULL};
-    wfield_t f;
+    wfield_t f = {0};
     uint64_t ended = 0;
     *out = NULL;
     while (w.p < w.end) {
