@@ -120,10 +120,12 @@ static int put_escaped(tp_buf_t *b, const json_t *v)
 /*
  * The URL with its placeholders filled and the query appended; the names
  * used are taken out of body (what is left goes as the body). false with
- * the outcome set when an arg is missing.
+ * the outcome set when an arg is missing or memory runs out (no request
+ * goes out with a part left out).
  */
 static bool build_url(const Toolpool__HttpCall *h, json_t *args, json_t *body, tp_buf_t *url, tp_outcome_t *o)
 {
+    bool failed = false;
     const char *p = h->url;
     for (const char *s; (s = strchr(p, '{')) != NULL;) {
         const char *end = strchr(s, '}');
@@ -142,30 +144,37 @@ static bool build_url(const Toolpool__HttpCall *h, json_t *args, json_t *body, t
             tp_outcome_fail(o, "BadArguments", "the arg \"%s\" cannot be \"%s\" in the URL", name, sv);
             return false;
         }
-        tp_buf_append(url, p, (size_t)(s - p));
-        put_escaped(url, v);
+        failed |= tp_buf_append(url, p, (size_t)(s - p)) < 0 || put_escaped(url, v) < 0;
         json_object_del(body, name);
         p = end + 1;
     }
-    tp_buf_puts(url, p);
+    failed |= tp_buf_puts(url, p) < 0;
     char sep = strchr(h->url, '?') ? '&' : '?';
     for (size_t i = 0; i < h->n_query; i++) {
         json_t *v = json_object_get(args, h->query[i]);
         if (v == NULL || json_is_null(v))
             continue;
         char *name = curl_easy_escape(easy, h->query[i], 0);
-        tp_buf_append(url, &sep, 1);
-        tp_buf_puts(url, name ? name : "");
-        tp_buf_puts(url, "=");
-        put_escaped(url, v);
+        failed |= name == NULL || tp_buf_append(url, &sep, 1) < 0 || tp_buf_puts(url, name) < 0 ||
+                  tp_buf_puts(url, "=") < 0 || put_escaped(url, v) < 0;
         curl_free(name);
         json_object_del(body, h->query[i]);
         sep = '&';
     }
-    if (tp_buf_append(url, "", 1) < 0) {
+    if (failed || tp_buf_append(url, "", 1) < 0) {
         tp_outcome_fail(o, "OutOfMemory", "out of memory building the request");
         return false;
     }
+    return true;
+}
+
+/* Adds a header line; false (the list as it was) when memory runs out. */
+static bool add_header(struct curl_slist **list, const char *line)
+{
+    struct curl_slist *l = curl_slist_append(*list, line);
+    if (l == NULL)
+        return false;
+    *list = l;
     return true;
 }
 
@@ -255,12 +264,6 @@ static void transport_failure(tp_outcome_t *o, CURLcode rc, const char *errbuf, 
     case CURLE_SSL_CERTPROBLEM:
     case CURLE_SSL_ISSUER_ERROR:
         tp_outcome_fail(o, "ToolError", "TLS: the server's certificate is not trusted: %s", why);
-        return;
-    case CURLE_TOO_MANY_REDIRECTS:
-        tp_outcome_fail(o, "ToolError", "more than %d redirects", TP_HTTP_REDIRECTS);
-        return;
-    case CURLE_UNSUPPORTED_PROTOCOL:
-        tp_outcome_fail(o, "ToolError", "a redirect the tool may not follow (never from https to http): %s", why);
         return;
     default:
         break;
@@ -381,14 +384,19 @@ void tp_http_run(const Toolpool__Call *call, tp_outcome_t *o)
         goto done;
     const char *m = h->method && h->method[0] ? h->method : "GET";
     bool sends = strcmp(m, "POST") == 0 || strcmp(m, "PUT") == 0 || strcmp(m, "PATCH") == 0 || h->body_args;
+    bool built = true;
     for (size_t i = 0; i < h->n_headers; i++)
-        headers = curl_slist_append(headers, h->headers[i]);
+        built = built && add_header(&headers, h->headers[i]);
     if (sends) {
-        payload = json_dumps(body, JSON_COMPACT);
-        headers = curl_slist_append(headers, "Content-Type: application/json");
-        curl_easy_setopt(easy, CURLOPT_POSTFIELDS, payload ? payload : "{}");
+        built = built && (payload = json_dumps(body, JSON_COMPACT)) != NULL &&
+                add_header(&headers, "Content-Type: application/json");
+        curl_easy_setopt(easy, CURLOPT_POSTFIELDS, payload);
     }
-    headers = curl_slist_append(headers, "Expect:"); /* no 100-continue round trip */
+    built = built && add_header(&headers, "Expect:"); /* no 100-continue round trip */
+    if (!built) {
+        tp_outcome_fail(o, "OutOfMemory", "out of memory building the request");
+        goto done;
+    }
     if (strcmp(m, "GET") == 0 && !sends)
         curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
     else if (strcmp(m, "POST") != 0) /* POST is what a body makes; a 303 can then turn it into a GET */
