@@ -30,8 +30,29 @@ void tp_plugin_run(const Toolpool__Call *call, tp_outcome_t *o);
  * server, started (and the handshake run) at the first call that needs it.
  */
 void tp_mcp_run(const Toolpool__Call *call, tp_outcome_t *o);
-/* http adapter: one HTTP request (the call's HttpCall) on the worker's kept connections. */
-void tp_http_run(const Toolpool__Call *call, tp_outcome_t *o);
+/*
+ * http adapter: one HTTP request a call (its HttpCall), many calls in
+ * flight at once on the worker's kept connections. The worker's loop
+ * starts each call (tp_http_start), waits in tp_http_wait for the
+ * transfers and its call pipe together, and hears each call's answer, in
+ * whatever order they end, through the function set with tp_http_set_done.
+ */
+typedef void (*tp_http_done_fn)(const Toolpool__Call *call, tp_outcome_t *o);
+void tp_http_set_done(tp_http_done_fn fn);
+/* Starts frame's call; the transfer owns frame from here (freed when it ends). Its answer may come at once. */
+void tp_http_start(Toolpool__SupervisorFrame *frame);
+/* Ends the call of seq now, answered Cancelled. false when no such call is in flight (it has answered). */
+bool tp_http_cancel(uint64_t seq);
+/* Calls in flight. */
+int tp_http_in_flight(void);
+/*
+ * Waits up to timeout_ms for the transfers and for fd to be readable
+ * (*fd_ready; fd -1: none), then moves every transfer on, answering those
+ * that ended. 0, or TP_EIO when curl fails.
+ */
+int tp_http_wait(int fd, int timeout_ms, bool *fd_ready);
+/* Drops every call in flight unanswered, and frees the client. */
+void tp_http_shutdown(void);
 /*
  * Where the mcp adapter sends, while call seq runs, a notification its MCP
  * server sent (method, and its params as JSON text): the worker's main

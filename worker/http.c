@@ -1,8 +1,11 @@
 /*
- * http adapter: one HTTP request a call, made with libcurl on an easy
- * handle kept for the worker's life, so its connections stay open and are
- * reused from call to call (and HTTP/2 is spoken where a TLS server offers
- * it).
+ * http adapter: one HTTP request a call, made with libcurl. The worker
+ * holds many calls at once: each is a transfer on one multi handle, which
+ * the worker's loop drives (tp_http_wait) while it reads more Calls, and
+ * each answers when it ends, in whatever order they end. The multi
+ * handle keeps the connections open and reuses them from call to call
+ * (HTTP/2, multiplexed, where a TLS server offers it); an ended
+ * transfer's easy handle is kept for the next.
  *
  * The request: the URL's {NAME} placeholders take the args' values,
  * percent-encoded; the args "query" names go as the query string; the
@@ -35,8 +38,6 @@
 #define TP_HTTP_QUOTE 2048
 /* Redirects followed at most. */
 #define TP_HTTP_REDIRECTS 5
-
-static CURL *easy;
 
 typedef struct {
     tp_buf_t body;
@@ -107,7 +108,7 @@ static char *arg_text(const json_t *v)
 }
 
 /* Appends the arg's value, percent-encoded. */
-static int put_escaped(tp_buf_t *b, const json_t *v)
+static int put_escaped(CURL *easy, tp_buf_t *b, const json_t *v)
 {
     char *text = arg_text(v);
     char *esc = text ? curl_easy_escape(easy, text, 0) : NULL;
@@ -123,7 +124,8 @@ static int put_escaped(tp_buf_t *b, const json_t *v)
  * the outcome set when an arg is missing or memory runs out (no request
  * goes out with a part left out).
  */
-static bool build_url(const Toolpool__HttpCall *h, json_t *args, json_t *body, tp_buf_t *url, tp_outcome_t *o)
+static bool build_url(CURL *easy, const Toolpool__HttpCall *h, json_t *args, json_t *body, tp_buf_t *url,
+                      tp_outcome_t *o)
 {
     bool failed = false;
     const char *p = h->url;
@@ -144,7 +146,7 @@ static bool build_url(const Toolpool__HttpCall *h, json_t *args, json_t *body, t
             tp_outcome_fail(o, "BadArguments", "the arg \"%s\" cannot be \"%s\" in the URL", name, sv);
             return false;
         }
-        failed |= tp_buf_append(url, p, (size_t)(s - p)) < 0 || put_escaped(url, v) < 0;
+        failed |= tp_buf_append(url, p, (size_t)(s - p)) < 0 || put_escaped(easy, url, v) < 0;
         json_object_del(body, name);
         p = end + 1;
     }
@@ -156,7 +158,7 @@ static bool build_url(const Toolpool__HttpCall *h, json_t *args, json_t *body, t
             continue;
         char *name = curl_easy_escape(easy, h->query[i], 0);
         failed |= name == NULL || tp_buf_append(url, &sep, 1) < 0 || tp_buf_puts(url, name) < 0 ||
-                  tp_buf_puts(url, "=") < 0 || put_escaped(url, v) < 0;
+                  tp_buf_puts(url, "=") < 0 || put_escaped(easy, url, v) < 0;
         curl_free(name);
         json_object_del(body, h->query[i]);
         sep = '&';
@@ -231,7 +233,8 @@ static void status_failure(tp_outcome_t *o, long status, const reply_t *r)
 }
 
 /* A transfer that failed before a whole response came. */
-static void transport_failure(tp_outcome_t *o, CURLcode rc, const char *errbuf, const reply_t *r, uint64_t max)
+static void transport_failure(CURL *easy, tp_outcome_t *o, CURLcode rc, const char *errbuf, const reply_t *r,
+                              uint64_t max)
 {
     const char *why = errbuf[0] ? errbuf : curl_easy_strerror(rc);
     curl_off_t connect = 0;
@@ -354,45 +357,172 @@ static bool may_follow(const Toolpool__HttpCall *h, const char *at, const char *
     return true;
 }
 
-void tp_http_run(const Toolpool__Call *call, tp_outcome_t *o)
+/* One call's transfer, from its Call to its answer. */
+typedef struct xfer {
+    struct xfer *next; /* in flight, or spare */
+    CURL *easy;
+    Toolpool__SupervisorFrame *frame; /* the Call: freed when the call ends */
+    const Toolpool__Call *call;
+    const char *method;
+    reply_t r;
+    tp_buf_t url;
+    struct curl_slist *headers;
+    char *payload;
+    char *at; /* where the request goes now (after redirects) */
+    int redirects;
+    uint64_t deadline_ms; /* the call's end, of the monotonic clock in ms; 0: none */
+    char errbuf[CURL_ERROR_SIZE];
+    tp_outcome_t o;
+} xfer_t;
+
+static CURLM *multi;
+static xfer_t *flight, *spare;
+static int n_flight;
+static tp_http_done_fn done_fn;
+
+static uint64_t now_ms(void)
 {
-    const Toolpool__HttpCall *h = call->http;
-    if (h == NULL || h->url == NULL || h->url[0] == 0) {
-        tp_outcome_fail(o, "ToolError", "the call names no request (a worker older than its supervisor?)");
-        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static bool client_ready(void)
+{
+    if (multi != NULL)
+        return true;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || (multi = curl_multi_init()) == NULL)
+        return false;
+    return true;
+}
+
+/* A transfer for call: a spare one's easy handle, its options reset (its caches stay), or a new one. */
+static xfer_t *xfer_take(void)
+{
+    xfer_t *x = spare;
+    if (x != NULL) {
+        spare = x->next;
+        curl_easy_reset(x->easy);
+    } else if ((x = calloc(1, sizeof *x)) != NULL && (x->easy = curl_easy_init()) == NULL) {
+        free(x);
+        x = NULL;
     }
-    if (easy == NULL) {
-        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || (easy = curl_easy_init()) == NULL) {
-            tp_outcome_fail(o, "ToolError", "cannot start the HTTP client");
+    if (x == NULL)
+        return NULL;
+    x->r = (reply_t){.body = x->r.body, .retry_after_ms = -1};
+    tp_buf_reset(&x->r.body);
+    tp_buf_reset(&x->url);
+    tp_outcome_reset(&x->o);
+    x->redirects = 0;
+    x->errbuf[0] = 0;
+    return x;
+}
+
+/*
+ * The call has its answer: its secrets out of everything it says, the
+ * Reply sent (done_fn), and the transfer kept for the next call.
+ */
+static void xfer_end(xfer_t *x)
+{
+    const Toolpool__HttpCall *h = x->call->http;
+    tp_outcome_t *o = &x->o;
+    /* A secret never goes back: not in a result (an API that echoes its token), a message or a kind. */
+    if (h != NULL) {
+        redact_all(h, &o->result);
+        redact_all(h, &o->message);
+        for (size_t i = 0; i < h->n_redact; i++)
+            if (h->redact[i][0] && strstr(o->kind, h->redact[i]) != NULL)
+                snprintf(o->kind, sizeof o->kind, "ToolError");
+    }
+    done_fn(x->call, o);
+    toolpool__supervisor_frame__free_unpacked(x->frame, NULL);
+    x->frame = NULL;
+    x->call = NULL;
+    free(x->at);
+    x->at = NULL;
+    curl_slist_free_all(x->headers);
+    x->headers = NULL;
+    free(x->payload);
+    x->payload = NULL;
+    if (x->r.body.cap > 1u << 20)
+        tp_buf_free(&x->r.body); /* a big body's memory goes back; a small one's is kept */
+    if (x->url.cap > 1u << 16)
+        tp_buf_free(&x->url);
+    x->next = spare;
+    spare = x;
+}
+
+/* Takes x out of the flight list (and off the multi handle). */
+static void xfer_unlink(xfer_t *x)
+{
+    curl_multi_remove_handle(multi, x->easy);
+    for (xfer_t **pp = &flight; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == x) {
+            *pp = x->next;
+            n_flight--;
             return;
         }
-    } else {
-        curl_easy_reset(easy); /* the options go; the connections and caches stay */
+}
+
+/* Starts (or, after a redirect, goes on with) x's transfer to x->at. false with the outcome set. */
+static bool xfer_go(xfer_t *x)
+{
+    if (x->deadline_ms) {
+        uint64_t now = now_ms();
+        if (now >= x->deadline_ms) {
+            tp_outcome_fail(&x->o, "Timeout", "the call's time ran out after %d redirect%s", x->redirects,
+                            x->redirects == 1 ? "" : "s");
+            return false;
+        }
+        /* What is left of the call's time: a redirect does not start it again. */
+        curl_easy_setopt(x->easy, CURLOPT_TIMEOUT_MS, (long)(x->deadline_ms - now));
+    }
+    curl_easy_setopt(x->easy, CURLOPT_URL, x->at);
+    tp_buf_reset(&x->r.body);
+    x->r.too_big = false;
+    x->errbuf[0] = 0;
+    if (curl_multi_add_handle(multi, x->easy) != CURLM_OK) {
+        tp_outcome_fail(&x->o, "OutOfMemory", "cannot start the transfer");
+        return false;
+    }
+    x->next = flight;
+    flight = x;
+    n_flight++;
+    return true;
+}
+
+/* The request of x's call, made ready on its easy handle. false with the outcome set. */
+static bool xfer_prepare(xfer_t *x)
+{
+    const Toolpool__Call *call = x->call;
+    const Toolpool__HttpCall *h = call->http;
+    CURL *easy = x->easy;
+    tp_outcome_t *o = &x->o;
+    if (h == NULL || h->url == NULL || h->url[0] == 0) {
+        tp_outcome_fail(o, "ToolError", "the call names no request (a worker older than its supervisor?)");
+        return false;
     }
     json_t *args = call->args.len ? json_loadb((const char *)call->args.data, call->args.len, 0, NULL) : json_object();
     json_t *body = json_is_object(args) ? json_deep_copy(args) : NULL;
-    tp_buf_t url = {0};
-    reply_t r = {.max = call->max_output, .retry_after_ms = -1};
-    struct curl_slist *headers = NULL;
-    char *payload = NULL, *at = NULL;
-    char errbuf[CURL_ERROR_SIZE] = "";
+    bool ok = false;
     if (body == NULL) {
         tp_outcome_fail(o, "BadArguments", "the args are not a JSON object");
         goto done;
     }
-    if (!build_url(h, args, body, &url, o))
+    if (!build_url(easy, h, args, body, &x->url, o))
         goto done;
-    const char *m = h->method && h->method[0] ? h->method : "GET";
+    const char *m = x->method = h->method && h->method[0] ? h->method : "GET";
     bool sends = strcmp(m, "POST") == 0 || strcmp(m, "PUT") == 0 || strcmp(m, "PATCH") == 0 || h->body_args;
     bool built = true;
     for (size_t i = 0; i < h->n_headers; i++)
-        built = built && add_header(&headers, h->headers[i]);
+        built = built && add_header(&x->headers, h->headers[i]);
     if (sends) {
-        built = built && (payload = json_dumps(body, JSON_COMPACT)) != NULL &&
-                add_header(&headers, "Content-Type: application/json");
-        curl_easy_setopt(easy, CURLOPT_POSTFIELDS, payload);
+        built = built && (x->payload = json_dumps(body, JSON_COMPACT)) != NULL &&
+                add_header(&x->headers, "Content-Type: application/json");
+        curl_easy_setopt(easy, CURLOPT_POSTFIELDS, x->payload);
     }
-    built = built && add_header(&headers, "Expect:"); /* no 100-continue round trip */
+    built = built && add_header(&x->headers, "Expect:"); /* no 100-continue round trip */
+    built = built && (x->at = strdup((const char *)x->url.data)) != NULL;
     if (!built) {
         tp_outcome_fail(o, "OutOfMemory", "out of memory building the request");
         goto done;
@@ -401,98 +531,186 @@ void tp_http_run(const Toolpool__Call *call, tp_outcome_t *o)
         curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
     else if (strcmp(m, "POST") != 0) /* POST is what a body makes; a 303 can then turn it into a GET */
         curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, m);
-    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(easy, CURLOPT_PRIVATE, x);
+    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, x->headers);
     curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
+    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, x->errbuf);
     curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, body_cb);
-    curl_easy_setopt(easy, CURLOPT_WRITEDATA, &r);
+    curl_easy_setopt(easy, CURLOPT_WRITEDATA, &x->r);
     curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, header_cb);
-    curl_easy_setopt(easy, CURLOPT_HEADERDATA, &r);
+    curl_easy_setopt(easy, CURLOPT_HEADERDATA, &x->r);
     curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L); /* the path as the template made it */
     curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     /*
-     * The transfer ends at the tool's timeout, and the worker answers
-     * Timeout itself, keeping its connections: the supervisor's kill comes
-     * a little later (supervisor/pool/reap.c), as the backstop.
+     * The transfer ends at the attempt's time (its own, which a deadline
+     * may make shorter than the tool's timeout), and the worker answers
+     * Timeout itself, keeping its connections and its other calls: the
+     * supervisor's kill comes a little later (supervisor/pool/reap.c), as
+     * the backstop.
      */
-    if (h->timeout_ms)
-        curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS, (long)h->timeout_ms);
+    uint64_t ms = call->timeout_ms && (h->timeout_ms == 0 || call->timeout_ms < h->timeout_ms) ? call->timeout_ms
+                                                                                               : h->timeout_ms;
+    x->deadline_ms = ms ? now_ms() + ms : 0;
     if (h->connect_timeout_ms)
         curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms);
     if (h->ca_file && h->ca_file[0])
         curl_easy_setopt(easy, CURLOPT_CAINFO, h->ca_file);
-    /* Redirects are followed here, not by curl, so that each is checked (may_follow). */
-    CURLcode rc;
+    ok = true;
+done:
+    json_decref(body);
+    json_decref(args);
+    return ok;
+}
+
+/*
+ * A transfer of x ended with rc: a redirect is checked and followed (here,
+ * not by curl, so that each is checked: may_follow), anything else is the
+ * call's answer.
+ */
+static void xfer_done(xfer_t *x, CURLcode rc)
+{
+    const Toolpool__HttpCall *h = x->call->http;
+    tp_outcome_t *o = &x->o;
+    reply_t *r = &x->r;
     long status = 0;
-    int redirects = 0;
-    if ((at = strdup((const char *)url.data)) == NULL) {
-        tp_outcome_fail(o, "OutOfMemory", "out of memory building the request");
-        goto done;
-    }
-    for (;;) {
-        curl_easy_setopt(easy, CURLOPT_URL, at);
-        tp_buf_reset(&r.body);
-        r.too_big = false;
-        errbuf[0] = 0;
-        rc = curl_easy_perform(easy);
-        status = 0;
-        curl_easy_getinfo(easy, CURLINFO_RESPONSE_CODE, &status);
-        char *next = NULL;
-        if (rc != CURLE_OK || status < 300 || status > 399 ||
-            curl_easy_getinfo(easy, CURLINFO_REDIRECT_URL, &next) != CURLE_OK || next == NULL)
-            break;
-        if (++redirects > TP_HTTP_REDIRECTS) {
+    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+    char *next = NULL;
+    xfer_unlink(x);
+    if (rc == CURLE_OK && status >= 300 && status <= 399 &&
+        curl_easy_getinfo(x->easy, CURLINFO_REDIRECT_URL, &next) == CURLE_OK && next != NULL) {
+        if (++x->redirects > TP_HTTP_REDIRECTS) {
             tp_outcome_fail(o, "ToolError", "more than %d redirects", TP_HTTP_REDIRECTS);
-            goto done;
+        } else if (may_follow(h, x->at, next, o)) {
+            /* As browsers and curl do: a 303, or a 301 or 302 after a POST, goes on as a GET. */
+            if (status == 303 || ((status == 301 || status == 302) && strcmp(x->method, "POST") == 0)) {
+                curl_easy_setopt(x->easy, CURLOPT_CUSTOMREQUEST, NULL);
+                curl_easy_setopt(x->easy, CURLOPT_HTTPGET, 1L);
+            }
+            char *copy = strdup(next);
+            free(x->at);
+            if ((x->at = copy) == NULL)
+                tp_outcome_fail(o, "OutOfMemory", "out of memory following a redirect");
+            else if (xfer_go(x))
+                return;
         }
-        if (!may_follow(h, at, next, o))
-            goto done;
-        /* As browsers and curl do: a 303, or a 301 or 302 after a POST, goes on as a GET. */
-        if (status == 303 || ((status == 301 || status == 302) && strcmp(m, "POST") == 0)) {
-            curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, NULL);
-            curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
-        }
-        char *copy = strdup(next);
-        free(at);
-        if ((at = copy) == NULL) {
-            tp_outcome_fail(o, "OutOfMemory", "out of memory following a redirect");
-            goto done;
-        }
+        xfer_end(x);
+        return;
     }
     /* What the server said, its secrets out before any of it is quoted or cut. */
-    redact_all(h, &r.body);
-    redact_text(h, r.reason, sizeof r.reason);
-    redact_text(h, errbuf, sizeof errbuf);
+    redact_all(h, &r->body);
+    redact_text(h, r->reason, sizeof r->reason);
+    redact_text(h, x->errbuf, sizeof x->errbuf);
     if (rc != CURLE_OK) {
-        transport_failure(o, rc, errbuf, &r, call->max_output);
+        transport_failure(x->easy, o, rc, x->errbuf, r, x->call->max_output);
     } else if (status >= 200 && status < 300) {
-        if (r.body.len == 0) {
+        if (r->body.len == 0) {
             tp_buf_reset(&o->result);
             tp_buf_puts(&o->result, "null");
             o->ok = true;
         } else {
-            tp_outcome_from_text(o, (const char *)r.body.data, r.body.len, false);
+            tp_outcome_from_text(o, (const char *)r->body.data, r->body.len, false);
         }
-    } else if (error_body(&r.body)) {
-        tp_outcome_from_text(o, (const char *)r.body.data, r.body.len, true);
+    } else if (error_body(&r->body)) {
+        tp_outcome_from_text(o, (const char *)r->body.data, r->body.len, true);
     } else {
-        status_failure(o, status, &r);
+        status_failure(o, status, r);
     }
-    if (!o->ok && o->retry_after_ms < 0 && r.retry_after_ms >= 0)
-        o->retry_after_ms = r.retry_after_ms;
-done:
-    /* A secret never goes back: not in a result (an API that echoes its token), a message or a kind. */
-    redact_all(h, &o->result);
-    redact_all(h, &o->message);
-    for (size_t i = 0; i < h->n_redact; i++)
-        if (h->redact[i][0] && strstr(o->kind, h->redact[i]) != NULL)
-            snprintf(o->kind, sizeof o->kind, "ToolError");
-    free(at);
-    curl_slist_free_all(headers);
-    free(payload);
-    tp_buf_free(&url);
-    tp_buf_free(&r.body);
-    json_decref(body);
-    json_decref(args);
+    if (!o->ok && o->retry_after_ms < 0 && r->retry_after_ms >= 0)
+        o->retry_after_ms = r->retry_after_ms;
+    xfer_end(x);
+}
+
+void tp_http_set_done(tp_http_done_fn fn)
+{
+    done_fn = fn;
+}
+
+void tp_http_start(Toolpool__SupervisorFrame *frame)
+{
+    const Toolpool__Call *call = frame->call;
+    xfer_t *x = client_ready() ? xfer_take() : NULL;
+    if (x == NULL) {
+        tp_outcome_t o = {0};
+        tp_outcome_reset(&o);
+        tp_outcome_fail(&o, "ToolError", "cannot start the HTTP client");
+        done_fn(call, &o);
+        tp_outcome_free(&o);
+        toolpool__supervisor_frame__free_unpacked(frame, NULL);
+        return;
+    }
+    x->frame = frame;
+    x->call = call;
+    x->r.max = call->max_output;
+    if (!xfer_prepare(x) || !xfer_go(x))
+        xfer_end(x);
+}
+
+bool tp_http_cancel(uint64_t seq)
+{
+    for (xfer_t *x = flight; x != NULL; x = x->next)
+        if (x->call->seq == seq) {
+            xfer_unlink(x);
+            tp_outcome_fail(&x->o, "Cancelled", "%s cancelled while it ran", x->call->tool);
+            xfer_end(x);
+            return true;
+        }
+    return false;
+}
+
+int tp_http_in_flight(void)
+{
+    return n_flight;
+}
+
+int tp_http_wait(int fd, int timeout_ms, bool *fd_ready)
+{
+    struct curl_waitfd w = {.fd = fd, .events = CURL_WAIT_POLLIN};
+    *fd_ready = false;
+    CURLMcode mc = curl_multi_poll(multi, &w, fd >= 0 ? 1 : 0, timeout_ms, NULL);
+    if (mc != CURLM_OK)
+        return TP_EIO;
+    *fd_ready = fd >= 0 && w.revents != 0;
+    int running;
+    if (curl_multi_perform(multi, &running) != CURLM_OK)
+        return TP_EIO;
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(multi, &left)) != NULL) {
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        xfer_t *x = NULL;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+        if (x != NULL)
+            xfer_done(x, msg->data.result);
+    }
+    return 0;
+}
+
+void tp_http_shutdown(void)
+{
+    while (flight != NULL) {
+        xfer_t *x = flight;
+        xfer_unlink(x);
+        toolpool__supervisor_frame__free_unpacked(x->frame, NULL);
+        x->next = spare;
+        spare = x;
+    }
+    while (spare != NULL) {
+        xfer_t *x = spare;
+        spare = x->next;
+        curl_easy_cleanup(x->easy);
+        curl_slist_free_all(x->headers);
+        free(x->payload);
+        free(x->at);
+        tp_buf_free(&x->r.body);
+        tp_buf_free(&x->url);
+        tp_outcome_free(&x->o);
+        free(x);
+    }
+    if (multi != NULL) {
+        curl_multi_cleanup(multi);
+        multi = NULL;
+        curl_global_cleanup();
+    }
 }

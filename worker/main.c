@@ -4,7 +4,10 @@
  * The supervisor forks, makes the child the leader of its own process group,
  * points fd 3 at the call pipe and fd 4 at the reply pipe, and execs this
  * program. The worker says Hello, then loops: read a Call frame, run the
- * tool, write a Reply frame. It holds no policy: timeouts, retries and
+ * tool, write a Reply frame. An http tool's calls do not run one at a
+ * time: the worker holds many in flight (worker/http.c) while it reads
+ * more, and answers each when it ends, matched by its seq; a Cancel frame
+ * ends one of them. It holds no policy: timeouts, retries and
  * everything else live in the supervisor, which kills this whole process
  * group when an attempt runs past its deadline.
  *
@@ -124,6 +127,85 @@ static void run_call(const Toolpool__Call *call, tp_outcome_t *o)
         tp_outcome_fail(o, "ToolError", "worker cannot run adapter %d", (int)call->adapter);
 }
 
+/* The Reply to call: its outcome o. */
+static void send_reply(const Toolpool__Call *call, tp_outcome_t *o)
+{
+    static tp_buf_t out;
+    uint32_t max = frame_max;
+    Toolpool__Reply reply = TOOLPOOL__REPLY__INIT;
+    reply.seq = call->seq;
+    reply.retry_after_ms = o->retry_after_ms;
+    reply.cost = o->cost;
+    if (o->ok && o->result.len + 1024 > max) {
+        /* A result the frame cannot carry is the tool's failure, not the worker's. */
+        tp_outcome_fail(o, "OutputTooLarge", "%s returned %zu bytes, more than a frame carries (%u)", call->tool,
+                        o->result.len, max);
+    }
+    reply.ok = o->ok; /* after the check: a result too large for the frame is no success */
+    if (o->ok) {
+        reply.result.data = o->result.data;
+        reply.result.len = o->result.len;
+    } else {
+        reply.kind = o->kind;
+        tp_buf_append(&o->message, "", 1);
+        reply.message = (char *)o->message.data;
+    }
+    Toolpool__WorkerFrame wf = TOOLPOOL__WORKER_FRAME__INIT;
+    wf.body_case = TOOLPOOL__WORKER_FRAME__BODY_REPLY;
+    wf.reply = &reply;
+    send_frame(&out, &wf, max);
+}
+
+/* Runs one call of an adapter that runs one at a time, and answers it. */
+static void run_one(const Toolpool__Call *call, tp_outcome_t *o)
+{
+    uint64_t started = tp_now_us();
+    run_call(call, o);
+    /*
+     * Nothing the tool started outlives its call. The check costs a
+     * system call (about 0.5 us: some 5% of a no-op plugin call), so a
+     * call too short to have started a process skips it: every exec
+     * call, and any plugin call that forked or spawned, takes longer
+     * (contain.h).
+     */
+    /*
+     * An MCP tool's call is not swept: its server lives on, and what
+     * it starts is its own (contain.h spares them).
+     */
+    if (call->adapter != TOOLPOOL__ADAPTER__ADAPTER_MCP && tp_now_us() - started >= TP_CONTAIN_QUICK_US)
+        tp_contain_sweep();
+    if (terminating) {
+        tp_mcp_shutdown();
+        tp_contain_sweep();
+        _exit(0); /* timed out: nobody wants this reply */
+    }
+    send_reply(call, o);
+}
+
+/*
+ * Handles one whole frame from the supervisor: a Call runs (an http one
+ * starts, and answers when it ends), a Cancel ends its http call. false
+ * on a garbage frame.
+ */
+static bool handle_frame(const uint8_t *body, uint32_t len, tp_outcome_t *o)
+{
+    Toolpool__SupervisorFrame *sf = toolpool__supervisor_frame__unpack(NULL, len, body);
+    if (sf != NULL && sf->body_case == TOOLPOOL__SUPERVISOR_FRAME__BODY_CALL &&
+        sf->call->adapter == TOOLPOOL__ADAPTER__ADAPTER_HTTP) {
+        tp_http_start(sf); /* it owns sf now */
+        return true;
+    }
+    bool ok = sf != NULL;
+    if (ok && sf->body_case == TOOLPOOL__SUPERVISOR_FRAME__BODY_CALL)
+        run_one(sf->call, o);
+    else if (ok && sf->body_case == TOOLPOOL__SUPERVISOR_FRAME__BODY_CANCEL)
+        (void)tp_http_cancel(sf->cancel->seq); /* one that answered already: too late, nothing to do */
+    else
+        ok = false;
+    toolpool__supervisor_frame__free_unpacked(sf, NULL);
+    return ok;
+}
+
 int main(int argc, char **argv)
 {
     tp_log_init("toolpool-worker");
@@ -178,6 +260,7 @@ int main(int argc, char **argv)
     (void)mallopt(M_TRIM_THRESHOLD, 8 << 20);
 
     tp_mcp_set_notice(send_notice);
+    tp_http_set_done(send_reply);
     tp_buf_t in = {0}, out = {0};
     Toolpool__Hello hello = TOOLPOOL__HELLO__INIT;
     hello.protocol = TOOLPOOL__PROTOCOL__PROTOCOL_VERSION;
@@ -187,73 +270,63 @@ int main(int argc, char **argv)
     wf.hello = &hello;
     send_frame(&out, &wf, max);
 
+    /*
+     * The loop: every whole frame read is handled, then more is read. With
+     * no http call in flight the read blocks, as a call runs to its end
+     * before the next is read; with some, the worker waits on its
+     * transfers and its call pipe together. At EOF the calls in flight
+     * still finish (a worker retiring), then the worker exits.
+     */
     tp_outcome_t o = {0};
+    int status = 0;
+    bool eof = false;
     while (!terminating) {
         const uint8_t *body;
         uint32_t len;
-        int rc = tp_frame_recv(TP_CALL_FD, &in, max, &body, &len);
-        if (rc == TP_ECLOSED)
+        int rc;
+        while ((rc = tp_frame_peek(&in, max, &body, &len)) == 0 && !terminating) {
+            bool ok = handle_frame(body, len, &o);
+            tp_buf_consume(&in, TP_FRAME_HEADER + len);
+            if (!ok) {
+                tp_log_error("garbage frame from the supervisor");
+                return 3;
+            }
+        }
+        if (rc == TP_E2BIG) {
+            tp_log_error("bad frame from the supervisor (oversized)");
+            return 3;
+        }
+        if (terminating)
             break;
-        if (rc != 0) {
-            tp_log_error("bad frame from the supervisor (%s)", rc == TP_E2BIG ? "oversized" : tp_strerror(rc));
+        bool readable = !eof;
+        if (tp_http_in_flight() > 0) {
+            if (tp_http_wait(eof ? -1 : TP_CALL_FD, 1000, &readable) < 0) {
+                tp_log_error("the HTTP client failed; its calls cannot go on");
+                status = 3;
+                break;
+            }
+        } else if (eof) {
+            break;
+        }
+        if (!readable)
+            continue;
+        ssize_t n = tp_buf_read_fd(&in, TP_CALL_FD);
+        if (n == 0 && tp_buf_avail(&in) > 0) {
+            tp_log_error("bad frame from the supervisor (%s)", tp_strerror(TP_EPIPE));
             return 3;
         }
-        Toolpool__SupervisorFrame *sf = toolpool__supervisor_frame__unpack(NULL, len, body);
-        tp_buf_consume(&in, TP_FRAME_HEADER + len);
-        if (sf == NULL || sf->body_case != TOOLPOOL__SUPERVISOR_FRAME__BODY_CALL) {
-            tp_log_error("garbage frame from the supervisor");
-            toolpool__supervisor_frame__free_unpacked(sf, NULL);
+        if (n == 0)
+            eof = true;
+        else if (n < 0 && n != TP_EINTR && n != TP_EAGAIN) {
+            tp_log_error("bad frame from the supervisor (%s)", tp_strerror((int)n));
             return 3;
         }
-        const Toolpool__Call *call = sf->call;
-        uint64_t started = tp_now_us();
-        run_call(call, &o);
-        /*
-         * Nothing the tool started outlives its call. The check costs a
-         * system call (about 0.5 us: some 5% of a no-op plugin call), so a
-         * call too short to have started a process skips it: every exec
-         * call, and any plugin call that forked or spawned, takes longer
-         * (contain.h).
-         */
-        /*
-         * An MCP tool's call is not swept: its server lives on, and what
-         * it starts is its own (contain.h spares them).
-         */
-        if (call->adapter != TOOLPOOL__ADAPTER__ADAPTER_MCP && tp_now_us() - started >= TP_CONTAIN_QUICK_US)
-            tp_contain_sweep();
-        if (terminating) {
-            tp_mcp_shutdown();
-            tp_contain_sweep();
-            _exit(0); /* timed out: nobody wants this reply */
-        }
-
-        Toolpool__Reply reply = TOOLPOOL__REPLY__INIT;
-        reply.seq = call->seq;
-        reply.retry_after_ms = o.retry_after_ms;
-        reply.cost = o.cost;
-        if (o.ok && o.result.len + 1024 > max) {
-            /* A result the frame cannot carry is the tool's failure, not the worker's. */
-            tp_outcome_fail(&o, "OutputTooLarge", "%s returned %zu bytes, more than a frame carries (%u)", call->tool,
-                            o.result.len, max);
-        }
-        reply.ok = o.ok; /* after the check: a result too large for the frame is no success */
-        if (o.ok) {
-            reply.result.data = o.result.data;
-            reply.result.len = o.result.len;
-        } else {
-            reply.kind = o.kind;
-            tp_buf_append(&o.message, "", 1);
-            reply.message = (char *)o.message.data;
-        }
-        wf.body_case = TOOLPOOL__WORKER_FRAME__BODY_REPLY;
-        wf.reply = &reply;
-        send_frame(&out, &wf, max);
-        toolpool__supervisor_frame__free_unpacked(sf, NULL);
     }
+    tp_http_shutdown();
     tp_mcp_shutdown();
     tp_contain_sweep();
     tp_outcome_free(&o);
     tp_buf_free(&in);
     tp_buf_free(&out);
-    return 0;
+    return status;
 }

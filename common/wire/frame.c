@@ -76,6 +76,8 @@ enum {
 
 /* Call.notify (19) set: its key (a two-byte varint) and true. */
 static const uint8_t NOTIFY_FIELD[3] = {0x98, 0x01, 0x01}; /* (19 << 3 | 0) = 152 as a varint, then 1 */
+/* Call.timeout_ms (21)'s key: (21 << 3 | 0) = 168 as a varint. */
+enum { TIMEOUT_KEY0 = 0xa8, TIMEOUT_KEY1 = 0x01 };
 
 static size_t varint_len(uint64_t v)
 {
@@ -179,7 +181,7 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
     size_t tail_len = c->tail ? c->tail->len : 0;
     size_t call_len = varint_field_len(c->seq) + c->head->len + bytes_field_len(c->args_len) + bytes_field_len(id_len) +
                       bytes_field_len(job_len) + varint_field_len(c->step) + varint_field_len(c->attempt) + tail_len +
-                      (c->notify ? sizeof NOTIFY_FIELD : 0);
+                      (c->notify ? sizeof NOTIFY_FIELD : 0) + (c->timeout_ms ? 2 + varint_len(c->timeout_ms) : 0);
     size_t n = 1 + varint_len(call_len) + call_len;
     uint8_t *p;
     int rc = frame_begin(out, n, max, &p);
@@ -187,7 +189,7 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
         return rc;
     *p++ = KEY_FRAME_CALL;
     p = put_varint(p, call_len);
-    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-18), 19. */
+    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-18, 20), 19, 21. */
     p = put_varint_field(p, KEY_SEQ, c->seq);
     memcpy(p, c->head->data, c->head->len);
     p += c->head->len;
@@ -199,10 +201,27 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
     if (tail_len)
         memcpy(p, c->tail->data, tail_len); /* 12-18: the tool's limits, an mcp server's fields, the directory */
     p += tail_len;
-    if (c->notify)
+    if (c->notify) {
         memcpy(p, NOTIFY_FIELD, sizeof NOTIFY_FIELD);
+        p += sizeof NOTIFY_FIELD;
+    }
+    if (c->timeout_ms) {
+        *p++ = TIMEOUT_KEY0;
+        *p++ = TIMEOUT_KEY1;
+        p = put_varint(p, c->timeout_ms);
+    }
     out->len += TP_FRAME_HEADER + n;
     return 0;
+}
+
+int tp_cancel_frame_append(tp_buf_t *out, uint64_t seq)
+{
+    Toolpool__Cancel cancel = TOOLPOOL__CANCEL__INIT;
+    cancel.seq = seq;
+    Toolpool__SupervisorFrame sf = TOOLPOOL__SUPERVISOR_FRAME__INIT;
+    sf.body_case = TOOLPOOL__SUPERVISOR_FRAME__BODY_CANCEL;
+    sf.cancel = &cancel;
+    return tp_frame_append(out, &sf.base, UINT32_MAX);
 }
 
 /*

@@ -57,7 +57,8 @@ typedef struct {
     const char *job;
     uint64_t step;
     uint32_t attempt;
-    bool notify; /* field 19: the caller hears the MCP server's notifications */
+    bool notify;         /* field 19: the caller hears the MCP server's notifications */
+    uint64_t timeout_ms; /* field 21: an http attempt's own time (0: none sent) */
 } tp_call_frame_t;
 
 /*
@@ -82,6 +83,8 @@ int tp_call_tail_pack(tp_buf_t *tail, uint64_t limit_memory, uint32_t limit_cpu,
                       const char *mcp_tool, char **mcp_env, const char *mcp_cwd, const char *cwd);
 /* Appends header + SupervisorFrame{call} to out. 0, TP_E2BIG (more than max: out unchanged) or TP_ENOMEM. */
 int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max);
+/* Appends header + SupervisorFrame{cancel{seq}} to out. 0 or TP_ENOMEM. */
+int tp_cancel_frame_append(tp_buf_t *out, uint64_t seq);
 
 /*
  * The common Reply without protobuf-c's generic unpacker: a WorkerFrame
