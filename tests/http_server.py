@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""A scripted HTTP/1.1 server for the http adapter's tests (tests/http_test.c).
+"""A scripted HTTP/1.1 server for the http adapter's tests (tests/http_test.c,
+tests/http_inflight_test.py).
 
 Keep-alive HTTP/1.1, every answer with a Content-Length, bound to 127.0.0.1
-on a port of the kernel's choosing. The port is the first line on stdout.
+on a port of the kernel's choosing, with room for hundreds of connections at
+once. The port is the first line on stdout. A client that goes away before
+its answer is written (a worker killed mid-request) ends that connection.
 The server exits when its stdin closes, so a test that dies does not leave
 it behind. Standard library only.
 
@@ -37,13 +40,26 @@ Paths (the query string is read the same on every path):
                           {name: [values]}; headers lower-cased names; body the raw body
                           (text), json the body parsed (or null)
     /slow                 200 {"slept_ms": ms} after ?ms=100 milliseconds
-    /stats                200, {"requests", "connections", "paths": {path: count}}
+    /stats                200, {"requests", "connections", "paths": {path: count},
+                          "active": {path: n}, "max_active": {path: n}}: active is how
+                          many requests of the path are in progress now (read, not yet
+                          answered; a /hang stays in progress), max_active the most
+                          that were at once
     anything else         404 "no such path"
 
+Every request is logged, in the order they arrive: {"path", "key", "start",
+"end"}, key the query's ?key= (null without one; a test puts a call's id in
+it to see which calls reached the server, and how many times), start and end
+the times the request was read and answered, in seconds of CLOCK_MONOTONIC
+(the clock of time.monotonic() in any process on the machine); end is null
+while it is in progress.
+
 Control commands on stdin, one a line, answered with one line on stdout:
-"stats" (the /stats object), "reset" (zeroes the counts; answers "ok"),
-"blackhole" (the port of a listening socket whose accept queue is full, so a
-connect to it hangs; answers the port).
+"stats" (the /stats object), "log" (the log, a JSON array), "reset" (zeroes
+the counts and empties the log; a request still in progress stays active, and
+max_active starts again from active; answers "ok"), "blackhole" (the port of a
+listening socket whose accept queue is full, so a connect to it hangs; answers
+the port).
 """
 import email.utils
 import json
@@ -58,7 +74,8 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
-STATS = {"requests": 0, "connections": 0, "paths": {}}
+STATS = {"requests": 0, "connections": 0, "paths": {}, "active": {}, "max_active": {}}
+LOG = []
 FLAKY = {}
 REDACT = []
 HUGE = 5 * 1024 * 1024
@@ -67,6 +84,21 @@ HUGE = 5 * 1024 * 1024
 def stats_snapshot():
     with LOCK:
         return json.dumps(STATS, sort_keys=True)
+
+
+def log_snapshot():
+    with LOCK:
+        return json.dumps(LOG)
+
+
+def reset():
+    with LOCK:
+        STATS["requests"] = 0
+        STATS["connections"] = 0
+        STATS["paths"] = {}
+        STATS["active"] = {p: n for p, n in STATS["active"].items() if n}
+        STATS["max_active"] = dict(STATS["active"])
+        del LOG[:]
 
 
 def redact(s):
@@ -78,6 +110,9 @@ def redact(s):
 class Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # Hundreds of connections may come at once (many calls in flight per worker):
+    # a short accept queue would drop their SYNs and delay them by a second.
+    request_queue_size = 1024
 
     def get_request(self):
         conn, addr = super().get_request()
@@ -99,9 +134,25 @@ class Handler(BaseHTTPRequestHandler):
         self.q = urllib.parse.parse_qs(u.query, keep_blank_values=True)
         n = int(self.headers.get("Content-Length") or 0)
         self.body = self.rfile.read(n) if n > 0 else b""
+        entry = {"path": u.path, "key": self.arg("key"), "start": time.monotonic(), "end": None}
         with LOCK:
             STATS["requests"] += 1
             STATS["paths"][u.path] = STATS["paths"].get(u.path, 0) + 1
+            active = STATS["active"].get(u.path, 0) + 1
+            STATS["active"][u.path] = active
+            STATS["max_active"][u.path] = max(active, STATS["max_active"].get(u.path, 0))
+            LOG.append(entry)
+        try:
+            self.route(u)
+        except OSError:
+            # The client went away (a worker killed mid-request): nothing to answer.
+            self.close_connection = True
+        finally:
+            with LOCK:
+                STATS["active"][u.path] -= 1
+                entry["end"] = time.monotonic()
+
+    def route(self, u):
         parts = u.path.split("/")
         head = parts[1] if len(parts) > 1 else ""
         route = {
@@ -310,11 +361,10 @@ def control():
         cmd = line.strip()
         if cmd == "stats":
             out = stats_snapshot()
+        elif cmd == "log":
+            out = log_snapshot()
         elif cmd == "reset":
-            with LOCK:
-                STATS["requests"] = 0
-                STATS["connections"] = 0
-                STATS["paths"] = {}
+            reset()
             out = "ok"
         elif cmd == "blackhole":
             out = str(blackhole_port())
