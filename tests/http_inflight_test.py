@@ -14,7 +14,11 @@ reached it, when, and how many times.
   Timeout after their 1 s, the quick calls beside them end ok on their first
   attempt, and the worker is never replaced.
 - kill -9 of a worker holding 150 calls: the idempotent tool's calls are
-  retried and end ok; the others end WorkerCrashed and reached the server once.
+  retried and end ok; the others end Interrupted (escalated) after their one
+  WorkerCrashed attempt, and reached the server once.
+- A call cancelled while it runs (serve's DELETE /v1/calls/ID) is ended by its
+  worker alone: Cancelled at once, while the calls beside it run on to ok in
+  the same worker.
 - kill -9 of the supervisor with 100 calls in flight, then the same command
   again on the same store: one result line per call, nothing recorded before
   the kill sent again, no call of a tool that is not idempotent sent twice, and
@@ -25,8 +29,10 @@ Standard library only. The build directory comes from $TOOLPOOL_BUILD_DIR
 (ctest sets it), else ../build beside this file.
 """
 import collections
+import http.client
 import json
 import os
+import socket
 import random
 import signal
 import statistics
@@ -397,10 +403,11 @@ class Crashes(Case):
         self.assertEqual({i: v for i, v in first.items() if v != (2, "WorkerCrashed")}, {},
                          "calls not retried once after a WorkerCrashed attempt (attempts, first outcome)")
         self.assertEqual({i: got[i] for i in slow if got[i] != 2}, {}, "idempotent calls not sent twice")
-        # The other tool's: WorkerCrashed, never sent again.
-        ended = {i: (res[i]["ok"], res[i].get("error"), res[i]["attempts"]) for i in once}
-        self.assertEqual({i: v for i, v in ended.items() if v != (False, "WorkerCrashed", 1)}, {},
-                         "non-idempotent calls (ok, error, attempts)")
+        # The other tool's: Interrupted after one WorkerCrashed attempt, escalated, never sent again.
+        ended = {i: (res[i]["ok"], res[i].get("error"), res[i]["attempts"], res[i]["trace"][0]["outcome"],
+                     res[i]["escalated"]) for i in once}
+        self.assertEqual({i: v for i, v in ended.items() if v != (False, "Interrupted", 1, "WorkerCrashed", True)},
+                         {}, "non-idempotent calls (ok, error, attempts, first outcome, escalated)")
         self.assertEqual({i: got[i] for i in once if got[i] != 1}, {}, "non-idempotent calls sent other than once")
 
     def test_5_supervisor_killed_then_rerun(self):
@@ -491,6 +498,62 @@ class RateLimit(Case):
     def test_6b_rate_spacing_of_quick_calls(self):
         """The same rate on calls of 1 ms, max_in_flight at its default: 50 ms apart."""
         self.rate_run(1)
+
+
+class Cancel(Case):
+    def test_8_cancel_ends_that_call_alone(self):
+        """serve -j 1: a hung call among 20 slow ones in one worker; DELETE of the hung
+        one answers Cancelled at once, the slow ones end ok on their first attempt,
+        and the worker is the same process throughout."""
+        rig = self.rig
+        rig.write_registry([rig.tool("slow"), rig.tool("hang", path="/hang")])
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        err = open(rig.path("serve.err"), "w")
+        p = subprocess.Popen([TOOLPOOL, "serve", "-r", "tools.json", "-s", "st", "-j", "1", "--listen",
+                              "127.0.0.1:%d" % port], cwd=rig.tmp, stdin=subprocess.DEVNULL,
+                             stdout=err, stderr=err)
+        err.close()
+        rig.procs.append(p)
+
+        def req(method, path, body=None):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                c.request(method, path, json.dumps(body) if body is not None else None,
+                          {"Content-Type": "application/json"})
+                r = c.getresponse()
+                data = r.read()
+                try:
+                    return r.status, json.loads(data or b"null")
+                except ValueError:
+                    return r.status, data
+            except OSError:
+                return None, None
+            finally:
+                c.close()
+        self.assertTrue(wait_for(lambda: req("GET", "/readyz")[0] == 200, 20), "serve did not get ready")
+        workers = children(p.pid)
+        self.assertEqual(len(workers), 1, workers)
+        slow = ["s%d" % i for i in range(20)]
+        for i in slow:
+            self.assertEqual(req("POST", "/v1/calls?wait=0", call(i, "slow", 1500))[0], 202)
+        self.assertEqual(req("POST", "/v1/calls?wait=0", call("h", "hang", 0))[0], 202)
+        in_progress = lambda: {e["key"] for e in rig.server.log() if e["end"] is None}
+        self.assertTrue(wait_for(lambda: in_progress() >= set(slow) | {"h"}, 10),
+                        "in progress at once: %s" % sorted(in_progress()))
+        t0 = time.monotonic()
+        st, r = req("DELETE", "/v1/calls/h")
+        took = time.monotonic() - t0
+        self.assertEqual((st, r["ok"], r["error"]), (200, False, "Cancelled"), r)
+        self.assertLess(took, 1.0, "the cancel took %.3f s" % took)
+        for i in slow:
+            st, r = wait_for(lambda: (lambda g: g if g[0] != 202 else None)(req("GET", "/v1/calls/" + i)), 20)
+            self.assertEqual((st, r["ok"], r["attempts"]), (200, True, 1), (i, r))
+        self.assertEqual(children(p.pid), workers, "the worker was replaced")
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(30), 0)
 
 
 if __name__ == "__main__":

@@ -237,8 +237,9 @@ static void transport_failure(CURL *easy, tp_outcome_t *o, CURLcode rc, const ch
                               uint64_t max)
 {
     const char *why = errbuf[0] ? errbuf : curl_easy_strerror(rc);
-    curl_off_t connect = 0;
-    curl_easy_getinfo(easy, CURLINFO_CONNECT_TIME_T, &connect);
+    /* Whether the request went out: over a new connection or a kept one (whose connect time is 0). */
+    long sent = 0;
+    curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &sent);
     switch (rc) {
     case CURLE_WRITE_ERROR:
         if (r->too_big) {
@@ -248,8 +249,8 @@ static void transport_failure(CURL *easy, tp_outcome_t *o, CURLcode rc, const ch
         }
         break;
     case CURLE_OPERATION_TIMEDOUT:
-        /* While connecting, a server that is not there (transient); after, one that did not answer in time. */
-        tp_outcome_fail(o, connect > 0 ? "Timeout" : "ServerError", "%s", why);
+        /* Before the request went out, a server that is not there (transient); after, one that did not answer in time. */
+        tp_outcome_fail(o, sent > 0 ? "Timeout" : "ServerError", "%s", why);
         return;
     case CURLE_COULDNT_CONNECT:
     case CURLE_COULDNT_RESOLVE_HOST:

@@ -128,7 +128,11 @@ void eng_submit_attempt(tp_engine_t *e, tp_call_t *c)
         /* Too big for a frame: the attempt ended before it began; a turn settles it. */
         eng_attempt_done_cb(e, &c->att);
     } else if (rc < 0) {
-        /* Cannot happen (the caller saw a slot): undo the attempt, keep any probe's admission. */
+        /*
+         * No slot after all (the caller saw one; an http call since took
+         * the idle slot a deferred attempt counted on): undo the attempt,
+         * keep any probe's admission.
+         */
         e->tools[c->hop_tool->index].inflight--;
         c->hop_attempts--;
         c->job->usage.calls--;
@@ -316,8 +320,16 @@ void eng_dispatch(tp_engine_t *e)
         if (c == NULL)
             return;
         prefetch_ready(e);
-        /* Idle slots set aside for deferred attempts are not free for pipelining either. */
-        if (!idle && (tp_pool_idle(e->pool) > 0 || !tp_pool_room(e->pool, tool_depth(e, c->hop_tool)))) {
+        /*
+         * An http tool's call goes beside the others a worker holds in
+         * flight. Otherwise idle slots set aside for deferred attempts are
+         * not free for pipelining either.
+         */
+        bool room = c->hop_tool->adapter == TP_ADAPTER_HTTP
+                        ? tp_pool_room(e->pool, c->hop_tool, 1)
+                        : idle || (tp_pool_idle(e->pool) == 0 &&
+                                   tp_pool_room(e->pool, c->hop_tool, tool_depth(e, c->hop_tool)));
+        if (!room) {
             /* Only a fast tool waits in a busy worker's queue; this one waits for a free worker. */
             tp_queue_push_front(&e->ready, c);
             return;

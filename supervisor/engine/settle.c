@@ -127,7 +127,8 @@ void eng_settle(tp_engine_t *e, tp_call_t *c)
     }
     if (c->turn_us && a->started_us >= c->turn_us)
         t->start_us = a->started_us - c->turn_us;
-    if (eng_ensure_txn(e)) {
+    /* A call taken down with its worker counts for nothing in its tool's health (a probe still reports back). */
+    if ((!a->shared_fate || c->probe) && eng_ensure_txn(e)) {
         int rc = tp_breaker_tool_record(e->o.store, e->txn, c->hop_tool, a->kind, c->probe, tp_unix_us());
         if (rc)
             tp_engine_store_failed(e, rc, "recording a breaker");
@@ -144,6 +145,21 @@ void eng_settle(tp_engine_t *e, tp_call_t *c)
     }
     if (a->kind == TP_KIND_CANCELLED) {
         eng_finish(e, c, END_FAIL, TP_KIND_CANCELLED, a->message);
+        return;
+    }
+    if (a->kind == TP_KIND_WORKER_CRASHED && !c->hop_tool->policy.idempotent) {
+        /*
+         * Its worker died under it (killed, crashed, or taken down with
+         * another call it held): the tool may have done its work, or part
+         * of it. As after a supervisor's crash, a person decides.
+         */
+        char msg[700];
+        snprintf(msg, sizeof msg,
+                 "%s was running when its worker died (%s); it is not idempotent, so it is not run again",
+                 c->hop_tool->name, a->message ? a->message : "");
+        eng_escalate(e, c, tp_kind_name(TP_KIND_INTERRUPTED), msg,
+                     "a call of a tool that is not idempotent was running when its worker died");
+        eng_finish(e, c, END_FAIL, TP_KIND_INTERRUPTED, msg);
         return;
     }
     tp_retry_t d = tp_retry_decide(&c->hop_tool->policy, a->kind, a->number, a->retry_after_ms, tp_now_us(),

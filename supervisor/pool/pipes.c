@@ -205,12 +205,9 @@ static bool slot_served(const tp_slot_t *s, const tp_attempt_t *a)
     return false;
 }
 
-/* Takes a Reply off the pipe into the slot's attempt. */
-static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
+/* Fills a in from its Reply. */
+static void attempt_answered(tp_attempt_t *a, const Toolpool__Reply *r)
 {
-    tp_pool_t *p = s->pool;
-    tp_attempt_t *a = s->attempt;
-    evtimer_del(s->ev_timer);
     a->ended_us = tp_now_us();
     a->ok = r->ok;
     a->cost = r->cost;
@@ -234,6 +231,27 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
     }
     if (!isfinite(a->cost) || a->cost < 0)
         a->cost = 0;
+}
+
+/* s answered a call and holds no more: it goes idle, or goes (retiring, shutting down, reaped already). */
+static void slot_done_holding(tp_slot_t *s)
+{
+    tp_pool_t *p = s->pool;
+    if (s->dead)
+        s->state = SLOT_DYING; /* reaped already: the rest of the reap follows */
+    else if (p->shutting_down || s->retiring)
+        slot_stop(s, p->shutting_down ? WHY_SHUTDOWN : WHY_RECYCLE, 0);
+    else
+        slot_become_idle(s);
+}
+
+/* Takes a Reply off the pipe into the slot's attempt. */
+static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
+{
+    tp_pool_t *p = s->pool;
+    tp_attempt_t *a = s->attempt;
+    evtimer_del(s->ev_timer);
+    attempt_answered(a, r);
     s->attempt = NULL;
     s->calls++;
     s->crash_streak = 0;
@@ -255,16 +273,44 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
             p->o.idle_cb(p->o.ctx);
         return;
     }
-    bool recycle = s->retiring;
-    if (s->dead)
-        s->state = SLOT_DYING; /* reaped already: the rest of the reap follows */
-    else if (p->shutting_down || recycle)
-        slot_stop(s, p->shutting_down ? WHY_SHUTDOWN : WHY_RECYCLE, 0);
-    else
-        slot_become_idle(s);
+    slot_done_holding(s);
     p->o.done_cb(p->o.ctx, a);
     if (s->state == SLOT_IDLE && !p->shutting_down)
         p->o.idle_cb(p->o.ctx);
+}
+
+/* The attempt in flight on s whose seq this is, or -1. */
+static int flight_find(const tp_slot_t *s, uint64_t seq)
+{
+    for (int k = 0; k < s->n_flight; k++)
+        if (s->flight[k]->seq == seq)
+            return k;
+    return -1;
+}
+
+/* A Reply to s's k-th attempt in flight: it ends; the others run on. */
+static void slot_flight_reply(tp_slot_t *s, int k, const Toolpool__Reply *r)
+{
+    tp_pool_t *p = s->pool;
+    tp_attempt_t *a = s->flight[k];
+    s->flight[k] = s->flight[--s->n_flight];
+    attempt_answered(a, r);
+    s->calls++;
+    s->crash_streak = 0;
+    p->busy--;
+    if (!s->retiring && slot_served(s, a))
+        s->retiring = true;
+    if (s->n_flight == 0) {
+        evtimer_del(s->ev_timer);
+        slot_done_holding(s);
+    } else {
+        slot_flight_arm(s);
+    }
+    p->o.done_cb(p->o.ctx, a);
+    /* Room for one more, in flight or on an idle slot. */
+    if (s->state == SLOT_BUSY || s->state == SLOT_IDLE)
+        if (!p->shutting_down)
+            p->o.idle_cb(p->o.ctx);
 }
 
 /*
@@ -287,7 +333,7 @@ static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
         snprintf(s->detail, sizeof s->detail, "garbage frame (%u bytes) from worker %d", len, (int)s->pid);
         return -1;
     }
-    int rc = 0;
+    int rc = 0, k;
     if (s->why != WHY_NONE) {
         /* Stopping: whatever it says now is too late. */
     } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_HELLO && s->state == SLOT_STARTING) {
@@ -307,9 +353,13 @@ static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
         }
     } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_NOTICE) {
         /* Only while its attempt runs, and only when someone listens: else it is too late, and dropped. */
-        if (s->state == SLOT_BUSY && wf->notice->seq == s->attempt->seq && s->attempt->notify && p->o.notice_cb)
+        if (s->state == SLOT_BUSY && s->attempt && wf->notice->seq == s->attempt->seq && s->attempt->notify &&
+            p->o.notice_cb)
             p->o.notice_cb(p->o.ctx, s->attempt, wf->notice->method, wf->notice->params.data, wf->notice->params.len);
-    } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_REPLY && s->state == SLOT_BUSY &&
+    } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_REPLY && s->state == SLOT_BUSY && s->attempt == NULL &&
+               (k = flight_find(s, wf->reply->seq)) >= 0) {
+        slot_flight_reply(s, k, wf->reply);
+    } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_REPLY && s->state == SLOT_BUSY && s->attempt &&
                wf->reply->seq == s->attempt->seq) {
         uint64_t killed = tp_deadline_disarm(p->deadline, s->index);
         if (killed)

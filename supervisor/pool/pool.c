@@ -186,8 +186,8 @@ static tp_slot_t *pipeline_slot(tp_pool_t *p, int depth)
     for (int i = 0; i < p->n; i++) {
         tp_slot_t *s = &p->slots[i];
         int held = s->queued + 1;
-        if (s->state != SLOT_BUSY || s->why != WHY_NONE || s->eof || held >= depth || held >= p->o.pipeline ||
-            s->queued >= TP_POOL_PIPE_MAX || s->attempt->depth <= held)
+        if (s->state != SLOT_BUSY || s->attempt == NULL || s->why != WHY_NONE || s->eof || held >= depth ||
+            held >= p->o.pipeline || s->queued >= TP_POOL_PIPE_MAX || s->attempt->depth <= held)
             continue;
         if (s->retiring || (s->call_cap && s->calls + 1 + (uint64_t)held > s->call_cap))
             continue;
@@ -200,9 +200,62 @@ static tp_slot_t *pipeline_slot(tp_pool_t *p, int depth)
     return best;
 }
 
-bool tp_pool_room(const tp_pool_t *p, int depth)
+/* Whether s holds fewer than t's max_in_flight of t's attempts (counted only when it holds that many in all). */
+static bool flight_room(const tp_slot_t *s, const tp_tool_t *t)
 {
+    if (s->n_flight < (int)t->max_in_flight)
+        return true;
+    int mine = 0;
+    for (int k = 0; k < s->n_flight; k++)
+        mine += s->flight[k]->tool == t;
+    return mine < (int)t->max_in_flight;
+}
+
+/*
+ * The worker for one more attempt of http tool t: of the idle ones and
+ * those holding http attempts already, the one holding fewest, among
+ * those with room under t's max_in_flight (a cap on t's attempts in one
+ * worker) that are not being stopped or retired and will not pass their
+ * recycling count with it.
+ */
+static tp_slot_t *flight_slot(tp_pool_t *p, const tp_tool_t *t)
+{
+    tp_slot_t *best = NULL;
+    if (p->shutting_down)
+        return NULL;
+    for (int i = 0; i < p->n; i++) {
+        tp_slot_t *s = &p->slots[i];
+        bool in_flight = s->state == SLOT_BUSY && s->attempt == NULL;
+        if ((s->state != SLOT_IDLE && !in_flight) || s->why != WHY_NONE || s->eof || s->retiring || !flight_room(s, t))
+            continue;
+        if (s->call_cap && s->calls + (uint64_t)s->n_flight + 1 > s->call_cap)
+            continue;
+        if (best == NULL || s->n_flight < best->n_flight)
+            best = s;
+    }
+    return best;
+}
+
+bool tp_pool_room(const tp_pool_t *p, const tp_tool_t *t, int depth)
+{
+    if (t->adapter == TP_ADAPTER_HTTP)
+        return flight_slot((tp_pool_t *)p, t) != NULL;
     return pipeline_slot((tp_pool_t *)p, depth) != NULL;
+}
+
+/* a joins s's attempts in flight. false: out of memory. */
+static bool flight_add(tp_slot_t *s, tp_attempt_t *a)
+{
+    if (s->n_flight == s->flight_cap) {
+        int cap = s->flight_cap ? 2 * s->flight_cap : 16;
+        tp_attempt_t **f = realloc(s->flight, (size_t)cap * sizeof *f);
+        if (f == NULL)
+            return false;
+        s->flight = f;
+        s->flight_cap = cap;
+    }
+    s->flight[s->n_flight++] = a;
+    return true;
 }
 
 uint64_t tp_pool_next_deadline(const tp_pool_t *p)
@@ -214,7 +267,7 @@ uint64_t tp_pool_next_deadline(const tp_pool_t *p)
          * One at EOF waits out its linger instead: its deadline no longer
          * stands. One the thread keeps is kept whatever the loop does.
          */
-        if (s->state == SLOT_BUSY && s->why == WHY_NONE && !s->eof && !s->thread_keeps &&
+        if (s->state == SLOT_BUSY && s->attempt != NULL && s->why == WHY_NONE && !s->eof && !s->thread_keeps &&
             (next == 0 || s->deadline_us < next))
             next = s->deadline_us;
     }
@@ -230,6 +283,9 @@ bool tp_pool_is_running(const tp_pool_t *p, const tp_attempt_t *a)
         for (int k = 0; k < s->queued; k++)
             if (s->queue[k] == a)
                 return true;
+        for (int k = 0; k < s->n_flight; k++)
+            if (s->flight[k] == a)
+                return true;
     }
     return false;
 }
@@ -237,10 +293,13 @@ bool tp_pool_is_running(const tp_pool_t *p, const tp_attempt_t *a)
 int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
 {
     tp_slot_t *s = NULL;
-    for (int i = 0; i < p->n && s == NULL; i++)
+    bool http = a->tool->adapter == TP_ADAPTER_HTTP;
+    if (http)
+        s = flight_slot(p, a->tool);
+    for (int i = 0; i < p->n && s == NULL && !http; i++)
         if (p->slots[i].state == SLOT_IDLE && p->slots[i].why == WHY_NONE)
             s = &p->slots[i];
-    if (s == NULL)
+    if (s == NULL && !http)
         s = pipeline_slot(p, a->depth);
     if (s == NULL || p->shutting_down)
         return TP_EAGAIN;
@@ -258,12 +317,18 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         .step = a->step,
         .attempt = a->number,
         .notify = a->notify,
+        .timeout_ms = http ? (a->timeout_us + 999u) / 1000u : 0,
     };
     a->started_us = tp_now_us();
     a->result = NULL;
     a->message = NULL;
     a->retry_after_ms = -1;
+    size_t before = s->out.len;
     int rc = head != NULL ? tp_call_frame_append(&s->out, &call, p->o.max_frame) : TP_ENOMEM;
+    if (rc == 0 && http && !flight_add(s, a)) {
+        s->out.len = before; /* the frame goes unsent */
+        rc = TP_ENOMEM;
+    }
     if (rc != 0) {
         if (rc == TP_E2BIG)
             pool_attempt_fail(a, TP_KIND_BAD_ARGUMENTS, "the call does not fit in a frame of %u bytes", p->o.max_frame);
@@ -275,7 +340,14 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
     uint64_t max_calls = a->tool->policy.worker_max_calls;
     if (max_calls && (s->call_cap == 0 || max_calls < s->call_cap))
         s->call_cap = max_calls;
-    if (s->state == SLOT_BUSY) {
+    if (http) {
+        a->backstop_us = a->started_us + a->timeout_us + TP_POOL_HTTP_GRACE_US;
+        if (s->state == SLOT_IDLE) {
+            s->state = SLOT_BUSY;
+            p->idle--;
+        }
+        slot_flight_arm(s);
+    } else if (s->state == SLOT_BUSY) {
         a->started_us = 0; /* it starts when the one before it ends */
         s->queue[s->queued++] = a;
     } else {
@@ -335,10 +407,36 @@ void tp_pool_shutdown(tp_pool_t *p, bool kill_busy)
     }
 }
 
+/* Cancels a if it is in flight on s: its worker is told, and has the grace to answer. */
+static bool flight_cancel(tp_slot_t *s, tp_attempt_t *a)
+{
+    for (int k = 0; k < s->n_flight; k++) {
+        if (s->flight[k] != a)
+            continue;
+        if (s->why != WHY_NONE || s->call_fd < 0)
+            return true; /* its worker is going: the attempt ends at the reap */
+        if (tp_cancel_frame_append(&s->out, a->seq) == 0) {
+            uint64_t by = tp_now_us() + TP_POOL_HTTP_GRACE_US;
+            if (by < a->backstop_us)
+                a->backstop_us = by;
+            slot_flight_arm(s);
+            slot_flush_later(s);
+        } else {
+            /* No memory for the frame: the worker goes, and its attempts with it (the engine knows this one's cancelled). */
+            snprintf(s->detail, sizeof s->detail, "no memory to cancel a call on worker %d", (int)s->pid);
+            slot_stop(s, WHY_PROTOCOL, SIGKILL);
+        }
+        return true;
+    }
+    return false;
+}
+
 int tp_pool_cancel(tp_pool_t *p, tp_attempt_t *a)
 {
     for (int i = 0; i < p->n; i++) {
         tp_slot_t *s = &p->slots[i];
+        if (flight_cancel(s, a))
+            return 0;
         if (s->attempt != a || s->state != SLOT_BUSY)
             continue;
         tp_deadline_disarm(p->deadline, s->index); /* the deadline thread must not end it as a Timeout */
@@ -369,6 +467,7 @@ void tp_pool_free(tp_pool_t *p)
                 ;
         }
         slot_close_fds(s);
+        free(s->flight);
         if (s->ev_timer)
             event_free(s->ev_timer);
         tp_buf_free(&s->in);

@@ -3,7 +3,8 @@
  *
  * A slot is one worker process (fork+exec of toolpool-worker, leader of its
  * own process group) and the two pipes to it. The pool runs one attempt per
- * slot at a time (and queues more behind it), arms the attempt's timer,
+ * slot at a time (and queues more behind it), or, for http tools, many at
+ * once (up to the tool's max_in_flight a worker), arms the attempt's timer,
  * kills the worker's whole group when the timer fires, reports the
  * attempt's end once nothing of it can run any more (the group has been
  * sent SIGKILL, or the worker reaped), reaps it on SIGCHLD and respawns the
@@ -42,13 +43,16 @@ typedef struct tp_attempt {
                                    idle worker */
     bool notify;       /* notice_cb hears its MCP server's notifications */
     /* set by the pool */
-    uint64_t seq; /* its frame's sequence number on the slot */
-    bool requeue; /* ended without starting (it was queued behind a
+    uint64_t seq;         /* its frame's sequence number on the slot */
+    uint64_t backstop_us; /* http, in flight: past this its worker is killed (its deadline and a grace) */
+    bool requeue;         /* ended without starting (it was queued behind a
                                    worker that died): run it again, uncounted */
     /* set by the pool when the attempt ends */
     bool ok;
-    tp_kind_t kind; /* TP_KIND_OTHER: see kind_name */
-    bool from_tool; /* the kind is what the tool's Reply said (the pool's own: false) */
+    tp_kind_t kind;   /* TP_KIND_OTHER: see kind_name */
+    bool from_tool;   /* the kind is what the tool's Reply said (the pool's own: false) */
+    bool shared_fate; /* ended with its worker, which held other calls too and was killed at another's
+                         deadline or died: it says nothing of its own tool's health */
     char kind_name[64];
     char *message; /* malloc'd or NULL; the caller frees */
     char *result;  /* malloc'd JSON text when ok; the caller frees */
@@ -98,8 +102,13 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts);
 int tp_pool_start(tp_pool_t *pool);
 /* Slots ready for an attempt now. */
 int tp_pool_idle(const tp_pool_t *pool);
-/* Whether some busy worker can queue an attempt of this depth behind its current one. */
-bool tp_pool_room(const tp_pool_t *pool, int depth);
+/*
+ * Whether a worker can take an attempt of tool t now without an idle slot:
+ * an http tool's, when a worker holding http calls has room for one more
+ * (or a slot is idle); another's, when some busy worker can queue one of
+ * this depth behind its current one.
+ */
+bool tp_pool_room(const tp_pool_t *pool, const tp_tool_t *t, int depth);
 /* Attempts running now. */
 int tp_pool_busy(const tp_pool_t *pool);
 /*
@@ -120,7 +129,10 @@ uint64_t tp_pool_next_deadline(const tp_pool_t *pool);
 bool tp_pool_is_running(const tp_pool_t *pool, const tp_attempt_t *a);
 /*
  * Hands a to an idle slot, or, when a->depth allows, queues it on a busy
- * worker whose attempts all allow one more. Its timer starts when the
+ * worker whose attempts all allow one more. An http tool's attempt goes
+ * to the worker holding the fewest http calls that has room for it under
+ * its tool's max_in_flight (an idle one holds none); it runs beside them,
+ * its own timeout kept by the worker. Its timer starts when the
  * worker starts it (the reply before it arrives). The pool keeps the pointer
  * until done_cb. Returns 0; TP_EAGAIN when no slot can take it now; or
  * TP_E2BIG (it does not fit in a frame) or TP_ENOMEM, and then the attempt
@@ -130,6 +142,9 @@ int tp_pool_submit(tp_pool_t *pool, tp_attempt_t *a);
 /*
  * Ends a's attempt now, if it is a slot's running attempt: its worker's
  * group is killed, and the attempt ends Cancelled at the reap (done_cb).
+ * An http attempt is ended by its worker alone, told with a Cancel frame,
+ * which its other calls outlive; it ends Cancelled when the worker
+ * answers (its worker is killed if it does not within a short grace).
  * An attempt queued behind another in a worker is left to end by itself
  * (a pipelined attempt is a short one). Returns 0, or TP_ENOENT when a is
  * not running.

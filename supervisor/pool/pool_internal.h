@@ -35,6 +35,12 @@
 
 /* Attempts one worker may hold at once, the running one included. */
 #define TP_POOL_PIPE_MAX 64
+/*
+ * An http tool's worker ends a call's transfer at its timeout itself and
+ * answers Timeout, keeping its connections and its other calls: the kill
+ * comes this much later, as the backstop for a worker that does not.
+ */
+#define TP_POOL_HTTP_GRACE_US 250000u
 /* Workers in a row that cannot start (spawn fails, or dies before its Hello) stop the pool. */
 #define TP_POOL_START_FAILURES_MAX 5
 
@@ -77,7 +83,22 @@
  *   cancel    TP_ENOENT           shutdown  EOF -> STOPPING
  *
  * BUSY: an attempt runs, more may be queued behind it; the timer is its
- * deadline (the deadline thread's fallback, or the loop's own).
+ * deadline (the deadline thread's fallback, or the loop's own). Or, in
+ * flight (attempt NULL, n_flight > 0): http attempts run side by side,
+ * each ended by its own Reply, in any order; the timer is the backstop,
+ * the soonest of their deadlines plus TP_POOL_HTTP_GRACE_US (the worker
+ * keeps the deadlines itself), and the deadline thread keeps none. What
+ * differs in flight:
+ *   Reply     a seq it holds: that attempt ends; none left: -> IDLE, or
+ *             EOF -> STOPPING (retiring, shutting down); the backstop
+ *             re-armed. Another seq: KILL (protocol) -> DYING
+ *   timer     the backstop: KILL (timeout) -> DYING; the attempts past
+ *             theirs end Timeout now, the others WorkerCrashed
+ *   reaped    every attempt it held ends (WorkerCrashed; Cancelled after
+ *             a shutdown)
+ *   submit    another http attempt, while it holds fewer than the tool's
+ *             max_in_flight and is not retiring or at EOF
+ *   cancel    a Cancel frame; the attempt's backstop becomes now + grace
  *   Reply     its seq: the attempt ends (Timeout instead when the thread's
  *             KILL went out first); the next queued one starts, its
  *             deadline armed, BUSY; none queued: -> IDLE, or EOF ->
@@ -178,6 +199,9 @@ typedef struct tp_slot {
     uint64_t held_since_us;                /* a respawn put off for a deadline: since when */
     tp_attempt_t *queue[TP_POOL_PIPE_MAX]; /* sent after it, waiting their turn in the worker */
     int queued;
+    tp_attempt_t **flight; /* http attempts running side by side (attempt is NULL then) */
+    int n_flight;
+    int flight_cap; /* what flight has room for */
     unsigned crash_streak;
     unsigned start_failures;
     char detail[160]; /* what went wrong, for the attempt's message */
@@ -234,6 +258,7 @@ void slot_write_cb(evutil_socket_t fd, short what, void *arg);
 void pool_flush_cb(evutil_socket_t fd, short what, void *arg);
 
 /* reap.c */
+void slot_flight_arm(tp_slot_t *s);
 int slot_kill(tp_slot_t *s);
 int slot_stop(tp_slot_t *s, stop_why_t why, int sig);
 void slot_deadline_arm(tp_slot_t *s, const tp_attempt_t *a, uint64_t now);

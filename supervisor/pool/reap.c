@@ -127,13 +127,6 @@ static void pool_hand_back(tp_pool_t *p, queued_t *q)
 }
 
 /*
- * An http tool's worker ends its transfer at the timeout itself and
- * answers Timeout, keeping its connections: the kill comes this much
- * later, as the backstop for a worker that does not.
- */
-#define HTTP_GRACE_US 250000u
-
-/*
  * Arms the deadline of a, which starts now on s. The deadline thread keeps
  * it when a needs no kill_grace (the loop's timer is then a fallback);
  * otherwise the loop's timer does, TP_DEADLINE_LEAD_US early.
@@ -141,7 +134,7 @@ static void pool_hand_back(tp_pool_t *p, queued_t *q)
 void slot_deadline_arm(tp_slot_t *s, const tp_attempt_t *a, uint64_t now)
 {
     tp_pool_t *p = s->pool;
-    uint64_t timeout = a->timeout_us + (a->tool->adapter == TP_ADAPTER_HTTP ? HTTP_GRACE_US : 0);
+    uint64_t timeout = a->timeout_us;
     s->deadline_us = now + timeout;
     bool thread = tp_deadline_running(p->deadline) && a->tool->policy.kill_grace_us == 0 && !s->dead;
     s->thread_keeps = thread;
@@ -197,6 +190,88 @@ void slot_deadline(tp_slot_t *s, uint64_t killed_us)
         slot_timed_out(s, 0);
 }
 
+/*
+ * Arms s's backstop: the soonest of its attempts' in flight. Not while it
+ * lingers at EOF: that timer stands.
+ */
+void slot_flight_arm(tp_slot_t *s)
+{
+    if (s->eof || s->n_flight == 0)
+        return;
+    uint64_t soonest = s->flight[0]->backstop_us, now = tp_now_us();
+    for (int k = 1; k < s->n_flight; k++)
+        if (s->flight[k]->backstop_us < soonest)
+            soonest = s->flight[k]->backstop_us;
+    slot_timer_arm(s, soonest > now ? soonest - now : 0);
+}
+
+/*
+ * How an attempt in flight ends when its worker is killed at another's
+ * backstop, or at its own: there is nothing left of it to run.
+ */
+static void flight_killed(tp_attempt_t *a, uint64_t now, const char *detail)
+{
+    if (a->backstop_us <= now)
+        pool_attempt_fail(a, TP_KIND_TIMEOUT, "%s exceeded %.3gs, and its worker did not end it: killed", a->tool->name,
+                          (double)a->timeout_us / 1e6);
+    else
+        pool_attempt_fail(a, TP_KIND_WORKER_CRASHED, "%s: its worker was killed: %s", a->tool->name, detail);
+}
+
+/* Ends every attempt s holds in flight through fail (or by why, at the reap), and hands them back. */
+static void flight_end_all(tp_slot_t *s, stop_why_t why, const char *how)
+{
+    tp_pool_t *p = s->pool;
+    tp_attempt_t **held = s->flight;
+    int n = s->n_flight;
+    s->flight = NULL;
+    s->n_flight = s->flight_cap = 0;
+    p->busy -= n;
+    uint64_t now = tp_now_us();
+    for (int k = 0; k < n; k++) {
+        tp_attempt_t *a = held[k];
+        a->shared_fate = !(why == WHY_TIMEOUT && a->backstop_us <= now);
+        if (why == WHY_TIMEOUT)
+            flight_killed(a, now, s->detail);
+        else if (why == WHY_SHUTDOWN)
+            pool_attempt_fail(a, TP_KIND_CANCELLED, "%s cancelled: the run was stopped", a->tool->name);
+        else if (why == WHY_PROTOCOL)
+            pool_attempt_fail(a, TP_KIND_WORKER_CRASHED, "%s: protocol error: %s", a->tool->name, s->detail);
+        else
+            pool_attempt_fail(a, TP_KIND_WORKER_CRASHED, "worker running %s %s", a->tool->name, how);
+    }
+    for (int k = 0; k < n; k++)
+        p->o.done_cb(p->o.ctx, held[k]);
+    free(held);
+}
+
+/*
+ * The backstop of a slot in flight: an attempt whose worker has not
+ * answered it by its deadline and the grace after. The worker is killed,
+ * and with the KILL out every attempt it held ends: the late ones
+ * Timeout, the others WorkerCrashed, for the engine to retry or not by
+ * their tools' policies. Else (woken early, or by an attempt that has
+ * answered since) the timer is armed again.
+ */
+static void slot_flight_backstop(tp_slot_t *s)
+{
+    tp_pool_t *p = s->pool;
+    uint64_t now = tp_now_us();
+    const tp_attempt_t *late = NULL;
+    for (int k = 0; k < s->n_flight && late == NULL; k++)
+        if (s->flight[k]->backstop_us <= now)
+            late = s->flight[k];
+    if (late == NULL) {
+        slot_flight_arm(s);
+        return;
+    }
+    p->stats.timeouts++;
+    snprintf(s->detail, sizeof s->detail, "call %s held with it did not end at its deadline", late->call_id);
+    /* A KILL that failed to go out ends them at the reap instead. */
+    if (slot_stop(s, WHY_TIMEOUT, SIGKILL) == 0)
+        flight_end_all(s, WHY_TIMEOUT, NULL);
+}
+
 /* The loop hears from the deadline thread: end the attempts it killed. */
 void pool_deadline_cb(void *arg)
 {
@@ -248,6 +323,10 @@ void slot_timer_cb(evutil_socket_t fd, short what, void *arg)
         slot_stop(s, WHY_HELLO, SIGKILL);
         break;
     case SLOT_BUSY: {
+        if (s->attempt == NULL) {
+            slot_flight_backstop(s);
+            break;
+        }
         uint64_t now = tp_now_us();
         if (now < s->deadline_us) {
             /* Woken early on purpose: short sleeps until the deadline. */
@@ -378,6 +457,8 @@ static void slot_reaped(tp_slot_t *s, int status)
     if (a != NULL)
         p->o.done_cb(p->o.ctx, a);
     pool_hand_back(p, &q);
+    if (s->n_flight > 0)
+        flight_end_all(s, why, how);
     if (p->shutting_down && p->live == 0 && !p->closed) {
         p->closed = true;
         p->o.closed_cb(p->o.ctx);

@@ -138,6 +138,7 @@ static const key_spec_t tool_keys[] = {
     {KEY("mcp", K_ADAPTER), .adapter = TP_ADAPTER_MCP, .sub = &mcp_table},
     {KEY("http", K_ADAPTER), .adapter = TP_ADAPTER_HTTP, .sub = &http_table},
     {KEY("connect_timeout", K_DURATION), TOOL(connect_timeout_us), .flags = F_MIN_EXCL},
+    {KEY("max_in_flight", K_UINT), TOOL(max_in_flight), .min = 1, .max = TP_MAX_IN_FLIGHT_MAX},
 };
 const key_table_t reg_tool_table = {tool_keys, sizeof tool_keys / sizeof tool_keys[0], &reg_policy_table,
                                     offsetof(tp_tool_t, policy)};
@@ -153,6 +154,7 @@ static const key_spec_t run_keys[] = {
     {KEY("mcp", K_ADAPTER), .adapter = TP_ADAPTER_MCP, .sub = &mcp_table},
     {KEY("http", K_ADAPTER), .adapter = TP_ADAPTER_HTTP, .sub = &http_table},
     {KEY("connect_timeout", K_DURATION), TOOL(connect_timeout_us), .flags = F_MIN_EXCL},
+    {KEY("max_in_flight", K_UINT), TOOL(max_in_flight), .min = 1, .max = TP_MAX_IN_FLIGHT_MAX},
     {KEY("cwd", K_STRING), TOOL(cwd), .flags = F_NONEMPTY | F_PATH},
     {KEY("schema_dialect", K_DIALECT), TOOL(schema_dialect)},
     {KEY("formats", K_FORMATS), TOOL(formats)},

@@ -98,6 +98,10 @@ typedef struct {
     uint32_t tool_probes;
 } tp_policy_t;
 
+/* An http tool's max_in_flight: its default, and the most it may say. */
+#define TP_MAX_IN_FLIGHT_DEFAULT 64
+#define TP_MAX_IN_FLIGHT_MAX 1024
+
 typedef struct {
     char *name;
     char *description;            /* "" when absent */
@@ -123,6 +127,7 @@ typedef struct {
     char *http_body;             /* "args": GET and DELETE send the args as a body too; NULL: they do not */
     char *http_ca_file;          /* absolute, or NULL: the system's certificates */
     uint64_t connect_timeout_us; /* 0: the transport's own */
+    uint32_t max_in_flight;      /* http: the most calls of it one worker holds at once (set at load: 64) */
     char *http_target;           /* the URL, ${env:NAME} and ${file:PATH} resolved at load; never shown */
     char **http_header_lines;    /* "Name: value", resolved at load; never shown; NULL-terminated, or NULL */
     char **http_secrets;         /* the secrets' values, for the worker to keep out of what it answers */

@@ -314,6 +314,12 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
     if (tool->connect_timeout_us && tool->adapter != TP_ADAPTER_HTTP)
         return FAIL_AT(ld, tool, "connect_timeout", "only an http tool has a connect timeout (this one is %s)",
                        reg_adapters[tool->adapter].name);
+    if (tool->max_in_flight && tool->adapter != TP_ADAPTER_HTTP)
+        return FAIL_AT(ld, tool, "max_in_flight",
+                       "only an http tool's calls share a worker (this one is %s: one call a worker)",
+                       reg_adapters[tool->adapter].name);
+    if (tool->adapter == TP_ADAPTER_HTTP && tool->max_in_flight == 0)
+        tool->max_in_flight = TP_MAX_IN_FLIGHT_DEFAULT;
     if (tool->adapter == TP_ADAPTER_HTTP && (rc = reg_http_finish(ld, tool)) < 0)
         return rc;
     if (tool->cwd && tool->adapter != TP_ADAPTER_EXEC)
