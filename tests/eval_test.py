@@ -86,6 +86,7 @@ def normalized(lines):
         for t in r.get("trace", []):
             t.pop("duration_ms", None)
             t.pop("start_ms", None)
+            t.pop("spawn_ms", None)
         for k in ("message", "escalation"):
             if isinstance(r.get(k), str):
                 r[k] = ESCALATION.sub("E#", r[k])

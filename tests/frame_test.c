@@ -345,6 +345,7 @@ static void check_same_reply(const Toolpool__Reply *a, const Toolpool__Reply *b)
     CU_ASSERT_STRING_EQUAL(a->kind, b->kind);
     CU_ASSERT_STRING_EQUAL(a->message, b->message);
     CU_ASSERT_EQUAL(a->retry_after_ms, b->retry_after_ms);
+    CU_ASSERT_EQUAL(a->started_us, b->started_us);
     CU_ASSERT(memcmp(&a->cost, &b->cost, sizeof a->cost) == 0);
 }
 
@@ -371,6 +372,7 @@ static void test_plain_reply(void)
         }
         r.retry_after_ms = rand() % 3 == 0 ? -1 : (int64_t)random_varint();
         r.cost = rand() % 3 == 0 ? 0.0 : (double)rand() / 7.0 - 100.0;
+        r.started_us = rand() % 2 ? random_varint() : 0; /* an exec tool's start */
         Toolpool__WorkerFrame wf = TOOLPOOL__WORKER_FRAME__INIT;
         wf.body_case = TOOLPOOL__WORKER_FRAME__BODY_REPLY;
         wf.reply = &r;

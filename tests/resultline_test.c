@@ -112,6 +112,7 @@ static void random_record(rec_t *x)
         x->at[i].duration_us = rnd(10000000);
         x->at[i].backoff_us = rnd(3) ? rnd(2000000) : 0;
         x->at[i].start_us = rnd(50000000);
+        x->at[i].spawn_us = rnd(3) ? 0 : rnd(50000000);
         x->trace[i] = &x->at[i];
     }
     r->trace = x->trace;
@@ -166,8 +167,10 @@ static void test_round_trip(void)
             CU_ASSERT_EQUAL(back->result.len, text_len(x.r.result));
             CU_ASSERT_EQUAL(back->args.len, text_len(x.r.args));
             if (back->n_trace == x.r.n_trace)
-                for (size_t t = 0; t < back->n_trace; t++)
+                for (size_t t = 0; t < back->n_trace; t++) {
                     CU_ASSERT_EQUAL(back->trace[t]->start_us, x.r.trace[t]->start_us);
+                    CU_ASSERT_EQUAL(back->trace[t]->spawn_us, x.r.trace[t]->spawn_us);
+                }
             toolpool__result__free_unpacked(back, NULL);
         }
         tp_buf_free(&line);

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "adapter.h"
+#include "clock.h"
 #include "contain.h"
 #include "log.h"
 #include "rlimit.h"
@@ -362,6 +363,8 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
         }
         goto out;
     }
+    /* posix_spawnp and spawn_limited return once the child has exec'd: the tool runs from here. */
+    o->started_us = tp_now_us();
     tp_close_fd(&in_p[0]);
     tp_close_fd(&out_p[1]);
     tp_close_fd(&err_p[1]);

@@ -136,6 +136,7 @@ static void send_reply(const Toolpool__Call *call, tp_outcome_t *o)
     reply.seq = call->seq;
     reply.retry_after_ms = o->retry_after_ms;
     reply.cost = o->cost;
+    reply.started_us = o->started_us;
     if (o->ok && o->result.len + 1024 > max) {
         /* A result the frame cannot carry is the tool's failure, not the worker's. */
         tp_outcome_fail(o, "OutputTooLarge", "%s returned %zu bytes, more than a frame carries (%u)", call->tool,

@@ -21,6 +21,7 @@ void tp_outcome_reset(tp_outcome_t *o)
     o->kind[0] = 0;
     o->retry_after_ms = -1;
     o->cost = 0;
+    o->started_us = 0;
 }
 
 void tp_outcome_free(tp_outcome_t *o)

@@ -20,6 +20,7 @@ typedef struct {
     tp_buf_t message;
     int64_t retry_after_ms; /* -1: none */
     double cost;
+    uint64_t started_us; /* exec: when the tool's process started (tp_now_us()); 0: none */
 } tp_outcome_t;
 
 /*

@@ -278,7 +278,7 @@ bool tp_reply_decode_plain(const uint8_t *body, size_t len, Toolpool__Reply *r)
     *r = init;
     unsigned seen = 0;
     while (p < end) {
-        if (!get_key(&p, end, &key) || key > (7 << 3 | 7))
+        if (!get_key(&p, end, &key) || key > (8 << 3 | 7))
             return false;
         unsigned field = (unsigned)(key >> 3), type = (unsigned)(key & 7);
         if (seen & 1u << field)
@@ -289,14 +289,17 @@ bool tp_reply_decode_plain(const uint8_t *body, size_t len, Toolpool__Reply *r)
         case 1: /* seq */
         case 2: /* ok */
         case 6: /* retry_after_ms */
+        case 8: /* started_us */
             if (type != 0 || !get_varint(&p, end, &v))
                 return false;
             if (field == 1)
                 r->seq = v;
             else if (field == 2)
                 r->ok = v != 0;
-            else
+            else if (field == 6)
                 r->retry_after_ms = (int64_t)v;
+            else
+                r->started_us = v;
             break;
         case 3: /* result */
             if (type != 2 || !get_length(&p, end, &v) || v > (uint64_t)(end - p))

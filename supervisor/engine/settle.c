@@ -127,6 +127,7 @@ void eng_settle(tp_engine_t *e, tp_call_t *c)
     }
     if (c->turn_us && a->started_us >= c->turn_us)
         t->start_us = a->started_us - c->turn_us;
+    t->spawn_us = a->spawn_us;
     /* A call taken down with its worker counts for nothing in its tool's health (a probe still reports back). */
     if ((!a->shared_fate || c->probe) && eng_ensure_txn(e)) {
         int rc = tp_breaker_tool_record(e->o.store, e->txn, c->hop_tool, a->kind, c->probe, tp_unix_us());

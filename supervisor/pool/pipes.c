@@ -231,6 +231,9 @@ static void attempt_answered(tp_attempt_t *a, const Toolpool__Reply *r)
     }
     if (!isfinite(a->cost) || a->cost < 0)
         a->cost = 0;
+    /* The time before the tool's process started: the worker's and the machine's, not the tool's. */
+    if (r->started_us > a->started_us && r->started_us <= a->ended_us)
+        a->spawn_us = r->started_us - a->started_us;
 }
 
 /* s answered a call and holds no more: it goes idle, or goes (retiring, shutting down, reaped already). */

@@ -320,6 +320,7 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         .timeout_ms = http ? (a->timeout_us + 999u) / 1000u : 0,
     };
     a->started_us = tp_now_us();
+    a->spawn_us = 0;
     a->result = NULL;
     a->message = NULL;
     a->retry_after_ms = -1;

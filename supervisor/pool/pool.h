@@ -59,8 +59,9 @@ typedef struct tp_attempt {
     size_t result_len;
     int64_t retry_after_ms; /* -1: none */
     double cost;
-    uint64_t started_us;
+    uint64_t started_us; /* its Call sent (a queued one: the one before it answered) */
     uint64_t ended_us;
+    uint64_t spawn_us; /* an exec tool's: its process started this long after started_us (its Reply says) */
 } tp_attempt_t;
 
 typedef struct tp_pool tp_pool_t;

@@ -126,6 +126,8 @@ int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
         put_ms(b, ",\"duration_ms\":", t->duration_us);
         put_ms(b, ",\"backoff_ms\":", t->backoff_us);
         put_ms(b, ",\"start_ms\":", t->start_us);
+        if (t->spawn_us)
+            put_ms(b, ",\"spawn_ms\":", t->spawn_us); /* an exec attempt's: its process's start */
         tp_buf_puts(b, "}");
     }
     if (tp_buf_puts(b, "]}\n") < 0) {
@@ -282,6 +284,7 @@ static bool read_trace(reader_t *rd, Toolpool__Result *r, Toolpool__Attempt **at
         v_at[i].duration_us = ms_to_us(json_object_get(e, "duration_ms"));
         v_at[i].backoff_us = ms_to_us(json_object_get(e, "backoff_ms"));
         v_at[i].start_us = ms_to_us(json_object_get(e, "start_ms"));
+        v_at[i].spawn_us = ms_to_us(json_object_get(e, "spawn_ms"));
         r->trace[i] = &v_at[i];
     }
     r->n_trace = count;

@@ -85,7 +85,7 @@ static size_t slen(const char *s)
 static size_t attempt_size(const Toolpool__Attempt *a, size_t tool, size_t outcome)
 {
     return varint_field(1, a->attempt) + len_field(2, tool) + len_field(3, outcome) + varint_field(4, a->duration_us) +
-           varint_field(5, a->backoff_us) + varint_field(6, a->start_us);
+           varint_field(5, a->backoff_us) + varint_field(6, a->start_us) + varint_field(7, a->spawn_us);
 }
 
 static size_t result_size(const Toolpool__Result *r, const lens_t *l)
@@ -115,7 +115,8 @@ static uint8_t *put_attempt(uint8_t *p, const Toolpool__Attempt *a)
     p = put_len(p, 3, a->outcome, outcome);
     p = put_uint(p, 4, a->duration_us);
     p = put_uint(p, 5, a->backoff_us);
-    return put_uint(p, 6, a->start_us);
+    p = put_uint(p, 6, a->start_us);
+    return put_uint(p, 7, a->spawn_us);
 }
 
 static uint8_t *put_result(uint8_t *p, const Toolpool__Result *r, const lens_t *l)
@@ -272,7 +273,7 @@ static int result_wt(unsigned field)
 
 static int attempt_wt(unsigned field)
 {
-    static const signed char wt[7] = {-1, WT_VARINT, WT_LEN, WT_LEN, WT_VARINT, WT_VARINT, WT_VARINT};
+    static const signed char wt[8] = {-1, WT_VARINT, WT_LEN, WT_LEN, WT_VARINT, WT_VARINT, WT_VARINT, WT_VARINT};
     return field < sizeof wt ? wt[field] : -1;
 }
 
@@ -350,6 +351,9 @@ static void attempt_fill(block_t *b, wire_t w, Toolpool__Attempt *a)
             break;
         case 6:
             a->start_us = f.v;
+            break;
+        case 7:
+            a->spawn_us = f.v;
             break;
         }
     }
