@@ -37,7 +37,7 @@ PYTHON = "/usr/bin/python3"
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 import toolpool_client  # noqa: E402
 
-# Counts per benchmark: the full run (about 4 minutes on 2 cores) and --quick.
+# Counts per benchmark: the full run (about 5 minutes on 2 cores) and --quick.
 FULL = {
     "workers": [1, 2, 4, 8],
     "noop_durable": 100000, "noop_relaxed": 300000, "noop_pebble": 40000, "noop_workerpool": 30000,
