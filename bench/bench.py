@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -36,7 +37,7 @@ PYTHON = "/usr/bin/python3"
 sys.path.insert(0, os.path.join(ROOT, "clients", "python"))
 import toolpool_client  # noqa: E402
 
-# Counts per benchmark: the full run (about 4 minutes on 2 cores) and --quick.
+# Counts per benchmark: the full run (about 5 minutes on 2 cores) and --quick.
 FULL = {
     "workers": [1, 2, 4, 8],
     "noop_durable": 100000, "noop_relaxed": 300000, "noop_pebble": 40000, "noop_workerpool": 30000,
@@ -53,6 +54,8 @@ FULL = {
     "payload_calls": {10000: 5000, 100000: 1000, 1000000: 200},
     "payload_exec_calls": {10000: 2000, 100000: 1000, 1000000: 200},
     "mcp_seq": 2000, "mcp_conc": 20000, "mcp_lanes": 32, "mcp_rounds": 3,
+    "http_calls": 10000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 3, "http_xargs": 3000,
+    "http_wrk_seconds": 3, "http_seq": 2000, "http_seq_rounds": 3, "http_curl_each": 300,
 }
 QUICK = {
     "workers": [1, 2, 4, 8],
@@ -70,6 +73,8 @@ QUICK = {
     "payload_calls": {10000: 500, 100000: 100, 1000000: 20},
     "payload_exec_calls": {10000: 200, 100000: 100, 1000000: 20},
     "mcp_seq": 300, "mcp_conc": 2000, "mcp_lanes": 32, "mcp_rounds": 1,
+    "http_calls": 2000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 1, "http_xargs": 500,
+    "http_wrk_seconds": 1, "http_seq": 300, "http_seq_rounds": 1, "http_curl_each": 50,
 }
 
 # The project's performance targets.
@@ -79,6 +84,9 @@ EXEC_VS_PARALLEL = 5.0
 PAYLOAD_VS_PEBBLE = 2.0     # durable echo calls/s at 100 KB and at 1 MB
 MCP_SEQ_OVERHEAD = 1.2      # toolpool mcp's p50 over the direct path's, one call at a time
 HANG_P99_US = 2000.0
+HTTP_VS_AIOHTTP = 1.0       # http tools, 256 in flight: toolpool -j 2 against aiohttp
+HTTP_VS_XARGS = 10.0        # the same against xargs -P256 curl
+HTTP_ADDED_US = 200.0       # http, one call at a time: toolpool's p50 over curl's (connection reused)
 RSS_LIMIT_KIB = 64 * 1024
 RSS_FLAT = 1.10          # "flat": the 1M peak at most 10 % (or 1 MiB) above the 100k peak
 RSS_FLAT_KIB = 1024
@@ -89,7 +97,7 @@ SVC_VS_CELERY = 20.0     # serve (wrk) against Celery + Redis (its Python client
 SVC_ADDED_US = 300.0     # serve's added latency over a run co-process, p50
 SVC_RSS_FLAT = 1.10      # serve's RSS: overall peak at most 10 % above the first 10 %'s
 
-SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload", "mcp"]
+SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload", "mcp", "http"]
 
 REPORT = []
 SERVICES = []            # every serve started, stopped at the end whatever happens
@@ -189,6 +197,8 @@ def machine(scratch, build):
         "celery": sh(f"{PYTHON} -c 'import celery; print(celery.__version__)'"),
         "redis": sh("redis-server --version | cut -d' ' -f3"),
         "xargs": sh("xargs --version | head -1"),
+        "curl": sh("curl --version | head -1 | cut -d' ' -f1,2"),
+        "aiohttp": sh(f"{PYTHON} -c 'import aiohttp; print(aiohttp.__version__)'"),
     }
 
 
@@ -196,15 +206,49 @@ def machine(scratch, build):
 # Running toolpool
 
 
+def tree_memory(pid):
+    """VmRSS and Pss (KiB) of pid and of every process under it: {pid: (rss, pss)}. A
+    process's children are listed under the thread that forked them, so every thread's
+    list is read."""
+    out, todo = {}, [str(pid)]
+    while todo:
+        p = todo.pop()
+        try:
+            rss = pss = 0
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        rss = int(line.split()[1])
+                        break
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        pss = int(line.split()[1])
+                        break
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo.extend(f.read().split())
+            out[p] = (rss, pss)
+        except OSError:
+            continue                # gone meanwhile
+    return out
+
+
 class Sampler(threading.Thread):
     """Polls /proc/PID/status of the process /usr/bin/time started, and keeps
-    the highest RssAnon and RssFile seen."""
+    the highest RssAnon and RssFile seen. tree: also the highest sum of VmRSS
+    (and of Pss) over it and every process under it (the supervisor and its
+    workers), every 20 ms."""
 
-    def __init__(self, time_pid):
+    def __init__(self, time_pid, tree=False):
         super().__init__(daemon=True)
         self.time_pid = time_pid
         self.anon = 0
         self.file = 0
+        self.tree = tree
+        self.tree_rss = 0
+        self.tree_pss = 0
+        self.tree_procs = 0
         self.stop = threading.Event()
 
     def child(self):
@@ -229,7 +273,13 @@ class Sampler(threading.Thread):
                                 self.file = max(self.file, int(line.split()[1]))
                 except OSError:
                     pass
-            self.stop.wait(0.1)
+                if self.tree:
+                    mem = tree_memory(pid)
+                    rss = sum(r for r, _ in mem.values())
+                    if rss > self.tree_rss:
+                        self.tree_rss, self.tree_procs = rss, len(mem)
+                    self.tree_pss = max(self.tree_pss, sum(p for _, p in mem.values()))
+            self.stop.wait(0.02 if self.tree else 0.1)
 
 
 class Toolpool:
@@ -243,9 +293,10 @@ class Toolpool:
         self.n += 1
         return os.path.join(self.scratch, f"{self.n:03d}-{name}")
 
-    def run(self, calls, registry, workers, store, relaxed=False, expect="ok"):
+    def run(self, calls, registry, workers, store, relaxed=False, expect="ok", tree=False):
         """Runs `toolpool run` on the calls file and returns its figures.
-        expect: "ok" (every call ok) or "Timeout" (every call timed out)."""
+        expect: "ok" (every call ok) or "Timeout" (every call timed out).
+        tree: also the peak of the supervisor's and its workers' summed RSS."""
         out = store + ".out"
         rss = store + ".rss"
         cmd = ["/usr/bin/time", "-f", "%M", "-o", rss, self.bin, "run", "-q", "-j", str(workers),
@@ -256,7 +307,7 @@ class Toolpool:
         settle()
         t0 = time.monotonic()
         p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-        sampler = Sampler(p.pid)
+        sampler = Sampler(p.pid, tree)
         sampler.start()
         _, err = p.communicate()
         secs = time.monotonic() - t0
@@ -272,9 +323,12 @@ class Toolpool:
         if lines != want or good != want:
             sys.exit(f"bench: toolpool {' '.join(cmd[5:])}: {lines} results, {good} {expect}, "
                      f"for {want} calls (exit {p.returncode}){': ' + err.strip() if err else ''}")
-        return {"calls": want, "workers": workers, "seconds": secs, "calls_per_s": want / secs,
-                "rss_kib": peak, "anon_kib": sampler.anon, "file_kib": sampler.file,
-                "relaxed": relaxed, "out": out}
+        r = {"calls": want, "workers": workers, "seconds": secs, "calls_per_s": want / secs,
+             "rss_kib": peak, "anon_kib": sampler.anon, "file_kib": sampler.file,
+             "relaxed": relaxed, "out": out}
+        if tree:
+            r.update(tree_rss_kib=sampler.tree_rss, tree_pss_kib=sampler.tree_pss, tree_procs=sampler.tree_procs)
+        return r
 
 
 def count_lines(path):
@@ -1038,6 +1092,243 @@ def bench_mcp(tp, cfg, scratch, res):
     say()
 
 
+# ---------------------------------------------------------------------------
+# 11. http tools
+
+
+class SlowServer:
+    """bench/slow_server, built with toolpool: GET /slow?ms=N answers after N ms. It reads
+    its stdin until it closes: the pipe is ours, and stop() (or this process's end) closes it."""
+
+    def __init__(self, build):
+        path = os.path.join(build, "slow_server")
+        if not os.access(path, os.X_OK):
+            sys.exit(f"bench: no {path}: cmake --build {build} builds it")
+        self.proc = subprocess.Popen([path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        SERVICES.append(self)
+        line = self.proc.stdout.readline().strip()
+        if not line.isdigit():
+            self.stop()
+            sys.exit(f"bench: {path}: no port on its first line (exit {self.proc.poll()})")
+        self.port = int(line)
+
+    def url(self, ms):
+        return f"http://127.0.0.1:{self.port}/slow?ms={ms}"
+
+    def stats(self, who, calls=None):
+        """The server's counts since the last call (which it then starts again): the /slow
+        requests answered, and the most in flight at once. calls: how many who made, each
+        of which must have been answered once."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=10) as r:
+            st = json.loads(r.read())
+        if calls is not None and st["answered"] != calls:
+            sys.exit(f"bench: {who}: {calls} calls, and the server answered {st['answered']} requests")
+        return st
+
+    def drain(self, who):
+        """Waits for the requests a client left in flight (wrk stops with its connections'
+        requests unanswered) to be answered, and returns the counts of who's run."""
+        st = self.stats(who)
+        end = time.monotonic() + 10
+        while self.stats(who)["in_flight"] and time.monotonic() < end:
+            time.sleep(0.05)
+        return st
+
+    def stop(self):
+        if self.proc.poll() is not None:
+            return
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def http_registry(tp, path, tools, in_flight):
+    """Writes a registry of http tools ((name, url) pairs), each with "max_in_flight":
+    in_flight when this build knows the key, and returns the value written (None: the
+    build has no such key, and each worker holds one http call at a time)."""
+    def write(mif):
+        write_registry(path, [{"name": name, "http": {"url": url, "method": "GET"},
+                               **({"max_in_flight": mif} if mif else {}), "timeout": "10s",
+                               "parameters": {"type": "object"}} for name, url in tools])
+    write(in_flight)
+    p = subprocess.run([tp.bin, "tools", "list", "--registry", path], capture_output=True, text=True)
+    if p.returncode == 0:
+        return in_flight
+    if "max_in_flight: unknown key" not in p.stderr:
+        sys.exit(f"bench: {path}: {p.stderr.strip()}")
+    write(None)
+    return None
+
+
+def wrk_ceiling(url, conns, seconds):
+    """The server alone under wrk -t2 with conns connections: answers/s and wrk's p50 (us)."""
+    cmd = ["wrk", "-t2", f"-c{conns}", f"-d{seconds}s", "--latency", url]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    rate = p50 = None
+    for line in p.stdout.splitlines():
+        f = line.split()
+        if f[:1] == ["Requests/sec:"]:
+            rate = float(f[1])
+        elif f[:1] == ["50%"]:
+            unit = {"us": 1, "ms": 1e3, "s": 1e6}
+            num = f[1].rstrip("mus")
+            p50 = float(num) * unit[f[1][len(num):]]
+    if p.returncode != 0 or rate is None or "Non-2xx" in p.stdout or "Socket errors" in p.stdout:
+        sys.exit(f"bench: {' '.join(cmd)}: exit {p.returncode}: {p.stdout[-1000:]} {p.stderr[-1000:]}")
+    return {"calls_per_s": rate, "p50_us": p50, "conns": conns, "seconds": seconds}
+
+
+def http_sequential(tp, registry, n, warm=50):
+    """n calls one at a time (after warm more) through a `toolpool run -j 1 --relaxed -`
+    co-process: each a line written to its stdin, the clock stopped when its result line
+    has been read back, in this one thread. Returns the round trips and the attempts'
+    durations (trace[0].duration_ms), in us, each sorted."""
+    cmd = [tp.bin, "run", "-q", "--no-progress", "-j", "1", "--relaxed", "--store", tp.fresh("http-seq"),
+           "-r", registry, "-"]
+    settle()
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    trips, attempts = [], []
+    for i in range(warm + n):
+        line = b'{"id":"s%d","tool":"fast","args":{}}\n' % i
+        t = time.perf_counter()
+        p.stdin.write(line)
+        p.stdin.flush()
+        out = p.stdout.readline()
+        el = time.perf_counter() - t
+        rec = json.loads(out) if out else {}
+        if not rec.get("ok"):
+            p.kill()
+            sys.exit(f"bench: {' '.join(cmd)}: call s{i}: {out[:1000]!r}")
+        if i >= warm:
+            trips.append(el * 1e6)
+            attempts.append(rec["trace"][0]["duration_ms"] * 1e3)
+    p.stdin.close()
+    if p.wait() != 0:
+        sys.exit(f"bench: {' '.join(cmd)}: exit {p.returncode}")
+    return sorted(trips), sorted(attempts)
+
+
+def curl_sequential(url, n, scratch, warm=50):
+    """warm + n GETs of url, one after the other, by one curl process (its config file lists
+    them): one connection, kept alive and reused. Returns each transfer's time_total (us,
+    sorted, the last n) and the process's wall time a transfer."""
+    conf = os.path.join(scratch, "curl-seq.conf")
+    with open(conf, "w") as f:
+        f.write(f'url = "{url}"\noutput = "/dev/null"\n' * (warm + n))
+    cmd = ["curl", "-sS", "-K", conf, "-w", "%{http_code} %{time_total} %{num_connects}\\n"]
+    settle()
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    secs = time.perf_counter() - t0
+    rows = [line.split() for line in p.stdout.splitlines()]
+    if (p.returncode != 0 or len(rows) != warm + n or any(r[0] != "200" for r in rows)
+            or sum(int(r[2]) for r in rows) != 1):
+        sys.exit(f"bench: {' '.join(cmd)}: exit {p.returncode}, {len(rows)} transfers of {warm + n}, "
+                 f"{sum(int(r[2]) for r in rows if len(r) == 3)} connections: {p.stderr.strip()[-1000:]}")
+    return sorted(float(r[1]) * 1e6 for r in rows[warm:]), secs / (warm + n) * 1e6
+
+
+def bench_http(tp, cfg, scratch, res):
+    n, k, ms = cfg["http_calls"], cfg["http_in_flight"], cfg["http_ms"]
+    j = 2
+    say(f"== 11. http tools, -j {j}: GETs of a local server that answers each after {ms} ms, {k} in flight; "
+        f"then one at a time (-j 1) to one that answers at once")
+    stolen, t0, load0 = steal_ms(), time.monotonic(), loadavg()
+    server = SlowServer(os.path.dirname(tp.bin))
+    slow, fast = server.url(ms), server.url(0)
+    mif = http_registry(tp, os.path.join(scratch, "http.json"), [("slow", slow)], k // j)
+    reg = os.path.join(scratch, "http.json")
+    # A build without the key holds one http call a worker: ten thousand calls take 100 s
+    # there, so it gets one round.
+    nr = cfg["http_rounds"] if mif else 1
+    ceiling = wrk_ceiling(slow, k, cfg["http_wrk_seconds"])
+    ceiling["in_flight_peak"] = server.drain("wrk")["in_flight_peak"]
+    say(f"  the server alone, wrk -t2 -c{k}: {fmt_int(ceiling['calls_per_s'])} answers/s, p50 "
+        f"{ceiling['p50_us'] / 1e3:.2f} ms (at most {fmt_int(k * 1000 / ms)}/s: {k} x 1 s / {ms} ms)")
+
+    calls = write_calls(os.path.join(scratch, "http.jsonl"), n, "slow")
+    rounds = {"toolpool": [], "aiohttp": []}
+    for i in range(nr):
+        r = tp.run(calls, reg, j, tp.fresh(f"http-round{i}"), tree=True)
+        os.unlink(r["out"])
+        r["in_flight_peak"] = server.stats("toolpool", n)["in_flight_peak"]
+        rounds["toolpool"].append(r)
+        a = peer([PYTHON, os.path.join(PEERS, "aiohttp_bench.py"), slow, str(n), str(k)])
+        a["in_flight_peak"] = server.stats("aiohttp", n)["in_flight_peak"]
+        rounds["aiohttp"].append(a)
+    os.unlink(calls)
+    xargs = shell_peer(f"xargs -P{k} -I{{}} curl -sSf -o /dev/null '{slow}&n={{}}'", cfg["http_xargs"])
+    xargs["in_flight_peak"] = server.stats("xargs curl", cfg["http_xargs"])["in_flight_peak"]
+    med = {key: median_round(v) for key, v in rounds.items()}
+    tpr, aio = med["toolpool"], med["aiohttp"]
+    names = (f"toolpool http -j {j} x {mif or 1} (durable)", f"aiohttp {aio['aiohttp']}, Semaphore({k})",
+             f"xargs -P{k} curl (a curl a call)")
+    if not mif:
+        say("  (this build has no max_in_flight: each worker holds one http call at a time)")
+    if nr > 1:
+        say(f"  the median of {nr} alternating rounds (calls/s of each round: "
+            + "; ".join(f"{key} " + " ".join(fmt_int(f["calls_per_s"]) for f in v) for key, v in rounds.items())
+            + ")")
+    table(list(zip(names, (tpr, aio, xargs))), names[1:])
+    say(f"  in flight at once, the most the server counted: wrk {ceiling['in_flight_peak']}, toolpool "
+        f"{' '.join(str(f['in_flight_peak']) for f in rounds['toolpool'])}, aiohttp "
+        f"{' '.join(str(f['in_flight_peak']) for f in rounds['aiohttp'])}, xargs curl {xargs['in_flight_peak']}")
+    peak = max(f["tree_rss_kib"] for f in rounds["toolpool"])
+    say(f"  toolpool's memory, the highest of its rounds: supervisor and {tpr['tree_procs'] - 1} workers "
+        f"{peak / 1024:.1f} MiB RSS summed (the same shared pages counted in each; Pss summed "
+        f"{max(f['tree_pss_kib'] for f in rounds['toolpool']) / 1024:.1f} MiB), the supervisor alone "
+        f"{max(f['rss_kib'] for f in rounds['toolpool']) / 1024:.1f} MiB")
+
+    # One call at a time: rounds of toolpool and curl alternating.
+    http_registry(tp, os.path.join(scratch, "http-fast.json"), [("fast", fast)], k // j)
+    seq = []
+    for i in range(cfg["http_seq_rounds"]):
+        trips, attempts = http_sequential(tp, os.path.join(scratch, "http-fast.json"), cfg["http_seq"])
+        server.stats("toolpool, one at a time", cfg["http_seq"] + 50)
+        curl, curl_wall = curl_sequential(fast, cfg["http_seq"], scratch)
+        server.stats("curl, one at a time", cfg["http_seq"] + 50)
+        seq.append({"toolpool_us": trips, "attempt_us": attempts, "curl_us": curl, "curl_wall_us": curl_wall,
+                    "added_us": pct(trips, 50) - pct(curl, 50)})
+    each = shell_peer(f"xargs -I{{}} curl -sSf -o /dev/null '{fast}'", cfg["http_curl_each"])
+    server.stats("a curl a call", cfg["http_curl_each"])
+    s = sorted(seq, key=lambda f: f["added_us"])[len(seq) // 2]
+    added = s["added_us"]
+    rounds_added = " ".join(f"{f['added_us']:.0f}" for f in seq)
+    say(f"  one call at a time, {fmt_int(cfg['http_seq'])} calls each after 50 to warm up"
+        + (f", the median of {len(seq)} alternating rounds (added, us: {rounds_added})" if len(seq) > 1 else "")
+        + ":")
+    say(f"    {'':52} {'p50 us':>8} {'p99 us':>8}")
+    for name, v in (("toolpool run -j 1 --relaxed - (line in, result out)", s["toolpool_us"]),
+                    ("  of it, the attempt (trace duration_ms)", s["attempt_us"]),
+                    ("curl, one process, one connection (time_total)", s["curl_us"])):
+        say(f"    {name:52} {pct(v, 50):8.0f} {pct(v, 99):8.0f}")
+    say(f"    (curl's wall time a transfer, the process's start and exit shared out: {s['curl_wall_us']:.0f} us; "
+        f"a curl process a call, one at a time: {1e6 / each['calls_per_s']:.0f} us)")
+
+    stolen, secs = steal_ms() - stolen, time.monotonic() - t0
+    say(f"  load average (1 min) {load0:.2f} at the start of this section, {loadavg():.2f} at its end; "
+        f"steal time {stolen:.0f} ms of {secs * os.cpu_count() * 1000:.0f} ms of vCPU time")
+    r_aio = tpr["calls_per_s"] / aio["calls_per_s"]
+    r_xargs = tpr["calls_per_s"] / xargs["calls_per_s"]
+    target(f"http, {k} in flight: toolpool >= aiohttp's calls/s", f"{r_aio:.2f}x", r_aio >= HTTP_VS_AIOHTTP)
+    target(f"http, {k} in flight: toolpool >= {HTTP_VS_XARGS:.0f}x xargs -P{k} curl", f"{r_xargs:.2f}x",
+           r_xargs >= HTTP_VS_XARGS)
+    target("http: supervisor + workers peak RSS < 64 MiB", f"{peak / 1024:.1f} MiB", peak < RSS_LIMIT_KIB)
+    target(f"http, one at a time: added p50 over curl < {HTTP_ADDED_US / 1e3:.1f} ms", f"{added / 1e3:.3f} ms",
+           added < HTTP_ADDED_US)
+    server.stop()
+    res["http"] = {"max_in_flight": mif, "server_wrk": ceiling, "rounds": rounds, "xargs_curl": xargs,
+                   "sequential": seq, "curl_each": each, "steal_ms": stolen, "load": [load0, loadavg()]}
+    res["targets"]["http_vs_aiohttp"] = {"value": r_aio, "max_in_flight": mif, "pass": r_aio >= HTTP_VS_AIOHTTP}
+    res["targets"]["http_vs_xargs"] = {"value": r_xargs, "pass": r_xargs >= HTTP_VS_XARGS}
+    res["targets"]["http_rss"] = {"value_kib": peak, "pass": peak < RSS_LIMIT_KIB}
+    res["targets"]["http_added"] = {"value_us": added, "pass": added < HTTP_ADDED_US}
+    say()
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -1133,7 +1424,8 @@ def main():
         say(f"  toolpool {m['toolpool']}")
         say(f"  peers:   {m['python']}, pebble {m['pebble']}; Node {m['node']}, workerpool "
             f"{m['workerpool']}; {m['xargs']}; {m['parallel']}")
-        say(f"           {m['wrk']}; Celery {m['celery']} with Redis {m['redis'].removeprefix('v=')}")
+        say(f"           {m['wrk']}; Celery {m['celery']} with Redis {m['redis'].removeprefix('v=')}; "
+            f"aiohttp {m['aiohttp']}; {m['curl']}")
         say()
         png = None
         if "noop" in only:
@@ -1159,6 +1451,8 @@ def main():
             bench_payload(tp, cfg, scratch, res)
         if "mcp" in only:
             bench_mcp(tp, cfg, scratch, res)
+        if "http" in only:
+            bench_http(tp, cfg, scratch, res)
         if "noop" in only:
             png = plot(sweep, cfg["workers"], a.out)
 
@@ -1188,7 +1482,15 @@ def main():
                  lambda v: f"{v['value_kib'] / 1024:.1f} MiB"),
                 (f"mcp: p50 through toolpool <= {MCP_SEQ_OVERHEAD}x direct, 1 at a time", "mcp_seq",
                  lambda v: f"{v['value']:.2f}x"),
-                ("mcp: toolpool mcp -j 4 > direct calls/s, at once", "mcp_conc", lambda v: f"{v['value']:.2f}x")]:
+                ("mcp: toolpool mcp -j 4 > direct calls/s, at once", "mcp_conc", lambda v: f"{v['value']:.2f}x"),
+                ("http: toolpool -j 2 >= aiohttp's calls/s, 256 in flight", "http_vs_aiohttp",
+                 lambda v: f"{v['value']:.2f}x"),
+                (f"http: toolpool -j 2 >= {HTTP_VS_XARGS:.0f}x xargs -P256 curl", "http_vs_xargs",
+                 lambda v: f"{v['value']:.2f}x"),
+                ("http: supervisor + workers peak RSS < 64 MiB", "http_rss",
+                 lambda v: f"{v['value_kib'] / 1024:.1f} MiB"),
+                (f"http: added p50 over curl, 1 at a time < {HTTP_ADDED_US / 1e3:.1f} ms", "http_added",
+                 lambda v: f"{v['value_us'] / 1e3:.3f} ms")]:
             if key in t:
                 say(f"  {name:58} {val(t[key]):>18}  {verdict(t[key]['pass'])}")
         say()
