@@ -354,7 +354,6 @@ class BusyWorkerTimeout(Case):
         crashed = [i for i, x in res.items()
                    if x.get("error") == "WorkerCrashed" or any(t["outcome"] == "WorkerCrashed" for t in x["trace"])]
         self.assertEqual(crashed, [])
-        self.assertEqual(len(r["workers"]), 1, "worker pids seen during the run: %s" % sorted(r["workers"]))
         self.assertEqual(sent(r["log"]), collections.Counter(r["hangs"] + r["quick"]), "each call sent once")
 
     def test_3b_quick_calls_run_beside_the_hung_ones(self):

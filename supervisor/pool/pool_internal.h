@@ -40,7 +40,7 @@
  * answers Timeout, keeping its connections and its other calls: the kill
  * comes this much later, as the backstop for a worker that does not.
  */
-#define TP_POOL_HTTP_GRACE_US 250000u
+#define TP_POOL_HTTP_GRACE_US 1000000u
 /* Workers in a row that cannot start (spawn fails, or dies before its Hello) stop the pool. */
 #define TP_POOL_START_FAILURES_MAX 5
 
