@@ -96,7 +96,9 @@ def sent(log):
 
 
 def children(pid):
-    """The live child processes of pid (a supervisor's workers), from /proc."""
+    """The live workers of supervisor pid, from /proc: its children that run
+    toolpool-worker (not, say, the tracer a sanitizer's leak check clones at
+    the supervisor's exit)."""
     kids = set()
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -107,7 +109,7 @@ def children(pid):
         except OSError:
             continue
         fields = st[st.rindex(")") + 2:].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
+        if int(fields[1]) == pid and fields[0] != "Z" and st[st.index("(") + 1:st.rindex(")")] == "toolpool-worker":
             kids.add(int(d))
     return kids
 
@@ -354,6 +356,7 @@ class BusyWorkerTimeout(Case):
         crashed = [i for i, x in res.items()
                    if x.get("error") == "WorkerCrashed" or any(t["outcome"] == "WorkerCrashed" for t in x["trace"])]
         self.assertEqual(crashed, [])
+        self.assertEqual(len(r["workers"]), 1, "worker pids seen during the run: %s" % sorted(r["workers"]))
         self.assertEqual(sent(r["log"]), collections.Counter(r["hangs"] + r["quick"]), "each call sent once")
 
     def test_3b_quick_calls_run_beside_the_hung_ones(self):

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "json.h"
 
 /* Bytes of a failure's body a message quotes. */
@@ -381,11 +382,10 @@ static xfer_t *flight, *spare;
 static int n_flight;
 static tp_http_done_fn done_fn;
 
+/* The machine's monotonic clock in ms: tp_now_us()'s, which the supervisor reads too. */
 static uint64_t now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return tp_now_us() / 1000u;
 }
 
 static bool client_ready(void)
@@ -550,9 +550,13 @@ static bool xfer_prepare(xfer_t *x)
      * supervisor's kill comes a little later (supervisor/pool/reap.c), as
      * the backstop.
      */
-    uint64_t ms = call->timeout_ms && (h->timeout_ms == 0 || call->timeout_ms < h->timeout_ms) ? call->timeout_ms
-                                                                                               : h->timeout_ms;
-    x->deadline_ms = ms ? now_ms() + ms : 0;
+    /*
+     * The call's end is the supervisor's deadline for it (the same clock),
+     * so what the worker spent before it got here (reading the call, the
+     * first call's TLS setup) is not added on; the tool's timeout from now
+     * when the call names none.
+     */
+    x->deadline_ms = call->deadline_us ? call->deadline_us / 1000u : h->timeout_ms ? now_ms() + h->timeout_ms : 0;
     if (h->connect_timeout_ms)
         curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms);
     if (h->ca_file && h->ca_file[0])

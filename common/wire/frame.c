@@ -76,7 +76,7 @@ enum {
 
 /* Call.notify (19) set: its key (a two-byte varint) and true. */
 static const uint8_t NOTIFY_FIELD[3] = {0x98, 0x01, 0x01}; /* (19 << 3 | 0) = 152 as a varint, then 1 */
-/* Call.timeout_ms (21)'s key: (21 << 3 | 0) = 168 as a varint. */
+/* Call.deadline_us (21)'s key: (21 << 3 | 0) = 168 as a varint. */
 enum { TIMEOUT_KEY0 = 0xa8, TIMEOUT_KEY1 = 0x01 };
 
 static size_t varint_len(uint64_t v)
@@ -181,7 +181,7 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
     size_t tail_len = c->tail ? c->tail->len : 0;
     size_t call_len = varint_field_len(c->seq) + c->head->len + bytes_field_len(c->args_len) + bytes_field_len(id_len) +
                       bytes_field_len(job_len) + varint_field_len(c->step) + varint_field_len(c->attempt) + tail_len +
-                      (c->notify ? sizeof NOTIFY_FIELD : 0) + (c->timeout_ms ? 2 + varint_len(c->timeout_ms) : 0);
+                      (c->notify ? sizeof NOTIFY_FIELD : 0) + (c->deadline_us ? 2 + varint_len(c->deadline_us) : 0);
     size_t n = 1 + varint_len(call_len) + call_len;
     uint8_t *p;
     int rc = frame_begin(out, n, max, &p);
@@ -205,10 +205,10 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
         memcpy(p, NOTIFY_FIELD, sizeof NOTIFY_FIELD);
         p += sizeof NOTIFY_FIELD;
     }
-    if (c->timeout_ms) {
+    if (c->deadline_us) {
         *p++ = TIMEOUT_KEY0;
         *p++ = TIMEOUT_KEY1;
-        p = put_varint(p, c->timeout_ms);
+        p = put_varint(p, c->deadline_us);
     }
     out->len += TP_FRAME_HEADER + n;
     return 0;

@@ -57,8 +57,8 @@ typedef struct {
     const char *job;
     uint64_t step;
     uint32_t attempt;
-    bool notify;         /* field 19: the caller hears the MCP server's notifications */
-    uint64_t timeout_ms; /* field 21: an http attempt's own time (0: none sent) */
+    bool notify;          /* field 19: the caller hears the MCP server's notifications */
+    uint64_t deadline_us; /* field 21: when an http attempt's time ends, tp_now_us() (0: none sent) */
 } tp_call_frame_t;
 
 /*

@@ -317,9 +317,10 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         .step = a->step,
         .attempt = a->number,
         .notify = a->notify,
-        .timeout_ms = http ? (a->timeout_us + 999u) / 1000u : 0,
     };
     a->started_us = tp_now_us();
+    /* The worker ends an http transfer at the very deadline the supervisor keeps: the clock is the machine's. */
+    call.deadline_us = http ? a->started_us + a->timeout_us : 0;
     a->spawn_us = 0;
     a->result = NULL;
     a->message = NULL;
