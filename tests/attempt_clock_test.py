@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""An exec attempt's trace shows its spawn apart (spawn_ms: the part of its
-duration before the tool's process started): real `toolpool serve` processes,
-their worker stopped (SIGSTOP) to stand for a machine too loaded to give it
-the CPU.
+"""The attempt's clock starts when an exec tool starts, not when its Call is
+sent: real `toolpool serve` processes, their worker stopped (SIGSTOP) to stand
+for a machine too loaded to give it the CPU.
 
-- A worker held 1 s before it can start the tool: the call ends ok, and its
-  trace says the 1 s went to the spawn, the rest to the tool.
+- A worker held 1 s before it can start a tool whose timeout is 0.5 s: the
+  call ends ok, its trace says the 1 s went to the spawn (spawn_ms), and its
+  duration past the spawn is the tool's own.
+- The wait for the start has a limit of its own: within the call's deadline
+  (here 1.5 s), a tool that cannot start ends Timeout, saying it did not start.
+- A tool that starts late and then hangs is still killed at its start plus
+  its timeout, and its trace shows the spawn.
 - Under 4 busy loops, every exec attempt's trace says when its process
   started, within its duration.
 
@@ -73,8 +77,8 @@ class AttemptClock(unittest.TestCase):
                 pass  # killed at its limit, as it should be
         return self.client.result(call["id"], timeout=30)
 
-    def test_spawn_shown_apart(self):
-        s = self.serve([{"name": "quick", "exec": TOOL, "timeout": "5s", "attempts": 1}])
+    def test_spawn_time_is_not_the_tools(self):
+        s = self.serve([{"name": "quick", "exec": TOOL, "timeout": "500ms", "attempts": 1}])
         r = self.held_call(s, 1.0, {"id": "c1", "tool": "quick"})
         self.assertTrue(r["ok"], r)
         self.assertEqual(r["result"], {"ran": True})
@@ -85,6 +89,27 @@ class AttemptClock(unittest.TestCase):
         r = self.client.call("noop", {}, id="p1")
         self.assertTrue(r["ok"], r)
         self.assertNotIn("spawn_ms", r["trace"][0])
+
+    def test_spawn_limit_within_the_deadline(self):
+        s = self.serve([{"name": "quick", "exec": TOOL, "timeout": "500ms", "deadline": "1500ms", "attempts": 1}])
+        t0 = time.monotonic()
+        r = self.held_call(s, 2.5, {"id": "c2", "tool": "quick"})
+        self.assertEqual((r["ok"], r["error"]), (False, "Timeout"), r)
+        self.assertIn("did not start within", r["message"])
+        self.assertNotIn("spawn_ms", r["trace"][0])
+        self.assertLess(r["trace"][0]["duration_ms"], 2000, r)
+        self.assertLess(time.monotonic() - t0, 10)
+
+    def test_late_start_then_hang(self):
+        hang = ["sh", "-c", "exec sleep 30"]
+        s = self.serve([{"name": "hang", "exec": hang, "timeout": "500ms", "attempts": 1}])
+        r = self.held_call(s, 1.0, {"id": "c3", "tool": "hang"})
+        self.assertEqual((r["ok"], r["error"]), (False, "Timeout"), r)
+        self.assertIn("exceeded", r["message"])
+        t = r["trace"][0]
+        self.assertGreaterEqual(t["spawn_ms"], 900, t)
+        # killed at its start plus 0.5 s: not at the send plus 0.5 s, and not much later
+        self.assertTrue(450 <= t["duration_ms"] - t["spawn_ms"] <= 700, t)
 
     def test_busy_loops(self):
         hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(4)]

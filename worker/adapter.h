@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include "outcome.h"
+#include "startboard.h"
 #include "toolpool.pb-c.h"
 
 /* One adapter: how the worker runs a call of its kind. */
@@ -23,6 +24,12 @@ const tp_worker_adapter_t *tp_adapter_find(Toolpool__Adapter kind);
 
 /* exec adapter: fork+exec argv, args on stdin, answer on stdout. */
 void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o);
+/*
+ * The worker's line of the start board (startboard.h), where the exec
+ * adapter marks each tool's start for the supervisor's deadline thread;
+ * NULL: none (the supervisor then counts the time from the call's send).
+ */
+extern tp_start_line_t *tp_exec_start_line;
 /* plugin adapter: dlopen once per path, call tp_plugin_call_v1. */
 void tp_plugin_run(const Toolpool__Call *call, tp_outcome_t *o);
 /*

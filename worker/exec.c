@@ -316,6 +316,8 @@ static bool limit_hit(const Toolpool__Call *call, const tp_rlimit_t *lim, int st
     return false;
 }
 
+tp_start_line_t *tp_exec_start_line;
+
 void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
 {
     int in_p[2] = {-1, -1}, out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
@@ -363,8 +365,13 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
         }
         goto out;
     }
-    /* posix_spawnp and spawn_limited return once the child has exec'd: the tool runs from here. */
+    /*
+     * posix_spawnp and spawn_limited return once the child has exec'd: the
+     * tool runs from here, and its timeout counts from here (the board).
+     */
     o->started_us = tp_now_us();
+    if (tp_exec_start_line != NULL)
+        tp_start_mark(tp_exec_start_line, call->seq, o->started_us);
     tp_close_fd(&in_p[0]);
     tp_close_fd(&out_p[1]);
     tp_close_fd(&err_p[1]);

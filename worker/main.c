@@ -2,7 +2,7 @@
  * toolpool-worker: one slot of the pool.
  *
  * The supervisor forks, makes the child the leader of its own process group,
- * points fd 3 at the call pipe and fd 4 at the reply pipe, and execs this
+ * points fd 3 at the call pipe, fd 4 at the reply pipe and fd 5 at the start board, and execs this
  * program. The worker says Hello, then loops: read a Call frame, run the
  * tool, write a Reply frame. An http tool's calls do not run one at a
  * time: the worker holds many in flight (worker/http.c) while it reads
@@ -210,9 +210,12 @@ static bool handle_frame(const uint8_t *body, uint32_t len, tp_outcome_t *o)
 int main(int argc, char **argv)
 {
     tp_log_init("toolpool-worker");
+    int slot = -1;
     for (int i = 1; i + 1 < argc; i += 2)
         if (strcmp(argv[i], "--max-frame") == 0)
             frame_max = (uint32_t)strtoul(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--slot") == 0)
+            slot = (int)strtol(argv[i + 1], NULL, 10);
     uint32_t max = frame_max;
 
     /* A tool that exits before reading its stdin must not kill the worker. */
@@ -241,6 +244,9 @@ int main(int argc, char **argv)
      */
     struct sched_param sp = {.sched_priority = 0};
     sched_setscheduler(0, SCHED_BATCH, &sp);
+    /* The start board (fd 5): where the exec adapter marks its tools' starts. Mapped, its fd closed. */
+    if (slot >= 0 && (tp_exec_start_line = tp_startboard_map(TP_START_FD, slot)) == NULL)
+        tp_log_error("no start board for slot %d: its exec tools' time counts from their calls' send", slot);
     /* Nothing the worker starts may inherit the pipes to the supervisor. */
     if (fcntl(TP_CALL_FD, F_SETFD, FD_CLOEXEC) < 0 || fcntl(TP_REPLY_FD, F_SETFD, FD_CLOEXEC) < 0) {
         tp_log_error("fds 3 and 4 must be the supervisor's pipes: %s", strerror(errno));

@@ -29,6 +29,9 @@ typedef struct {
     uint64_t deadline;  /* the running attempt's, for the thread to keep; 0: none */
     uint64_t killed_us; /* when the thread stopped the group to kill it; 0: it has not */
     bool sweeping;      /* stopped; the thread is killing it outside mu (the loop waits) */
+    /* An exec attempt not known to have started (until != 0): tp_deadline_arm_spawn's. */
+    const tp_start_line_t *line;
+    uint64_t seq, timeout_us, until, cap;
 } watch_t;
 
 struct tp_deadline {
@@ -155,6 +158,15 @@ static void *deadline_main(void *arg)
             watch_t *w = &d->slots[i];
             if (w->deadline == 0 || w->killed_us != 0 || w->pid <= 0)
                 continue;
+            if (w->deadline <= now && w->until != 0) {
+                /* Its tool's start decides: a later deadline, another look, or (at the spawn limit) the kill. */
+                bool started;
+                uint64_t at, dl = tp_deadline_spawn_deadline(w->line, w->seq, w->timeout_us, w->until, w->cap, now,
+                                                             &started, &at);
+                if (started || dl <= now)
+                    w->until = 0; /* a deadline as any other from here */
+                w->deadline = dl;
+            }
             if (w->deadline <= now) {
                 siginfo_t si = {0};
                 int unread = 0;
@@ -340,6 +352,7 @@ static uint64_t slot_disarm(tp_deadline_t *d, int i)
 {
     uint64_t killed = d->slots[i].killed_us;
     d->slots[i].deadline = 0;
+    d->slots[i].until = 0;
     d->slots[i].killed_us = 0;
     return killed;
 }
@@ -365,11 +378,41 @@ uint64_t tp_deadline_forget(tp_deadline_t *d, int i)
     return killed;
 }
 
+uint64_t tp_deadline_spawn_deadline(const tp_start_line_t *line, uint64_t seq, uint64_t timeout_us, uint64_t until,
+                                    uint64_t cap, uint64_t now, bool *started, uint64_t *at_us)
+{
+    *started = tp_start_read(line, seq, at_us);
+    if (*started) {
+        uint64_t dl = *at_us + timeout_us;
+        return cap && dl > cap ? cap : dl;
+    }
+    return until > now + TP_START_POLL_US ? now + TP_START_POLL_US : until;
+}
+
+void tp_deadline_arm_spawn(tp_deadline_t *d, int i, uint64_t at, const tp_start_line_t *line, uint64_t seq,
+                           uint64_t timeout_us, uint64_t until, uint64_t cap)
+{
+    if (!slot_lock(d, i))
+        return;
+    watch_t *w = &d->slots[i];
+    w->line = line;
+    w->seq = seq;
+    w->timeout_us = timeout_us;
+    w->until = until > at ? until : 0;
+    w->cap = cap;
+    w->deadline = at;
+    w->killed_us = 0;
+    if (at != 0 && (d->next == 0 || at < d->next))
+        pthread_cond_signal(&d->cond);
+    pthread_mutex_unlock(&d->mu);
+}
+
 void tp_deadline_arm(tp_deadline_t *d, int i, uint64_t at)
 {
     if (!slot_lock(d, i))
         return;
     d->slots[i].deadline = at;
+    d->slots[i].until = 0;
     d->slots[i].killed_us = 0;
     if (at != 0 && (d->next == 0 || at < d->next))
         pthread_cond_signal(&d->cond);

@@ -27,6 +27,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "startboard.h"
+
 /*
  * How early an attempt's timer wakes the loop before its deadline, and the
  * short sleeps it takes from then on. A timer on a CPU that has gone idle
@@ -76,6 +78,29 @@ uint64_t tp_deadline_forget(tp_deadline_t *d, int i);
  * when it is the soonest.
  */
 void tp_deadline_arm(tp_deadline_t *d, int i, uint64_t at);
+/*
+ * The running attempt on slot i is an exec tool's, call seq, not known to
+ * have started: `at` is its deadline should its tool have started on time
+ * (its Call's send plus timeout_us). At `at` the thread reads the slot's
+ * line of the start board: started at t, the deadline becomes t +
+ * timeout_us (cap at most, when cap is set), and is kept as any other;
+ * not started, the thread looks again every TP_START_POLL_US until until
+ * (the spawn limit), and kills it then. tp_deadline_spawn_deadline says
+ * the same for the loop's own timer.
+ */
+void tp_deadline_arm_spawn(tp_deadline_t *d, int i, uint64_t at, const tp_start_line_t *line, uint64_t seq,
+                           uint64_t timeout_us, uint64_t until, uint64_t cap);
+/* How often a deadline waiting for its tool's start looks at the board. */
+#define TP_START_POLL_US 10000u
+/*
+ * The deadline of an exec attempt (seq, its line, its timeout, the spawn
+ * limit until and the cap as tp_deadline_arm_spawn takes them) at now:
+ * *started says whether its tool has started (*at_us: when). Started: its
+ * start plus timeout_us, within cap. Not: the next look, now plus
+ * TP_START_POLL_US, or until when sooner.
+ */
+uint64_t tp_deadline_spawn_deadline(const tp_start_line_t *line, uint64_t seq, uint64_t timeout_us, uint64_t until,
+                                    uint64_t cap, uint64_t now, bool *started, uint64_t *at_us);
 /*
  * Takes slot i's deadline back from the thread. Returns when the thread
  * stopped the group to kill it (it is dead by the time this returns), or

@@ -134,6 +134,14 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts)
         s->ev_timer = evtimer_new(base, slot_timer_cb, s);
         made = made && s->ev_timer != NULL;
     }
+    /* Without a board (no memfd), an exec attempt's clock starts at its Call's send, as other adapters' do. */
+    p->starts_fd = -1;
+    int brc = tp_startboard_create(p->n, &p->starts, &p->starts_fd);
+    if (brc < 0) {
+        p->starts = NULL;
+        p->starts_fd = -1;
+        tp_log_error("no start board (%s): an exec tool's timeout counts from its call's send", strerror(-brc));
+    }
     p->ev_chld = evsignal_new(base, SIGCHLD, pool_chld_cb, p);
     p->ev_flush = event_new(base, -1, 0, pool_flush_cb, p);
     tp_arena_init(&p->arena, 4096);
@@ -480,6 +488,7 @@ void tp_pool_free(tp_pool_t *p)
     if (p->ev_flush)
         event_free(p->ev_flush);
     tp_arena_free(&p->arena);
+    tp_startboard_free(p->starts, p->n, p->starts_fd);
     free(p->tree);
     for (size_t i = 0; i < p->n_heads; i++) {
         tp_buf_free(&p->heads[i]);

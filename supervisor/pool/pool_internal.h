@@ -32,6 +32,7 @@
 #include "frame.h"
 #include "pool.h"
 #include "proctree.h"
+#include "startboard.h"
 
 /* Attempts one worker may hold at once, the running one included. */
 #define TP_POOL_PIPE_MAX 64
@@ -41,6 +42,12 @@
  * comes this much later, as the backstop for a worker that does not.
  */
 #define TP_POOL_HTTP_GRACE_US 1000000u
+/*
+ * An exec tool's attempt has this long (or its timeout, when longer) for its
+ * process to start (the worker's mark on the start board, startboard.h);
+ * its timeout counts from the start.
+ */
+#define TP_POOL_SPAWN_LIMIT_US 10000000u
 /* Workers in a row that cannot start (spawn fails, or dies before its Hello) stop the pool. */
 #define TP_POOL_START_FAILURES_MAX 5
 
@@ -195,6 +202,7 @@ typedef struct tp_slot {
     uint64_t seq;
     tp_attempt_t *attempt;                 /* running now */
     uint64_t deadline_us;                  /* when the running attempt times out */
+    uint64_t spawn_until;                  /* an exec attempt not known to have started: its spawn limit; else 0 */
     bool thread_keeps;                     /* the deadline thread keeps it (else the loop's timer) */
     uint64_t held_since_us;                /* a respawn put off for a deadline: since when */
     tp_attempt_t *queue[TP_POOL_PIPE_MAX]; /* sent after it, waiting their turn in the worker */
@@ -237,6 +245,9 @@ struct tp_pool {
      */
     tp_deadline_t *deadline;
     tp_proctree_t *tree; /* the loop's scratch for killing a worker's processes */
+    /* The start board (startboard.h): a line a slot, which its worker marks as its exec tools start. */
+    tp_start_line_t *starts;
+    int starts_fd; /* -1: no board (the clock then starts at the send) */
 };
 
 /* pool.c */
@@ -263,6 +274,7 @@ int slot_kill(tp_slot_t *s);
 int slot_stop(tp_slot_t *s, stop_why_t why, int sig);
 void slot_deadline_arm(tp_slot_t *s, const tp_attempt_t *a, uint64_t now);
 void slot_deadline(tp_slot_t *s, uint64_t killed_us);
+void slot_timed_out_fail(tp_slot_t *s, tp_attempt_t *a);
 void slot_timer_cb(evutil_socket_t fd, short what, void *arg);
 void pool_chld_cb(evutil_socket_t fd, short what, void *arg);
 void pool_deadline_cb(void *arg);

@@ -129,21 +129,92 @@ static void pool_hand_back(tp_pool_t *p, queued_t *q)
 /*
  * Arms the deadline of a, which starts now on s. The deadline thread keeps
  * it when a needs no kill_grace (the loop's timer is then a fallback);
- * otherwise the loop's timer does, TP_DEADLINE_LEAD_US early.
+ * otherwise the loop's timer does, TP_DEADLINE_LEAD_US early. An exec
+ * tool's timeout counts from its tool's start (the start board): until its
+ * worker marks the start, the deadline is the one it would have had it
+ * started at once, past which the thread (or the loop) looks at the board
+ * and moves it, up to the spawn limit.
  */
 void slot_deadline_arm(tp_slot_t *s, const tp_attempt_t *a, uint64_t now)
 {
     tp_pool_t *p = s->pool;
     uint64_t timeout = a->timeout_us;
     s->deadline_us = now + timeout;
+    s->spawn_until = 0;
+    if (a->tool->adapter == TP_ADAPTER_EXEC && p->starts != NULL) {
+        uint64_t limit = timeout > TP_POOL_SPAWN_LIMIT_US ? timeout : TP_POOL_SPAWN_LIMIT_US;
+        s->spawn_until = now + limit;
+        if (a->limit_us && a->limit_us < s->spawn_until)
+            s->spawn_until = a->limit_us > s->deadline_us ? a->limit_us : s->deadline_us;
+        if (s->spawn_until <= s->deadline_us)
+            s->spawn_until = 0;
+    }
     bool thread = tp_deadline_running(p->deadline) && a->tool->policy.kill_grace_us == 0 && !s->dead;
     s->thread_keeps = thread;
-    tp_deadline_arm(p->deadline, s->index, thread ? s->deadline_us : 0);
+    if (thread && s->spawn_until)
+        tp_deadline_arm_spawn(p->deadline, s->index, s->deadline_us, &p->starts[s->index], a->seq, timeout,
+                              s->spawn_until, a->limit_us);
+    else
+        tp_deadline_arm(p->deadline, s->index, thread ? s->deadline_us : 0);
+    uint64_t left = s->deadline_us > now ? s->deadline_us - now : 0;
     if (thread) {
-        slot_timer_arm(s, timeout + DEADLINE_FALLBACK_US);
+        slot_timer_arm(s, left + DEADLINE_FALLBACK_US);
         return;
     }
-    slot_timer_arm(s, timeout > 2 * TP_DEADLINE_LEAD_US ? timeout - TP_DEADLINE_LEAD_US : timeout);
+    slot_timer_arm(s, left > 2 * TP_DEADLINE_LEAD_US ? left - TP_DEADLINE_LEAD_US : left);
+}
+
+/*
+ * s's running attempt is past its deadline as the loop last knew it: an
+ * exec tool's that its worker has since marked started (or not yet, within
+ * the spawn limit) gets its deadline moved, as the deadline thread would
+ * move it; true then, with the thread and the timer armed anew.
+ */
+static bool slot_deadline_moves(tp_slot_t *s, uint64_t now)
+{
+    tp_pool_t *p = s->pool;
+    tp_attempt_t *a = s->attempt;
+    if (s->spawn_until == 0)
+        return false;
+    bool started;
+    uint64_t at, dl = tp_deadline_spawn_deadline(&p->starts[s->index], a->seq, a->timeout_us, s->spawn_until,
+                                                 a->limit_us, now, &started, &at);
+    if (dl <= now)
+        return false; /* started and overran, or not started within the limit */
+    uint64_t until = started ? 0 : s->spawn_until;
+    s->deadline_us = dl;
+    bool thread = s->thread_keeps;
+    if (thread && until)
+        tp_deadline_arm_spawn(p->deadline, s->index, dl, &p->starts[s->index], a->seq, a->timeout_us, until,
+                              a->limit_us);
+    else
+        tp_deadline_arm(p->deadline, s->index, thread ? dl : 0);
+    s->spawn_until = until;
+    uint64_t left = dl - now;
+    slot_timer_arm(s, thread                           ? left + DEADLINE_FALLBACK_US
+                      : left > 2 * TP_DEADLINE_LEAD_US ? left - TP_DEADLINE_LEAD_US
+                                                       : left);
+    return true;
+}
+
+/*
+ * a's time ran out on s: Timeout, saying whether its tool had started (an
+ * exec tool's start, from the board: spawn_us too).
+ */
+void slot_timed_out_fail(tp_slot_t *s, tp_attempt_t *a)
+{
+    tp_pool_t *p = s->pool;
+    uint64_t at;
+    bool exec = a->tool->adapter == TP_ADAPTER_EXEC && p->starts != NULL;
+    if (exec && tp_start_read(&p->starts[s->index], a->seq, &at) && at >= a->started_us) {
+        a->spawn_us = at - a->started_us;
+        pool_attempt_fail(a, TP_KIND_TIMEOUT, "%s exceeded %.3gs", a->tool->name, (double)a->timeout_us / 1e6);
+    } else if (exec) {
+        uint64_t waited = s->spawn_until > a->started_us ? s->spawn_until - a->started_us : a->timeout_us;
+        pool_attempt_fail(a, TP_KIND_TIMEOUT, "%s did not start within %.3gs", a->tool->name, (double)waited / 1e6);
+    } else {
+        pool_attempt_fail(a, TP_KIND_TIMEOUT, "%s exceeded %.3gs", a->tool->name, (double)a->timeout_us / 1e6);
+    }
 }
 
 /*
@@ -161,7 +232,7 @@ static void slot_timed_out(tp_slot_t *s, uint64_t killed_us)
     p->busy--;
     queued_t q;
     slot_take_queue(s, &q);
-    pool_attempt_fail(a, TP_KIND_TIMEOUT, "%s exceeded %.3gs", a->tool->name, (double)a->timeout_us / 1e6);
+    slot_timed_out_fail(s, a);
     if (killed_us)
         a->ended_us = killed_us;
     p->o.done_cb(p->o.ctx, a);
@@ -336,7 +407,10 @@ void slot_timer_cb(evutil_socket_t fd, short what, void *arg)
                                                            : left);
             break;
         }
-        slot_deadline(s, tp_deadline_disarm(p->deadline, s->index));
+        uint64_t killed = tp_deadline_disarm(p->deadline, s->index);
+        if (killed == 0 && slot_deadline_moves(s, now))
+            break; /* an exec tool that started late, or has yet to: its time counts from its start */
+        slot_deadline(s, killed);
         break;
     }
     case SLOT_STOPPING:
@@ -418,7 +492,7 @@ static void slot_reaped(tp_slot_t *s, int status)
 
     if (a != NULL) {
         if (why == WHY_TIMEOUT)
-            pool_attempt_fail(a, TP_KIND_TIMEOUT, "%s exceeded %.3gs", a->tool->name, (double)a->timeout_us / 1e6);
+            slot_timed_out_fail(s, a);
         else if (why == WHY_SHUTDOWN)
             pool_attempt_fail(a, TP_KIND_CANCELLED, "%s cancelled: the run was stopped", a->tool->name);
         else if (why == WHY_CANCEL)

@@ -26,9 +26,9 @@ static int pipe_high(int p[2])
     if (pipe2(p, O_CLOEXEC) < 0)
         return -1;
     for (int i = 0; i < 2; i++) {
-        if (p[i] > 4)
+        if (p[i] > TP_START_FD)
             continue;
-        int hi = fcntl(p[i], F_DUPFD_CLOEXEC, 5);
+        int hi = fcntl(p[i], F_DUPFD_CLOEXEC, TP_START_FD + 1);
         if (hi < 0)
             return -1;
         close(p[i]);
@@ -40,7 +40,7 @@ static int pipe_high(int p[2])
 /*
  * Starts a worker in slot s: posix_spawn (vfork speed) with its own process
  * group, default signal dispositions, an empty mask, /dev/null on stdin and
- * stdout, the two pipes on fds 3 and 4, and every other fd closed.
+ * stdout, the two pipes on fds 3 and 4, the start board on 5, and every other fd closed.
  *
  * Each of those settings is asked for by a call that can fail (ENOMEM). A
  * worker started without one (every fd closed, a group of its own) must not
@@ -91,14 +91,20 @@ void slot_spawn(tp_slot_t *s)
     SPAWN_STEP(posix_spawn_file_actions_adddup2, &fa, reply_p[1], 4);
     SPAWN_STEP(posix_spawn_file_actions_addopen, &fa, 0, "/dev/null", O_RDONLY, 0);
     SPAWN_STEP(posix_spawn_file_actions_addopen, &fa, 1, "/dev/null", O_WRONLY, 0);
-    SPAWN_STEP(posix_spawn_file_actions_addclosefrom_np, &fa, 5);
+    if (p->starts_fd >= 0)
+        SPAWN_STEP(posix_spawn_file_actions_adddup2, &fa, p->starts_fd, TP_START_FD);
+    SPAWN_STEP(posix_spawn_file_actions_addclosefrom_np, &fa, p->starts_fd >= 0 ? TP_START_FD + 1 : TP_START_FD);
     SPAWN_STEP(posix_spawnattr_init, &attr);
     attr_made = true;
     SPAWN_STEP(posix_spawnattr_setflags, &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
     SPAWN_STEP(posix_spawnattr_setpgroup, &attr, 0);
     SPAWN_STEP(posix_spawnattr_setsigdefault, &attr, &all);
     SPAWN_STEP(posix_spawnattr_setsigmask, &attr, &none);
-    char *argv[] = {(char *)p->o.worker_path, "--max-frame", p->max_frame_arg, NULL};
+    char slot_arg[16];
+    snprintf(slot_arg, sizeof slot_arg, "%d", s->index);
+    char *argv[] = {(char *)p->o.worker_path, "--max-frame", p->max_frame_arg, "--slot", slot_arg, NULL};
+    if (p->starts_fd < 0)
+        argv[3] = NULL; /* no board: no line to name */
     pid_t pid;
     SPAWN_STEP(posix_spawn, &pid, p->o.worker_path, &fa, &attr, argv, environ);
 #undef SPAWN_STEP
