@@ -57,14 +57,33 @@ static int claim_put(tp_engine_t *e, tp_call_t *c, bool claim_only)
  * holds gets its claim, in the transaction that then acknowledges the
  * arrival, so the newcomer, who starts nothing before that, never runs
  * one of them. A running call of a tool that is not idempotent has its
- * marker already.
+ * marker already. A call whose marker is another's that still stands (a
+ * live owner's, or a dead one's record that it started) is left as it
+ * is, unclaimed: its first attempt's check (eng_claim) decides, and
+ * waits for the live owner's record, or ends it Interrupted. Writing this
+ * engine's claim over it would let both run it.
  */
 static void claim_live(tp_engine_t *e)
 {
     for (tp_call_t *c = e->all; c; c = c->lnext) {
-        if (c->marked)
+        if (c->marked || c->interrupted)
             continue;
-        int rc = claim_put(e, c, true);
+        Toolpool__InFlight *f;
+        int rc = tp_inflight_get(e->o.store, e->txn, c->id, &f);
+        if (rc == 0) {
+            bool mine = tp_owner_is(&e->me, f->owner_pid, f->owner_start, f->owner_boot);
+            bool stands = !mine &&
+                          (!f->claim_only || tp_owner_alive(&e->me, f->owner_pid, f->owner_start, f->owner_boot));
+            toolpool__in_flight__free_unpacked(f, NULL);
+            if (stands) {
+                c->claimed = false;
+                continue;
+            }
+        } else if (rc != MDB_NOTFOUND) {
+            tp_engine_store_failed(e, rc, "reading an in-flight marker");
+            return;
+        }
+        rc = claim_put(e, c, true);
         if (rc) {
             tp_engine_store_failed(e, rc, "claiming a call");
             return;
