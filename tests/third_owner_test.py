@@ -6,7 +6,8 @@ A runs X, of a tool that is not idempotent (4 s). B holds X too, queued behind
 W (2 s) on its one worker. C arrives while both run. When W ends, B must not
 start X: A still runs it, so B waits for A's record and answers with it. X
 runs once. (Before the fix, C's arrival made B claim X over A's marker, and B
-ran X a second time.)
+ran X a second time.) With A killed (kill -9) while X runs, before C comes: B
+ends X Interrupted, escalated, and does not run it again.
 
 Standard library only; the build folder as in serveutil.
 """
@@ -91,6 +92,22 @@ class ThirdOwner(unittest.TestCase):
         self.assertTrue(ra["X"]["ok"], ra["X"])
         self.assertEqual((rb["X"]["ok"], rb["X"]["result"]), (True, {"done": True}), rb["X"])
         self.assertTrue(self.results("c")["V"]["ok"])
+
+    def test_a_dead_owners_started_call_is_interrupted_not_run_again(self):
+        x = {"id": "X", "tool": "x", "args": {}}
+        a = self.run_tp("a", [x])
+        self.wait_for(lambda: "X" in self.ran(), 20, "A to start X")
+        b = self.run_tp("b", [{"id": "W", "tool": "w", "args": {}}, x])
+        self.wait_for(lambda: "W" in self.ran(), 20, "B to start W")
+        a.kill()
+        a.wait()
+        c = self.run_tp("c", [{"id": "V", "tool": "v", "args": {}}])
+        for p in (b, c):
+            self.assertIn(p.wait(60), (0, 1))
+        self.assertEqual(self.ran().count("X"), 1, "X ran %d times: %s" % (self.ran().count("X"), self.ran()))
+        rb = self.results("b")
+        self.assertEqual((rb["X"]["ok"], rb["X"]["error"], rb["X"]["escalated"]), (False, "Interrupted", True), rb["X"])
+        self.assertTrue(rb["W"]["ok"])
 
 
 if __name__ == "__main__":
