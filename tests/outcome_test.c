@@ -57,6 +57,17 @@ static void test_error_object(void)
     CU_ASSERT_EQUAL(o.retry_after_ms, -1);
     read_text(&o, "{\"error\":\"ServerError\",\"retry_after_ms\":\"10\"}", true);
     CU_ASSERT_EQUAL(o.retry_after_ms, -1);
+    /* ...and the message says it was ignored. */
+    HOLDS(&o.message, " (its retry_after_ms is not a wait in milliseconds: ignored)");
+    /* A wait past a year, however written, is a year: never a wrapped or tiny number. */
+    const char *huge[] = {"99999999999999", "9223372036854775807", "1e300"};
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        char text[160];
+        snprintf(text, sizeof text, "{\"error\":\"RateLimited\",\"retry_after_ms\":%s}", huge[i]);
+        read_text(&o, text, true);
+        CU_ASSERT_STRING_EQUAL(o.kind, "RateLimited");
+        CU_ASSERT_EQUAL(o.retry_after_ms, 31536000000);
+    }
 
     /* Not a failure without read_error, or when "error" is not a string: a result. */
     read_text(&o, "{\"error\": \"RateLimited\", \"message\": \"slow down\", \"retry_after_ms\": 1500}", false);

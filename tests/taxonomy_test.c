@@ -174,6 +174,17 @@ static void test_retry_after_and_deadline(void)
     CU_ASSERT(r.retry);
     r = tp_retry_decide(&p, TP_KIND_RATE_LIMITED, 1, 5000, 1000000, 3000000, &rng);
     CU_ASSERT(!r.retry);
+    /* a wait past max_retry_after (1 h by default) ends the call at once, however long, with or without a deadline */
+    CU_ASSERT_EQUAL(p.max_retry_after_us, 3600000000u);
+    r = tp_retry_decide(&p, TP_KIND_RATE_LIMITED, 1, 3600000, 0, 0, &rng);
+    CU_ASSERT(r.retry);
+    CU_ASSERT_EQUAL(r.wait_us, 3600000000u);
+    int64_t huge[] = {3600001, 99999999999999, 31536000000, INT64_MAX};
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+        r = tp_retry_decide(&p, TP_KIND_RATE_LIMITED, 1, huge[i], 0, 0, &rng);
+        CU_ASSERT(!r.retry);
+        CU_ASSERT_STRING_EQUAL(r.why_not, "retry_after");
+    }
 }
 
 int main(void)

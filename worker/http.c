@@ -67,12 +67,14 @@ static long retry_after(const char *v)
     char *end;
     long s = strtol(v, &end, 10);
     if (end != v && (*end == 0 || *end == '\r' || *end == '\n' || *end == ' '))
-        return s < 0 ? -1 : s > 86400L * 365 ? 86400L * 365 * 1000 : s * 1000;
+        return s < 0 ? -1 : s > (long)(TP_RETRY_AFTER_MAX_MS / 1000) ? (long)TP_RETRY_AFTER_MAX_MS : s * 1000;
     time_t at = curl_getdate(v, NULL);
     if (at < 0)
         return -1;
     time_t now = time(NULL);
-    return at <= now ? 0 : at - now > 86400L * 365 ? 86400L * 365 * 1000 : (long)(at - now) * 1000;
+    return at <= now                                           ? 0
+           : at - now > (time_t)(TP_RETRY_AFTER_MAX_MS / 1000) ? (long)TP_RETRY_AFTER_MAX_MS
+                                                               : (long)(at - now) * 1000;
 }
 
 /* Each header line of a response (of every response, redirects too: the last one's count). */

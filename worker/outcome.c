@@ -6,6 +6,7 @@
 #include "outcome.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -102,8 +103,13 @@ void tp_outcome_from_text(tp_outcome_t *o, const char *text, size_t len, bool re
             const char *msg = json_string_value(json_object_get(v, "message"));
             tp_outcome_fail(o, json_string_value(err), "%s", msg ? msg : "");
             json_t *ra = json_object_get(v, "retry_after_ms");
-            if (json_is_number(ra) && json_number_value(ra) >= 0)
-                o->retry_after_ms = (int64_t)json_number_value(ra);
+            double ms = json_is_number(ra) ? json_number_value(ra) : -1;
+            if (ms >= 0 && ms <= TP_RETRY_AFTER_MAX_MS)
+                o->retry_after_ms = (int64_t)ms;
+            else if (ms > TP_RETRY_AFTER_MAX_MS && isfinite(ms))
+                o->retry_after_ms = (int64_t)TP_RETRY_AFTER_MAX_MS; /* past any ceiling: the call ends at once */
+            else if (ra != NULL && !json_is_null(ra))
+                tp_buf_puts(&o->message, " (its retry_after_ms is not a wait in milliseconds: ignored)");
             json_decref(v);
             return;
         }

@@ -13,6 +13,13 @@
 
 #include "buf.h"
 
+/*
+ * The longest wait a tool may ask for (retry_after_ms, Retry-After): a
+ * year. Longer is taken as a year, past every policy's max_retry_after:
+ * the call ends with its failure instead of waiting.
+ */
+#define TP_RETRY_AFTER_MAX_MS 31536000000.0
+
 typedef struct {
     bool ok;
     tp_buf_t result; /* compact JSON text, when ok */
@@ -38,7 +45,9 @@ void tp_outcome_fail(tp_outcome_t *o, const char *kind, const char *fmt, ...) __
 
 /*
  * Reads a tool's answer text: with read_error, a JSON object whose top-level
- * "error" is a string is that failure ("message", "retry_after_ms" read too); any other
+ * "error" is a string is that failure ("message", "retry_after_ms" read too:
+ * past TP_RETRY_AFTER_MAX_MS it is that, and one that is not a wait in ms
+ * is ignored, the message saying so); any other
  * JSON is the result, re-written compact (one line); text that is not JSON
  * becomes a JSON string (trailing whitespace dropped). A numeric top-level
  * "cost" in an object is reported either way.

@@ -58,6 +58,11 @@ tp_retry_t tp_retry_decide(const tp_policy_t *p, tp_kind_t kind, uint32_t attemp
         return r;
     }
     uint64_t wait = tp_backoff_us(p, attempt, rng);
+    if (retry_after_ms >= 0 && p->max_retry_after_us && (uint64_t)retry_after_ms > p->max_retry_after_us / 1000u) {
+        /* Asked to wait longer than the tool's ceiling: the call ends now, the wait it was told in its result. */
+        r.why_not = "retry_after";
+        return r;
+    }
     if (retry_after_ms >= 0 && (uint64_t)retry_after_ms * 1000u > wait)
         wait = (uint64_t)retry_after_ms * 1000u;
     if (deadline_us != 0 && now_us + wait >= deadline_us) {

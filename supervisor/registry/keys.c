@@ -88,6 +88,7 @@ static const key_spec_t policy_keys[] = {
     {KEY("idempotent", K_BOOL), POL(idempotent), .dflt = 1},
     {KEY("concurrency", K_UINT), POL(concurrency)},
     {KEY("rate", K_OBJECT), .sub = &rate_table},
+    {KEY("max_retry_after", K_DURATION), POL(max_retry_after_us), .flags = F_MIN_EXCL, .dflt = 3600 * SEC},
     {KEY("max_output", K_UINT), POL(max_output), .min = 1, .dflt = MAX_OUTPUT_DEFAULT},
     {KEY("limits", K_OBJECT), .sub = &limits_table},
     {KEY("worker", K_OBJECT), .sub = &worker_table},

@@ -61,6 +61,7 @@ typedef struct {
     uint64_t backoff_base_us;
     double backoff_factor; /* >= 1 */
     uint64_t backoff_max_us;
+    uint64_t max_retry_after_us; /* a tool's Retry-After longer than this ends the call at once */
     tp_jitter_t jitter;
     uint64_t kill_grace_us; /* TERM-to-KILL grace; 0 = KILL at once */
     bool idempotent;
