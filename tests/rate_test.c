@@ -79,6 +79,35 @@ static void test_burst(void)
     json_decref(r.rows);
 }
 
+/*
+ * A call's deadline is kept while it waits for a token: three calls fail
+ * at once (a burst of 3), each retry waits for the next token (10 s
+ * away), and each ends at its 500 ms deadline with its failure, not when
+ * the token comes.
+ */
+static void test_deadline_while_parked(void)
+{
+    run_t r = run_calls(NULL,
+                        "{\"tools\": [{\"name\": \"noop\", \"exec\": [\"sh\", \"-c\", \"cat >/dev/null; echo "
+                        "'{\\\"error\\\": \\\"ServerError\\\", \\\"message\\\": \\\"down\\\"}'\"],"
+                        " \"deadline\": \"500ms\", \"backoff\": {\"base\": \"10ms\"},"
+                        " \"rate\": {\"calls\": 1, \"per\": \"10s\", \"burst\": 3}}]}",
+                        calls(3), 2, 0);
+    CU_ASSERT_EQUAL(r.status, 1);
+    for (int i = 1; i <= 3; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "c%d", i);
+        json_t *v = row(&r, id);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+        CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(v, "error")), "ServerError");
+        CU_ASSERT_EQUAL(json_integer_value(json_object_get(v, "attempts")), 1);
+    }
+    if (r.secs >= 3)
+        fprintf(stderr, "\n  rate: the parked retries ended after %.2f s, not at their 0.5 s deadline", r.secs);
+    CU_ASSERT(r.secs < 3);
+    json_decref(r.rows);
+}
+
 /* Without a rate, the same calls are not held back. */
 static void test_no_rate(void)
 {
@@ -98,5 +127,6 @@ int main(void)
     CU_add_test(s, "calls per period, one at a time", test_spacing);
     CU_add_test(s, "a burst, then the rate", test_burst);
     CU_add_test(s, "no rate: nothing held back", test_no_rate);
+    CU_add_test(s, "a deadline is kept while a call waits for its token", test_deadline_while_parked);
     return tp_test_run();
 }

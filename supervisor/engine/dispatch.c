@@ -272,10 +272,13 @@ static bool rate_ready(tp_tool_state_t *ts, const tp_policy_t *p, uint64_t now)
     return ts->tokens >= 1.0;
 }
 
-/* Arms the rate timer for when ts has its next token, unless it fires sooner already. */
-static void rate_wake(tp_engine_t *e, const tp_tool_state_t *ts, const tp_policy_t *p, uint64_t now)
+/*
+ * Arms the rate timer for wait from now, unless it fires sooner already:
+ * the next token of a rate-limited tool, or the soonest deadline of a
+ * parked call.
+ */
+static void park_wake(tp_engine_t *e, uint64_t wait, uint64_t now)
 {
-    uint64_t wait = (uint64_t)((1.0 - ts->tokens) * (double)p->rate_per_us / p->rate_calls) + 1;
     if (e->rate_wake_us && e->rate_wake_us <= now + wait)
         return;
     struct timeval tv = {.tv_sec = (time_t)(wait / 1000000u), .tv_usec = (suseconds_t)(wait % 1000000u)};
@@ -285,6 +288,61 @@ static void rate_wake(tp_engine_t *e, const tp_tool_state_t *ts, const tp_policy
         return;
     }
     e->rate_wake_us = now + wait;
+}
+
+/* Arms the rate timer for when ts has its next token. */
+static void rate_wake(tp_engine_t *e, const tp_tool_state_t *ts, const tp_policy_t *p, uint64_t now)
+{
+    park_wake(e, (uint64_t)((1.0 - ts->tokens) * (double)p->rate_per_us / p->rate_calls) + 1, now);
+}
+
+/* c waits, parked behind ts's others: its deadline, if it has one, is kept while it waits. */
+static void park(tp_engine_t *e, tp_tool_state_t *ts, tp_call_t *c, uint64_t now)
+{
+    tp_queue_push(&ts->waiting, c);
+    e->n_waiting++;
+    uint64_t due = call_deadline(c);
+    if (due == 0 || (ts->waiting_due_us && ts->waiting_due_us <= due))
+        return;
+    ts->waiting_due_us = due;
+    park_wake(e, due > now ? due - now : 0, now);
+}
+
+/*
+ * The calls parked at ts whose deadline has passed end now, as admit
+ * would end them, not when their token or their turn comes: past the
+ * call's own deadline DeadlineExceeded, past its hop's the hop's failure
+ * (its fallback next). The soonest deadline of those left is ts's again.
+ */
+static void expire_parked(tp_engine_t *e, tp_tool_state_t *ts, uint64_t now)
+{
+    tp_queue_t keep = {0}, gone = {0};
+    uint64_t due = 0;
+    for (tp_call_t *c; (c = tp_queue_pop(&ts->waiting)) != NULL;) {
+        uint64_t d = call_deadline(c);
+        if (d && d <= now) {
+            tp_queue_push(&gone, c);
+            continue;
+        }
+        tp_queue_push(&keep, c);
+        if (d && (due == 0 || d < due))
+            due = d;
+    }
+    ts->waiting = keep;
+    ts->waiting_due_us = due;
+    for (tp_call_t *c; (c = tp_queue_pop(&gone)) != NULL;) {
+        e->n_waiting--;
+        if (c->deadline_us && c->deadline_us <= now) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s: the call's deadline passed before %s, while it waited for its turn",
+                     c->hop_tool->name, c->n_trace ? "its next attempt" : "it started");
+            eng_finish(e, c, END_FAIL, TP_KIND_DEADLINE_EXCEEDED, msg);
+        } else {
+            eng_hop_failed(e, c, TP_KIND_OK, NULL);
+        }
+    }
+    if (due)
+        park_wake(e, due > now ? due - now : 0, now);
 }
 
 /*
@@ -299,6 +357,8 @@ static tp_call_t *next_call(tp_engine_t *e, uint64_t now)
         for (size_t i = 0; i < e->o.reg->n_tools; i++) {
             tp_tool_state_t *ts = &e->tools[i];
             const tp_policy_t *p = &e->o.reg->tools[i].policy;
+            if (ts->waiting_due_us && ts->waiting_due_us <= now)
+                expire_parked(e, ts, now);
             if (ts->waiting.head == NULL || (p->concurrency && ts->inflight >= (int)p->concurrency))
                 continue;
             if (rate_ready(ts, p, now)) {
@@ -339,9 +399,8 @@ void eng_dispatch(tp_engine_t *e)
         const tp_policy_t *pol = &c->hop_tool->policy;
         bool no_token = !rate_ready(ts, pol, now);
         if ((cap && ts->inflight >= (int)cap) || no_token) {
-            /* Behind the tool's parked calls, in order; a token due wakes the dispatch. */
-            tp_queue_push(&ts->waiting, c);
-            e->n_waiting++;
+            /* Behind the tool's parked calls, in order; a token due wakes the dispatch, and so does a deadline. */
+            park(e, ts, c, now);
             if (no_token)
                 rate_wake(e, ts, pol, now);
             continue;

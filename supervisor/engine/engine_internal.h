@@ -49,8 +49,9 @@
 
 typedef struct {
     int inflight;
-    tp_queue_t waiting; /* calls parked at its concurrency cap, or waiting for a token of its rate */
-    double ewma_us;     /* how long its attempts take, when they answer */
+    tp_queue_t waiting;      /* calls parked at its concurrency cap, or waiting for a token of its rate */
+    uint64_t waiting_due_us; /* the soonest deadline of a call parked there (0: none) */
+    double ewma_us;          /* how long its attempts take, when they answer */
     uint32_t samples;
     /* "rate": the bucket's tokens as of refill_us (the tool's burst at first) */
     double tokens;
