@@ -1381,6 +1381,39 @@ plot {plots}
     return png
 
 
+def plot_http(h, out_dir):
+    """Section 11's calls/s as bars: the server's own ceiling (wrk), toolpool, aiohttp, xargs + curl."""
+    med = {k: sorted(f["calls_per_s"] for f in v)[len(v) // 2] for k, v in h["rounds"].items()}
+    bars = [("the server alone (wrk)", h["server_wrk"]["calls_per_s"], "#999999"),
+            ("toolpool http, -j 2", med["toolpool"], "#1f5fbf")]
+    bars += [(name, med[key], color) for key, name, color in
+             (("aiohttp", "Python asyncio + aiohttp", "#d95f02"),) if key in med]
+    bars.append(("xargs -P256 curl", h["xargs_curl"]["calls_per_s"], "#1b9e77"))
+    tsv = os.path.join(out_dir, "http.tsv")
+    with open(tsv, "w") as f:
+        for i, (name, v, color) in enumerate(bars):
+            f.write(f"{i}\t\"{name}\"\t{v:.0f}\t0x{color[1:]}\n")
+    png = os.path.join(out_dir, "bench-http.png")
+    script = f"""
+set terminal pngcairo size 960,520 font 'DejaVu Sans,11'
+set output '{png}'
+set title 'GETs of a server answering after 20 ms, 256 in flight: calls/s ({os.cpu_count()} cores)'
+set ylabel 'calls per second'
+set style fill solid 0.85 noborder
+set boxwidth 0.6
+set yrange [0:*]
+set format y '%.0f'
+set grid ytics
+unset key
+set xtics scale 0
+plot '{tsv}' using 1:3:4:xtic(2) with boxes lc rgb variable, '' using 1:3:(sprintf('%.0f', $3)) with labels offset 0,0.8
+"""
+    p = subprocess.run(["gnuplot"], input=script, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"bench: gnuplot: {p.stderr.strip()}")
+    return png
+
+
 # ---------------------------------------------------------------------------
 
 
@@ -1453,6 +1486,7 @@ def main():
             bench_mcp(tp, cfg, scratch, res)
         if "http" in only:
             bench_http(tp, cfg, scratch, res)
+            plot_http(res["http"], a.out)
         if "noop" in only:
             png = plot(sweep, cfg["workers"], a.out)
 
