@@ -114,6 +114,18 @@ class McpAdapterTest(unittest.TestCase):
         self.assertRegex(p.stderr, r"toolpool-worker: \w+: tiny: started")
         self.assertNotIn("tiny: started", p.stdout)
 
+    def test_a_result_that_is_not_a_call_tool_result_fails(self):
+        forms = {"content_object": "its content is not an array", "no_content": "it has no content",
+                 "is_error_string": "its isError is not a boolean", "is_error_one": "its isError is not a boolean",
+                 "block_string": "its content[0] is not a content block",
+                 "structured_array": "its structuredContent is not an object"}
+        reg = {"defaults": self.defaults(), "tools": [self.tool("bad", "malformed")]}
+        r, _ = self.run_calls(reg, [{"id": f, "tool": "bad", "args": {"form": f}} for f in forms], expect_rc=1)
+        for form, why in forms.items():
+            self.assertEqual((r[form]["ok"], r[form]["error"], r[form]["class"], r[form]["attempts"]),
+                             (False, "ToolError", "permanent", 1), r[form])
+            self.assertIn("is not a CallToolResult: " + why, r[form]["message"])
+
     def test_crash_mid_call_is_retried_on_a_fresh_server(self):
         mark = os.path.join(self.tmp, "mark")
         reg = {"defaults": self.defaults(), "tools": [self.tool("c", "crash_once", env={"TINY_MARK": mark})]}
@@ -223,6 +235,12 @@ class McpAdapterTest(unittest.TestCase):
         self.assertIn("speaks MCP 2024-11-05", err)
         err = self.load_error({"tools": [self.tool("tiny.add", "add")], "mcp_servers": {"tiny": {"command": TINY}}})
         self.assertIn('duplicate tool name "tiny.add"', err)
+        # A cursor that comes back: caught at once, named, and no flood of duplicate names.
+        t0 = time.monotonic()
+        err = self.load_error({"tools": [], "mcp_servers": {"tiny": {"command": TINY, "env": {"TINY_CURSOR": "repeat"}}}})
+        self.assertIn('tools/list gave the cursor "again" a second time (page 3): its pages never end', err)
+        self.assertNotIn("duplicate tool name", err)
+        self.assertLess(time.monotonic() - t0, 10)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 mcp adapter's deterministic cases: no npm needed.
 
 Tools: echo, add, fail (isError with a JSON error object), oops (isError
-with plain text), badparams (JSON-RPC -32602), sleep (until its time or a
+with plain text), badparams (JSON-RPC -32602), malformed (a result that is
+not a CallToolResult, as its "form" says), sleep (until its time or a
 notifications/cancelled), pid, crash (exits mid-call), crash_once, env (a variable),
 report (progress notifications when asked for, and a log message, before its answer;
 with fail_once, the first call fails with a transient error after them).
@@ -12,6 +13,7 @@ Environment:
   TINY_LOG         a file each notable event is appended to ("cancelled 3")
   TINY_CRASH       "start": exits 1 before answering initialize, after a word on stderr
   TINY_PAGE        tools per page of tools/list (nextCursor pagination); 0: one page
+  TINY_CURSOR      "repeat": every page's nextCursor is the same one, so the pages never end
   TINY_VERSION     the protocolVersion answered (default: the one asked for)
   TINY_MARK        crash_once's marker file
 """
@@ -38,6 +40,8 @@ TOOLS = [
      "inputSchema": {"type": "object"}},
     {"name": "report", "description": "Reports progress and logs, then answers.",
      "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}}}},
+    {"name": "malformed", "description": "Answers a result that is not a CallToolResult.",
+     "inputSchema": {"type": "object", "properties": {"form": {"type": "string"}}}},
     {"name": "env", "description": "A variable of its environment, and its directory.",
      "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}},
 ]
@@ -96,6 +100,13 @@ def call(req):
         return text("it broke", isError=True)
     if name == "badparams":
         return {"__error": {"code": -32602, "message": "no such argument: x"}}
+    if name == "malformed":
+        return {"content_object": {"content": {"type": "text", "text": "not in an array"}},
+                "no_content": {"structuredContent": {"x": 1}},
+                "is_error_string": {"content": [{"type": "text", "text": "it broke"}], "isError": "true"},
+                "is_error_one": {"content": [{"type": "text", "text": "it broke"}], "isError": 1},
+                "block_string": {"content": ["just text"]},
+                "structured_array": {"content": [], "structuredContent": [1, 2]}}[args.get("form")]
     if name == "pid":
         return text(str(os.getpid()))
     if name == "env":
@@ -166,11 +177,14 @@ def main():
                 "protocolVersion": v, "capabilities": {"tools": {}},
                 "serverInfo": {"name": "tiny", "version": "1"}}})
         elif method == "tools/list":
-            start = int(m.get("params", {}).get("cursor", "0") or 0)
+            cursor = m.get("params", {}).get("cursor", "0") or "0"
+            start = int(cursor) if cursor.isdigit() else 0
             tools = TOOLS[start:start + page] if page else TOOLS
             result = {"tools": tools}
             if page and start + page < len(TOOLS):
                 result["nextCursor"] = str(start + page)
+            if os.environ.get("TINY_CURSOR") == "repeat":
+                result = {"tools": TOOLS[:page or 1], "nextCursor": "again"}
             send({"jsonrpc": "2.0", "id": mid, "result": result})
         elif method == "tools/call":
             r = call(m)

@@ -1391,7 +1391,7 @@ static void test_mcp_import(void)
     if (reg == NULL)
         fprintf(stderr, "\n%s\n", err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
-    CU_ASSERT_EQUAL(reg->n_tools, 12); /* first, and the eleven tools of six pages */
+    CU_ASSERT_EQUAL(reg->n_tools, 13); /* first, and the twelve tools of six pages */
     const tp_tool_t *echo = tp_registry_find(reg, "tiny.echo"), *sleep = tp_registry_find(reg, "tiny.sleep");
     CU_ASSERT_PTR_NOT_NULL_FATAL(echo);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sleep);

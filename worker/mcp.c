@@ -326,6 +326,36 @@ static void tool_failed(const Toolpool__Call *call, json_t *result, tp_outcome_t
     tp_buf_free(&text);
 }
 
+/*
+ * What is wrong with result as MCP's CallToolResult, or NULL: content an
+ * array of content blocks (objects with a string "type"), isError a
+ * boolean when present, structuredContent an object when present. A
+ * result that is not one is the server's fault, never a success.
+ */
+static const char *result_problem(json_t *result, char *buf, size_t cap)
+{
+    json_t *is_error = json_object_get(result, "isError");
+    if (is_error != NULL && !json_is_boolean(is_error))
+        return "its isError is not a boolean";
+    json_t *content = json_object_get(result, "content");
+    if (content == NULL)
+        return "it has no content";
+    if (!json_is_array(content))
+        return "its content is not an array";
+    size_t i;
+    json_t *block;
+    json_array_foreach(content, i, block) {
+        if (!json_is_object(block) || !json_is_string(json_object_get(block, "type"))) {
+            snprintf(buf, cap, "its content[%zu] is not a content block (an object with a string \"type\")", i);
+            return buf;
+        }
+    }
+    json_t *sc = json_object_get(result, "structuredContent");
+    if (sc != NULL && !json_is_null(sc) && !json_is_object(sc))
+        return "its structuredContent is not an object";
+    return NULL;
+}
+
 /* The answer to tools/call, read into o. */
 static void classify(const Toolpool__Call *call, json_t *answer, tp_outcome_t *o)
 {
@@ -342,12 +372,19 @@ static void classify(const Toolpool__Call *call, json_t *answer, tp_outcome_t *o
         tp_outcome_fail(o, "ServerError", "%s: the MCP server's answer to tools/call has no result object", call->tool);
         return;
     }
+    char why[160];
+    const char *problem = result_problem(result, why, sizeof why);
+    if (problem != NULL) {
+        tp_outcome_fail(o, "ToolError", "%s: the MCP server's answer to tools/call is not a CallToolResult: %s",
+                        call->tool, problem);
+        return;
+    }
     if (json_is_true(json_object_get(result, "isError"))) {
         tool_failed(call, result, o);
         return;
     }
     json_t *content = json_object_get(result, "content");
-    json_t *out = json_pack("{s:o}", "content", json_is_array(content) ? json_incref(content) : json_array());
+    json_t *out = json_pack("{s:O}", "content", content);
     json_t *sc = json_object_get(result, "structuredContent");
     if (out != NULL && sc != NULL && !json_is_null(sc))
         json_object_set(out, "structuredContent", sc);

@@ -36,6 +36,9 @@ static const key_table_t server_table = TABLE(server_keys);
 
 /* How long a server has to start and list its tools, unless its start_timeout says otherwise. */
 #define IMPORT_TIMEOUT_US (30 * 1000000ull)
+/* The most pages of tools/list, and tools, one server's import takes. */
+#define IMPORT_PAGES_MAX 1000
+#define IMPORT_TOOLS_MAX 10000
 
 static void server_spec_clear(server_spec_t *sp)
 {
@@ -159,9 +162,11 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
         return reg_fail_code(ld, rc, "cannot import the tools of MCP server \"%s\": %s", server, err);
     }
     rc = tp_mcpio_initialize(&c, deadline, NULL, version, sizeof version, err, sizeof err);
-    json_t *cursor = NULL;
-    size_t listed = 0;
-    int list_rc = 0; /* TP_EREFUSED: a tool name toolpool cannot take; TP_ENOMEM */
+    json_t *cursor = NULL, *seen = json_object(); /* the cursors given so far: a repeat never ends */
+    size_t listed = 0, pages = 0;
+    int list_rc = 0; /* TP_EREFUSED: a tool name toolpool cannot take, pages without end; TP_ENOMEM */
+    if (rc == 0 && seen == NULL)
+        rc = TP_ENOMEM;
     while (rc == 0) {
         json_t *params = cursor ? json_pack("{s:O}", "cursor", cursor) : NULL;
         json_t *answer = NULL;
@@ -209,6 +214,19 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
         json_t *next = json_object_get(result, "nextCursor");
         json_decref(cursor);
         cursor = json_is_string(next) && list_rc == 0 ? json_incref(next) : NULL;
+        pages++;
+        if (cursor != NULL && json_object_get(seen, json_string_value(cursor)) != NULL) {
+            snprintf(err, sizeof err,
+                     "tools/list gave the cursor \"%.100s\" a second time (page %zu): its pages never end",
+                     json_string_value(cursor), pages + 1);
+            list_rc = TP_EREFUSED;
+        } else if (cursor != NULL && (pages >= IMPORT_PAGES_MAX || listed >= IMPORT_TOOLS_MAX)) {
+            snprintf(err, sizeof err, "tools/list goes on past %zu pages and %zu tools: more than an import takes",
+                     pages, listed);
+            list_rc = TP_EREFUSED;
+        } else if (cursor != NULL && json_object_set_new(seen, json_string_value(cursor), json_true()) != 0) {
+            list_rc = TP_ENOMEM;
+        }
         json_decref(answer);
         if (list_rc != 0) {
             rc = list_rc;
@@ -218,6 +236,7 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
             break;
     }
     json_decref(cursor);
+    json_decref(seen);
     if (rc == TP_ECLOSED)
         snprintf(err, sizeof err, "it %s before it had listed its tools", tp_mcpio_ended(&c, 200000, how, sizeof how));
     else if (rc == TP_ETIMEDOUT)
@@ -231,6 +250,11 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
     char tail[TP_MCP_TAIL];
     snprintf(tail, sizeof tail, "%s", c.tail);
     tp_mcpio_free(&c);
+    /* A server that failed its import brings none of its tools: the error is its one word. */
+    while (rc != 0 && listed > 0) {
+        json_array_remove(ld->imported, json_array_size(ld->imported) - 1);
+        listed--;
+    }
     if (rc != 0)
         return reg_fail_code(ld, rc, "cannot import the tools of MCP server \"%s\" (`%.120s`): %s%s%.300s%s", server,
                              cmd, err, tail[0] ? "; its stderr: \"" : "", tail, tail[0] ? "\"" : "");
