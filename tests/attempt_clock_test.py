@@ -30,21 +30,6 @@ import serveutil  # noqa: E402
 TOOL = ["sh", "-c", "cat >/dev/null; echo '{\"ran\": true}'"]
 
 
-def children(pid):
-    kids = set()
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    st = f.read()
-            except OSError:
-                continue
-            fields = st[st.rindex(")") + 2:].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                kids.add(int(d))
-    return kids
-
-
 class AttemptClock(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="tp-clock-")
@@ -63,7 +48,7 @@ class AttemptClock(unittest.TestCase):
 
     def held_call(self, s, hold, call):
         """Stops serve's one worker, sends call, lets the worker go after hold s, and waits for the result."""
-        workers = children(s.proc.pid)
+        workers = serveutil.workers(s.proc.pid)
         self.assertEqual(len(workers), 1, workers)
         w = workers.pop()
         os.kill(w, signal.SIGSTOP)

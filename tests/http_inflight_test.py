@@ -44,6 +44,9 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import serveutil  # noqa: E402
+
 BUILD = os.environ.get("TOOLPOOL_BUILD_DIR", os.path.join(HERE, "..", "build"))
 TOOLPOOL = os.path.join(BUILD, "toolpool")
 SERVER = os.path.join(HERE, "http_server.py")
@@ -95,23 +98,7 @@ def sent(log):
     return collections.Counter(e["key"] for e in log)
 
 
-def children(pid):
-    """The live workers of supervisor pid, from /proc: its children that run
-    toolpool-worker (not, say, the tracer a sanitizer's leak check clones at
-    the supervisor's exit)."""
-    kids = set()
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d) as f:
-                st = f.read()
-        except OSError:
-            continue
-        fields = st[st.rindex(")") + 2:].split()
-        if int(fields[1]) == pid and fields[0] != "Z" and st[st.index("(") + 1:st.rindex(")")] == "toolpool-worker":
-            kids.add(int(d))
-    return kids
+children = serveutil.workers
 
 
 def alive(pid):

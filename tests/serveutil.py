@@ -1,9 +1,9 @@
 """What the Python tests share: the build folder, the client, and a real
 `toolpool serve` process they start, kill and restart.
 
-The build folder comes from the first argument that names one (ctest passes
-${CMAKE_BINARY_DIR}), else $TOOLPOOL_BUILD, else build/ at the top of the
-source tree.
+The build folder comes from the first argument that names one, else
+$TOOLPOOL_BUILD, else $TOOLPOOL_BUILD_DIR (ctest sets it for every Python
+test), else build/ at the top of the source tree.
 """
 import json
 import os
@@ -27,7 +27,8 @@ def build_dir():
         if not a.startswith("-") and os.path.isfile(os.path.join(a, "toolpool")):
             del sys.argv[i]
             return os.path.abspath(a)
-    return os.path.abspath(os.environ.get("TOOLPOOL_BUILD", os.path.join(ROOT, "build")))
+    env = os.environ.get("TOOLPOOL_BUILD") or os.environ.get("TOOLPOOL_BUILD_DIR")
+    return os.path.abspath(env or os.path.join(ROOT, "build"))
 
 
 BUILD = build_dir()
@@ -51,6 +52,25 @@ def write_registry(path, tools, **top):
     with open(path, "w") as f:
         json.dump(dict(top, tools=plugin + list(tools)), f, indent=1)
     return path
+
+
+def workers(pid):
+    """The live workers of supervisor pid, from /proc: its children that run
+    toolpool-worker (not, say, the tracer a sanitizer's leak check clones at
+    the supervisor's exit)."""
+    kids = set()
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+        except OSError:
+            continue
+        fields = st[st.rindex(")") + 2:].split()
+        if int(fields[1]) == pid and fields[0] != "Z" and st[st.index("(") + 1:st.rindex(")")] == "toolpool-worker":
+            kids.add(int(d))
+    return kids
 
 
 def free_port():

@@ -245,7 +245,7 @@ int main(int argc, char **argv)
     struct sched_param sp = {.sched_priority = 0};
     sched_setscheduler(0, SCHED_BATCH, &sp);
     /* The start board (fd 5): where the exec adapter marks its tools' starts. Mapped, its fd closed. */
-    if (slot >= 0 && (tp_exec_start_line = tp_startboard_map(TP_START_FD, slot)) == NULL)
+    if ((tp_exec_start_line = tp_startboard_map(TP_START_FD, slot)) == NULL && slot >= 0)
         tp_log_error("no start board for slot %d: its exec tools' time counts from their calls' send", slot);
     /* Nothing the worker starts may inherit the pipes to the supervisor. */
     if (fcntl(TP_CALL_FD, F_SETFD, FD_CLOEXEC) < 0 || fcntl(TP_REPLY_FD, F_SETFD, FD_CLOEXEC) < 0) {

@@ -42,9 +42,9 @@ void tp_startboard_free(tp_start_line_t *lines, int n, int fd)
 tp_start_line_t *tp_startboard_map(int fd, int slot)
 {
     struct stat st;
-    if (slot < 0 || fstat(fd, &st) < 0 || (size_t)st.st_size < (size_t)(slot + 1) * sizeof(tp_start_line_t))
-        return NULL;
-    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd); /* the mapping stays */
+    void *m = MAP_FAILED;
+    if (slot >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size >= (size_t)(slot + 1) * sizeof(tp_start_line_t))
+        m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd); /* whatever came of it: the mapping stays, and no tool inherits the fd */
     return m == MAP_FAILED ? NULL : (tp_start_line_t *)m + slot;
 }

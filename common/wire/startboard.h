@@ -33,7 +33,10 @@ typedef struct {
 /* The board for n slots: *fd (close-on-exec) and its lines, mapped. 0, or a negative errno. */
 int tp_startboard_create(int n, tp_start_line_t **lines, int *fd);
 void tp_startboard_free(tp_start_line_t *lines, int n, int fd);
-/* The worker's line: slot's, of the board at fd. NULL when there is none (no board, a slot past its end). */
+/*
+ * The worker's line: slot's, of the board at fd, which is closed either way.
+ * NULL when there is none (no board, a slot past its end).
+ */
 tp_start_line_t *tp_startboard_map(int fd, int slot);
 
 /* Call seq's tool started at at_us. */
