@@ -18,6 +18,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("TOOLPOOL_BUILD_DIR", os.path.join(HERE, "..", "build"))
 TOOLPOOL = os.path.join(BUILD, "toolpool")
 TINY = [sys.executable, os.path.join(HERE, "mcp_tiny_server.py")]
+sys.path.insert(0, HERE)
+import mcp_tiny_server  # noqa: E402  (its TOOLS, as it declares them)
 
 
 def alive(pid):
@@ -203,6 +205,53 @@ class McpAdapterTest(unittest.TestCase):
         # every page of tools/list was read: the last tool of the last page is there
         r2, _ = self.run_calls(reg, [{"id": "env", "tool": "tiny.env", "args": {"name": "TINY_PAGE"}}], expect_rc=0)
         self.assertEqual(json.loads(r2["env"]["result"]["content"][0]["text"])["value"], "2")
+
+    def test_annotations_decide_and_pass_through(self):
+        reg = {"defaults": dict(self.defaults(), attempts=3, timeout="400ms"), "tools": [],
+               "mcp_servers": {"tiny": {"command": TINY, "env": {"TINY_LOG": self.log},
+                                        "tools": {"counter": {"idempotent": True}}}},
+               "run": {"tiny.pid": {"idempotent": False}}}
+        calls = [
+            {"id": "write", "tool": "tiny.write", "args": {"text": "once", "seconds": 3}},
+            {"id": "sleep", "tool": "tiny.sleep", "args": {"seconds": 3}},
+        ]
+        r, p = self.run_calls(reg, calls, j=2, expect_rc=1)
+        # destructiveHint: not idempotent, so a Timeout is not tried again; readOnlyHint: it is
+        self.assertEqual((r["write"]["error"], r["write"]["attempts"]), ("Timeout", 1))
+        self.assertEqual((r["sleep"]["error"], r["sleep"]["attempts"]), ("Timeout", 3))
+        path = os.path.join(self.tmp, "tools.json")
+        # tools list says what each tool is and where that came from
+        p = subprocess.run([TOOLPOOL, "tools", "list", "-r", path], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        rows = {line.split("\t")[0]: line.split("\t")[1:] for line in p.stdout.splitlines()}
+        self.assertEqual(rows["tiny.echo"], ["mcp", "idempotent", "MCP annotations (readOnlyHint)"])
+        self.assertEqual(rows["tiny.crash_once"], ["mcp", "idempotent", "MCP annotations (idempotentHint)"])
+        self.assertEqual(rows["tiny.write"], ["mcp", "not idempotent", "MCP annotations (destructiveHint)"])
+        self.assertEqual(rows["tiny.odd"], ["mcp", "not idempotent", "MCP's defaults (no readOnlyHint or idempotentHint)"])
+        self.assertEqual(rows["tiny.counter"], ["mcp", "idempotent", "mcp_servers.tiny.tools.counter"])
+        self.assertEqual(rows["tiny.pid"], ["mcp", "not idempotent", "run.tiny.pid"])
+        # the server's own keys reach hosts: the export, and toolpool mcp's tools/list
+        p = subprocess.run([TOOLPOOL, "tools", "export", "--format", "mcp", "-r", path], capture_output=True,
+                           text=True, timeout=60)
+        exported = {t["name"]: t for t in json.loads(p.stdout)["tools"]}
+        listed = {t["name"]: t for t in mcp_tiny_server.TOOLS}
+        mcp = subprocess.Popen([TOOLPOOL, "mcp", "-r", path, "-s", os.path.join(self.tmp, "store2"), "-j", "1"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        msgs = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                 "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+        out, _ = mcp.communicate("".join(json.dumps(m) + "\n" for m in msgs), timeout=60)
+        answers = {m["id"]: m for m in map(json.loads, out.splitlines()) if "id" in m}
+        served = {t["name"]: t for t in answers[2]["result"]["tools"]}
+        for doc in (exported, served):
+            echo = doc["tiny.echo"]
+            for k in ("title", "outputSchema", "annotations", "_meta"):
+                self.assertEqual(echo[k], listed["echo"][k], k)
+            self.assertEqual(doc["tiny.write"]["annotations"], listed["write"]["annotations"])
+            self.assertEqual(doc["tiny.odd"]["annotations"], {"title": "Odd"})  # the hint that is no boolean left out
+            self.assertNotIn("annotations", doc["tiny.counter"])
+        self.assertEqual(list(served["tiny.echo"])[:3], ["name", "title", "description"])
 
     def load_error(self, reg):
         path = os.path.join(self.tmp, "tools.json")

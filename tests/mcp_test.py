@@ -558,6 +558,61 @@ class McpTest(unittest.TestCase):
         # The id of a cancelled request may be used again.
         self.assertEqual(s.call("echo", {"again": 1}, rid=10)["result"]["structuredContent"], {"again": 1})
 
+    def test_deadline_keeps_the_host_waiting_for_its_answer(self):
+        # Each call's deadline (--deadline) ends it before the host's own request timeout: the host
+        # hears Timeout as a result, not -32001. 0 turns it off.
+        s = self.ready(args=["--deadline", "1500ms"])
+        t0 = time.monotonic()
+        r = s.call("sleep", {"ms": 30000}, rid=1, timeout=20)
+        self.assert_tool_error(r, "Timeout", "transient", 1, True)
+        self.assertLess(time.monotonic() - t0, 10)
+        rc, out, err = self.toolpool("mcp", "--deadline", "soon")
+        self.assertEqual(rc, 2)
+        self.assertIn("--deadline", err)
+        # With no deadline, a long call with a progress token hears a keepalive every 10 s of quiet.
+        s2 = self.ready(args=["--deadline", "0"], store=os.path.join(self.tmp, "store2"))
+        s2.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                 "params": {"name": "sleep", "arguments": {"ms": 11500}, "_meta": {"progressToken": "k"}}})
+        seen = []
+        while True:
+            m = s2.next_message(timeout=30)
+            if m.get("method") == "notifications/progress":
+                seen.append(m["params"])
+                continue
+            break
+        self.assertEqual(m["id"], 2)
+        self.assertEqual(m["result"]["structuredContent"], {"slept": 11500})
+        self.assertEqual(len(seen), 1, seen)
+        self.assertEqual((seen[0]["progressToken"], seen[0]["progress"]), ("k", 1))
+        self.assertIn("sleep: no answer yet", seen[0]["message"])
+
+    def test_request_identity_and_a_recorded_cancel(self):
+        s = self.ready(args=["-j", "1"])
+        # _meta.id names the call: the same one sent again is answered from the store.
+        r1 = s.call("echo", {"n": 1}, meta={"id": "req-1"}, rid=1)
+        self.assertEqual(r1["result"]["structuredContent"], {"n": 1})
+        r2 = s.call("echo", {"n": 1}, meta={"id": "req-1"}, rid=2)
+        self.assertEqual(r2["result"]["structuredContent"], {"n": 1})
+        # the record's own id and step: the second was not a call of its own
+        self.assertEqual(r2["result"]["_meta"]["toolpool"], r1["result"]["_meta"]["toolpool"])
+        self.assertEqual(r1["result"]["_meta"]["toolpool"]["id"], "req-1")
+        # A cancelled call is recorded Cancelled: sent again, it is answered so at once, and not run.
+        s.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                "params": {"name": "sleep", "arguments": {"ms": 30000}, "_meta": {"id": "long-1"}}})
+        time.sleep(0.5)
+        s.notify("notifications/cancelled", {"requestId": 3, "reason": "stop"})
+        self.assertEqual([m for m in s.quiet_for(0.5) if m.get("id") == 3], [])
+        t0 = time.monotonic()
+        tm = self.assert_tool_error(s.call("sleep", {"ms": 30000}, meta={"id": "long-1"}, rid=4, timeout=10),
+                                    "Cancelled", "guard", 1, False)
+        self.assertIn("stop", tm["message"])
+        self.assertLess(time.monotonic() - t0, 5)
+        rc, out, err = self.toolpool("trace", "long-1", "--store", s.store)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("Cancelled", out)
+        for bad in ("", 7, "x" * 300):
+            self.assert_error(s.call("echo", {}, meta={"id": bad}, rid=5), -32602, 5)
+
     def test_concurrent_calls_answered_as_they_end(self):
         s = self.ready()
         # Two jobs run side by side: the quick call's answer comes first. Ids come back exactly as sent.

@@ -4,7 +4,9 @@ mcp adapter's deterministic cases: no npm needed.
 
 Tools: echo, add, fail (isError with a JSON error object), oops (isError
 with plain text), badparams (JSON-RPC -32602), malformed (a result that is
-not a CallToolResult, as its "form" says), sleep (until its time or a
+not a CallToolResult, as its "form" says), write (a destructive tool: a line
+in TINY_LOG), counter (state kept in the process, no annotations), odd (a
+hint that is not a boolean), sleep (until its time or a
 notifications/cancelled), pid, crash (exits mid-call), crash_once, env (a variable),
 report (progress notifications when asked for, and a log message, before its answer;
 with fail_once, the first call fails with a transient error after them).
@@ -23,31 +25,43 @@ import select
 import sys
 import time
 
+RO = {"readOnlyHint": True}  # annotations of a tool that changes nothing
 TOOLS = [
-    {"name": "echo", "description": "Echoes text back.",
-     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
+    {"name": "echo", "title": "Echo", "description": "Echoes text back.",
+     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+     "outputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
+     "annotations": dict(RO, openWorldHint=False), "_meta": {"tiny/kind": "plain"}},
     {"name": "add", "description": "Adds two numbers.",
      "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
-                     "required": ["a", "b"]}},
-    {"name": "fail", "description": "Fails with a JSON error object.", "inputSchema": {"type": "object"}},
-    {"name": "oops", "description": "Fails with plain text.", "inputSchema": {"type": "object"}},
-    {"name": "badparams", "description": "Answers -32602.", "inputSchema": {"type": "object"}},
+                     "required": ["a", "b"]}, "annotations": RO},
+    {"name": "fail", "description": "Fails with a JSON error object.", "inputSchema": {"type": "object"},
+     "annotations": RO},
+    {"name": "oops", "description": "Fails with plain text.", "inputSchema": {"type": "object"}, "annotations": RO},
+    {"name": "badparams", "description": "Answers -32602.", "inputSchema": {"type": "object"}, "annotations": RO},
     {"name": "sleep", "description": "Sleeps.",
-     "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}}},
-    {"name": "pid", "description": "Its process id.", "inputSchema": {"type": "object"}},
-    {"name": "crash", "description": "Exits mid-call.", "inputSchema": {"type": "object"}},
+     "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}}, "annotations": RO},
+    {"name": "pid", "description": "Its process id.", "inputSchema": {"type": "object"}, "annotations": RO},
+    {"name": "crash", "description": "Exits mid-call.", "inputSchema": {"type": "object"}, "annotations": RO},
     {"name": "crash_once", "description": "Exits mid-call the first time ($TINY_MARK not there).",
-     "inputSchema": {"type": "object"}},
+     "inputSchema": {"type": "object"}, "annotations": {"idempotentHint": True}},
     {"name": "report", "description": "Reports progress and logs, then answers.",
-     "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}}}},
+     "inputSchema": {"type": "object", "properties": {"steps": {"type": "integer"}}}, "annotations": RO},
     {"name": "malformed", "description": "Answers a result that is not a CallToolResult.",
-     "inputSchema": {"type": "object", "properties": {"form": {"type": "string"}}}},
+     "inputSchema": {"type": "object", "properties": {"form": {"type": "string"}}}, "annotations": RO},
     {"name": "env", "description": "A variable of its environment, and its directory.",
-     "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}},
+     "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}}, "annotations": RO},
+    {"name": "write", "description": "Appends a line to $TINY_LOG (\"write TEXT\").",
+     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}, "seconds": {"type": "number"}}},
+     "annotations": {"destructiveHint": True, "idempotentHint": False}},
+    {"name": "counter", "description": "Counts its calls in this process; no annotations.",
+     "inputSchema": {"type": "object"}},
+    {"name": "odd", "description": "Annotated with a hint that is not a boolean.",
+     "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": "yes", "title": "Odd"}},
 ]
 
 buf = b""
 cancelled = set()
+count = 0
 
 
 def note(text):
@@ -109,6 +123,16 @@ def call(req):
                 "structured_array": {"content": [], "structuredContent": [1, 2]}}[args.get("form")]
     if name == "pid":
         return text(str(os.getpid()))
+    if name == "write":
+        time.sleep(float(args.get("seconds", 0)))
+        note("write %s" % args.get("text", ""))
+        return text("written")
+    if name == "counter":
+        global count
+        count += 1
+        return text(str(count), structuredContent={"count": count, "pid": os.getpid()})
+    if name == "odd":
+        return text("odd")
     if name == "env":
         return text(json.dumps({"value": os.environ.get(args.get("name", ""), None), "cwd": os.getcwd()}))
     if name == "crash_once":
@@ -198,4 +222,5 @@ def main():
             send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no method " + method}})
 
 
-main()
+if __name__ == "__main__":
+    main()

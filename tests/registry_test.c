@@ -1385,17 +1385,50 @@ static void test_mcp_import(void)
              " \"tools\": [{\"name\": \"first\", \"exec\": [\"x\"], \"fallback\": \"tiny.echo\"}],\n"
              " \"mcp_servers\": {\"tiny\": {\"command\": [\"python3\", \"%s\"], \"env\": {\"TINY_PAGE\": \"2\"},\n"
              "   \"cwd\": \"/tmp\", \"defaults\": {\"attempts\": 2, \"backoff\": {\"base\": \"1s\"}},\n"
-             "   \"tools\": {\"sleep\": {\"timeout\": \"250ms\", \"backoff\": {\"max\": \"2s\"}}}}}}",
+             "   \"tools\": {\"sleep\": {\"timeout\": \"250ms\", \"backoff\": {\"max\": \"2s\"}},\n"
+             "              \"counter\": {\"idempotent\": true}}}},\n"
+             " \"run\": {\"tiny.pid\": {\"idempotent\": false}}}",
              TP_TEST_TINY_SERVER);
     tp_registry_t *reg = load("import.json", json, &path, err, sizeof err);
     if (reg == NULL)
         fprintf(stderr, "\n%s\n", err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
-    CU_ASSERT_EQUAL(reg->n_tools, 13); /* first, and the twelve tools of six pages */
+    CU_ASSERT_EQUAL(reg->n_tools, 16); /* first, and the fifteen tools of eight pages */
     const tp_tool_t *echo = tp_registry_find(reg, "tiny.echo"), *sleep = tp_registry_find(reg, "tiny.sleep");
     CU_ASSERT_PTR_NOT_NULL_FATAL(echo);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sleep);
-    CU_ASSERT_PTR_NOT_NULL(tp_registry_find(reg, "tiny.env")); /* the last page's */
+    CU_ASSERT_PTR_NOT_NULL(tp_registry_find(reg, "tiny.odd")); /* the last page's */
+    /* the annotations as MCP defines them; the registry's own word wins */
+    static const struct {
+        const char *tool;
+        bool idempotent;
+        tp_from_t from;
+    } idem[] = {
+        {"tiny.echo", true, TP_FROM_MCP},            /* readOnlyHint */
+        {"tiny.crash_once", true, TP_FROM_MCP},      /* idempotentHint */
+        {"tiny.write", false, TP_FROM_MCP},          /* destructiveHint, idempotentHint false */
+        {"tiny.odd", false, TP_FROM_MCP},            /* readOnlyHint "yes": no hint */
+        {"tiny.counter", true, TP_FROM_SERVER_TOOL}, /* none: MCP says no; the server's block says yes */
+        {"tiny.pid", false, TP_FROM_RUN},            /* readOnlyHint; the run entry says no */
+        {"first", true, TP_FROM_BUILTIN},
+    };
+    for (size_t i = 0; i < sizeof idem / sizeof idem[0]; i++) {
+        const tp_tool_t *t = tp_registry_find(reg, idem[i].tool);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+        if (t->policy.idempotent != idem[i].idempotent || t->idempotent_from != idem[i].from)
+            fprintf(stderr, "\n%s: idempotent %d from %d\n", idem[i].tool, t->policy.idempotent, t->idempotent_from);
+        CU_ASSERT_EQUAL(t->policy.idempotent, idem[i].idempotent);
+        CU_ASSERT_EQUAL(t->idempotent_from, idem[i].from);
+    }
+    /* what hosts are given back: the declaration's own keys; a hint that is not a boolean is left out */
+    CU_ASSERT_STRING_EQUAL(json_string_value(json_object_get(echo->mcp_decl, "title")), "Echo");
+    CU_ASSERT(json_is_object(json_object_get(echo->mcp_decl, "outputSchema")));
+    CU_ASSERT(json_is_true(json_object_get(json_object_get(echo->mcp_decl, "annotations"), "readOnlyHint")));
+    CU_ASSERT(json_is_string(json_object_get(json_object_get(echo->mcp_decl, "_meta"), "tiny/kind")));
+    json_t *odd = json_object_get(tp_registry_find(reg, "tiny.odd")->mcp_decl, "annotations");
+    CU_ASSERT_PTR_NULL(json_object_get(odd, "readOnlyHint"));
+    CU_ASSERT_PTR_NOT_NULL(json_object_get(odd, "title"));
+    CU_ASSERT_PTR_NULL(tp_registry_find(reg, "first")->mcp_decl);
     CU_ASSERT_EQUAL(echo->adapter, TP_ADAPTER_MCP);
     CU_ASSERT_STRING_EQUAL(echo->mcp_tool, "echo");
     CU_ASSERT_STRING_EQUAL(echo->mcp_server, "tiny");
@@ -1414,6 +1447,15 @@ static void test_mcp_import(void)
     CU_ASSERT_EQUAL(sleep->policy.backoff_base_us, 1000000);
     CU_ASSERT_EQUAL(sleep->policy.backoff_max_us, 2000000);
     CU_ASSERT_EQUAL(tp_registry_find(reg, "first")->policy.attempts, 5);
+    tp_registry_free(reg);
+    free(path);
+
+    /* without a cwd the server runs in the registry's folder, as an exec tool does */
+    snprintf(json, sizeof json, "{\"mcp_servers\": {\"tiny\": {\"command\": [\"python3\", \"%s\"]}}}",
+             TP_TEST_TINY_SERVER);
+    reg = load("import-cwd.json", json, &path, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    CU_ASSERT_STRING_EQUAL(tp_registry_find(reg, "tiny.echo")->mcp_cwd, reg->dir);
     tp_registry_free(reg);
     free(path);
 }

@@ -400,9 +400,17 @@ class ServeTest(unittest.TestCase):
         for i in range(2):
             self.assertEqual(s.json("DELETE", "/v1/calls/busy%d" % i)[0], 200)
         self.assertNotIn("queued", self.runs())
-        # Cancelled is not recorded: the id runs again.
-        st, r = s.json("POST", "/v1/calls", {"id": "long", "tool": "work", "args": {"s": 0}})
-        self.assertEqual((st, r["ok"]), (200, True))
+        # Cancelled is recorded: the id sent again is answered from the store, here and by another supervisor
+        # at once (its marker went with the record, so nobody waits on it), and nothing runs again.
+        runs = self.runs()
+        st, r2 = s.json("POST", "/v1/calls", {"id": "long", "tool": "work", "args": {"s": 30}})
+        self.assertEqual((st, r2["error"], r2["class"]), (200, "Cancelled", "guard"))
+        t0 = time.monotonic()
+        rc, out, err = self.toolpool("run", "-q", "-r", "tools.json", "-s", s.store, "-",
+                                     stdin='{"id": "long", "tool": "work", "args": {"s": 30}}\n')
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertEqual((rc, json.loads(out)["error"]), (1, "Cancelled"), err)
+        self.assertEqual(self.runs(), runs)
         self.assertEqual(s.stop(), 0)
 
     def test_client_gone_call_runs_on(self):
@@ -465,7 +473,8 @@ class ServeTest(unittest.TestCase):
         st, r = s.json("GET", "/v1/tools")
         self.assertEqual(st, 200)
         work = next(t for t in r["tools"] if t["name"] == "work")
-        self.assertEqual(work["policy"], {"timeout": "30s", "attempts": 3, "idempotent": True, "fallback": []})
+        self.assertEqual(work["policy"], {"timeout": "30s", "attempts": 3, "idempotent": True,
+                                          "idempotent_from": "the tool", "fallback": []})
         self.assertEqual(work["parameters"]["properties"]["s"], {"type": "number"})
         st, r = s.json("GET", "/v1/tools?format=openai")
         self.assertEqual(r[0]["type"], "function")

@@ -56,6 +56,11 @@ static const char mcp_usage[] =
     "      --drain DURATION     at the end of the session, how long running\n"
     "                           calls may finish before they are killed\n"
     "                           (default: 10s)\n"
+    "      --deadline DURATION  each call's whole time, all attempts and waits:\n"
+    "                           the host hears its answer (a failure too) before\n"
+    "                           its own request timeout, 60s in the MCP SDKs;\n"
+    "                           a tool's shorter deadline wins; 0: none\n"
+    "                           (default: 50s)\n"
     TP_ENGINE_HELP_LAST;
 /* clang-format on */
 
@@ -104,17 +109,23 @@ int tp_cmd_mcp(int argc, char **argv)
 {
     static const struct option longopts[] = {
         TP_ENGINE_LONGOPTS,
+        {"deadline", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     tp_engine_cli_t ec;
     tp_engine_cli_init(&ec, 10000000u);
     tp_engine_opts_t *eo = &ec.engine;
+    uint64_t deadline_us = TP_MCP_DEADLINE_US;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, TP_ENGINE_SHORTOPTS "h", longopts, NULL)) != -1) {
         if (tp_engine_cli_take(&ec, c, optarg))
             continue;
+        if (c == 'D') {
+            deadline_us = tp_cli_duration("--deadline", optarg, 0);
+            continue;
+        }
         return tp_cli_usage(mcp_usage, c);
     }
     if (optind < argc) {
@@ -140,6 +151,7 @@ int tp_cmd_mcp(int argc, char **argv)
         .max_message = eo->max_frame,
         .window = tp_loop_window(eo->workers),
         .version = TP_VERSION,
+        .deadline_us = deadline_us,
         .closed = closed_cb,
         .ctx = &s,
     };

@@ -57,6 +57,9 @@ static const char serve_usage[] =
     "                           (default: 10000)\n"
     "      --idle-timeout DURATION  drop a client that sends nothing, or reads\n"
     "                           nothing, this long (default: 60s)\n"
+    "      --mcp-deadline DURATION  each /mcp call's whole time, all attempts and\n"
+    "                           waits, under the host's request timeout (60s in\n"
+    "                           the MCP SDKs); 0: none (default: 50s)\n"
     "      --drain DURATION     after SIGINT/SIGTERM, how long running calls may\n"
     "                           finish before they are killed (default: 30s)\n"
     TP_ENGINE_HELP_LAST;
@@ -152,6 +155,7 @@ int tp_cmd_serve(int argc, char **argv)
         {"max-connections", required_argument, NULL, 'C'},
         {"max-queued", required_argument, NULL, 'Q'},
         {"idle-timeout", required_argument, NULL, 'I'},
+        {"mcp-deadline", required_argument, NULL, 'D'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -164,6 +168,7 @@ int tp_cmd_serve(int argc, char **argv)
         .idle_timeout_us = 60000000u,
         .max_connections = 1024,
         .max_queued = 10000,
+        .mcp_deadline_us = TP_MCP_DEADLINE_US,
     };
     int c;
     optind = 1;
@@ -188,6 +193,9 @@ int tp_cmd_serve(int argc, char **argv)
             break;
         case 'I':
             ho.idle_timeout_us = tp_cli_duration("--idle-timeout", optarg, 1);
+            break;
+        case 'D':
+            ho.mcp_deadline_us = tp_cli_duration("--mcp-deadline", optarg, 0);
             break;
         default:
             return tp_cli_usage(serve_usage, c);

@@ -24,7 +24,9 @@
 static const char tools_usage[] =
     "usage: toolpool tools list [--registry FILE] [--policy FILE]\n"
     "       toolpool tools export --format openai|mcp|toolpool [--registry FILE] [--policy FILE]\n"
-    "list prints the registry's tool names, one a line, each with its adapter.\n"
+    "list prints the registry's tools, one a line: its name, its adapter, whether\n"
+    "it is idempotent (retried after a timeout, run again after a crash) and\n"
+    "where that came from (a run entry, defaults, MCP annotations...), tab-separated.\n"
     "export prints its tools as an OpenAI function tool list, an MCP tools/list\n"
     "result, or toolpool's own rendering with each tool's policy: the JSON that\n"
     "serve's GET /v1/tools?format= answers. An OpenAI or MCP export is a\n"
@@ -93,8 +95,12 @@ int tp_cmd_tools(int argc, char **argv)
     }
     int status = 0;
     if (!export) {
-        for (size_t i = 0; i < reg->n_tools; i++)
-            printf("%s\t%s\n", reg->tools[i].name, adapter_of(&reg->tools[i]));
+        for (size_t i = 0; i < reg->n_tools; i++) {
+            const tp_tool_t *t = &reg->tools[i];
+            char from[TP_TOOL_NAME_MAX + 64];
+            printf("%s\t%s\t%s\t%s\n", t->name, adapter_of(t), t->policy.idempotent ? "idempotent" : "not idempotent",
+                   tp_toolsdoc_idempotent_from(t, from, sizeof from));
+        }
     } else {
         json_t *doc = tp_toolsdoc_render(reg, f);
         tp_buf_t b = {0};

@@ -104,6 +104,14 @@ unsigned long long tp_cli_count(const char *opt, const char *v, unsigned long lo
 /* A duration option ("10s", "250ms") of at least min_us, or exit 2 naming the option. */
 uint64_t tp_cli_duration(const char *opt, const char *v, uint64_t min_us);
 
+/*
+ * The deadline of each call through an MCP front unless --deadline (mcp) or
+ * --mcp-deadline (serve) says otherwise: under the 60 s an MCP SDK client
+ * waits for a request, so the host hears the answer, a failure included,
+ * before it gives up.
+ */
+#define TP_MCP_DEADLINE_US (50 * 1000000ull)
+
 /* How long a front may take, once the loop has ended, to write what it still holds. */
 #define TP_HOST_FINISH_US 2000000u
 

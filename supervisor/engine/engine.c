@@ -540,6 +540,11 @@ const tp_registry_t *tp_engine_registry(const tp_engine_t *e)
     return e->o.reg;
 }
 
+struct event_base *tp_engine_loop(const tp_engine_t *e)
+{
+    return e->base;
+}
+
 tp_store_t *tp_engine_store(const tp_engine_t *e)
 {
     return e->o.store;

@@ -216,8 +216,10 @@ void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t 
 /*
  * Ends a call the front no longer wants: one waiting (for its turn in its
  * job, a slot, a backoff) ends at once; a running attempt's worker group is
- * killed. Its answer is Cancelled (class guard), not recorded: the same id
- * submitted again runs. why goes into the message.
+ * killed. Its answer is Cancelled (class guard), recorded like any result
+ * (its in-flight marker goes in the same commit), so the same id submitted
+ * again is answered from the store; one whose answer came first ends with
+ * it. why goes into the message.
  */
 void tp_engine_cancel(tp_engine_t *e, tp_call_t *c, const char *why);
 
@@ -307,5 +309,7 @@ int tp_engine_idle(const tp_engine_t *e);
 size_t tp_engine_waiting(const tp_engine_t *e);
 const tp_registry_t *tp_engine_registry(const tp_engine_t *e);
 tp_store_t *tp_engine_store(const tp_engine_t *e);
+/* The loop the engine runs on (its options' base). */
+struct event_base *tp_engine_loop(const tp_engine_t *e);
 
 #endif

@@ -27,7 +27,12 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
     if (!eng_ensure_txn(e))
         return;
     int rc = 0;
-    if (!r->ok && strcmp(r->kind, "Cancelled") == 0) {
+    /*
+     * A call a drain cut short is not recorded: a rerun runs it. One its
+     * front cancelled is, Cancelled, so that no other supervisor waits on
+     * its marker and the same id sent again is answered from the store.
+     */
+    if (!r->ok && !c->cancelled && strcmp(r->kind, "Cancelled") == 0) {
         if (c->marked && c->n_trace == 0 && (rc = tp_inflight_del(e->o.store, e->txn, c->id)) != 0)
             tp_engine_store_failed(e, rc, "removing an in-flight marker");
         return;

@@ -135,13 +135,13 @@ void eng_settle(tp_engine_t *e, tp_call_t *c)
             tp_engine_store_failed(e, rc, "recording a breaker");
     }
     c->probe = false;
-    if (c->cancelled) {
-        eng_finish_cancelled(e, c);
-        return;
-    }
-    if (a->ok) {
+    if (a->ok) { /* its answer came before the cancel could stop it: the work is done, and recorded so */
         eng_record_call_outcome(e, c, false);
         eng_finish(e, c, END_ANSWER, TP_KIND_OK, NULL);
+        return;
+    }
+    if (c->cancelled) {
+        eng_finish_cancelled(e, c);
         return;
     }
     if (a->kind == TP_KIND_CANCELLED) {
@@ -165,6 +165,16 @@ void eng_settle(tp_engine_t *e, tp_call_t *c)
     }
     tp_retry_t d = tp_retry_decide(&c->hop_tool->policy, a->kind, a->number, a->retry_after_ms, tp_now_us(),
                                    call_deadline(c), &e->rng);
+    if (d.retry && a->kind == TP_KIND_TIMEOUT && !a->unstarted && !c->hop_tool->policy.idempotent) {
+        /* It ran out of time while running: it may have done its work, so it is not run again. */
+        char *msg = NULL;
+        if (asprintf(&msg, "%s; not tried again: %s is not idempotent, and may have done its work",
+                     a->message ? a->message : "timed out", c->hop_tool->name) >= 0) {
+            free(a->message);
+            a->message = msg;
+        }
+        d.retry = false;
+    }
     if (d.retry && e->draining) {
         char msg[256];
         snprintf(msg, sizeof msg, "run interrupted after %zu attempt%s (last: %s: %s)", c->n_trace,

@@ -51,6 +51,7 @@ typedef struct tp_attempt {
     bool ok;
     tp_kind_t kind;   /* TP_KIND_OTHER: see kind_name */
     bool from_tool;   /* the kind is what the tool's Reply said (the pool's own: false) */
+    bool unstarted;   /* a Timeout before its tool started (an exec tool's spawn never came) */
     bool shared_fate; /* ended with its worker, which held other calls too and was killed at another's
                          deadline or died: it says nothing of its own tool's health */
     char kind_name[64];

@@ -211,6 +211,7 @@ void slot_timed_out_fail(tp_slot_t *s, tp_attempt_t *a)
         pool_attempt_fail(a, TP_KIND_TIMEOUT, "%s exceeded %.3gs", a->tool->name, (double)a->timeout_us / 1e6);
     } else if (exec) {
         uint64_t waited = s->spawn_until > a->started_us ? s->spawn_until - a->started_us : a->timeout_us;
+        a->unstarted = true;
         pool_attempt_fail(a, TP_KIND_TIMEOUT, "%s did not start within %.3gs", a->tool->name, (double)waited / 1e6);
     } else {
         pool_attempt_fail(a, TP_KIND_TIMEOUT, "%s exceeded %.3gs", a->tool->name, (double)a->timeout_us / 1e6);

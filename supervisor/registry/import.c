@@ -108,7 +108,8 @@ static const char *command_text(char **argv, char *buf, size_t n)
 }
 
 /* A tool object as the registry would declare it, for one tool the server listed. */
-static json_t *imported_tool(const char *server, const server_spec_t *sp, json_t *listed, char *full, size_t n)
+static json_t *imported_tool(const char *server, const server_spec_t *sp, const char *dir, json_t *listed, char *full,
+                             size_t n)
 {
     const char *name = json_string_value(json_object_get(listed, "name"));
     snprintf(full, n, "%s.%s", server, name);
@@ -127,8 +128,7 @@ static json_t *imported_tool(const char *server, const server_spec_t *sp, json_t
         }
         json_object_set_new(mcp, "env", env);
     }
-    if (sp->cwd != NULL)
-        json_object_set_new(mcp, "cwd", json_string(sp->cwd));
+    json_object_set_new(mcp, "cwd", json_string(sp->cwd ? sp->cwd : dir));
     json_object_set_new(t, "name", json_string(full));
     json_t *desc = json_object_get(listed, "description");
     if (json_is_string(desc))
@@ -156,7 +156,8 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
     uint64_t timeout = sp->start_timeout_us ? sp->start_timeout_us : IMPORT_TIMEOUT_US;
     uint64_t deadline = tp_now_us() + timeout;
     command_text(sp->command, cmd, sizeof cmd);
-    int rc = tp_mcpio_spawn(&c, sp->command, sp->env, sp->cwd, true, err, sizeof err);
+    /* a server runs in the registry's folder unless its cwd says otherwise, as an exec tool does */
+    int rc = tp_mcpio_spawn(&c, sp->command, sp->env, sp->cwd ? sp->cwd : ld->dir, true, err, sizeof err);
     if (rc < 0) {
         tp_mcpio_free(&c);
         return reg_fail_code(ld, rc, "cannot import the tools of MCP server \"%s\": %s", server, err);
@@ -198,11 +199,11 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
                 list_rc = TP_EREFUSED;
                 break;
             }
-            json_t *obj = imported_tool(server, sp, t, name, sizeof name);
+            json_t *obj = imported_tool(server, sp, ld->dir, t, name, sizeof name);
             size_t *from = realloc(ld->imported_from, (json_array_size(ld->imported) + 1) * sizeof *from);
             if (from != NULL)
                 ld->imported_from = from;
-            if (obj == NULL || from == NULL) {
+            if (obj == NULL || from == NULL || json_array_append(ld->imported_listed, t) != 0) {
                 json_decref(obj);
                 list_rc = TP_ENOMEM; /* said below */
                 break;
@@ -253,6 +254,7 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
     /* A server that failed its import brings none of its tools: the error is its one word. */
     while (rc != 0 && listed > 0) {
         json_array_remove(ld->imported, json_array_size(ld->imported) - 1);
+        json_array_remove(ld->imported_listed, json_array_size(ld->imported_listed) - 1);
         listed--;
     }
     if (rc != 0)
@@ -287,7 +289,8 @@ int reg_import_servers(loader_t *ld)
     if (ld->servers_json == NULL)
         return 0;
     ld->imported = json_array();
-    if (ld->imported == NULL)
+    ld->imported_listed = json_array();
+    if (ld->imported == NULL || ld->imported_listed == NULL)
         return reg_fail_oom(ld);
     mark_t m = reg_where_key(&ld->at, "mcp_servers");
     size_t pos = 0;

@@ -269,6 +269,7 @@ fail:
     reg = NULL;
 out:
     json_decref(ld.imported);
+    json_decref(ld.imported_listed);
     free(ld.imported_from);
     json_decref(root);
     json_decref(ld.proot);
@@ -292,6 +293,7 @@ void tp_registry_free(tp_registry_t *reg)
         free(t->name);
         free(t->description);
         json_decref(t->parameters);
+        json_decref(t->mcp_decl);
         tp_jsonschema_free(t->schema);
         reg_free_argv(t->argv);
         free(t->plugin_path);

@@ -99,6 +99,25 @@ typedef struct {
     uint32_t tool_probes;
 } tp_policy_t;
 
+/*
+ * Where a tool's "idempotent" came from, the last of these that says it
+ * (`tools list` shows it). Without a word from the registry, a tool
+ * declared by an MCP server takes its annotations (MCP's defaults when it
+ * has none: not idempotent), an http POST or PATCH is not idempotent, and
+ * any other tool is.
+ */
+typedef enum {
+    TP_FROM_BUILTIN = 0, /* toolpool's default: idempotent */
+    TP_FROM_MCP,         /* the tool's MCP annotations, or MCP's defaults */
+    TP_FROM_METHOD,      /* an http tool's method: POST and PATCH are not idempotent */
+    TP_FROM_DEFAULTS,    /* "defaults" (the registry's or the policy file's) */
+    TP_FROM_SERVER,      /* its server's "defaults" (mcp_servers.NAME.defaults) */
+    TP_FROM_SERVER_TOOL, /* its entry in its server's "tools" */
+    TP_FROM_TOOL,        /* the tool's own object */
+    TP_FROM_RUN,         /* the registry's "run" entry */
+    TP_FROM_POLICY_RUN,  /* the policy file's "run" entry */
+} tp_from_t;
+
 /* An http tool's max_in_flight: its default, and the most it may say. */
 #define TP_MAX_IN_FLIGHT_DEFAULT 64
 #define TP_MAX_IN_FLIGHT_MAX 1024
@@ -133,6 +152,14 @@ typedef struct {
     char **http_header_lines;    /* "Name: value", resolved at load; never shown; NULL-terminated, or NULL */
     char **http_secrets;         /* the secrets' values, for the worker to keep out of what it answers */
     bool strict;                 /* OpenAI's "strict", as declared */
+    /*
+     * An MCP tool's own declaration, as its tools/list entry gave it (a
+     * tool declared in MCP's form, or imported from "mcp_servers"): its
+     * title, annotations, outputSchema, icons and _meta, passed on to hosts
+     * in every tools/list; NULL for other tools.
+     */
+    json_t *mcp_decl;
+    tp_from_t idempotent_from; /* where policy.idempotent came from */
     tp_policy_t policy;
     size_t index; /* position in tools[] */
     int line;     /* where the tool's object starts */

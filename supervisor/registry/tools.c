@@ -130,37 +130,110 @@ static form_t tool_form(json_t *t)
 }
 
 /*
- * An MCP tool's "annotations" where they mean something to a run:
- * readOnlyHint or idempotentHint true makes it idempotent (retried after a
- * timeout), else destructiveHint true makes it not idempotent. A "run"
- * entry's own "idempotent" is read later and wins. The other annotations
- * (title, openWorldHint, ones MCP adds later) are let through.
+ * An MCP tool's declaration (a "tools" entry in MCP's form, or a tool its
+ * server listed at import): its annotations' word on idempotency, and the
+ * keys hosts are given back in every tools/list (tool->mcp_decl). In the
+ * registry's own file a key of the wrong type is an error; from a server,
+ * which the registry's author cannot mend, it is left out (a hint that is
+ * not a boolean says nothing, so the tool is not idempotent).
  */
-static int apply_annotations(loader_t *ld, json_t *t, tp_tool_t *tool)
+static const struct {
+    const char *key;
+    json_type type;
+} mcp_passed[] = {
+    {"title", JSON_STRING}, {"annotations", JSON_OBJECT}, {"outputSchema", JSON_OBJECT},
+    {"icons", JSON_ARRAY},  {"_meta", JSON_OBJECT},
+};
+static const char *const mcp_hints[] = {"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"};
+
+static int read_mcp_decl(loader_t *ld, json_t *decl, tp_tool_t *tool, bool from_server)
 {
     char got[96];
-    json_t *a = json_object_get(t, "annotations");
-    if (a == NULL)
-        return 0;
-    mark_t m = reg_where_key(&ld->at, "annotations");
-    if (!json_is_object(a))
-        return reg_fail(ld, "expected an object of MCP tool annotations, got %s", GOT(a));
-    static const char *const hints[] = {"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"};
+    static const char *const type_names[] = {
+        [JSON_STRING] = "a string", [JSON_OBJECT] = "an object", [JSON_ARRAY] = "an array"};
+    json_t *keep = json_object();
+    if (keep == NULL)
+        return reg_fail_oom(ld);
     int rc = 0;
-    for (size_t i = 0; i < sizeof hints / sizeof hints[0]; i++) {
-        json_t *v = json_object_get(a, hints[i]);
-        if (v == NULL || json_is_boolean(v))
+    for (size_t i = 0; i < sizeof mcp_passed / sizeof mcp_passed[0]; i++) {
+        json_t *v = json_object_get(decl, mcp_passed[i].key);
+        if (v == NULL)
             continue;
-        mark_t mh = reg_where_key(&ld->at, hints[i]);
-        rc = reg_rc(rc, reg_fail(ld, "expected true or false, got %s", GOT(v)));
-        reg_where_pop(&ld->at, mh);
+        if (json_typeof(v) != mcp_passed[i].type) {
+            if (!from_server) {
+                mark_t mk = reg_where_key(&ld->at, mcp_passed[i].key);
+                rc = reg_rc(rc, reg_fail(ld, "expected %s, got %s", type_names[mcp_passed[i].type], GOT(v)));
+                reg_where_pop(&ld->at, mk);
+            }
+            continue;
+        }
+        if (strcmp(mcp_passed[i].key, "annotations") == 0) {
+            json_t *a = json_deep_copy(v);
+            if (a == NULL)
+                break;
+            for (size_t h = 0; h < sizeof mcp_hints / sizeof mcp_hints[0]; h++) {
+                json_t *hv = json_object_get(a, mcp_hints[h]);
+                if (hv == NULL || json_is_boolean(hv))
+                    continue;
+                if (from_server) {
+                    json_object_del(a, mcp_hints[h]);
+                    continue;
+                }
+                mark_t mk = reg_where_key(&ld->at, "annotations");
+                reg_where_key(&ld->at, mcp_hints[h]);
+                rc = reg_rc(rc, reg_fail(ld, "expected true or false, got %s", GOT(hv)));
+                reg_where_pop(&ld->at, mk);
+            }
+            if (json_object_set_new(keep, "annotations", a) != 0)
+                rc = reg_rc(rc, TP_ENOMEM);
+        } else if (json_object_set(keep, mcp_passed[i].key, v) != 0) {
+            rc = reg_rc(rc, TP_ENOMEM);
+        }
     }
-    if (json_is_true(json_object_get(a, "readOnlyHint")) || json_is_true(json_object_get(a, "idempotentHint")))
-        tool->policy.idempotent = true;
-    else if (json_is_true(json_object_get(a, "destructiveHint")))
+    json_decref(tool->mcp_decl);
+    tool->mcp_decl = keep;
+    return rc == TP_ENOMEM ? reg_fail_oom(ld) : rc;
+}
+
+/* MCP's rule: idempotent only when readOnlyHint or idempotentHint is true (its defaults are false). */
+static bool mcp_idempotent(const tp_tool_t *tool)
+{
+    json_t *a = json_object_get(tool->mcp_decl, "annotations");
+    return json_is_true(json_object_get(a, "readOnlyHint")) || json_is_true(json_object_get(a, "idempotentHint"));
+}
+
+/*
+ * Where the tool's "idempotent" comes from (tool->idempotent_from): the
+ * last layer that says it, read in the order they apply. The registry's
+ * own word wins; without one, an MCP tool takes MCP's rule, an http POST
+ * or PATCH is not idempotent (HTTP's semantics), and any other tool is.
+ */
+static void settle_idempotent(loader_t *ld, json_t *t, tp_tool_t *tool, json_t *server_spec, const char *mcp_name)
+{
+    static const char key[] = "idempotent";
+    tp_from_t from = TP_FROM_BUILTIN;
+    if (json_object_get(json_object_get(ld->root, "defaults"), key) != NULL ||
+        json_object_get(json_object_get(ld->proot, "defaults"), key) != NULL)
+        from = TP_FROM_DEFAULTS;
+    if (json_object_get(json_object_get(server_spec, "defaults"), key) != NULL)
+        from = TP_FROM_SERVER;
+    if (json_object_get(json_object_get(json_object_get(server_spec, "tools"), mcp_name), key) != NULL)
+        from = TP_FROM_SERVER_TOOL;
+    if (server_spec == NULL && tool->mcp_decl == NULL && json_object_get(t, key) != NULL)
+        from = TP_FROM_TOOL;
+    if (json_object_get(json_object_get(ld->run, tool->name), key) != NULL)
+        from = TP_FROM_RUN;
+    if (json_object_get(json_object_get(ld->prun, tool->name), key) != NULL)
+        from = TP_FROM_POLICY_RUN;
+    if (from == TP_FROM_BUILTIN && tool->mcp_decl != NULL) {
+        from = TP_FROM_MCP;
+        tool->policy.idempotent = mcp_idempotent(tool);
+    } else if (from == TP_FROM_BUILTIN && tool->adapter == TP_ADAPTER_HTTP && tool->http_method != NULL &&
+               (strcmp(tool->http_method, "POST") == 0 || strcmp(tool->http_method, "PATCH") == 0)) {
+        from = TP_FROM_METHOD;
         tool->policy.idempotent = false;
-    reg_where_pop(&ld->at, m);
-    return rc;
+    }
+    tool->idempotent_from = from;
 }
 
 /*
@@ -222,8 +295,12 @@ int reg_fail_then_reset(loader_t *ld, int rc)
  * keys by its form (tool_form), MCP annotations, its "run" entries, its
  * parameters, then the adapter rules.
  */
-static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool imported)
+static int server_policy(loader_t *ld, tp_tool_t *tool, const char *server, json_t *spec, const char *mcp_name);
+
+static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, const char *server, json_t *spec,
+                      json_t *listed)
 {
+    bool imported = server != NULL;
     char got[96];
     tp_registry_t *reg = ld->reg;
     mark_t m = {ld->at.ptr_len, ld->at.key_len};
@@ -283,8 +360,15 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
     int rc = reg_parse_object(ld, t, tab, tool);
     if (rc == 0 && form == FORM_TOOLPOOL)
         rc = reg_check_output_once(ld, t);
-    if (form == FORM_MCP)
-        rc = reg_rc(rc, apply_annotations(ld, t, tool));
+    if (form == FORM_MCP || listed != NULL)
+        rc = reg_rc(rc, read_mcp_decl(ld, form == FORM_MCP ? t : listed, tool, listed != NULL));
+    const char *mcp_name = json_string_value(json_object_get(json_object_get(t, "mcp"), "tool"));
+    if (imported && rc == 0) {
+        /* the server's blocks before the "run" entries, which win */
+        where_t here = ld->at;
+        rc = server_policy(ld, tool, server, spec, mcp_name);
+        ld->at = here;
+    }
     rc = reg_rc(rc, apply_run(ld, tool));
     /* MCP reads an inputSchema without "$schema" as 2020-12 */
     static const char *const at_openai[] = {"function", "parameters", NULL}, *const at_mcp[] = {"inputSchema", NULL},
@@ -322,6 +406,10 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, bool i
         tool->max_in_flight = TP_MAX_IN_FLIGHT_DEFAULT;
     if (tool->adapter == TP_ADAPTER_HTTP && (rc = reg_http_finish(ld, tool)) < 0)
         return rc;
+    settle_idempotent(ld, t, tool, spec, mcp_name);
+    /* an MCP server runs in the registry's folder unless its cwd says otherwise, as an exec tool does */
+    if (tool->adapter == TP_ADAPTER_MCP && tool->mcp_cwd == NULL && (tool->mcp_cwd = strdup(ld->adapter_dir)) == NULL)
+        return reg_fail_oom(ld);
     if (tool->cwd && tool->adapter != TP_ADAPTER_EXEC)
         return FAIL_AT(ld, tool, "cwd", "only an exec tool has a working directory (this one is %s)",
                        reg_adapters[tool->adapter].name);
@@ -395,7 +483,7 @@ int reg_parse_tools(loader_t *ld)
     for (size_t i = 0; i < nd; i++) {
         mark_t mi = {ld->at.ptr_len, ld->at.key_len};
         /* reported; on to the next tool */
-        rc = reg_rc(rc, parse_tool(ld, json_array_get(ld->tools_json, i), i, &reg->tools[i], false));
+        rc = reg_rc(rc, parse_tool(ld, json_array_get(ld->tools_json, i), i, &reg->tools[i], NULL, NULL, NULL));
         reg_where_pop(&ld->at, mi);
     }
     reg_where_pop(&ld->at, m);
@@ -419,13 +507,8 @@ int reg_parse_tools(loader_t *ld)
         reg->tools[i].mcp_server = strdup(server);
         if (reg->tools[i].mcp_server == NULL)
             return reg_fail_oom(ld);
-        int r = parse_tool(ld, t, i, &reg->tools[i], true);
-        if (r < 0) {
-            rc = reg_rc(rc, r);
-            continue;
-        }
-        const char *mcp_name = json_string_value(json_object_get(json_object_get(t, "mcp"), "tool"));
-        rc = reg_rc(rc, server_policy(ld, &reg->tools[i], server, spec, mcp_name));
+        rc = reg_rc(rc,
+                    parse_tool(ld, t, i, &reg->tools[i], server, spec, json_array_get(ld->imported_listed, i - nd)));
     }
     reg_where_pop(&ld->at, (mark_t){0, 0});
     return rc;

@@ -105,8 +105,10 @@ static json_t *own_json(const tp_tool_t *t)
             json_decref(fallback);
             return NULL;
         }
-    json_t *policy = json_pack("{s:o, s:I, s:b, s:o}", "timeout", duration_json(p->timeout_us), "attempts",
-                               (json_int_t)p->attempts, "idempotent", p->idempotent, "fallback", fallback);
+    char from[TP_TOOL_NAME_MAX + 64];
+    json_t *policy = json_pack("{s:o, s:I, s:b, s:s, s:o}", "timeout", duration_json(p->timeout_us), "attempts",
+                               (json_int_t)p->attempts, "idempotent", p->idempotent, "idempotent_from",
+                               tp_toolsdoc_idempotent_from(t, from, sizeof from), "fallback", fallback);
     if (policy && p->deadline_us && json_object_set_new(policy, "deadline", duration_json(p->deadline_us)) != 0) {
         json_decref(policy);
         return NULL;
@@ -119,24 +121,85 @@ static json_t *own_json(const tp_tool_t *t)
                      params_json(t), "adapter", adapter_name(t->adapter), "policy", policy);
 }
 
+/*
+ * The keys of an MCP tool's own declaration (tool->mcp_decl) after the
+ * name: title before the description, the rest after the inputSchema.
+ */
+static int put_decl(json_t *tool, const tp_tool_t *t, bool head)
+{
+    static const char *const head_keys[] = {"title"}, *const tail_keys[] = {"outputSchema", "annotations", "icons",
+                                                                            "_meta"};
+    const char *const *keys = head ? head_keys : tail_keys;
+    size_t n = head ? 1 : 4;
+    for (size_t i = 0; t->mcp_decl != NULL && i < n; i++) {
+        json_t *v = json_object_get(t->mcp_decl, keys[i]);
+        if (v != NULL && json_object_set(tool, keys[i], v) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 json_t *tp_toolsdoc_mcp_tool(const tp_tool_t *t, tp_toolsdoc_as_t as)
 {
-    if (as == TP_TOOLSDOC_DECLARED)
-        return json_pack("{s:s, s:s, s:o}", "name", t->name, "description", t->description, "inputSchema",
-                         params_json(t));
-    json_t *schema = served_schema(t);
+    bool served = as == TP_TOOLSDOC_SERVED;
+    json_t *schema = served ? served_schema(t) : params_json(t);
     json_t *tool = schema ? json_pack("{s:s}", "name", t->name) : NULL;
-    if (tool == NULL || (t->description && t->description[0] &&
-                         json_object_set_new(tool, "description", json_string(t->description)) != 0)) {
+    if (tool == NULL || put_decl(tool, t, true) < 0 ||
+        ((!served || (t->description && t->description[0])) &&
+         json_object_set_new(tool, "description", json_string(t->description ? t->description : "")) != 0)) {
         json_decref(tool);
         json_decref(schema);
         return NULL;
     }
-    if (json_object_set_new(tool, "inputSchema", schema) != 0) { /* it takes schema, failing too */
-        json_decref(tool);
+    if (json_object_set_new(tool, "inputSchema", schema) != 0 || put_decl(tool, t, false) < 0) {
+        json_decref(tool); /* the set took schema, failing too */
         return NULL;
     }
     return tool;
+}
+
+const char *tp_toolsdoc_idempotent_from(const tp_tool_t *t, char *buf, size_t n)
+{
+    const char *server = t->mcp_server ? t->mcp_server : "?";
+    const char *mcp_name = t->mcp_tool ? t->mcp_tool : t->name;
+    json_t *a = json_object_get(t->mcp_decl, "annotations");
+    switch (t->idempotent_from) {
+    case TP_FROM_BUILTIN:
+        snprintf(buf, n, "toolpool's default");
+        break;
+    case TP_FROM_MCP:
+        if (json_is_true(json_object_get(a, "readOnlyHint")))
+            snprintf(buf, n, "MCP annotations (readOnlyHint)");
+        else if (json_is_true(json_object_get(a, "idempotentHint")))
+            snprintf(buf, n, "MCP annotations (idempotentHint)");
+        else if (json_is_true(json_object_get(a, "destructiveHint")))
+            snprintf(buf, n, "MCP annotations (destructiveHint)");
+        else
+            snprintf(buf, n, "MCP's defaults (no readOnlyHint or idempotentHint)");
+        break;
+    case TP_FROM_METHOD:
+        snprintf(buf, n, "its method (%s)", t->http_method ? t->http_method : "?");
+        break;
+    case TP_FROM_DEFAULTS:
+        snprintf(buf, n, "defaults");
+        break;
+    case TP_FROM_SERVER:
+        snprintf(buf, n, "mcp_servers.%s.defaults", server);
+        break;
+    case TP_FROM_SERVER_TOOL:
+        snprintf(buf, n, "mcp_servers.%s.tools.%s", server, mcp_name);
+        break;
+    case TP_FROM_TOOL:
+        snprintf(buf, n, "the tool");
+        break;
+    case TP_FROM_RUN:
+        snprintf(buf, n, "run.%s", t->name);
+        break;
+    case TP_FROM_POLICY_RUN:
+        snprintf(buf, n, "the policy file's run.%s", t->name);
+        break;
+    }
+    return buf;
 }
 
 json_t *tp_toolsdoc_render(const tp_registry_t *reg, tp_toolsdoc_format_t f)

@@ -14,7 +14,7 @@
 typedef enum {
     TP_TOOLSDOC_TOOLPOOL = 0, /* {"tools": [{name, description, parameters, adapter, policy}]} */
     TP_TOOLSDOC_OPENAI,       /* [{"type": "function", "function": {name, description, parameters}}] */
-    TP_TOOLSDOC_MCP,          /* {"tools": [{name, description, inputSchema}]} */
+    TP_TOOLSDOC_MCP,          /* {"tools": [{name, title, description, inputSchema, outputSchema, annotations...}]} */
 } tp_toolsdoc_format_t;
 
 /* "toolpool", "openai", "mcp" -> *f, 0; TP_EINVAL for anything else. */
@@ -32,12 +32,19 @@ json_t *tp_toolsdoc_render(const tp_registry_t *reg, tp_toolsdoc_format_t f);
  *   SERVED    as an MCP host reads it from `toolpool mcp` and /mcp: the
  *             description only when there is one, and an inputSchema with
  *             "type": "object" at its root and its dialect named
- * A new reference, or NULL on ENOMEM.
+ * Both carry an MCP tool's own title, outputSchema, annotations, icons and
+ * _meta as its declaration gave them. A new reference, or NULL on ENOMEM.
  */
 typedef enum {
     TP_TOOLSDOC_DECLARED = 0,
     TP_TOOLSDOC_SERVED,
 } tp_toolsdoc_as_t;
 json_t *tp_toolsdoc_mcp_tool(const tp_tool_t *t, tp_toolsdoc_as_t as);
+
+/*
+ * Where the tool's "idempotent" came from, for people: "MCP annotations
+ * (readOnlyHint)", "run.write_file", "toolpool's default"... (tp_from_t).
+ */
+const char *tp_toolsdoc_idempotent_from(const tp_tool_t *t, char *buf, size_t n);
 
 #endif

@@ -58,6 +58,7 @@ typedef struct {
     size_t window;            /* calls held at once (tp_engine_live) while batches feed more */
     uint64_t max_line;        /* longest line of a batch, as run's --max-frame */
     const char *version;      /* serverInfo.version of /mcp */
+    uint64_t mcp_deadline_us; /* each /mcp call's deadline, from its start; 0: none */
 } tp_http_opts_t;
 
 typedef struct tp_http tp_http_t;

@@ -189,7 +189,8 @@ static tp_http_mcp_t *mcp_new(tp_http_t *h)
 {
     tp_http_mcp_t *x = calloc(1, sizeof *x);
     tp_mcp_sink_t sink = {.send = mcp_send_cb, .ctx = h, .progress_count = &h->mcp_progress};
-    if (x == NULL || (x->s = tp_mcp_session_new(h->e, h->mcp_tools, h->o.version, &sink)) == NULL) {
+    if (x == NULL ||
+        (x->s = tp_mcp_session_new(h->e, h->mcp_tools, h->o.version, h->o.mcp_deadline_us, &sink)) == NULL) {
         free(x);
         return NULL;
     }

@@ -326,7 +326,7 @@ tp_mcp_t *tp_mcp_new(const tp_mcp_opts_t *o)
     tp_front_t front = {.feed = feed_cb, .flush = flush_cb, .ctx = m};
     if (m->ev_in == NULL || m->ev_out == NULL ||
         (m->tools = tp_mcp_catalog_new(tp_engine_registry(o->engine))) == NULL ||
-        (m->s = tp_mcp_session_new(o->engine, m->tools, o->version, &sink)) == NULL ||
+        (m->s = tp_mcp_session_new(o->engine, m->tools, o->version, o->deadline_us, &sink)) == NULL ||
         tp_engine_add_front(m->e, &front) != 0) {
         tp_log_error("mcp: out of memory setting up");
         tp_mcp_free(m);

@@ -27,6 +27,7 @@ typedef struct {
     uint64_t max_message; /* a longer line is refused (-32600) and skipped */
     size_t window;        /* calls held at once before input waits (tp_engine_live) */
     const char *version;  /* serverInfo.version */
+    uint64_t deadline_us; /* each call's deadline, from its start; 0: none */
     /*
      * The client closed its side (EOF on in_fd) or stopped reading ours:
      * the session is over. The command drains the engine, as for a signal.

@@ -13,6 +13,7 @@
  * initialize.
  */
 #include "mcp_session.h"
+#include <event2/event.h>
 
 #include <errno.h>
 #include <jansson.h>
@@ -44,6 +45,14 @@ static const char *const tp_mcp_versions[] = {"2025-11-25", "2025-06-18"};
 static const char *const tp_mcp_levels[] = {"debug", "info",     "notice", "warning",
                                             "error", "critical", "alert",  "emergency"};
 #define TP_MCP_LEVEL_WARNING 3
+/*
+ * A call whose client asked for progress hears from us at least this
+ * often while it runs or waits, so that a host which resets its request
+ * timeout on progress keeps waiting through long attempts and backoffs.
+ */
+#define TP_MCP_KEEPALIVE_US (10 * 1000000ull)
+/* The longest _meta.id a client may give its call. */
+#define TP_MCP_ID_MAX 256
 
 /* A tools/call handed to the engine, by its JSON-RPC id. */
 typedef struct tp_mcp_req {
@@ -57,6 +66,7 @@ typedef struct tp_mcp_req {
     json_t *progress;      /* the client's progressToken, or NULL */
     uint32_t told;         /* trace entries already told in progress notifications */
     double sent;           /* the last progress value sent: each must be greater (0: none yet) */
+    uint64_t told_us;      /* when the client last heard of it (tp_now_us), for the keepalive */
     bool cancelled;        /* the client cancelled it: no response goes out */
     uint64_t hash;
     uint64_t step;
@@ -98,7 +108,9 @@ struct tp_mcp_session {
     /* requests in flight, by id */
     tp_mcp_req_t **table;
     size_t table_cap, table_n;
-    tp_mcp_req_t *progress; /* those whose client asked for progress */
+    tp_mcp_req_t *progress;  /* those whose client asked for progress */
+    struct event *keepalive; /* while any of them is live: tells those that have been quiet */
+    uint64_t deadline_us;    /* each call's whole time (its deadline from its start); 0: none */
     tp_mcp_job_t **jobs;
     size_t jobs_cap, jobs_n;
     uint64_t calls, ok;
@@ -242,6 +254,8 @@ static tp_mcp_req_t *req_find(const tp_mcp_session_t *s, const char *id, size_t 
     return NULL;
 }
 
+static void keepalive_arm(tp_mcp_session_t *s);
+
 static int req_insert(tp_mcp_session_t *s, tp_mcp_req_t *r)
 {
     if (s->table_n + 1 > s->table_cap / 2) {
@@ -271,6 +285,8 @@ static int req_insert(tp_mcp_session_t *s, tp_mcp_req_t *r)
         s->progress = r;
         if (s->sink.progress_count)
             (*s->sink.progress_count)++;
+        r->told_us = tp_now_us();
+        keepalive_arm(s);
     }
     return 0;
 }
@@ -541,6 +557,11 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
         return;
     }
     const Toolpool__Result *res = a->result;
+    if (res && a->recorded && res->job && res->job[0]) {
+        /* answered from the store: the call as recorded, its job and step, not this request's */
+        r->job = res->job;
+        r->step = res->step;
+    }
     s->calls++;
     /* A log message about the call goes before its response: over HTTP, the response ends the stream. */
     if (res && !a->recorded && res->escalated && res->escalation && res->escalation[0]) {
@@ -582,6 +603,31 @@ static void w_progress(tp_msg_t *w, double v)
 }
 
 /*
+ * notifications/progress for r at r->sent, with the server's total when
+ * given and a message when there is one.
+ */
+static void tell_progress(tp_mcp_session_t *s, tp_mcp_req_t *r, const json_t *total, const char *text, size_t len)
+{
+    tp_msg_t w;
+    msg_begin(s, &w);
+    w_puts(&w, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":");
+    w_json(&w, r->progress);
+    w_puts(&w, ",\"progress\":");
+    w_progress(&w, r->sent);
+    if (json_is_number(total)) {
+        w_puts(&w, ",\"total\":");
+        w_progress(&w, json_number_value(total));
+    }
+    if (text != NULL) {
+        w_puts(&w, ",\"message\":");
+        w_str(&w, text, len);
+    }
+    w_puts(&w, "}}");
+    msg_end(s, &w, r->tag, false, "a progress notification");
+    r->told_us = tp_now_us();
+}
+
+/*
  * What the MCP server of a running mcp tool said about the call (the
  * engine's notice, engine.h). Its progress goes to a client that asked for
  * progress, under the client's token; values must grow, and those of a
@@ -605,21 +651,7 @@ static void notice_cb(void *ctx, const char *method, const char *params, size_t 
             double x = json_number_value(v);
             bool fresh = x > r->sent;
             r->sent = fresh ? x : r->sent + 1;
-            msg_begin(s, &w);
-            w_puts(&w, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":");
-            w_json(&w, r->progress);
-            w_puts(&w, ",\"progress\":");
-            w_progress(&w, r->sent);
-            if (fresh && json_is_number(total)) {
-                w_puts(&w, ",\"total\":");
-                w_progress(&w, json_number_value(total));
-            }
-            if (json_is_string(text)) {
-                w_puts(&w, ",\"message\":");
-                w_str(&w, json_string_value(text), json_string_length(text));
-            }
-            w_puts(&w, "}}");
-            msg_end(s, &w, r->tag, false, "a progress notification");
+            tell_progress(s, r, fresh ? total : NULL, json_string_value(text), json_string_length(text));
         }
     } else if (strcmp(method, "notifications/message") == 0 && json_is_object(p)) {
         const char *level = json_string_value(json_object_get(p, "level"));
@@ -669,17 +701,53 @@ void tp_mcp_session_progress(tp_mcp_session_t *s)
                      (unsigned long long)(ci.backoff_us + 500) / 1000u);
         else
             snprintf(text, sizeof text, "%s attempt %u: %s", ci.tool, ci.number, ci.outcome);
-        tp_msg_t w;
-        msg_begin(s, &w);
-        w_puts(&w, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":");
-        w_json(&w, r->progress);
-        w_puts(&w, ",\"progress\":");
-        w_progress(&w, r->sent);
-        w_puts(&w, ",\"message\":");
-        w_cstr(&w, text);
-        w_puts(&w, "}}");
-        msg_end(s, &w, r->tag, false, "a progress notification");
+        tell_progress(s, r, NULL, text, strlen(text));
     }
+}
+
+/*
+ * The keepalive: each call whose client asked for progress and has heard
+ * nothing for TP_MCP_KEEPALIVE_US (a long attempt, a long backoff, a wait
+ * for a slot) is told it is still going, its progress one more. The timer
+ * runs while such a call is live.
+ */
+static void keepalive_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    tp_mcp_session_t *s = arg;
+    uint64_t now = tp_now_us();
+    for (tp_mcp_req_t *r = s->progress; r && !s->closed; r = r->pnext) {
+        if (r->call == NULL || r->cancelled || now - r->told_us < TP_MCP_KEEPALIVE_US)
+            continue;
+        tp_call_info_t ci;
+        tp_call_info(r->call, &ci);
+        if (ci.ended)
+            continue;
+        char text[300];
+        snprintf(text, sizeof text, "%s: no answer yet, still %s", r->tool->name,
+                 ci.entries == 0 ? "on its first attempt"
+                 : ci.backoff_us ? "retrying"
+                                 : "working");
+        r->sent += 1;
+        tell_progress(s, r, NULL, text, strlen(text));
+    }
+    keepalive_arm(s);
+}
+
+static void keepalive_arm(tp_mcp_session_t *s)
+{
+    if (s->progress == NULL || s->closed) {
+        if (s->keepalive)
+            evtimer_del(s->keepalive);
+        return;
+    }
+    if (s->keepalive == NULL && (s->keepalive = evtimer_new(tp_engine_loop(s->e), keepalive_cb, s)) == NULL)
+        return; /* progress at each retry still goes out */
+    if (evtimer_pending(s->keepalive, NULL))
+        return;
+    struct timeval tv = {.tv_sec = 1, .tv_usec = 0};
+    evtimer_add(s->keepalive, &tv);
 }
 
 /* ---- the methods ---- */
@@ -852,9 +920,10 @@ static void do_set_level(tp_mcp_session_t *s, const json_t *id, const json_t *pa
 }
 
 /*
- * tools/call: a call for the engine. Its id is ours (mcp-SESSION-N, never
- * one another session recorded), its job the session or the client's
- * _meta.job, its step the job's next. A tool the registry does not have is
+ * tools/call: a call for the engine. Its id is the client's _meta.id (the
+ * request's identity: the same one sent again is answered from the store),
+ * else ours (mcp-SESSION-N, never one another session recorded); its job
+ * the session or the client's _meta.job, its step the job's next. A tool the registry does not have is
  * a protocol error, as MCP has it (-32602), with toolpool's tool message
  * (and its did-you-mean) as the error's data; everything after that,
  * arguments that fail the schema included, is the call's result.
@@ -865,6 +934,7 @@ static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_
     const char *name = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments"), *meta = json_object_get(params, "_meta");
     json_t *token = json_object_get(meta, "progressToken"), *jjob = json_object_get(meta, "job");
+    json_t *jid = json_object_get(meta, "id");
     const char *problem = NULL;
     if (name == NULL)
         problem = "\"name\" must be a string: the tool to call";
@@ -876,6 +946,9 @@ static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_
         problem = "\"_meta.progressToken\" must be a string or an integer";
     else if (jjob && (!json_is_string(jjob) || json_string_length(jjob) == 0))
         problem = "\"_meta.job\" must be a non-empty string";
+    else if (jid && (!json_is_string(jid) || json_string_length(jid) == 0 || json_string_length(jid) > TP_MCP_ID_MAX ||
+                     strlen(json_string_value(jid)) != json_string_length(jid)))
+        problem = "\"_meta.id\" must be a non-empty string of at most 256 bytes";
     if (problem) {
         reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL, "Invalid params: %s", problem);
         return;
@@ -902,8 +975,9 @@ static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_
     }
     const char *job = jjob ? json_string_value(jjob) : s->session_job;
     size_t job_len = strlen(job);
-    char call_id[64];
-    int cn = snprintf(call_id, sizeof call_id, "mcp-%s-%llu", s->session, (unsigned long long)++s->seq);
+    char call_id[TP_MCP_ID_MAX + 1];
+    int cn = jid ? snprintf(call_id, sizeof call_id, "%s", json_string_value(jid))
+                 : snprintf(call_id, sizeof call_id, "mcp-%s-%llu", s->session, (unsigned long long)++s->seq);
     tp_mcp_req_t *r = calloc(1, sizeof *r + id_len + 1 + (size_t)cn + 1 + job_len + 1);
     tp_buf_t ab = {0};
     if (r == NULL || (args && !json_is_null(args) ? tp_json_write(&ab, args, 0) : tp_buf_puts(&ab, "{}")) < 0 ||
@@ -942,6 +1016,7 @@ static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_
         .give_args = true,
         .jargs = empty ? empty : args,
         .notice = r->progress || s->log_level >= 0 ? notice_cb : NULL,
+        .deadline_us = s->deadline_us ? tp_now_us() + s->deadline_us : 0,
     };
     r->call = tp_engine_submit(s->e, &rq, answer_cb, r);
     json_decref(empty);
@@ -1132,7 +1207,7 @@ bool tp_mcp_version_known(const char *version)
 }
 
 tp_mcp_session_t *tp_mcp_session_new(tp_engine_t *e, const tp_mcp_catalog_t *tools, const char *version,
-                                     const tp_mcp_sink_t *sink)
+                                     uint64_t deadline_us, const tp_mcp_sink_t *sink)
 {
     tp_mcp_session_t *s = calloc(1, sizeof *s);
     if (s == NULL)
@@ -1143,6 +1218,7 @@ tp_mcp_session_t *tp_mcp_session_new(tp_engine_t *e, const tp_mcp_catalog_t *too
     s->sink = *sink;
     s->version = version;
     s->log_level = -1;
+    s->deadline_us = deadline_us;
     session_id_new(s->session);
     snprintf(s->session_job, sizeof s->session_job, "mcp-%s", s->session);
     return s;
@@ -1180,6 +1256,8 @@ static void session_free(tp_mcp_session_t *s)
             req_free(r);
         }
     free(s->table);
+    if (s->keepalive)
+        event_free(s->keepalive);
     for (size_t i = 0; i < s->jobs_cap; i++)
         while (s->jobs[i]) {
             tp_mcp_job_t *j = s->jobs[i];

@@ -76,9 +76,14 @@ void tp_mcp_catalog_free(tp_mcp_catalog_t *c);
 /* Whether version is one this server speaks (an MCP-Protocol-Version header, say). */
 bool tp_mcp_version_known(const char *version);
 
-/* A new session on the engine; NULL when out of memory. version: serverInfo.version. */
+/*
+ * A new session on the engine; NULL when out of memory. version:
+ * serverInfo.version; deadline_us: each call's deadline, from its start
+ * (all its attempts and waits, so that the host hears its answer before
+ * it gives up on the request); 0: none.
+ */
 tp_mcp_session_t *tp_mcp_session_new(tp_engine_t *e, const tp_mcp_catalog_t *tools, const char *version,
-                                     const tp_mcp_sink_t *sink);
+                                     uint64_t deadline_us, const tp_mcp_sink_t *sink);
 /* The session's random part: call ids are "mcp-SESSION-N", the default job "mcp-SESSION". */
 const char *tp_mcp_session_id(const tp_mcp_session_t *s);
 /* Whether initialize has been answered. */
