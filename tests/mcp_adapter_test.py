@@ -136,9 +136,9 @@ class McpAdapterTest(unittest.TestCase):
         self.assertEqual(r["c"]["result"]["content"][0]["text"], "survived")
         self.assertEqual(self.read_log().count("started"), 2)  # the second attempt, on a fresh server
 
-    def test_timeout_cancels_then_kills_and_next_call_starts_fresh(self):
+    def test_timeout_cancels_the_request_and_the_server_lives_on(self):
         reg = {"defaults": self.defaults(), "tools": [
-            self.tool("sleep", "sleep", timeout="1s", kill_grace="3s", attempts=1),
+            self.tool("sleep", "sleep", timeout="1s", attempts=1),
             self.tool("pid", "pid"),
         ]}
         calls = [
@@ -148,13 +148,12 @@ class McpAdapterTest(unittest.TestCase):
         ]
         r, p = self.run_calls(reg, calls, expect_rc=1)
         self.assertEqual(r["sleep"]["error"], "Timeout")
-        self.assertLess(r["sleep"]["duration_ms"], 30000)
+        self.assertLess(r["sleep"]["duration_ms"], 5000)
         log = self.read_log()
-        self.assertIn("cancelled", log)  # notifications/cancelled reached the server before the kill
+        self.assertIn("cancelled", log)  # notifications/cancelled told the server
         first = int(r["pid1"]["result"]["content"][0]["text"])
         second = int(r["pid2"]["result"]["content"][0]["text"])
-        self.assertNotEqual(first, second)  # a fresh server after the timeout
-        self.assertFalse(alive(first))
+        self.assertEqual(first, second)  # the same session: a timeout does not replace the server
 
     def test_timeout_without_grace_kills_at_once(self):
         reg = {"defaults": self.defaults(), "tools": [self.tool("sleep", "sleep", timeout="500ms", attempts=2)]}

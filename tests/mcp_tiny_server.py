@@ -2,17 +2,44 @@
 """A small MCP server over stdio (newline-delimited JSON-RPC 2.0), for the
 mcp adapter's deterministic cases: no npm needed.
 
+One process serves many requests at once: its loop selects on stdin with
+timers, so a slow tool (sleep, write with seconds, ask) holds no other
+request back, answers are sent in the order they end, and a
+notifications/cancelled for a request still pending drops it ("cancelled ID"
+in TINY_LOG; it is never answered). A cancellation for a request that is not
+pending (already answered, or unknown) is ignored. `ping` is answered {} at
+once ("ping ID" in TINY_LOG). Responses of the client (an id, a result or an
+error, no method) answer the server's own requests (see ask); one that
+answers nothing pending is ignored. Other methods: -32601.
+
 Tools: echo, add, fail (isError with a JSON error object), oops (isError
 with plain text), badparams (JSON-RPC -32602), malformed (a result that is
 not a CallToolResult, as its "form" says), write (a destructive tool: a line
-in TINY_LOG), counter (state kept in the process, no annotations), odd (a
-hint that is not a boolean), sleep (until its time or a
-notifications/cancelled), pid, crash (exits mid-call), crash_once, env (a variable),
-report (progress notifications when asked for, and a log message, before its answer;
-with fail_once, the first call fails with a transient error after them).
+"write TEXT" in TINY_LOG; with "seconds", written and answered when they are
+up, and never when cancelled before), counter (state kept in the process, no
+annotations; its count and pid), odd (a hint that is not a boolean), sleep
+(answers "slept" after "seconds", default 1, unless cancelled first), pid,
+crash (exits mid-call), crash_once, env (a variable), report (progress
+notifications when asked for, and a log message, before its answer; with
+fail_once, the first call fails with a transient error after them).
+Then, for shared sessions:
+  freeze {seconds}  stops reading stdin for that long (pings go unanswered
+                    meanwhile, timers wait), then answers "thawed"
+  wrongid           answers under an id no request has ("nope-ID" for a string
+                    id, ID+100000 for a number): the call itself is never answered
+  garbage           writes a line that is not JSON ("this is not json-rpc") on
+                    stdout and answers nothing
+  ask {method}      sends the client a request of that method (default
+                    "roots/list"; "sampling/createMessage", "elicitation/create"...)
+                    under a fresh id, and when the client's response comes,
+                    answers with its error (or result) as JSON text, and
+                    structuredContent {"error": ERROR or null, "result": RESULT or null}
+  whoami            its pid as text; structuredContent {"pid", "count"} (the
+                    counter's count, unchanged)
 
 Environment:
-  TINY_LOG         a file each notable event is appended to ("cancelled 3")
+  TINY_LOG         a file each notable event is appended to ("started PID",
+                   "ping 3", "cancelled 3", "write TEXT", "ask METHOD ID", "eof")
   TINY_CRASH       "start": exits 1 before answering initialize, after a word on stderr
   TINY_PAGE        tools per page of tools/list (nextCursor pagination); 0: one page
   TINY_CURSOR      "repeat": every page's nextCursor is the same one, so the pages never end
@@ -57,11 +84,32 @@ TOOLS = [
      "inputSchema": {"type": "object"}},
     {"name": "odd", "description": "Annotated with a hint that is not a boolean.",
      "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": "yes", "title": "Odd"}},
+    # new tools go at the end: other tests page through this list and count it
+    {"name": "freeze", "description": "Stops reading its input for a while, then answers.",
+     "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}}, "annotations": RO},
+    {"name": "wrongid", "description": "Answers under an id no request has.",
+     "inputSchema": {"type": "object"}, "annotations": RO},
+    {"name": "garbage", "description": "Writes a line that is not JSON-RPC and answers nothing.",
+     "inputSchema": {"type": "object"}, "annotations": RO},
+    {"name": "ask", "description": "Sends the client a request and answers with its response.",
+     "inputSchema": {"type": "object", "properties": {"method": {"type": "string"}}}, "annotations": RO},
+    {"name": "whoami", "description": "Its process id and the counter's count.",
+     "inputSchema": {"type": "object"}, "annotations": RO},
 ]
 
 buf = b""
-cancelled = set()
 count = 0
+# Requests being worked on, by key(id): {"id", "due" (a monotonic time, or None
+# while waiting for the client), "done" (a function giving the answer at "due")}
+pending = {}
+# The server's own requests, by the id they went with: the key of the call waiting for it
+asked = {}
+next_ask = 0
+
+
+def key(mid):
+    """A dict key for a JSON-RPC id that keeps 1 and "1" apart."""
+    return json.dumps(mid)
 
 
 def note(text):
@@ -76,23 +124,11 @@ def send(msg):
     sys.stdout.flush()
 
 
-def read_message(timeout=None):
-    """The next message, or None at EOF; "timeout" when none came in time."""
-    global buf
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while b"\n" not in buf:
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        r, _, _ = select.select([0], [], [], wait)
-        if not r:
-            return "timeout"
-        chunk = os.read(0, 65536)
-        if not chunk:
-            return None
-        buf += chunk
-    line, buf = buf.split(b"\n", 1)
-    if not line.strip():
-        return read_message(timeout)
-    return json.loads(line)
+def answer(mid, r):
+    if "__error" in r:
+        send({"jsonrpc": "2.0", "id": mid, "error": r["__error"]})
+    else:
+        send({"jsonrpc": "2.0", "id": mid, "result": r})
 
 
 def text(t, **extra):
@@ -101,7 +137,46 @@ def text(t, **extra):
     return r
 
 
+def later(mid, seconds, done):
+    """Answer mid with done() once seconds are up, unless it is cancelled first."""
+    pending[key(mid)] = {"id": mid, "due": time.monotonic() + max(0.0, seconds), "done": done}
+
+
+ASK_PARAMS = {
+    "sampling/createMessage": {"messages": [{"role": "user", "content": {"type": "text", "text": "hello"}}],
+                               "maxTokens": 16},
+    "elicitation/create": {"message": "Your name?",
+                           "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}},
+}
+
+
+def ask(mid, method):
+    """Send the client a request of method; mid is answered when its response comes."""
+    global next_ask
+    next_ask += 1
+    req = {"jsonrpc": "2.0", "id": next_ask, "method": method}
+    if method in ASK_PARAMS:
+        req["params"] = ASK_PARAMS[method]
+    asked[key(next_ask)] = key(mid)
+    pending[key(mid)] = {"id": mid, "due": None, "done": None, "ask": next_ask}
+    note("ask %s %d" % (method, next_ask))
+    send(req)
+
+
+def responded(m):
+    """A response of the client to one of the server's requests."""
+    k = asked.pop(key(m.get("id")), None)
+    p = pending.pop(k, None) if k is not None else None
+    if p is None:
+        return  # it answers nothing pending (its call was cancelled)
+    err, res = m.get("error"), m.get("result")
+    answer(p["id"], text(json.dumps(err if err is not None else res),
+                         structuredContent={"error": err, "result": res}))
+
+
 def call(req):
+    """The answer to a tools/call; None when it is answered later, or never."""
+    mid = req.get("id")
     p = req.get("params", {})
     name, args = p.get("name"), p.get("arguments", {})
     if name == "echo":
@@ -124,13 +199,23 @@ def call(req):
     if name == "pid":
         return text(str(os.getpid()))
     if name == "write":
-        time.sleep(float(args.get("seconds", 0)))
-        note("write %s" % args.get("text", ""))
-        return text("written")
+        line = "write %s" % args.get("text", "")
+        seconds = float(args.get("seconds", 0))
+        if seconds <= 0:
+            note(line)
+            return text("written")
+
+        def written():
+            note(line)
+            return text("written")
+        later(mid, seconds, written)
+        return None
     if name == "counter":
         global count
         count += 1
         return text(str(count), structuredContent={"count": count, "pid": os.getpid()})
+    if name == "whoami":
+        return text(str(os.getpid()), structuredContent={"pid": os.getpid(), "count": count})
     if name == "odd":
         return text("odd")
     if name == "env":
@@ -165,21 +250,82 @@ def call(req):
                         isError=True)
         return text("reported %d" % steps)
     if name == "sleep":
-        end = time.monotonic() + float(args.get("seconds", 1))
-        while time.monotonic() < end:
-            m = read_message(end - time.monotonic())
-            if m is None:
-                sys.exit(0)
-            if m == "timeout":
-                break
-            if m.get("method") == "notifications/cancelled":
-                note("cancelled %s" % m["params"]["requestId"])
-                return None  # no answer to a cancelled request
-        return text("slept")
+        later(mid, float(args.get("seconds", 1)), lambda: text("slept"))
+        return None
+    if name == "freeze":
+        time.sleep(max(0.0, float(args.get("seconds", 1))))  # nothing is read meanwhile
+        return text("thawed")
+    if name == "wrongid":
+        other = "nope-%s" % mid if isinstance(mid, str) else mid + 100000
+        send({"jsonrpc": "2.0", "id": other, "result": text("wrong id")})
+        return None
+    if name == "garbage":
+        sys.stdout.write("this is not json-rpc\n")
+        sys.stdout.flush()
+        return None
+    if name == "ask":
+        ask(mid, args.get("method") or "roots/list")
+        return None
     return {"__error": {"code": -32601, "message": "unknown tool %s" % name}}
 
 
+def handle(m, page):
+    """One message of the client."""
+    if not isinstance(m, dict):
+        send({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "not a request"}})
+        return
+    method, mid = m.get("method"), m.get("id")
+    if method is None:
+        if mid is not None and ("result" in m or "error" in m):
+            responded(m)
+        return
+    if method == "notifications/cancelled":
+        rid = m.get("params", {}).get("requestId")
+        p = pending.pop(key(rid), None)
+        if p is not None:
+            if p.get("ask") is not None:
+                asked.pop(key(p["ask"]), None)
+            note("cancelled %s" % rid)  # and no answer to it
+        return
+    if mid is None:
+        return  # other notifications
+    if method == "initialize":
+        v = os.environ.get("TINY_VERSION") or m["params"]["protocolVersion"]
+        send({"jsonrpc": "2.0", "id": mid, "result": {
+            "protocolVersion": v, "capabilities": {"tools": {}},
+            "serverInfo": {"name": "tiny", "version": "1"}}})
+    elif method == "ping":
+        note("ping %s" % mid)
+        send({"jsonrpc": "2.0", "id": mid, "result": {}})
+    elif method == "tools/list":
+        cursor = m.get("params", {}).get("cursor", "0") or "0"
+        start = int(cursor) if cursor.isdigit() else 0
+        tools = TOOLS[start:start + page] if page else TOOLS
+        result = {"tools": tools}
+        if page and start + page < len(TOOLS):
+            result["nextCursor"] = str(start + page)
+        if os.environ.get("TINY_CURSOR") == "repeat":
+            result = {"tools": TOOLS[:page or 1], "nextCursor": "again"}
+        send({"jsonrpc": "2.0", "id": mid, "result": result})
+    elif method == "tools/call":
+        r = call(m)
+        if r is not None:
+            answer(mid, r)
+    else:
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no method " + method}})
+
+
+def fire():
+    """Answer every pending request whose time is up, the earliest first."""
+    now = time.monotonic()
+    due = sorted((p["due"], k) for k, p in pending.items() if p["due"] is not None and p["due"] <= now)
+    for _, k in due:
+        p = pending.pop(k)
+        answer(p["id"], p["done"]())
+
+
 def main():
+    global buf
     sys.stderr.write("tiny: started\n")
     sys.stderr.flush()
     note("started %d" % os.getpid())
@@ -188,38 +334,27 @@ def main():
         sys.exit(1)
     page = int(os.environ.get("TINY_PAGE", "0"))
     while True:
-        m = read_message()
-        if m is None:
-            note("eof")
-            return
-        method, mid = m.get("method"), m.get("id")
-        if mid is None:
-            continue
-        if method == "initialize":
-            v = os.environ.get("TINY_VERSION") or m["params"]["protocolVersion"]
-            send({"jsonrpc": "2.0", "id": mid, "result": {
-                "protocolVersion": v, "capabilities": {"tools": {}},
-                "serverInfo": {"name": "tiny", "version": "1"}}})
-        elif method == "tools/list":
-            cursor = m.get("params", {}).get("cursor", "0") or "0"
-            start = int(cursor) if cursor.isdigit() else 0
-            tools = TOOLS[start:start + page] if page else TOOLS
-            result = {"tools": tools}
-            if page and start + page < len(TOOLS):
-                result["nextCursor"] = str(start + page)
-            if os.environ.get("TINY_CURSOR") == "repeat":
-                result = {"tools": TOOLS[:page or 1], "nextCursor": "again"}
-            send({"jsonrpc": "2.0", "id": mid, "result": result})
-        elif method == "tools/call":
-            r = call(m)
-            if r is None:
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            if not line.strip():
                 continue
-            if "__error" in r:
-                send({"jsonrpc": "2.0", "id": mid, "error": r["__error"]})
-            else:
-                send({"jsonrpc": "2.0", "id": mid, "result": r})
-        else:
-            send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no method " + method}})
+            try:
+                m = json.loads(line)
+            except ValueError:
+                send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse error"}})
+                continue
+            handle(m, page)
+            fire()
+        fire()
+        dues = [p["due"] for p in pending.values() if p["due"] is not None]
+        wait = max(0.0, min(dues) - time.monotonic()) if dues else None
+        r, _, _ = select.select([0], [], [], wait)
+        if r:
+            chunk = os.read(0, 65536)
+            if not chunk:
+                note("eof")
+                return
+            buf += chunk
 
 
 if __name__ == "__main__":

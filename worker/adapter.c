@@ -1,7 +1,7 @@
 /*
  * The adapter table: each kind of tool the registry declares whose calls
- * run one at a time, and the function that runs them. The http adapter's
- * calls run many at once, on the worker's loop: adapter.h.
+ * run one at a time, and the function that runs them. The http and mcp
+ * adapters' calls run many at once, on the worker's loop: adapter.h.
  */
 #include "adapter.h"
 
@@ -11,7 +11,6 @@
 static const tp_worker_adapter_t adapters[] = {
     {TOOLPOOL__ADAPTER__ADAPTER_EXEC, "exec", tp_exec_run},
     {TOOLPOOL__ADAPTER__ADAPTER_PLUGIN, "plugin", tp_plugin_run},
-    {TOOLPOOL__ADAPTER__ADAPTER_MCP, "mcp", tp_mcp_run},
 };
 /* clang-format on */
 

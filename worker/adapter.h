@@ -32,11 +32,7 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o);
 extern tp_start_line_t *tp_exec_start_line;
 /* plugin adapter: dlopen once per path, call tp_plugin_call_v1. */
 void tp_plugin_run(const Toolpool__Call *call, tp_outcome_t *o);
-/*
- * mcp adapter: tools/call on the worker's session with the tool's MCP
- * server, started (and the handshake run) at the first call that needs it.
- */
-void tp_mcp_run(const Toolpool__Call *call, tp_outcome_t *o);
+
 /*
  * http adapter: one HTTP request a call (its HttpCall), many calls in
  * flight at once on the worker's kept connections. The worker's loop
@@ -67,6 +63,29 @@ void tp_http_shutdown(void);
  */
 typedef void (*tp_mcp_notice_fn)(uint64_t seq, const char *method, const char *params, size_t len);
 void tp_mcp_set_notice(tp_mcp_notice_fn fn);
+/*
+ * mcp adapter: each call is a tools/call on the worker's session with the
+ * tool's MCP server (started, and the handshake run, at the first call
+ * that needs it), many in flight at once on one session, matched by their
+ * JSON-RPC ids, as for http: tp_mcp_start, tp_mcp_cancel, tp_mcp_wait, and
+ * each call's answer through the function set with tp_mcp_set_done.
+ */
+typedef void (*tp_mcp_done_fn)(const Toolpool__Call *call, tp_outcome_t *o);
+void tp_mcp_set_done(tp_mcp_done_fn fn);
+/* Starts frame's call (its server started first if need be); the call owns frame. Its answer may come at once. */
+void tp_mcp_start(Toolpool__SupervisorFrame *frame);
+/* Ends the call of seq now, answered Cancelled (the server told so). false when it is not in flight. */
+bool tp_mcp_cancel(uint64_t seq);
+/* Calls in flight. */
+int tp_mcp_in_flight(void);
+/*
+ * Waits up to timeout_ms for the servers' output and for fd (*fd_ready;
+ * -1: none), then takes every answer that came, ends the calls past their
+ * deadline (Timeout, the server told to cancel) and replaces a server that
+ * did not answer the ping after one, that ended, or that wrote what is not
+ * JSON-RPC (its calls end WorkerCrashed). 0, or TP_EIO.
+ */
+int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready);
 /* Ends every MCP session of the worker: each server's stdin closed, then killed. */
 void tp_mcp_shutdown(void);
 /* Set by the worker's SIGTERM handler: a call waiting on its MCP server cancels it. */

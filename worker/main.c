@@ -196,11 +196,16 @@ static bool handle_frame(const uint8_t *body, uint32_t len, tp_outcome_t *o)
         tp_http_start(sf); /* it owns sf now */
         return true;
     }
+    if (sf != NULL && sf->body_case == TOOLPOOL__SUPERVISOR_FRAME__BODY_CALL &&
+        sf->call->adapter == TOOLPOOL__ADAPTER__ADAPTER_MCP) {
+        tp_mcp_start(sf); /* it owns sf now */
+        return true;
+    }
     bool ok = sf != NULL;
     if (ok && sf->body_case == TOOLPOOL__SUPERVISOR_FRAME__BODY_CALL)
         run_one(sf->call, o);
     else if (ok && sf->body_case == TOOLPOOL__SUPERVISOR_FRAME__BODY_CANCEL)
-        (void)tp_http_cancel(sf->cancel->seq); /* one that answered already: too late, nothing to do */
+        (void)(tp_http_cancel(sf->cancel->seq) || tp_mcp_cancel(sf->cancel->seq)); /* one that answered: too late */
     else
         ok = false;
     toolpool__supervisor_frame__free_unpacked(sf, NULL);
@@ -268,6 +273,7 @@ int main(int argc, char **argv)
 
     tp_mcp_set_notice(send_notice);
     tp_http_set_done(send_reply);
+    tp_mcp_set_done(send_reply);
     tp_buf_t in = {0}, out = {0};
     Toolpool__Hello hello = TOOLPOOL__HELLO__INIT;
     hello.protocol = TOOLPOOL__PROTOCOL__PROTOCOL_VERSION;
@@ -309,6 +315,12 @@ int main(int argc, char **argv)
         if (tp_http_in_flight() > 0) {
             if (tp_http_wait(eof ? -1 : TP_CALL_FD, 1000, &readable) < 0) {
                 tp_log_error("the HTTP client failed; its calls cannot go on");
+                status = 3;
+                break;
+            }
+        } else if (tp_mcp_in_flight() > 0) {
+            if (tp_mcp_wait(eof ? -1 : TP_CALL_FD, 1000, &readable) < 0) {
+                tp_log_error("waiting on the MCP servers failed; their calls cannot go on");
                 status = 3;
                 break;
             }

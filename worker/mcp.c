@@ -4,24 +4,33 @@
  * A worker keeps one session per server it has been asked for (the same
  * command, environment and directory: every tool imported from one
  * "mcp_servers" entry shares it), up to SERVERS_MAX, the least recently
- * used closed past that. A session starts at the first call that needs it:
- * the server is spawned in the worker's process group (so the pool's kill
- * at a timeout takes it with the worker), the initialize handshake runs
- * once, then each call is one tools/call. The sweeps that kill what a tool
- * leaves behind spare a live server and what it started (contain.h); a
- * call to an MCP tool is not followed by a sweep.
+ * used closed past that. The pool gives each server's calls to the
+ * workers that hold its session (its instances), so one session serves
+ * every call of its tools and whatever state the server keeps lives on.
+ * A session starts at the first call that needs it: the server is spawned
+ * in the worker's process group (so the pool's kill of the worker takes it
+ * too), the initialize handshake runs once, within that call's deadline.
+ * The sweeps that kill what a tool leaves behind spare a live server and
+ * what it started (contain.h).
  *
- * Nothing here keeps time: the supervisor's timer bounds the handshake and
- * the call alike. At a timeout with a kill_grace the worker alone gets
- * SIGTERM (supervisor/pool/reap.c, slot_stop): the call's wait ends, the server is told
- * notifications/cancelled for the request, and the worker waits for it to
- * answer or exit until the KILL at the end of the grace. The next call on
- * the slot finds a fresh worker, so a fresh server and handshake.
+ * Each call is one tools/call, and many are in flight at once on one
+ * session, told apart by their JSON-RPC ids; the worker's loop waits on
+ * the servers' output and its call pipe together (tp_mcp_wait) and answers
+ * each call as its answer comes. At a call's deadline (the supervisor's,
+ * Call.deadline_us) the request gets notifications/cancelled and the call
+ * ends Timeout at once; the server is then pinged, and only one that does
+ * not answer within PING_GRACE_US, that ends, or that writes what is not
+ * JSON-RPC is killed: the calls it held end WorkerCrashed (retried when
+ * their tool is idempotent, Interrupted when not), and those that came
+ * while it was suspect, which it never saw, go to a fresh server.
+ * Requests the server makes of us are answered: ping, and a clear -32601
+ * for roots, sampling and elicitation, which toolpool does not offer.
  *
  * The server's stderr goes to the log, each line under the name of the
  * tool being called; never into a result.
  */
 #include <errno.h>
+#include <poll.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -65,7 +74,9 @@ typedef struct {
     unsigned start_fails;
     uint64_t refuse_until;
     char last_failure[640];
-    uint64_t used; /* for closing the least recently used */
+    uint64_t used;        /* for closing the least recently used */
+    int64_t ping_id;      /* a ping sent after a call's timeout, not yet answered; 0: none */
+    uint64_t ping_due_us; /* when its answer is due */
 } server_t;
 
 static server_t servers[SERVERS_MAX];
@@ -123,6 +134,8 @@ static void server_drop(server_t *s, uint64_t wait_us)
     s->live = false;
 }
 
+static void server_fail(server_t *s, const char *why);
+
 /* The server for call's command, environment and directory: a slot found, or taken. */
 static server_t *server_for(const Toolpool__Call *call)
 {
@@ -141,6 +154,7 @@ static server_t *server_for(const Toolpool__Call *call)
     }
     if (s == NULL) {
         s = oldest;
+        server_fail(s, "was closed for another server"); /* its calls in flight end first */
         server_drop(s, CLOSE_WAIT_US);
         free(s->key);
         tp_mcpio_free(&s->conn);
@@ -192,7 +206,7 @@ static void start_failed(server_t *s, const Toolpool__Call *call, tp_outcome_t *
  * tp_mcpio_spawn's, or tp_mcpio_initialize's (TP_ECLOSED, TP_EREFUSED,
  * TP_E2BIG, TP_EINTR...).
  */
-static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o)
+static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o, uint64_t deadline_us)
 {
     char err[512], what[TP_MCP_TAIL + 200], how[96];
     char **argv = calloc(call->n_argv + 1, sizeof *argv);
@@ -218,7 +232,7 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
     if (tp_contain_spare(s->conn.pid, true) < 0)
         tp_log_warn("more than %d MCP servers in one worker: the server of %s is killed after each call",
                     TP_CONTAIN_SPARE_MAX, call->tool);
-    rc = tp_mcpio_initialize(&s->conn, 0, &tp_mcp_interrupt, s->version, sizeof s->version, err, sizeof err);
+    rc = tp_mcpio_initialize(&s->conn, deadline_us, &tp_mcp_interrupt, s->version, sizeof s->version, err, sizeof err);
     if (rc == 0) {
         s->live = true;
         s->start_fails = 0;
@@ -242,31 +256,6 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
             tp_outcome_fail(o, "ServerError", "MCP server of %s: its handshake did not finish", call->tool);
     }
     return rc;
-}
-
-/*
- * The timeout's polite half: the request is cancelled, then the worker
- * waits for the server's last word on it (or its end) while the grace
- * runs; the KILL at its end cuts the wait short.
- */
-static void cancel(server_t *s, int64_t id)
-{
-    json_t *n = json_pack("{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0", "method", "notifications/cancelled", "params",
-                          "requestId", (json_int_t)id, "reason", "the call's timeout passed");
-    if (n != NULL && tp_mcpio_send(&s->conn, n, tp_now_us() + 1000000u, NULL) == 0) {
-        for (;;) {
-            json_t *m = NULL;
-            if (tp_mcpio_recv(&s->conn, 0, NULL, 1u << 30, &m) != 0)
-                break;
-            json_t *mid = json_object_get(m, "id");
-            bool done = json_object_get(m, "method") == NULL && json_is_integer(mid) && json_integer_value(mid) == id;
-            json_decref(m);
-            if (done)
-                break;
-        }
-    }
-    json_decref(n);
-    server_drop(s, 0);
 }
 
 /* The kind a JSON-RPC error code means for the call. */
@@ -425,82 +414,410 @@ static void notice(void *ctx, const json_t *msg)
     free(text);
 }
 
-void tp_mcp_run(const Toolpool__Call *call, tp_outcome_t *o)
+/* ---- calls in flight: many at once on one session ---- */
+
+/* How long a server has to answer the ping that follows a call's timeout before it is taken for hung. */
+#define PING_GRACE_US 5000000u
+
+/* One tools/call waiting for its answer. */
+typedef struct flight {
+    struct flight *next;
+    Toolpool__SupervisorFrame *frame; /* owns the call */
+    const Toolpool__Call *call;
+    server_t *server;
+    int64_t rpc_id;
+    uint64_t deadline_us; /* the supervisor's; 0: none */
+    size_t max_line;
+    json_t *held; /* its tools/call, not yet sent: its server has a ping to answer first; else NULL */
+} flight_t;
+
+static flight_t *flights;
+static int n_flights;
+static tp_mcp_done_fn done_fn;
+
+void tp_mcp_set_done(tp_mcp_done_fn fn)
+{
+    done_fn = fn;
+}
+
+int tp_mcp_in_flight(void)
+{
+    return n_flights;
+}
+
+/* Answers f's call with o (ready), and lets f go. */
+static void flight_end(flight_t *f, tp_outcome_t *o)
+{
+    for (flight_t **p = &flights; *p; p = &(*p)->next)
+        if (*p == f) {
+            *p = f->next;
+            n_flights--;
+            break;
+        }
+    if (done_fn)
+        done_fn(f->call, o);
+    json_decref(f->held);
+    toolpool__supervisor_frame__free_unpacked(f->frame, NULL);
+    free(f);
+}
+
+/* Sends f's held tools/call. 0, or tp_mcpio_send's code. */
+static int send_held(flight_t *f)
+{
+    const Toolpool__Call *call = f->call;
+    int rc = tp_mcpio_send(&f->server->conn, f->held, call->deadline_us ? call->deadline_us : tp_now_us() + 10000000u,
+                           NULL);
+    json_decref(f->held);
+    f->held = NULL;
+    return rc;
+}
+
+/* Whether a call waits to be sent to s. */
+static flight_t *first_held(const server_t *s)
+{
+    for (flight_t *f = flights; f; f = f->next)
+        if (f->server == s && f->held != NULL)
+            return f;
+    return NULL;
+}
+
+/* Tells the server to stop working on f's request (no answer is read for it). */
+static void send_cancelled(server_t *s, int64_t id, const char *reason)
+{
+    json_t *n = json_pack("{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0", "method", "notifications/cancelled", "params",
+                          "requestId", (json_int_t)id, "reason", reason);
+    if (n != NULL)
+        tp_mcpio_send(&s->conn, n, tp_now_us() + 1000000u, NULL);
+    json_decref(n);
+}
+
+/*
+ * s is done for: it crashed, hung or wrote what is not JSON-RPC. It is
+ * killed, and every call it held ends as its worker's death would end it
+ * (WorkerCrashed: retried if its tool is idempotent, else Interrupted);
+ * the next call starts it again.
+ */
+static void server_fail(server_t *s, const char *why)
 {
     char how[96];
-    snprintf(current_tool, sizeof current_tool, "%s", call->tool);
-    if (call->n_argv == 0 || call->mcp_tool[0] == '\0') {
-        tp_outcome_fail(o, "ToolError", "mcp tool %s has no server command or no tool name", call->tool);
-        return;
+    tp_mcpio_ended(&s->conn, 0, how, sizeof how);
+    server_drop(s, 0);
+    s->ping_id = 0;
+    tp_outcome_t o = {0};
+    for (flight_t *f = flights, *nx; f; f = nx) {
+        nx = f->next;
+        if (f->server != s || f->held != NULL)
+            continue;
+        tp_outcome_reset(&o);
+        tp_outcome_fail(&o, "WorkerCrashed", "the MCP server of %s %s (%s) while the call ran", f->call->tool, why,
+                        how);
+        flight_end(f, &o);
     }
-    server_t *s = server_for(call);
-    if (s == NULL) {
-        tp_outcome_fail(o, "ServerError", "out of memory");
-        return;
+    /* The calls it never got go to a fresh one, started now for them. */
+    flight_t *h = first_held(s);
+    tp_outcome_reset(&o);
+    if (h != NULL && server_start(s, h->call, &o, h->deadline_us) == 0) {
+        for (flight_t *f = flights; f; f = f->next)
+            if (f->server == s && f->held != NULL) {
+                f->rpc_id = s->conn.next_id++;
+                json_object_set_new(f->held, "id", json_integer(f->rpc_id));
+                send_held(f);
+            }
+    } else if (h != NULL) {
+        for (flight_t *f = flights, *nx; f; f = nx) {
+            nx = f->next;
+            if (f->server == s && f->held != NULL) {
+                tp_outcome_t e = {0};
+                tp_outcome_reset(&e);
+                tp_outcome_fail(&e, o.kind, "%.*s", (int)o.message.len, (const char *)o.message.data);
+                flight_end(f, &e);
+                tp_outcome_free(&e);
+            }
+        }
     }
-    if (s->live && server_gone(s)) {
-        tp_mcpio_ended(&s->conn, 0, how, sizeof how);
-        tp_log_warn("the MCP server of %s %s between calls; starting it again", call->tool, how);
-        server_drop(s, 0);
-    }
-    if (!s->live) {
-        if (s->start_fails >= START_FAILS_MAX && tp_now_us() < s->refuse_until) {
-            tp_outcome_fail(o, "ToolError",
-                            "%s (%u failed starts in a row: the crash-loop cap stops this worker starting it for %us)",
-                            s->last_failure, s->start_fails, START_REFUSE_US / 1000000u);
+    tp_outcome_free(&o);
+}
+
+/* The server's message m: an answer to a call or a ping, a notification, or a request of its own. */
+static void server_message(server_t *s, json_t *m)
+{
+    json_t *mid = json_object_get(m, "id");
+    const char *method = json_string_value(json_object_get(m, "method"));
+    if (method != NULL) {
+        if (mid != NULL && !json_is_null(mid)) {
+            tp_mcpio_answer_server(&s->conn, m, tp_now_us() + 1000000u, NULL);
             return;
         }
-        if (server_start(s, call, o) < 0)
+        /* a notification: progress on a call is matched by its token (the call's seq) */
+        json_t *params = json_object_get(m, "params");
+        json_t *token = json_object_get(params, "progressToken");
+        for (flight_t *f = flights; f; f = f->next) {
+            if (f->server != s || !f->call->notify)
+                continue;
+            bool progress = strcmp(method, "notifications/progress") == 0;
+            if (progress && !(json_is_integer(token) && (uint64_t)json_integer_value(token) == f->call->seq))
+                continue;
+            notice((void *)f->call, m);
+            if (progress)
+                break;
+            break; /* a log message goes once, with the call that listens */
+        }
+        return;
+    }
+    if (!json_is_integer(mid)) {
+        tp_log_warn("the MCP server of %s answered a request id it was never sent; ignored", current_tool);
+        return;
+    }
+    int64_t id = json_integer_value(mid);
+    if (s->ping_id != 0 && id == s->ping_id) {
+        s->ping_id = 0; /* it answers: it lives, and gets the calls held for it */
+        for (flight_t *f = flights; f; f = f->next)
+            if (f->server == s && f->held != NULL && send_held(f) != 0)
+                break; /* not written: the ended server is found at the next read */
+        return;
+    }
+    for (flight_t *f = flights; f; f = f->next) {
+        if (f->server == s && f->rpc_id == id) {
+            tp_outcome_t o = {0};
+            tp_outcome_reset(&o);
+            classify(f->call, m, &o);
+            flight_end(f, &o);
+            tp_outcome_free(&o);
             return;
+        }
     }
+    /* an answer to a call that has ended (at its timeout, cancelled): nobody waits for it */
+}
 
-    json_t *args = call->args.len ? json_loadb((const char *)call->args.data, call->args.len, 0, NULL) : json_object();
-    if (!json_is_object(args)) {
-        json_decref(args);
-        tp_outcome_fail(o, "BadArguments", "%s: an MCP tool's arguments are a JSON object", call->tool);
+/* After a call's timeout on s: a ping, which a server that still reads its stdin answers. */
+static void server_ping(server_t *s)
+{
+    if (s->ping_id != 0 || !s->live)
+        return;
+    int64_t id = s->conn.next_id++;
+    json_t *req = json_pack("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", (json_int_t)id, "method", "ping");
+    if (req != NULL && tp_mcpio_send(&s->conn, req, tp_now_us() + 1000000u, NULL) == 0) {
+        s->ping_id = id;
+        s->ping_due_us = tp_now_us() + PING_GRACE_US;
+    }
+    json_decref(req);
+}
+
+void tp_mcp_start(Toolpool__SupervisorFrame *frame)
+{
+    const Toolpool__Call *call = frame->call;
+    tp_outcome_t o = {0};
+    tp_outcome_reset(&o);
+    flight_t *f = calloc(1, sizeof *f);
+    char how[96];
+    snprintf(current_tool, sizeof current_tool, "%s", call->tool);
+    server_t *s = NULL;
+    if (f == NULL) {
+        tp_outcome_fail(&o, "ServerError", "out of memory");
+    } else if (call->n_argv == 0 || call->mcp_tool[0] == '\0') {
+        tp_outcome_fail(&o, "ToolError", "mcp tool %s has no server command or no tool name", call->tool);
+    } else if ((s = server_for(call)) == NULL) {
+        tp_outcome_fail(&o, "ServerError", "out of memory");
+    }
+    if (s != NULL && s->live && server_gone(s)) {
+        tp_mcpio_ended(&s->conn, 0, how, sizeof how);
+        tp_log_warn("the MCP server of %s %s between calls; starting it again", call->tool, how);
+        server_fail(s, "ended");
+    }
+    if (s != NULL && !s->live) {
+        if (s->start_fails >= START_FAILS_MAX && tp_now_us() < s->refuse_until) {
+            tp_outcome_fail(&o, "ToolError",
+                            "%s (%u failed starts in a row: the crash-loop cap stops this worker starting it for %us)",
+                            s->last_failure, s->start_fails, START_REFUSE_US / 1000000u);
+            s = NULL;
+        } else if (server_start(s, call, &o, call->deadline_us) < 0) {
+            s = NULL;
+        }
+    }
+    json_t *params = NULL;
+    if (s != NULL) {
+        json_t *args = call->args.len ? json_loadb((const char *)call->args.data, call->args.len, 0, NULL)
+                                      : json_object();
+        if (!json_is_object(args)) {
+            json_decref(args);
+            tp_outcome_fail(&o, "BadArguments", "%s: an MCP tool's arguments are a JSON object", call->tool);
+            s = NULL;
+        } else {
+            params = json_pack("{s:s, s:o}", "name", call->mcp_tool, "arguments", args);
+            /* A caller who listens hears the server's progress: the call's seq is its token. */
+            if (params != NULL && call->notify &&
+                json_object_set_new(params, "_meta", json_pack("{s:I}", "progressToken", (json_int_t)call->seq)) < 0) {
+                json_decref(params);
+                params = NULL;
+            }
+            if (params == NULL) {
+                tp_outcome_fail(&o, "ServerError", "out of memory");
+                s = NULL;
+            }
+        }
+    }
+    if (s != NULL) {
+        f->rpc_id = s->conn.next_id++;
+        json_t *req = json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id", (json_int_t)f->rpc_id, "method",
+                                "tools/call", "params", params);
+        int rc = 0;
+        if (req != NULL && s->ping_id != 0) {
+            f->held = req; /* its server may be hung: the call waits for the ping's answer, or a fresh server */
+            req = NULL;
+        } else {
+            rc = req ? tp_mcpio_send(&s->conn, req, call->deadline_us ? call->deadline_us : tp_now_us() + 10000000u,
+                                     NULL)
+                     : TP_ENOMEM;
+        }
+        json_decref(req);
+        if (rc != 0) {
+            tp_outcome_fail(&o, rc == TP_ENOMEM ? "ServerError" : "WorkerCrashed",
+                            rc == TP_ENOMEM ? "%s: out of memory" : "%s: the MCP server does not read its stdin",
+                            call->tool);
+            if (rc != TP_ENOMEM)
+                server_fail(s, "stopped reading its stdin");
+            s = NULL;
+        }
+    }
+    if (s == NULL) {
+        if (done_fn)
+            done_fn(call, &o);
+        tp_outcome_free(&o);
+        toolpool__supervisor_frame__free_unpacked(frame, NULL);
+        free(f);
         return;
     }
-    json_t *params = json_pack("{s:s, s:o}", "name", call->mcp_tool, "arguments", args);
-    /* A caller who listens hears the server's progress: the call's seq is its token. */
-    if (params != NULL && call->notify &&
-        json_object_set_new(params, "_meta", json_pack("{s:I}", "progressToken", (json_int_t)call->seq)) < 0) {
-        json_decref(params);
-        params = NULL;
+    tp_outcome_free(&o);
+    f->frame = frame;
+    f->call = call;
+    f->server = s;
+    f->deadline_us = call->deadline_us;
+    f->max_line = call->max_output > (1u << 30) ? (size_t)1 << 31 : (size_t)call->max_output * 2 + 65536;
+    f->next = flights;
+    flights = f;
+    n_flights++;
+}
+
+bool tp_mcp_cancel(uint64_t seq)
+{
+    for (flight_t *f = flights; f; f = f->next) {
+        if (f->call->seq != seq)
+            continue;
+        if (f->held == NULL)
+            send_cancelled(f->server, f->rpc_id, "the caller cancelled the call");
+        tp_outcome_t o = {0};
+        tp_outcome_reset(&o);
+        tp_outcome_fail(&o, "Cancelled", "%s: cancelled", f->call->tool);
+        flight_end(f, &o);
+        tp_outcome_free(&o);
+        return true;
     }
-    int64_t id = 0;
-    json_t *answer = NULL;
-    size_t max_line = call->max_output > (1u << 30) ? (size_t)1 << 31 : (size_t)call->max_output * 2 + 65536;
-    s->conn.notice = call->notify ? notice : NULL;
-    s->conn.notice_ctx = (void *)call;
-    int rc = params ? tp_mcpio_request(&s->conn, "tools/call", params, 0, &tp_mcp_interrupt, max_line, &id, &answer)
-                    : TP_ENOMEM;
-    s->conn.notice = NULL;
-    switch (rc) {
-    case 0:
-        classify(call, answer, o);
-        json_decref(answer);
-        return;
-    case TP_EINTR:
-        cancel(s, id);
-        tp_outcome_fail(o, "Timeout", "%s: cancelled at its timeout", call->tool);
-        return;
-    case TP_ECLOSED:
-        tp_mcpio_ended(&s->conn, CLOSE_WAIT_US, how, sizeof how);
-        server_drop(s, 0);
-        tp_outcome_fail(o, "WorkerCrashed", "the MCP server of %s %s during the call (its stderr is in the log)",
-                        call->tool, how);
-        return;
-    case TP_E2BIG:
-        server_drop(s, 0);
-        tp_outcome_fail(o, "OutputTooLarge",
-                        "%s: the MCP server's answer is longer than max_output allows (%llu bytes)", call->tool,
-                        (unsigned long long)call->max_output);
-        return;
-    default:
-        server_drop(s, 0);
-        tp_outcome_fail(o, "ServerError", "%s: out of memory", call->tool);
-        return;
+    return false;
+}
+
+/* Calls past their deadline end Timeout (the server told to stop), and a hung server is found. */
+static void check_times(void)
+{
+    uint64_t now = tp_now_us();
+    for (flight_t *f = flights, *nx; f; f = nx) {
+        nx = f->next;
+        if (f->deadline_us == 0 || now < f->deadline_us)
+            continue;
+        server_t *s = f->server;
+        bool sent = f->held == NULL;
+        if (sent)
+            send_cancelled(s, f->rpc_id, "the call's timeout passed");
+        tp_outcome_t o = {0};
+        tp_outcome_reset(&o);
+        tp_outcome_fail(&o, "Timeout", "%s: no answer within its timeout (the MCP server was told to cancel it)",
+                        f->call->tool);
+        flight_end(f, &o);
+        tp_outcome_free(&o);
+        if (sent)
+            server_ping(s);
+        nx = flights; /* the list may have changed */
     }
+    for (int i = 0; i < SERVERS_MAX; i++) {
+        server_t *s = &servers[i];
+        if (s->live && s->ping_id != 0 && now >= s->ping_due_us) {
+            char why[96];
+            snprintf(why, sizeof why, "did not answer a ping within %us", PING_GRACE_US / 1000000u);
+            tp_log_warn("the MCP server of %s %s: it is restarted", current_tool, why);
+            server_fail(s, why);
+        }
+    }
+}
+
+/* Reads each server's output and acts on every whole message in it. */
+static void read_servers(void)
+{
+    for (int i = 0; i < SERVERS_MAX; i++) {
+        server_t *s = &servers[i];
+        if (!s->live)
+            continue;
+        int rc;
+        while ((rc = tp_mcpio_fill(&s->conn)) == 0) {
+        }
+        size_t max_line = 1u << 20;
+        for (flight_t *f = flights; f; f = f->next)
+            if (f->server == s && f->max_line > max_line)
+                max_line = f->max_line;
+        bool closed = rc == TP_ECLOSED;
+        for (;;) {
+            json_t *m = NULL;
+            char junk[128];
+            int t = tp_mcpio_take(&s->conn, max_line, &m, junk, sizeof junk);
+            if (t == 0) {
+                server_message(s, m);
+                json_decref(m);
+                if (!s->live)
+                    break;
+                continue;
+            }
+            if (t == TP_EPROTO) {
+                char why[200];
+                snprintf(why, sizeof why, "wrote what is not JSON-RPC (\"%s\")", junk);
+                server_fail(s, why);
+            } else if (t == TP_E2BIG) {
+                server_fail(s, "wrote a line longer than the calls' max_output allows");
+            } else if (t == TP_ECLOSED || closed) {
+                server_fail(s, "ended");
+            }
+            break;
+        }
+    }
+}
+
+int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready)
+{
+    struct pollfd pf[1 + 2 * SERVERS_MAX];
+    int n = 0;
+    if (fd >= 0)
+        pf[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+    for (int i = 0; i < SERVERS_MAX; i++) {
+        server_t *s = &servers[i];
+        if (!s->live)
+            continue;
+        if (s->conn.out_fd >= 0)
+            pf[n++] = (struct pollfd){.fd = s->conn.out_fd, .events = POLLIN};
+        if (s->conn.err_fd >= 0)
+            pf[n++] = (struct pollfd){.fd = s->conn.err_fd, .events = POLLIN};
+    }
+    uint64_t now = tp_now_us(), soon = now + (uint64_t)timeout_ms * 1000u;
+    for (flight_t *f = flights; f; f = f->next)
+        if (f->deadline_us && f->deadline_us < soon)
+            soon = f->deadline_us;
+    for (int i = 0; i < SERVERS_MAX; i++)
+        if (servers[i].live && servers[i].ping_id != 0 && servers[i].ping_due_us < soon)
+            soon = servers[i].ping_due_us;
+    int ms = soon > now ? (int)((soon - now + 999) / 1000) : 0;
+    int r = poll(pf, (nfds_t)n, ms);
+    *fd_ready = fd >= 0 && r > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+    if (r < 0 && errno != EINTR)
+        return TP_EIO;
+    read_servers();
+    check_times();
+    return 0;
 }
 
 void tp_mcp_shutdown(void)

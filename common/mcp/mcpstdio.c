@@ -310,6 +310,59 @@ static void not_a_message(tp_mcpio_t *c, const char *p, size_t n)
         c->log_line(c->log_ctx, line);
 }
 
+int tp_mcpio_take(tp_mcpio_t *c, size_t max_line, json_t **msg, char *junk, size_t junk_len)
+{
+    for (;;) {
+        const char *start = (const char *)tp_buf_head(&c->out);
+        size_t avail = tp_buf_avail(&c->out);
+        const char *nl = avail ? memchr(start, '\n', avail) : NULL;
+        if (nl == NULL) {
+            if (avail > max_line)
+                return TP_E2BIG;
+            return c->out_fd < 0 ? TP_ECLOSED : TP_EAGAIN;
+        }
+        size_t n = (size_t)(nl - start), k = n;
+        while (k > 0 && (start[k - 1] == '\r' || start[k - 1] == ' ' || start[k - 1] == '\t'))
+            k--;
+        json_t *v = k ? json_loadb(start, k, 0, NULL) : NULL;
+        int rc = 0;
+        if (k > 0 && !json_is_object(v)) {
+            not_a_message(c, start, k);
+            snprintf(junk, junk_len, "%.*s", (int)(k > 120 ? 120 : k), start);
+            for (char *q = junk; *q; q++)
+                if ((unsigned char)*q < 0x20)
+                    *q = ' ';
+            rc = TP_EPROTO;
+        }
+        tp_buf_consume(&c->out, n + 1);
+        if (tp_buf_avail(&c->out) == 0)
+            tp_buf_reset(&c->out);
+        if (rc != 0) {
+            json_decref(v);
+            return rc;
+        }
+        if (v != NULL) {
+            *msg = v;
+            return 0;
+        }
+    }
+}
+
+int tp_mcpio_fill(tp_mcpio_t *c)
+{
+    if (c->err_fd >= 0)
+        read_stderr(c);
+    if (c->out_fd < 0)
+        return TP_ECLOSED;
+    ssize_t r = tp_buf_read_fd(&c->out, c->out_fd);
+    if (r > 0)
+        return 0;
+    if (r == TP_EAGAIN || r == TP_EINTR)
+        return TP_EAGAIN;
+    tp_close_fd(&c->out_fd);
+    return TP_ECLOSED;
+}
+
 int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line, json_t **msg)
 {
     size_t scanned = 0;
@@ -354,16 +407,16 @@ int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *st
     }
 }
 
-/* Answers a request the server sent us: ping, or "not served here". */
-static void answer_server(tp_mcpio_t *c, json_t *req, uint64_t deadline_us, volatile sig_atomic_t *stop)
+void tp_mcpio_answer_server(tp_mcpio_t *c, const json_t *req, uint64_t deadline_us, volatile sig_atomic_t *stop)
 {
     const char *method = json_string_value(json_object_get(req, "method"));
     json_t *a;
     if (method && strcmp(method, "ping") == 0)
         a = json_pack("{s:s, s:O, s:{}}", "jsonrpc", "2.0", "id", json_object_get(req, "id"), "result");
     else
-        a = json_pack("{s:s, s:O, s:{s:i, s:s+}}", "jsonrpc", "2.0", "id", json_object_get(req, "id"), "error", "code",
-                      -32601, "message", "toolpool does not serve ", method ? method : "that");
+        a = json_pack("{s:s, s:O, s:{s:i, s:s+++}}", "jsonrpc", "2.0", "id", json_object_get(req, "id"), "error",
+                      "code", -32601, "message", "Method not found: toolpool does not offer ", method ? method : "that",
+                      " to the servers it calls", " (it declares no roots, sampling or elicitation capability)");
     if (a != NULL)
         tp_mcpio_send(c, a, deadline_us, stop);
     json_decref(a);
@@ -390,7 +443,7 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
         json_t *mid = json_object_get(m, "id");
         if (json_object_get(m, "method") != NULL) {
             if (mid != NULL && !json_is_null(mid))
-                answer_server(c, m, deadline_us, stop);
+                tp_mcpio_answer_server(c, m, deadline_us, stop);
             else if (c->notice)
                 c->notice(c->notice_ctx, m); /* a notification: progress, a log message, list_changed */
             json_decref(m);

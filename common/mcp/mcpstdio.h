@@ -82,6 +82,30 @@ int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volati
 int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line, json_t **msg);
 
 /*
+ * Without waiting: the next whole message already read from the server's
+ * stdout into *msg (blank lines skipped). 0; TP_EAGAIN when no whole line
+ * is there yet (tp_mcpio_fill reads more); TP_ECLOSED when its stdout has
+ * ended; TP_E2BIG when an unfinished line is past max_line; TP_EPROTO for
+ * a line that is not a JSON object (logged, consumed, and its start copied
+ * into junk): the server does not speak JSON-RPC.
+ */
+int tp_mcpio_take(tp_mcpio_t *c, size_t max_line, json_t **msg, char *junk, size_t junk_len);
+
+/*
+ * Reads once what the server's stdout and stderr hold, without waiting
+ * (for a caller that polls out_fd and err_fd itself). 0 when it read
+ * something; TP_EAGAIN when nothing was there; TP_ECLOSED at its end.
+ */
+int tp_mcpio_fill(tp_mcpio_t *c);
+
+/*
+ * Answers req, a request the server sent: ping with {}, anything else
+ * with -32601, saying that toolpool offers servers no roots, sampling or
+ * elicitation.
+ */
+void tp_mcpio_answer_server(tp_mcpio_t *c, const json_t *req, uint64_t deadline_us, volatile sig_atomic_t *stop);
+
+/*
  * Sends the request method(params) (params stolen; NULL: none) and reads
  * until its answer, which lands in *answer (the whole message: "result" or
  * "error"). Meanwhile the server's requests are answered (ping with {},

@@ -381,11 +381,11 @@ void eng_dispatch(tp_engine_t *e)
             return;
         prefetch_ready(e);
         /*
-         * An http tool's call goes beside the others a worker holds in
+         * An http or mcp tool's call goes beside the others a worker holds in
          * flight. Otherwise idle slots set aside for deferred attempts are
          * not free for pipelining either.
          */
-        bool room = c->hop_tool->adapter == TP_ADAPTER_HTTP
+        bool room = tp_pool_flies(c->hop_tool)
                         ? tp_pool_room(e->pool, c->hop_tool, 1)
                         : idle || (tp_pool_idle(e->pool) == 0 &&
                                    tp_pool_room(e->pool, c->hop_tool, tool_depth(e, c->hop_tool)));

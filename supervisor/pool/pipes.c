@@ -356,9 +356,13 @@ static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
         }
     } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_NOTICE) {
         /* Only while its attempt runs, and only when someone listens: else it is too late, and dropped. */
-        if (s->state == SLOT_BUSY && s->attempt && wf->notice->seq == s->attempt->seq && s->attempt->notify &&
-            p->o.notice_cb)
-            p->o.notice_cb(p->o.ctx, s->attempt, wf->notice->method, wf->notice->params.data, wf->notice->params.len);
+        tp_attempt_t *to = NULL;
+        if (s->state == SLOT_BUSY && s->attempt && wf->notice->seq == s->attempt->seq)
+            to = s->attempt;
+        else if (s->state == SLOT_BUSY && s->attempt == NULL && (k = flight_find(s, wf->notice->seq)) >= 0)
+            to = s->flight[k]; /* one of the calls in flight on an MCP session */
+        if (to && to->notify && p->o.notice_cb)
+            p->o.notice_cb(p->o.ctx, to, wf->notice->method, wf->notice->params.data, wf->notice->params.len);
     } else if (wf->body_case == TOOLPOOL__WORKER_FRAME__BODY_REPLY && s->state == SLOT_BUSY && s->attempt == NULL &&
                (k = flight_find(s, wf->reply->seq)) >= 0) {
         slot_flight_reply(s, k, wf->reply);

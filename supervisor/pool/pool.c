@@ -130,6 +130,7 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts)
         tp_slot_t *s = &p->slots[i];
         s->pool = p;
         s->index = i;
+        s->server = -1;
         s->call_fd = s->reply_fd = -1;
         s->ev_timer = evtimer_new(base, slot_timer_cb, s);
         made = made && s->ev_timer != NULL;
@@ -220,33 +221,55 @@ static bool flight_room(const tp_slot_t *s, const tp_tool_t *t)
 }
 
 /*
- * The worker for one more attempt of http tool t: of the idle ones and
- * those holding http attempts already, the one holding fewest, among
- * those with room under t's max_in_flight (a cap on t's attempts in one
- * worker) that are not being stopped or retired and will not pass their
- * recycling count with it.
+ * The worker for one more attempt of http or mcp tool t, among those that
+ * are idle or hold attempts in flight already, have room under t's
+ * max_in_flight (a cap on t's attempts in one worker), are not being
+ * stopped or retired and will not pass their recycling count with it:
+ *   http  the one holding fewest, of those holding no MCP session;
+ *   mcp   one whose worker holds t's server's session, the least loaded;
+ *         but while fewer workers than its instances hold one, an idle
+ *         worker holding none takes a new copy of the server; and when
+ *         none holds one and every idle worker holds another's, one of
+ *         those takes it (its worker keeps the other session too).
  */
 static tp_slot_t *flight_slot(tp_pool_t *p, const tp_tool_t *t)
 {
-    tp_slot_t *best = NULL;
+    tp_slot_t *best = NULL, *fresh = NULL, *other = NULL;
     if (p->shutting_down)
         return NULL;
+    bool mcp = t->adapter == TP_ADAPTER_MCP;
+    uint32_t bound = 0;
     for (int i = 0; i < p->n; i++) {
         tp_slot_t *s = &p->slots[i];
+        bool mine = mcp && s->server == t->mcp_server_id;
+        bound += mine && s->state != SLOT_DOWN && s->why == WHY_NONE;
         bool in_flight = s->state == SLOT_BUSY && s->attempt == NULL;
         if ((s->state != SLOT_IDLE && !in_flight) || s->why != WHY_NONE || s->eof || s->retiring || !flight_room(s, t))
             continue;
         if (s->call_cap && s->calls + (uint64_t)s->n_flight + 1 > s->call_cap)
             continue;
+        if (mcp && !mine) {
+            if (s->state == SLOT_IDLE && s->server < 0 && fresh == NULL)
+                fresh = s;
+            else if (s->state == SLOT_IDLE && other == NULL)
+                other = s;
+            continue;
+        }
+        if (!mcp && s->server >= 0)
+            continue;
         if (best == NULL || s->n_flight < best->n_flight)
             best = s;
     }
+    if (mcp && fresh != NULL && bound < t->mcp_instances)
+        return fresh;
+    if (mcp && best == NULL && bound == 0)
+        return other;
     return best;
 }
 
 bool tp_pool_room(const tp_pool_t *p, const tp_tool_t *t, int depth)
 {
-    if (t->adapter == TP_ADAPTER_HTTP)
+    if (tp_pool_flies(t))
         return flight_slot((tp_pool_t *)p, t) != NULL;
     return pipeline_slot((tp_pool_t *)p, depth) != NULL;
 }
@@ -301,12 +324,14 @@ bool tp_pool_is_running(const tp_pool_t *p, const tp_attempt_t *a)
 int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
 {
     tp_slot_t *s = NULL;
-    bool http = a->tool->adapter == TP_ADAPTER_HTTP;
+    bool http = tp_pool_flies(a->tool); /* in flight, as an http call is */
     if (http)
         s = flight_slot(p, a->tool);
-    for (int i = 0; i < p->n && s == NULL && !http; i++)
-        if (p->slots[i].state == SLOT_IDLE && p->slots[i].why == WHY_NONE)
-            s = &p->slots[i];
+    /* an idle worker holding no MCP session first: one that holds one keeps it for its calls */
+    for (int pass = 0; pass < 2 && s == NULL && !http; pass++)
+        for (int i = 0; i < p->n && s == NULL; i++)
+            if (p->slots[i].state == SLOT_IDLE && p->slots[i].why == WHY_NONE && (pass == 1 || p->slots[i].server < 0))
+                s = &p->slots[i];
     if (s == NULL && !http)
         s = pipeline_slot(p, a->depth);
     if (s == NULL || p->shutting_down)
@@ -327,8 +352,10 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         .notify = a->notify,
     };
     a->started_us = tp_now_us();
-    /* The worker ends an http transfer at the very deadline the supervisor keeps: the clock is the machine's. */
+    /* The worker ends an http or mcp call at the very deadline the supervisor keeps: the clock is the machine's. */
     call.deadline_us = http ? a->started_us + a->timeout_us : 0;
+    if (a->tool->adapter == TP_ADAPTER_MCP)
+        s->server = a->tool->mcp_server_id;
     a->spawn_us = 0;
     a->result = NULL;
     a->message = NULL;

@@ -111,6 +111,11 @@ int tp_pool_idle(const tp_pool_t *pool);
  * this depth behind its current one.
  */
 bool tp_pool_room(const tp_pool_t *pool, const tp_tool_t *t, int depth);
+/* Whether t's calls run side by side in one worker (http, mcp) rather than one at a time. */
+static inline bool tp_pool_flies(const tp_tool_t *t)
+{
+    return t->adapter == TP_ADAPTER_HTTP || t->adapter == TP_ADAPTER_MCP;
+}
 /* Attempts running now. */
 int tp_pool_busy(const tp_pool_t *pool);
 /*

@@ -207,7 +207,8 @@ typedef struct tp_slot {
     uint64_t held_since_us;                /* a respawn put off for a deadline: since when */
     tp_attempt_t *queue[TP_POOL_PIPE_MAX]; /* sent after it, waiting their turn in the worker */
     int queued;
-    tp_attempt_t **flight; /* http attempts running side by side (attempt is NULL then) */
+    tp_attempt_t **flight; /* http or mcp attempts running side by side (attempt is NULL then) */
+    int server;            /* the MCP server (tp_tool_t.mcp_server_id) whose session its worker holds; -1: none */
     int n_flight;
     int flight_cap; /* what flight has room for */
     unsigned crash_streak;

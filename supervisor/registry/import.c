@@ -19,6 +19,8 @@ typedef struct {
     char **env;
     char *cwd;
     uint64_t start_timeout_us;
+    uint32_t instances;     /* copies of the server, shared by its tools' calls; 0: 1 */
+    uint32_t max_in_flight; /* calls at once on one copy; 0: the default */
     json_t *defaults;
     json_t *tools;
 } server_spec_t;
@@ -29,6 +31,8 @@ static const key_spec_t server_keys[] = {
     {KEY("env", K_ENV), SRV(env)},
     {KEY("cwd", K_STRING), SRV(cwd), .flags = F_NONEMPTY | F_PATH},
     {KEY("start_timeout", K_DURATION), SRV(start_timeout_us), .flags = F_MIN_EXCL},
+    {KEY("instances", K_UINT), SRV(instances), .min = 1, .max = TP_MCP_INSTANCES_MAX},
+    {KEY("max_in_flight", K_UINT), SRV(max_in_flight), .min = 1, .max = TP_MAX_IN_FLIGHT_MAX},
     {KEY("defaults", K_JSON), SRV(defaults)},
     {KEY("tools", K_JSON), SRV(tools)},
 };
@@ -129,6 +133,10 @@ static json_t *imported_tool(const char *server, const server_spec_t *sp, const 
         json_object_set_new(mcp, "env", env);
     }
     json_object_set_new(mcp, "cwd", json_string(sp->cwd ? sp->cwd : dir));
+    if (sp->instances)
+        json_object_set_new(mcp, "instances", json_integer(sp->instances));
+    if (sp->max_in_flight)
+        json_object_set_new(t, "max_in_flight", json_integer(sp->max_in_flight));
     json_object_set_new(t, "name", json_string(full));
     json_t *desc = json_object_get(listed, "description");
     if (json_is_string(desc))

@@ -261,8 +261,10 @@ tp_registry_t *tp_registry_load_policy(const char *path, const char *policy, cha
     }
     free(ld.tool_lines);
     ld.tool_lines = NULL;
-    if (ld.n_errors == 0)
+    if (ld.n_errors == 0) {
+        reg_number_servers(reg);
         goto out;
+    }
     reg_finish_errors(&ld);
 fail:
     tp_registry_free(reg);

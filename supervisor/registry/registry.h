@@ -118,7 +118,10 @@ typedef enum {
     TP_FROM_POLICY_RUN,  /* the policy file's "run" entry */
 } tp_from_t;
 
-/* An http tool's max_in_flight: its default, and the most it may say. */
+/* An MCP server's instances: the most a registry may ask for. */
+#define TP_MCP_INSTANCES_MAX 64
+
+/* An http or mcp tool's max_in_flight: its default, and the most it may say. */
 #define TP_MAX_IN_FLIGHT_DEFAULT 64
 #define TP_MAX_IN_FLIGHT_MAX 1024
 
@@ -139,6 +142,14 @@ typedef struct {
     char **mcp_env;     /* mcp: "K=V" added to the server's environment, NULL-terminated, or NULL */
     char *mcp_cwd;      /* mcp: the server's directory (absolute), or NULL */
     char *mcp_server;   /* imported from "mcp_servers": the server's name; else NULL */
+    /*
+     * mcp: which server it is (one command, env and cwd: 0 to
+     * n_mcp_servers-1), and how many copies of that server run, each in a
+     * worker of its own, shared by the calls of all its tools (the most
+     * any of them says; 1 by default).
+     */
+    int mcp_server_id;
+    uint32_t mcp_instances;
     /* http: the request as declared (secrets unresolved: what may be shown), and as sent */
     char *http_url;              /* the URL template: {NAME} takes the arg NAME, percent-encoded */
     char *http_method;           /* GET (the default), POST, PUT, PATCH or DELETE */
@@ -147,7 +158,7 @@ typedef struct {
     char *http_body;             /* "args": GET and DELETE send the args as a body too; NULL: they do not */
     char *http_ca_file;          /* absolute, or NULL: the system's certificates */
     uint64_t connect_timeout_us; /* 0: the transport's own */
-    uint32_t max_in_flight;      /* http: the most calls of it one worker holds at once (set at load: 64) */
+    uint32_t max_in_flight;      /* http, mcp: the most calls of it one worker holds at once (set at load: 64) */
     char *http_target;           /* the URL, ${env:NAME} and ${file:PATH} resolved at load; never shown */
     char **http_header_lines;    /* "Name: value", resolved at load; never shown; NULL-terminated, or NULL */
     char **http_secrets;         /* the secrets' values, for the worker to keep out of what it answers */
@@ -194,7 +205,8 @@ typedef struct tp_registry {
     tp_guards_t guards;
     tp_tool_t *tools;
     size_t n_tools;
-    void *index; /* name -> tool lookup, private */
+    size_t n_mcp_servers; /* the distinct MCP servers the tools name (tp_tool_t.mcp_server_id) */
+    void *index;          /* name -> tool lookup, private */
 } tp_registry_t;
 
 /*

@@ -102,6 +102,8 @@ int reg_fail_then_reset(loader_t *ld, int rc);
  * into http_target and http_header_lines. 0, TP_EINVAL or TP_ENOMEM.
  */
 int reg_http_finish(loader_t *ld, tp_tool_t *tool);
+/* The MCP servers the loaded tools name, numbered (tp_tool_t.mcp_server_id, mcp_instances). */
+void reg_number_servers(tp_registry_t *reg);
 const char *reg_describe(const json_t *v, char *buf, size_t n);
 
 /*

@@ -398,11 +398,12 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, const 
     if (tool->connect_timeout_us && tool->adapter != TP_ADAPTER_HTTP)
         return FAIL_AT(ld, tool, "connect_timeout", "only an http tool has a connect timeout (this one is %s)",
                        reg_adapters[tool->adapter].name);
-    if (tool->max_in_flight && tool->adapter != TP_ADAPTER_HTTP)
+    bool flies = tool->adapter == TP_ADAPTER_HTTP || tool->adapter == TP_ADAPTER_MCP;
+    if (tool->max_in_flight && !flies)
         return FAIL_AT(ld, tool, "max_in_flight",
-                       "only an http tool's calls share a worker (this one is %s: one call a worker)",
+                       "only an http or mcp tool's calls share a worker (this one is %s: one call a worker)",
                        reg_adapters[tool->adapter].name);
-    if (tool->adapter == TP_ADAPTER_HTTP && tool->max_in_flight == 0)
+    if (flies && tool->max_in_flight == 0)
         tool->max_in_flight = TP_MAX_IN_FLIGHT_DEFAULT;
     if (tool->adapter == TP_ADAPTER_HTTP && (rc = reg_http_finish(ld, tool)) < 0)
         return rc;
@@ -541,6 +542,53 @@ int reg_check_run_names(loader_t *ld)
     }
     reg_where_pop(&ld->at, (mark_t){0, 0});
     return rc;
+}
+
+/* Whether two string arrays (NULL-terminated, or NULL: none) say the same. */
+static bool same_strings(char **a, char **b)
+{
+    for (; a && b && *a && *b; a++, b++)
+        if (strcmp(*a, *b) != 0)
+            return false;
+    return (a == NULL || *a == NULL) && (b == NULL || *b == NULL);
+}
+
+/*
+ * Numbers the MCP servers the tools name: tools with one command, env and
+ * cwd share a server (mcp_server_id), and its instances are the most any
+ * of them asks for (1 when none does).
+ */
+void reg_number_servers(tp_registry_t *reg)
+{
+    reg->n_mcp_servers = 0;
+    for (size_t i = 0; i < reg->n_tools; i++) {
+        tp_tool_t *t = &reg->tools[i];
+        if (t->adapter != TP_ADAPTER_MCP)
+            continue;
+        t->mcp_server_id = -1;
+        for (size_t k = 0; k < i && t->mcp_server_id < 0; k++) {
+            const tp_tool_t *o = &reg->tools[k];
+            if (o->adapter == TP_ADAPTER_MCP && same_strings(o->mcp_command, t->mcp_command) &&
+                same_strings(o->mcp_env, t->mcp_env) && strcmp(o->mcp_cwd, t->mcp_cwd) == 0)
+                t->mcp_server_id = o->mcp_server_id;
+        }
+        if (t->mcp_server_id < 0)
+            t->mcp_server_id = (int)reg->n_mcp_servers++;
+    }
+    /* instances: the most any tool of the server says, given to each (a pass to find it, one to give it) */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < reg->n_tools; i++) {
+            tp_tool_t *t = &reg->tools[i], *first = NULL;
+            if (t->adapter != TP_ADAPTER_MCP)
+                continue;
+            for (size_t k = 0; k <= i && first == NULL; k++)
+                if (reg->tools[k].adapter == TP_ADAPTER_MCP && reg->tools[k].mcp_server_id == t->mcp_server_id)
+                    first = &reg->tools[k];
+            if (pass == 0 && t->mcp_instances > first->mcp_instances)
+                first->mcp_instances = t->mcp_instances;
+            else if (pass == 1)
+                t->mcp_instances = first->mcp_instances ? first->mcp_instances : 1;
+        }
 }
 
 /* A registry with no tool at all is an error, at "tools" or at the top. */
