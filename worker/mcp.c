@@ -822,6 +822,14 @@ int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready)
 
 void tp_mcp_shutdown(void)
 {
+    while (flights != NULL) { /* unanswered: nobody waits for them any more */
+        flight_t *f = flights;
+        flights = f->next;
+        json_decref(f->held);
+        toolpool__supervisor_frame__free_unpacked(f->frame, NULL);
+        free(f);
+    }
+    n_flights = 0;
     for (int i = 0; i < SERVERS_MAX; i++) {
         server_drop(&servers[i], CLOSE_WAIT_US);
         free(servers[i].key);
