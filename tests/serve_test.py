@@ -604,6 +604,36 @@ class ServeTest(unittest.TestCase):
 
     # ---- security ----
 
+    def test_pages_from_other_sites_are_refused(self):
+        # A loopback TCP port needs no token, so a web page could reach it: its Origin, a rebound Host and a
+        # body a page may send cross-site without asking are refused on every route, /v1/* and /mcp alike.
+        s = self.serve(tcp=True)
+        port = s.port
+        call = {"id": "x1", "tool": "noop"}
+        evil = {"Host": "evil.example:%d" % port, "Origin": "http://evil.example:%d" % port}
+        for path in ("/v1/calls", "/mcp"):
+            st, _, body = s.request("POST", path, call, headers=dict(evil, **{"Content-Type": "application/json"}))
+            self.assertEqual(st, 403, (path, body))  # DNS rebinding: Origin and Host agree, but name no loopback
+            self.assertIn(b"Host", body)
+        self.assertEqual(s.request("GET", "/healthz", headers={"Host": "evil.example"})[0], 403)
+        st, _, body = s.request("POST", "/v1/calls", call, headers={"Origin": "http://evil.example",
+                                                                    "Content-Type": "application/json"})
+        self.assertEqual(st, 403, body)
+        self.assertIn(b"Origin", body)
+        # a text/plain or form body (what a page may POST from anywhere) is not taken
+        for ctype in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"):
+            st, _, body = s.request("POST", "/v1/calls", json.dumps(call), headers={"Content-Type": ctype})
+            self.assertEqual(st, 415, (ctype, body))
+            self.assertIn(b"application/json", body)
+        # the service's own names and origins are fine, and nothing above ran
+        self.assertEqual(s.request("GET", "/v1/calls/x1")[0], 404)
+        for host in ("127.0.0.1:%d" % port, "localhost:%d" % port, "LOCALHOST"):
+            st, _, body = s.request("POST", "/v1/calls", {"id": "ok-" + host, "tool": "noop"},
+                                    headers={"Host": host, "Origin": "http://localhost:%d" % port,
+                                             "Content-Type": "application/json"})
+            self.assertEqual(st, 200, (host, body))
+        self.assertEqual(s.stop(), 0)
+
     def test_token_rule(self):
         rc, out, err = self.toolpool("serve", "--listen", "0.0.0.0:0", "-r", "tools.json", "-s", "st")
         self.assertEqual(rc, 2)

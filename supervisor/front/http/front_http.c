@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -601,8 +602,8 @@ static const tp_route_t routes[] = {
     {TP_ROUTE_GET,      TP_ROUTE_EXACT,  "/readyz",          NULL,          http_readyz,              NULL,           NULL,                      true},
     {TP_ROUTE_GET,      TP_ROUTE_EXACT,  "/metrics",         NULL,          http_metrics_get,         NULL,           NULL,                      true},
     {EVHTTP_REQ_POST,   TP_ROUTE_EXACT,  "/v1/calls",        NULL,          http_calls_post,          NULL,           NULL,                      false},
-    {EVHTTP_REQ_POST,   TP_ROUTE_EXACT,  "/mcp",             NULL,          http_mcp_post,            http_mcp_admit, NULL,                      false},
-    {EVHTTP_REQ_DELETE, TP_ROUTE_EXACT,  "/mcp",             NULL,          http_mcp_delete,          http_mcp_admit, NULL,                      false},
+    {EVHTTP_REQ_POST,   TP_ROUTE_EXACT,  "/mcp",             NULL,          http_mcp_post,            NULL,           NULL,                      false},
+    {EVHTTP_REQ_DELETE, TP_ROUTE_EXACT,  "/mcp",             NULL,          http_mcp_delete,          NULL,           NULL,                      false},
     {EVHTTP_REQ_POST,   TP_ROUTE_EXACT,  "/v1/batch",        NULL,          http_batch_post,          NULL,           NULL,                      false},
     {TP_ROUTE_GET,      TP_ROUTE_EXACT,  "/v1/tools",        NULL,          http_tools_get,           NULL,           NULL,                      false},
     {TP_ROUTE_GET,      TP_ROUTE_EXACT,  "/v1/breakers",     NULL,          http_breakers_get,        NULL,           NULL,                      false},
@@ -684,6 +685,96 @@ static const tp_route_t *route_find(const char *path, size_t n, unsigned method,
     return NULL;
 }
 
+/*
+ * The host of a Host header or an Origin's host (host, n bytes, without
+ * its port or brackets): whether it names this service as a browser that
+ * has not been tricked would: a loopback name, or the address it listens on.
+ */
+static bool host_is_ours(const tp_http_t *h, const char *host, size_t n)
+{
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
+        host++;
+        n -= 2;
+    }
+    char name[256];
+    if (n == 0 || n >= sizeof name)
+        return false;
+    memcpy(name, host, n);
+    name[n] = '\0';
+    if (strcasecmp(name, "localhost") == 0 || strcmp(name, "::1") == 0 ||
+        (h->listen_host[0] && strcmp(name, h->listen_host) == 0))
+        return true;
+    struct in_addr v4;
+    return inet_pton(AF_INET, name, &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+}
+
+/* The host part of a Host header ("127.0.0.1:8765", "[::1]:80"): its length. */
+static size_t host_len(const char *hostport)
+{
+    if (hostport[0] == '[') {
+        const char *end = strchr(hostport, ']');
+        return end ? (size_t)(end - hostport) + 1 : strlen(hostport);
+    }
+    const char *colon = strchr(hostport, ':');
+    return colon ? (size_t)(colon - hostport) : strlen(hostport);
+}
+
+/*
+ * What keeps a web page from using a service it can reach (a loopback TCP
+ * port needs no token): the Origin a browser sends must be this service's,
+ * the Host (without a token) a loopback name or the listen address (a page
+ * that rebinds its own name to 127.0.0.1 sends its name), and a body must
+ * not be of a type a page may send cross-site without asking first
+ * (text/plain, a form). A Unix socket is out of a browser's reach. false
+ * when it has answered (403, 415).
+ */
+static bool cross_site_ok(tp_http_t *h, struct evhttp_request *req, const char *path)
+{
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    const char *host = evhttp_find_header(in, "Host"), *origin = evhttp_find_header(in, "Origin");
+    bool mcp = strncmp(path, "/mcp", 4) == 0;
+    char msg[700];
+    msg[0] = '\0';
+    if (h->tcp && h->o.token == NULL && (host == NULL || !host_is_ours(h, host, host_len(host))))
+        snprintf(msg, sizeof msg,
+                 "Forbidden: the request's Host (%.200s) is not this service's (a loopback name or %.64s): a page "
+                 "that points a name of its own at this address is refused",
+                 host ? host : "none", h->listen_host);
+    if (msg[0] == '\0' && origin != NULL) {
+        struct evhttp_uri *u = evhttp_uri_parse(origin);
+        const char *oh = u ? evhttp_uri_get_host(u) : NULL;
+        bool ok = oh && (host_is_ours(h, oh, strlen(oh)) ||
+                         (host && host_len(host) == strlen(oh) && strncasecmp(host, oh, strlen(oh)) == 0));
+        if (u)
+            evhttp_uri_free(u);
+        if (!ok)
+            snprintf(msg, sizeof msg, "Forbidden: the request's Origin (%.200s) is not this service", origin);
+    }
+    if (msg[0]) {
+        if (mcp)
+            http_mcp_error(h, req, 403, TP_RPC_INVALID_REQUEST, msg);
+        else
+            http_reply_error(h, req, 403, "Forbidden", "%s", msg + strlen("Forbidden: "));
+        return false;
+    }
+    const char *type = evhttp_find_header(in, "Content-Type");
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    if (h->tcp && type != NULL && (cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT) &&
+        (strncasecmp(type, "text/plain", 10) == 0 || strncasecmp(type, "application/x-www-form-urlencoded", 33) == 0 ||
+         strncasecmp(type, "multipart/form-data", 19) == 0)) {
+        snprintf(msg, sizeof msg,
+                 "a body of Content-Type %.100s is what a web page may send from another site: send "
+                 "Content-Type: application/json (or application/x-ndjson for a batch)",
+                 type);
+        if (mcp)
+            http_mcp_error(h, req, 415, TP_RPC_INVALID_REQUEST, msg);
+        else
+            http_reply_error(h, req, 415, "UnsupportedMediaType", "%s", msg);
+        return false;
+    }
+    return true;
+}
+
 /* Every request comes here (evhttp's generic callback): refused, unauthorized, or routed. */
 static void request_cb(struct evhttp_request *req, void *arg)
 {
@@ -696,6 +787,10 @@ static void request_cb(struct evhttp_request *req, void *arg)
                          h->o.max_connections);
         return;
     }
+    const struct evhttp_uri *ruri = evhttp_request_get_evhttp_uri(req);
+    const char *rpath = ruri ? evhttp_uri_get_path(ruri) : NULL;
+    if (!cross_site_ok(h, req, rpath ? rpath : ""))
+        return;
     if (h->o.token && !authorized(h, req)) {
         if (evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer") != 0)
             tp_log_warn("http: cannot set a reply's WWW-Authenticate");
@@ -947,6 +1042,9 @@ int tp_http_listen(tp_http_t *h, tp_http_addr_t *a, char *err, size_t cap)
             getnameinfo((struct sockaddr *)&got, len, host, sizeof host, port, sizeof port,
                         NI_NUMERICHOST | NI_NUMERICSERV) == 0)
             snprintf(a->text, sizeof a->text, got.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+        h->tcp = true;
+        if (getnameinfo((struct sockaddr *)&a->sa, a->salen, host, sizeof host, NULL, 0, NI_NUMERICHOST) == 0)
+            snprintf(h->listen_host, sizeof h->listen_host, "%s", host);
     }
     if (listen(fd, 511) != 0) {
         snprintf(err, cap, "%s: cannot listen: %s", a->text, strerror(errno));

@@ -38,6 +38,7 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/http.h>
+#include <netdb.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -162,9 +163,11 @@ struct tp_http {
     bool listener_paused; /* at the hard cap, or resting after an accept error */
     bool accept_error;
     bool draining, finished, freeing;
-    tp_buf_t line;       /* a batch's result line, rendered before it is queued */
-    char unix_path[108]; /* the socket file made, removed at free */
-    int unix_lock;       /* PATH.lock, flocked while we serve on PATH; -1: none */
+    tp_buf_t line;                /* a batch's result line, rendered before it is queued */
+    char unix_path[108];          /* the socket file made, removed at free */
+    bool tcp;                     /* it listens on TCP: a browser may reach it (Host, Origin, Content-Type checked) */
+    char listen_host[NI_MAXHOST]; /* the numeric address it listens on ("127.0.0.1", "::1") */
+    int unix_lock;                /* PATH.lock, flocked while we serve on PATH; -1: none */
     dev_t unix_dev;
     ino_t unix_ino;
     /* connections */
@@ -250,7 +253,6 @@ http_handler_t http_batch_post;
 
 /* mcp_http.c: /mcp */
 void http_mcp_error(tp_http_t *h, struct evhttp_request *req, int status, int code, const char *message);
-bool http_mcp_admit(tp_http_t *h, struct evhttp_request *req);
 http_handler_t http_mcp_post, http_mcp_delete;
 
 /* checkpoints.c: /v1/jobs/JOB/checkpoint */

@@ -208,32 +208,6 @@ static bool accepts(struct evhttp_request *req, const char *type)
     return strstr(a, type) != NULL;
 }
 
-/*
- * The Origin a browser sends, checked as the transport asks (against DNS
- * rebinding): none, a loopback host, or the host the request was sent to.
- */
-static bool origin_ok(struct evhttp_request *req)
-{
-    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-    const char *origin = evhttp_find_header(in, "Origin");
-    if (origin == NULL)
-        return true;
-    struct evhttp_uri *u = evhttp_uri_parse(origin);
-    const char *host = u ? evhttp_uri_get_host(u) : NULL;
-    bool ok = false;
-    if (host) {
-        ok = strcmp(host, "localhost") == 0 || strcmp(host, "127.0.0.1") == 0 || strcmp(host, "[::1]") == 0 ||
-             strcmp(host, "::1") == 0;
-        const char *to = evhttp_find_header(in, "Host");
-        size_t n = strlen(host);
-        if (!ok && to && strncmp(to, host, n) == 0 && (to[n] == '\0' || to[n] == ':'))
-            ok = true;
-    }
-    if (u)
-        evhttp_uri_free(u);
-    return ok;
-}
-
 /* A JSON-RPC error with a null id, as the body of an HTTP error. */
 void http_mcp_error(tp_http_t *h, struct evhttp_request *req, int status, int code, const char *message)
 {
@@ -364,13 +338,4 @@ void http_mcp_delete(tp_http_t *h, struct evhttp_request *req, const char *name)
         mcp_end(h, x);
         http_reply(h, req, 204, NULL, NULL, 0);
     }
-}
-
-/* The /mcp routes' check, before their method is looked at: a request from another Origin is refused. */
-bool http_mcp_admit(tp_http_t *h, struct evhttp_request *req)
-{
-    if (origin_ok(req))
-        return true;
-    http_mcp_error(h, req, 403, TP_RPC_INVALID_REQUEST, "Forbidden: the request's Origin is not this server");
-    return false;
 }
