@@ -7,11 +7,13 @@
 // SDK is installed), TOOLPOOL_TEST_TOOLS (tests/tools).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+
+import { writeRegistry } from './serveutil.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const BUILD = process.env.TOOLPOOL_BUILD_DIR ?? path.join(HERE, '..', 'build');
@@ -30,19 +32,10 @@ const { McpError, ErrorCode, LATEST_PROTOCOL_VERSION } = await sdk('types.js');
 const tmp = mkdtempSync(path.join(tmpdir(), 'mcp_client_test.'));
 const store = path.join(tmp, 'store');
 const registry = path.join(tmp, 'tools.json');
-const plugin = { path: PLUGIN };
-writeFileSync(registry, JSON.stringify({
-  defaults: { timeout: '30s', backoff: { base: '20ms', jitter: 'none' } },
-  tools: [
-    { name: 'echo', description: 'Returns its args.', plugin },
-    { name: 'sleep', description: 'Sleeps args.ms milliseconds.', plugin,
-      parameters: { type: 'object', properties: { ms: { type: 'integer' } }, required: ['ms'] } },
-    { name: 'deny', description: 'Always forbidden (403).', plugin },
-    { name: 'flaky', plugin, attempts: 3 },
-    { name: 'strict', description: 'Takes a string q.', exec: [path.join(TEST_TOOLS, 'cat.sh')],
-      parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] } },
-  ],
-}));
+writeRegistry(registry, PLUGIN, [
+  { name: 'strict', description: 'Takes a string q.', exec: [path.join(TEST_TOOLS, 'cat.sh')],
+    parameters: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] } },
+]);
 
 let client, transport, proc, exited, stderr = '';
 const clientErrors = [];

@@ -7,12 +7,14 @@
 // Environment: TOOLPOOL_BUILD_DIR (the build), TOOLPOOL_NPM_DIR (where the
 // SDK is installed).
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+
+import { Serve, writeRegistry } from './serveutil.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const BUILD = process.env.TOOLPOOL_BUILD_DIR ?? path.join(HERE, '..', 'build');
@@ -29,45 +31,19 @@ const { McpError, ErrorCode, LoggingMessageNotificationSchema } = await sdk('typ
 const tmp = mkdtempSync(path.join(tmpdir(), 'mcp_http_client_test.'));
 const store = path.join(tmp, 'store');
 const registry = path.join(tmp, 'tools.json');
-const plugin = { path: PLUGIN };
-writeFileSync(registry, JSON.stringify({
-  defaults: { timeout: '30s', backoff: { base: '20ms', jitter: 'none' } },
-  tools: [
-    { name: 'echo', description: 'Returns its args.', plugin },
-    { name: 'sleep', description: 'Sleeps args.ms milliseconds.', plugin,
-      parameters: { type: 'object', properties: { ms: { type: 'integer' } }, required: ['ms'] } },
-    { name: 'deny', description: 'Always forbidden (403).', plugin },
-    { name: 'flaky', plugin, attempts: 3 },
-    { name: 'report', mcp: { command: ['python3', path.join(HERE, 'mcp_tiny_server.py')], tool: 'report' } },
-  ],
-}));
+writeRegistry(registry, PLUGIN, [
+  { name: 'report', mcp: { command: ['python3', path.join(HERE, 'mcp_tiny_server.py')], tool: 'report' } },
+]);
 
-let serve, url, log = '';
-const exited = () => new Promise((resolve) => {
-  if (serve.exitCode !== null || serve.signalCode !== null) resolve({ code: serve.exitCode, sig: serve.signalCode });
-  else serve.once('exit', (code, sig) => resolve({ code, sig }));
-});
+let serve, url;
 
 before(async () => {
-  serve = spawn(TOOLPOOL, ['serve', '--registry', registry, '--store', store, '-j', '2',
-    '--listen', '127.0.0.1:0'], { env: process.env, stdio: ['ignore', 'pipe', 'pipe'] });
-  serve.stdout.on('data', (d) => { log += d; });
-  serve.stderr.on('data', (d) => { log += d; });
-  // The port it took, from its first line.
-  const deadline = Date.now() + 20000;
-  while (!/listening on (127\.0\.0\.1:\d+)/.test(log)) {
-    assert.ok(Date.now() < deadline, `serve did not start:\n${log}`);
-    assert.equal(serve.exitCode, null, `serve exited:\n${log}`);
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-  url = new URL(`http://${log.match(/listening on (127\.0\.0\.1:\d+)/)[1]}/mcp`);
+  serve = new Serve(TOOLPOOL, ['--registry', registry, '--store', store, '-j', '2']);
+  url = await serve.started();
 });
 
 after(async () => {
-  if (serve.exitCode === null && serve.signalCode === null) {
-    serve.kill('SIGKILL');
-    await exited();
-  }
+  await serve.stop('SIGKILL');
   rmSync(tmp, { recursive: true, force: true });
 });
 
@@ -277,8 +253,7 @@ test('a client gone mid-call: the call runs on and is recorded', async () => {
 });
 
 test('SIGTERM: serve drains and exits 0', async () => {
-  serve.kill('SIGTERM');
-  const { code, sig } = await exited();
-  assert.deepEqual([code, sig], [0, null], log);
-  assert.doesNotMatch(log, /Sanitizer|runtime error:/);
+  const { code, sig } = await serve.stop('SIGTERM');
+  assert.deepEqual([code, sig], [0, null], serve.log);
+  assert.doesNotMatch(serve.log, /Sanitizer|runtime error:/);
 });

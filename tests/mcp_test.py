@@ -419,6 +419,10 @@ class McpTest(unittest.TestCase):
         self.assertEqual(prog, [{"progressToken": "p1", "progress": i, "total": 3, "message": "step %d" % i}
                                 for i in (1, 2, 3)])
         self.assertEqual([m for m in got if m.get("method") != "notifications/progress"], [])  # no level set: no logs
+        # a server that counts from 0 is passed on from 0, its total kept
+        s.call("tiny.report", {"steps": 2, "from_zero": True}, meta={"progressToken": "z"}, rid=11)
+        prog = [m["params"] for m in s.quiet_for(0.2) if m.get("method") == "notifications/progress"]
+        self.assertEqual([(p["progress"], p.get("total")) for p in prog], [(0, 2), (1, 2), (2, 2)])
         self.assertIn("result", s.request("logging/setLevel", {"level": "info"}))
         r = s.call("tiny.report", {"steps": 1}, rid=2)
         self.assertIs(r["result"]["isError"], False, r)

@@ -240,7 +240,7 @@ def call(req):
         send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "elsewhere", "progress": 9}})
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
         if token is not None:
-            for i in range(1, steps + 1):
+            for i in range(0 if args.get("from_zero") else 1, steps + 1):
                 send({"jsonrpc": "2.0", "method": "notifications/progress",
                       "params": {"progressToken": token, "progress": i, "total": steps, "message": "step %d" % i}})
         mark = args.get("fail_once")

@@ -65,7 +65,8 @@ typedef struct tp_mcp_req {
     tp_call_t *call;       /* the engine's handle, while it may be cancelled */
     json_t *progress;      /* the client's progressToken, or NULL */
     uint32_t told;         /* trace entries already told in progress notifications */
-    double sent;           /* the last progress value sent: each must be greater (0: none yet) */
+    double sent;           /* the last progress value sent: each must be greater */
+    bool progressed;       /* a progress notification has gone out (sent is its value) */
     uint64_t told_us;      /* when the client last heard of it (tp_now_us), for the keepalive */
     bool cancelled;        /* the client cancelled it: no response goes out */
     uint64_t hash;
@@ -625,6 +626,7 @@ static void tell_progress(tp_mcp_session_t *s, tp_mcp_req_t *r, const json_t *to
     w_puts(&w, "}}");
     msg_end(s, &w, r->tag, false, "a progress notification");
     r->told_us = tp_now_us();
+    r->progressed = true;
 }
 
 /*
@@ -649,7 +651,7 @@ static void notice_cb(void *ctx, const char *method, const char *params, size_t 
         json_t *text = json_object_get(p, "message");
         if (json_is_number(v)) {
             double x = json_number_value(v);
-            bool fresh = x > r->sent;
+            bool fresh = r->progressed ? x > r->sent : x >= 0; /* a server's first 0 goes out as 0 */
             r->sent = fresh ? x : r->sent + 1;
             tell_progress(s, r, fresh ? total : NULL, json_string_value(text), json_string_length(text));
         }
