@@ -154,6 +154,23 @@ def wait_for(cond, timeout, what, step=0.01):
     raise AssertionError(f"timed out after {timeout} s waiting for {what() if callable(what) else what}")
 
 
+def executions(log):
+    """The call ids a test tool logged, one a line, in the order they ran."""
+    try:
+        with open(log) as f:
+            return [ln.strip() for ln in f if ln.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def kill_all(procs):
+    """SIGKILL to each process still running, and waits for it."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def read_lines(path):
     try:
         with open(path) as f:

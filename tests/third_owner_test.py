@@ -39,13 +39,7 @@ class ThirdOwner(unittest.TestCase):
         with open(os.path.join(self.dir, "tools.json"), "w") as f:
             json.dump({"tools": tools}, f)
         self.procs = []
-        self.addCleanup(self.stop_all)
-
-    def stop_all(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        self.addCleanup(serveutil.kill_all, self.procs)
 
     def run_tp(self, name, calls):
         path = os.path.join(self.dir, name + ".jsonl")
@@ -60,11 +54,7 @@ class ThirdOwner(unittest.TestCase):
         return p
 
     def ran(self):
-        try:
-            with open(self.log) as f:
-                return [ln.strip() for ln in f if ln.strip()]
-        except FileNotFoundError:
-            return []
+        return serveutil.executions(self.log)
 
     def wait_for(self, cond, timeout, what):
         end = time.monotonic() + timeout

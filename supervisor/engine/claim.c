@@ -5,10 +5,16 @@
  * or runs it; a call another live supervisor runs waits, parked, for its
  * record.
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
+#include "clock.h"
 #include "engine_internal.h"
+#include "escalate.h"
 #include "inflight.h"
+#include "log.h"
 #include "results.h"
 
 /*
@@ -28,8 +34,13 @@ bool eng_marker_orphaned(tp_engine_t *e, const Toolpool__InFlight *f)
     return !f->claim_only;
 }
 
-/* Writes this engine's claim of c (an in-flight marker that names it) in the open transaction. */
-static int claim_put(tp_engine_t *e, tp_call_t *c, bool claim_only)
+/*
+ * Writes c's in-flight marker naming this engine in the open transaction:
+ * a bare claim, or (claim_only false) the record that its attempt
+ * started, with its args, from which the call is settled if this engine
+ * dies under it.
+ */
+int eng_marker_put(tp_engine_t *e, tp_call_t *c, bool claim_only)
 {
     Toolpool__InFlight f = TOOLPOOL__IN_FLIGHT__INIT;
     f.call_id = c->id;
@@ -43,11 +54,16 @@ static int claim_put(tp_engine_t *e, tp_call_t *c, bool claim_only)
     f.owner_start = e->me.start;
     f.owner_boot = e->me.boot;
     f.claim_only = claim_only;
+    if (!claim_only) {
+        f.started_unix_us = tp_unix_us();
+        f.args.data = (uint8_t *)c->args;
+        f.args.len = c->args_len;
+    }
     int rc = tp_inflight_put(e->o.store, e->txn, &f);
     if (rc == 0) {
         c->marked = true;
         c->claim_only = claim_only;
-        c->claimed = true;
+        c->claimed |= claim_only;
     }
     return rc;
 }
@@ -82,13 +98,172 @@ static void claim_live(tp_engine_t *e)
         } else if (rc != MDB_NOTFOUND) {
             tp_engine_store_failed(e, rc, "reading an in-flight marker");
             return;
+        } else {
+            /* No marker: it may have been settled from one (eng_settle_orphans); its check answers it. */
+            Toolpool__StoredResult *r;
+            if ((rc = tp_result_get(e->o.store, e->txn, c->id, &r)) == 0) {
+                tp_result_free(r);
+                c->claimed = false;
+                continue;
+            }
+            if (rc != MDB_NOTFOUND) {
+                tp_engine_store_failed(e, rc, "reading a result");
+                return;
+            }
         }
-        rc = claim_put(e, c, true);
+        rc = eng_marker_put(e, c, true);
         if (rc) {
             tp_engine_store_failed(e, rc, "claiming a call");
             return;
         }
     }
+}
+
+/*
+ * Orphans: a started call's marker whose owner is gone waits for its id to
+ * be submitted again, which ends it Interrupted. An id nobody submits again
+ * (an MCP session's call, a POST without an id) would keep it for ever,
+ * its call neither recorded nor escalated. So an engine settles every such
+ * marker itself when it joins the store, and again whenever it finds an
+ * owner gone: the call is recorded Interrupted and escalated from what the
+ * marker holds, as its id submitted again would be; a bare claim of an
+ * owner gone is dropped. A call this engine holds (its id came again) is
+ * left to its own check, which finds the record.
+ */
+#define TP_SWEEP_OWNERS 16 /* owners looked up once a sweep; more are looked up again */
+
+typedef struct {
+    int32_t pid;
+    uint64_t start;
+    const char *boot; /* in a marker the sweep holds */
+} tp_gone_t;
+
+typedef struct {
+    tp_engine_t *e;
+    Toolpool__InFlight **v; /* the orphans found */
+    size_t n, cap;
+    tp_gone_t gone[TP_SWEEP_OWNERS]; /* owners found gone, so far */
+    size_t n_gone;
+    bool nomem;
+} tp_sweep_t;
+
+static bool known_gone(const tp_sweep_t *w, const Toolpool__InFlight *f)
+{
+    for (size_t i = 0; i < w->n_gone; i++)
+        if (w->gone[i].pid == f->owner_pid && w->gone[i].start == f->owner_start &&
+            strcmp(w->gone[i].boot, f->owner_boot) == 0)
+            return true;
+    return false;
+}
+
+static bool sweep_one(void *ctx, Toolpool__InFlight *f)
+{
+    tp_sweep_t *w = ctx;
+    if (tp_owner_is(&w->e->me, f->owner_pid, f->owner_start, f->owner_boot))
+        return false;
+    bool known = known_gone(w, f);
+    if (!known && tp_owner_alive(&w->e->me, f->owner_pid, f->owner_start, f->owner_boot))
+        return false;
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 16;
+        Toolpool__InFlight **v = realloc(w->v, cap * sizeof *v);
+        if (v == NULL) {
+            w->nomem = true;
+            return false;
+        }
+        w->v = v;
+        w->cap = cap;
+    }
+    w->v[w->n++] = f;
+    if (!known && w->n_gone < TP_SWEEP_OWNERS) /* its boot lives as long as f, held now, does */
+        w->gone[w->n_gone++] = (tp_gone_t){f->owner_pid, f->owner_start, f->owner_boot};
+    return true;
+}
+
+/* Records the orphan f Interrupted, escalated, from its marker alone. 0 or a store code. */
+static int settle_orphan(tp_engine_t *e, const Toolpool__InFlight *f)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg,
+             "%s was running when its supervisor (pid %d) stopped; it is not idempotent, so it is not run again",
+             f->tool, (int)f->owner_pid);
+    Toolpool__Escalation x = TOOLPOOL__ESCALATION__INIT;
+    x.call_id = f->call_id;
+    x.job = f->job;
+    x.step = f->step;
+    x.tool = f->tool;
+    x.args = f->args;
+    x.kind = (char *)tp_kind_name(TP_KIND_INTERRUPTED);
+    x.message = msg;
+    x.reason = "a call of a tool that is not idempotent was in flight at a crash";
+    char esc[TP_ESCALATION_ID_MAX];
+    int rc = tp_escalate(e->o.store, e->txn, &x, esc);
+    if (rc)
+        return rc;
+    Toolpool__Result r = TOOLPOOL__RESULT__INIT;
+    r.has_id = true;
+    r.id = f->call_id;
+    r.job = f->job;
+    r.step = f->step;
+    r.tool = f->tool;
+    r.kind = (char *)tp_kind_name(TP_KIND_INTERRUPTED);
+    r.klass = (char *)tp_class_name(tp_kind_class(TP_KIND_INTERRUPTED));
+    r.message = msg;
+    r.attempts = f->attempt;
+    r.args = f->args;
+    r.escalated = true;
+    r.escalation = esc;
+    r.input_digest = f->input_digest;
+    if ((rc = tp_result_put(e->o.store, e->txn, &r)) == 0 && strcmp(f->job, f->call_id) != 0)
+        rc = tp_checkpoint_step(e->o.store, e->txn, f->job, f->call_id, f->step, NULL, 0, TP_KIND_OK, NULL);
+    if (rc == 0)
+        tp_log_warn("call %s (%s, job %s) was running when supervisor %d stopped: recorded Interrupted, "
+                    "escalated as %s",
+                    f->call_id, f->tool, f->job, (int)f->owner_pid, esc);
+    return rc;
+}
+
+/* True when this engine holds a live call of that id (it settles it itself). Orphans are few: a scan serves. */
+static bool held_here(const tp_engine_t *e, const char *id)
+{
+    for (const tp_call_t *c = e->all; c; c = c->lnext)
+        if (strcmp(c->id, id) == 0)
+            return true;
+    return false;
+}
+
+void eng_settle_orphans(tp_engine_t *e)
+{
+    e->sweep_due = false;
+    if (!eng_ensure_txn(e))
+        return;
+    tp_sweep_t w = {.e = e};
+    int rc = tp_inflight_each(e->o.store, e->txn, sweep_one, &w);
+    for (size_t i = 0; i < w.n; i++) {
+        const Toolpool__InFlight *f = w.v[i];
+        if (rc == 0 && !e->failed && (f->claim_only || !held_here(e, f->call_id))) {
+            Toolpool__StoredResult *r;
+            int got = tp_result_get(e->o.store, e->txn, f->call_id, &r);
+            if (got == 0)
+                tp_result_free(r); /* recorded already: the marker is left over */
+            else if (got != MDB_NOTFOUND)
+                rc = got;
+            if (rc == 0 && got == MDB_NOTFOUND && !f->claim_only) {
+                if (eng_txn_fit(e, f->args.len + 4096, false))
+                    rc = settle_orphan(e, f);
+                else
+                    rc = -1; /* the engine failed, and said why */
+            }
+            if (rc == 0)
+                rc = tp_inflight_del(e->o.store, e->txn, f->call_id);
+        }
+        toolpool__in_flight__free_unpacked(w.v[i], NULL);
+    }
+    free(w.v);
+    if (w.nomem)
+        tp_log_warn("out of memory settling the calls of supervisors that stopped: some wait for the next sweep");
+    if (rc > 0 || rc < -1)
+        tp_engine_store_failed(e, rc, "settling the calls of a supervisor that stopped");
 }
 
 /*
@@ -101,6 +276,9 @@ void eng_owners_sync(tp_engine_t *e)
     if (!e->owner_known || e->failed)
         return;
     int rc = tp_owners_sync(e->o.store, e->txn, &e->me, &e->owners);
+    /* At its arrival, or when an owner is found gone: the turn settles what they left (eng_settle_orphans). */
+    if (rc == 0 && (e->seen_gen == 0 || e->owners.dropped > 0))
+        e->sweep_due = true;
     if (rc == 0 && e->owners.generation > e->seen_gen) {
         if (e->owners.others > 0)
             claim_live(e);
@@ -112,19 +290,13 @@ void eng_owners_sync(tp_engine_t *e)
 }
 
 /*
- * On a store shared with other supervisors, before a call's first attempt:
- * in one transaction, its record is looked for (another supervisor may
- * have run it since it was submitted), its marker checked, and its claim
- * written. Until every other live supervisor has acknowledged this one's
- * arrival, nothing is claimed.
+ * In the open transaction: whether c's id is recorded already (another
+ * supervisor ran it, or settled it, since c came), and if so c is
+ * answered from the record (or refused, for other input). false on a
+ * store failure too (e->failed says).
  */
-tp_claim_t eng_claim(tp_engine_t *e, tp_call_t *c)
+bool eng_answered_from_record(tp_engine_t *e, tp_call_t *c)
 {
-    if (!e->owners.peers_ready) {
-        tp_queue_push(&e->parked, c);
-        e->n_parked++;
-        return CLAIM_PARKED;
-    }
     Toolpool__StoredResult *r;
     int rc = tp_result_get(e->o.store, e->txn, c->id, &r);
     if (rc == 0 && eng_redo_recorded(e, r)) {
@@ -150,14 +322,33 @@ tp_claim_t eng_claim(tp_engine_t *e, tp_call_t *c)
         if (r)
             tp_result_free(r);
         eng_hold_until(e, c, p);
-        return CLAIM_ANSWERED;
+        return true;
     }
-    if (rc != MDB_NOTFOUND) {
+    if (rc != MDB_NOTFOUND)
         tp_engine_store_failed(e, rc, "reading a result");
+    return false;
+}
+
+/*
+ * On a store shared with other supervisors, before a call's first attempt:
+ * in one transaction, its record is looked for (another supervisor may
+ * have run it since it was submitted), its marker checked, and its claim
+ * written. Until every other live supervisor has acknowledged this one's
+ * arrival, nothing is claimed.
+ */
+tp_claim_t eng_claim(tp_engine_t *e, tp_call_t *c)
+{
+    if (!e->owners.peers_ready) {
+        tp_queue_push(&e->parked, c);
+        e->n_parked++;
         return CLAIM_PARKED;
     }
+    if (eng_answered_from_record(e, c))
+        return CLAIM_ANSWERED;
+    if (e->failed)
+        return CLAIM_PARKED;
     Toolpool__InFlight *f;
-    rc = tp_inflight_get(e->o.store, e->txn, c->id, &f);
+    int rc = tp_inflight_get(e->o.store, e->txn, c->id, &f);
     if (rc == 0) {
         bool mine = tp_owner_is(&e->me, f->owner_pid, f->owner_start, f->owner_boot);
         bool elsewhere = !mine && tp_owner_alive(&e->me, f->owner_pid, f->owner_start, f->owner_boot);
@@ -177,7 +368,7 @@ tp_claim_t eng_claim(tp_engine_t *e, tp_call_t *c)
         tp_engine_store_failed(e, rc, "reading an in-flight marker");
         return CLAIM_PARKED;
     }
-    if ((rc = claim_put(e, c, true)) != 0) {
+    if ((rc = eng_marker_put(e, c, true)) != 0) {
         tp_engine_store_failed(e, rc, "claiming a call");
         return CLAIM_PARKED;
     }

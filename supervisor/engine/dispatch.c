@@ -24,6 +24,11 @@ static bool admit(tp_engine_t *e, tp_call_t *c, uint64_t now, bool *probe)
     char msg[256];
     *probe = false;
     if (c->interrupted) {
+        /* Another supervisor may have settled it from its marker since it came (eng_settle_orphans). */
+        if (eng_ensure_txn(e) && eng_answered_from_record(e, c))
+            return false;
+        if (e->failed)
+            return false;
         snprintf(msg, sizeof msg,
                  "%s was running when its supervisor stopped; it is not idempotent, so it is not run again",
                  c->tool->name);
@@ -197,25 +202,11 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
     e->tools[c->hop_tool->index].inflight++;
     if (!p->idempotent && eng_ensure_txn(e)) {
         /* The marker must be durable before the tool can run: start after the commit. */
-        Toolpool__InFlight f = TOOLPOOL__IN_FLIGHT__INIT;
-        f.call_id = c->id;
-        f.input_digest.data = c->identity.b;
-        f.input_digest.len = TP_DIGEST_LEN;
-        f.tool = (char *)c->hop_tool->name;
-        f.job = j->name;
-        f.step = c->step;
-        f.attempt = c->att.number;
-        f.started_unix_us = tp_unix_us();
-        f.owner_pid = e->me.pid;
-        f.owner_start = e->me.start;
-        f.owner_boot = e->me.boot;
-        int rc = tp_inflight_put(e->o.store, e->txn, &f);
+        int rc = eng_marker_put(e, c, false);
         if (rc) {
             tp_engine_store_failed(e, rc, "recording an in-flight marker");
             return;
         }
-        c->marked = true;
-        c->claim_only = false;
         tp_queue_push(&e->deferred, c);
         e->n_deferred++;
         return;

@@ -76,7 +76,11 @@ bool eng_ensure_txn(tp_engine_t *e)
 
 int tp_engine_store_op(tp_engine_t *e, size_t room, tp_store_op_fn op, void *ctx)
 {
-    if (e->o.store == NULL || !eng_ensure_txn(e) || (room > 0 && !eng_txn_fit(e, room, false)))
+    if (e->o.store == NULL || !eng_ensure_txn(e))
+        return TP_EAGAIN;
+    if (e->sweep_due) /* the op sees what an owner gone left settled (a GET its record) */
+        eng_settle_orphans(e);
+    if (e->failed || (room > 0 && !eng_txn_fit(e, room, false)))
         return TP_EAGAIN;
     return op(ctx, e->o.store, e->txn);
 }
@@ -172,6 +176,8 @@ static void kick_cb(evutil_socket_t fd, short what, void *arg)
 static void turn(tp_engine_t *e)
 {
     eng_ensure_txn(e);
+    if (e->sweep_due && !e->closing)
+        eng_settle_orphans(e);
     tp_call_t *c;
     while ((c = tp_queue_pop(&e->settle)) != NULL)
         eng_settle(e, c);

@@ -92,6 +92,7 @@ int tp_owners_sync(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, tp_owne
     }
     uint64_t generation = o ? o->generation : 0;
     st->others = 0;
+    st->dropped = 0;
     for (size_t i = 0; i < n; i++) {
         const Toolpool__Owner *w = o->owners[i];
         if (tp_owner_is(me, w->pid, w->start, w->boot)) {
@@ -103,6 +104,7 @@ int tp_owners_sync(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, tp_owne
         keep[i] = tp_owner_alive(me, w->pid, w->start, w->boot);
         changed |= !keep[i];
         st->others += keep[i];
+        st->dropped += !keep[i];
     }
     Toolpool__Owner mine = TOOLPOOL__OWNER__INIT;
     if (!found) {

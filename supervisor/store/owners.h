@@ -38,6 +38,7 @@ typedef struct {
     uint64_t joined;     /* the generation this owner's arrival made */
     size_t others;       /* other owners alive now */
     bool peers_ready;    /* every other live owner has seen this one's arrival */
+    size_t dropped;      /* owners this sync found gone (their calls' markers are orphans now) */
 } tp_owners_state_t;
 
 /* This process. 0, or -1 (no /proc). */

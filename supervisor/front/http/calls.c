@@ -17,6 +17,7 @@
 
 #include "json.h"
 #include "log.h"
+#include "inflight.h"
 #include "results.h"
 #include "taxonomy.h"
 
@@ -33,11 +34,15 @@
 /* ---- the call table ---- */
 
 /* {"id": ID, "status": "running"}: a call that has not ended yet. */
-static void running_body(tp_buf_t *b, const char *id)
+/* {"id": ID, "status": "running"}, and the pid of the supervisor running it when it is another (owner > 0). */
+static void running_body(tp_buf_t *b, const char *id, int32_t owner)
 {
     tp_buf_puts(b, "{\"id\":");
     tp_json_put_string(b, id, strlen(id));
-    tp_buf_puts(b, ",\"status\":\"running\"}\n");
+    tp_buf_puts(b, ",\"status\":\"running\"");
+    if (owner > 0)
+        tp_buf_printf(b, ",\"supervisor_pid\":%d", (int)owner);
+    tp_buf_puts(b, "}\n");
 }
 
 static uint64_t id_hash(const char *id)
@@ -281,7 +286,7 @@ static void reply_accepted(tp_http_t *h, struct evhttp_request *req, const char 
         tp_log_warn("http: cannot set a reply's Location");
     free(enc);
     tp_buf_t b = {0};
-    running_body(&b, id);
+    running_body(&b, id, 0);
     http_reply(h, req, 202, "application/json", b.data, b.len);
     tp_buf_free(&b);
 }
@@ -370,21 +375,33 @@ void http_calls_post(tp_http_t *h, struct evhttp_request *req, const char *name)
 typedef struct {
     const char *id;
     Toolpool__StoredResult *sr;
+    bool marker;   /* look for its in-flight marker when it is not recorded */
+    int32_t owner; /* found: the pid of the supervisor that runs it */
 } result_get_t;
 
 static int result_get_op(void *ctx, tp_store_t *s, MDB_txn *txn)
 {
     result_get_t *g = ctx;
-    return tp_result_get(s, txn, g->id, &g->sr);
+    int rc = tp_result_get(s, txn, g->id, &g->sr);
+    Toolpool__InFlight *f;
+    if (rc == MDB_NOTFOUND && g->marker && tp_inflight_get(s, txn, g->id, &f) == 0) {
+        /* Not recorded, but marked: another supervisor on the store runs it (one gone has had it settled). */
+        g->owner = f->owner_pid > 0 ? f->owner_pid : 1;
+        toolpool__in_flight__free_unpacked(f, NULL);
+    }
+    return rc;
 }
 
-/* GET /v1/calls/ID: the answer (200 and the result line), 202 while it runs, 404 unknown. */
+/*
+ * GET /v1/calls/ID: the answer (200 and the result line), 202 while it
+ * runs (here, or in another supervisor on the store), 404 unknown.
+ */
 void http_calls_get(tp_http_t *h, struct evhttp_request *req, const char *id)
 {
     tp_http_entry_t *e = http_table_get(h, id);
     if (e && e->live) {
         tp_buf_t b = {0};
-        running_body(&b, id);
+        running_body(&b, id, 0);
         http_reply(h, req, 202, "application/json", b.data, b.len);
         tp_buf_free(&b);
         return;
@@ -393,11 +410,18 @@ void http_calls_get(tp_http_t *h, struct evhttp_request *req, const char *id)
         http_reply(h, req, e->status, "application/json", e->body, e->body_len);
         return;
     }
-    result_get_t g = {.id = id};
+    result_get_t g = {.id = id, .marker = true};
     int rc = http_store_op(h, req, 0, result_get_op, &g);
     Toolpool__StoredResult *sr = g.sr;
     if (rc == TP_EAGAIN)
         return;
+    if (rc == MDB_NOTFOUND && g.owner) {
+        tp_buf_t b = {0};
+        running_body(&b, id, g.owner);
+        http_reply(h, req, 202, "application/json", b.data, b.len);
+        tp_buf_free(&b);
+        return;
+    }
     if (rc == MDB_NOTFOUND) {
         char msg[600];
         snprintf(msg, sizeof msg, "no call \"%.500s\" is running here or recorded in the store", id);
