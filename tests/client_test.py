@@ -21,8 +21,10 @@ import tempfile
 import threading
 import time
 import unittest
+from unittest import mock
 
 import serveutil as su
+import toolpool_client
 from toolpool_client import Client, Coprocess, ToolpoolError, parse_addr
 
 STEP_TOOL = os.path.join(su.TOOLS, "agent_step.sh")
@@ -71,6 +73,25 @@ class AddrTest(unittest.TestCase):
             self.assertLess(time.monotonic() - t0, 5)
         finally:
             shutil.rmtree(d)
+
+    def test_default_retries_ride_out_a_restart(self):
+        # The defaults wait about 15 s in all (10 s at the least) before giving
+        # up on a service that is not there: the sleeps, counted, not slept.
+        d = tempfile.mkdtemp(prefix="tp-client-")
+        self.addCleanup(shutil.rmtree, d)
+        waits = []
+        for jitter in (0.0, 0.5):
+            c = Client(f"unix:{d}/none.sock")
+            self.addCleanup(c.close)
+            slept = []
+            with mock.patch.object(toolpool_client.time, "sleep", slept.append), \
+                 mock.patch.object(toolpool_client.random, "random", lambda: jitter):
+                with self.assertRaises(ToolpoolError):
+                    c.call("noop", id="x2")
+            waits.append(sum(slept))
+        self.assertGreaterEqual(waits[0], 9.5, waits)
+        self.assertGreaterEqual(waits[1], 13.5, waits)
+        self.assertLess(waits[1], 17, waits)
 
 
 class CoprocessTest(unittest.TestCase):

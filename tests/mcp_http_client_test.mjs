@@ -252,6 +252,29 @@ test('a client gone mid-call: the call runs on and is recorded', async () => {
   assert.match(out, /sleep/);
 });
 
+test('a cancelled call: its request\'s stream ends with no response (204 for a client of JSON only)', async () => {
+  const r1 = await post(init);
+  const sid = r1.headers.get('mcp-session-id');
+  await r1.text();
+  const h = { 'Mcp-Session-Id': sid, 'MCP-Protocol-Version': '2025-06-18' };
+  const call = (id, accept) => post({ jsonrpc: '2.0', id, method: 'tools/call',
+    params: { name: 'sleep', arguments: { ms: 20000 } } }, { ...h, Accept: accept });
+  const streamed = call(1, 'application/json, text/event-stream');
+  const plain = call(2, 'application/json');
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  for (const requestId of [1, 2]) {
+    const r = await post({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId, reason: 'no' } }, h);
+    assert.equal(r.status, 202);
+    await r.text();
+  }
+  const [s, p] = await Promise.all([streamed, plain]);
+  assert.equal(s.status, 200);
+  assert.equal(s.headers.get('content-type'), 'text/event-stream');
+  assert.equal(await s.text(), '');
+  assert.equal(p.status, 204);
+  assert.equal(await p.text(), '');
+});
+
 test('SIGTERM: serve drains and exits 0', async () => {
   const { code, sig } = await serve.stop('SIGTERM');
   assert.deepEqual([code, sig], [0, null], serve.log);

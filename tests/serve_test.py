@@ -741,6 +741,18 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(lines[:2], [b"HTTP/1.1 200 OK", b"Content-Type: text/plain"])
         self.assertRegex(lines[2], date)
         self.assertEqual(len(lines), 3)
+        # Two Content-Lengths that differ: 400, the connection closed, the call not run (a proxy may
+        # have framed the body by the other one); the same one twice is one.
+        smuggle = b'{"id":"hb2","tool":"echo","args":{}}'
+        lines, body = raw(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nContent-Length: %d\r\n\r\n%s"
+                          % (len(smuggle), len(smuggle) - 2, smuggle))
+        self.assertEqual(lines[0], b"HTTP/1.1 400 Bad Request", body)
+        self.assertIn(b"Connection: close", lines)
+        self.assertIn(b"two Content-Length headers that differ", body)
+        self.assertEqual(s.request("GET", "/v1/calls/hb2")[0], 404)
+        lines, body = raw(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nContent-Length: %d\r\n\r\n%s"
+                          % (len(smuggle), len(smuggle), smuggle))
+        self.assertEqual(lines[0], b"HTTP/1.1 200 OK", body)
         self.assertEqual(s.stop(), 0)
 
     def test_connection_cap(self):
@@ -792,6 +804,14 @@ class ServeTest(unittest.TestCase):
         finally:
             other.close()
             os.unlink(s2.sock_path)
+        # A symbolic link planted at PATH.lock: refused, and what it points at left alone.
+        target = os.path.join(self.tmp, "victim")
+        os.unlink(s2.sock_path + ".lock")
+        os.symlink(target, s2.sock_path + ".lock")
+        rc, out, err = self.toolpool("serve", "--listen", "unix:" + s2.sock_path, "-r", "tools.json", "-s", "st")
+        self.assertEqual(rc, 2)
+        self.assertIn("is a symbolic link", err)
+        self.assertFalse(os.path.exists(target))
 
     def test_unix_socket_two_at_once(self):
         # Two services started together on one path over a stale socket:
@@ -831,6 +851,27 @@ class ServeTest(unittest.TestCase):
             self.assertFalse(os.path.exists(path))
 
     # ---- lifecycle ----
+
+    def test_a_full_store_stops_the_service(self):
+        # A store that cannot take a record (here its size limit; a full disk is the same) ends the
+        # service, exit 2, with the reason; the call is told 503; what was recorded stays, and the
+        # service started again with room answers it.
+        os.environ["TOOLPOOL_STORE_LIMIT"] = "2000000"
+        try:
+            s = self.serve()
+        finally:
+            del os.environ["TOOLPOOL_STORE_LIMIT"]
+        st, r = s.json("POST", "/v1/calls", {"id": "small", "tool": "echo", "args": {"a": 1}})
+        self.assertEqual((st, r["ok"]), (200, True), r)
+        st, r = s.json("POST", "/v1/calls", {"id": "big", "tool": "echo", "args": {"x": "y" * 1500000}})
+        self.assertEqual((st, r["error"]), (503, "Unavailable"), r)
+        self.assertEqual(s.proc.wait(30), 2)
+        self.assertIn("does not fit in the store's size limit", s.stderr())
+        s2 = self.serve()
+        st, r = s2.json("GET", "/v1/calls/small")
+        self.assertEqual((st, r["ok"], r["result"]), (200, True, {"a": 1}), r)
+        self.assertEqual(s2.json("GET", "/v1/calls/big")[0], 404)
+        self.assertEqual(s2.stop(), 0)
 
     def test_drain_on_sigterm(self):
         s = self.serve()

@@ -305,12 +305,13 @@ class Client:
     retries: how many times a request is sent again after a refused or
         dropped connection (not after an HTTP answer); the waits between
         start at backoff seconds and double up to max_backoff, with jitter.
-        The defaults ride out about 15 s of a service restarting.
+        The defaults ride out about 15 s (10 s at the least) of a service
+        restarting before raising Unavailable.
     pool_size: idle keep-alive connections kept for reuse; a request when
         none is idle opens another, so concurrency is not capped by it.
     """
 
-    def __init__(self, addr=DEFAULT_ADDR, token=None, timeout=300.0, retries=10, backoff=0.05,
+    def __init__(self, addr=DEFAULT_ADDR, token=None, timeout=300.0, retries=14, backoff=0.05,
                  max_backoff=2.0, pool_size=64):
         self.addr = addr
         self._where = parse_addr(addr)

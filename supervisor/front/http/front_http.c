@@ -775,6 +775,33 @@ static bool cross_site_ok(tp_http_t *h, struct evhttp_request *req, const char *
     return true;
 }
 
+/*
+ * A request with two Content-Lengths that differ is refused, and its
+ * connection closed: evhttp read the body by the first, and a proxy in
+ * front may have read it by the other, so what follows on the connection
+ * could be a request the proxy never saw. false when it has answered.
+ */
+static bool framing_ok(tp_http_t *h, struct evhttp_request *req)
+{
+    const char *len = NULL;
+    struct evkeyval *kv;
+    /* the headers are a TAILQ (keyvalq_struct.h), walked by its fields: sys/queue.h is not included */
+    for (kv = evhttp_request_get_input_headers(req)->tqh_first; kv != NULL; kv = kv->next.tqe_next) {
+        if (strcasecmp(kv->key, "Content-Length") != 0)
+            continue;
+        if (len == NULL) {
+            len = kv->value;
+        } else if (strcmp(len, kv->value) != 0) {
+            if (evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close") != 0)
+                tp_log_warn("http: cannot set a reply's Connection");
+            http_reply_error(h, req, 400, "BadRequest", "two Content-Length headers that differ (%.40s and %.40s)", len,
+                             kv->value);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Every request comes here (evhttp's generic callback): refused, unauthorized, or routed. */
 static void request_cb(struct evhttp_request *req, void *arg)
 {
@@ -789,7 +816,7 @@ static void request_cb(struct evhttp_request *req, void *arg)
     }
     const struct evhttp_uri *ruri = evhttp_request_get_evhttp_uri(req);
     const char *rpath = ruri ? evhttp_uri_get_path(ruri) : NULL;
-    if (!cross_site_ok(h, req, rpath ? rpath : ""))
+    if (!framing_ok(h, req) || !cross_site_ok(h, req, rpath ? rpath : ""))
         return;
     if (h->o.token && !authorized(h, req)) {
         if (evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer") != 0)
@@ -997,9 +1024,12 @@ int tp_http_listen(tp_http_t *h, tp_http_addr_t *a, char *err, size_t cap)
          */
         char lock[sizeof a->path + 8];
         snprintf(lock, sizeof lock, "%s.lock", a->path);
-        h->unix_lock = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        /* Never through a symbolic link: one planted there would have the service create or lock another file. */
+        h->unix_lock = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (h->unix_lock < 0) {
-            snprintf(err, cap, "%s: %s", lock, strerror(errno));
+            snprintf(err, cap, "%s: %s", lock,
+                     errno == ELOOP ? "is a symbolic link: refused (remove it, or listen at another path)"
+                                    : strerror(errno));
             return -1;
         }
         if (flock(h->unix_lock, LOCK_EX | LOCK_NB) != 0) {

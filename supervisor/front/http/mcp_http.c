@@ -86,13 +86,20 @@ static int mcp_send_cb(void *ctx, void *tag, const char *msg, size_t len, bool f
         return 0;
     }
     if (msg == NULL) {
-        /* Cancelled, or its session ended: no response; a client still there hears the end. */
+        /*
+         * Cancelled, or its session ended: no response comes (MCP's rule
+         * for a cancelled request), and the client still there hears its
+         * request's stream end with none; one that takes only JSON, where
+         * a request's reply is its response, gets 204.
+         */
         struct evhttp_request *req = http_wait_take(w);
         restore_timeouts(h, req);
         if (w->streaming)
             evhttp_send_reply_end(req);
+        else if (w->sse)
+            http_reply(h, req, 200, "text/event-stream", NULL, 0);
         else
-            http_reply(h, req, 202, NULL, NULL, 0);
+            http_reply(h, req, 204, NULL, NULL, 0);
         mcp_wait_free(w);
         return 0;
     }
