@@ -276,14 +276,77 @@ class McpTest(unittest.TestCase):
         self.assert_error(s.request("tools/call", {"name": "echo"}, rid=2), -32600, 2)
         self.assert_error(s.request("logging/setLevel", {"level": "info"}, rid=3), -32600, 3)
         self.assert_error(s.request("resources/list", rid=4), -32601, 4)
-        # A 2026-07-28 client's probe: not a method here, so it falls back to initialize.
-        self.assert_error(s.request("server/discover", rid=5), -32601, 5)
+        # server/discover without 2026-07-28's _meta: a malformed modern request.
+        self.assert_error(s.request("server/discover", rid=5), -32602, 5)
         self.assert_error(s.request("initialize", {"capabilities": {}}, rid=6), -32602, 6)
         self.assert_error(s.request("initialize", {"protocolVersion": "2025-11-25", "clientInfo": 7}, rid=7),
                           -32602, 7)
         self.assertEqual(s.quiet_for(0.2), [])
         self.assertIn("result", s.initialize())
         self.assertIn("tools", s.request("tools/list")["result"])
+
+    def test_2026_07_28_requests_are_served_each_on_its_own(self):
+        # No initialize: each request names its revision and the client's capabilities in _meta.
+        s = self.session(args=["-j", "1"])
+        m = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+             "io.modelcontextprotocol/clientCapabilities": {},
+             "io.modelcontextprotocol/clientInfo": {"name": "mcp_test", "version": "1"}}
+        d = s.request("server/discover", {"_meta": m}, rid="d")["result"]
+        info = d["_meta"]
+        self.assertEqual(info["io.modelcontextprotocol/serverInfo"]["name"], "toolpool")
+        self.assertRegex(info["io.modelcontextprotocol/serverInfo"]["version"], r"^\d+\.\d+\.\d+$")
+        self.assertEqual((d["resultType"], d["supportedVersions"], d["cacheScope"]),
+                         ("complete", ["2026-07-28", "2025-11-25", "2025-06-18"], "public"), d)
+        self.assertIn("tools", d["capabilities"])
+        self.assertGreater(d["ttlMs"], 0)
+        self.assertIn("retryable", d["instructions"])
+        tl = s.request("tools/list", {"_meta": m})["result"]
+        self.assertEqual((tl["resultType"], tl["cacheScope"], tl["_meta"]), ("complete", "public", info))
+        self.assertIn("echo", [t["name"] for t in tl["tools"]])
+        r = s.request("tools/call", {"name": "echo", "arguments": {"n": 1}, "_meta": m})["result"]
+        self.assertEqual((r["resultType"], r["isError"], r["structuredContent"]), ("complete", False, {"n": 1}), r)
+        self.assertEqual(r["_meta"]["io.modelcontextprotocol/serverInfo"], info["io.modelcontextprotocol/serverInfo"])
+        tp = r["_meta"]["toolpool"]
+        self.assertEqual(tp["job"], tp["id"])  # no session: the call is a job of its own
+        r = s.request("tools/call", {"name": "deny", "arguments": {}, "_meta": m})["result"]
+        self.assertEqual((r["resultType"], r["isError"]), ("complete", True), r)
+        # A revision we do not speak: UnsupportedProtocolVersion, with ours.
+        e = s.request("tools/list", {"_meta": dict(m, **{"io.modelcontextprotocol/protocolVersion": "2099-01-01"})},
+                      rid=9)
+        self.assert_error(e, -32022, 9)
+        self.assertEqual(e["error"]["data"], {"supported": ["2026-07-28", "2025-11-25", "2025-06-18"],
+                                              "requested": "2099-01-01"})
+        # Required _meta missing, a bad log level: Invalid params. ping and logging/setLevel are gone.
+        self.assert_error(s.request("tools/list", {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}},
+                                    rid=10), -32602, 10)
+        self.assert_error(s.request("tools/list", {"_meta": dict(m, **{"io.modelcontextprotocol/logLevel": "loud"})},
+                                    rid=11), -32602, 11)
+        self.assert_error(s.request("ping", {"_meta": m}, rid=12), -32601, 12)
+        self.assert_error(s.request("logging/setLevel", {"level": "info", "_meta": m}, rid=13), -32601, 13)
+        # Log messages go only to a request that asked, at its own level. (Each call is a job of its
+        # own unless it names one; the same-call circuit counts within a job, so these name theirs.)
+        quiet = dict(m, job="j-quiet")
+        loud = dict(m, **{"io.modelcontextprotocol/logLevel": "warning", "job": "j-loud"})
+        for meta in (quiet, quiet, quiet):
+            s.request("tools/call", {"name": "deny", "arguments": {"k": 1}, "_meta": meta})
+        self.assertEqual([x for x in s.quiet_for(0.2) + s.stash if x.get("method") == "notifications/message"], [])
+        s.stash.clear()
+        for _ in range(3):
+            s.request("tools/call", {"name": "deny", "arguments": {"k": 2}, "_meta": loud})
+        logs = [x for x in s.quiet_for(0.2) + s.stash if x.get("method") == "notifications/message"]
+        self.assertEqual([x["params"]["level"] for x in logs], ["warning"], logs)
+        # Cancelled on stdio by notifications/cancelled, as before; recorded Cancelled.
+        s.send({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
+                "params": {"name": "sleep", "arguments": {"ms": 30000}, "_meta": dict(m, id="m-long")}})
+        time.sleep(0.3)
+        s.notify("notifications/cancelled", {"requestId": "long"})
+        self.assertEqual([x for x in s.quiet_for(0.4) if x.get("id") == "long"], [])
+        rc, out, err = self.toolpool("trace", "m-long", "--store", s.store)
+        self.assertIn("Cancelled", out, err)
+        # The same process still opens a 2025-11-25 session beside.
+        self.assertIn("result", s.initialize())
+        self.assertIn("tools", s.request("tools/list")["result"])
+        self.assertIn("result", s.request("server/discover", {"_meta": m}))
 
     def test_eof_and_signals_end_the_session_with_0(self):
         s = self.ready()

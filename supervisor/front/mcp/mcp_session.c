@@ -36,8 +36,24 @@
 #include "toolsdoc.h"
 
 /* The revisions spoken, newest first: a client asking for another is offered the first. */
+/*
+ * The revisions spoken: a legacy one is chosen by initialize, for the
+ * session; the modern one (2026-07-28, stateless) is named by each
+ * request in its _meta. Both eras are served at once, as MCP's versioning
+ * lets a dual-era server.
+ */
 static const char *const tp_mcp_versions[] = {"2025-11-25", "2025-06-18"};
 #define TP_MCP_N_VERSIONS (sizeof tp_mcp_versions / sizeof tp_mcp_versions[0])
+#define TP_MCP_MODERN "2026-07-28"
+/* Every revision, the newest first, as server/discover and UnsupportedProtocolVersion list them. */
+#define TP_MCP_SUPPORTED "[\"2026-07-28\",\"2025-11-25\",\"2025-06-18\"]"
+/* The per-request _meta keys of 2026-07-28. */
+#define TP_META_VERSION "io.modelcontextprotocol/protocolVersion"
+#define TP_META_CAPS "io.modelcontextprotocol/clientCapabilities"
+#define TP_META_INFO "io.modelcontextprotocol/clientInfo"
+#define TP_META_LEVEL "io.modelcontextprotocol/logLevel"
+/* How long a client may keep our tools/list (and server/discover): the registry is fixed for our life. */
+#define TP_MCP_LIST_TTL_MS 300000
 
 /* Tools a tools/list page holds; more come with nextCursor. */
 #define TP_MCP_PAGE 100
@@ -69,6 +85,8 @@ typedef struct tp_mcp_req {
     bool progressed;       /* a progress notification has gone out (sent is its value) */
     uint64_t told_us;      /* when the client last heard of it (tp_now_us), for the keepalive */
     bool cancelled;        /* the client cancelled it: no response goes out */
+    bool modern;           /* a 2026-07-28 request: its result carries resultType and serverInfo */
+    int log_level;         /* modern: the _meta logLevel it asked for (-1: none, no log messages) */
     uint64_t hash;
     uint64_t step;
     const char *job;     /* into text[] */
@@ -104,6 +122,7 @@ struct tp_mcp_session {
     tp_buf_t msg;         /* the message being written */
     void *tag;            /* the transport's tag of the message being taken */
     bool initialized;     /* initialize was answered */
+    bool stateless;       /* serves 2026-07-28 requests only (serve's /mcp without a session) */
     bool closed;          /* the transport is done with it: nothing is sent */
     int log_level;        /* from logging/setLevel; -1: never set, nothing is sent */
     /* requests in flight, by id */
@@ -408,6 +427,28 @@ static void w_tool_message(tp_msg_t *w, const char *kind, const char *klass, con
     w_puts(w, "}");
 }
 
+/* "io.modelcontextprotocol/serverInfo":{...}: who answers, in a 2026-07-28 result's _meta. */
+static void w_server_info(tp_msg_t *w, const tp_mcp_session_t *s)
+{
+    w_puts(w, "\"io.modelcontextprotocol/serverInfo\":{\"name\":\"toolpool\",\"version\":");
+    w_cstr(w, s->version ? s->version : "0");
+    w_puts(w, "}");
+}
+
+/*
+ * What a cacheable 2026-07-28 result ends with: resultType, how long it
+ * stays fresh (the registry is fixed while we run) for anyone (the same
+ * for every client), and who we are.
+ */
+static void w_modern_tail(tp_msg_t *w, const tp_mcp_session_t *s)
+{
+    if (tp_buf_printf(w->b, ",\"resultType\":\"complete\",\"ttlMs\":%d,\"cacheScope\":\"public\",\"_meta\":{",
+                      TP_MCP_LIST_TTL_MS) < 0)
+        w->err = -1;
+    w_server_info(w, s);
+    w_puts(w, "}");
+}
+
 /*
  * What the host may want beside the model's view: the call as toolpool
  * recorded it (its id, for `toolpool trace`), and whether the answer came
@@ -428,7 +469,14 @@ static void w_meta(tp_msg_t *w, const tp_mcp_req_t *r, const char *served_by, bo
     else
         w_puts(w, "null");
     w_puts(w, degraded ? ",\"degraded\":true" : ",\"degraded\":false");
-    w_puts(w, stale ? ",\"stale\":true}}" : ",\"stale\":false}}");
+    w_puts(w, stale ? ",\"stale\":true}" : ",\"stale\":false}");
+    if (r->modern) {
+        w_puts(w, ",");
+        w_server_info(w, r->s);
+    }
+    w_puts(w, "}");
+    if (r->modern)
+        w_puts(w, ",\"resultType\":\"complete\"");
 }
 
 /*
@@ -517,11 +565,18 @@ static void w_failure(tp_msg_t *w, const tp_mcp_req_t *r, const char *kind, cons
     tp_buf_free(&tm);
 }
 
+/* The lowest level a call's client hears (-1: none): its own request's in 2026-07-28, else the session's. */
+static int want_level(const tp_mcp_req_t *r)
+{
+    return r->modern ? r->log_level : r->s->log_level;
+}
+
 /* notifications/message to a client that set a level at or below this one. */
 static void log_to_client(tp_mcp_session_t *s, const tp_mcp_req_t *r, int level, const char *text,
                           const char *escalation)
 {
-    if (s->log_level < 0 || level < s->log_level)
+    int want = want_level(r);
+    if (want < 0 || level < want)
         return;
     tp_msg_t w;
     msg_begin(s, &w);
@@ -661,7 +716,7 @@ static void notice_cb(void *ctx, const char *method, const char *params, size_t 
         for (int i = 0; level && i < (int)(sizeof tp_mcp_levels / sizeof tp_mcp_levels[0]); i++)
             if (strcmp(level, tp_mcp_levels[i]) == 0)
                 at = i;
-        if (at >= 0 && s->log_level >= 0 && at >= s->log_level &&
+        if (at >= 0 && want_level(r) >= 0 && at >= want_level(r) &&
             (json_object_get(p, "logger") || json_object_set_new(p, "logger", json_string(r->tool->name)) == 0)) {
             msg_begin(s, &w);
             w_puts(&w, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":");
@@ -763,6 +818,102 @@ static const char *version_pick(const char *asked)
 }
 
 /*
+ * The contract a model needs to read our failures well, said once (in
+ * initialize, or server/discover): the retries are done, and repeating a
+ * call that cannot recover only opens its circuit.
+ */
+static const char tp_mcp_instructions[] =
+    "Each tool runs under toolpool's recovery policy: timeouts, retries with backoff for transient "
+    "failures, fallbacks. A failed call comes back with isError true and a JSON tool message "
+    "{\"error\", \"message\", \"retryable\", \"attempts\"}: its retries are already done. When "
+    "retryable is false, do not repeat the same call with the same arguments: change them, use "
+    "another tool, or tell the user (repeating it opens its circuit and hands it to a person).";
+
+/* What a 2026-07-28 request says of itself in its _meta. */
+typedef struct {
+    bool modern;   /* it names 2026-07-28: served statelessly, by that revision */
+    int log_level; /* the logLevel it asked for; -1: none */
+} tp_mcp_reqmeta_t;
+
+/*
+ * A request of the modern era names its revision in _meta, with the
+ * client's capabilities (both required, else Invalid params) and maybe
+ * its identity and a log level; one that names a revision we do not speak
+ * is UnsupportedProtocolVersion, listing ours. A request without it, or
+ * naming a legacy revision, belongs to the session initialize opened.
+ * false when it has been answered (an error).
+ */
+static bool read_request_meta(tp_mcp_session_t *s, const json_t *id, const char *method, const json_t *params,
+                              tp_mcp_reqmeta_t *m)
+{
+    *m = (tp_mcp_reqmeta_t){.log_level = -1};
+    json_t *meta = json_object_get(params, "_meta"), *pv = json_object_get(meta, TP_META_VERSION);
+    bool discover = strcmp(method, "server/discover") == 0;
+    if (pv == NULL && !discover && !s->stateless)
+        return true;
+    if (pv == NULL || !json_is_string(pv)) {
+        reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL,
+                    "Invalid params: a 2026-07-28 request carries its revision in \"_meta\" (\"" TP_META_VERSION
+                    "\", a string) and the client's capabilities (\"" TP_META_CAPS "\")");
+        return false;
+    }
+    const char *version = json_string_value(pv);
+    if (strcmp(version, TP_MCP_MODERN) != 0) {
+        if (tp_mcp_version_known(version) && !discover && !s->stateless)
+            return true; /* a legacy revision: the initialize session's */
+        tp_buf_t data = {0};
+        bool ok = tp_buf_puts(&data, "{\"supported\":" TP_MCP_SUPPORTED ",\"requested\":") == 0 &&
+                  tp_json_put_string(&data, version, strlen(version)) == 0 && tp_buf_append(&data, "}", 2) == 0;
+        reply_error(s, id, TP_RPC_UNSUPPORTED_VERSION, ok ? (const char *)data.data : NULL,
+                    "Unsupported protocol version: %.60s (this server speaks 2026-07-28 in each request's _meta, "
+                    "and 2025-11-25 and 2025-06-18 through initialize)",
+                    version);
+        tp_buf_free(&data);
+        return false;
+    }
+    json_t *caps = json_object_get(meta, TP_META_CAPS), *info = json_object_get(meta, TP_META_INFO);
+    json_t *level = json_object_get(meta, TP_META_LEVEL);
+    if (!json_is_object(caps) || (info && !json_is_object(info))) {
+        reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL,
+                    "Invalid params: \"_meta\" must carry \"" TP_META_CAPS "\" (an object)%s",
+                    info && !json_is_object(info) ? ", and \"" TP_META_INFO "\" must be an object" : "");
+        return false;
+    }
+    if (level) {
+        const char *l = json_string_value(level);
+        for (int i = 0; l && i < (int)(sizeof tp_mcp_levels / sizeof tp_mcp_levels[0]); i++)
+            if (strcmp(l, tp_mcp_levels[i]) == 0)
+                m->log_level = i;
+        if (m->log_level < 0) {
+            reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL,
+                        "Invalid params: \"" TP_META_LEVEL "\" must be one of debug, info, notice, warning, "
+                        "error, critical, alert, emergency");
+            return false;
+        }
+    }
+    m->modern = true;
+    return true;
+}
+
+/*
+ * server/discover (2026-07-28): every revision we speak, our capabilities,
+ * who we are and the contract, cacheable as tools/list is.
+ */
+static void do_discover(tp_mcp_session_t *s, const json_t *id)
+{
+    tp_msg_t w;
+    msg_begin(s, &w);
+    w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
+    w_json(&w, id);
+    w_puts(&w, ",\"result\":{\"supportedVersions\":" TP_MCP_SUPPORTED
+               ",\"capabilities\":{\"tools\":{\"listChanged\":false},\"logging\":{}},\"instructions\":");
+    w_cstr(&w, tp_mcp_instructions);
+    w_modern_tail(&w, s);
+    w_puts(&w, "}}");
+    msg_end(s, &w, s->tag, true, "the server/discover result");
+}
+
+/*
  * initialize: the version the client asked for when we speak it, else our
  * newest (the client then speaks it or disconnects, as the lifecycle's
  * version negotiation has it), our capabilities and who we are. Requests
@@ -797,17 +948,8 @@ static void do_initialize(tp_mcp_session_t *s, const json_t *id, const json_t *p
     w_puts(&w, ",\"capabilities\":{\"tools\":{\"listChanged\":false},\"logging\":{}}"
                ",\"serverInfo\":{\"name\":\"toolpool\",\"version\":");
     w_cstr(&w, s->version ? s->version : "0");
-    /*
-     * The contract a model needs to read our failures well, said once: the
-     * retries are done, and repeating a call that cannot recover only
-     * opens its circuit.
-     */
     w_puts(&w, "},\"instructions\":");
-    w_cstr(&w, "Each tool runs under toolpool's recovery policy: timeouts, retries with backoff for transient "
-               "failures, fallbacks. A failed call comes back with isError true and a JSON tool message "
-               "{\"error\", \"message\", \"retryable\", \"attempts\"}: its retries are already done. When "
-               "retryable is false, do not repeat the same call with the same arguments: change them, use "
-               "another tool, or tell the user (repeating it opens its circuit and hands it to a person).");
+    w_cstr(&w, tp_mcp_instructions);
     w_puts(&w, "}}");
     if (msg_end(s, &w, s->tag, true, "the initialize result") == 0)
         s->initialized = true;
@@ -861,7 +1003,7 @@ void tp_mcp_catalog_free(tp_mcp_catalog_t *c)
  * registry) is Invalid params, as the pagination section asks, never a
  * page that starts somewhere else.
  */
-static void do_tools_list(tp_mcp_session_t *s, const json_t *id, const json_t *params)
+static void do_tools_list(tp_mcp_session_t *s, const json_t *id, const json_t *params, bool modern)
 {
     size_t from = 0, n = s->reg->n_tools;
     json_t *jc = json_object_get(params, "cursor");
@@ -898,6 +1040,8 @@ static void do_tools_list(tp_mcp_session_t *s, const json_t *id, const json_t *p
         w_puts(&w, ",\"nextCursor\":");
         w_cstr(&w, cursor);
     }
+    if (modern)
+        w_modern_tail(&w, s);
     w_puts(&w, "}}");
     msg_end(s, &w, s->tag, true, "the tools/list result");
 }
@@ -931,7 +1075,7 @@ static void do_set_level(tp_mcp_session_t *s, const json_t *id, const json_t *pa
  * arguments that fail the schema included, is the call's result.
  */
 static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_text, size_t id_len,
-                          const json_t *params)
+                          const json_t *params, const tp_mcp_reqmeta_t *m)
 {
     const char *name = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments"), *meta = json_object_get(params, "_meta");
@@ -975,11 +1119,12 @@ static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_
                     "Invalid Request: id %.200s is in use by a tools/call still running", id_text);
         return;
     }
-    const char *job = jjob ? json_string_value(jjob) : s->session_job;
-    size_t job_len = strlen(job);
     char call_id[TP_MCP_ID_MAX + 1];
     int cn = jid ? snprintf(call_id, sizeof call_id, "%s", json_string_value(jid))
                  : snprintf(call_id, sizeof call_id, "mcp-%s-%llu", s->session, (unsigned long long)++s->seq);
+    /* A 2026-07-28 request is a conversation of its own: no session to be a job; it is its own, unless named. */
+    const char *job = jjob ? json_string_value(jjob) : m->modern ? call_id : s->session_job;
+    size_t job_len = strlen(job);
     tp_mcp_req_t *r = calloc(1, sizeof *r + id_len + 1 + (size_t)cn + 1 + job_len + 1);
     tp_buf_t ab = {0};
     if (r == NULL || (args && !json_is_null(args) ? tp_json_write(&ab, args, 0) : tp_buf_puts(&ab, "{}")) < 0 ||
@@ -1000,6 +1145,8 @@ static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_
     memcpy((char *)r->job, job, job_len + 1);
     r->hash = hash_bytes(id_text, id_len);
     r->progress = json_incref(token);
+    r->modern = m->modern;
+    r->log_level = m->log_level;
     r->step = job_next_step(s, job);
     if (r->step == 0 || req_insert(s, r) < 0) {
         req_free(r);
@@ -1017,7 +1164,7 @@ static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_
         .args_len = ab.len - 1,
         .give_args = true,
         .jargs = empty ? empty : args,
-        .notice = r->progress || s->log_level >= 0 ? notice_cb : NULL,
+        .notice = r->progress || want_level(r) >= 0 ? notice_cb : NULL,
         .deadline_us = s->deadline_us ? tp_now_us() + s->deadline_us : 0,
     };
     r->call = tp_engine_submit(s->e, &rq, answer_cb, r);
@@ -1061,6 +1208,19 @@ static bool method_known(const char *method)
            strcmp(method, "logging/setLevel") == 0;
 }
 
+/* tools/call, keyed by its id's JSON text (the table's key, and what its response is sent with). */
+static void call_with_key(tp_mcp_session_t *s, const json_t *id, const json_t *params, const tp_mcp_reqmeta_t *m)
+{
+    tp_buf_t key = {0};
+    if (tp_json_write(&key, id, 0) < 0) {
+        tp_buf_free(&key);
+        reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
+        return;
+    }
+    do_tools_call(s, id, (const char *)key.data, key.len, params, m);
+    tp_buf_free(&key);
+}
+
 /* A request (it has an id): answered now, or by the engine for a tools/call. */
 static void take_request(tp_mcp_session_t *s, const json_t *id, const char *method, const json_t *params)
 {
@@ -1069,7 +1229,27 @@ static void take_request(tp_mcp_session_t *s, const json_t *id, const char *meth
         return;
     }
     if (strcmp(method, "initialize") == 0) {
-        do_initialize(s, id, params);
+        if (s->stateless)
+            reply_error(s, id, TP_RPC_INVALID_REQUEST, NULL,
+                        "Invalid Request: this exchange is 2026-07-28's, which has no initialize (send one "
+                        "without MCP-Protocol-Version: 2026-07-28 to open a 2025-11-25 session)");
+        else
+            do_initialize(s, id, params);
+        return;
+    }
+    tp_mcp_reqmeta_t m;
+    if (!read_request_meta(s, id, method, params, &m))
+        return;
+    if (m.modern) {
+        /* 2026-07-28: stateless, and without ping or logging/setLevel (a request's _meta sets its log level). */
+        if (strcmp(method, "server/discover") == 0)
+            do_discover(s, id);
+        else if (strcmp(method, "tools/list") == 0)
+            do_tools_list(s, id, params, true);
+        else if (strcmp(method, "tools/call") == 0)
+            call_with_key(s, id, params, &m);
+        else
+            reply_error(s, id, TP_RPC_METHOD_NOT_FOUND, NULL, "Method not found: %.200s (in 2026-07-28)", method);
         return;
     }
     if (strcmp(method, "ping") == 0) {
@@ -1086,20 +1266,12 @@ static void take_request(tp_mcp_session_t *s, const json_t *id, const char *meth
                     "Invalid Request: the session is not initialized: send initialize first");
         return;
     }
-    if (strcmp(method, "tools/list") == 0) {
-        do_tools_list(s, id, params);
-    } else if (strcmp(method, "logging/setLevel") == 0) {
+    if (strcmp(method, "tools/list") == 0)
+        do_tools_list(s, id, params, false);
+    else if (strcmp(method, "logging/setLevel") == 0)
         do_set_level(s, id, params);
-    } else {
-        tp_buf_t key = {0};
-        if (tp_json_write(&key, id, 0) < 0) {
-            tp_buf_free(&key);
-            reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
-            return;
-        }
-        do_tools_call(s, id, (const char *)key.data, key.len, params);
-        tp_buf_free(&key);
-    }
+    else
+        call_with_key(s, id, params, &m);
 }
 
 /* A notification (no id): never answered, whatever it says. */
@@ -1200,8 +1372,15 @@ static void session_id_new(char out[17])
 
 /* ---- the session ---- */
 
+bool tp_mcp_version_modern(const char *version)
+{
+    return strcmp(version, TP_MCP_MODERN) == 0;
+}
+
 bool tp_mcp_version_known(const char *version)
 {
+    if (tp_mcp_version_modern(version))
+        return true;
     for (size_t i = 0; i < TP_MCP_N_VERSIONS; i++)
         if (strcmp(version, tp_mcp_versions[i]) == 0)
             return true;
@@ -1224,6 +1403,26 @@ tp_mcp_session_t *tp_mcp_session_new(tp_engine_t *e, const tp_mcp_catalog_t *too
     session_id_new(s->session);
     snprintf(s->session_job, sizeof s->session_job, "mcp-%s", s->session);
     return s;
+}
+
+void tp_mcp_session_stateless(tp_mcp_session_t *s)
+{
+    s->stateless = true;
+}
+
+void tp_mcp_session_cancel_tag(tp_mcp_session_t *s, void *tag, const char *why)
+{
+    for (size_t i = 0; i < s->table_cap; i++)
+        for (tp_mcp_req_t *r = s->table[i]; r; r = r->hnext)
+            if (r->tag == tag && !r->cancelled) {
+                r->cancelled = true;
+                if (r->call) {
+                    tp_call_t *c = r->call;
+                    r->call = NULL; /* one cancel per call */
+                    tp_engine_cancel(s->e, c, why);
+                }
+                return;
+            }
 }
 
 const char *tp_mcp_session_id(const tp_mcp_session_t *s)

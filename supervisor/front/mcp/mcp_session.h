@@ -1,13 +1,20 @@
 /*
  * One MCP session: the protocol behind every MCP front, whatever carries
  * its messages (stdio lines for `toolpool mcp`, HTTP POSTs for serve's
- * /mcp). JSON-RPC 2.0, revisions 2025-11-25 and 2025-06-18:
+ * /mcp). JSON-RPC 2.0, revisions 2025-11-25 and 2025-06-18 (a session that
+ * initialize opens) and 2026-07-28 (stateless: each request names its
+ * revision and the client's capabilities in _meta), both at once:
  *
- *   initialize                 protocol version, capabilities, serverInfo
- *   ping, logging/setLevel     {}
+ *   initialize                 protocol version, capabilities, serverInfo (legacy)
+ *   server/discover            every revision, capabilities, serverInfo (2026-07-28)
+ *   ping, logging/setLevel     {} (legacy; 2026-07-28 has neither)
  *   tools/list                 the registry's tools, 100 a page, an opaque cursor
  *   tools/call                 one call through the engine: its answer as a CallToolResult
  *   notifications/initialized, notifications/cancelled (the call is cancelled, and not answered)
+ *
+ * A 2026-07-28 result carries resultType, and serverInfo in its _meta; its
+ * lists, ttlMs and cacheScope; its call is its own job unless it names one,
+ * and hears log messages only at the _meta logLevel it asked for.
  *
  * A tool's failure, whatever it is, is a result with isError true and the
  * seed's tool message as its text, never a JSON-RPC error, so the model
@@ -67,6 +74,10 @@ enum {
     TP_RPC_METHOD_NOT_FOUND = -32601,
     TP_RPC_INVALID_PARAMS = -32602,
     TP_RPC_INTERNAL_ERROR = -32603,
+    /* 2026-07-28's own */
+    TP_RPC_HEADER_MISMATCH = -32020,
+    TP_RPC_MISSING_CAPABILITY = -32021,
+    TP_RPC_UNSUPPORTED_VERSION = -32022,
 };
 
 /* The registry's tools as tools/list lists them, rendered once for every session of a front. */
@@ -75,6 +86,8 @@ void tp_mcp_catalog_free(tp_mcp_catalog_t *c);
 
 /* Whether version is one this server speaks (an MCP-Protocol-Version header, say). */
 bool tp_mcp_version_known(const char *version);
+/* Whether it is 2026-07-28's: stateless, named in each request's _meta. */
+bool tp_mcp_version_modern(const char *version);
 
 /*
  * A new session on the engine; NULL when out of memory. version:
@@ -86,6 +99,14 @@ tp_mcp_session_t *tp_mcp_session_new(tp_engine_t *e, const tp_mcp_catalog_t *too
                                      uint64_t deadline_us, const tp_mcp_sink_t *sink);
 /* The session's random part: call ids are "mcp-SESSION-N", the default job "mcp-SESSION". */
 const char *tp_mcp_session_id(const tp_mcp_session_t *s);
+/* Makes s serve 2026-07-28 requests alone, each on its own (serve's /mcp without a session); no initialize. */
+void tp_mcp_session_stateless(tp_mcp_session_t *s);
+/*
+ * Cancels the tools/call taken with tag, if it still runs, as
+ * notifications/cancelled would (2026-07-28 over HTTP: its client closed
+ * the request's stream).
+ */
+void tp_mcp_session_cancel_tag(tp_mcp_session_t *s, void *tag, const char *why);
 /* Whether initialize has been answered. */
 bool tp_mcp_session_initialized(const tp_mcp_session_t *s);
 /* Takes one message (its JSON text). tag goes with every message it causes. */
