@@ -8,6 +8,8 @@ with a given status, on real stores.
   it names, and a result is recorded and written as the tool wrote it
   (compact), in the result line and in the answer from the store on a
   rerun.
+- An error object on stdout names the failure whatever the exit status;
+  the exit status decides only when stdout holds no error object.
 
 Standard library only. The build directory comes from $TOOLPOOL_BUILD_DIR
 (ctest sets it), else ../build beside this file.
@@ -105,6 +107,38 @@ class ExecAnswerTest(unittest.TestCase):
         # Run again on the same store: every answer comes from it, byte for byte the same.
         again = self.run_calls(tools, calls)
         self.assertEqual(again, lines)
+
+    def test_error_object_beats_exit_status(self):
+        tools = [
+            printing("limited", '{"error": "RateLimited", "retry_after_ms": 1200}\n', 1, attempts=1),
+            printing("gone", '{"error": "NotFound", "message": "no such order"}', 75, attempts=3),
+            printing("big", '{"error": "BadArguments", "order": 18446744073709551615}', 3),
+            # No error object: the exit status decides, as before.
+            printing("json", '{"ok": true, "cost": 3}', 1),
+            printing("silent", '', 75, attempts=2),
+            printing("text", 'no entry', 77),
+            printing("notstring", '{"error": 5}', 64),
+            printing("zero", '{"error": "Timeout", "message": "upstream"}', 0, attempts=1),
+        ]
+        calls = [{"id": t["name"], "tool": t["name"]} for t in tools]
+        lines = self.run_calls(tools, calls)
+        r = {cid: json.loads(line) for cid, line in lines.items()}
+        self.assertEqual((r["limited"]["error"], r["limited"]["class"], r["limited"]["retry_after_ms"]),
+                         ("RateLimited", "transient", 1200), lines["limited"])
+        self.assertEqual((r["gone"]["error"], r["gone"]["message"], r["gone"]["attempts"]),
+                         ("NotFound", "no such order", 1), lines["gone"])
+        self.assertEqual(r["big"]["error"], "BadArguments", lines["big"])
+        self.assertNotIn("exited", r["big"]["message"])
+
+        self.assertEqual(r["json"]["error"], "ToolError", lines["json"])
+        self.assertEqual(r["json"]["message"], "json exited with status 1")
+        self.assertNotIn("cost", r["json"])
+        self.assertEqual((r["silent"]["error"], r["silent"]["attempts"]), ("ServerError", 2), lines["silent"])
+        self.assertEqual(r["silent"]["message"], "silent exited with status 75")
+        self.assertEqual(r["text"]["error"], "PermissionDenied", lines["text"])
+        self.assertEqual(r["notstring"]["error"], "BadArguments", lines["notstring"])
+        self.assertEqual(r["notstring"]["message"], "notstring exited with status 64")
+        self.assertEqual((r["zero"]["error"], r["zero"]["message"]), ("Timeout", "upstream"), lines["zero"])
 
 
 if __name__ == "__main__":
