@@ -6,8 +6,8 @@ with a given status, on real stores.
 - JSON that jansson cannot hold (an integer past 64 bits, a number past a
   double's range) is still the tool's JSON: an error object is the failure
   it names, and a result is recorded and written as the tool wrote it
-  (compact), in the result line and in the answer from the store on a
-  rerun.
+  (compact), in the result line, in the answer from the store on a rerun,
+  and in `checkpoints show --json`.
 - An error object on stdout names the failure whatever the exit status;
   the exit status decides only when stdout holds no error object.
 
@@ -107,6 +107,17 @@ class ExecAnswerTest(unittest.TestCase):
         # Run again on the same store: every answer comes from it, byte for byte the same.
         again = self.run_calls(tools, calls)
         self.assertEqual(again, lines)
+
+        # The job's message list shows each result as recorded, none missing.
+        p = self.toolpool("checkpoints", "show", "j", "--store", self.path("store"), "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.count("\n"), 1)
+        cp = json.loads(p.stdout)
+        self.assertEqual((cp["job"], cp["calls"]), ("j", ["s1", "s2"]))
+        self.assertEqual([r["id"] for r in cp["results"]], ["s1", "s2"])
+        self.assertNotIn("missing", cp["results"][0])
+        self.assertIn('"result":' + want["s1"] + ',', p.stdout)
+        self.assertIn('"result":' + want["s2"] + ',', p.stdout)
 
     def test_error_object_beats_exit_status(self):
         tools = [
