@@ -291,7 +291,10 @@ class Handler(BaseHTTPRequestHandler):
         self.send(code, b"moved", "text/plain", [("Location", self.arg("url", "/json"))])
 
     def r_error_body(self, u, parts):
-        self.send_json(400, {"error": "RateLimited", "message": "slow down"})
+        body = {"error": "RateLimited", "message": "slow down"}
+        if self.arg("order") is not None:
+            body["order"] = int(self.arg("order"))  # written as given, past int64 too
+        self.send_json(400, body)
 
     def r_flaky(self, u, parts):
         key = "/".join(parts[2:])

@@ -375,7 +375,7 @@ static void test_status_mapping(void)
     for (size_t i = 0; i < n; i++)
         tp_buf_printf(&calls, "{\"id\": \"s%d\", \"tool\": \"st\", \"args\": {\"code\": \"%d\"}}\n", rows[i].code,
                       rows[i].code);
-    tp_buf_puts(&calls, "{\"id\": \"eb\", \"tool\": \"errbody\"}\n");
+    tp_buf_puts(&calls, "{\"id\": \"eb\", \"tool\": \"errbody\"}\n{\"id\": \"ebbig\", \"tool\": \"errbig\"}\n");
     tp_buf_append(&calls, "", 1);
     json_t *before = srv_stats(&plain);
     run_t r = run_http(
@@ -384,11 +384,13 @@ static void test_status_mapping(void)
         " " STR_PARAMS(
             S("code")) ", \"required\": [\"code\"]}},"
                        "{\"name\": \"errbody\", \"http\": {\"url\": \"@U@/error-body\", \"method\": \"GET\"}, " RETRY2
-                       "}]}",
+                       "},"
+                       "{\"name\": \"errbig\", \"http\": {\"url\": \"@U@/error-body?order=18446744073709551615\","
+                       " \"method\": \"GET\"}, " RETRY2 "}]}",
         (char *)calls.data, 4);
     json_t *after = srv_stats(&plain);
     CU_ASSERT_EQUAL(r.status, 1);
-    CU_ASSERT_EQUAL(json_array_size(r.rows), n + 1);
+    CU_ASSERT_EQUAL(json_array_size(r.rows), n + 2);
     for (size_t i = 0; i < n; i++) {
         char id[16], code[8], body[32], path[32];
         snprintf(id, sizeof id, "s%d", rows[i].code);
@@ -410,7 +412,9 @@ static void test_status_mapping(void)
     /* A 400 whose body is in the tool error convention: the body's kind wins, and it is transient. */
     const char *slow[] = {"slow down", NULL};
     expect_fail(row(&r, "eb"), "eb", "RateLimited", "transient", 2, slow);
-    CU_ASSERT_EQUAL(path_count(after, "/error-body") - path_count(before, "/error-body"), 2);
+    /* ...and so does one holding a number past int64, which jansson cannot read. */
+    expect_fail(row(&r, "ebbig"), "ebbig", "RateLimited", "transient", 2, slow);
+    CU_ASSERT_EQUAL(path_count(after, "/error-body") - path_count(before, "/error-body"), 4);
     json_decref(before);
     json_decref(after);
     json_decref(r.rows);

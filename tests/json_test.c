@@ -1,7 +1,9 @@
 /*
  * json_test: the JSON checker that vets every record the store reads
  * (tp_json_check, tp_json_member), held to jansson on random and mutated
- * texts, as callline_test holds the call-line scanner to it.
+ * texts, as callline_test holds the call-line scanner to it; and what
+ * passes a tool's JSON on where jansson cannot hold it (tp_json_compact,
+ * tp_json_next_member).
  */
 #include <jansson.h>
 #include <stdbool.h>
@@ -356,6 +358,93 @@ static void test_plain_runs(void)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* Whether b holds exactly want. */
+static bool holds(const tp_buf_t *b, const char *want)
+{
+    bool eq = b->len == strlen(want) && memcmp(b->data, want, b->len) == 0;
+    if (!eq)
+        fprintf(stderr, "\n  got:  %.*s\n  want: %s\n", (int)b->len, b->data ? (const char *)b->data : "", want);
+    return eq;
+}
+
+/*
+ * tp_json_compact drops the whitespace between tokens and nothing else:
+ * numbers and strings as written. On random texts, what jansson reads of
+ * the compact text is what it reads of the text, and compacting again
+ * changes nothing.
+ */
+static void test_compact(void)
+{
+    tp_buf_t b = {0};
+    const char *text =
+        " { \"n\" : 18446744073709551616 ,\n\t\"x\": [ 1e400 , -0 , 1.0 ],\r\n \"s\": \" a \\\" \\u00e9 \" } ";
+    CU_ASSERT_EQUAL(tp_json_compact(text, strlen(text), &b), 0);
+    CU_ASSERT(holds(&b, "{\"n\":18446744073709551616,\"x\":[1e400,-0,1.0],\"s\":\" a \\\" \\u00e9 \"}"));
+    /* Appended after what is there. */
+    tp_buf_reset(&b);
+    tp_buf_puts(&b, "x");
+    CU_ASSERT_EQUAL(tp_json_compact(" 12 ", 4, &b), 0);
+    CU_ASSERT(holds(&b, "x12"));
+    tp_buf_reset(&b);
+    CU_ASSERT_EQUAL(tp_json_compact(NULL, 0, &b), 0);
+    CU_ASSERT_EQUAL(b.len, 0);
+
+    srand(23);
+    int compared = 0;
+    for (int round = 0; round < 20000; round++) {
+        tp_buf_t t = {0}, again = {0};
+        random_value(&t, 0);
+        if (tp_json_check(t.data, t.len, NULL) != 0) {
+            tp_buf_free(&t);
+            continue;
+        }
+        tp_buf_reset(&b);
+        CU_ASSERT_FATAL(tp_json_compact(t.data, t.len, &b) == 0);
+        CU_ASSERT_FATAL(tp_json_check(b.data, b.len, NULL) == 0);
+        CU_ASSERT_FATAL(tp_json_compact(b.data, b.len, &again) == 0);
+        CU_ASSERT(again.len == b.len && memcmp(again.data, b.data, b.len) == 0);
+        json_t *x = json_loadb((const char *)t.data, t.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        json_t *y = json_loadb((const char *)b.data, b.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        CU_ASSERT((x == NULL) == (y == NULL));
+        if (x && y) {
+            CU_ASSERT(json_equal(x, y));
+            compared++;
+        }
+        json_decref(x);
+        json_decref(y);
+        tp_buf_free(&t);
+        tp_buf_free(&again);
+    }
+    CU_ASSERT(compared > 19000);
+    tp_buf_free(&b);
+}
+
+/* tp_json_next_member: each top-level member in order, a repeated key each time. */
+static void test_next_member(void)
+{
+    const char *text = " { \"a\" : 1 , \"a\":[2, {\"b\": 3}],\"k\\\"q\" : \"x, y\" , \"\" : {} } ";
+    static const char *const want[][2] = {{"a", "1"}, {"a", "[2, {\"b\": 3}]"}, {"k\\\"q", "\"x, y\""}, {"", "{}"}};
+    size_t at = 0, kn, vn, i = 0;
+    const char *k, *v;
+    while (tp_json_next_member(text, strlen(text), &at, &k, &kn, &v, &vn) == 0) {
+        CU_ASSERT_FATAL(i < 4);
+        CU_ASSERT(kn == strlen(want[i][0]) && memcmp(k, want[i][0], kn) == 0);
+        CU_ASSERT(vn == strlen(want[i][1]) && memcmp(v, want[i][1], vn) == 0);
+        i++;
+    }
+    CU_ASSERT_EQUAL(i, 4);
+    /* The first of a repeated key is what tp_json_member finds. */
+    CU_ASSERT_EQUAL(tp_json_member(text, strlen(text), "a", &v, &vn), 0);
+    CU_ASSERT(vn == 1 && *v == '1');
+    static const char *const none[] = {"{}", " { } ", "[1, 2]", "\"a\"", "7"};
+    for (size_t j = 0; j < sizeof none / sizeof none[0]; j++) {
+        at = 0;
+        CU_ASSERT_EQUAL(tp_json_next_member(none[j], strlen(none[j]), &at, &k, &kn, &v, &vn), TP_ENOENT);
+    }
+    at = 0;
+    CU_ASSERT_EQUAL(tp_json_next_member(NULL, 0, &at, &k, &kn, &v, &vn), TP_ENOENT);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
@@ -364,5 +453,7 @@ int main(void)
     CU_add_test(s, "what JSON is and is not", test_table);
     CU_add_test(s, "tp_json_check and tp_json_member agree with jansson", test_against_jansson);
     CU_add_test(s, "plain runs are found sixteen and eight bytes at a time", test_plain_runs);
+    CU_add_test(s, "tp_json_compact keeps every token as written", test_compact);
+    CU_add_test(s, "tp_json_next_member walks the members in order", test_next_member);
     return tp_test_run();
 }

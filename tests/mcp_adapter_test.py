@@ -84,6 +84,7 @@ class McpAdapterTest(unittest.TestCase):
             {"id": "echo", "tool": "echo", "args": {"text": "hi there"}},
             {"id": "add", "tool": "add", "args": {"a": 2, "b": 40}},
             {"id": "fail", "tool": "fail", "args": {}},
+            {"id": "failbig", "tool": "fail", "args": {"big": True}},
             {"id": "oops", "tool": "oops", "args": {}},
             {"id": "bad", "tool": "bad", "args": {}},
             {"id": "nope", "tool": "nope", "args": {}},
@@ -100,6 +101,9 @@ class McpAdapterTest(unittest.TestCase):
         self.assertEqual(r["fail"]["error"], "RateLimited")
         self.assertEqual(r["fail"]["message"], "slow down")
         self.assertEqual([t["outcome"] for t in r["fail"]["trace"]], ["RateLimited", "RateLimited"])
+        # ...one holding a number past int64 too, which jansson cannot read
+        self.assertEqual((r["failbig"]["error"], r["failbig"]["message"]), ("RateLimited", "slow down"))
+        self.assertEqual(r["failbig"]["attempts"], 2)
         # isError with plain text: ToolError, permanent, the text its message
         self.assertEqual((r["oops"]["error"], r["oops"]["class"], r["oops"]["attempts"]), ("ToolError", "permanent", 1))
         self.assertIn("it broke", r["oops"]["message"])

@@ -12,7 +12,8 @@ once ("ping ID" in TINY_LOG). Responses of the client (an id, a result or an
 error, no method) answer the server's own requests (see ask); one that
 answers nothing pending is ignored. Other methods: -32601.
 
-Tools: echo, add, fail (isError with a JSON error object), oops (isError
+Tools: echo, add, fail (isError with a JSON error object; with "big", one
+that holds an integer past 64 bits too), oops (isError
 with plain text), badparams (JSON-RPC -32602), malformed (a result that is
 not a CallToolResult, as its "form" says), write (a destructive tool: a line
 "write TEXT" in TINY_LOG; with "seconds", written and answered when they are
@@ -184,7 +185,10 @@ def call(req):
     if name == "add":
         return text(str(args["a"] + args["b"]))
     if name == "fail":
-        return text(json.dumps({"error": "RateLimited", "message": "slow down", "retry_after_ms": 20}), isError=True)
+        err = {"error": "RateLimited", "message": "slow down", "retry_after_ms": 20}
+        if args.get("big"):
+            err["order"] = 18446744073709551615  # past int64: JSON all the same
+        return text(json.dumps(err), isError=True)
     if name == "oops":
         return text("it broke", isError=True)
     if name == "badparams":

@@ -4,6 +4,7 @@
  * other JSON is the result written compact, other text becomes a JSON
  * string, and a numeric top-level "cost" is read either way.
  */
+#include <float.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -157,6 +158,146 @@ static void test_cost(void)
     tp_outcome_free(&o);
 }
 
+/*
+ * JSON that jansson refuses to read (an integer past int64, a number past
+ * a double's range, and the rest tp_json_check allows) is still JSON: an
+ * error object is the failure it names, and a result keeps its text,
+ * compact, every token as written.
+ */
+static void test_numbers_past_jansson(void)
+{
+    tp_outcome_t o = {0};
+    read_text(&o, "{\"error\":\"NotFound\",\"order\":18446744073709551615}", true);
+    CU_ASSERT_FALSE(o.ok);
+    CU_ASSERT_STRING_EQUAL(o.kind, "NotFound");
+    HOLDS(&o.message, "");
+    HOLDS(&o.result, "");
+    read_text(&o,
+              "{\"error\": \"RateLimited\", \"message\": \"slow down\", \"retry_after_ms\": 1200,"
+              " \"cost\": 0.5, \"ids\": [1e400, -18446744073709551616]}\n",
+              true);
+    CU_ASSERT_STRING_EQUAL(o.kind, "RateLimited");
+    HOLDS(&o.message, "slow down");
+    CU_ASSERT_EQUAL(o.retry_after_ms, 1200);
+    CU_ASSERT_DOUBLE_EQUAL(o.cost, 0.5, 0);
+    HOLDS(&o.result, "");
+
+    /* A result: its text compact, numbers and escapes as written, whitespace in strings kept. */
+    read_text(&o,
+              "{ \"order\" : 18446744073709551615,\n  \"x\": [1e400, -0, 1.0, 1E2, -1e-400],\n"
+              "  \"s\": \" a\\u00e9 \\/ b \" }\n",
+              true);
+    CU_ASSERT_TRUE(o.ok);
+    HOLDS(&o.result, "{\"order\":18446744073709551615,\"x\":[1e400,-0,1.0,1E2,-1e-400],\"s\":\" a\\u00e9 \\/ b \"}");
+    /* Not read as a failure without read_error: the object is the result, as written. */
+    read_text(&o, "{\"error\":\"NotFound\",\"order\":18446744073709551615}", false);
+    CU_ASSERT_TRUE(o.ok);
+    HOLDS(&o.result, "{\"error\":\"NotFound\",\"order\":18446744073709551615}");
+    /* Any value, not only an object. */
+    read_text(&o, " 18446744073709551616 \n", true);
+    CU_ASSERT_TRUE(o.ok);
+    HOLDS(&o.result, "18446744073709551616");
+    read_text(&o, "[-9223372036854775809, \"\\ud800\"]", true);
+    HOLDS(&o.result, "[-9223372036854775809,\"\\ud800\"]");
+
+    /* The cost, as a double; one past a double's range is the largest. */
+    read_text(&o, "{\"cost\": 18446744073709551616, \"n\": 1e400}", true);
+    CU_ASSERT_TRUE(o.ok);
+    CU_ASSERT_DOUBLE_EQUAL(o.cost, 18446744073709551616.0, 0);
+    HOLDS(&o.result, "{\"cost\":18446744073709551616,\"n\":1e400}");
+    read_text(&o, "{\"cost\": 1e400}", false);
+    CU_ASSERT_DOUBLE_EQUAL(o.cost, DBL_MAX, 0);
+
+    /* retry_after_ms past int64 or a double is past any ceiling; below zero, not a wait. */
+    read_text(&o, "{\"error\":\"RateLimited\",\"retry_after_ms\":18446744073709551616}", true);
+    CU_ASSERT_EQUAL(o.retry_after_ms, 31536000000);
+    read_text(&o, "{\"error\":\"RateLimited\",\"retry_after_ms\":1e400}", true);
+    CU_ASSERT_EQUAL(o.retry_after_ms, 31536000000);
+    read_text(&o, "{\"error\":\"RateLimited\",\"retry_after_ms\":-1e400}", true);
+    CU_ASSERT_EQUAL(o.retry_after_ms, -1);
+    HOLDS(&o.message, " (its retry_after_ms is not a wait in milliseconds: ignored)");
+
+    /* The keys as jansson reads them: escaped, and the last of a repeated one. */
+    read_text(&o, "{\"\\u0065rror\":\"NotFound\",\"n\":1e400}", true);
+    CU_ASSERT_STRING_EQUAL(o.kind, "NotFound");
+    read_text(&o, "{\"error\":\"NotFound\",\"error\":\"Timeout\",\"n\":1e400}", true);
+    CU_ASSERT_STRING_EQUAL(o.kind, "Timeout");
+    read_text(&o, "{\"error\":\"NotFound\",\"error\":null,\"n\":1e400}", true);
+    CU_ASSERT_TRUE(o.ok);
+    /* An "error" that is not a string is no failure, whatever jansson makes of it. */
+    read_text(&o, "{\"error\":18446744073709551616}", true);
+    CU_ASSERT_TRUE(o.ok);
+    HOLDS(&o.result, "{\"error\":18446744073709551616}");
+    /* A kind with an escape jansson refuses (a lone surrogate) is its text as written. */
+    read_text(&o, "{\"error\":\"Lost\\ud800\",\"message\":\"m\\udfff\"}", true);
+    CU_ASSERT_FALSE(o.ok);
+    CU_ASSERT_STRING_EQUAL(o.kind, "Lost\\ud800");
+    HOLDS(&o.message, "m\\udfff");
+
+    /* Nesting past jansson's 2048 levels, within tp_json_check's 4096. */
+    tp_buf_t deep = {0};
+    tp_buf_puts(&deep, "{\"error\": \"ToolError\", \"deep\": ");
+    for (int i = 0; i < 3000; i++)
+        tp_buf_puts(&deep, "[");
+    for (int i = 0; i < 3000; i++)
+        tp_buf_puts(&deep, "]");
+    tp_buf_puts(&deep, "}");
+    tp_buf_append(&deep, "", 1);
+    read_text(&o, (const char *)deep.data, true);
+    CU_ASSERT_FALSE(o.ok);
+    CU_ASSERT_STRING_EQUAL(o.kind, "ToolError");
+    tp_buf_free(&deep);
+
+    /* What jansson reads is written as before: -0 is the integer 0, a real in its shortest form. */
+    read_text(&o, "[-0, 1.0, 1E2, -0.0, 1.50]", true);
+    HOLDS(&o.result, "[0,1.0,100.0,-0.0,1.5]");
+    /* Past tp_json_check's grammar it is text, as before. */
+    read_text(&o, "{\"n\": 18446744073709551616,}", true);
+    CU_ASSERT_TRUE(o.ok);
+    HOLDS(&o.result, "\"{\\\"n\\\": 18446744073709551616,}\"");
+    tp_outcome_free(&o);
+}
+
+/*
+ * An answer that came with a failure of its own (a non-zero exit, an HTTP
+ * error status) is read only for an error object, which overrides it;
+ * anything else leaves the outcome as it was.
+ */
+static void test_error_from_text(void)
+{
+    tp_outcome_t o = {0};
+    tp_outcome_reset(&o);
+    const char *rl = "{\"error\": \"RateLimited\", \"retry_after_ms\": 1200, \"cost\": 2}\n";
+    CU_ASSERT_TRUE(tp_outcome_error_from_text(&o, rl, strlen(rl)));
+    CU_ASSERT_FALSE(o.ok);
+    CU_ASSERT_STRING_EQUAL(o.kind, "RateLimited");
+    CU_ASSERT_EQUAL(o.retry_after_ms, 1200);
+    CU_ASSERT_DOUBLE_EQUAL(o.cost, 2, 0);
+    const char *big = "  {\"error\":\"NotFound\",\"message\":\"gone\",\"order\":18446744073709551615}";
+    tp_outcome_reset(&o);
+    CU_ASSERT_TRUE(tp_outcome_error_from_text(&o, big, strlen(big)));
+    CU_ASSERT_STRING_EQUAL(o.kind, "NotFound");
+    HOLDS(&o.message, "gone");
+
+    const char *not_errors[] = {"",
+                                "   ",
+                                "exiting",
+                                "{\"ok\": true, \"cost\": 3}",
+                                "[{\"error\": \"X\"}]",
+                                "{\"error\": 5}",
+                                "{\"error\": \"X\"",
+                                "\"{\\\"error\\\": \\\"X\\\"}\""};
+    for (size_t i = 0; i < sizeof not_errors / sizeof not_errors[0]; i++) {
+        tp_outcome_reset(&o);
+        CU_ASSERT_FALSE(tp_outcome_error_from_text(&o, not_errors[i], strlen(not_errors[i])));
+        CU_ASSERT_STRING_EQUAL(o.kind, "");
+        CU_ASSERT_DOUBLE_EQUAL(o.cost, 0, 0);
+        HOLDS(&o.result, "");
+        HOLDS(&o.message, "");
+    }
+    tp_outcome_free(&o);
+}
+
 /* ---- the plain way against the jansson way ---- */
 
 static unsigned rng_state = 20261201;
@@ -244,7 +385,7 @@ static void test_plain_way(void)
 {
     tp_outcome_t o = {0};
     tp_buf_t text = {0}, slow = {0};
-    int plain = 0, checked = 0;
+    int plain = 0, checked = 0, refused = 0;
     for (int i = 0; i < 500000; i++) {
         tp_buf_reset(&text);
         gen_value(&text, 0);
@@ -276,12 +417,33 @@ static void test_plain_way(void)
             CU_ASSERT_TRUE(o.ok);
             CU_ASSERT_TRUE(o.result.len == slow.len && memcmp(o.result.data, slow.data, slow.len) == 0);
             checked++;
+        } else if (v == NULL && tp_json_check(text.data, text.len, NULL) == 0) {
+            /*
+             * JSON that jansson refuses (an integer past int64, a lone
+             * surrogate, \u0000 in a key): the result is the text compact,
+             * or the failure its "error" names, as jansson reads the
+             * error when it may read every integer as a real.
+             */
+            tp_outcome_reset(&o);
+            tp_outcome_from_text(&o, (const char *)text.data, text.len, true);
+            json_t *lenient = json_loadb((const char *)text.data, text.len,
+                                         JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, NULL);
+            const char *kind = json_string_value(json_object_get(lenient, "error"));
+            tp_buf_reset(&slow);
+            CU_ASSERT_FATAL(tp_json_compact(text.data, text.len, &slow) == 0);
+            bool kept = o.ok && o.result.len == slow.len && memcmp(o.result.data, slow.data, slow.len) == 0;
+            CU_ASSERT(kind != NULL ? !o.ok && strcmp(o.kind, kind) == 0 : true);
+            CU_ASSERT(kept || (!o.ok && o.result.len == 0));
+            json_decref(lenient);
+            refused++;
         }
         json_decref(v);
         tp_buf_free(&probe);
     }
-    fprintf(stderr, "\n    %d of 500,000 plain; %d read through the adapters' way\n", plain, checked);
+    fprintf(stderr, "\n    %d of 500,000 plain; %d read through the adapters' way; %d JSON that jansson refuses\n",
+            plain, checked, refused);
     CU_ASSERT(plain > 50000);
+    CU_ASSERT(refused > 10000);
     tp_buf_free(&text);
     tp_buf_free(&slow);
     tp_outcome_free(&o);
@@ -296,6 +458,8 @@ int main(void)
     CU_add_test(s, "any other JSON is the result, compact", test_result_compacted);
     CU_add_test(s, "other text is a JSON string", test_text_becomes_string);
     CU_add_test(s, "a numeric top-level cost", test_cost);
+    CU_add_test(s, "JSON that jansson refuses keeps its error and its text", test_numbers_past_jansson);
+    CU_add_test(s, "an error object beside a failure of the answer's own", test_error_from_text);
     CU_add_test(s, "the plain way gives the jansson way's bytes", test_plain_way);
     return tp_test_run();
 }

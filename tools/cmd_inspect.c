@@ -594,21 +594,34 @@ static void show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const char *id)
     tp_result_free(sr);
 }
 
-/* show JOB --json: the checkpoint, with the recorded results of its calls in order. */
+/*
+ * show JOB --json: the checkpoint, with the recorded results of its calls
+ * in order, each as its result line (tp_records_checkpoint_results_text),
+ * put in after the checkpoint's own members: a tree could not hold every
+ * tool's JSON.
+ */
 static int show_checkpoint_json(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, const args_t *a)
 {
-    json_t *o = tp_records_checkpoint_json(s, txn, cp), *results = NULL;
-    int rc = o ? tp_records_checkpoint_results_json(s, txn, cp, &results) : TP_ENOMEM;
+    json_t *o = tp_records_checkpoint_json(s, txn, cp);
+    char *head = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    size_t n = head ? strlen(head) : 0;
+    tp_buf_t b = {0};
+    int rc = n > 0 && head[n - 1] == '}' && tp_buf_append(&b, head, n - 1) == 0 &&
+                     tp_buf_puts(&b, n > 2 ? ",\"results\":" : "\"results\":") == 0
+                 ? tp_records_checkpoint_results_text(s, txn, cp, &b)
+                 : TP_ENOMEM;
+    free(head);
+    if (rc == 0 && tp_buf_puts(&b, "}\n") < 0)
+        rc = TP_ENOMEM;
     if (rc) {
-        json_decref(o);
         tp_log_error("%s: cannot read the results of job %s: %s", a->store, cp->job, tp_strerror(rc));
+        tp_buf_free(&b);
         return 2;
     }
-    if (json_object_set_new(o, "results", results) != 0) {
-        json_decref(o);
-        o = NULL;
-    }
-    return print_json(o, a);
+    rc = fwrite(b.data, 1, b.len, stdout) == b.len ? 0 : 2;
+    tp_buf_free(&b);
+    return rc;
 }
 
 static int list_job(const MDB_val *k, const MDB_val *v, void *ctx)

@@ -451,6 +451,13 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
     if (too_big) {
         tp_outcome_fail(o, "OutputTooLarge", "%s wrote more than max_output (%llu bytes) on stdout", call->tool,
                         (unsigned long long)call->max_output);
+    } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0 &&
+               tp_outcome_error_from_text(o, (const char *)out.data, out.len)) {
+        /*
+         * The tool said what failed, in the error convention: its word
+         * beats what its exit status would say (a script's `exit 1` after
+         * printing {"error": "RateLimited"}, a shell's set -e).
+         */
     } else if (limit_hit(call, &lim, status, &ru, &err, o)) {
         /* o names the limit */
     } else if (WIFSIGNALED(status)) {

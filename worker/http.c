@@ -209,17 +209,6 @@ static const char *status_kind(long status)
     }
 }
 
-/* A body in the tool error convention: a JSON object whose "error" is a string. */
-static bool error_body(const tp_buf_t *b)
-{
-    if (b->len == 0 || b->data[0] != '{')
-        return false;
-    json_t *v = json_loadb((const char *)b->data, b->len, 0, NULL);
-    bool is = json_is_string(json_object_get(v, "error"));
-    json_decref(v);
-    return is;
-}
-
 /* A failure's message: the status line, then the body's start (as text, cut at TP_HTTP_QUOTE bytes). */
 static void status_failure(tp_outcome_t *o, long status, const reply_t *r)
 {
@@ -618,8 +607,8 @@ static void xfer_done(xfer_t *x, CURLcode rc)
         } else {
             tp_outcome_from_text(o, (const char *)r->body.data, r->body.len, false);
         }
-    } else if (error_body(&r->body)) {
-        tp_outcome_from_text(o, (const char *)r->body.data, r->body.len, true);
+    } else if (tp_outcome_error_from_text(o, (const char *)r->body.data, r->body.len)) {
+        /* a body in the tool error convention names the failure, whatever the status */
     } else {
         status_failure(o, status, r);
     }

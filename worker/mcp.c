@@ -301,17 +301,15 @@ static void tool_failed(const Toolpool__Call *call, json_t *result, tp_outcome_t
     content_text(json_object_get(result, "content"), &text);
     const char *t = (const char *)text.data;
     size_t len = text.len - 1;
-    json_t *v = json_loadb(t, len, 0, NULL);
     long code;
     int at = 0;
-    if (json_is_string(json_object_get(v, "error"))) {
-        tp_outcome_from_text(o, t, len, true);
+    if (tp_outcome_error_from_text(o, t, len)) {
+        /* the error object names the failure */
     } else if (sscanf(t, "MCP error %ld:%n", &code, &at) == 1 && at > 0) {
         tp_outcome_fail(o, kind_of_code(code), "%s: %s", call->tool, t);
     } else {
         tp_outcome_fail(o, "ToolError", "%s: %s", call->tool, len ? t : "the tool reported an error, with no text");
     }
-    json_decref(v);
     tp_buf_free(&text);
 }
 

@@ -51,7 +51,23 @@ void tp_outcome_fail(tp_outcome_t *o, const char *kind, const char *fmt, ...) __
  * JSON is the result, re-written compact (one line); text that is not JSON
  * becomes a JSON string (trailing whitespace dropped). A numeric top-level
  * "cost" in an object is reported either way.
+ *
+ * JSON is what RFC 8259 allows, not only what jansson reads: an answer
+ * holding a number jansson cannot hold (an integer past int64, a real past
+ * a double's range) or another of its refusals (json.h: tp_json_check) is
+ * read all the same, and its result is its text compact, every token as
+ * the tool wrote it, where jansson's rewriting would have changed it.
  */
 void tp_outcome_from_text(tp_outcome_t *o, const char *text, size_t len, bool read_error);
+
+/*
+ * Whether text is an answer in the tool error convention (a JSON object
+ * whose top-level "error" is a string, read as tp_outcome_from_text reads
+ * it): if so o is that failure (its cost read too); if not, o is left as
+ * it was. For an answer that came with a failure status of its own (an
+ * exec tool's non-zero exit, an HTTP error status), which the object
+ * overrides.
+ */
+bool tp_outcome_error_from_text(tp_outcome_t *o, const char *text, size_t len);
 
 #endif

@@ -391,35 +391,77 @@ static const uint8_t *skip_value(const uint8_t *p, const uint8_t *end)
     return p;
 }
 
-int tp_json_member(const void *text, size_t n, const char *name, const char **val, size_t *len)
+int tp_json_next_member(const void *text, size_t n, size_t *at, const char **key, size_t *key_len, const char **val,
+                        size_t *val_len)
 {
     if (n == 0)
         return TP_ENOENT;
-    const uint8_t *end = (const uint8_t *)text + n, *p = skip_ws(text, end);
-    size_t nlen = strlen(name);
-    if (p >= end || *p != '{')
-        return TP_ENOENT;
-    p = skip_ws(p + 1, end);
-    while (p != NULL && p < end && *p == '"') {
-        const uint8_t *key = p + 1, *q = scan_string(p, end);
-        if (q == NULL)
-            return TP_ENOENT;
-        bool match = (size_t)(q - 1 - key) == nlen && memcmp(key, name, nlen) == 0;
-        p = skip_ws(q, end);
-        if (p >= end || *p != ':')
+    const uint8_t *start = text, *end = start + n, *p;
+    if (*at == 0) {
+        p = skip_ws(start, end);
+        if (p >= end || *p != '{')
             return TP_ENOENT;
         p = skip_ws(p + 1, end);
-        const uint8_t *v = p;
-        if (p >= end || (p = skip_value(p, end)) == NULL)
-            return TP_ENOENT;
-        if (match) {
-            *val = (const char *)v;
-            *len = (size_t)(p - v);
-            return 0;
-        }
-        p = skip_ws(p, end);
+    } else {
+        p = skip_ws(start + *at, end);
         if (p < end && *p == ',')
             p = skip_ws(p + 1, end);
     }
+    if (p >= end || *p != '"')
+        return TP_ENOENT;
+    const uint8_t *k = p + 1, *q = scan_string(p, end);
+    if (q == NULL)
+        return TP_ENOENT;
+    p = skip_ws(q, end);
+    if (p >= end || *p != ':')
+        return TP_ENOENT;
+    p = skip_ws(p + 1, end);
+    const uint8_t *v = p;
+    if (p >= end || (p = skip_value(p, end)) == NULL)
+        return TP_ENOENT;
+    *key = (const char *)k;
+    *key_len = (size_t)(q - 1 - k);
+    *val = (const char *)v;
+    *val_len = (size_t)(p - v);
+    *at = (size_t)(p - start);
+    return 0;
+}
+
+int tp_json_member(const void *text, size_t n, const char *name, const char **val, size_t *len)
+{
+    size_t at = 0, nlen = strlen(name), kn, vn;
+    const char *k, *v;
+    while (tp_json_next_member(text, n, &at, &k, &kn, &v, &vn) == 0) {
+        if (kn == nlen && memcmp(k, name, nlen) == 0) {
+            *val = v;
+            *len = vn;
+            return 0;
+        }
+    }
     return TP_ENOENT;
+}
+
+int tp_json_compact(const void *text, size_t n, tp_buf_t *out)
+{
+    if (n == 0)
+        return 0;
+    if (tp_buf_reserve(out, n) < 0)
+        return TP_ENOMEM;
+    const uint8_t *p = skip_ws(text, (const uint8_t *)text + n), *end = (const uint8_t *)text + n;
+    uint8_t *o = out->data + out->len;
+    while (p < end) {
+        const uint8_t *q = p;
+        if (*p == '"')
+            q = scan_string(p, end);
+        else
+            while (q < end && *q != '"' && *q != ' ' && *q != '\t' && *q != '\n' && *q != '\r')
+                q++;
+        if (q == NULL)
+            q = end; /* not a checked text: the rest as it is */
+        memcpy(o, p, (size_t)(q - p));
+        o += q - p;
+        p = skip_ws(q, end);
+    }
+    out->len = (size_t)(o - out->data);
+    return 0;
 }

@@ -113,5 +113,24 @@ int tp_json_check(const void *text, size_t n, size_t *at);
  * all), as *val and *len pointing into text. 0, or TP_ENOENT when it has none.
  */
 int tp_json_member(const void *text, size_t n, const char *name, const char **val, size_t *len);
+/*
+ * In an object text that tp_json_check has passed: its top-level members
+ * one by one, in the order written (a repeated key comes each time). *at
+ * is 0 for the first and moves past each member found; *key points into
+ * text at the key between its quotes, as written (escapes and all), *val
+ * at the value. 0, or TP_ENOENT after the last (or in a text that is not
+ * an object).
+ */
+int tp_json_next_member(const void *text, size_t n, size_t *at, const char **key, size_t *key_len, const char **val,
+                        size_t *val_len);
+
+/*
+ * Appends a text that tp_json_check has passed without the whitespace
+ * between its tokens, every token as written: a number keeps its
+ * spelling (18446744073709551616, 1e400, -0), a string its escapes. What
+ * jansson refuses to read (see tp_json_check) can be passed on compact
+ * this way. 0, or TP_ENOMEM.
+ */
+int tp_json_compact(const void *text, size_t n, tp_buf_t *out);
 
 #endif

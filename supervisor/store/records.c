@@ -7,6 +7,7 @@
 
 #include "digest.h"
 #include "checkpoint.h"
+#include "json.h"
 #include "steps.h"
 
 /* ---- small JSON helpers: each returns 0, or TP_ENOMEM ---- */
@@ -593,48 +594,43 @@ int tp_records_checkpoints_json(tp_store_t *s, MDB_txn *txn, json_t **out)
     return each_json(s, txn, TP_DB_JOBS, render_checkpoint, &at, out);
 }
 
-int tp_records_checkpoint_results_json(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, json_t **out)
+int tp_records_checkpoint_results_text(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, tp_buf_t *out)
 {
-    json_t *a = json_array();
-    if (a == NULL)
-        return TP_ENOMEM;
     char **ids;
     size_t n_ids;
-    int lrc = tp_steps_list(s, txn, cp, &ids, &n_ids);
-    if (lrc) {
-        json_decref(a);
-        return lrc;
-    }
-    tp_buf_t line = {0};
-    for (size_t i = 0; i < n_ids; i++) {
+    int rc = tp_steps_list(s, txn, cp, &ids, &n_ids);
+    if (rc)
+        return rc;
+    size_t mark = out->len;
+    rc = tp_buf_puts(out, "[");
+    for (size_t i = 0; i < n_ids && rc == 0; i++) {
         Toolpool__StoredResult *sr;
-        int rc = tp_result_get(s, txn, ids[i], &sr);
-        json_t *r = NULL;
-        if (rc == 0) {
-            /* Each as its result line says it (a number past jansson's int64 makes it "missing"). */
-            tp_buf_reset(&line);
-            if (tp_result_line(&line, sr) == 0)
-                r = json_loadb((const char *)line.data, line.len, 0, NULL);
+        int grc = tp_result_get(s, txn, ids[i], &sr);
+        if (i && tp_buf_puts(out, ",") < 0)
+            rc = TP_ENOMEM;
+        if (grc == 0) {
+            /*
+             * Each as its result line says it, byte for byte: a tool's
+             * JSON that jansson cannot hold (an integer past int64) shows
+             * as recorded, where a tree of the line would have none.
+             */
+            if (rc == 0 && (rc = tp_result_line(out, sr)) == 0 && out->data[out->len - 1] == '\n')
+                out->len--;
             tp_result_free(sr);
-        } else if (rc != MDB_NOTFOUND && rc != TP_EPROTO) {
-            json_decref(a);
-            free(ids);
-            tp_buf_free(&line);
-            return rc;
-        }
-        if (r == NULL)
-            r = json_pack("{s:s, s:b}", "id", ids[i], "missing", 1);
-        if (r == NULL || json_array_append_new(a, r) != 0) {
-            json_decref(a);
-            free(ids);
-            tp_buf_free(&line);
-            return TP_ENOMEM;
+        } else if (grc == MDB_NOTFOUND || grc == TP_EPROTO) {
+            if (rc == 0 && (tp_buf_puts(out, "{\"id\":") < 0 || tp_json_put_string(out, ids[i], strlen(ids[i])) < 0 ||
+                            tp_buf_puts(out, ",\"missing\":true}") < 0))
+                rc = TP_ENOMEM;
+        } else {
+            rc = grc;
         }
     }
+    if (rc == 0 && tp_buf_puts(out, "]") < 0)
+        rc = TP_ENOMEM;
+    if (rc)
+        out->len = mark;
     free(ids);
-    tp_buf_free(&line);
-    *out = a;
-    return 0;
+    return rc;
 }
 
 int tp_records_agent_state_json(tp_store_t *s, MDB_txn *txn, const char *job, json_t **out)

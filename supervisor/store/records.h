@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "store.h"
 #include "toolpool.pb-c.h"
 
@@ -108,10 +109,14 @@ json_t *tp_records_checkpoint_json(tp_store_t *s, MDB_txn *txn, const Toolpool__
 /* Every job's checkpoint, an array in job order. */
 int tp_records_checkpoints_json(tp_store_t *s, MDB_txn *txn, json_t **out);
 /*
- * The recorded results of a checkpoint's calls, in order (the job's message
- * list); a call with no readable record is {"id": ID, "missing": true}.
+ * Appends the recorded results of a checkpoint's calls, in order (the
+ * job's message list), as a JSON array text: each its result line as
+ * recorded (without its newline), so that a tool's result that jansson
+ * cannot hold shows as the tool wrote it; a call with no readable record
+ * is {"id": ID, "missing": true}. 0, TP_ENOMEM, or the store's code (out
+ * as it was).
  */
-int tp_records_checkpoint_results_json(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, json_t **out);
+int tp_records_checkpoint_results_text(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, tp_buf_t *out);
 /*
  * An agent loop's own checkpoint of a job (serve's GET /v1/jobs/JOB/checkpoint):
  * {"job", "step", "state", "updated_ms"}. MDB_NOTFOUND when the job has

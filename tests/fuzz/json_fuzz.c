@@ -5,6 +5,8 @@
  * (tp_fuzz_jansson_only) or takes what is not (it drops raw NUL bytes);
  * and the member
  * tp_json_member finds is the one jansson reads, when the key is unique.
+ * What passes the check, tp_json_compact makes a text that passes it too,
+ * that compacts to itself, and that jansson reads as it reads the text.
  */
 #include <jansson.h>
 #include <string.h>
@@ -46,6 +48,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             TP_FUZZ_CHECK(back != NULL && json_equal(back, member));
             json_decref(back);
         }
+    }
+    if (got == 0) {
+        tp_buf_t c = {0}, again = {0};
+        TP_FUZZ_CHECK(tp_json_compact(data, size, &c) == 0);
+        TP_FUZZ_CHECK(tp_json_check(c.data, c.len, NULL) == 0);
+        TP_FUZZ_CHECK(tp_json_compact(c.data, c.len, &again) == 0);
+        TP_FUZZ_CHECK(again.len == c.len && memcmp(again.data, c.data, c.len) == 0);
+        json_t *back = json_loadb((const char *)c.data, c.len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        TP_FUZZ_CHECK((v == NULL) == (back == NULL) && (v == NULL || json_equal(v, back)));
+        json_decref(back);
+        tp_buf_free(&c);
+        tp_buf_free(&again);
     }
     json_decref(v);
     return 0;

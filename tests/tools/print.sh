@@ -1,4 +1,5 @@
 #!/bin/sh
-# Writes $1 on stdout, then exits 0.
+# Writes $1 on stdout, then exits with status $2 (0 when not given).
 cat >/dev/null
 printf '%s' "$1"
+exit "${2:-0}"
