@@ -125,6 +125,7 @@ typedef tp_format_t format_t;
 struct node {
     node_kind_t kind;
     uint8_t mark;     /* compile time only: the loop search's colour */
+    bool shared;      /* a reference's target: its results are memoised while validating */
     node_t *ref;      /* N_REF: the target (after compile: never a N_REF) */
     char *ref_where;  /* any reference: its schema path and what it says, for errors */
     const res_t *res; /* the resource it is in (NULL: a boolean schema) */

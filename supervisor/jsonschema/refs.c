@@ -834,9 +834,17 @@ static int same_value_loop(cctx_t *cc, node_t *n, node_t **stack, size_t depth)
     return 0;
 }
 
+/* The node a reference lands on: through a draft-07 $ref node to its target. */
+static node_t *landing(node_t *n)
+{
+    return n->kind == N_REF ? n->ref : n;
+}
+
 /*
  * After compiling: no same-value loops (above), then every $ref chain
- * collapsed so an N_REF points straight at a node that is not one.
+ * collapsed so an N_REF points straight at a node that is not one, and
+ * every node a reference lands on marked shared (validate.c memoises its
+ * results: a schema two references reach is checked once per value).
  */
 int js_finish_refs(cctx_t *cc)
 {
@@ -858,6 +866,15 @@ int js_finish_refs(cctx_t *cc)
             continue;
         while (n->ref->kind == N_REF)
             n->ref = n->ref->ref;
+    }
+    for (size_t i = 0; i < s->n_nodes; i++) {
+        node_t *n = s->nodes[i];
+        if (n->kind == N_REF)
+            n->ref->shared = true;
+        if (n->apply_ref != NULL)
+            landing(n->apply_ref)->shared = true;
+        if (n->dyn_ref != NULL)
+            landing(n->dyn_ref)->shared = true;
     }
     return 0;
 }
