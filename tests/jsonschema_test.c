@@ -846,6 +846,86 @@ static void test_remote_and_formats(void)
     }
 }
 
+/* A loader that gives its own document for the draft-07 meta-schema's URI: null only. */
+static json_t *load_own_meta(const char *uri, void *arg)
+{
+    (void)arg;
+    return strcmp(uri, "http://json-schema.org/draft-07/schema") == 0 ? json_pack("{s:s}", "type", "null") : NULL;
+}
+
+/*
+ * The dialects' meta-schemas are built in: a $ref to any of them (and to
+ * 2020-12's vocabularies) resolves with no loader, by http or https, and
+ * checks schemas as the meta-schema says; a loader's document for the
+ * same URI wins.
+ */
+static void test_builtin_metaschemas(void)
+{
+    static const char *const uris[] = {
+        "http://json-schema.org/draft-07/schema#",
+        "https://json-schema.org/draft-07/schema",
+        "https://json-schema.org/draft/2020-12/schema",
+        "http://json-schema.org/draft/2020-12/schema#",
+        "https://json-schema.org/draft/2020-12/meta/core",
+        "https://json-schema.org/draft/2020-12/meta/applicator",
+        "https://json-schema.org/draft/2020-12/meta/unevaluated",
+        "https://json-schema.org/draft/2020-12/meta/validation",
+        "https://json-schema.org/draft/2020-12/meta/meta-data",
+        "https://json-schema.org/draft/2020-12/meta/format-annotation",
+        "https://json-schema.org/draft/2020-12/meta/content",
+    };
+    for (size_t i = 0; i < sizeof uris / sizeof uris[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"$ref\": \"%s\"}", uris[i]);
+        tp_jsonschema_t *s = compile_at(__FILE__, __LINE__, text);
+        CU_ASSERT_PTR_NOT_NULL(s);
+        if (s == NULL) {
+            fprintf(stderr, "\n  %s did not resolve\n", uris[i]);
+            continue;
+        }
+        /* every one of them takes a schema, and has something to say against a number as a "$ref"... */
+        json_t *ok = json_pack("{s:s}", "$comment", "fine"), *bad = json_pack("{s:i}", "$ref", 5);
+        CU_ASSERT_EQUAL(tp_jsonschema_validate(s, ok, NULL, 0), 0);
+        bool vocab_of_ref = strstr(uris[i], "/meta/") == NULL || strstr(uris[i], "/meta/core") != NULL;
+        CU_ASSERT_EQUAL(tp_jsonschema_validate(s, bad, NULL, 0) > 0, vocab_of_ref);
+        json_decref(ok);
+        json_decref(bad);
+        tp_jsonschema_free(s);
+    }
+    const char *d7 = "{\"properties\": {\"schema\": {\"$ref\": \"http://json-schema.org/draft-07/schema#\"}}}";
+    VALID(d7,
+          "{\"schema\": {\"type\": \"object\", \"properties\": {\"q\": {\"type\": \"string\", \"minLength\": 1}}}}");
+    EXPECT(d7, "{\"schema\": {\"properties\": {\"q\": {\"minLength\": -1}}}}", 1,
+           "/schema/properties/q/minLength: expected at least 0, got -1");
+    /* 2020-12's recurses through $dynamicRef into its vocabularies */
+    const char *d2020 = "{\"$schema\": \"https://json-schema.org/draft/2020-12/schema\","
+                        " \"properties\": {\"schema\": {\"$ref\": \"https://json-schema.org/draft/2020-12/schema\"}}}";
+    VALID(d2020,
+          "{\"schema\": {\"$defs\": {\"a\": {\"type\": \"string\"}}, \"prefixItems\": [{\"$ref\": \"#/$defs/a\"}]}}");
+    EXPECT(d2020, "{\"schema\": {\"$defs\": {\"a\": {\"type\": \"strin\"}}}}", 1,
+           "/schema/$defs/a/type: matched none of 2 alternatives: (1) expected one of "
+           "[\"array\",\"boolean\",\"integer\",\"null\",\"number\",\"object\",\"string\"], got \"strin\" (2) expected "
+           "array, got string \"strin\"");
+    /* the caller's document for the URI comes first */
+    char err[512];
+    json_t *js = json_loads(d7, 0, NULL), *null = json_loads("{\"schema\": null}", 0, NULL);
+    tp_jsonschema_opts_t o = {.load = load_own_meta};
+    tp_jsonschema_t *s = tp_jsonschema_compile_opts(js, &o, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, null, NULL, 0), 0);
+    tp_jsonschema_free(s);
+    s = tp_jsonschema_compile(js, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, null, NULL, 0), 1);
+    tp_jsonschema_free(s);
+    json_decref(null);
+    json_decref(js);
+    /* other json-schema.org documents are not built in */
+    EXPECT_COMPILE_ERROR("{\"$ref\": \"http://json-schema.org/draft-04/schema#\"}",
+                         "/$ref: unresolvable reference \"http://json-schema.org/draft-04/schema#\" (a document that "
+                         "is not this schema must be given in \"schema_refs\"; nothing is fetched from the network)");
+}
+
 static void test_owns_copy(void)
 {
     json_t *js = json_loads("{\"properties\": {\"a\": {\"enum\": [\"x\"]}}}", 0, NULL);
@@ -888,6 +968,7 @@ int main(void)
     CU_add_test(suite, "work bound", test_work_bound);
     CU_add_test(suite, "compile errors", test_compile_errors);
     CU_add_test(suite, "ECMA-262 regex", test_ecma_regex);
+    CU_add_test(suite, "built-in meta-schemas", test_builtin_metaschemas);
     CU_add_test(suite, "owns a copy", test_owns_copy);
     return tp_test_run();
 }

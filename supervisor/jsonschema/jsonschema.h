@@ -34,7 +34,10 @@
  * are in, which every "$id" changes for what is under it: JSON Pointers
  * (~0 ~1 and %XX decoded) from the resource the URI names, anchors, other
  * resources of the document, and other documents, which only the caller's
- * loader gives (never the network). Unknown keywords are ignored, and
+ * loader gives (never the network), but for the dialects' meta-schemas:
+ * draft-07's and 2020-12's (with its vocabularies) are built in, by http or
+ * https, for when the loader has nothing at their URI (metaschemas.c).
+ * Unknown keywords are ignored, and
  * "$id"/anchors inside them or inside enum, const, default and examples
  * name nothing. "format" is an annotation unless formats are asserted
  * (jsonformat.h lists what is checked); "default", "contentMediaType",
@@ -154,7 +157,9 @@ typedef struct {
      * Another document a reference names, by its absolute URI without the
      * fragment: a new reference (the compiled schema keeps a copy), or NULL
      * when there is none. Called only while compiling; never the network
-     * unless the caller's function goes there. NULL: no other documents.
+     * unless the caller's function goes there. NULL: no other documents
+     * than the built-in meta-schemas. Asked before them: what it gives for
+     * a meta-schema's URI is used instead.
      */
     json_t *(*load)(const char *uri, void *arg);
     void *load_arg;

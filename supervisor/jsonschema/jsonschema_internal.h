@@ -10,6 +10,7 @@
  *   compile.c     a schema into nodes, the keywords of each dialect
  *   refs.c        URIs, resources, dialects, $id, $anchor, $ref, $dynamicRef
  *   regex.c       ECMA-262 patterns as PCRE2 compiles them
+ *   metaschemas.c the dialects' meta-schemas, built in
  *   validate.c    an instance against the nodes, and the messages
  * The helpers validating calls on every node are static inline here.
  */
@@ -340,6 +341,14 @@ const char *js_quoted(const char *s, size_t n, char *buf, size_t size);
 node_t *js_memo_get(cctx_t *cc, const json_t *key);
 /* The node of schema value js, compiled now or before; NULL on error (js_cerr). */
 node_t *js_compile(cctx_t *cc, const json_t *js, const seg_t *path);
+
+/* metaschemas.c */
+/*
+ * The built-in meta-schema at uri (absolute, no fragment; http or https),
+ * parsed on first use and shared, never to be changed or freed; NULL when
+ * uri names none of them (or memory ran out parsing it).
+ */
+const json_t *js_metaschema(const char *uri);
 
 /* regex.c */
 #define RE_OPTS                                                                                                        \

@@ -555,17 +555,18 @@ static int keep_doc(tp_jsonschema_t *s, json_t *doc, char *name)
 
 /*
  * Another document, by its absolute URI (no fragment): asked of the
- * caller's loader (never the network), copied, indexed. NULL when there is
+ * caller's loader (never the network), else one of the built-in
+ * meta-schemas, copied, indexed. The loader comes first, so a document the
+ * caller gives for a meta-schema's URI is the one used. NULL when there is
  * none; an error only when it came but is broken.
  */
 static res_t *load_doc(cctx_t *cc, const char *uri, const seg_t *path)
 {
-    if (cc->opts.load == NULL)
+    json_t *got = cc->opts.load ? cc->opts.load(uri, cc->opts.load_arg) : NULL;
+    const json_t *src = got ? got : js_metaschema(uri);
+    if (src == NULL)
         return NULL;
-    json_t *got = cc->opts.load(uri, cc->opts.load_arg);
-    if (got == NULL)
-        return NULL;
-    json_t *doc = json_deep_copy(got);
+    json_t *doc = json_deep_copy(src);
     json_decref(got);
     char *name = strdup(uri);
     if (doc == NULL || name == NULL || keep_doc(cc->s, doc, name) < 0) {
