@@ -581,8 +581,10 @@ static void test_work_bound(void)
     tp_buf_free(&msg);
     json_decref(inst);
     tp_jsonschema_free(s);
-    /* 400,000 items at 3 steps each: past the million, within 32 a value */
-    s = compile_at(__FILE__, __LINE__, "{\"items\": {\"allOf\": [{\"type\": \"integer\"}, {\"minimum\": 0}]}}");
+    /* 400,000 items at 3 steps each: past the million, within 32 a value (and past the memo's 65,536 entries) */
+    s = compile_at(__FILE__, __LINE__,
+                   "{\"items\": {\"$ref\": \"#/definitions/n\"},"
+                   " \"definitions\": {\"n\": {\"allOf\": [{\"type\": \"integer\"}, {\"minimum\": 0}]}}}");
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     json_t *big = json_array();
     for (int i = 0; i < 400000; i++)

@@ -184,6 +184,12 @@ typedef struct {
 } memo_t;
 
 #define MEMO_INLINE 16 /* slots on the stack, half of them used before the heap: a typical call needs no more */
+/*
+ * Most entries (3 MiB of table): a recursive schema over huge args would
+ * otherwise keep one per value. Past it nothing more is memoised and the
+ * work bound is what holds, as where no memo applies.
+ */
+#define MEMO_MAX 65536
 
 typedef struct {
     tp_buf_t *out; /* messages, or NULL */
@@ -336,6 +342,8 @@ static const memo_t *memo_get(const vctx_t *c, const node_t *n, const json_t *v)
 /* Records count for (n, v) (see memo_t); a table that cannot grow turns the memo off. */
 static void memo_put(vctx_t *c, const node_t *n, const json_t *v, int count)
 {
+    if (c->memo_n >= MEMO_MAX)
+        return; /* full: what it holds still answers */
     if (c->memo_cap == 0) {
         memset(c->inl, 0, MEMO_INLINE * sizeof *c->inl);
         c->memo = c->inl;
