@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buf.h"
 #include "testutil.h"
 
 #define TOOLPOOL TP_TEST_BIN "/toolpool"
@@ -638,6 +639,23 @@ static void test_all_ok_exits_zero(void)
 }
 
 /*
+ * Runs calls against reg, some of which fail their schema (exit 1), and
+ * checks that the one with id "ok" ran (echo: its args back). The result
+ * lines, n of them.
+ */
+static json_t *run_schema_calls(proc_t *p, const char *dir, const char *reg, const char *calls, size_t n)
+{
+    const char *args[] = {"run", "--registry", reg, calls, NULL};
+    EXPECT_INT(proc_run(p, dir, "run", args, NULL, 30000), 1);
+    json_t *res = parse_lines(p->out);
+    EXPECT_INT(json_array_size(res), n);
+    json_t *ok = by_id(res, "ok");
+    CU_ASSERT(ok != NULL && json_is_true(json_object_get(ok, "ok")));
+    CU_ASSERT(ok != NULL && json_equal(json_object_get(ok, "result"), json_object_get(ok, "args")));
+    return res;
+}
+
+/*
  * A tool whose parameters are written as an MCP server writes inputSchema
  * in 2020-12 ($defs, a $ref into them), one more by a $ref to a document
  * named in "schema_refs", formats asserted: toolpool run checks each call
@@ -672,14 +690,7 @@ static void test_schema_2020_12(void)
         "{\"id\": \"date\", \"tool\": \"echo\", \"args\": {\"loc\": {\"lat\": 1, \"lon\": 2}, "
         "\"day\": \"tomorrow\", \"units\": \"si\", \"x\": 1}}\n");
     proc_t p;
-    const char *args[] = {"run", "--registry", reg, calls, NULL};
-    int st = proc_run(&p, dir, "run", args, NULL, 20000);
-    EXPECT_INT(st, 1);
-    json_t *res = parse_lines(p.out);
-    EXPECT_INT(json_array_size(res), 3);
-    json_t *ok = by_id(res, "ok");
-    CU_ASSERT(ok != NULL && json_is_true(json_object_get(ok, "ok")));
-    CU_ASSERT(ok != NULL && json_equal(json_object_get(ok, "result"), json_object_get(ok, "args")));
+    json_t *res = run_schema_calls(&p, dir, reg, calls, 3);
     json_t *bad = by_id(res, "bad");
     expect_rejected(bad, "InvalidArguments", "bad");
     EXPECT_HAS(str_of(bad, "message"), "/loc/lat: expected number, got string \"north\"");
@@ -689,6 +700,67 @@ static void test_schema_2020_12(void)
     EXPECT_HAS(str_of(date, "message"), "/day: expected a valid date, got \"tomorrow\"");
     EXPECT_HAS(str_of(date, "message"), "/units: expected one of [\"metric\",\"imperial\"], got \"si\"");
     EXPECT_HAS(str_of(date, "message"), "/x: unexpected property (unevaluatedProperties is false)");
+    proc_dump_if_failed(&p, f0);
+    json_decref(res);
+    proc_free(&p);
+    free(reg);
+    free(calls);
+    cleanup_dir(dir, f_start);
+}
+
+/*
+ * Appends the doubling chain (each of 30 levels allOf two $refs to the one
+ * below, 2^30 ways to its foot) as a tool's parameters: checked once per
+ * value it costs 30 steps; under unevaluatedProperties (2020-12), where
+ * what the chain evaluated counts too, it would cost 2^30.
+ */
+static void put_doubling(tp_buf_t *b, bool unevaluated)
+{
+    tp_buf_printf(b, "{%s\"type\": \"object\", \"$defs\": {\"a0\": {\"properties\": {\"q\": {\"type\": \"string\"}}}",
+                  unevaluated ? "\"$schema\": \"https://json-schema.org/draft/2020-12/schema\", "
+                                "\"unevaluatedProperties\": false, "
+                              : "");
+    for (int i = 1; i <= 30; i++)
+        tp_buf_printf(b, ", \"a%d\": {\"allOf\": [{\"$ref\": \"#/$defs/a%d\"}, {\"$ref\": \"#/$defs/a%d\"}]}", i, i - 1,
+                      i - 1);
+    tp_buf_puts(b, "}, \"allOf\": [{\"$ref\": \"#/$defs/a30\"}]}");
+}
+
+/*
+ * A schema that costs 2^30 steps to check stops a run no more: the chain
+ * the memo collapses checks its calls at once, and the one it cannot ends
+ * InvalidArguments (not retried) at the work bound, naming the tool, while
+ * the run goes on and finishes in moments.
+ */
+static void test_schema_work_bound(void)
+{
+    unsigned f0 = CU_get_number_of_failures(), f_start = f0;
+    const char *dir = tp_test_tmpdir("cli-schema-bound");
+    tp_buf_t text = {0};
+    tp_buf_printf(
+        &text, "{\"tools\": [\n {\"name\": \"echo\", \"plugin\": {\"path\": \"%s\"}, \"parameters\": ", TP_TEST_PLUGIN);
+    put_doubling(&text, false);
+    tp_buf_printf(&text,
+                  "},\n {\"name\": \"costly\", \"plugin\": {\"path\": \"%s\"}, \"parameters\": ", TP_TEST_PLUGIN);
+    put_doubling(&text, true);
+    tp_buf_append(&text, "}]}\n", 5);
+    char *reg = tp_test_write(dir, "tools.json", (char *)text.data);
+    tp_buf_free(&text);
+    char *calls = tp_test_write(dir, "calls.jsonl",
+                                "{\"id\": \"ok\", \"tool\": \"echo\", \"args\": {\"q\": \"refund\"}}\n"
+                                "{\"id\": \"bad\", \"tool\": \"echo\", \"args\": {\"q\": 5}}\n"
+                                "{\"id\": \"costly\", \"tool\": \"costly\", \"args\": {\"q\": \"refund\"}}\n");
+    proc_t p;
+    json_t *res = run_schema_calls(&p, dir, reg, calls, 3);
+    CU_ASSERT(p.t_end - p.t0 < 10000);
+    json_t *bad = by_id(res, "bad");
+    expect_rejected(bad, "InvalidArguments", "bad");
+    EXPECT_PREFIX(str_of(bad, "message"), "echo: invalid arguments: /q: expected string, got number 5; ");
+    json_t *costly = by_id(res, "costly");
+    expect_rejected(costly, "InvalidArguments", "costly");
+    EXPECT_STR(str_of(costly, "message"),
+               "costly: arguments not checked: the schema took too much work to check: over 1000064 steps (the "
+               "limit: 1000000, and 32 more for each value in the instance)");
     proc_dump_if_failed(&p, f0);
     json_decref(res);
     proc_free(&p);
@@ -1185,6 +1257,7 @@ int main(void)
     CU_add_test(s, "malformed input lines", test_malformed_lines);
     CU_add_test(s, "all calls ok: exit 0", test_all_ok_exits_zero);
     CU_add_test(s, "2020-12 parameters with $defs, schema_refs, formats", test_schema_2020_12);
+    CU_add_test(s, "a schema too costly to check: the work bound", test_schema_work_bound);
     CU_add_test(s, "registry, calls file and flag errors: exit 2", test_registry_errors);
     CU_add_test(s, "SIGTERM drains the running calls", test_sigterm_drains);
     CU_add_test(s, "SIGTERM with --drain 100ms cancels hung calls", test_sigterm_short_drain_cancels);

@@ -12,9 +12,11 @@
 #include "testutil.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static json_t *parse_at(const char *src, int line, const char *text)
 {
@@ -461,6 +463,154 @@ static void test_depth_guard(void)
     tp_jsonschema_free(s);
 }
 
+/*
+ * The doubling chain: a0 checks "q", and each a(k) is allOf two $refs to
+ * a(k-1), so a(levels) reaches a0 2^levels ways. About 1 KB at 30 levels;
+ * before, checking one call against it took 2^30 steps (a minute).
+ * head goes first inside the root object ("\"$schema\": ..., " or "").
+ */
+static char *doubling_schema(int levels, const char *head)
+{
+    tp_buf_t b = {0};
+    tp_buf_printf(&b, "{%s\"$defs\": {\"a0\": {\"properties\": {\"q\": {\"type\": \"string\"}}}", head);
+    for (int i = 1; i <= levels; i++)
+        tp_buf_printf(&b, ", \"a%d\": {\"allOf\": [{\"$ref\": \"#/$defs/a%d\"}, {\"$ref\": \"#/$defs/a%d\"}]}", i,
+                      i - 1, i - 1);
+    tp_buf_printf(&b, "}, \"$ref\": \"#/$defs/a%d\"}", levels);
+    return (char *)b.data;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/*
+ * A schema reached by references is checked once per value: the 30- and
+ * 39-level chains cost a step per level, in both dialects, and the count
+ * and messages are what 2^30 separate checks would say (the same
+ * violation through every path, up to INT_MAX for 2^39).
+ */
+static void test_memo(void)
+{
+    static const char *const heads[] = {"", "\"$schema\": \"https://json-schema.org/draft/2020-12/schema\", "};
+    for (size_t h = 0; h < 2; h++) {
+        char *text = doubling_schema(30, heads[h]);
+        tp_jsonschema_t *s = compile_at(__FILE__, __LINE__, text);
+        free(text);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+        json_t *ok = json_pack("{s:s}", "q", "refund"), *bad = json_pack("{s:i}", "q", 5);
+        double t0 = now_s();
+        CU_ASSERT_EQUAL(tp_jsonschema_validate(s, ok, NULL, 0), 0);
+        tp_buf_t msg = {0};
+        CU_ASSERT_EQUAL(tp_jsonschema_validate(s, bad, &msg, 3), 1 << 30);
+        CU_ASSERT_EQUAL(tp_jsonschema_validate(s, bad, NULL, 0), 1 << 30);
+        double took = now_s() - t0;
+        CU_ASSERT(took < 0.5);
+        if (took >= 0.5)
+            fprintf(stderr, "\n  30 levels took %.3f s\n", took);
+        tp_buf_append(&msg, "", 1);
+        CU_ASSERT_STRING_EQUAL((char *)msg.data,
+                               "/q: expected string, got number 5; /q: expected string, got number 5; "
+                               "/q: expected string, got number 5; ... and 1073741821 more");
+        tp_buf_free(&msg);
+        json_decref(ok);
+        json_decref(bad);
+        tp_jsonschema_free(s);
+    }
+    char *text = doubling_schema(39, "");
+    tp_jsonschema_t *s = compile_at(__FILE__, __LINE__, text);
+    free(text);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    json_t *bad = json_pack("{s:i}", "q", 5);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, bad, NULL, 0), INT_MAX);
+    json_decref(bad);
+    tp_jsonschema_free(s);
+    /* one value at two places (a caller's tree may share it): each place said */
+    s = compile_at(__FILE__, __LINE__,
+                   "{\"properties\": {\"a\": {\"$ref\": \"#/definitions/s\"}, \"b\": {\"$ref\": \"#/definitions/s\"}},"
+                   " \"definitions\": {\"s\": {\"type\": \"string\"}}}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    json_t *v = json_integer(7), *inst = json_object();
+    json_object_set(inst, "a", v);
+    json_object_set(inst, "b", v);
+    tp_buf_t msg = {0};
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, inst, &msg, 0), 2);
+    tp_buf_append(&msg, "", 1);
+    CU_ASSERT_STRING_EQUAL((char *)msg.data, "/a: expected string, got number 7; /b: expected string, got number 7");
+    tp_buf_free(&msg);
+    json_decref(v);
+    json_decref(inst);
+    tp_jsonschema_free(s);
+    /* property names are values made for the check, one after another at the same address: never memoised */
+    EXPECT("{\"propertyNames\": {\"$ref\": \"#/definitions/n\"}, \"definitions\": {\"n\": {\"pattern\": \"^a\"}}}",
+           "{\"aa\": 1, \"bb\": 2, \"cc\": 3}", 2,
+           "(root): invalid property name \"bb\": expected a value matching ^a, got \"bb\"; "
+           "(root): invalid property name \"cc\": expected a value matching ^a, got \"cc\"");
+}
+
+/*
+ * Where the memo cannot help (under unevaluatedProperties the chain's
+ * annotations count too), the work bound stops the check: TP_E2BIG at a
+ * million steps, in milliseconds, with what the caller had in the buffer
+ * kept and the rest replaced by the reason. Arguments that are merely large
+ * are not refused: the bound grows by 32 steps a value.
+ */
+static void test_work_bound(void)
+{
+    char *text = doubling_schema(30, "\"$schema\": \"https://json-schema.org/draft/2020-12/schema\", "
+                                     "\"unevaluatedProperties\": false, ");
+    tp_jsonschema_t *s = compile_at(__FILE__, __LINE__, text);
+    free(text);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    json_t *inst = json_pack("{s:s}", "q", "refund");
+    tp_buf_t msg = {0};
+    tp_buf_puts(&msg, "args: ");
+    double t0 = now_s();
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, inst, &msg, 10), TP_E2BIG);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, inst, NULL, 10), TP_E2BIG);
+    double took = now_s() - t0;
+    CU_ASSERT(took < 1.0);
+    if (took >= 1.0)
+        fprintf(stderr, "\n  two bounded checks took %.3f s\n", took);
+    tp_buf_append(&msg, "", 1);
+    CU_ASSERT_STRING_EQUAL((char *)msg.data, "args: the schema took too much work to check: over 1000064 steps (the "
+                                             "limit: 1000000, and 32 more for each value in the instance)");
+    tp_buf_free(&msg);
+    json_decref(inst);
+    tp_jsonschema_free(s);
+    /* 400,000 items at 3 steps each: past the million, within 32 a value (and past the memo's 65,536 entries) */
+    s = compile_at(__FILE__, __LINE__,
+                   "{\"items\": {\"$ref\": \"#/definitions/n\"},"
+                   " \"definitions\": {\"n\": {\"allOf\": [{\"type\": \"integer\"}, {\"minimum\": 0}]}}}");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    json_t *big = json_array();
+    for (int i = 0; i < 400000; i++)
+        json_array_append_new(big, json_integer(i));
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, big, NULL, 0), 0);
+    json_array_append_new(big, json_integer(-1));
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, big, NULL, 0), 1);
+    json_decref(big);
+    tp_jsonschema_free(s);
+    /* ...but 200 steps a value is not what a schema written by hand does */
+    tp_buf_t wide = {0};
+    tp_buf_puts(&wide, "{\"items\": {\"allOf\": [{}");
+    for (int i = 1; i < 200; i++)
+        tp_buf_puts(&wide, ", {}");
+    tp_buf_append(&wide, "]}}", 4);
+    s = compile_at(__FILE__, __LINE__, (char *)wide.data);
+    tp_buf_free(&wide);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    big = json_array();
+    for (int i = 0; i < 10000; i++)
+        json_array_append_new(big, json_integer(i));
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, big, NULL, 0), TP_E2BIG);
+    json_decref(big);
+    tp_jsonschema_free(s);
+}
+
 static void test_compile_errors(void)
 {
     EXPECT_COMPILE_ERROR("{\"properties\": {\"q\": {\"type\": \"strin\"}}}",
@@ -698,6 +848,86 @@ static void test_remote_and_formats(void)
     }
 }
 
+/* A loader that gives its own document for the draft-07 meta-schema's URI: null only. */
+static json_t *load_own_meta(const char *uri, void *arg)
+{
+    (void)arg;
+    return strcmp(uri, "http://json-schema.org/draft-07/schema") == 0 ? json_pack("{s:s}", "type", "null") : NULL;
+}
+
+/*
+ * The dialects' meta-schemas are built in: a $ref to any of them (and to
+ * 2020-12's vocabularies) resolves with no loader, by http or https, and
+ * checks schemas as the meta-schema says; a loader's document for the
+ * same URI wins.
+ */
+static void test_builtin_metaschemas(void)
+{
+    static const char *const uris[] = {
+        "http://json-schema.org/draft-07/schema#",
+        "https://json-schema.org/draft-07/schema",
+        "https://json-schema.org/draft/2020-12/schema",
+        "http://json-schema.org/draft/2020-12/schema#",
+        "https://json-schema.org/draft/2020-12/meta/core",
+        "https://json-schema.org/draft/2020-12/meta/applicator",
+        "https://json-schema.org/draft/2020-12/meta/unevaluated",
+        "https://json-schema.org/draft/2020-12/meta/validation",
+        "https://json-schema.org/draft/2020-12/meta/meta-data",
+        "https://json-schema.org/draft/2020-12/meta/format-annotation",
+        "https://json-schema.org/draft/2020-12/meta/content",
+    };
+    for (size_t i = 0; i < sizeof uris / sizeof uris[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "{\"$ref\": \"%s\"}", uris[i]);
+        tp_jsonschema_t *s = compile_at(__FILE__, __LINE__, text);
+        CU_ASSERT_PTR_NOT_NULL(s);
+        if (s == NULL) {
+            fprintf(stderr, "\n  %s did not resolve\n", uris[i]);
+            continue;
+        }
+        /* every one of them takes a schema, and has something to say against a number as a "$ref"... */
+        json_t *ok = json_pack("{s:s}", "$comment", "fine"), *bad = json_pack("{s:i}", "$ref", 5);
+        CU_ASSERT_EQUAL(tp_jsonschema_validate(s, ok, NULL, 0), 0);
+        bool vocab_of_ref = strstr(uris[i], "/meta/") == NULL || strstr(uris[i], "/meta/core") != NULL;
+        CU_ASSERT_EQUAL(tp_jsonschema_validate(s, bad, NULL, 0) > 0, vocab_of_ref);
+        json_decref(ok);
+        json_decref(bad);
+        tp_jsonschema_free(s);
+    }
+    const char *d7 = "{\"properties\": {\"schema\": {\"$ref\": \"http://json-schema.org/draft-07/schema#\"}}}";
+    VALID(d7,
+          "{\"schema\": {\"type\": \"object\", \"properties\": {\"q\": {\"type\": \"string\", \"minLength\": 1}}}}");
+    EXPECT(d7, "{\"schema\": {\"properties\": {\"q\": {\"minLength\": -1}}}}", 1,
+           "/schema/properties/q/minLength: expected at least 0, got -1");
+    /* 2020-12's recurses through $dynamicRef into its vocabularies */
+    const char *d2020 = "{\"$schema\": \"https://json-schema.org/draft/2020-12/schema\","
+                        " \"properties\": {\"schema\": {\"$ref\": \"https://json-schema.org/draft/2020-12/schema\"}}}";
+    VALID(d2020,
+          "{\"schema\": {\"$defs\": {\"a\": {\"type\": \"string\"}}, \"prefixItems\": [{\"$ref\": \"#/$defs/a\"}]}}");
+    EXPECT(d2020, "{\"schema\": {\"$defs\": {\"a\": {\"type\": \"strin\"}}}}", 1,
+           "/schema/$defs/a/type: matched none of 2 alternatives: (1) expected one of "
+           "[\"array\",\"boolean\",\"integer\",\"null\",\"number\",\"object\",\"string\"], got \"strin\" (2) expected "
+           "array, got string \"strin\"");
+    /* the caller's document for the URI comes first */
+    char err[512];
+    json_t *js = json_loads(d7, 0, NULL), *null = json_loads("{\"schema\": null}", 0, NULL);
+    tp_jsonschema_opts_t o = {.load = load_own_meta};
+    tp_jsonschema_t *s = tp_jsonschema_compile_opts(js, &o, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, null, NULL, 0), 0);
+    tp_jsonschema_free(s);
+    s = tp_jsonschema_compile(js, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(s, null, NULL, 0), 1);
+    tp_jsonschema_free(s);
+    json_decref(null);
+    json_decref(js);
+    /* other json-schema.org documents are not built in */
+    EXPECT_COMPILE_ERROR("{\"$ref\": \"http://json-schema.org/draft-04/schema#\"}",
+                         "/$ref: unresolvable reference \"http://json-schema.org/draft-04/schema#\" (a document that "
+                         "is not this schema must be given in \"schema_refs\"; nothing is fetched from the network)");
+}
+
 static void test_owns_copy(void)
 {
     json_t *js = json_loads("{\"properties\": {\"a\": {\"enum\": [\"x\"]}}}", 0, NULL);
@@ -736,8 +966,11 @@ int main(void)
     CU_add_test(suite, "$id scopes", test_id_scopes);
     CU_add_test(suite, "remote documents and formats", test_remote_and_formats);
     CU_add_test(suite, "depth guard", test_depth_guard);
+    CU_add_test(suite, "references memoised", test_memo);
+    CU_add_test(suite, "work bound", test_work_bound);
     CU_add_test(suite, "compile errors", test_compile_errors);
     CU_add_test(suite, "ECMA-262 regex", test_ecma_regex);
+    CU_add_test(suite, "built-in meta-schemas", test_builtin_metaschemas);
     CU_add_test(suite, "owns a copy", test_owns_copy);
     return tp_test_run();
 }

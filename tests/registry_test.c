@@ -753,6 +753,18 @@ static void test_schema_settings(void)
     tp_registry_free(reg);
     free(path);
     free(units);
+    /* the dialects' meta-schemas are built in: no schema_refs entry needed */
+    reg = load("meta.json",
+               "{\"tools\": [{\"name\": \"m\", \"exec\": [\"x\"], \"parameters\": {\"properties\": {"
+               "\"a\": {\"$ref\": \"http://json-schema.org/draft-07/schema#\"},"
+               " \"b\": {\"$ref\": \"https://json-schema.org/draft/2020-12/schema\"}}}}]}\n",
+               &path, err, sizeof err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
+    args = json_loads("{\"a\": {\"type\": 5}, \"b\": {\"minItems\": -1}}", 0, NULL);
+    CU_ASSERT_EQUAL(tp_jsonschema_validate(tp_registry_find(reg, "m")->schema, args, NULL, 0), 2);
+    json_decref(args);
+    tp_registry_free(reg);
+    free(path);
     EXPECT_ERROR("{\"schema_dialect\": \"draft-04\",\n" /* 1 */
                  " \"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}]}\n",
                  1, "schema_dialect", "expected \"draft-07\" or \"2020-12\", got \"draft-04\"");

@@ -232,6 +232,8 @@ void eng_advance_touched(tp_engine_t *e);
 bool eng_redo_recorded(const tp_engine_t *e, const Toolpool__StoredResult *r);
 /* Whether the record r was made for this input (its digest is identity). */
 bool eng_same_input(const Toolpool__StoredResult *r, const tp_digest_t *identity);
+/* Whether args pass t's schema; if not, *why holds the InvalidArguments message (NUL-terminated). */
+bool eng_args_valid(const tp_tool_t *t, const json_t *args, tp_buf_t *why);
 
 /* dispatch.c */
 void eng_dispatch(tp_engine_t *e);

@@ -84,11 +84,8 @@ static bool hop_args(tp_call_t *c, const json_t *map, char *msg, size_t cap)
     bool ok = true;
     if (t->schema) {
         tp_buf_t why = {0};
-        tp_buf_printf(&why, "%s: invalid arguments: ", t->name);
-        int bad = tp_jsonschema_validate(t->schema, args, &why, TP_ARGS_ERRORS_MAX);
-        if (bad != 0) {
-            tp_buf_append(&why, "", 1);
-            snprintf(msg, cap, "%s", bad > 0 ? (const char *)why.data : "out of memory validating the arguments");
+        if (!eng_args_valid(t, args, &why)) {
+            snprintf(msg, cap, "%s", why.data ? (const char *)why.data : "out of memory validating the arguments");
             ok = false;
         }
         tp_buf_free(&why);

@@ -22,6 +22,33 @@
 #define TP_TRIM_LOOKUPS 256
 
 /*
+ * The check every call's args (and every fallback hop's) get before
+ * anything runs: "TOOL: invalid arguments: " and the violations, or, for
+ * a schema whose check passed its work bound (TP_JSONSCHEMA_MAX_STEPS: it
+ * runs on the event loop), "TOOL: arguments not checked: " and what the
+ * validator says of the schema. Either is InvalidArguments: the same args
+ * fail the same way every time, so nothing retries them. why.data stays
+ * NULL only when memory ran out.
+ */
+bool eng_args_valid(const tp_tool_t *t, const json_t *args, tp_buf_t *why)
+{
+    tp_buf_t found = {0};
+    int bad = tp_jsonschema_validate(t->schema, args, &found, TP_ARGS_ERRORS_MAX);
+    if (bad == 0) {
+        tp_buf_free(&found);
+        return true;
+    }
+    tp_buf_reset(why);
+    if (bad > 0 || bad == TP_E2BIG)
+        tp_buf_printf(why, "%s: %s: %.*s", t->name, bad > 0 ? "invalid arguments" : "arguments not checked",
+                      (int)found.len, found.data ? (const char *)found.data : "");
+    else
+        tp_buf_printf(why, "%s: out of memory validating the arguments", t->name);
+    tp_buf_free(&found);
+    return false;
+}
+
+/*
  * A job seen for the first time takes up its checkpoint: the usage its
  * guards count (wall time included) and what stopped it.
  */
@@ -240,12 +267,9 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     if (t->schema) {
         /* Malformed: the model's to fix, so no call happens and the message says what to change. */
         tp_buf_t why = {0};
-        tp_buf_printf(&why, "%s: invalid arguments: ", t->name);
-        int bad = tp_jsonschema_validate(t->schema, jargs, &why, TP_ARGS_ERRORS_MAX);
-        if (bad != 0) {
-            tp_buf_append(&why, "", 1);
+        if (!eng_args_valid(t, jargs, &why)) {
             eng_reject(e, rq->id, job, rq->step, rq->tool, args, TP_KIND_INVALID_ARGUMENTS,
-                       bad > 0 ? (const char *)why.data : "out of memory validating the arguments", fn, ctx);
+                       why.data ? (const char *)why.data : "out of memory validating the arguments", fn, ctx);
             tp_buf_free(&why);
             goto out;
         }

@@ -34,7 +34,10 @@
  * are in, which every "$id" changes for what is under it: JSON Pointers
  * (~0 ~1 and %XX decoded) from the resource the URI names, anchors, other
  * resources of the document, and other documents, which only the caller's
- * loader gives (never the network). Unknown keywords are ignored, and
+ * loader gives (never the network), but for the dialects' meta-schemas:
+ * draft-07's and 2020-12's (with its vocabularies) are built in, by http or
+ * https, for when the loader has nothing at their URI (metaschemas.c).
+ * Unknown keywords are ignored, and
  * "$id"/anchors inside them or inside enum, const, default and examples
  * name nothing. "format" is an annotation unless formats are asserted
  * (jsonformat.h lists what is checked); "default", "contentMediaType",
@@ -102,6 +105,28 @@ typedef struct tp_jsonschema tp_jsonschema_t;
 #define TP_JSONSCHEMA_MAX_DEPTH 1000
 
 /*
+ * The work one validation may do, in steps (a step is one schema node
+ * checked against one value): TP_JSONSCHEMA_MAX_STEPS, plus
+ * TP_JSONSCHEMA_STEPS_PER_VALUE for each value in the instance (counted
+ * only once the first part is spent), so large arguments are never refused
+ * for their size alone. Past it the validation stops and says so
+ * (TP_E2BIG). Validation runs on the supervisor's event loop: a million
+ * steps is about 15-30 ms there, the longest a call's check may hold it
+ * (a typical call takes tens of steps; 32 a value is more than any
+ * hand-written schema applies to a value, unlike 2^N for a chain of N
+ * "allOf": [{"$ref": A}, {"$ref": A}] that the memo below cannot collapse).
+ *
+ * A schema reached by a reference is checked once per instance value and
+ * its result reused, so such a chain costs N steps, not 2^N, except where
+ * the result depends on more than the value: under unevaluatedProperties
+ * or unevaluatedItems (what it evaluated counts too), in a schema with a
+ * $dynamicRef (the dynamic scope counts), and for property names checked
+ * by propertyNames. There the budget is what bounds the work.
+ */
+#define TP_JSONSCHEMA_MAX_STEPS 1000000
+#define TP_JSONSCHEMA_STEPS_PER_VALUE 32
+
+/*
  * Compiles schema (an object or a boolean) as draft-07 unless "$schema"
  * says otherwise: checks every keyword it knows, compiles the regexes,
  * resolves every reference (only within the schema: no loader). A
@@ -132,7 +157,9 @@ typedef struct {
      * Another document a reference names, by its absolute URI without the
      * fragment: a new reference (the compiled schema keeps a copy), or NULL
      * when there is none. Called only while compiling; never the network
-     * unless the caller's function goes there. NULL: no other documents.
+     * unless the caller's function goes there. NULL: no other documents
+     * than the built-in meta-schemas. Asked before them: what it gives for
+     * a meta-schema's URI is used instead.
      */
     json_t *(*load)(const char *uri, void *arg);
     void *load_arg;
@@ -153,12 +180,16 @@ int tp_jsonschema_dialect_parse(const char *name, tp_jsonschema_dialect_t *out);
 
 /*
  * Checks instance against s. Returns the number of violations (0: valid),
- * TP_EINVAL without a schema or an instance, or TP_ENOMEM when memory ran
- * out. When msg is non-NULL, appends the message
- * described above: at most max_errors violations (max_errors <= 0: all),
- * then "... and N more". Nothing is appended when the instance is valid.
- * The valid path allocates only a PCRE2 match block when a regex runs, and
- * a string per key when propertyNames is used.
+ * TP_EINVAL without a schema or an instance, TP_ENOMEM when memory ran
+ * out, or TP_E2BIG when the work passed the limit above. When msg is
+ * non-NULL, appends the message described above: at most max_errors
+ * violations (max_errors <= 0: all), then "... and N more". Nothing is
+ * appended when the instance is valid. For TP_E2BIG, what was appended is
+ * replaced by "the schema took too much work to check (stopped after N
+ * steps, ...)": the instance may or may not be valid. The valid path
+ * allocates only a PCRE2 match block when a regex runs, a string per key
+ * when propertyNames is used, and the memo's table past its first 8
+ * entries.
  */
 int tp_jsonschema_validate(const tp_jsonschema_t *s, const json_t *instance, tp_buf_t *msg, int max_errors);
 

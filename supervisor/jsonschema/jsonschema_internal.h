@@ -10,6 +10,7 @@
  *   compile.c     a schema into nodes, the keywords of each dialect
  *   refs.c        URIs, resources, dialects, $id, $anchor, $ref, $dynamicRef
  *   regex.c       ECMA-262 patterns as PCRE2 compiles them
+ *   metaschemas.c the dialects' meta-schemas, built in
  *   validate.c    an instance against the nodes, and the messages
  * The helpers validating calls on every node are static inline here.
  */
@@ -125,6 +126,7 @@ typedef tp_format_t format_t;
 struct node {
     node_kind_t kind;
     uint8_t mark;     /* compile time only: the loop search's colour */
+    bool shared;      /* a reference's target: its results are memoised while validating */
     node_t *ref;      /* N_REF: the target (after compile: never a N_REF) */
     char *ref_where;  /* any reference: its schema path and what it says, for errors */
     const res_t *res; /* the resource it is in (NULL: a boolean schema) */
@@ -339,6 +341,14 @@ const char *js_quoted(const char *s, size_t n, char *buf, size_t size);
 node_t *js_memo_get(cctx_t *cc, const json_t *key);
 /* The node of schema value js, compiled now or before; NULL on error (js_cerr). */
 node_t *js_compile(cctx_t *cc, const json_t *js, const seg_t *path);
+
+/* metaschemas.c */
+/*
+ * The built-in meta-schema at uri (absolute, no fragment; http or https),
+ * parsed on first use and shared, never to be changed or freed; NULL when
+ * uri names none of them (or memory ran out parsing it).
+ */
+const json_t *js_metaschema(const char *uri);
 
 /* regex.c */
 #define RE_OPTS                                                                                                        \

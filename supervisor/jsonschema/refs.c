@@ -555,17 +555,18 @@ static int keep_doc(tp_jsonschema_t *s, json_t *doc, char *name)
 
 /*
  * Another document, by its absolute URI (no fragment): asked of the
- * caller's loader (never the network), copied, indexed. NULL when there is
+ * caller's loader (never the network), else one of the built-in
+ * meta-schemas, copied, indexed. The loader comes first, so a document the
+ * caller gives for a meta-schema's URI is the one used. NULL when there is
  * none; an error only when it came but is broken.
  */
 static res_t *load_doc(cctx_t *cc, const char *uri, const seg_t *path)
 {
-    if (cc->opts.load == NULL)
+    json_t *got = cc->opts.load ? cc->opts.load(uri, cc->opts.load_arg) : NULL;
+    const json_t *src = got ? got : js_metaschema(uri);
+    if (src == NULL)
         return NULL;
-    json_t *got = cc->opts.load(uri, cc->opts.load_arg);
-    if (got == NULL)
-        return NULL;
-    json_t *doc = json_deep_copy(got);
+    json_t *doc = json_deep_copy(src);
     json_decref(got);
     char *name = strdup(uri);
     if (doc == NULL || name == NULL || keep_doc(cc->s, doc, name) < 0) {
@@ -834,9 +835,17 @@ static int same_value_loop(cctx_t *cc, node_t *n, node_t **stack, size_t depth)
     return 0;
 }
 
+/* The node a reference lands on: through a draft-07 $ref node to its target. */
+static node_t *landing(node_t *n)
+{
+    return n->kind == N_REF ? n->ref : n;
+}
+
 /*
  * After compiling: no same-value loops (above), then every $ref chain
- * collapsed so an N_REF points straight at a node that is not one.
+ * collapsed so an N_REF points straight at a node that is not one, and
+ * every node a reference lands on marked shared (validate.c memoises its
+ * results: a schema two references reach is checked once per value).
  */
 int js_finish_refs(cctx_t *cc)
 {
@@ -858,6 +867,15 @@ int js_finish_refs(cctx_t *cc)
             continue;
         while (n->ref->kind == N_REF)
             n->ref = n->ref->ref;
+    }
+    for (size_t i = 0; i < s->n_nodes; i++) {
+        node_t *n = s->nodes[i];
+        if (n->kind == N_REF)
+            n->ref->shared = true;
+        if (n->apply_ref != NULL)
+            landing(n->apply_ref)->shared = true;
+        if (n->dyn_ref != NULL)
+            landing(n->dyn_ref)->shared = true;
     }
     return 0;
 }

@@ -172,6 +172,25 @@ static uint64_t json_hash(const json_t *v)
 #define SHORT_ALT 160  /* what one alternative of anyOf/oneOf says */
 #define MAX_ALTS 5     /* alternatives a summary details */
 
+/*
+ * What a shared node (a reference's target) found for one value: count,
+ * the violations a run that counts them all found (-1: only a quiet run
+ * has finished, and it found one). Kept only for runs that finished.
+ */
+typedef struct {
+    const node_t *n; /* NULL: an empty slot */
+    const json_t *v;
+    int count;
+} memo_t;
+
+#define MEMO_INLINE 16 /* slots on the stack, half of them used before the heap: a typical call needs no more */
+/*
+ * Most entries (3 MiB of table): a recursive schema over huge args would
+ * otherwise keep one per value. Past it nothing more is memoised and the
+ * work bound is what holds, as where no memo applies.
+ */
+#define MEMO_MAX 65536
+
 typedef struct {
     tp_buf_t *out; /* messages, or NULL */
     int max;       /* most messages written */
@@ -180,9 +199,21 @@ typedef struct {
     bool quiet; /* a verdict only: stop at the first violation */
     bool oom;
     int depth;
+    int too_deep;         /* times the depth guard spoke: a result it touched depends on the depth */
     pcre2_match_data *md; /* made on the first regex match, freed at the end */
     bool dynamic;         /* keep the dynamic scope (some $dynamicRef needs it) */
     const struct scope *scope;
+    /* the work bound (TP_JSONSCHEMA_MAX_STEPS) */
+    size_t steps, limit;
+    bool sized; /* limit grown by the instance's size already */
+    bool over;  /* past the limit: every node returns at once */
+    const json_t *instance;
+    /* the memo, open addressing, grown at half full; inl until it outgrows it */
+    memo_t *memo;
+    size_t memo_cap, memo_n;
+    int temp;      /* > 0: checking a value made for the check (a property name), not memoised */
+    bool memo_off; /* out of memory for the table: no more memo, the budget still holds */
+    memo_t *inl;   /* MEMO_INLINE slots on the caller's stack, cleared when first used */
 } vctx_t;
 
 /* The dynamic scope: the resources a validation has entered, innermost first. */
@@ -241,6 +272,109 @@ static void ev_merge(ev_t *dst, const ev_t *src)
         dst->bits[i] |= src->bits[i];
 }
 
+/* Values in v (itself included), down to the depth a validation can reach. */
+static size_t count_values(const json_t *v, int depth)
+{
+    size_t n = 1;
+    if (depth >= TP_JSONSCHEMA_MAX_DEPTH)
+        return n;
+    if (json_is_object(v)) {
+        for (void *it = json_object_iter((json_t *)v); it; it = json_object_iter_next((json_t *)v, it))
+            n += count_values(json_object_iter_value(it), depth + 1);
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++)
+            n += count_values(json_array_get(v, i), depth + 1);
+    }
+    return n;
+}
+
+/*
+ * One more step; false once the work is past the limit. The first time
+ * TP_JSONSCHEMA_MAX_STEPS is spent, the limit grows by
+ * TP_JSONSCHEMA_STEPS_PER_VALUE for each value of the instance: the
+ * instance is counted only by validations that get that far.
+ */
+static bool step(vctx_t *c)
+{
+    if (c->over)
+        return false;
+    if (++c->steps <= c->limit)
+        return true;
+    if (!c->sized) {
+        c->sized = true;
+        size_t values = count_values(c->instance, 0);
+        size_t more = values > (SIZE_MAX - c->limit) / TP_JSONSCHEMA_STEPS_PER_VALUE
+                          ? SIZE_MAX - c->limit
+                          : values * TP_JSONSCHEMA_STEPS_PER_VALUE;
+        c->limit += more;
+        if (c->steps <= c->limit)
+            return true;
+    }
+    c->over = true;
+    return false;
+}
+
+static size_t memo_hash(const node_t *n, const json_t *v, size_t mask)
+{
+    uint64_t x = (uint64_t)(uintptr_t)n * 0x9E3779B97F4A7C15u ^ (uint64_t)(uintptr_t)v;
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9u;
+    return (size_t)(x ^ (x >> 32)) & mask;
+}
+
+/* The slot of (n, v): its entry, or the empty slot it would take. */
+static memo_t *memo_slot(memo_t *tab, size_t cap, const node_t *n, const json_t *v)
+{
+    for (size_t i = memo_hash(n, v, cap - 1);; i = (i + 1) & (cap - 1))
+        if (tab[i].n == NULL || (tab[i].n == n && tab[i].v == v))
+            return &tab[i];
+}
+
+/* What a finished run of n on v found, or NULL. */
+static const memo_t *memo_get(const vctx_t *c, const node_t *n, const json_t *v)
+{
+    if (c->memo_n == 0)
+        return NULL;
+    const memo_t *m = memo_slot(c->memo, c->memo_cap, n, v);
+    return m->n != NULL ? m : NULL;
+}
+
+/* Records count for (n, v) (see memo_t); a table that cannot grow turns the memo off. */
+static void memo_put(vctx_t *c, const node_t *n, const json_t *v, int count)
+{
+    if (c->memo_n >= MEMO_MAX)
+        return; /* full: what it holds still answers */
+    if (c->memo_cap == 0) {
+        memset(c->inl, 0, MEMO_INLINE * sizeof *c->inl);
+        c->memo = c->inl;
+        c->memo_cap = MEMO_INLINE;
+    }
+    if ((c->memo_n + 1) * 2 > c->memo_cap) {
+        size_t cap = c->memo_cap * 2;
+        memo_t *tab = calloc(cap, sizeof *tab);
+        if (tab == NULL) {
+            c->memo_off = true;
+            return;
+        }
+        for (size_t i = 0; i < c->memo_cap; i++)
+            if (c->memo[i].n != NULL)
+                *memo_slot(tab, cap, c->memo[i].n, c->memo[i].v) = c->memo[i];
+        if (c->memo != c->inl)
+            free(c->memo);
+        c->memo = tab;
+        c->memo_cap = cap;
+    }
+    memo_t *m = memo_slot(c->memo, c->memo_cap, n, v);
+    if (m->n == NULL) {
+        c->memo_n++;
+        m->n = n;
+        m->v = v;
+        m->count = count;
+    } else if (count >= 0) {
+        m->count = count; /* a quiet run's -1 never hides a count */
+    }
+}
+
 static void v_node(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path, ev_t *ev);
 
 /*
@@ -270,7 +404,8 @@ static void v_in(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *pa
  */
 static tp_buf_t *violation(vctx_t *c, const seg_t *path)
 {
-    c->count++;
+    if (c->count < INT_MAX)
+        c->count++;
     if (c->quiet || c->out == NULL || c->written >= c->max)
         return NULL;
     if ((c->written++ && tp_buf_puts(c->out, "; ") < 0) || js_put_location(c->out, path) < 0 ||
@@ -437,6 +572,7 @@ static void v_name(vctx_t *c, const node_t *n, const char *key, size_t klen, con
         c->oom = true;
         return;
     }
+    c->temp++; /* name's address may be the next name's: never a memo key */
     if (!v_quiet(c, n->prop_names, name, path)) {
         tp_buf_t *b = violation(c, path);
         if (b != NULL) {
@@ -450,6 +586,7 @@ static void v_name(vctx_t *c, const node_t *n, const char *key, size_t klen, con
             tp_buf_free(&here);
         }
     }
+    c->temp--;
     json_decref(name);
 }
 
@@ -899,15 +1036,54 @@ static void v_unevaluated(vctx_t *c, const node_t *sub, const json_t *inst, cons
     }
 }
 
+static void v_node_run(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path, ev_t *ev);
+
 /*
  * One schema node against one value; violations go to c. ev, when not
- * NULL, collects what this node evaluated of the value (see ev_t).
+ * NULL, collects what this node evaluated of the value (see ev_t). Each
+ * call is a step of the work bound; a shared node's result for a value is
+ * memoised when it depends on nothing else (see jsonschema.h): a quiet run
+ * needs only the verdict, a counting one the count, and one that writes
+ * messages runs again (each such run writes one at least, so at most
+ * max_errors of them are not answered from the memo).
  */
 static void v_node(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path, ev_t *ev)
 {
-    tp_buf_t *b;
+    if (!step(c))
+        return;
     if (n->kind == N_REF)
         n = n->ref;
+    bool memo = n->shared && ev == NULL && !c->dynamic && c->temp == 0 && !c->memo_off && !(c->quiet && c->count);
+    if (!memo) {
+        v_node_run(c, n, inst, path, ev);
+        return;
+    }
+    const memo_t *m = memo_get(c, n, inst);
+    if (m != NULL) {
+        if (m->count == 0)
+            return;
+        if (c->quiet) {
+            c->count++;
+            return;
+        }
+        if (m->count > 0 && (c->out == NULL || c->written >= c->max)) {
+            /* a count past INT_MAX says "at least": 2^N through a doubling chain */
+            c->count = m->count > INT_MAX - c->count ? INT_MAX : c->count + m->count;
+            return;
+        }
+    }
+    int before = c->count, deep = c->too_deep;
+    v_node_run(c, n, inst, path, NULL);
+    if (c->over || c->oom || c->too_deep != deep)
+        return;                    /* unfinished, or the depth it ran at counted */
+    int found = c->count - before; /* never negative: counts only grow, to INT_MAX */
+    memo_put(c, n, inst, c->quiet && found > 0 ? -1 : found);
+}
+
+/* v_node's work: n (not a N_REF) against inst. */
+static void v_node_run(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *path, ev_t *ev)
+{
+    tp_buf_t *b;
     if (n->kind == N_TRUE)
         return;
     if (n->kind == N_FALSE) {
@@ -918,6 +1094,7 @@ static void v_node(vctx_t *c, const node_t *n, const json_t *inst, const seg_t *
         return;
     }
     if (c->depth >= TP_JSONSCHEMA_MAX_DEPTH) {
+        c->too_deep++;
         if ((b = violation(c, path)) != NULL)
             put(c, b, "schema recursion too deep");
         return;
@@ -1020,11 +1197,35 @@ int tp_jsonschema_validate(const tp_jsonschema_t *s, const json_t *instance, tp_
         errno = EINVAL;
         return TP_EINVAL;
     }
-    vctx_t c = {.out = msg, .max = max_errors > 0 ? max_errors : INT_MAX, .dynamic = s->dynamic};
+    memo_t inl[MEMO_INLINE];
+    vctx_t c = {.out = msg,
+                .max = max_errors > 0 ? max_errors : INT_MAX,
+                .dynamic = s->dynamic,
+                .limit = TP_JSONSCHEMA_MAX_STEPS,
+                .instance = instance,
+                .inl = inl};
+    size_t start = msg ? msg->len : 0;
     v_node(&c, s->root, instance, NULL, NULL);
     if (c.md != NULL)
         pcre2_match_data_free(c.md);
-    if (msg != NULL && c.count > c.written && c.written > 0 && !c.oom &&
+    if (c.memo != c.inl)
+        free(c.memo);
+    if (c.over) {
+        /* what was found so far says nothing of the rest: the limit is the news */
+        if (msg != NULL) {
+            msg->len = start;
+            if (tp_buf_printf(msg,
+                              "the schema took too much work to check: over %zu steps (the limit: %d, and %d more "
+                              "for each value in the instance)",
+                              c.limit, TP_JSONSCHEMA_MAX_STEPS, TP_JSONSCHEMA_STEPS_PER_VALUE) < 0)
+                c.oom = true;
+        }
+        if (!c.oom) {
+            errno = E2BIG;
+            return TP_E2BIG;
+        }
+    }
+    if (msg != NULL && !c.over && c.count > c.written && c.written > 0 && !c.oom &&
         tp_buf_printf(msg, "; ... and %d more", c.count - c.written) < 0)
         c.oom = true;
     if (c.oom) {

@@ -9,7 +9,11 @@
  * does not compile says why; one that does gives the same number of
  * violations with and without a message, a message exactly when there are
  * violations, and the same count again once the caller's copy of the
- * schema is gone (the compiled schema owns its own).
+ * schema is gone (the compiled schema owns its own). A check that passes
+ * the work bound (TP_E2BIG) says so in its message; writing messages costs
+ * steps, so the bound may fall between a run with one and a run without.
+ * The corpus has the doubling $ref chain in both forms: the one the memo
+ * collapses and the one (under unevaluatedProperties) the bound stops.
  */
 #include <string.h>
 
@@ -37,12 +41,13 @@ static void one(const json_t *schema_in, const json_t *instance, const tp_jsonsc
     } else if (instance) {
         tp_buf_t msg = {0};
         int n = tp_jsonschema_validate(s, instance, &msg, 10);
-        TP_FUZZ_CHECK(n >= 0);
+        TP_FUZZ_CHECK(n >= 0 || n == TP_E2BIG);
         TP_FUZZ_CHECK((n == 0) == (msg.len == 0));
-        TP_FUZZ_CHECK(tp_jsonschema_validate(s, instance, NULL, 0) == n);
+        int quiet = tp_jsonschema_validate(s, instance, NULL, 0);
+        TP_FUZZ_CHECK(quiet == n || quiet == TP_E2BIG || n == TP_E2BIG);
         json_decref(schema);
         schema = NULL;
-        TP_FUZZ_CHECK(tp_jsonschema_validate(s, instance, NULL, 0) == n);
+        TP_FUZZ_CHECK(tp_jsonschema_validate(s, instance, NULL, 0) == quiet);
         tp_buf_free(&msg);
     }
     tp_jsonschema_free(s);
