@@ -30,6 +30,7 @@
 #include "clock.h"
 #include "json.h"
 #include "log.h"
+#include "mcp_message.h"
 #include "registry.h"
 #include "suggest.h"
 #include "taxonomy.h"
@@ -194,12 +195,13 @@ static void w_result_head(tp_msg_t *w, const char *id, size_t id_len)
 }
 
 /*
- * A JSON-RPC error response. id: the request's, or NULL when it could not
- * be read (null). data: JSON text of the error's data, or NULL.
+ * A JSON-RPC error response. id: the request's as JSON text
+ * (mcp_message.h), or NULL when it could not be read (null). data: JSON
+ * text of the error's data, or NULL.
  */
-static void reply_error(tp_mcp_session_t *s, const json_t *id, int code, const char *data, const char *fmt, ...)
+static void reply_error(tp_mcp_session_t *s, const char *id, int code, const char *data, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-static void reply_error(tp_mcp_session_t *s, const json_t *id, int code, const char *data, const char *fmt, ...)
+static void reply_error(tp_mcp_session_t *s, const char *id, int code, const char *data, const char *fmt, ...)
 {
     char message[1024];
     va_list ap;
@@ -209,7 +211,7 @@ static void reply_error(tp_mcp_session_t *s, const json_t *id, int code, const c
     tp_msg_t w;
     msg_begin(s, &w);
     w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_json(&w, id);
+    w_puts(&w, id ? id : "null");
     if (tp_buf_printf(w.b, ",\"error\":{\"code\":%d,\"message\":", code) < 0)
         w.err = -1;
     w_cstr(&w, message);
@@ -222,12 +224,12 @@ static void reply_error(tp_mcp_session_t *s, const json_t *id, int code, const c
 }
 
 /* An empty result, {}: ping, logging/setLevel. */
-static void reply_empty(tp_mcp_session_t *s, const json_t *id)
+static void reply_empty(tp_mcp_session_t *s, const char *id)
 {
     tp_msg_t w;
     msg_begin(s, &w);
     w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_json(&w, id);
+    w_puts(&w, id);
     w_puts(&w, ",\"result\":{}}");
     msg_end(s, &w, s->tag, true, "a response");
 }
@@ -769,7 +771,7 @@ static const char *version_pick(const char *asked)
  * are taken from this answer on; notifications/initialized is not waited
  * for, since nothing we do depends on it.
  */
-static void do_initialize(tp_mcp_session_t *s, const json_t *id, const json_t *params)
+static void do_initialize(tp_mcp_session_t *s, const char *id, const json_t *params)
 {
     if (s->initialized) {
         reply_error(s, id, TP_RPC_INVALID_REQUEST, NULL,
@@ -791,7 +793,7 @@ static void do_initialize(tp_mcp_session_t *s, const json_t *id, const json_t *p
     tp_msg_t w;
     msg_begin(s, &w);
     w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_json(&w, id);
+    w_puts(&w, id);
     w_puts(&w, ",\"result\":{\"protocolVersion\":");
     w_cstr(&w, version);
     w_puts(&w, ",\"capabilities\":{\"tools\":{\"listChanged\":false},\"logging\":{}}"
@@ -861,7 +863,7 @@ void tp_mcp_catalog_free(tp_mcp_catalog_t *c)
  * registry) is Invalid params, as the pagination section asks, never a
  * page that starts somewhere else.
  */
-static void do_tools_list(tp_mcp_session_t *s, const json_t *id, const json_t *params)
+static void do_tools_list(tp_mcp_session_t *s, const char *id, const json_t *params)
 {
     size_t from = 0, n = s->reg->n_tools;
     json_t *jc = json_object_get(params, "cursor");
@@ -884,7 +886,7 @@ static void do_tools_list(tp_mcp_session_t *s, const json_t *id, const json_t *p
     tp_msg_t w;
     msg_begin(s, &w);
     w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_json(&w, id);
+    w_puts(&w, id);
     w_puts(&w, ",\"result\":{\"tools\":[");
     for (size_t i = from; i < to; i++) {
         if (i > from)
@@ -907,7 +909,7 @@ static void do_tools_list(tp_mcp_session_t *s, const json_t *id, const json_t *p
  * to the client (escalations, at warning). Before it, none do: a client
  * that never asked is not sent any.
  */
-static void do_set_level(tp_mcp_session_t *s, const json_t *id, const json_t *params)
+static void do_set_level(tp_mcp_session_t *s, const char *id, const json_t *params)
 {
     const char *level = json_string_value(json_object_get(params, "level"));
     for (int i = 0; level && i < (int)(sizeof tp_mcp_levels / sizeof tp_mcp_levels[0]); i++)
@@ -930,9 +932,10 @@ static void do_set_level(tp_mcp_session_t *s, const json_t *id, const json_t *pa
  * (and its did-you-mean) as the error's data; everything after that,
  * arguments that fail the schema included, is the call's result.
  */
-static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_text, size_t id_len,
-                          const json_t *params)
+static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *params)
 {
+    const char *id_text = id;
+    size_t id_len = strlen(id);
     const char *name = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments"), *meta = json_object_get(params, "_meta");
     json_t *token = json_object_get(meta, "progressToken"), *jjob = json_object_get(meta, "job");
@@ -1030,18 +1033,9 @@ static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_
  * and gets no response. One that has ended already, or that we never
  * saw, is let be: the notice may cross the answer on its way.
  */
-static void do_cancelled(tp_mcp_session_t *s, const json_t *params)
+static void do_cancelled(tp_mcp_session_t *s, const char *request_id, const json_t *params)
 {
-    json_t *rid = json_object_get(params, "requestId");
-    if (!json_is_string(rid) && !json_is_integer(rid) && !json_is_real(rid))
-        return;
-    tp_buf_t key = {0};
-    if (tp_json_write(&key, rid, 0) < 0) {
-        tp_buf_free(&key);
-        return;
-    }
-    tp_mcp_req_t *r = req_find(s, (const char *)key.data, key.len);
-    tp_buf_free(&key);
+    tp_mcp_req_t *r = request_id ? req_find(s, request_id, strlen(request_id)) : NULL;
     if (r == NULL || r->cancelled)
         return;
     const char *reason = json_string_value(json_object_get(params, "reason"));
@@ -1062,7 +1056,7 @@ static bool method_known(const char *method)
 }
 
 /* A request (it has an id): answered now, or by the engine for a tools/call. */
-static void take_request(tp_mcp_session_t *s, const json_t *id, const char *method, const json_t *params)
+static void take_request(tp_mcp_session_t *s, const char *id, const char *method, const json_t *params)
 {
     if (params && !json_is_object(params)) {
         reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL, "Invalid params: MCP's params are an object");
@@ -1091,19 +1085,12 @@ static void take_request(tp_mcp_session_t *s, const json_t *id, const char *meth
     } else if (strcmp(method, "logging/setLevel") == 0) {
         do_set_level(s, id, params);
     } else {
-        tp_buf_t key = {0};
-        if (tp_json_write(&key, id, 0) < 0) {
-            tp_buf_free(&key);
-            reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
-            return;
-        }
-        do_tools_call(s, id, (const char *)key.data, key.len, params);
-        tp_buf_free(&key);
+        do_tools_call(s, id, params);
     }
 }
 
 /* A notification (no id): never answered, whatever it says. */
-static void take_notification(tp_mcp_session_t *s, const char *method, const json_t *params)
+static void take_notification(tp_mcp_session_t *s, const char *method, const json_t *params, const char *request_id)
 {
     /*
      * notifications/initialized needs nothing: requests are taken from the
@@ -1111,70 +1098,36 @@ static void take_notification(tp_mcp_session_t *s, const char *method, const jso
      * come) need nothing from us either.
      */
     if (strcmp(method, "notifications/cancelled") == 0 && json_is_object(params))
-        do_cancelled(s, params);
+        do_cancelled(s, request_id, params);
 }
 
 /*
- * One message, as JSON-RPC 2.0 reads it: a request (an id), a notification
- * (none), or a response (we send no requests: it is dropped). A message
- * that is none of them is an Invalid Request, answered with its id when it
- * had a usable one, else null.
+ * One message (mcp_message.h): a request (an id), a notification (none),
+ * or a response (we send no requests: it is dropped). A message that is
+ * none of them gets its error, with its id when it had a usable one, else
+ * null. A blank one is let be.
  */
-static tp_mcp_took_t take_message(tp_mcp_session_t *s, const json_t *msg)
-{
-    json_t *id = json_object_get(msg, "id"), *jv = json_object_get(msg, "jsonrpc");
-    json_t *jm = json_object_get(msg, "method"), *params = json_object_get(msg, "params");
-    bool id_ok = json_is_string(id) || json_is_integer(id) || json_is_real(id);
-    const json_t *rid = id_ok ? id : NULL;
-    if (!json_is_string(jv) || strcmp(json_string_value(jv), "2.0") != 0) {
-        reply_error(s, rid, TP_RPC_INVALID_REQUEST, NULL, "Invalid Request: \"jsonrpc\" must be \"2.0\"");
-        return TP_MCP_TOOK_BAD;
-    }
-    if (jm == NULL && (json_object_get(msg, "result") || json_object_get(msg, "error")))
-        return TP_MCP_TOOK_NOTIFICATION; /* a response: to no request of ours (we send none) */
-    if (!json_is_string(jm)) {
-        reply_error(s, rid, TP_RPC_INVALID_REQUEST, NULL, "Invalid Request: \"method\" must be a string");
-        return TP_MCP_TOOK_BAD;
-    }
-    if (id && !id_ok) {
-        reply_error(s, NULL, TP_RPC_INVALID_REQUEST, NULL,
-                    "Invalid Request: \"id\" must be a string or a number (MCP: never null)");
-        return TP_MCP_TOOK_BAD;
-    }
-    if (params && !json_is_object(params) && !json_is_array(params)) {
-        reply_error(s, rid, TP_RPC_INVALID_REQUEST, NULL, "Invalid Request: \"params\" must be an object");
-        return TP_MCP_TOOK_BAD;
-    }
-    if (id == NULL) {
-        take_notification(s, json_string_value(jm), params);
-        return TP_MCP_TOOK_NOTIFICATION;
-    }
-    take_request(s, id, json_string_value(jm), params);
-    return TP_MCP_TOOK_REQUEST;
-}
-
-/* One message: taken, or the Parse error / Invalid Request it is. A blank one is let be. */
 tp_mcp_took_t tp_mcp_session_take(tp_mcp_session_t *s, const char *text, size_t len, void *tag)
 {
-    size_t i = 0;
-    while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n'))
-        i++;
-    if (i == len)
-        return TP_MCP_TOOK_NOTIFICATION;
+    tp_mcp_msg_t m = {0};
+    tp_mcp_took_t took = TP_MCP_TOOK_NOTIFICATION;
     s->tag = tag;
-    tp_mcp_took_t took = TP_MCP_TOOK_BAD;
-    json_error_t jerr;
-    json_t *msg = json_loadb(text, len, JSON_DECODE_ANY, &jerr);
-    if (msg == NULL)
-        reply_error(s, NULL, TP_RPC_PARSE_ERROR, NULL, "Parse error: %s (column %d)", jerr.text, jerr.column);
-    else if (json_is_array(msg))
-        reply_error(s, NULL, TP_RPC_INVALID_REQUEST, NULL,
-                    "Invalid Request: a batch (a JSON array); MCP takes one message at a time");
-    else if (!json_is_object(msg))
-        reply_error(s, NULL, TP_RPC_INVALID_REQUEST, NULL, "Invalid Request: a message must be a JSON object");
-    else
-        took = take_message(s, msg);
-    json_decref(msg);
+    if (tp_mcp_msg_read(&m, text, len) < 0) {
+        reply_error(s, NULL, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory reading the message");
+        took = TP_MCP_TOOK_BAD;
+    } else if (m.kind == TP_MCP_MSG_BAD) {
+        reply_error(s, m.id, m.code, NULL, "%s", m.error);
+        took = TP_MCP_TOOK_BAD;
+    } else if (m.kind == TP_MCP_MSG_BAD_PARAMS) {
+        reply_error(s, m.id, m.code, NULL, "%s", m.error);
+        took = TP_MCP_TOOK_REQUEST;
+    } else if (m.kind == TP_MCP_MSG_REQUEST) {
+        take_request(s, m.id, m.method, m.params);
+        took = TP_MCP_TOOK_REQUEST;
+    } else if (m.kind == TP_MCP_MSG_NOTIFICATION && m.method != NULL) {
+        take_notification(s, m.method, m.params, m.request_id);
+    }
+    tp_mcp_msg_clear(&m);
     s->tag = NULL;
     return took;
 }
