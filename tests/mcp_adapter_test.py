@@ -132,6 +132,42 @@ class McpAdapterTest(unittest.TestCase):
                              (False, "ToolError", "permanent", 1), r[form])
             self.assertIn("is not a CallToolResult: " + why, r[form]["message"])
 
+    def test_an_answer_that_does_not_read_ends_its_call_at_once(self):
+        """Answers jansson cannot read (2**64 in the result, 3000 nested
+        arrays, the id after either; a batch holding 2**64) and errors with a
+        null id (a request the server could not parse), one call in flight at
+        a time: each call ends ToolError (permanent, not retried) well before
+        its 20 s timeout, the message saying why, and the server lives on: the
+        counters around them are one server's 1 and 2. A readable batch is
+        taken, its elements as messages: the call it answers is ok."""
+        # Fails if such a line is skipped as "not JSON-RPC" (the call waits
+        # out its timeout), if it costs the server its session (the calls
+        # end WorkerCrashed and are retried), or if a batch is refused.
+        reg = {"defaults": self.defaults(), "tools": [self.tool("u", "unreadable", attempts=3),
+                                                      self.tool("counter", "counter")]}
+        forms = {"bigint": "the MCP server's answer to tools/call could not be read: too big integer",
+                 "deep": "the MCP server's answer to tools/call could not be read: maximum parsing depth reached",
+                 "batch_bigint": "the MCP server's answer to tools/call could not be read: too big integer",
+                 "null_id": "the MCP server could not read its request: it answered an error with a null id "
+                            "(MCP error -32700: Parse error), and this was the one request in flight",
+                 "null_id_bigint": "it answered an error with a null id (an answer toolpool could not read: too big "
+                                   "integer"}
+        calls = [{"id": "c1", "job": "j", "step": 1, "tool": "counter", "args": {}}]
+        calls += [{"id": f, "job": "j", "step": i + 2, "tool": "u", "args": {"form": f}} for i, f in enumerate(forms)]
+        calls += [{"id": "batch", "job": "j", "step": 20, "tool": "u", "args": {"form": "batch"}},
+                  {"id": "c2", "job": "j", "step": 21, "tool": "counter", "args": {}}]
+        r, p = self.run_calls(reg, calls, expect_rc=1)
+        for form, why in forms.items():
+            self.assertEqual((r[form]["ok"], r[form]["error"], r[form]["class"], r[form]["attempts"]),
+                             (False, "ToolError", "permanent", 1), r[form])
+            self.assertIn(why, r[form]["message"])
+            self.assertLess(r[form]["duration_ms"], 3000, r[form])
+        self.assertIn("(column ", r["bigint"]["message"])
+        self.assertEqual(r["batch"]["result"], {"content": [{"type": "text", "text": "batched"}]})
+        self.assertEqual(r["c1"]["result"]["content"][0]["text"], "1")
+        self.assertEqual(r["c2"]["result"]["content"][0]["text"], "2")  # the same server all along
+        self.assertEqual(self.read_log().count("started"), 1)
+
     def test_crash_mid_call_is_retried_on_a_fresh_server(self):
         mark = os.path.join(self.tmp, "mark")
         reg = {"defaults": self.defaults(), "tools": [self.tool("c", "crash_once", env={"TINY_MARK": mark})]}
@@ -292,6 +328,31 @@ class McpAdapterTest(unittest.TestCase):
         err = self.load_error({"tools": [], "mcp_servers": {"tiny": {"command": TINY, "env": {"TINY_CURSOR": "repeat"}}}})
         self.assertIn('tools/list gave the cursor "again" a second time (page 3): its pages never end', err)
         self.assertNotIn("duplicate tool name", err)
+        self.assertLess(time.monotonic() - t0, 10)
+        # A tools/list answer that does not read, or an error with a null id for it: said at once, named.
+        for form, why in (("bigint", "its answer to tools/list could not be read: too big integer"),
+                          ("null_id", "tools/list failed: Parse error")):
+            t0 = time.monotonic()
+            err = self.load_error({"tools": [], "mcp_servers": {"tiny": {"command": TINY, "start_timeout": "20s",
+                                                                          "env": {"TINY_LIST": form}}}})
+            self.assertIn('cannot import the tools of MCP server "tiny"', err)
+            self.assertIn(why, err)
+            self.assertLess(time.monotonic() - t0, 5, form)
+
+    def test_import_takes_a_batch(self):
+        """A tools/list answer sent as a JSON-RPC batch (MCP 2025-03-26 allows
+        them) is read as the message it holds: every tool is imported."""
+        # Fails if a batch is skipped as "not JSON-RPC": the import waits out
+        # its start_timeout and fails.
+        reg = {"defaults": self.defaults(), "tools": [],
+               "mcp_servers": {"tiny": {"command": TINY, "start_timeout": "20s", "env": {"TINY_LIST": "batch"}}}}
+        path = os.path.join(self.tmp, "tools.json")
+        with open(path, "w") as f:
+            json.dump(reg, f)
+        t0 = time.monotonic()
+        p = subprocess.run([TOOLPOOL, "tools", "list", "-r", path], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(p.stdout.splitlines()), len(mcp_tiny_server.TOOLS))
         self.assertLess(time.monotonic() - t0, 10)
 
 

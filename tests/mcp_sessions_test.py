@@ -12,6 +12,9 @@ its own JSON-RPC id.
 - A server that stops answering (its ping unanswered) is replaced.
 - A line that is not JSON-RPC ends the session at once, not at the timeout.
 - A response under an id no request has is dropped; the server lives on.
+- An error with a null id among many calls in flight ends the call it
+  answers once every other call then in flight has its answer; never one
+  the server is still working on.
 - The server's own requests (roots, sampling, elicitation) get a JSON-RPC error.
 - A crash with calls in flight: idempotent calls are retried on a fresh
   server; a call that is not idempotent ends Interrupted, escalated.
@@ -254,6 +257,44 @@ class McpSessionsTest(unittest.TestCase):
         self.assertEqual(structured(r["c2"])["pid"], structured(r["c1"])["pid"])
         self.assertEqual(structured(r["c2"])["count"], 2)
         self.assertEqual(len(self.sessions()), 1, self.read_log())
+
+    def test_an_error_with_a_null_id_among_calls_in_flight(self):
+        """tiny.unreadable sends an error with a null id (a request it could
+        not parse) after 0.3 s, while a 1.5 s sleep is in flight on the same
+        session: which call it answers cannot be told then, so neither ends;
+        once the sleep is answered (ok), the other is the one, and ends
+        ToolError at once, not at its 20 s timeout. The server lives on. When
+        the other call ends without an answer instead (its timeout), it may
+        have been the one: the unreadable call is not failed on a guess, and
+        ends at its own timeout, the message saying what came."""
+        # Fails if such an error is dropped (the call waits out its 20 s), if
+        # it is put down to a call still running (the sleep fails), or if it
+        # costs the server its session.
+        reg = self.registry(tools={"unreadable": {"timeout": "20s", "attempts": 1},
+                                   "sleep": {"timeout": "20s", "attempts": 1}})
+        calls = [step("s", "s", 1, "tiny.sleep", seconds=1.5),
+                 step("u", "u", 1, "tiny.unreadable", form="null_id", seconds=0.3)]
+        r, _, wall = self.run_calls(reg, calls, expect_rc=1)
+        self.assert_ok(r["s"])
+        self.assertEqual(text(r["s"]), "slept")
+        u = r["u"]
+        self.assertEqual((u["ok"], u["error"], u["class"], u["attempts"]), (False, "ToolError", "permanent", 1), u)
+        self.assertIn("answered an error with a null id (MCP error -32700: Parse error), and every other request "
+                      "in flight then has been answered since", u["message"])
+        self.assertGreater(u["duration_ms"], 1000, u)
+        self.assertLess(u["duration_ms"], 3000, u)
+        self.assertLess(wall, 10)
+        self.assertEqual(len(self.sessions()), 1, self.read_log())
+        self.reset_log()
+        reg = self.registry(tools={"unreadable": {"timeout": "2s", "attempts": 1},
+                                   "sleep": {"timeout": "800ms", "attempts": 1}})
+        calls = [step("s", "s", 1, "tiny.sleep", seconds=5),
+                 step("u", "u", 1, "tiny.unreadable", form="null_id", seconds=0.3)]
+        r, _, _ = self.run_calls(reg, calls, expect_rc=1)
+        self.assertEqual(r["s"]["error"], "Timeout", r["s"])
+        u = r["u"]
+        self.assertEqual((u["error"], u["attempts"]), ("Timeout", 1), u)
+        self.assertIn("meanwhile it answered an error with a null id (MCP error -32700: Parse error)", u["message"])
 
     def test_requests_of_the_server_get_a_json_rpc_error(self):
         """The server's own requests (roots/list, sampling/createMessage,

@@ -823,6 +823,52 @@ class McpTest(unittest.TestCase):
         self.assertIn("more than a frame carries (4096)", tm["message"])
         self.assertEqual(s.close(), 0)
 
+    def test_ids_and_numbers_past_64_bits(self):
+        """An id past 64 bits (JSON, and a JSON-RPC id, though jansson holds
+        integers in 64) is answered under the id as the host wrote it, for
+        ping, tools/call and its cancellation alike. A number past 64 bits
+        elsewhere in a request (its arguments) is -32602 or -32600 saying so,
+        with the request's id; in a notification, nothing."""
+        # Fails if such a message is taken for one that is not JSON (-32700,
+        # id null), or if the id is not echoed exactly.
+        s = self.ready(args=["-j", "1"])
+        raw = lambda: s.lines.get(timeout=30)  # noqa: E731  (the line as it came, before json reads it)
+        for rid in (b"18446744073709551616", b"-9223372036854775809", b"1e400"):
+            s.send(b'{"jsonrpc": "2.0", "id": ' + rid + b', "method": "ping"}')
+            self.assertEqual(raw(), b'{"jsonrpc":"2.0","id":' + rid + b',"result":{}}\n')
+        big = 2 ** 70
+        r = s.call("echo", {"x": 1}, rid=big)
+        self.assertEqual(r["result"]["structuredContent"], {"x": 1})
+        self.assertIs(type(r["id"]), int)
+        # cancelled by that id: no answer ever comes, and the one worker is free again at once
+        s.send({"jsonrpc": "2.0", "id": big + 1, "method": "tools/call",
+                "params": {"name": "sleep", "arguments": {"ms": 30000}}})
+        time.sleep(0.5)
+        s.notify("notifications/cancelled", {"requestId": big + 1})
+        t0 = time.monotonic()
+        self.assertEqual(s.call("echo", {"after": 1}, rid=5, timeout=10)["result"]["structuredContent"], {"after": 1})
+        self.assertLess(time.monotonic() - t0, 10)
+        self.assertEqual([m for m in s.quiet_for(1.0) if m.get("id") == big + 1], [])
+        # past 64 bits in the arguments (or nested past 2048 levels): the request's -32602, saying why
+        why = {}
+        for rid, args in ((6, b'{"n": 18446744073709551616}'), (big, b'{"d": ' + b"[" * 3000 + b"]" * 3000 + b"}")):
+            s.send(b'{"jsonrpc": "2.0", "id": %d, "method": "tools/call", "params": {"name": "echo", "arguments": %s}}'
+                   % (rid, args))
+            m = s.response(rid)
+            self.assert_error(m, -32602, rid)
+            why[rid] = m["error"]["message"]
+            self.assertIn("toolpool cannot hold them", why[rid])
+        self.assertIn("too big integer", why[6])
+        self.assertIn("maximum parsing depth", why[big])
+        # elsewhere in a request: -32600, with its id
+        s.send(b'{"jsonrpc": "2.0", "id": 8, "method": "ping", "x": 18446744073709551616}')
+        self.assert_error(s.response(8), -32600, 8)
+        # in a notification: no answer, as for any notification
+        s.send(b'{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 18446744073709551616}}')
+        self.assertEqual(s.quiet_for(0.3), [])
+        self.assertEqual(s.request("ping", rid=9)["result"], {})
+        self.assertEqual(s.close(), 0)
+
     def test_last_message_without_newline(self):
         s = self.ready()
         s.proc.stdin.write(b'{"jsonrpc": "2.0", "id": "last", "method": "ping"}')

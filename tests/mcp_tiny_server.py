@@ -37,6 +37,17 @@ Then, for shared sessions:
                     structuredContent {"error": ERROR or null, "result": RESULT or null}
   whoami            its pid as text; structuredContent {"pid", "count"} (the
                     counter's count, unchanged)
+  unreadable {form, seconds}
+                    after seconds (default 0), answers with what a JSON parser
+                    holding integers in 64 bits cannot read, or in a form JSON-RPC
+                    allows but a client may not expect, as form says:
+                    "bigint" (2**64 in its structuredContent, the id after the
+                    result), "deep" (3000 nested arrays in it, the id after it),
+                    "batch" (a log message and the answer, readable, as one
+                    batch), "batch_bigint" (the same, the answer holding 2**64),
+                    "null_id" (an error with a null id, as for a request that
+                    could not be parsed; the call itself is never answered),
+                    "null_id_bigint" (that error, with 2**64 in its data)
 
 Environment:
   TINY_LOG         a file each notable event is appended to ("started PID",
@@ -44,6 +55,8 @@ Environment:
   TINY_CRASH       "start": exits 1 before answering initialize, after a word on stderr
   TINY_PAGE        tools per page of tools/list (nextCursor pagination); 0: one page
   TINY_CURSOR      "repeat": every page's nextCursor is the same one, so the pages never end
+  TINY_LIST        how tools/list is answered: "bigint" (2**64 in a tool's _meta),
+                   "null_id" (an error with a null id), "batch" (the answer in a batch)
   TINY_VERSION     the protocolVersion answered (default: the one asked for)
   TINY_MARK        crash_once's marker file
 """
@@ -96,7 +109,11 @@ TOOLS = [
      "inputSchema": {"type": "object", "properties": {"method": {"type": "string"}}}, "annotations": RO},
     {"name": "whoami", "description": "Its process id and the counter's count.",
      "inputSchema": {"type": "object"}, "annotations": RO},
+    {"name": "unreadable", "description": "Answers what a JSON parser of 64-bit integers cannot read.",
+     "inputSchema": {"type": "object", "properties": {"form": {"type": "string"}, "seconds": {"type": "number"}}},
+     "annotations": RO},
 ]
+BIG = 2 ** 64  # past what a parser of 64-bit integers holds
 
 buf = b""
 count = 0
@@ -126,7 +143,10 @@ def send(msg):
 
 
 def answer(mid, r):
-    if "__error" in r:
+    if "__raw" in r:  # a line as it is
+        sys.stdout.write(r["__raw"] + "\n")
+        sys.stdout.flush()
+    elif "__error" in r:
         send({"jsonrpc": "2.0", "id": mid, "error": r["__error"]})
     else:
         send({"jsonrpc": "2.0", "id": mid, "result": r})
@@ -173,6 +193,28 @@ def responded(m):
     err, res = m.get("error"), m.get("result")
     answer(p["id"], text(json.dumps(err if err is not None else res),
                          structuredContent={"error": err, "result": res}))
+
+
+def unreadable(mid, form):
+    """The line unreadable's form answers request mid with."""
+    big = text("big", structuredContent={"n": BIG})
+    log = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "batched"}}
+    if form == "bigint":
+        return json.dumps({"jsonrpc": "2.0", "result": big, "id": mid})
+    if form == "deep":
+        head = json.dumps({"jsonrpc": "2.0", "result": text("deep")})[:-1]
+        return '%s, "structuredContent": {"d": %s%s}}, "id": %s}' % (
+            head[:-1], "[" * 3000, "]" * 3000, json.dumps(mid))
+    if form == "batch":
+        return json.dumps([log, {"jsonrpc": "2.0", "id": mid, "result": text("batched")}])
+    if form == "batch_bigint":
+        return json.dumps([log, {"jsonrpc": "2.0", "id": mid, "result": big}])
+    if form == "null_id":
+        return json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}})
+    if form == "null_id_bigint":
+        return json.dumps({"jsonrpc": "2.0", "id": None,
+                           "error": {"code": -32700, "message": "Parse error", "data": {"n": BIG}}})
+    raise ValueError(form)
 
 
 def call(req):
@@ -270,6 +312,10 @@ def call(req):
     if name == "ask":
         ask(mid, args.get("method") or "roots/list")
         return None
+    if name == "unreadable":
+        line = unreadable(mid, args.get("form"))
+        later(mid, float(args.get("seconds", 0)), lambda: {"__raw": line})
+        return None
     return {"__error": {"code": -32601, "message": "unknown tool %s" % name}}
 
 
@@ -310,7 +356,16 @@ def handle(m, page):
             result["nextCursor"] = str(start + page)
         if os.environ.get("TINY_CURSOR") == "repeat":
             result = {"tools": TOOLS[:page or 1], "nextCursor": "again"}
-        send({"jsonrpc": "2.0", "id": mid, "result": result})
+        form = os.environ.get("TINY_LIST")
+        if form == "bigint":
+            result["tools"] = [dict(result["tools"][0], _meta={"n": BIG})] + result["tools"][1:]
+        if form == "null_id":
+            send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "Parse error"}})
+        elif form == "batch":
+            sys.stdout.write(json.dumps([{"jsonrpc": "2.0", "id": mid, "result": result}]) + "\n")
+            sys.stdout.flush()
+        else:
+            send({"jsonrpc": "2.0", "id": mid, "result": result})
     elif method == "tools/call":
         r = call(m)
         if r is not None:

@@ -1405,7 +1405,7 @@ static void test_mcp_import(void)
     if (reg == NULL)
         fprintf(stderr, "\n%s\n", err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(reg);
-    CU_ASSERT_EQUAL(reg->n_tools, 21); /* first, and the twenty tools of ten pages */
+    CU_ASSERT_EQUAL(reg->n_tools, 22); /* first, and the twenty-one tools of eleven pages */
     const tp_tool_t *echo = tp_registry_find(reg, "tiny.echo"), *sleep = tp_registry_find(reg, "tiny.sleep");
     CU_ASSERT_PTR_NOT_NULL_FATAL(echo);
     CU_ASSERT_PTR_NOT_NULL_FATAL(sleep);

@@ -602,6 +602,26 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(one(samples, "toolpool_breakers", type="tool", state="open"), 0)
         self.assertEqual(s.stop(), 0)
 
+    def test_mcp_ids_past_64_bits(self):
+        """/mcp answers a request whose id is past 64 bits (initialize, which
+        opens the session, and tools/call) under the id as the host wrote it."""
+        # Fails if such a body is taken for one that is not JSON: initialize
+        # gets 400 "no Mcp-Session-Id header", a call -32700.
+        s = self.serve()
+        json_ct = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        init = (b'{"jsonrpc": "2.0", "id": 18446744073709551616, "method": "initialize", "params": '
+                b'{"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}')
+        st, headers, body = s.request("POST", "/mcp", init, headers=json_ct)
+        self.assertEqual(st, 200, body)
+        self.assertIn(b'"id":18446744073709551616,"result":', body)
+        sid = {"Mcp-Session-Id": headers["Mcp-Session-Id"], "Accept": "application/json"}
+        call = b'{"jsonrpc": "2.0", "id": -9223372036854775809, "method": "tools/call", "params": {"name": "noop"}}'
+        st, _, body = s.request("POST", "/mcp", call, headers=dict(json_ct, **sid))
+        self.assertEqual(st, 200, body)
+        self.assertIn(b'"id":-9223372036854775809,"result":', body)
+        self.assertIs(json.loads(body)["result"]["isError"], False)
+        self.assertEqual(s.stop(), 0)
+
     # ---- security ----
 
     def test_pages_from_other_sites_are_refused(self):

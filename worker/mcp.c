@@ -26,6 +26,12 @@
  * Requests the server makes of us are answered: ping, and a clear -32601
  * for roots, sampling and elicitation, which toolpool does not offer.
  *
+ * An answer the JSON parser cannot hold (a number past 64 bits, nesting
+ * past its depth) ends the call whose id a lenient scan finds in it, at
+ * once, ToolError; an error with a null id (a request the server could
+ * not read) ends the call it must answer (settle). Neither is a broken
+ * session: the server lives on. A batch's elements are messages each.
+ *
  * The server's stderr goes to the log, each line under the name of the
  * tool being called; never into a result.
  */
@@ -43,6 +49,7 @@
 #include "contain.h"
 #include "json.h"
 #include "log.h"
+#include "mcp_result.h"
 #include "mcpstdio.h"
 
 #define SERVERS_MAX 8
@@ -77,6 +84,13 @@ typedef struct {
     uint64_t used;        /* for closing the least recently used */
     int64_t ping_id;      /* a ping sent after a call's timeout, not yet answered; 0: none */
     uint64_t ping_due_us; /* when its answer is due */
+    /*
+     * Errors with a null id not yet put down to a call (each answers a
+     * request the server could not read, one of the suspects in flight
+     * when it came), and what the last one said.
+     */
+    unsigned owed;
+    char owed_what[240];
 } server_t;
 
 static server_t servers[SERVERS_MAX];
@@ -244,7 +258,7 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
                  s->conn.tail);
         server_drop(s, 0);
         start_failed(s, call, o, "WorkerCrashed", what);
-    } else if (rc == TP_EREFUSED) {
+    } else if (rc == TP_EREFUSED || rc == TP_EBADMSG) {
         server_drop(s, 0);
         start_failed(s, call, o, "ToolError", err);
     } else {
@@ -256,135 +270,6 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
             tp_outcome_fail(o, "ServerError", "MCP server of %s: its handshake did not finish", call->tool);
     }
     return rc;
-}
-
-/* The kind a JSON-RPC error code means for the call. */
-static const char *kind_of_code(json_int_t code)
-{
-    if (code == -32602)
-        return "BadArguments";
-    if (code == -32601)
-        return "UnknownTool";
-    return "ServerError";
-}
-
-/*
- * The text blocks of a result's content, joined by newlines, into b (NUL
- * ended).
- */
-static void content_text(json_t *content, tp_buf_t *b)
-{
-    size_t i;
-    json_t *block;
-    json_array_foreach(content, i, block) {
-        const char *type = json_string_value(json_object_get(block, "type"));
-        json_t *text = json_object_get(block, "text");
-        if (type == NULL || strcmp(type, "text") != 0 || !json_is_string(text))
-            continue;
-        if (b->len)
-            tp_buf_append(b, "\n", 1);
-        tp_buf_append(b, json_string_value(text), json_string_length(text));
-    }
-    tp_buf_append(b, "", 1);
-}
-
-/*
- * A result with isError: the tool failed. A JSON error object in its text
- * names the failure as an exec tool's stdout would; "MCP error CODE: ..."
- * (how the MCP SDKs report a tool's own protocol errors, arguments that
- * fail the server's schema and unknown tools among them) is read as that
- * JSON-RPC error; anything else is ToolError, the text its message.
- */
-static void tool_failed(const Toolpool__Call *call, json_t *result, tp_outcome_t *o)
-{
-    tp_buf_t text = {0};
-    content_text(json_object_get(result, "content"), &text);
-    const char *t = (const char *)text.data;
-    size_t len = text.len - 1;
-    long code;
-    int at = 0;
-    if (tp_outcome_error_from_text(o, t, len)) {
-        /* the error object names the failure */
-    } else if (sscanf(t, "MCP error %ld:%n", &code, &at) == 1 && at > 0) {
-        tp_outcome_fail(o, kind_of_code(code), "%s: %s", call->tool, t);
-    } else {
-        tp_outcome_fail(o, "ToolError", "%s: %s", call->tool, len ? t : "the tool reported an error, with no text");
-    }
-    tp_buf_free(&text);
-}
-
-/*
- * What is wrong with result as MCP's CallToolResult, or NULL: content an
- * array of content blocks (objects with a string "type"), isError a
- * boolean when present, structuredContent an object when present. A
- * result that is not one is the server's fault, never a success.
- */
-static const char *result_problem(json_t *result, char *buf, size_t cap)
-{
-    json_t *is_error = json_object_get(result, "isError");
-    if (is_error != NULL && !json_is_boolean(is_error))
-        return "its isError is not a boolean";
-    json_t *content = json_object_get(result, "content");
-    if (content == NULL)
-        return "it has no content";
-    if (!json_is_array(content))
-        return "its content is not an array";
-    size_t i;
-    json_t *block;
-    json_array_foreach(content, i, block) {
-        if (!json_is_object(block) || !json_is_string(json_object_get(block, "type"))) {
-            snprintf(buf, cap, "its content[%zu] is not a content block (an object with a string \"type\")", i);
-            return buf;
-        }
-    }
-    json_t *sc = json_object_get(result, "structuredContent");
-    if (sc != NULL && !json_is_null(sc) && !json_is_object(sc))
-        return "its structuredContent is not an object";
-    return NULL;
-}
-
-/* The answer to tools/call, read into o. */
-static void classify(const Toolpool__Call *call, json_t *answer, tp_outcome_t *o)
-{
-    json_t *err = json_object_get(answer, "error");
-    if (err != NULL) {
-        json_int_t code = json_integer_value(json_object_get(err, "code"));
-        const char *msg = json_string_value(json_object_get(err, "message"));
-        tp_outcome_fail(o, kind_of_code(code), "%s: MCP error %lld: %s", call->tool, (long long)code,
-                        msg ? msg : "(no message)");
-        return;
-    }
-    json_t *result = json_object_get(answer, "result");
-    if (!json_is_object(result)) {
-        tp_outcome_fail(o, "ServerError", "%s: the MCP server's answer to tools/call has no result object", call->tool);
-        return;
-    }
-    char why[160];
-    const char *problem = result_problem(result, why, sizeof why);
-    if (problem != NULL) {
-        tp_outcome_fail(o, "ToolError", "%s: the MCP server's answer to tools/call is not a CallToolResult: %s",
-                        call->tool, problem);
-        return;
-    }
-    if (json_is_true(json_object_get(result, "isError"))) {
-        tool_failed(call, result, o);
-        return;
-    }
-    json_t *content = json_object_get(result, "content");
-    json_t *out = json_pack("{s:O}", "content", content);
-    json_t *sc = json_object_get(result, "structuredContent");
-    if (out != NULL && sc != NULL && !json_is_null(sc))
-        json_object_set(out, "structuredContent", sc);
-    tp_buf_reset(&o->result);
-    if (out == NULL || tp_json_write(&o->result, out, 0) < 0) {
-        tp_outcome_fail(o, "ToolError", "cannot encode the tool's result");
-    } else if (o->result.len > call->max_output) {
-        tp_outcome_fail(o, "OutputTooLarge", "%s returned %zu bytes, more than max_output (%llu bytes)", call->tool,
-                        o->result.len, (unsigned long long)call->max_output);
-    } else {
-        o->ok = true;
-    }
-    json_decref(out);
 }
 
 /*
@@ -427,6 +312,7 @@ typedef struct flight {
     uint64_t deadline_us; /* the supervisor's; 0: none */
     size_t max_line;
     json_t *held; /* its tools/call, not yet sent: its server has a ping to answer first; else NULL */
+    bool suspect; /* in flight when an error with a null id came: it may be what that error answers */
 } flight_t;
 
 static flight_t *flights;
@@ -501,6 +387,7 @@ static void server_fail(server_t *s, const char *why)
     tp_mcpio_ended(&s->conn, 0, how, sizeof how);
     server_drop(s, 0);
     s->ping_id = 0;
+    s->owed = 0;
     tp_outcome_t o = {0};
     for (flight_t *f = flights, *nx; f; f = nx) {
         nx = f->next;
@@ -536,6 +423,107 @@ static void server_fail(server_t *s, const char *why)
     tp_outcome_free(&o);
 }
 
+/* The ping after a timeout is answered: the server lives, and gets the calls held for it. */
+static void ping_answered(server_t *s)
+{
+    s->ping_id = 0;
+    for (flight_t *f = flights; f; f = f->next)
+        if (f->server == s && f->held != NULL && send_held(f) != 0)
+            break; /* not written: the ended server is found at the next read */
+}
+
+/*
+ * f's call ends ToolError, permanent, as a result that is not a
+ * CallToolResult does: the server's answer, or its reading of the request,
+ * is what it is, and the same request sent again meets it again.
+ */
+static void flight_unreadable(flight_t *f, const char *why)
+{
+    tp_outcome_t o = {0};
+    tp_outcome_reset(&o);
+    tp_outcome_fail(&o, "ToolError", "%s: %s", f->call->tool, why);
+    flight_end(f, &o);
+    tp_outcome_free(&o);
+}
+
+/* Why a call ends when an error with a null id (what) is put down to it. */
+static const char *null_why(char *buf, size_t n, const char *what, const char *because)
+{
+    snprintf(buf, n, "the MCP server could not read its request: it answered an error with a null id (%s), and %s",
+             what, because);
+    return buf;
+}
+
+/*
+ * Puts s's errors with a null id down to its calls where that is sure. A
+ * suspect answered since is not what one answers; one that ended without
+ * an answer (its timeout, a cancel) may have been, and takes a debt with it
+ * (suspect_gone). So once no more suspects are left than errors owed, each
+ * of them is one's: it ends now, instead of at its timeout. A guess would
+ * fail a call the server is still working on; this never does.
+ */
+static void settle(server_t *s)
+{
+    if (s->owed == 0)
+        return;
+    unsigned n = 0;
+    for (flight_t *f = flights; f; f = f->next)
+        n += f->server == s && f->suspect;
+    char why[400];
+    if (n > 0 && n <= s->owed)
+        for (flight_t *f = flights, *nx; f; f = nx) {
+            nx = f->next;
+            if (f->server == s && f->suspect)
+                flight_unreadable(f, null_why(why, sizeof why, s->owed_what,
+                                              "every other request in flight then has been answered since"));
+        }
+    if (n <= s->owed)
+        s->owed = 0;
+}
+
+/* A suspect ended without an answer: it may have been what an error owed answered. */
+static void suspect_gone(flight_t *f)
+{
+    if (f->suspect && f->server->owed > 0)
+        f->server->owed--;
+}
+
+/*
+ * An error with a null id (what): the server could not read a request, so
+ * could not say which. It is the call's when one alone is in flight; else
+ * every call in flight is a suspect, and settle finds it as the others are
+ * answered.
+ */
+static void null_error(server_t *s, const char *what)
+{
+    flight_t *only = NULL;
+    unsigned n = 0;
+    for (flight_t *f = flights; f; f = f->next)
+        if (f->server == s && f->held == NULL) {
+            only = f;
+            n++;
+        }
+    if (n == 0) {
+        tp_log_warn("the MCP server of %s answered an error with a null id (%s) with no call in flight; ignored",
+                    current_tool, what);
+        return;
+    }
+    if (n == 1 && s->owed == 0) {
+        char why[400];
+        flight_unreadable(only, null_why(why, sizeof why, what, "this was the one request in flight"));
+        return;
+    }
+    tp_log_warn("the MCP server of %s answered an error with a null id (%s) with %u calls in flight: the call it "
+                "answers ends once the others are answered",
+                current_tool, what, n);
+    for (flight_t *f = flights; f; f = f->next)
+        if (f->server == s && f->held == NULL)
+            f->suspect = true;
+    s->owed++;
+    snprintf(s->owed_what, sizeof s->owed_what, "%s", what);
+    settle(s);
+}
+
 /* The server's message m: an answer to a call or a ping, a notification, or a request of its own. */
 static void server_message(server_t *s, json_t *m)
 {
@@ -562,29 +550,66 @@ static void server_message(server_t *s, json_t *m)
         }
         return;
     }
+    json_t *err = json_object_get(m, "error");
+    if (json_is_null(mid) && err != NULL) {
+        const char *text = json_string_value(json_object_get(err, "message"));
+        char what[200];
+        snprintf(what, sizeof what, "MCP error %lld: %.150s",
+                 (long long)json_integer_value(json_object_get(err, "code")), text ? text : "(no message)");
+        null_error(s, what);
+        return;
+    }
     if (!json_is_integer(mid)) {
         tp_log_warn("the MCP server of %s answered a request id it was never sent; ignored", current_tool);
         return;
     }
     int64_t id = json_integer_value(mid);
     if (s->ping_id != 0 && id == s->ping_id) {
-        s->ping_id = 0; /* it answers: it lives, and gets the calls held for it */
-        for (flight_t *f = flights; f; f = f->next)
-            if (f->server == s && f->held != NULL && send_held(f) != 0)
-                break; /* not written: the ended server is found at the next read */
+        ping_answered(s);
         return;
     }
     for (flight_t *f = flights; f; f = f->next) {
         if (f->server == s && f->rpc_id == id) {
             tp_outcome_t o = {0};
             tp_outcome_reset(&o);
-            classify(f->call, m, &o);
+            tp_mcp_result(f->call->tool, f->call->max_output, m, &o);
             flight_end(f, &o);
             tp_outcome_free(&o);
             return;
         }
     }
     /* an answer to a call that has ended (at its timeout, cancelled): nobody waits for it */
+}
+
+/*
+ * An answer the JSON parser cannot hold (a number past 64 bits, nesting
+ * past its depth), id the id found in it, why what stopped the parser: the
+ * call it answers ends ToolError at once, saying why (the same answer comes
+ * again if it is sent again: no retry). The server speaks JSON-RPC, so it
+ * lives on.
+ */
+static void server_unreadable(server_t *s, const json_t *id, const char *why)
+{
+    if (json_is_null(id)) {
+        char what[240];
+        snprintf(what, sizeof what, "an answer toolpool could not read: %.180s", why);
+        null_error(s, what);
+        return;
+    }
+    if (json_is_integer(id) && s->ping_id != 0 && json_integer_value(id) == s->ping_id) {
+        ping_answered(s);
+        return;
+    }
+    for (flight_t *f = flights; f && json_is_integer(id); f = f->next)
+        if (f->server == s && f->held == NULL && f->rpc_id == json_integer_value(id)) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "the MCP server's answer to tools/call could not be read: %s", why);
+            flight_unreadable(f, msg);
+            return;
+        }
+    tp_log_warn("the MCP server of %s wrote an answer toolpool could not read (%s) to a request it was never sent or "
+                "that has ended; ignored",
+                current_tool, why);
 }
 
 /* After a call's timeout on s: a ping, which a server that still reads its stdin answers. */
@@ -703,11 +728,14 @@ bool tp_mcp_cancel(uint64_t seq)
             continue;
         if (f->held == NULL)
             send_cancelled(f->server, f->rpc_id, "the caller cancelled the call");
+        server_t *s = f->server;
+        suspect_gone(f);
         tp_outcome_t o = {0};
         tp_outcome_reset(&o);
         tp_outcome_fail(&o, "Cancelled", "%s: cancelled", f->call->tool);
         flight_end(f, &o);
         tp_outcome_free(&o);
+        settle(s);
         return true;
     }
     return false;
@@ -727,8 +755,15 @@ static void check_times(void)
             send_cancelled(s, f->rpc_id, "the call's timeout passed");
         tp_outcome_t o = {0};
         tp_outcome_reset(&o);
-        tp_outcome_fail(&o, "Timeout", "%s: no answer within its timeout (the MCP server was told to cancel it)",
-                        f->call->tool);
+        if (f->suspect)
+            tp_outcome_fail(&o, "Timeout",
+                            "%s: no answer within its timeout (the MCP server was told to cancel it); meanwhile it "
+                            "answered an error with a null id (%s), which may have been this request's",
+                            f->call->tool, s->owed_what);
+        else
+            tp_outcome_fail(&o, "Timeout", "%s: no answer within its timeout (the MCP server was told to cancel it)",
+                            f->call->tool);
+        suspect_gone(f);
         flight_end(f, &o);
         tp_outcome_free(&o);
         if (sent)
@@ -743,6 +778,7 @@ static void check_times(void)
             tp_log_warn("the MCP server of %s %s: it is restarted", current_tool, why);
             server_fail(s, why);
         }
+        settle(s);
     }
 }
 
@@ -765,8 +801,11 @@ static void read_servers(void)
             json_t *m = NULL;
             char junk[128];
             int t = tp_mcpio_take(&s->conn, max_line, &m, junk, sizeof junk);
-            if (t == 0) {
-                server_message(s, m);
+            if (t == 0 || t == TP_EBADMSG) {
+                if (t == 0)
+                    server_message(s, m);
+                else
+                    server_unreadable(s, m, junk);
                 json_decref(m);
                 if (!s->live)
                     break;

@@ -31,7 +31,8 @@ enum {
     TP_E2BIG = -E2BIG,   /* longer than the limit allows: a frame, a line, a message */
     TP_ETIMEDOUT = -ETIMEDOUT,
     TP_EPIPE = -EPIPE,
-    TP_EACCES = -EACCES, /* not allowed: a write to a store opened read-only */
+    TP_EACCES = -EACCES,   /* not allowed: a write to a store opened read-only */
+    TP_EBADMSG = -EBADMSG, /* a message that does not read: an MCP server's answer the JSON parser cannot hold */
 
     TP_ECLOSED = -40001,  /* the other end closed: EOF on a pipe, a server that went away */
     TP_EREFUSED = -40002, /* the other end answered, but refused: a JSON-RPC error to initialize */

@@ -341,6 +341,87 @@ out:
     return rc;
 }
 
+/* ---- lenient reading ---- */
+
+static const char *lenient_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* The byte after the string whose opening quote is at p, or NULL. */
+static const char *lenient_string(const char *p, const char *end)
+{
+    for (p++; p < end; p++) {
+        if (*p == '\\')
+            p++; /* the escaped byte, whatever it is */
+        else if (*p == '"')
+            return p + 1;
+    }
+    return NULL;
+}
+
+const char *tp_scan_skip(const char *p, const char *end)
+{
+    if (p >= end)
+        return NULL;
+    if (*p == '"')
+        return lenient_string(p, end);
+    if (*p == '{' || *p == '[') {
+        size_t depth = 0; /* no limit: nothing recurses */
+        while (p < end) {
+            char c = *p;
+            if (c == '"') {
+                if ((p = lenient_string(p, end)) == NULL)
+                    return NULL;
+                continue;
+            }
+            p++;
+            if (c == '{' || c == '[')
+                depth++;
+            else if ((c == '}' || c == ']') && --depth == 0)
+                return p;
+        }
+        return NULL;
+    }
+    const char *q = p;
+    while (q < end && !strchr(" \t\r\n,:[]{}\"", *q))
+        q++;
+    return q > p ? q : NULL;
+}
+
+int tp_scan_member(const char *text, size_t n, const char *name, const char **val, size_t *len)
+{
+    const char *end = text + n, *p = lenient_ws(text, end);
+    size_t nlen = strlen(name);
+    if (p >= end || *p != '{')
+        return TP_ENOENT;
+    p = lenient_ws(p + 1, end);
+    while (p < end && *p == '"') {
+        const char *key = p + 1, *q = lenient_string(p, end);
+        if (q == NULL)
+            return TP_ENOENT;
+        bool match = (size_t)(q - 1 - key) == nlen && memcmp(key, name, nlen) == 0;
+        p = lenient_ws(q, end);
+        if (p >= end || *p != ':')
+            return TP_ENOENT;
+        const char *v = lenient_ws(p + 1, end);
+        if ((p = tp_scan_skip(v, end)) == NULL)
+            return TP_ENOENT;
+        if (match) {
+            *val = v;
+            *len = (size_t)(p - v);
+            return 0;
+        }
+        p = lenient_ws(p, end);
+        if (p >= end || *p != ',')
+            return TP_ENOENT;
+        p = lenient_ws(p + 1, end);
+    }
+    return TP_ENOENT;
+}
+
 /* ---- a whole text ---- */
 
 int tp_json_compact_plain(const char *text, size_t len, tp_buf_t *out)

@@ -9,7 +9,8 @@
  *
  * Two users: the call-line scanner (supervisor/front/callline.c, args without
  * escapes) and the worker's results (worker/outcome.c, any plain value),
- * so a large result is checked and passed through without a tree.
+ * so a large result is checked and passed through without a tree. The
+ * lenient reading below serves the MCP client (common/mcp/mcpstdio.c).
  */
 #ifndef TP_JSONSCAN_H
 #define TP_JSONSCAN_H
@@ -50,6 +51,30 @@ int tp_scan_next_or_close(tp_scan_t *s, unsigned char close);
  * sorted: the canonical form. 0; TP_EINVAL on a repeated key, or TP_ENOMEM.
  */
 int tp_scan_canon(const char *p, size_t n, tp_buf_t *out);
+
+/*
+ * Lenient reading, for a message jansson refused (a number past 64 bits,
+ * nesting past its depth, bytes that are not UTF-8): values found by their
+ * quotes and brackets alone, to any depth, nothing inside them checked. What
+ * it finds is where the text says a value is, good enough to learn which
+ * request a broken answer answers; never a value to act on. It allocates
+ * nothing and reads no byte outside the text, whatever the text.
+ */
+/*
+ * The byte after the value that starts at p (before end; no whitespace
+ * before it): a string to its closing quote (escapes skipped), an object or
+ * array to the bracket that closes it, anything else up to the next
+ * whitespace or structural byte. NULL when the text ends inside it, or no
+ * value starts at p.
+ */
+const char *tp_scan_skip(const char *p, const char *end);
+/*
+ * In the object text at text (n bytes, whitespace around it allowed): the
+ * value of its top-level member whose key is exactly name as written,
+ * leniently, as *val and *len pointing into text. 0, or TP_ENOENT when it
+ * has none before the text stops reading as an object.
+ */
+int tp_scan_member(const char *text, size_t n, const char *name, const char **val, size_t *len);
 
 /*
  * The whole text as one plain value (whitespace around it allowed),

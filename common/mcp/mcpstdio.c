@@ -22,6 +22,7 @@
 
 #include "clock.h"
 #include "json.h"
+#include "jsonscan.h"
 #include "proctree.h"
 
 extern char **environ;
@@ -67,6 +68,7 @@ int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const c
     c->tail_len = 0;
     c->tail[0] = '\0';
     c->next_id = 1;
+    c->scanned = c->batch_at = 0;
     tp_buf_reset(&c->out);
     tp_buf_reset(&c->errline);
     if (pipe2(in_p, O_CLOEXEC) < 0 || pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0) {
@@ -310,41 +312,134 @@ static void not_a_message(tp_mcpio_t *c, const char *p, size_t n)
         c->log_line(c->log_ctx, line);
 }
 
+int tp_mcpio_parse(const char *text, size_t n, json_t **msg, char *why, size_t why_len)
+{
+    json_error_t jerr;
+    json_t *v = json_loadb(text, n, 0, &jerr);
+    if (json_is_object(v)) {
+        *msg = v;
+        return 0;
+    }
+    if (v != NULL) {
+        json_decref(v);
+        return TP_EPROTO;
+    }
+    /*
+     * jansson refused it. An id that reads as one JSON value says which
+     * request it answers, and that request can end now, saying why, rather
+     * than wait for an answer that has come.
+     */
+    const char *id;
+    size_t len;
+    if (tp_scan_member(text, n, "id", &id, &len) != 0 || tp_json_check(id, len, NULL) != 0)
+        return TP_EPROTO;
+    v = json_loadb(id, len, JSON_DECODE_ANY, NULL);
+    if (v == NULL)
+        v = json_stringn(id, len > 64 ? 64 : len);
+    if (v == NULL)
+        return TP_EPROTO;
+    snprintf(why, why_len, "%s (column %d)", jerr.text, jerr.column);
+    *msg = v;
+    return TP_EBADMSG;
+}
+
+/* A line's length without the whitespace at its end. */
+static size_t trim_end(const char *p, size_t n)
+{
+    while (n > 0 && (p[n - 1] == '\r' || p[n - 1] == ' ' || p[n - 1] == '\t'))
+        n--;
+    return n;
+}
+
+static size_t skip_ws(const char *p, size_t at, size_t n)
+{
+    while (at < n && (p[at] == ' ' || p[at] == '\t' || p[at] == '\r'))
+        at++;
+    return at;
+}
+
+/* One message's text handed over, or logged as junk (see tp_mcpio_take). */
+static int take_text(tp_mcpio_t *c, const char *p, size_t n, json_t **msg, char *junk, size_t junk_len)
+{
+    int rc = tp_mcpio_parse(p, n, msg, junk, junk_len);
+    if (rc == TP_EPROTO) {
+        not_a_message(c, p, n);
+        snprintf(junk, junk_len, "%.*s", (int)(n > 120 ? 120 : n), p);
+        for (char *q = junk; *q; q++)
+            if ((unsigned char)*q < 0x20)
+                *q = ' ';
+    }
+    return rc;
+}
+
+/* Lets go of the line at out's head, n bytes and its end. */
+static void consume_line(tp_mcpio_t *c, size_t n)
+{
+    tp_buf_consume(&c->out, n + 1);
+    if (tp_buf_avail(&c->out) == 0)
+        tp_buf_reset(&c->out);
+    c->batch_at = 0;
+}
+
+/*
+ * The next element of the batch line at out's head, as a message of its
+ * own. Its elements are found leniently, so one that jansson refuses is
+ * still told from the others; past the last, or at what is no element
+ * (the rest is junk then), the line is let go.
+ */
+static int batch_next(tp_mcpio_t *c, json_t **msg, char *junk, size_t junk_len)
+{
+    const char *line = (const char *)tp_buf_head(&c->out);
+    size_t n = c->batch_len, at = c->batch_at;
+    const char *q = tp_scan_skip(line + at, line + n);
+    if (q == NULL) {
+        /* the rest is no element: one cut short (its id may still say whose), or the ']' missing */
+        int rc = at < n ? take_text(c, line + at, n - at, msg, junk, junk_len)
+                        : take_text(c, line, n, msg, junk, junk_len);
+        consume_line(c, n);
+        return rc;
+    }
+    size_t end = (size_t)(q - line), next = skip_ws(line, end, n);
+    int rc = take_text(c, line + at, end - at, msg, junk, junk_len);
+    if (next < n && line[next] == ',')
+        c->batch_at = skip_ws(line, next + 1, n);
+    else if (next < n && line[next] == ']' && skip_ws(line, next + 1, n) == n)
+        consume_line(c, n);
+    else
+        c->batch_at = next; /* what follows is no element: junk, at the next take */
+    return rc;
+}
+
 int tp_mcpio_take(tp_mcpio_t *c, size_t max_line, json_t **msg, char *junk, size_t junk_len)
 {
     for (;;) {
-        const char *start = (const char *)tp_buf_head(&c->out);
+        if (c->batch_at != 0)
+            return batch_next(c, msg, junk, junk_len);
         size_t avail = tp_buf_avail(&c->out);
-        const char *nl = avail ? memchr(start, '\n', avail) : NULL;
+        const char *start = avail ? (const char *)tp_buf_head(&c->out) : NULL;
+        const char *nl = avail > c->scanned ? memchr(start + c->scanned, '\n', avail - c->scanned) : NULL;
         if (nl == NULL) {
+            c->scanned = avail;
             if (avail > max_line)
                 return TP_E2BIG;
             return c->out_fd < 0 ? TP_ECLOSED : TP_EAGAIN;
         }
-        size_t n = (size_t)(nl - start), k = n;
-        while (k > 0 && (start[k - 1] == '\r' || start[k - 1] == ' ' || start[k - 1] == '\t'))
-            k--;
-        json_t *v = k ? json_loadb(start, k, 0, NULL) : NULL;
-        int rc = 0;
-        if (k > 0 && !json_is_object(v)) {
-            not_a_message(c, start, k);
-            snprintf(junk, junk_len, "%.*s", (int)(k > 120 ? 120 : k), start);
-            for (char *q = junk; *q; q++)
-                if ((unsigned char)*q < 0x20)
-                    *q = ' ';
-            rc = TP_EPROTO;
+        c->scanned = 0;
+        size_t n = (size_t)(nl - start), k = trim_end(start, n), first = skip_ws(start, 0, k);
+        if (first == k) {
+            consume_line(c, n);
+            continue;
         }
-        tp_buf_consume(&c->out, n + 1);
-        if (tp_buf_avail(&c->out) == 0)
-            tp_buf_reset(&c->out);
-        if (rc != 0) {
-            json_decref(v);
-            return rc;
+        size_t at = start[first] == '[' ? skip_ws(start, first + 1, k) : k;
+        if (at < k && start[at] != ']') {
+            /* a batch: its elements one by one, the line kept at the head until the last */
+            c->batch_len = k;
+            c->batch_at = at;
+            continue;
         }
-        if (v != NULL) {
-            *msg = v;
-            return 0;
-        }
+        int rc = take_text(c, start + first, k - first, msg, junk, junk_len);
+        consume_line(c, n);
+        return rc;
     }
 }
 
@@ -363,37 +458,15 @@ int tp_mcpio_fill(tp_mcpio_t *c)
     return TP_ECLOSED;
 }
 
-int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line, json_t **msg)
+int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line, json_t **msg,
+                  char *why, size_t why_len)
 {
-    size_t scanned = 0;
     for (;;) {
-        const char *start = (const char *)tp_buf_head(&c->out);
-        size_t avail = tp_buf_avail(&c->out);
-        const char *nl = avail > scanned ? memchr(start + scanned, '\n', avail - scanned) : NULL;
-        if (nl != NULL) {
-            size_t n = (size_t)(nl - start);
-            scanned = 0;
-            size_t k = n;
-            while (k > 0 && (start[k - 1] == '\r' || start[k - 1] == ' ' || start[k - 1] == '\t'))
-                k--;
-            json_t *v = k ? json_loadb(start, k, 0, NULL) : NULL;
-            if (k > 0 && !json_is_object(v))
-                not_a_message(c, start, k);
-            tp_buf_consume(&c->out, n + 1);
-            if (tp_buf_avail(&c->out) == 0)
-                tp_buf_reset(&c->out);
-            if (json_is_object(v)) {
-                *msg = v;
-                return 0;
-            }
-            json_decref(v);
-            continue;
-        }
-        scanned = avail;
-        if (avail > max_line)
-            return TP_E2BIG;
-        if (c->out_fd < 0)
-            return TP_ECLOSED;
+        int rc = tp_mcpio_take(c, max_line, msg, why, why_len);
+        if (rc == TP_EPROTO)
+            continue; /* logged; a banner on stdout before the handshake is let be */
+        if (rc != TP_EAGAIN)
+            return rc;
         ssize_t r = tp_buf_read_fd(&c->out, c->out_fd);
         if (r > 0)
             continue;
@@ -401,8 +474,7 @@ int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *st
             tp_close_fd(&c->out_fd);
             return TP_ECLOSED;
         }
-        int rc = wait_fd(c, c->out_fd, POLLIN, deadline_us, stop);
-        if (rc != 0)
+        if ((rc = wait_fd(c, c->out_fd, POLLIN, deadline_us, stop)) != 0)
             return rc;
     }
 }
@@ -423,7 +495,8 @@ void tp_mcpio_answer_server(tp_mcpio_t *c, const json_t *req, uint64_t deadline_
 }
 
 int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t deadline_us,
-                     volatile sig_atomic_t *stop, size_t max_line, int64_t *id, json_t **answer)
+                     volatile sig_atomic_t *stop, size_t max_line, int64_t *id, json_t **answer, char *err,
+                     size_t errlen)
 {
     int64_t my = c->next_id++;
     *id = my;
@@ -438,7 +511,16 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
         return rc;
     for (;;) {
         json_t *m = NULL;
-        if ((rc = tp_mcpio_recv(c, deadline_us, stop, max_line, &m)) != 0)
+        char why[200];
+        if ((rc = tp_mcpio_recv(c, deadline_us, stop, max_line, &m, why, sizeof why)) == TP_EBADMSG) {
+            bool mine = json_is_null(m) || (json_is_integer(m) && json_integer_value(m) == my);
+            json_decref(m);
+            if (!mine)
+                continue; /* to something long gone */
+            snprintf(err, errlen, "its answer to %s could not be read: %s", method, why);
+            return rc;
+        }
+        if (rc != 0)
             return rc;
         json_t *mid = json_object_get(m, "id");
         if (json_object_get(m, "method") != NULL) {
@@ -449,7 +531,8 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
             json_decref(m);
             continue;
         }
-        if (json_is_integer(mid) && json_integer_value(mid) == my) {
+        if ((json_is_integer(mid) && json_integer_value(mid) == my) ||
+            (json_is_null(mid) && json_object_get(m, "error") != NULL)) {
             *answer = m;
             return 0;
         }
@@ -467,7 +550,7 @@ int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic
         return TP_ENOMEM;
     int64_t id;
     json_t *a = NULL;
-    int rc = tp_mcpio_request(c, "initialize", params, deadline_us, stop, 1 << 20, &id, &a);
+    int rc = tp_mcpio_request(c, "initialize", params, deadline_us, stop, 1 << 20, &id, &a, err, errlen);
     if (rc != 0)
         return rc;
     json_t *e = json_object_get(a, "error");
@@ -565,6 +648,7 @@ void tp_mcpio_close(tp_mcpio_t *c, uint64_t wait_us)
     tp_close_fd(&c->out_fd);
     tp_close_fd(&c->err_fd);
     c->pid = 0;
+    c->scanned = c->batch_at = 0;
     tp_buf_reset(&c->out);
     tp_buf_reset(&c->errline);
 }

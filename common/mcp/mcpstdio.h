@@ -12,10 +12,11 @@
  * one that comes just before it is not missed); nothing here installs a
  * handler or reaps any process but the server.
  *
- * A wait ends with 0 (a message), or with TP_ECLOSED (the server closed its
- * stdout, or could not be written to), TP_ETIMEDOUT (the deadline passed),
- * TP_EINTR (the stop flag was set), TP_E2BIG (a line longer than the cap)
- * or TP_ENOMEM.
+ * A wait ends with 0 (a message), TP_EBADMSG (an answer the JSON parser
+ * cannot hold, and the request it answers), or with TP_ECLOSED (the server
+ * closed its stdout, or could not be written to), TP_ETIMEDOUT (the
+ * deadline passed), TP_EINTR (the stop flag was set), TP_E2BIG (a line
+ * longer than the cap) or TP_ENOMEM.
  */
 #ifndef TP_MCPSTDIO_H
 #define TP_MCPSTDIO_H
@@ -41,6 +42,9 @@ typedef struct {
     bool own_group; /* started as the leader of a process group of its own */
     int in_fd, out_fd, err_fd;
     tp_buf_t out;           /* stdout not yet read as messages */
+    size_t scanned;         /* bytes at out's head known to hold no line end */
+    size_t batch_at;        /* in a batch line at out's head: its next element's offset; 0: in none */
+    size_t batch_len;       /* that line's length, without its end */
     tp_buf_t errline;       /* stderr's unfinished line */
     char tail[TP_MCP_TAIL]; /* the end of its stderr, lines joined by "; " */
     size_t tail_len;
@@ -72,24 +76,42 @@ int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const c
 int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volatile sig_atomic_t *stop);
 
 /*
- * Reads the next message (a JSON object) into *msg, the caller's to
- * decref. Blank lines are skipped; a line that is not a JSON object is
- * logged as stderr would be and skipped. deadline_us 0: no deadline. stop
- * (may be NULL) ends the wait when a signal interrupts it with the flag
- * set. 0, TP_ECLOSED, TP_ETIMEDOUT, TP_EINTR or TP_E2BIG (a line longer
- * than max_line).
+ * One message's text read: a line of the server's stdout, or one element of
+ * a batch on it. 0: *msg is the object (the caller's to decref).
+ * TP_EBADMSG: an answer jansson cannot read (a number past 64 bits, nesting
+ * past its 2048 levels, bytes that are not UTF-8) whose "id" a lenient scan
+ * (jsonscan.h) finds: *msg is that id as jansson reads it (the caller's; an
+ * id it cannot hold either, a number past 64 bits, comes as a string of its
+ * text: no request of toolpool's has it), and why says what stopped the
+ * parser ("too big integer near '18446744073709551616' (column 58)").
+ * TP_EPROTO: anything else, which is not JSON-RPC: not an object, or none
+ * whose id can be found. Touches nothing but its arguments.
  */
-int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line, json_t **msg);
+int tp_mcpio_parse(const char *text, size_t n, json_t **msg, char *why, size_t why_len);
 
 /*
  * Without waiting: the next whole message already read from the server's
- * stdout into *msg (blank lines skipped). 0; TP_EAGAIN when no whole line
- * is there yet (tp_mcpio_fill reads more); TP_ECLOSED when its stdout has
- * ended; TP_E2BIG when an unfinished line is past max_line; TP_EPROTO for
- * a line that is not a JSON object (logged, consumed, and its start copied
- * into junk): the server does not speak JSON-RPC.
+ * stdout. Blank lines are skipped; a line that is a JSON array is a batch
+ * (JSON-RPC 2.0's, which MCP 2025-03-26 allows and later revisions dropped),
+ * its elements handed over one a call, each as a line of its own would be.
+ * 0 with *msg the message; TP_EBADMSG for an answer that does not read,
+ * *msg its id and junk why (tp_mcpio_parse); TP_EAGAIN when no whole line is
+ * there yet (tp_mcpio_fill reads more); TP_ECLOSED when its stdout has
+ * ended; TP_E2BIG when an unfinished line is past max_line; TP_EPROTO for a
+ * line that is not JSON-RPC (logged as stderr would be, consumed, and its
+ * start copied into junk).
  */
 int tp_mcpio_take(tp_mcpio_t *c, size_t max_line, json_t **msg, char *junk, size_t junk_len);
+
+/*
+ * tp_mcpio_take, waiting up to deadline_us (0: no deadline) for a message,
+ * and skipping lines that are not JSON-RPC (logged). stop (may be NULL) ends
+ * the wait when a signal interrupts it with the flag set. 0 or TP_EBADMSG
+ * as tp_mcpio_take gives them (why: junk's), TP_ECLOSED, TP_ETIMEDOUT,
+ * TP_EINTR or TP_E2BIG (a line longer than max_line).
+ */
+int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line, json_t **msg,
+                  char *why, size_t why_len);
 
 /*
  * Reads once what the server's stdout and stderr hold, without waiting
@@ -108,22 +130,28 @@ void tp_mcpio_answer_server(tp_mcpio_t *c, const json_t *req, uint64_t deadline_
 /*
  * Sends the request method(params) (params stolen; NULL: none) and reads
  * until its answer, which lands in *answer (the whole message: "result" or
- * "error"). Meanwhile the server's requests are answered (ping with {},
- * anything else with -32601) and its notifications go to c->notice (when
- * set). *id is the request's id, set before any wait (for a
- * notifications/cancelled). 0, or any code of tp_mcpio_send and
- * tp_mcpio_recv: TP_ECLOSED, TP_ETIMEDOUT, TP_EINTR, TP_E2BIG, TP_ENOMEM.
+ * "error"). It is the one request in flight, so an error with a null id
+ * (the server could not read a request) is its answer too. Meanwhile the
+ * server's requests are answered (ping with {}, anything else with -32601)
+ * and its notifications go to c->notice (when set). *id is the request's
+ * id, set before any wait (for a notifications/cancelled). 0; TP_EBADMSG
+ * when its answer does not read, err saying why ("its answer to tools/list
+ * could not be read: too big integer near ..."); or any code of
+ * tp_mcpio_send and tp_mcpio_recv: TP_ECLOSED, TP_ETIMEDOUT, TP_EINTR,
+ * TP_E2BIG, TP_ENOMEM.
  */
 int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t deadline_us,
-                     volatile sig_atomic_t *stop, size_t max_line, int64_t *id, json_t **answer);
+                     volatile sig_atomic_t *stop, size_t max_line, int64_t *id, json_t **answer, char *err,
+                     size_t errlen);
 
 /*
  * The handshake: initialize (offering TP_MCP_PROTOCOL; 2025-06-18 and
  * 2025-03-26 accepted in answer), then notifications/initialized. The
  * version agreed into version. 0; TP_EREFUSED when the server answered
  * with an error or a version toolpool does not speak, with what it said in
- * err; or a code of tp_mcpio_request (TP_ECLOSED, TP_ETIMEDOUT, TP_EINTR,
- * TP_E2BIG: a line over 1 MiB, TP_ENOMEM).
+ * err; or a code of tp_mcpio_request (TP_EBADMSG with why in err,
+ * TP_ECLOSED, TP_ETIMEDOUT, TP_EINTR, TP_E2BIG: a line over 1 MiB,
+ * TP_ENOMEM).
  */
 int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version, size_t vlen,
                         char *err, size_t errlen);

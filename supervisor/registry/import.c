@@ -154,7 +154,8 @@ static json_t *imported_tool(const char *server, const server_spec_t *sp, const 
  * is appended to ld->imported. An error names the server, says what went
  * wrong and quotes the end of the server's stderr. 0; the code the server
  * failed with (tp_mcpio_spawn's -errno, TP_ECLOSED, TP_ETIMEDOUT, TP_E2BIG,
- * TP_EREFUSED: it refused, or listed what toolpool cannot take), TP_ENOMEM,
+ * TP_EREFUSED: it refused, or listed what toolpool cannot take; TP_EBADMSG:
+ * an answer the JSON parser cannot hold, said at once), TP_ENOMEM,
  * or TP_EINVAL when it lists no tools or lacks one the registry names.
  */
 static int import_server(loader_t *ld, const char *server, size_t pos, server_spec_t *sp)
@@ -180,7 +181,7 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
         json_t *params = cursor ? json_pack("{s:O}", "cursor", cursor) : NULL;
         json_t *answer = NULL;
         int64_t id;
-        rc = tp_mcpio_request(&c, "tools/list", params, deadline, NULL, 64u << 20, &id, &answer);
+        rc = tp_mcpio_request(&c, "tools/list", params, deadline, NULL, 64u << 20, &id, &answer, err, sizeof err);
         if (rc != 0)
             break;
         json_t *e = json_object_get(answer, "error"), *result = json_object_get(answer, "result");

@@ -241,7 +241,7 @@ int reg_check_run_names(loader_t *ld);
 int reg_check_some_tools(loader_t *ld);
 /*
  * 0, TP_EINVAL, TP_ENOMEM, or the code a server's import failed with
- * (tp_mcpio_spawn's -errno, TP_ECLOSED, TP_ETIMEDOUT, TP_E2BIG, TP_EREFUSED).
+ * (tp_mcpio_spawn's -errno, TP_ECLOSED, TP_ETIMEDOUT, TP_E2BIG, TP_EREFUSED, TP_EBADMSG).
  */
 int reg_import_servers(loader_t *ld);
 

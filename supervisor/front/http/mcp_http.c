@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "json.h"
 #include "log.h"
+#include "mcp_message.h"
 
 /* ---- /mcp: MCP's Streamable HTTP transport ---- */
 
@@ -226,13 +227,13 @@ void http_mcp_error(tp_http_t *h, struct evhttp_request *req, int status, int co
     tp_buf_free(&b);
 }
 
-/* Whether the body is an initialize request (read only for a POST without a session). */
+/* Whether the body is an initialize request (read only for a POST without a session), read as the session reads it. */
 static bool is_initialize(const char *body, size_t len)
 {
-    json_t *v = json_loadb(body, len, 0, NULL);
-    const char *m = json_string_value(json_object_get(v, "method"));
-    bool yes = m && strcmp(m, "initialize") == 0 && json_object_get(v, "id") != NULL;
-    json_decref(v);
+    tp_mcp_msg_t m = {0};
+    bool yes = tp_mcp_msg_read(&m, body, len) == 0 && m.kind == TP_MCP_MSG_REQUEST &&
+               strcmp(m.method, "initialize") == 0;
+    tp_mcp_msg_clear(&m);
     return yes;
 }
 

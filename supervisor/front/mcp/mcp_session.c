@@ -30,6 +30,7 @@
 #include "clock.h"
 #include "json.h"
 #include "log.h"
+#include "mcp_message.h"
 #include "registry.h"
 #include "suggest.h"
 #include "taxonomy.h"
@@ -213,12 +214,13 @@ static void w_result_head(tp_msg_t *w, const char *id, size_t id_len)
 }
 
 /*
- * A JSON-RPC error response. id: the request's, or NULL when it could not
- * be read (null). data: JSON text of the error's data, or NULL.
+ * A JSON-RPC error response. id: the request's as JSON text
+ * (mcp_message.h), or NULL when it could not be read (null). data: JSON
+ * text of the error's data, or NULL.
  */
-static void reply_error(tp_mcp_session_t *s, const json_t *id, int code, const char *data, const char *fmt, ...)
+static void reply_error(tp_mcp_session_t *s, const char *id, int code, const char *data, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-static void reply_error(tp_mcp_session_t *s, const json_t *id, int code, const char *data, const char *fmt, ...)
+static void reply_error(tp_mcp_session_t *s, const char *id, int code, const char *data, const char *fmt, ...)
 {
     char message[1024];
     va_list ap;
@@ -228,7 +230,7 @@ static void reply_error(tp_mcp_session_t *s, const json_t *id, int code, const c
     tp_msg_t w;
     msg_begin(s, &w);
     w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_json(&w, id);
+    w_puts(&w, id ? id : "null");
     if (tp_buf_printf(w.b, ",\"error\":{\"code\":%d,\"message\":", code) < 0)
         w.err = -1;
     w_cstr(&w, message);
@@ -241,12 +243,12 @@ static void reply_error(tp_mcp_session_t *s, const json_t *id, int code, const c
 }
 
 /* An empty result, {}: ping, logging/setLevel. */
-static void reply_empty(tp_mcp_session_t *s, const json_t *id)
+static void reply_empty(tp_mcp_session_t *s, const char *id)
 {
     tp_msg_t w;
     msg_begin(s, &w);
     w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_json(&w, id);
+    w_puts(&w, id);
     w_puts(&w, ",\"result\":{}}");
     msg_end(s, &w, s->tag, true, "a response");
 }
@@ -843,7 +845,7 @@ typedef struct {
  * naming a legacy revision, belongs to the session initialize opened.
  * false when it has been answered (an error).
  */
-static bool read_request_meta(tp_mcp_session_t *s, const json_t *id, const char *method, const json_t *params,
+static bool read_request_meta(tp_mcp_session_t *s, const char *id, const char *method, const json_t *params,
                               tp_mcp_reqmeta_t *m)
 {
     *m = (tp_mcp_reqmeta_t){.log_level = -1};
@@ -899,12 +901,12 @@ static bool read_request_meta(tp_mcp_session_t *s, const json_t *id, const char 
  * server/discover (2026-07-28): every revision we speak, our capabilities,
  * who we are and the contract, cacheable as tools/list is.
  */
-static void do_discover(tp_mcp_session_t *s, const json_t *id)
+static void do_discover(tp_mcp_session_t *s, const char *id)
 {
     tp_msg_t w;
     msg_begin(s, &w);
     w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_json(&w, id);
+    w_puts(&w, id);
     w_puts(&w, ",\"result\":{\"supportedVersions\":" TP_MCP_SUPPORTED
                ",\"capabilities\":{\"tools\":{\"listChanged\":false},\"logging\":{}},\"instructions\":");
     w_cstr(&w, tp_mcp_instructions);
@@ -920,7 +922,7 @@ static void do_discover(tp_mcp_session_t *s, const json_t *id)
  * are taken from this answer on; notifications/initialized is not waited
  * for, since nothing we do depends on it.
  */
-static void do_initialize(tp_mcp_session_t *s, const json_t *id, const json_t *params)
+static void do_initialize(tp_mcp_session_t *s, const char *id, const json_t *params)
 {
     if (s->initialized) {
         reply_error(s, id, TP_RPC_INVALID_REQUEST, NULL,
@@ -942,7 +944,7 @@ static void do_initialize(tp_mcp_session_t *s, const json_t *id, const json_t *p
     tp_msg_t w;
     msg_begin(s, &w);
     w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_json(&w, id);
+    w_puts(&w, id);
     w_puts(&w, ",\"result\":{\"protocolVersion\":");
     w_cstr(&w, version);
     w_puts(&w, ",\"capabilities\":{\"tools\":{\"listChanged\":false},\"logging\":{}}"
@@ -1003,7 +1005,7 @@ void tp_mcp_catalog_free(tp_mcp_catalog_t *c)
  * registry) is Invalid params, as the pagination section asks, never a
  * page that starts somewhere else.
  */
-static void do_tools_list(tp_mcp_session_t *s, const json_t *id, const json_t *params, bool modern)
+static void do_tools_list(tp_mcp_session_t *s, const char *id, const json_t *params, bool modern)
 {
     size_t from = 0, n = s->reg->n_tools;
     json_t *jc = json_object_get(params, "cursor");
@@ -1026,7 +1028,7 @@ static void do_tools_list(tp_mcp_session_t *s, const json_t *id, const json_t *p
     tp_msg_t w;
     msg_begin(s, &w);
     w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
-    w_json(&w, id);
+    w_puts(&w, id);
     w_puts(&w, ",\"result\":{\"tools\":[");
     for (size_t i = from; i < to; i++) {
         if (i > from)
@@ -1051,7 +1053,7 @@ static void do_tools_list(tp_mcp_session_t *s, const json_t *id, const json_t *p
  * to the client (escalations, at warning). Before it, none do: a client
  * that never asked is not sent any.
  */
-static void do_set_level(tp_mcp_session_t *s, const json_t *id, const json_t *params)
+static void do_set_level(tp_mcp_session_t *s, const char *id, const json_t *params)
 {
     const char *level = json_string_value(json_object_get(params, "level"));
     for (int i = 0; level && i < (int)(sizeof tp_mcp_levels / sizeof tp_mcp_levels[0]); i++)
@@ -1074,9 +1076,10 @@ static void do_set_level(tp_mcp_session_t *s, const json_t *id, const json_t *pa
  * (and its did-you-mean) as the error's data; everything after that,
  * arguments that fail the schema included, is the call's result.
  */
-static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_text, size_t id_len,
-                          const json_t *params, const tp_mcp_reqmeta_t *m)
+static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *params, const tp_mcp_reqmeta_t *m)
 {
+    const char *id_text = id;
+    size_t id_len = strlen(id);
     const char *name = json_string_value(json_object_get(params, "name"));
     json_t *args = json_object_get(params, "arguments"), *meta = json_object_get(params, "_meta");
     json_t *token = json_object_get(meta, "progressToken"), *jjob = json_object_get(meta, "job");
@@ -1177,18 +1180,9 @@ static void do_tools_call(tp_mcp_session_t *s, const json_t *id, const char *id_
  * and gets no response. One that has ended already, or that we never
  * saw, is let be: the notice may cross the answer on its way.
  */
-static void do_cancelled(tp_mcp_session_t *s, const json_t *params)
+static void do_cancelled(tp_mcp_session_t *s, const char *request_id, const json_t *params)
 {
-    json_t *rid = json_object_get(params, "requestId");
-    if (!json_is_string(rid) && !json_is_integer(rid) && !json_is_real(rid))
-        return;
-    tp_buf_t key = {0};
-    if (tp_json_write(&key, rid, 0) < 0) {
-        tp_buf_free(&key);
-        return;
-    }
-    tp_mcp_req_t *r = req_find(s, (const char *)key.data, key.len);
-    tp_buf_free(&key);
+    tp_mcp_req_t *r = request_id ? req_find(s, request_id, strlen(request_id)) : NULL;
     if (r == NULL || r->cancelled)
         return;
     const char *reason = json_string_value(json_object_get(params, "reason"));
@@ -1208,21 +1202,8 @@ static bool method_known(const char *method)
            strcmp(method, "logging/setLevel") == 0;
 }
 
-/* tools/call, keyed by its id's JSON text (the table's key, and what its response is sent with). */
-static void call_with_key(tp_mcp_session_t *s, const json_t *id, const json_t *params, const tp_mcp_reqmeta_t *m)
-{
-    tp_buf_t key = {0};
-    if (tp_json_write(&key, id, 0) < 0) {
-        tp_buf_free(&key);
-        reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
-        return;
-    }
-    do_tools_call(s, id, (const char *)key.data, key.len, params, m);
-    tp_buf_free(&key);
-}
-
 /* A request (it has an id): answered now, or by the engine for a tools/call. */
-static void take_request(tp_mcp_session_t *s, const json_t *id, const char *method, const json_t *params)
+static void take_request(tp_mcp_session_t *s, const char *id, const char *method, const json_t *params)
 {
     if (params && !json_is_object(params)) {
         reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL, "Invalid params: MCP's params are an object");
@@ -1247,7 +1228,7 @@ static void take_request(tp_mcp_session_t *s, const json_t *id, const char *meth
         else if (strcmp(method, "tools/list") == 0)
             do_tools_list(s, id, params, true);
         else if (strcmp(method, "tools/call") == 0)
-            call_with_key(s, id, params, &m);
+            do_tools_call(s, id, params, &m);
         else
             reply_error(s, id, TP_RPC_METHOD_NOT_FOUND, NULL, "Method not found: %.200s (in 2026-07-28)", method);
         return;
@@ -1271,11 +1252,11 @@ static void take_request(tp_mcp_session_t *s, const json_t *id, const char *meth
     else if (strcmp(method, "logging/setLevel") == 0)
         do_set_level(s, id, params);
     else
-        call_with_key(s, id, params, &m);
+        do_tools_call(s, id, params, &m);
 }
 
 /* A notification (no id): never answered, whatever it says. */
-static void take_notification(tp_mcp_session_t *s, const char *method, const json_t *params)
+static void take_notification(tp_mcp_session_t *s, const char *method, const json_t *params, const char *request_id)
 {
     /*
      * notifications/initialized needs nothing: requests are taken from the
@@ -1283,70 +1264,36 @@ static void take_notification(tp_mcp_session_t *s, const char *method, const jso
      * come) need nothing from us either.
      */
     if (strcmp(method, "notifications/cancelled") == 0 && json_is_object(params))
-        do_cancelled(s, params);
+        do_cancelled(s, request_id, params);
 }
 
 /*
- * One message, as JSON-RPC 2.0 reads it: a request (an id), a notification
- * (none), or a response (we send no requests: it is dropped). A message
- * that is none of them is an Invalid Request, answered with its id when it
- * had a usable one, else null.
+ * One message (mcp_message.h): a request (an id), a notification (none),
+ * or a response (we send no requests: it is dropped). A message that is
+ * none of them gets its error, with its id when it had a usable one, else
+ * null. A blank one is let be.
  */
-static tp_mcp_took_t take_message(tp_mcp_session_t *s, const json_t *msg)
-{
-    json_t *id = json_object_get(msg, "id"), *jv = json_object_get(msg, "jsonrpc");
-    json_t *jm = json_object_get(msg, "method"), *params = json_object_get(msg, "params");
-    bool id_ok = json_is_string(id) || json_is_integer(id) || json_is_real(id);
-    const json_t *rid = id_ok ? id : NULL;
-    if (!json_is_string(jv) || strcmp(json_string_value(jv), "2.0") != 0) {
-        reply_error(s, rid, TP_RPC_INVALID_REQUEST, NULL, "Invalid Request: \"jsonrpc\" must be \"2.0\"");
-        return TP_MCP_TOOK_BAD;
-    }
-    if (jm == NULL && (json_object_get(msg, "result") || json_object_get(msg, "error")))
-        return TP_MCP_TOOK_NOTIFICATION; /* a response: to no request of ours (we send none) */
-    if (!json_is_string(jm)) {
-        reply_error(s, rid, TP_RPC_INVALID_REQUEST, NULL, "Invalid Request: \"method\" must be a string");
-        return TP_MCP_TOOK_BAD;
-    }
-    if (id && !id_ok) {
-        reply_error(s, NULL, TP_RPC_INVALID_REQUEST, NULL,
-                    "Invalid Request: \"id\" must be a string or a number (MCP: never null)");
-        return TP_MCP_TOOK_BAD;
-    }
-    if (params && !json_is_object(params) && !json_is_array(params)) {
-        reply_error(s, rid, TP_RPC_INVALID_REQUEST, NULL, "Invalid Request: \"params\" must be an object");
-        return TP_MCP_TOOK_BAD;
-    }
-    if (id == NULL) {
-        take_notification(s, json_string_value(jm), params);
-        return TP_MCP_TOOK_NOTIFICATION;
-    }
-    take_request(s, id, json_string_value(jm), params);
-    return TP_MCP_TOOK_REQUEST;
-}
-
-/* One message: taken, or the Parse error / Invalid Request it is. A blank one is let be. */
 tp_mcp_took_t tp_mcp_session_take(tp_mcp_session_t *s, const char *text, size_t len, void *tag)
 {
-    size_t i = 0;
-    while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n'))
-        i++;
-    if (i == len)
-        return TP_MCP_TOOK_NOTIFICATION;
+    tp_mcp_msg_t m = {0};
+    tp_mcp_took_t took = TP_MCP_TOOK_NOTIFICATION;
     s->tag = tag;
-    tp_mcp_took_t took = TP_MCP_TOOK_BAD;
-    json_error_t jerr;
-    json_t *msg = json_loadb(text, len, JSON_DECODE_ANY, &jerr);
-    if (msg == NULL)
-        reply_error(s, NULL, TP_RPC_PARSE_ERROR, NULL, "Parse error: %s (column %d)", jerr.text, jerr.column);
-    else if (json_is_array(msg))
-        reply_error(s, NULL, TP_RPC_INVALID_REQUEST, NULL,
-                    "Invalid Request: a batch (a JSON array); MCP takes one message at a time");
-    else if (!json_is_object(msg))
-        reply_error(s, NULL, TP_RPC_INVALID_REQUEST, NULL, "Invalid Request: a message must be a JSON object");
-    else
-        took = take_message(s, msg);
-    json_decref(msg);
+    if (tp_mcp_msg_read(&m, text, len) < 0) {
+        reply_error(s, NULL, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory reading the message");
+        took = TP_MCP_TOOK_BAD;
+    } else if (m.kind == TP_MCP_MSG_BAD) {
+        reply_error(s, m.id, m.code, NULL, "%s", m.error);
+        took = TP_MCP_TOOK_BAD;
+    } else if (m.kind == TP_MCP_MSG_BAD_PARAMS) {
+        reply_error(s, m.id, m.code, NULL, "%s", m.error);
+        took = TP_MCP_TOOK_REQUEST;
+    } else if (m.kind == TP_MCP_MSG_REQUEST) {
+        take_request(s, m.id, m.method, m.params);
+        took = TP_MCP_TOOK_REQUEST;
+    } else if (m.kind == TP_MCP_MSG_NOTIFICATION && m.method != NULL) {
+        take_notification(s, m.method, m.params, m.request_id);
+    }
+    tp_mcp_msg_clear(&m);
     s->tag = NULL;
     return took;
 }
