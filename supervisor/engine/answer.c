@@ -411,11 +411,12 @@ tp_pending_t *eng_answer_recorded(tp_engine_t *e, Toolpool__StoredResult *r, tp_
         return NULL;
     }
     p->stored = r;
-    p->recorded = true;
+    /* A call this engine settled itself, from its dead owner's marker, ends in this run: not a resumed one. */
+    p->recorded = !eng_settled_here(e, r->result->id);
     p->bytes = eng_record_bytes(r->result) + r->line.len;
     e->add->bytes += p->bytes;
     e->results++;
-    e->stats.answered_recorded++;
+    e->stats.answered_recorded += p->recorded;
     kick(e);
     return p;
 }

@@ -216,6 +216,12 @@ static int settle_orphan(tp_engine_t *e, const Toolpool__InFlight *f)
     r.input_digest = f->input_digest;
     if ((rc = tp_result_put(e->o.store, e->txn, &r)) == 0 && strcmp(f->job, f->call_id) != 0)
         rc = tp_checkpoint_step(e->o.store, e->txn, f->job, f->call_id, f->step, NULL, 0, TP_KIND_OK, NULL);
+    char **v = rc == 0 ? realloc(e->settled, (e->n_settled + 1) * sizeof *v) : NULL;
+    if (v) {
+        e->settled = v;
+        if ((v[e->n_settled] = strdup(f->call_id)) != NULL)
+            e->n_settled++;
+    }
     if (rc == 0)
         tp_log_warn("call %s (%s, job %s) was running when supervisor %d stopped: recorded Interrupted, "
                     "escalated as %s",
@@ -228,6 +234,14 @@ static bool held_here(const tp_engine_t *e, const char *id)
 {
     for (const tp_call_t *c = e->all; c; c = c->lnext)
         if (strcmp(c->id, id) == 0)
+            return true;
+    return false;
+}
+
+bool eng_settled_here(const tp_engine_t *e, const char *id)
+{
+    for (size_t i = 0; i < e->n_settled; i++)
+        if (strcmp(e->settled[i], id) == 0)
             return true;
     return false;
 }

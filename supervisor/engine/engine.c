@@ -484,6 +484,9 @@ void tp_engine_free(tp_engine_t *e)
         event_free(e->ev_rate);
     if (e->ev_owners)
         event_free(e->ev_owners);
+    for (size_t i = 0; i < e->n_settled; i++)
+        free(e->settled[i]);
+    free(e->settled);
     free(e->tools);
     free(e->stats.tools);
     free(e);

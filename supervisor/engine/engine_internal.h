@@ -134,7 +134,9 @@ struct tp_engine {
     tp_owners_state_t owners; /* as of the open transaction */
     uint64_t seen_gen;        /* the newest arrival this engine has claimed its calls for */
     bool sweep_due;           /* markers of owners gone may wait to be settled (eng_settle_orphans) */
-    tp_queue_t parked;        /* calls another live supervisor runs: waiting for its record */
+    char **settled;           /* ids it settled so (few): their answers here are this run's, not resumed */
+    size_t n_settled;
+    tp_queue_t parked; /* calls another live supervisor runs: waiting for its record */
     size_t n_parked;
     struct event *ev_owners; /* looks for arrivals, and again at parked calls */
     /* answers made, and the ones being delivered */
@@ -279,6 +281,7 @@ void eng_deliver(tp_engine_t *e, bool ok);
 bool eng_marker_orphaned(tp_engine_t *e, const Toolpool__InFlight *f);
 int eng_marker_put(tp_engine_t *e, tp_call_t *c, bool claim_only);
 void eng_settle_orphans(tp_engine_t *e);
+bool eng_settled_here(const tp_engine_t *e, const char *id);
 bool eng_answered_from_record(tp_engine_t *e, tp_call_t *c);
 void eng_owners_sync(tp_engine_t *e);
 tp_claim_t eng_claim(tp_engine_t *e, tp_call_t *c);
