@@ -263,12 +263,10 @@ void eng_settle_orphans(tp_engine_t *e)
             else if (got != MDB_NOTFOUND)
                 rc = got;
             if (rc == 0 && got == MDB_NOTFOUND && !f->claim_only) {
-                if (eng_txn_fit(e, f->args.len + 4096, false))
+                if (eng_txn_fit(e, f->args.len + 4096, false)) /* else the engine failed, and said why */
                     rc = settle_orphan(e, f);
-                else
-                    rc = -1; /* the engine failed, and said why */
             }
-            if (rc == 0)
+            if (rc == 0 && !e->failed)
                 rc = tp_inflight_del(e->o.store, e->txn, f->call_id);
         }
         toolpool__in_flight__free_unpacked(w.v[i], NULL);
@@ -276,7 +274,7 @@ void eng_settle_orphans(tp_engine_t *e)
     free(w.v);
     if (w.nomem)
         tp_log_warn("out of memory settling the calls of supervisors that stopped: some wait for the next sweep");
-    if (rc > 0 || rc < -1)
+    if (rc && !e->failed)
         tp_engine_store_failed(e, rc, "settling the calls of a supervisor that stopped");
 }
 
