@@ -652,6 +652,10 @@ class ServeTest(unittest.TestCase):
                                     headers={"Host": host, "Origin": "http://localhost:%d" % port,
                                              "Content-Type": "application/json"})
             self.assertEqual(st, 200, (host, body))
+        # no browser sends a request without a Host: an HTTP/1.0 health probe passes
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as c:
+            c.sendall(b"GET /readyz HTTP/1.0\r\n\r\n")
+            self.assertIn(b" 200 ", c.recv(100))
         self.assertEqual(s.stop(), 0)
 
     def test_token_rule(self):

@@ -723,7 +723,8 @@ static size_t host_len(const char *hostport)
  * What keeps a web page from using a service it can reach (a loopback TCP
  * port needs no token): the Origin a browser sends must be this service's,
  * the Host (without a token) a loopback name or the listen address (a page
- * that rebinds its own name to 127.0.0.1 sends its name), and a body must
+ * that rebinds its own name to 127.0.0.1 sends its name; a browser always
+ * sends one, so a request without one, HTTP/1.0's health probes, passes), and a body must
  * not be of a type a page may send cross-site without asking first
  * (text/plain, a form). A Unix socket is out of a browser's reach. false
  * when it has answered (403, 415).
@@ -735,11 +736,11 @@ static bool cross_site_ok(tp_http_t *h, struct evhttp_request *req, const char *
     bool mcp = strncmp(path, "/mcp", 4) == 0;
     char msg[700];
     msg[0] = '\0';
-    if (h->tcp && h->o.token == NULL && (host == NULL || !host_is_ours(h, host, host_len(host))))
+    if (h->tcp && h->o.token == NULL && host != NULL && !host_is_ours(h, host, host_len(host)))
         snprintf(msg, sizeof msg,
                  "Forbidden: the request's Host (%.200s) is not this service's (a loopback name or %.64s): a page "
                  "that points a name of its own at this address is refused",
-                 host ? host : "none", h->listen_host);
+                 host, h->listen_host);
     if (msg[0] == '\0' && origin != NULL) {
         struct evhttp_uri *u = evhttp_uri_parse(origin);
         const char *oh = u ? evhttp_uri_get_host(u) : NULL;
