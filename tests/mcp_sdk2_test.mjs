@@ -1,7 +1,7 @@
 // toolpool against the MCP TypeScript SDK's v2 client (@modelcontextprotocol/client,
 // installed into the build by tests/mcp_sdk2_test.sh), over stdio (`toolpool mcp`)
 // and over HTTP (serve's /mcp), as a host built on it would use them: it
-// negotiates 2025-11-25 with toolpool, lists the tools with what their
+// negotiates 2025-11-25 with toolpool (and, pinned to it, 2026-07-28), lists the tools with what their
 // servers declared (title, annotations, outputSchema), calls them, hears
 // progress, cancels a call (recorded Cancelled) and names a call with
 // _meta.id (answered from the store the second time).
@@ -55,8 +55,8 @@ const toolMessage = (r) => {
 };
 
 // What both transports must do alike; store is where the calls are recorded.
-const exercise = async (client, store) => {
-  assert.equal(client.getNegotiatedProtocolVersion(), '2025-11-25');
+const exercise = async (client, store, version = '2025-11-25') => {
+  assert.equal(client.getNegotiatedProtocolVersion(), version);
   assert.equal(client.getServerVersion().name, 'toolpool');
 
   // The tools, with what the imported server declared of its own
@@ -85,14 +85,16 @@ const exercise = async (client, store) => {
   assert.deepEqual(seen.map((p) => p.progress), [1, 2]);
 
   // A call named with _meta.id: the second time it is answered from the store
-  const first = await client.callTool({ name: 'tiny.counter', arguments: {}, _meta: { id: 'sdk2-count' } });
-  const again = await client.callTool({ name: 'tiny.counter', arguments: {}, _meta: { id: 'sdk2-count' } });
+  const count = `sdk2-count-${version}`;
+  const first = await client.callTool({ name: 'tiny.counter', arguments: {}, _meta: { id: count } });
+  const again = await client.callTool({ name: 'tiny.counter', arguments: {}, _meta: { id: count } });
   assert.deepEqual(again.structuredContent, first.structuredContent);
   assert.deepEqual(again._meta.toolpool, first._meta.toolpool);
 
   // The host gives up on a call (its AbortSignal): toolpool records it Cancelled
   const abort = new AbortController();
-  const gone = client.callTool({ name: 'sleep', arguments: { ms: 30000 }, _meta: { id: 'sdk2-cancel' } },
+  const cancel = `sdk2-cancel-${version}`;
+  const gone = client.callTool({ name: 'sleep', arguments: { ms: 30000 }, _meta: { id: cancel } },
     { signal: abort.signal });
   await new Promise((resolve) => setTimeout(resolve, 300));
   abort.abort('the user stopped it');
@@ -102,36 +104,49 @@ const exercise = async (client, store) => {
   while (!/Cancelled/.test(trace) && Date.now() < until) {
     await new Promise((resolve) => setTimeout(resolve, 100));
     try {
-      trace = execFileSync(TOOLPOOL, ['trace', 'sdk2-cancel', '--store', store], { encoding: 'utf8' });
+      trace = execFileSync(TOOLPOOL, ['trace', cancel, '--store', store], { encoding: 'utf8' });
     } catch { /* not recorded yet */ }
   }
   assert.match(trace, /Cancelled/);
   const back = toolMessage(await client.callTool({ name: 'sleep', arguments: { ms: 30000 },
-    _meta: { id: 'sdk2-cancel' } }));
+    _meta: { id: cancel } }));
   assert.equal(back.error, 'Cancelled');
 };
 
-test('the v2 client over stdio: toolpool mcp', async () => {
-  const store = path.join(tmp, 'stdio-store');
+// 2026-07-28, as a client pinned to it speaks it: server/discover, no
+// initialize, each request on its own (over HTTP, no session; a closed
+// stream is the cancellation). By default the client speaks 2025-11-25.
+const MODERN = { versionNegotiation: { mode: { pin: '2026-07-28' } } };
+
+const overStdio = async (store, options, version) => {
   const transport = new StdioClientTransport({ command: TOOLPOOL,
     args: ['mcp', '-q', '--registry', registry, '--store', store, '-j', '2'], stderr: 'pipe' });
   let err = '';
   transport.stderr.on('data', (d) => { err += d; });
-  const client = new Client({ name: 'toolpool-sdk2-test', version: '1.0.0' });
+  const client = new Client({ name: 'toolpool-sdk2-test', version: '1.0.0' }, options);
   await client.connect(transport);
-  await exercise(client, store);
+  await exercise(client, store, version);
   await client.close();
   assert.doesNotMatch(err, /Sanitizer|runtime error:/);
-});
+};
 
-test('the v2 client over HTTP: serve\'s /mcp', async () => {
-  const client = new Client({ name: 'toolpool-sdk2-test', version: '1.0.0' });
+const overHttp = async (options, version) => {
+  const client = new Client({ name: 'toolpool-sdk2-test', version: '1.0.0' }, options);
   const errors = [];
   client.onerror = (e) => errors.push(e);
   const transport = new StreamableHTTPClientTransport(url);
   await client.connect(transport);
-  await exercise(client, path.join(tmp, 'http-store'));
-  await transport.terminateSession();
+  assert.equal(transport.sessionId === undefined, version === '2026-07-28');
+  await exercise(client, path.join(tmp, 'http-store'), version);
+  if (transport.sessionId !== undefined)
+    await transport.terminateSession();
   await client.close();
   assert.deepEqual(errors.map(String), []);
-});
+};
+
+test('the v2 client over stdio: toolpool mcp', () => overStdio(path.join(tmp, 'stdio-store'), {}, '2025-11-25'));
+test('the v2 client over HTTP: serve\'s /mcp', () => overHttp({}, '2025-11-25'));
+test('the v2 client speaking 2026-07-28 over stdio',
+  () => overStdio(path.join(tmp, 'stdio-modern-store'), MODERN, '2026-07-28'));
+test('the v2 client speaking 2026-07-28 over HTTP: serve\'s /mcp without a session',
+  () => overHttp(MODERN, '2026-07-28'));

@@ -254,9 +254,12 @@ static size_t batch_backlog(const tp_http_batch_t *b)
 void http_feed_cb(void *ctx)
 {
     tp_http_t *h = ctx;
-    if (h->mcp_progress > 0)
+    if (h->mcp_progress > 0) {
         for (tp_http_mcp_t *x = h->mcp_sessions; x; x = x->next)
             tp_mcp_session_progress(x->s);
+        if (h->mcp_modern)
+            tp_mcp_session_progress(h->mcp_modern->s);
+    }
     if (h->finished || h->batches == NULL)
         return;
     int budget = TP_HTTP_LINES_PER_TURN;

@@ -241,6 +241,8 @@ static void conn_closed_cb(struct evhttp_connection *evcon, void *arg)
         w->cprev = w->cnext = NULL;
         if (w->kind == TP_WAIT_BATCH)
             http_batch_client_gone(w->batch);
+        else if (w->kind == TP_WAIT_MCP)
+            http_mcp_client_gone(w);
     }
     conn_remove(h, c);
     conn_gone(h);
@@ -388,6 +390,8 @@ void http_wait_free(tp_http_wait_t *w)
     struct evhttp_request *req = http_wait_take(w);
     if (req && evhttp_request_get_connection(req) == NULL)
         evhttp_request_free(req);
+    if (w->gone_ev)
+        event_free(w->gone_ev);
     tp_buf_free(&w->body);
     free(w);
 }
@@ -1273,6 +1277,10 @@ void tp_http_free(tp_http_t *h)
         h->mcp_sessions = x->next;
         tp_mcp_session_free(x->s);
         free(x);
+    }
+    if (h->mcp_modern) {
+        tp_mcp_session_free(h->mcp_modern->s);
+        free(h->mcp_modern);
     }
     while (h->mcp_waits) {
         tp_http_wait_t *w = h->mcp_waits;

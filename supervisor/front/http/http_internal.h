@@ -83,11 +83,13 @@ struct tp_http_wait {
     tp_http_batch_t *batch; /* TP_WAIT_BATCH */
     /* TP_WAIT_MCP (on h->mcp_waits by sprev/snext) */
     tp_http_mcp_t *mcp;
-    bool sse;       /* the client takes an event stream: notifications go before the response */
-    bool json_ok;   /* the client takes application/json */
-    bool streaming; /* the event stream has begun */
-    bool in_take;   /* the session is taking its message: a response now is the reply */
-    bool answered;  /* the response came while in_take, in body */
+    bool sse;              /* the client takes an event stream: notifications go before the response */
+    bool json_ok;          /* the client takes application/json */
+    bool streaming;        /* the event stream has begun */
+    bool in_take;          /* the session is taking its message: a response now is the reply */
+    bool answered;         /* the response came while in_take, in body */
+    bool modern;           /* a 2026-07-28 request, of the stateless session: its client gone cancels it */
+    struct event *gone_ev; /* modern: watches its connection for the client's close while the call runs */
 };
 
 /* An MCP session over HTTP (POST /mcp), by its Mcp-Session-Id. */
@@ -187,6 +189,7 @@ struct tp_http {
     /* /mcp: the sessions, and the tools as tools/list gives them, rendered once */
     tp_mcp_catalog_t *mcp_tools;
     tp_http_mcp_t *mcp_sessions;
+    tp_http_mcp_t *mcp_modern; /* the stateless session every 2026-07-28 request goes to; NULL until one comes */
     size_t mcp_n;
     size_t mcp_progress; /* their calls whose client asked for progress */
     tp_http_wait_t *mcp_waits;
@@ -246,6 +249,7 @@ void http_batch_send(tp_http_batch_t *b);
 void http_batch_close_when_out(tp_http_batch_t *b);
 void http_batch_maybe_end(tp_http_batch_t *b);
 void http_batch_client_gone(tp_http_batch_t *b);
+void http_mcp_client_gone(tp_http_wait_t *w);
 void http_batch_answer_line(tp_http_batch_t *b, const tp_answer_t *a);
 void http_feed_cb(void *ctx);
 void http_flush_cb(void *ctx);

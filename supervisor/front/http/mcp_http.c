@@ -5,9 +5,12 @@
  */
 #include "http_internal.h"
 
+#include <errno.h>
+#include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "clock.h"
 #include "json.h"
@@ -27,6 +30,15 @@
  * must send; DELETE ends the session (its running calls run on, and are
  * recorded). No stream is offered on GET: every message we send is about
  * a request, on that request's stream.
+ *
+ * A POST with MCP-Protocol-Version: 2026-07-28 is that revision's, which
+ * has no sessions: it goes to the one stateless session that takes every
+ * such request, each POST on its own (an Mcp-Session-Id is ignored, none
+ * is given). Its headers mirror its body for the proxies on the way
+ * (Mcp-Method, Mcp-Name, Mcp-Param-*), and one that says otherwise is
+ * refused, 400 HeaderMismatch; its errors have HTTP's status (-32601 404,
+ * a bad request 400); and a client that closes its request's stream
+ * cancels the call, as that revision has it.
  */
 
 /* Sessions kept at once; past it, the least recently used one with no call running is ended. */
@@ -52,6 +64,15 @@ static void restore_timeouts(tp_http_t *h, struct evhttp_request *req)
     struct bufferevent *bev = http_req_bev(req);
     if (bev && bufferevent_set_timeouts(bev, &h->idle_tv, &h->idle_tv) != 0)
         tp_log_warn("http: cannot restore a connection's timeouts");
+}
+
+/* What an event stream's reply says besides its type: not to be cached, nor held back by a proxy. */
+static int sse_headers(struct evkeyvalq *hd)
+{
+    return evhttp_add_header(hd, "Cache-Control", "no-cache") == 0 &&
+                   evhttp_add_header(hd, "X-Accel-Buffering", "no") == 0
+               ? 0
+               : -1;
 }
 
 /* One server-sent event carrying msg. */
@@ -119,8 +140,7 @@ static int mcp_send_cb(void *ctx, void *tag, const char *msg, size_t len, bool f
     }
     if (!w->streaming) {
         struct evkeyvalq *hd = evhttp_request_get_output_headers(w->req);
-        if (evhttp_add_header(hd, "Content-Type", "text/event-stream") != 0 ||
-            evhttp_add_header(hd, "Cache-Control", "no-cache") != 0)
+        if (evhttp_add_header(hd, "Content-Type", "text/event-stream") != 0 || sse_headers(hd) != 0)
             tp_log_warn("http: cannot set an event stream's headers");
         http_count_reply(h, 200);
         evhttp_send_reply_start(w->req, 200, NULL);
@@ -193,7 +213,7 @@ static bool mcp_room(tp_http_t *h)
     return h->mcp_n < TP_HTTP_MCP_SESSIONS;
 }
 
-static tp_http_mcp_t *mcp_new(tp_http_t *h)
+static tp_http_mcp_t *mcp_make(tp_http_t *h)
 {
     tp_http_mcp_t *x = calloc(1, sizeof *x);
     tp_mcp_sink_t sink = {.send = mcp_send_cb, .ctx = h, .progress_count = &h->mcp_progress};
@@ -202,9 +222,25 @@ static tp_http_mcp_t *mcp_new(tp_http_t *h)
         free(x);
         return NULL;
     }
-    mcp_push(h, x);
-    h->mcp_n++;
     return x;
+}
+
+static tp_http_mcp_t *mcp_new(tp_http_t *h)
+{
+    tp_http_mcp_t *x = mcp_make(h);
+    if (x) {
+        mcp_push(h, x);
+        h->mcp_n++;
+    }
+    return x;
+}
+
+/* The session of every 2026-07-28 request, made at the first. */
+static tp_http_mcp_t *mcp_stateless(tp_http_t *h)
+{
+    if (h->mcp_modern == NULL && (h->mcp_modern = mcp_make(h)) != NULL)
+        tp_mcp_session_stateless(h->mcp_modern->s);
+    return h->mcp_modern;
 }
 
 /* Whether the Accept header names type (or a wildcard for it). No header: anything. */
@@ -216,73 +252,311 @@ static bool accepts(struct evhttp_request *req, const char *type)
     return strstr(a, type) != NULL;
 }
 
-/* A JSON-RPC error with a null id, as the body of an HTTP error. */
-void http_mcp_error(tp_http_t *h, struct evhttp_request *req, int status, int code, const char *message)
+/*
+ * A JSON-RPC error as the body of an HTTP error: for the request id (its
+ * JSON text; NULL: null), with data (JSON text, or NULL).
+ */
+static void mcp_error_for(tp_http_t *h, struct evhttp_request *req, int status, int code, const char *id,
+                          const char *data, const char *message)
 {
     tp_buf_t b = {0};
-    tp_buf_printf(&b, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":%d,\"message\":", code);
+    tp_buf_printf(&b, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":%d,\"message\":", id ? id : "null", code);
     tp_json_put_string(&b, message, strlen(message));
+    if (data) {
+        tp_buf_puts(&b, ",\"data\":");
+        tp_buf_puts(&b, data);
+    }
     tp_buf_puts(&b, "}}\n");
     http_reply(h, req, status, "application/json", b.data, b.len);
     tp_buf_free(&b);
 }
 
-/* Whether the body is an initialize request (read only for a POST without a session), read as the session reads it. */
-static bool is_initialize(const char *body, size_t len)
+void http_mcp_error(tp_http_t *h, struct evhttp_request *req, int status, int code, const char *message)
 {
+    mcp_error_for(h, req, status, code, NULL, NULL, message);
+}
+
+/* ---- 2026-07-28's headers ---- */
+
+/*
+ * A header value as 2026-07-28 writes what is not plain ASCII:
+ * "=?base64?VALUE?=", decoded into out (NUL-ended); any other value as it
+ * is. false when the sentinel holds no Base64.
+ */
+static bool header_decode(const char *v, tp_buf_t *out)
+{
+    size_t n = strlen(v);
+    if (n < 11 || strncmp(v, "=?base64?", 9) != 0 || strcmp(v + n - 2, "?=") != 0)
+        return tp_buf_append(out, v, n + 1) == 0;
+    static const char abc[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t i = 9, end = n - 2;
+    for (; i < end && v[i] != '='; i++) {
+        const char *at = strchr(abc, v[i]);
+        if (at == NULL || v[i] == '\0')
+            return false;
+        acc = acc << 6 | (uint32_t)(at - abc);
+        if ((bits += 6) >= 8) {
+            bits -= 8;
+            unsigned char c = (unsigned char)(acc >> bits);
+            if (tp_buf_append(out, &c, 1) != 0)
+                return false;
+        }
+    }
+    for (; i < end; i++)
+        if (v[i] != '=')
+            return false;
+    return tp_buf_append(out, "", 1) == 0;
+}
+
+/* Whether the header value names the body's value: a string as it is, a number by its value, a boolean as true/false. */
+static bool header_matches(const char *hv, const json_t *body)
+{
+    tp_buf_t b = {0};
+    bool ok = header_decode(hv, &b);
+    const char *v = ok ? (const char *)b.data : "";
+    if (!ok) {
+        /* not Base64: matches nothing */
+    } else if (json_is_string(body)) {
+        ok = strlen(v) == json_string_length(body) && strcmp(v, json_string_value(body)) == 0;
+    } else if (json_is_number(body)) {
+        char *end;
+        double d = strtod(v, &end);
+        ok = end != v && *end == '\0' && d == json_number_value(body);
+    } else if (json_is_boolean(body)) {
+        ok = strcmp(v, json_is_true(body) ? "true" : "false") == 0;
+    } else {
+        ok = false;
+    }
+    tp_buf_free(&b);
+    return ok;
+}
+
+/*
+ * The Mcp-Param-NAME headers a tools/call needs: every property of the
+ * tool's parameters marked "x-mcp-header": NAME (nested properties too),
+ * whose value the arguments hold (not null), must come with its header,
+ * naming that value. Writes why into why and returns false when one is
+ * missing or says otherwise.
+ */
+static bool param_headers_ok(struct evkeyvalq *in, const json_t *schema, const json_t *args, int depth, char *why,
+                             size_t cap)
+{
+    json_t *props = json_object_get(schema, "properties");
+    const char *key;
+    json_t *sub;
+    if (!json_is_object(props) || !json_is_object(args) || depth > 32)
+        return true;
+    json_object_foreach(props, key, sub) {
+        json_t *v = json_object_get(args, key);
+        if (v == NULL || json_is_null(v))
+            continue;
+        const char *name = json_string_value(json_object_get(sub, "x-mcp-header"));
+        if (name) {
+            char hname[300];
+            snprintf(hname, sizeof hname, "Mcp-Param-%.256s", name);
+            const char *hv = evhttp_find_header(in, hname);
+            if (hv == NULL) {
+                snprintf(why, cap, "Header mismatch: the %.280s header is missing (argument \"%.100s\" is given)",
+                         hname, key);
+                return false;
+            }
+            if (!header_matches(hv, v)) {
+                snprintf(why, cap, "Header mismatch: %.280s header value '%.100s' does not match argument \"%.100s\"",
+                         hname, hv, key);
+                return false;
+            }
+        }
+        if (!param_headers_ok(in, sub, v, depth + 1, why, cap))
+            return false;
+    }
+    return true;
+}
+
+/*
+ * A 2026-07-28 request's headers against its body m: Mcp-Method its
+ * method, Mcp-Name its params.name (tools/call, prompts/get) or params.uri
+ * (resources/read), MCP-Protocol-Version its _meta's revision, and a
+ * tools/call's Mcp-Param-* headers. Writes why and returns false when one
+ * is missing or says otherwise. A body the session will refuse anyway
+ * (not a request, bad params) is let through to it.
+ */
+static bool modern_headers_ok(tp_http_t *h, struct evkeyvalq *in, const char *version, const tp_mcp_msg_t *m, char *why,
+                              size_t cap)
+{
+    if ((m->kind != TP_MCP_MSG_REQUEST && m->kind != TP_MCP_MSG_NOTIFICATION) || m->method == NULL)
+        return true;
+    const char *hm = evhttp_find_header(in, "Mcp-Method");
+    if (hm == NULL) {
+        snprintf(why, cap, "Header mismatch: the Mcp-Method header is missing (it carries the method, %.100s)",
+                 m->method);
+        return false;
+    }
+    if (strcmp(hm, m->method) != 0) {
+        snprintf(why, cap, "Header mismatch: Mcp-Method header value '%.100s' does not match body value '%.100s'", hm,
+                 m->method);
+        return false;
+    }
+    const char *field = strcmp(m->method, "tools/call") == 0 || strcmp(m->method, "prompts/get") == 0 ? "name"
+                        : strcmp(m->method, "resources/read") == 0                                    ? "uri"
+                                                                                                      : NULL;
+    json_t *named = field ? json_object_get(m->params, field) : NULL;
+    if (json_is_string(named)) {
+        const char *hn = evhttp_find_header(in, "Mcp-Name");
+        if (hn == NULL) {
+            snprintf(why, cap, "Header mismatch: the Mcp-Name header is missing (it carries params.%s)", field);
+            return false;
+        }
+        if (!header_matches(hn, named)) {
+            snprintf(why, cap, "Header mismatch: Mcp-Name header value '%.100s' does not match body value '%.100s'", hn,
+                     json_string_value(named));
+            return false;
+        }
+    }
+    json_t *pv = json_object_get(json_object_get(m->params, "_meta"), TP_META_VERSION);
+    if (json_is_string(pv) && strcmp(json_string_value(pv), version) != 0) {
+        snprintf(why, cap,
+                 "Header mismatch: MCP-Protocol-Version header value '%.40s' does not match body value '%.40s'",
+                 version, json_string_value(pv));
+        return false;
+    }
+    if (strcmp(m->method, "tools/call") == 0 && json_is_string(named)) {
+        const tp_tool_t *t = tp_registry_find(tp_engine_registry(h->e), json_string_value(named));
+        if (t && t->parameters &&
+            !param_headers_ok(in, t->parameters, json_object_get(m->params, "arguments"), 0, why, cap))
+            return false;
+    }
+    return true;
+}
+
+/* The HTTP status of a 2026-07-28 JSON-RPC error: an unknown method 404, what the request got wrong 400. */
+static int modern_status(int code)
+{
+    if (code == 0)
+        return 200;
+    if (code == TP_RPC_METHOD_NOT_FOUND)
+        return 404;
+    return code == TP_RPC_INTERNAL_ERROR ? 500 : 400;
+}
+
+/*
+ * A 2026-07-28 client closes its request's stream to cancel it, and evhttp
+ * reads nothing of a connection while its request waits for a reply: the
+ * connection is watched here. Readable with nothing to read is the
+ * client's close (or a reset); bytes are a request sent behind this one,
+ * and end the watch (such a client has not gone).
+ */
+static void close_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_http_wait_t *w = arg;
+    char c;
+    (void)what;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        if (event_add(w->gone_ev, NULL) != 0)
+            tp_log_warn("http: cannot go on watching a connection for its close");
+        return;
+    }
+    event_free(w->gone_ev);
+    w->gone_ev = NULL;
+    if (n <= 0)
+        http_mcp_client_gone(w);
+}
+
+static void watch_close(tp_http_wait_t *w, evutil_socket_t fd)
+{
+    if (fd < 0 || (w->gone_ev = event_new(w->h->o.base, fd, EV_READ, close_cb, w)) == NULL ||
+        event_add(w->gone_ev, NULL) != 0)
+        tp_log_warn("http: cannot watch a connection for its close: a 2026-07-28 client that goes will not "
+                    "cancel its call");
+}
+
+/*
+ * The session a POST goes to, by its headers: 2026-07-28's to the
+ * stateless one, after its headers are checked against its body; else the
+ * one its Mcp-Session-Id names, or a new one for an initialize. NULL when
+ * it has answered; *fresh when the session was made for it.
+ */
+static tp_http_mcp_t *mcp_route(tp_http_t *h, struct evhttp_request *req, const char *body, size_t len, bool *fresh)
+{
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    const char *version = evhttp_find_header(in, "MCP-Protocol-Version");
+    *fresh = false;
+    if (version && !tp_mcp_version_known(version)) {
+        tp_buf_t data = {0}, msg = {0};
+        tp_buf_puts(&data, "{\"supported\":" TP_MCP_SUPPORTED ",\"requested\":");
+        tp_json_put_string(&data, version, strlen(version));
+        tp_buf_append(&data, "}", 2);
+        tp_buf_printf(&msg,
+                      "Unsupported protocol version: MCP-Protocol-Version %.40s (this server speaks 2026-07-28, "
+                      "2025-11-25 and 2025-06-18)",
+                      version);
+        mcp_error_for(h, req, 400, TP_RPC_UNSUPPORTED_VERSION, NULL, data.len ? (const char *)data.data : NULL,
+                      msg.len ? (const char *)msg.data : "Unsupported protocol version");
+        tp_buf_free(&data);
+        tp_buf_free(&msg);
+        return NULL;
+    }
+    if (len == 0) {
+        http_mcp_error(h, req, 400, TP_RPC_PARSE_ERROR, "Parse error: the body is empty (one JSON-RPC message)");
+        return NULL;
+    }
+    const char *sid = evhttp_find_header(in, "Mcp-Session-Id");
+    bool modern = version && tp_mcp_version_modern(version);
     tp_mcp_msg_t m = {0};
-    bool yes = tp_mcp_msg_read(&m, body, len) == 0 && m.kind == TP_MCP_MSG_REQUEST &&
-               strcmp(m.method, "initialize") == 0;
+    if ((modern || sid == NULL) && tp_mcp_msg_read(&m, body, len) != 0) {
+        http_mcp_error(h, req, 500, TP_RPC_INTERNAL_ERROR, "Internal error: out of memory");
+        return NULL;
+    }
+    char why[700];
+    tp_http_mcp_t *x = NULL;
+    json_t *pv = json_object_get(json_object_get(m.params, "_meta"), TP_META_VERSION);
+    if (modern) {
+        if (!modern_headers_ok(h, in, version, &m, why, sizeof why))
+            mcp_error_for(h, req, 400, TP_RPC_HEADER_MISMATCH, m.id, NULL, why);
+        else if ((x = mcp_stateless(h)) == NULL)
+            http_mcp_error(h, req, 500, TP_RPC_INTERNAL_ERROR, "Internal error: out of memory");
+    } else if (sid) {
+        if ((x = mcp_find(h, sid)) == NULL)
+            http_mcp_error(h, req, 404, TP_RPC_INVALID_REQUEST,
+                           "Not Found: no such session (it ended, or the server restarted): send initialize again");
+    } else if (m.kind == TP_MCP_MSG_REQUEST && version == NULL && json_is_string(pv) &&
+               tp_mcp_version_modern(json_string_value(pv))) {
+        mcp_error_for(h, req, 400, TP_RPC_HEADER_MISMATCH, m.id, NULL,
+                      "Header mismatch: the MCP-Protocol-Version header is missing (a 2026-07-28 request carries "
+                      "it on every POST)");
+    } else if (m.kind != TP_MCP_MSG_REQUEST || strcmp(m.method, "initialize") != 0) {
+        http_mcp_error(h, req, 400, TP_RPC_INVALID_REQUEST,
+                       "Bad Request: no Mcp-Session-Id header (a session begins with initialize; a 2026-07-28 "
+                       "request sends MCP-Protocol-Version: 2026-07-28)");
+    } else if (!mcp_room(h)) {
+        http_mcp_error(h, req, 503, TP_RPC_INTERNAL_ERROR,
+                       "Service Unavailable: too many MCP sessions with calls running");
+    } else if ((x = mcp_new(h)) == NULL) {
+        http_mcp_error(h, req, 500, TP_RPC_INTERNAL_ERROR, "Internal error: out of memory");
+    } else {
+        *fresh = true;
+    }
     tp_mcp_msg_clear(&m);
-    return yes;
+    return x;
 }
 
 void http_mcp_post(tp_http_t *h, struct evhttp_request *req, const char *name)
 {
-    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
     const char *body;
     size_t len;
+    bool fresh;
     if (http_body_of(h, req, &body, &len) < 0)
         return;
-    const char *version = evhttp_find_header(in, "MCP-Protocol-Version");
-    if (version && !tp_mcp_version_known(version)) {
-        char msg[200];
-        snprintf(msg, sizeof msg,
-                 "Bad Request: unsupported MCP-Protocol-Version %.40s (this server speaks "
-                 "2025-11-25 and 2025-06-18)",
-                 version);
-        http_mcp_error(h, req, 400, TP_RPC_INVALID_REQUEST, msg);
+    tp_http_mcp_t *x = mcp_route(h, req, body, len, &fresh);
+    if (x == NULL)
         return;
+    bool modern = x == h->mcp_modern;
+    if (!modern) {
+        mcp_unlink(h, x);
+        mcp_push(h, x);
     }
-    if (len == 0) {
-        http_mcp_error(h, req, 400, TP_RPC_PARSE_ERROR, "Parse error: the body is empty (one JSON-RPC message)");
-        return;
-    }
-    const char *sid = evhttp_find_header(in, "Mcp-Session-Id");
-    tp_http_mcp_t *x = NULL;
-    bool fresh = false;
-    if (sid) {
-        if ((x = mcp_find(h, sid)) == NULL) {
-            http_mcp_error(h, req, 404, TP_RPC_INVALID_REQUEST,
-                           "Not Found: no such session (it ended, or the server restarted): send initialize again");
-            return;
-        }
-    } else if (!is_initialize(body, len)) {
-        http_mcp_error(h, req, 400, TP_RPC_INVALID_REQUEST,
-                       "Bad Request: no Mcp-Session-Id header (a session begins with initialize)");
-        return;
-    } else if (!mcp_room(h)) {
-        http_mcp_error(h, req, 503, TP_RPC_INTERNAL_ERROR,
-                       "Service Unavailable: too many MCP sessions with calls running");
-        return;
-    } else if ((x = mcp_new(h)) == NULL) {
-        http_mcp_error(h, req, 500, TP_RPC_INTERNAL_ERROR, "Internal error: out of memory");
-        return;
-    } else {
-        fresh = true;
-    }
-    mcp_unlink(h, x);
-    mcp_push(h, x);
     x->used_us = tp_now_us();
     tp_http_wait_t *w = http_wait_new(h, req, TP_WAIT_MCP);
     if (w == NULL) {
@@ -292,6 +566,7 @@ void http_mcp_post(tp_http_t *h, struct evhttp_request *req, const char *name)
         return;
     }
     w->mcp = x;
+    w->modern = modern;
     w->sse = accepts(req, "text/event-stream");
     w->json_ok = accepts(req, "application/json");
     w->snext = h->mcp_waits;
@@ -315,22 +590,44 @@ void http_mcp_post(tp_http_t *h, struct evhttp_request *req, const char *name)
         struct bufferevent *bev = http_req_bev(req);
         if (bev && bufferevent_set_timeouts(bev, NULL, &h->idle_tv) != 0)
             tp_log_warn("http: cannot lift a waiting connection's read timeout");
+        if (modern && bev)
+            watch_close(w, bufferevent_getfd(bev));
         return;
     }
     struct evhttp_request *r = http_wait_take(w);
+    int status = modern ? modern_status(tp_mcp_session_last_error(x->s)) : 200;
     if (took == TP_MCP_TOOK_NOTIFICATION) {
         http_reply(h, r, 202, NULL, NULL, 0);
     } else if (took == TP_MCP_TOOK_BAD) {
         http_reply(h, r, 400, "application/json", w->body.data, w->body.len);
-    } else if (!w->json_ok && w->sse) {
+    } else if (!w->json_ok && w->sse && status == 200) {
         struct evbuffer *b = evhttp_request_get_output_buffer(r);
         if (sse_event(b, (const char *)w->body.data, w->body.len) != 0)
             tp_log_error("http: out of memory for an event");
+        if (sse_headers(evhttp_request_get_output_headers(r)) != 0)
+            tp_log_warn("http: cannot set an event stream's headers");
         http_reply(h, r, 200, "text/event-stream", NULL, 0);
     } else {
-        http_reply(h, r, 200, "application/json", w->body.data, w->body.len);
+        http_reply(h, r, status, "application/json", w->body.data, w->body.len);
     }
     mcp_wait_free(w);
+}
+
+/*
+ * The client closed the connection of a POST still waiting for its call:
+ * for a 2026-07-28 request that is its cancellation (the call ends
+ * Cancelled, and nothing is sent for it); an earlier revision's call runs
+ * on, as those revisions have it. w may be freed by it.
+ */
+void http_mcp_client_gone(tp_http_wait_t *w)
+{
+    if (w->gone_ev) {
+        event_free(w->gone_ev);
+        w->gone_ev = NULL;
+    }
+    if (w->modern && w->mcp)
+        tp_mcp_session_cancel_tag(w->mcp->s, w,
+                                  "cancelled by the MCP client: it closed the request's stream (2026-07-28)");
 }
 
 /* DELETE /mcp: the client ends its session. */

@@ -45,11 +45,6 @@
  */
 static const char *const tp_mcp_versions[] = {"2025-11-25", "2025-06-18"};
 #define TP_MCP_N_VERSIONS (sizeof tp_mcp_versions / sizeof tp_mcp_versions[0])
-#define TP_MCP_MODERN "2026-07-28"
-/* Every revision, the newest first, as server/discover and UnsupportedProtocolVersion list them. */
-#define TP_MCP_SUPPORTED "[\"2026-07-28\",\"2025-11-25\",\"2025-06-18\"]"
-/* The per-request _meta keys of 2026-07-28. */
-#define TP_META_VERSION "io.modelcontextprotocol/protocolVersion"
 #define TP_META_CAPS "io.modelcontextprotocol/clientCapabilities"
 #define TP_META_INFO "io.modelcontextprotocol/clientInfo"
 #define TP_META_LEVEL "io.modelcontextprotocol/logLevel"
@@ -125,6 +120,7 @@ struct tp_mcp_session {
     bool initialized;     /* initialize was answered */
     bool stateless;       /* serves 2026-07-28 requests only (serve's /mcp without a session) */
     bool closed;          /* the transport is done with it: nothing is sent */
+    int last_code;        /* the error code of the response the last take sent at once; 0: none */
     int log_level;        /* from logging/setLevel; -1: never set, nothing is sent */
     /* requests in flight, by id */
     tp_mcp_req_t **table;
@@ -239,6 +235,7 @@ static void reply_error(tp_mcp_session_t *s, const char *id, int code, const cha
         w_puts(&w, data);
     }
     w_puts(&w, "}}");
+    s->last_code = code;
     msg_end(s, &w, s->tag, true, "an error response");
 }
 
@@ -265,13 +262,18 @@ static uint64_t hash_bytes(const char *p, size_t n)
     return h;
 }
 
-static tp_mcp_req_t *req_find(const tp_mcp_session_t *s, const char *id, size_t len)
+/*
+ * The request in flight with this id. A stateless session's requests come
+ * from any number of clients, each POST on its own (tag): ids are theirs,
+ * so one is found only from the POST that sent it.
+ */
+static tp_mcp_req_t *req_find(const tp_mcp_session_t *s, const char *id, size_t len, const void *tag)
 {
     if (s->table_cap == 0)
         return NULL;
     uint64_t h = hash_bytes(id, len);
     for (tp_mcp_req_t *r = s->table[h & (s->table_cap - 1)]; r; r = r->hnext)
-        if (r->hash == h && r->id_len == len && memcmp(r->text, id, len) == 0)
+        if (r->hash == h && r->id_len == len && memcmp(r->text, id, len) == 0 && (!s->stateless || r->tag == tag))
             return r;
     return NULL;
 }
@@ -1117,7 +1119,7 @@ static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *par
         tp_buf_free(&data);
         return;
     }
-    if (req_find(s, id_text, id_len)) {
+    if (req_find(s, id_text, id_len, s->tag)) {
         reply_error(s, id, TP_RPC_INVALID_REQUEST, NULL,
                     "Invalid Request: id %.200s is in use by a tools/call still running", id_text);
         return;
@@ -1150,7 +1152,8 @@ static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *par
     r->progress = json_incref(token);
     r->modern = m->modern;
     r->log_level = m->log_level;
-    r->step = job_next_step(s, job);
+    /* a call that is its own job is that job's only step: nothing to keep */
+    r->step = job == call_id ? 1 : job_next_step(s, job);
     if (r->step == 0 || req_insert(s, r) < 0) {
         req_free(r);
         tp_buf_free(&ab);
@@ -1182,7 +1185,7 @@ static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *par
  */
 static void do_cancelled(tp_mcp_session_t *s, const char *request_id, const json_t *params)
 {
-    tp_mcp_req_t *r = request_id ? req_find(s, request_id, strlen(request_id)) : NULL;
+    tp_mcp_req_t *r = request_id ? req_find(s, request_id, strlen(request_id), s->tag) : NULL;
     if (r == NULL || r->cancelled)
         return;
     const char *reason = json_string_value(json_object_get(params, "reason"));
@@ -1278,6 +1281,7 @@ tp_mcp_took_t tp_mcp_session_take(tp_mcp_session_t *s, const char *text, size_t 
     tp_mcp_msg_t m = {0};
     tp_mcp_took_t took = TP_MCP_TOOK_NOTIFICATION;
     s->tag = tag;
+    s->last_code = 0;
     if (tp_mcp_msg_read(&m, text, len) < 0) {
         reply_error(s, NULL, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory reading the message");
         took = TP_MCP_TOOK_BAD;
@@ -1370,6 +1374,11 @@ void tp_mcp_session_cancel_tag(tp_mcp_session_t *s, void *tag, const char *why)
                 }
                 return;
             }
+}
+
+int tp_mcp_session_last_error(const tp_mcp_session_t *s)
+{
+    return s->last_code;
 }
 
 const char *tp_mcp_session_id(const tp_mcp_session_t *s)

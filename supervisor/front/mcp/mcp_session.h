@@ -67,6 +67,12 @@ typedef enum {
     TP_MCP_TOOK_BAD,          /* not a message (a parse error, an invalid request): its error is sent, now */
 } tp_mcp_took_t;
 
+/* The stateless revision, and every revision spoken, the newest first (server/discover, UnsupportedProtocolVersion). */
+#define TP_MCP_MODERN "2026-07-28"
+#define TP_MCP_SUPPORTED "[\"2026-07-28\",\"2025-11-25\",\"2025-06-18\"]"
+/* Where a 2026-07-28 request names its revision: in its params' _meta. */
+#define TP_META_VERSION "io.modelcontextprotocol/protocolVersion"
+
 /* JSON-RPC 2.0's error codes, the ones MCP uses. */
 enum {
     TP_RPC_PARSE_ERROR = -32700,
@@ -111,6 +117,12 @@ void tp_mcp_session_cancel_tag(tp_mcp_session_t *s, void *tag, const char *why);
 bool tp_mcp_session_initialized(const tp_mcp_session_t *s);
 /* Takes one message (its JSON text). tag goes with every message it causes. */
 tp_mcp_took_t tp_mcp_session_take(tp_mcp_session_t *s, const char *text, size_t len, void *tag);
+/*
+ * The JSON-RPC error code of the response the last take sent at once (an
+ * HTTP front gives 2026-07-28's status for it); 0: it sent a result, or
+ * nothing yet.
+ */
+int tp_mcp_session_last_error(const tp_mcp_session_t *s);
 /* Sends an error with a null id (a message that could not be read whole): a Parse error or Invalid Request. */
 void tp_mcp_session_error(tp_mcp_session_t *s, void *tag, int code, const char *message);
 /* Tells progress to the calls whose client asked for it: once a turn, after the engine has settled attempts. */
