@@ -53,7 +53,7 @@ FULL = {
     "payload_sizes": [10000, 100000, 1000000],
     "payload_calls": {10000: 5000, 100000: 1000, 1000000: 200},
     "payload_exec_calls": {10000: 2000, 100000: 1000, 1000000: 200},
-    "mcp_seq": 2000, "mcp_conc": 20000, "mcp_lanes": 32, "mcp_rounds": 3,
+    "mcp_seq": 2000, "mcp_conc": 20000, "mcp_lanes": 32, "mcp_rounds": 3, "mcp_held": 256,
     "http_calls": 10000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 3, "http_xargs": 3000,
     "http_wrk_seconds": 3, "http_seq": 2000, "http_seq_rounds": 3, "http_curl_each": 300,
 }
@@ -72,7 +72,7 @@ QUICK = {
     "payload_sizes": [10000, 100000, 1000000],
     "payload_calls": {10000: 500, 100000: 100, 1000000: 20},
     "payload_exec_calls": {10000: 200, 100000: 100, 1000000: 20},
-    "mcp_seq": 300, "mcp_conc": 2000, "mcp_lanes": 32, "mcp_rounds": 1,
+    "mcp_seq": 300, "mcp_conc": 2000, "mcp_lanes": 32, "mcp_rounds": 1, "mcp_held": 256,
     "http_calls": 2000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 1, "http_xargs": 500,
     "http_wrk_seconds": 1, "http_seq": 300, "http_seq_rounds": 1, "http_curl_each": 50,
 }
@@ -83,6 +83,7 @@ EXEC_VS_XARGS = 2.0
 EXEC_VS_PARALLEL = 5.0
 PAYLOAD_VS_PEBBLE = 2.0     # durable echo calls/s at 100 KB and at 1 MB
 MCP_SEQ_OVERHEAD = 1.2      # toolpool mcp's p50 over the direct path's, one call at a time
+MCP_HELD_KIB = 200 * 1024   # 256 calls in flight to one Node server: toolpool's processes and the server's
 HANG_P99_US = 2000.0
 HTTP_VS_AIOHTTP = 1.0       # http tools, 256 in flight: toolpool -j 2 against aiohttp
 HTTP_VS_XARGS = 10.0        # the same against xargs -P256 curl
@@ -1045,23 +1046,51 @@ def bench_payload(tp, cfg, scratch, res):
     say()
 
 
-def mcp_bench(n, lanes, command):
-    return peer(["node", os.path.join(PEERS, "mcp_bench.mjs"), str(n), str(lanes), "echo",
+def mcp_bench(n, lanes, command, tool="echo"):
+    return peer(["node", os.path.join(PEERS, "mcp_bench.mjs"), str(n), str(lanes), tool,
                  json.dumps({"message": "hello"}), "--", *command])
+
+
+def mcp_held_memory(tp, registry, n):
+    """n calls at once, each holding its place for 2 s, through `toolpool mcp` to one
+    server it imported (mcp_servers): the peak summed RSS and Pss (KiB) of toolpool's
+    processes and the server's (everything under the host's child), and how many."""
+    settle()
+    cmd = ["node", os.path.join(PEERS, "mcp_bench.mjs"), str(n), str(n), "everything.trigger-long-running-operation",
+           json.dumps({"duration": 2, "steps": 1}), "--",
+           tp.bin, "mcp", "-q", "-j", "2", "-r", registry, "-s", tp.fresh("mcp-held")]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = Sampler(p.pid, tree=True)
+    sampler.start()
+    out, err = p.communicate()
+    sampler.stop.set()
+    sampler.join()
+    if p.returncode != 0:
+        sys.exit(f"bench: {' '.join(cmd)}: exit {p.returncode}: {err.strip()[-2000:]}")
+    return json.loads(out), sampler.tree_rss, sampler.tree_pss, sampler.tree_procs
 
 
 def bench_mcp(tp, cfg, scratch, res):
     say("== 10. MCP: server-everything's echo through the SDK's client, directly and through "
         "`toolpool mcp -j 4` (the mcp adapter), one call at a time and with "
-        f"{cfg['mcp_lanes']} at once (each its own job)")
+        f"{cfg['mcp_lanes']} at once (each its own job); and through one copy of it that `toolpool mcp -j 2` "
+        "imported (mcp_servers), its calls sharing one session")
     everything = [shutil.which("node") or "node",
                   os.path.join(ROOT, "bench", "node_modules", "@modelcontextprotocol", "server-everything",
                                "dist", "index.js"), "stdio"]
     registry = os.path.join(scratch, "mcp.json")
     write_registry(registry, [{"name": "echo", "mcp": {"command": everything, "tool": "echo"}}])
 
+    # the same server imported (mcp_servers): one copy, its calls sharing one session
+    shared = os.path.join(scratch, "mcp-shared.json")
+    with open(shared, "w") as f:
+        json.dump({"mcp_servers": {"everything": {"command": everything, "max_in_flight": 256}}}, f)
+
     def toolpool_cmd(name, relaxed=False):
         return [tp.bin, "mcp", "-q", "-j", "4", "-r", registry, "-s", tp.fresh(name)] + (["--relaxed"] if relaxed else [])
+
+    def shared_cmd(name):
+        return [tp.bin, "mcp", "-q", "-j", "2", "-r", shared, "-s", tp.fresh(name)]
 
     rows = [("direct", "SDK client -> server-everything", lambda i: everything, 1),
             ("toolpool", "SDK client -> toolpool mcp -> it", lambda i: toolpool_cmd(f"mcp-seq{i}"), 1),
@@ -1070,11 +1099,14 @@ def bench_mcp(tp, cfg, scratch, res):
             ("toolpool_conc", "SDK client -> toolpool mcp -> it", lambda i: toolpool_cmd(f"mcp-conc{i}"),
              cfg["mcp_lanes"]),
             ("toolpool_conc_relaxed", "  the same, --relaxed", lambda i: toolpool_cmd(f"mcp-concr{i}", True),
+             cfg["mcp_lanes"]),
+            ("shared_conc", "SDK client -> toolpool mcp -> one copy", lambda i: shared_cmd(f"mcp-shared{i}"),
              cfg["mcp_lanes"])]
     rounds = {key: [] for key, *_ in rows}
     for i in range(cfg["mcp_rounds"]):
         for key, _, cmd, lanes in rows:
-            rounds[key].append(mcp_bench(cfg["mcp_seq"] if lanes == 1 else cfg["mcp_conc"], lanes, cmd(i)))
+            tool = "everything.echo" if key.startswith("shared") else "echo"
+            rounds[key].append(mcp_bench(cfg["mcp_seq"] if lanes == 1 else cfg["mcp_conc"], lanes, cmd(i), tool))
     med = {k: sorted(v, key=lambda f: f["calls_per_s"])[len(v) // 2] for k, v in rounds.items()}
     res["mcp"] = rounds
     say(f"  {'':36} {'at once':>8} {'calls/s':>9} {'p50':>9} {'p99':>9}")
@@ -1087,8 +1119,18 @@ def bench_mcp(tp, cfg, scratch, res):
     target(f"one at a time: p50 through toolpool <= {MCP_SEQ_OVERHEAD}x direct", f"{over:.2f}x",
            over <= MCP_SEQ_OVERHEAD)
     target("at once: toolpool mcp -j 4 > direct calls/s", f"{conc:.2f}x", conc > 1)
+    shared_conc = med["shared_conc"]["calls_per_s"] / med["direct_conc"]["calls_per_s"]
+    target("at once, one shared copy of the server: >= 1.0x direct calls/s", f"{shared_conc:.2f}x", shared_conc >= 1)
+    held, rss, pss, procs = mcp_held_memory(tp, shared, cfg["mcp_held"])
+    say(f"  {cfg['mcp_held']} calls in flight (2 s each) on one copy: {procs} processes (toolpool's and the "
+        f"server's), {rss / 1024:.1f} MiB RSS, {pss / 1024:.1f} MiB Pss at the peak; "
+        f"{fmt_int(held['calls_per_s'])} calls/s")
+    target(f"{cfg['mcp_held']} in flight to one Node server: RSS < {MCP_HELD_KIB // 1024} MiB", f"{rss / 1024:.1f} MiB",
+           rss < MCP_HELD_KIB)
     res["targets"]["mcp_seq"] = {"value": over, "pass": over <= MCP_SEQ_OVERHEAD}
     res["targets"]["mcp_conc"] = {"value": conc, "pass": conc > 1}
+    res["targets"]["mcp_shared_conc"] = {"value": shared_conc, "pass": shared_conc >= 1}
+    res["targets"]["mcp_held_rss"] = {"value_kib": rss, "pass": rss < MCP_HELD_KIB}
     say()
 
 
@@ -1517,6 +1559,10 @@ def main():
                 (f"mcp: p50 through toolpool <= {MCP_SEQ_OVERHEAD}x direct, 1 at a time", "mcp_seq",
                  lambda v: f"{v['value']:.2f}x"),
                 ("mcp: toolpool mcp -j 4 > direct calls/s, at once", "mcp_conc", lambda v: f"{v['value']:.2f}x"),
+                ("mcp: one shared copy >= 1.0x direct calls/s, at once", "mcp_shared_conc",
+                 lambda v: f"{v['value']:.2f}x"),
+                (f"mcp: 256 in flight to one Node server, RSS < {MCP_HELD_KIB // 1024} MiB", "mcp_held_rss",
+                 lambda v: f"{v['value_kib'] / 1024:.1f} MiB"),
                 ("http: toolpool -j 2 >= aiohttp's calls/s, 256 in flight", "http_vs_aiohttp",
                  lambda v: f"{v['value']:.2f}x"),
                 (f"http: toolpool -j 2 >= {HTTP_VS_XARGS:.0f}x xargs -P256 curl", "http_vs_xargs",
