@@ -4,7 +4,8 @@ with the test plugin's tools (tests/testplugin.c) and exec tools.
 
 - The same input gives the same result records at -j 1 and at -j 8 (the
   same-call breaker's default scope is the job, so one sample's failures
-  never change another's), apart from durations and escalation numbers.
+  never change another's, and the tool breaker is off unless asked for),
+  apart from durations and escalation numbers, which no message carries.
 
 Standard library only. The build directory comes from $TOOLPOOL_BUILD_DIR
 (ctest sets it), else ../build beside this file.
@@ -158,6 +159,58 @@ class EvalTest(unittest.TestCase):
                 seen[key] = seen.get(key, 0) + 1
                 want = "CircuitOpen" if seen[key] > 3 else "PermissionDenied"
                 self.assertEqual(a[c["id"]]["error"], want, c["id"])
+
+    def test_same_records_by_default(self):
+        """A registry that declares no breaker: the same records at -j 1 and -j 8,
+        model-facing text and all (no escalation number in any message), though
+        a tool fails for every job alike, as a backend that is down does (a
+        tool breaker on by default would open at one -j and not at another)."""
+        reg = {"defaults": {"attempts": 3, "backoff": {"base": "5ms"}},
+               "tools": [t for t in EVAL_REGISTRY["tools"]]}
+        self.write_registry(reg)
+        calls = eval_calls()
+        for j in range(24):  # every job also calls the backend that is down, twice
+            for s in (13, 14):
+                calls.append({"id": "j%d-s%d" % (j, s), "job": "j%d" % j, "step": s, "tool": "gone",
+                              "args": {"q": s}})
+        self.write_calls(calls)
+        one = self.run_calls("d1", workers="1")
+        eight = self.run_calls("d8", workers="8")
+        self.assertEqual(one.returncode, 1, one.stderr)
+        self.assertEqual(eight.returncode, 1, eight.stderr)
+
+        def records(lines):
+            out = {}
+            for r in map(json.loads, lines):
+                r.pop("duration_ms", None)
+                r.pop("trace", None)
+                r.pop("escalation", None)  # numbered in the order escalations are made
+                out[r["id"]] = r
+            return out
+
+        a, b = records(one.stdout.splitlines()), records(eight.stdout.splitlines())
+        self.assertEqual(len(a), len(calls))
+        for cid in sorted(a):
+            self.assertEqual(a[cid], b[cid], cid)
+        self.assertFalse([r for r in a.values() if ESCALATION.search(r.get("message", ""))])
+        opened = [r for r in a.values() if r.get("error") == "CircuitOpen"]
+        self.assertTrue(opened)
+        for r in opened:  # the message says how to close it, and that a person has it
+            self.assertIn("escalated to a person", r["message"])
+            self.assertRegex(r["message"], r"`toolpool breakers reset call/deny/[0-9a-f]{12}` closes it")
+        m = re.search(r"reset (call/deny/[0-9a-f]{12})", opened[0]["message"])
+        p = self.toolpool("breakers", "show", m.group(1), "--store", self.path("d1"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        # the backend that is down failed 48 calls of 24 jobs, and none was refused for it
+        self.assertEqual({a["j%d-s%d" % (j, s)]["error"] for j in range(24) for s in (13, 14)}, {"ServerError"})
+        # one registry line away: the tool breaker, asked for, protects it (and names its reset)
+        reg["defaults"]["breaker"] = {"tool": {"min_calls": 4}}
+        self.write_registry(reg)
+        p = self.run_calls("tb", workers="1")
+        refused = [r for r in map(json.loads, p.stdout.splitlines())
+                   if r["tool"] == "gone" and r.get("error") == "CircuitOpen"]
+        self.assertTrue(refused)
+        self.assertIn("`toolpool breakers reset tool/gone` closes it", refused[0]["message"])
 
     def test_same_call_scope_global_and_off(self):
         calls = [{"id": "%s%d" % (j, i), "job": j, "step": i, "tool": "deny", "args": {"id": 1}}

@@ -167,12 +167,22 @@ static bool counts_as_failure(tp_kind_t kind)
     return kind < TP_KIND__COUNT && tp_kind_class(kind) == TP_CLASS_TRANSIENT;
 }
 
+const char *tp_breaker_call_id(const char *tool, const tp_digest_t *d, char *buf, size_t cap)
+{
+    int n = snprintf(buf, cap, "call/%.256s/", tool);
+    for (int i = 0; i < 6 && n > 0 && (size_t)n + 3 <= cap; i++)
+        n += snprintf(buf + n, cap - (size_t)n, "%02x", d->b[i]);
+    return buf;
+}
+
 int tp_breaker_tool_admit(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, uint64_t now, tp_admit_t *out)
 {
     uint8_t key[KEY_MAX];
-    size_t klen = tp_breaker_tool_key(t->name, key, sizeof key);
     Toolpool__ToolBreaker *tb;
     *out = TP_ADMIT_YES;
+    if (t->policy.tool_off)
+        return 0;
+    size_t klen = tp_breaker_tool_key(t->name, key, sizeof key);
     int rc = tp_store_get_msg(s, txn, TP_DB_BREAKERS, key, klen, &toolpool__tool_breaker__descriptor,
                               (ProtobufCMessage **)&tb);
     if (rc == MDB_NOTFOUND)
@@ -209,6 +219,8 @@ int tp_breaker_tool_admit(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, uint6
 
 int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_kind_t kind, bool probe, uint64_t now)
 {
+    if (t->policy.tool_off)
+        return 0;
     if (kind != TP_KIND_OK &&
         (kind >= TP_KIND__COUNT || tp_kind_class(kind) == TP_CLASS_GUARD || tp_kind_class(kind) == TP_CLASS_MALFORMED))
         return 0; /* neither health nor sickness */

@@ -68,6 +68,14 @@ int tp_breaker_tool_admit(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, uint6
 /* Records an attempt's outcome (kind), and whether it was a probe. */
 int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_kind_t kind, bool probe, uint64_t now);
 
+/*
+ * The same-call breaker's id as `toolpool breakers` takes it:
+ * call/TOOL/DIGEST, the digest's first 6 bytes in hex (a prefix will do).
+ * Returns buf.
+ */
+#define TP_BREAKER_ID_MAX 320
+const char *tp_breaker_call_id(const char *tool, const tp_digest_t *d, char *buf, size_t cap);
+
 /* Keys, for the inspection commands: 'c' TOOL \0 DIGEST and 't' TOOL. */
 size_t tp_breaker_call_key(const char *tool, const tp_digest_t *d, uint8_t *key, size_t cap);
 size_t tp_breaker_tool_key(const char *tool, uint8_t *key, size_t cap);

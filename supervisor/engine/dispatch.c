@@ -82,9 +82,14 @@ static bool admit(tp_engine_t *e, tp_call_t *c, uint64_t now, bool *probe)
                 if ((rc = tp_escalation_blocked(e->o.store, e->txn, esc)) != 0)
                     tp_engine_store_failed(e, rc, "recording an escalation");
             }
-            snprintf(msg, sizeof msg, "%s: this call's circuit is open (it failed %u times within %.3gs)%s%s",
+            /* What the model reads names no escalation: their numbers follow the order they were made. */
+            char id[TP_BREAKER_ID_MAX];
+            snprintf(msg, sizeof msg,
+                     "%s: this call's circuit is open (it failed %u times within %.3gs)%s; `toolpool breakers "
+                     "reset %s` closes it",
                      c->hop_tool->name, c->hop_tool->policy.same_call_failures,
-                     (double)c->hop_tool->policy.same_call_window_us / 1e6, esc[0] ? "; escalated as " : "", esc);
+                     (double)c->hop_tool->policy.same_call_window_us / 1e6, esc[0] ? "; escalated to a person" : "",
+                     tp_breaker_call_id(c->hop_tool->name, call_breaker_key(c), id, sizeof id));
             eng_hop_failed(e, c, TP_KIND_CIRCUIT_OPEN, msg);
             return false;
         }
@@ -106,8 +111,10 @@ static bool admit(tp_engine_t *e, tp_call_t *c, uint64_t now, bool *probe)
             eng_finish(e, c, END_FAIL, TP_KIND_CANCELLED, "out of memory recording the trace");
             return false;
         }
-        snprintf(msg, sizeof msg, "%s: the tool's circuit is open (too many failures; probing again after %.3gs)",
-                 c->hop_tool->name, (double)c->hop_tool->policy.tool_cooldown_us / 1e6);
+        snprintf(msg, sizeof msg,
+                 "%s: the tool's circuit is open (too many failures; probing again after %.3gs); `toolpool "
+                 "breakers reset tool/%s` closes it",
+                 c->hop_tool->name, (double)c->hop_tool->policy.tool_cooldown_us / 1e6, c->hop_tool->name);
         eng_hop_failed(e, c, TP_KIND_CIRCUIT_OPEN, msg);
         return false;
     }

@@ -40,7 +40,7 @@ static const key_table_t tool_breaker_table = TABLE(tool_breaker_keys);
 static const key_spec_t breaker_keys[] = {
     {KEY("same_call", K_OBJECT), .sub = &same_call_table, .flags = F_OFF,
      .off_n = offsetof(tp_policy_t, same_call_off)},
-    {KEY("tool", K_OBJECT), .sub = &tool_breaker_table},
+    {KEY("tool", K_OBJECT), .sub = &tool_breaker_table, .flags = F_OFF, .off_n = offsetof(tp_policy_t, tool_off)},
 };
 static const key_table_t breaker_table = TABLE(breaker_keys);
 

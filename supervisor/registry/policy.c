@@ -136,6 +136,8 @@ void tp_policy_init(tp_policy_t *p)
 {
     memset(p, 0, sizeof *p);
     apply_defaults(&reg_policy_table, p);
+    /* The tool breaker is asked for: which calls it refuses depends on how they interleave. */
+    p->tool_off = true;
 }
 
 void reg_free_strv(char **v, size_t n)

@@ -92,6 +92,7 @@ typedef struct {
     uint32_t same_call_scope; /* tp_scope_t: whose failures count together */
     uint32_t same_call_failures;
     uint64_t same_call_window_us;
+    bool tool_off; /* no tool breaker: "tool" not given (the default), or false */
     double tool_failure_rate;
     uint32_t tool_min_calls;
     uint64_t tool_window_us;
