@@ -83,7 +83,7 @@ static int call_fail(const tp_tool_t *t, uint64_t now, bool *opened)
     MDB_txn *txn;
     char err[1024];
     CU_ASSERT_EQUAL_FATAL(tp_store_begin(store, &txn, err, sizeof err), 0);
-    int rc = tp_breaker_call_record(store, txn, t, &d, NULL, "{}", true, "Timeout", "slow", now, opened);
+    int rc = tp_breaker_call_record(store, txn, t, &d, NULL, NULL, "{}", true, "Timeout", "slow", now, opened);
     if (rc == 0)
         rc = tp_store_commit(store, txn, err, sizeof err);
     else

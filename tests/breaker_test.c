@@ -154,8 +154,8 @@ static bool call_record(const tp_tool_t *t, const tp_digest_t *d, bool failed, u
 {
     bool opened = !failed; /* must be cleared by the call either way */
     MDB_txn *txn = begin();
-    CU_ASSERT_EQUAL(tp_breaker_call_record(fx.store, txn, t, d, NULL, "{\"q\":1}", failed, failed ? "Timeout" : "",
-                                           failed ? "took too long" : NULL, now, &opened),
+    CU_ASSERT_EQUAL(tp_breaker_call_record(fx.store, txn, t, d, NULL, NULL, "{\"q\":1}", failed,
+                                           failed ? "Timeout" : "", failed ? "took too long" : NULL, now, &opened),
                     0);
     commit(txn);
     return opened;

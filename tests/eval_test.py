@@ -212,6 +212,33 @@ class EvalTest(unittest.TestCase):
         self.assertTrue(refused)
         self.assertIn("`toolpool breakers reset tool/gone` closes it", refused[0]["message"])
 
+    def test_repairs_do_not_trip_the_same_call_breaker(self):
+        """Reruns of recorded failures (--retry-failed, or forget and run again)
+        count each call once toward the same-call breaker: the operator's
+        repairs are not the agent repeating itself."""
+        self.write_registry(EVAL_REGISTRY)
+        # two steps of one job make the same failing call: two failures, under the three that open it
+        calls = [{"id": "r%d" % s, "job": "r", "step": s, "tool": "deny", "args": {"id": 1}} for s in (1, 2)]
+        self.write_calls(calls)
+        for i in range(3):
+            p = self.run_calls("rp", *(["--retry-failed"] if i else []), workers="1")
+            self.assertEqual({json.loads(l)["error"] for l in p.stdout.splitlines()}, {"PermissionDenied"},
+                             p.stdout)
+        p = self.toolpool("forget", "--store", self.path("rp"), "r1", "r2")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = self.run_calls("rp", workers="1")
+        self.assertEqual({json.loads(l)["error"] for l in p.stdout.splitlines()}, {"PermissionDenied"}, p.stdout)
+        p = self.toolpool("escalations", "list", "--store", self.path("rp"), "--json")
+        self.assertEqual(p.stdout.strip(), "", p.stdout)
+        b = [json.loads(l) for l in self.toolpool("breakers", "--store", self.path("rp"), "--json").stdout.splitlines()]
+        self.assertEqual([x.get("failures") for x in b if x["type"] == "call"], [2], b)
+        # the agent's own third repeat, a new step, still opens it
+        calls.append({"id": "r3", "job": "r", "step": 3, "tool": "deny", "args": {"id": 1}})
+        self.write_calls(calls)
+        p = self.run_calls("rp", workers="1")
+        self.assertEqual(json.loads(p.stdout.splitlines()[-1])["id"], "r3")
+        self.assertIn("escalated", p.stdout.splitlines()[-1])
+
     def test_same_call_scope_global_and_off(self):
         calls = [{"id": "%s%d" % (j, i), "job": j, "step": i, "tool": "deny", "args": {"id": 1}}
                  for j in ("a", "b") for i in (1, 2)]

@@ -382,7 +382,7 @@ static void test_getters_refuse(void)
     char esc[64];
     CU_ASSERT_EQUAL(tp_breaker_call_check(s, txn, &tool, &d, 1, &open, esc, sizeof esc), TP_EPROTO);
     EXPECT_HAS(tp_store_strerror(s, TP_EPROTO, words, sizeof words), "breakers call/deny/0102");
-    CU_ASSERT_EQUAL(tp_breaker_call_record(s, txn, &tool, &d, NULL, "{}", true, "ToolError", "x", 1, &opened),
+    CU_ASSERT_EQUAL(tp_breaker_call_record(s, txn, &tool, &d, NULL, NULL, "{}", true, "ToolError", "x", 1, &opened),
                     TP_EPROTO);
     CU_ASSERT_EQUAL(tp_breaker_call_set_escalation(s, txn, &tool, &d, "E000002"), TP_EPROTO);
     tp_admit_t adm;

@@ -90,8 +90,8 @@ int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const
 }
 
 int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d, const char *job,
-                           const char *args, bool failed, const char *kind, const char *message, uint64_t now,
-                           bool *opened)
+                           const char *call_id, const char *args, bool failed, const char *kind, const char *message,
+                           uint64_t now, bool *opened)
 {
     uint8_t key[KEY_MAX];
     size_t klen = tp_breaker_call_key(t->name, d, key, sizeof key);
@@ -105,17 +105,26 @@ int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, cons
     int rc = call_get(s, txn, key, klen, &old);
     if (rc && rc != MDB_NOTFOUND)
         return rc;
-    /* Keep the failures inside the window, plus this one. */
+    /* Keep the failures inside the window but this call's own earlier one, plus this one. */
     uint64_t window = t->policy.same_call_window_us;
     size_t n = 0, cap = (old ? old->n_failures_unix_us : 0) + 1;
     uint64_t *fails = malloc(cap * sizeof *fails);
-    if (fails == NULL) {
+    char **ids = malloc(cap * sizeof *ids);
+    if (fails == NULL || ids == NULL) {
+        free(fails);
+        free(ids);
         protobuf_c_message_free_unpacked(old ? &old->base : NULL, NULL);
         return TP_ENOMEM;
     }
-    for (size_t i = 0; old && i < old->n_failures_unix_us; i++)
-        if (since(now, old->failures_unix_us[i]) < window)
-            fails[n++] = old->failures_unix_us[i];
+    bool named = old && old->n_failed_ids == old->n_failures_unix_us; /* records before ids were kept have none */
+    for (size_t i = 0; old && i < old->n_failures_unix_us; i++) {
+        const char *was = named ? old->failed_ids[i] : "";
+        if (since(now, old->failures_unix_us[i]) >= window || (call_id && strcmp(was, call_id) == 0))
+            continue;
+        ids[n] = (char *)was;
+        fails[n++] = old->failures_unix_us[i];
+    }
+    ids[n] = (char *)(call_id ? call_id : "");
     fails[n++] = now;
     Toolpool__CallBreaker cb = TOOLPOOL__CALL_BREAKER__INIT;
     cb.tool = t->name;
@@ -123,6 +132,8 @@ int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, cons
     cb.digest.len = TP_DIGEST_LEN;
     cb.failures_unix_us = fails;
     cb.n_failures_unix_us = n;
+    cb.failed_ids = ids;
+    cb.n_failed_ids = n;
     cb.last_kind = (char *)kind;
     cb.last_message = (char *)(message ? message : "");
     cb.args.data = (uint8_t *)args;
@@ -139,6 +150,7 @@ int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, cons
     }
     rc = tp_store_put_msg(s, txn, TP_DB_BREAKERS, key, klen, &cb.base);
     free(fails);
+    free(ids);
     protobuf_c_message_free_unpacked(old ? &old->base : NULL, NULL);
     return rc;
 }

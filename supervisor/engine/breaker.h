@@ -46,14 +46,16 @@ void tp_breaker_call_digest(const tp_tool_t *t, const tp_digest_t *args, const c
 int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d, uint64_t now,
                           bool *open, char *escalation, size_t esc_len);
 /*
- * Records a call's final outcome. A failure is counted; *opened says whether
- * this failure opened the circuit (the caller escalates it and then calls
- * tp_breaker_call_set_escalation). A success clears the count.
+ * Records a call's final outcome. A failure is counted, once a call: the
+ * failure of a call id counted before (a --retry-failed rerun, or a rerun
+ * after forget) takes that one's place. *opened says whether this failure
+ * opened the circuit (the caller escalates it and then calls
+ * tp_breaker_call_set_escalation). A success clears the count. job: the
+ * job it counts for (scope "job"; shown by `toolpool breakers`), or NULL.
  */
-/* job: the job it counts for (scope "job"; shown by `toolpool breakers`), or NULL. */
 int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d, const char *job,
-                           const char *args, bool failed, const char *kind, const char *message, uint64_t now,
-                           bool *opened);
+                           const char *call_id, const char *args, bool failed, const char *kind, const char *message,
+                           uint64_t now, bool *opened);
 int tp_breaker_call_set_escalation(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const tp_digest_t *d,
                                    const char *escalation);
 
