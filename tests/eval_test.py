@@ -211,6 +211,11 @@ class EvalTest(unittest.TestCase):
                    if r["tool"] == "gone" and r.get("error") == "CircuitOpen"]
         self.assertTrue(refused)
         self.assertIn("`toolpool breakers reset tool/gone` closes it", refused[0]["message"])
+        # and the summary says calls were refused, and how to close a breaker
+        p = self.toolpool("run", "-r", "tools.json", "-s", self.path("tb2"), "-j", "1", "--no-progress",
+                          "calls.jsonl")
+        self.assertRegex(p.stderr, r"circuit open: \d+ calls refused without running; `toolpool breakers list "
+                                   r"--store [^`]*tb2` shows the breakers, `toolpool breakers reset ID` closes one")
 
     def test_repairs_do_not_trip_the_same_call_breaker(self):
         """Reruns of recorded failures (--retry-failed, or forget and run again)

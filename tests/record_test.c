@@ -386,6 +386,7 @@ static void test_getters_refuse(void)
                     TP_EPROTO);
     CU_ASSERT_EQUAL(tp_breaker_call_set_escalation(s, txn, &tool, &d, "E000002"), TP_EPROTO);
     tp_admit_t adm;
+    tool.policy.tool_off = false; /* a tool breaker asked for */
     CU_ASSERT_EQUAL(tp_breaker_tool_admit(s, txn, &tool, 1, &adm), TP_EPROTO);
     EXPECT_HAS(tp_store_strerror(s, TP_EPROTO, words, sizeof words), "breakers tool/deny");
     CU_ASSERT_EQUAL(tp_breaker_tool_record(s, txn, &tool, TP_KIND_TIMEOUT, false, 1), TP_EPROTO);

@@ -253,6 +253,12 @@ int tp_cmd_run(int argc, char **argv)
         if (rep.rerun)
             fprintf(stderr, "  done again: %llu recorded failure%s and refusal%s\n", (unsigned long long)rep.rerun,
                     rep.rerun == 1 ? "" : "s", rep.rerun == 1 ? "" : "s");
+        uint64_t open = rep.summary.by_kind[TP_KIND_CIRCUIT_OPEN];
+        if (open)
+            fprintf(stderr,
+                    "  circuit open: %llu call%s refused without running; `toolpool breakers list --store %s` "
+                    "shows the breakers, `toolpool breakers reset ID` closes one\n",
+                    (unsigned long long)open, open == 1 ? "" : "s", ec.store_dir);
         if (rep.late)
             fprintf(stderr,
                     "  late steps: %llu call%s came after a later step of their job had started, "
