@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "mcpstdio.h"
 
 /* The kind a JSON-RPC error code means for the call. */
 static const char *kind_of_code(json_int_t code)
@@ -108,6 +109,16 @@ void tp_mcp_result(const char *tool, uint64_t max_output, const json_t *answer, 
     json_t *result = json_object_get(answer, "result");
     if (!json_is_object(result)) {
         tp_outcome_fail(o, "ServerError", "%s: the MCP server's answer to tools/call has no result object", tool);
+        return;
+    }
+    const char *type = tp_mcpio_result_type(result);
+    if (type != NULL) {
+        tp_outcome_fail(o, "ToolError",
+                        "%s: the MCP server answered tools/call with resultType \"%.60s\", not \"complete\": %s", tool,
+                        type,
+                        strcmp(type, "input_required") == 0
+                            ? "it asks for input (elicitation, sampling or roots), which toolpool does not give servers"
+                            : "toolpool takes only a complete result");
         return;
     }
     char why[160];

@@ -149,7 +149,8 @@ static json_t *imported_tool(const char *server, const server_spec_t *sp, const 
 }
 
 /*
- * Starts one server (a process group of its own), runs the handshake,
+ * Starts one server (a process group of its own), finds its era and runs
+ * its handshake (tp_mcpio_open),
  * lists its tools (following nextCursor), and stops it. Each tool listed
  * is appended to ld->imported. An error names the server, says what went
  * wrong and quotes the end of the server's stderr. 0; the code the server
@@ -171,7 +172,7 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
         tp_mcpio_free(&c);
         return reg_fail_code(ld, rc, "cannot import the tools of MCP server \"%s\": %s", server, err);
     }
-    rc = tp_mcpio_initialize(&c, deadline, NULL, version, sizeof version, err, sizeof err);
+    rc = tp_mcpio_open(&c, deadline, NULL, version, sizeof version, err, sizeof err);
     json_t *cursor = NULL, *seen = json_object(); /* the cursors given so far: a repeat never ends */
     size_t listed = 0, pages = 0;
     int list_rc = 0; /* TP_EREFUSED: a tool name toolpool cannot take, pages without end; TP_ENOMEM */
@@ -186,10 +187,13 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
             break;
         json_t *e = json_object_get(answer, "error"), *result = json_object_get(answer, "result");
         json_t *tools = json_object_get(result, "tools");
-        if (e != NULL || !json_is_array(tools)) {
-            snprintf(err, sizeof err, "tools/list failed: %s",
-                     e ? (json_string_value(json_object_get(e, "message")) ?: "an error without a message")
-                       : "its answer has no tools array");
+        const char *type = e ? NULL : tp_mcpio_result_type(result);
+        if (e != NULL || type != NULL || !json_is_array(tools)) {
+            snprintf(err, sizeof err, "tools/list failed: %s%.60s%s",
+                     e      ? (json_string_value(json_object_get(e, "message")) ?: "an error without a message")
+                     : type ? "its answer's resultType is \""
+                            : "its answer has no tools array",
+                     type ? type : "", type ? "\", not \"complete\"" : "");
             json_decref(answer);
             rc = TP_EREFUSED;
             break;
@@ -250,7 +254,9 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
     if (rc == TP_ECLOSED)
         snprintf(err, sizeof err, "it %s before it had listed its tools", tp_mcpio_ended(&c, 200000, how, sizeof how));
     else if (rc == TP_ETIMEDOUT)
-        snprintf(err, sizeof err, "it did not answer initialize and tools/list within %.3gs (start_timeout)",
+        snprintf(err, sizeof err,
+                 "it did not answer its handshake (server/discover, or initialize) and tools/list within %.3gs "
+                 "(start_timeout)",
                  (double)timeout / 1e6);
     else if (rc == TP_E2BIG)
         snprintf(err, sizeof err, "it wrote a line of more than 64 MiB");

@@ -76,7 +76,7 @@ void reg_finish_errors(loader_t *ld);
  * its message already added to the loader's errors: TP_EINVAL for what
  * the files say, TP_ENOMEM when memory ran out, and for an MCP server that
  * could not be imported the code of its failure (tp_mcpio_spawn's and
- * tp_mcpio_initialize's). A step goes on after an error to find the others,
+ * tp_mcpio_open's). A step goes on after an error to find the others,
  * and says the first failure's code, out of memory over any other (reg_rc).
  */
 
