@@ -115,7 +115,7 @@ class McpModernTest(unittest.TestCase):
             self.assertEqual((r[cid]["error"], r[cid]["class"], r[cid]["attempts"]), ("ToolError", "permanent", 1),
                              r[cid])
             self.assertIn('resultType "%s", not "complete"' % kind, r[cid]["message"])
-        self.assertIn("asks for input", r["input"]["message"])
+        self.assertIn("it asks for elicitation/create", r["input"]["message"])
         self.assertEqual(r["after"]["result"]["content"][0]["text"], "still here")
 
     def test_timeout_cancels_and_liveness_is_checked_with_server_discover(self):
