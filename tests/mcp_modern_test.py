@@ -43,10 +43,12 @@ class McpModernTest(unittest.TestCase):
         with open(self.log) as f:
             return [json.loads(line[5:]) for line in f if line.startswith("recv ")]
 
-    def registry(self, modern=True, env=None, **policy):
+    def registry(self, modern=True, env=None, protocol=None, **policy):
         server = {"command": TINY + (["--modern"] if modern else []),
                   "env": dict({"TINY_LOG": self.log}, **(env or {})),
                   "tools": {"sleep": {"timeout": "1s"}, "freeze": {"timeout": "1s"}}}
+        if protocol is not None:
+            server["protocol"] = protocol
         reg = {"defaults": dict({"timeout": "20s", "backoff": {"base": "10ms", "jitter": "none"}}, **policy),
                "mcp_servers": {"tiny": server}}
         with open(os.path.join(self.tmp, "tools.json"), "w") as f:
@@ -204,6 +206,54 @@ class McpModernTest(unittest.TestCase):
         for m in got:
             if m["method"] in ("tools/list", "tools/call"):
                 self.assertEqual(m["meta"][ENVELOPE[0]], MODERN)
+
+    def load_error(self):
+        p = subprocess.run([TOOLPOOL, "tools", "list", "--registry", os.path.join(self.tmp, "tools.json")],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        return p.stderr
+
+    def test_protocol_key(self):
+        # "2025-11-25": initialize alone, no probe (for a legacy server that cannot take one)
+        self.registry(modern=False, env={"TINY_DISCOVER": "silent", "TINY_RECV": "1"}, protocol="2025-11-25")
+        t0 = time.monotonic()
+        r, p = self.run_calls([{"id": "legacy", "tool": "tiny.echo", "args": {"text": "no probe"}}])
+        self.assertEqual(r["legacy"]["result"]["content"][0]["text"], "no probe", p.stderr)
+        self.assertLess(time.monotonic() - t0, 4)  # neither process waited out a probe
+        methods = [m["method"] for m in self.received()]
+        self.assertNotIn("server/discover", methods)
+        self.assertEqual(methods.count("initialize"), 2)
+        os.unlink(self.log)
+        # "2026-07-28": the probe must find it, with no fallback...
+        self.registry(protocol="2026-07-28")
+        r, p = self.run_calls([{"id": "modern", "tool": "tiny.echo", "args": {"text": "pinned"}}])
+        self.assertEqual(r["modern"]["result"]["content"][0]["text"], "pinned", p.stderr)
+        self.assert_modern_exchange(self.received())
+        # ...so a legacy server is refused, saying why
+        self.registry(modern=False, protocol="2026-07-28")
+        self.assertIn('its protocol is "2026-07-28", but its answer to server/discover is not a 2026-07-28 server\'s',
+                      self.load_error())
+        # and a 2026-07-28 server refuses initialize
+        self.registry(protocol="2025-11-25")
+        self.assertIn("initialize failed: Unsupported protocol version", self.load_error())
+        # a bad value, on a server or on a declared tool, is a registry error that says what it takes
+        for reg in ({"mcp_servers": {"tiny": {"command": TINY, "protocol": "2026"}}},
+                    {"tools": [{"name": "t", "mcp": {"command": TINY, "tool": "echo", "protocol": 2026}}]}):
+            with open(os.path.join(self.tmp, "tools.json"), "w") as f:
+                json.dump(reg, f)
+            err = self.load_error()
+            self.assertIn("protocol", err)
+            self.assertIn('expected "auto" (found by a server/discover probe), "2026-07-28" or "2025-11-25"', err)
+
+    def test_a_declared_tool_takes_the_protocol_key(self):
+        reg = {"tools": [{"name": "echo", "timeout": "20s",
+                          "mcp": {"command": TINY + ["--modern"], "tool": "echo", "protocol": "2026-07-28",
+                                  "env": {"TINY_LOG": self.log}}}]}
+        with open(os.path.join(self.tmp, "tools.json"), "w") as f:
+            json.dump(reg, f)
+        r, p = self.run_calls([{"id": "e", "tool": "echo", "args": {"text": "declared"}}])
+        self.assertEqual(r["e"]["result"]["content"][0]["text"], "declared", p.stderr)
+        self.assert_modern_exchange(self.received())
 
 
 if __name__ == "__main__":

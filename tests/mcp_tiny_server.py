@@ -73,6 +73,7 @@ Environment:
   TINY_DISCOVER    "silent": server/discover is never answered (a legacy server
                    that ignores what comes before initialize)
   TINY_SLOW_START  seconds it sleeps before it reads anything (a slow start)
+  TINY_RECV        "1": each message read goes to TINY_LOG as with --modern
 """
 import json
 import os
@@ -457,7 +458,7 @@ def main():
             except ValueError:
                 send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse error"}})
                 continue
-            if modern and isinstance(m, dict):
+            if (modern or os.environ.get("TINY_RECV") == "1") and isinstance(m, dict):
                 note("recv " + json.dumps({"method": m.get("method"), "id": m.get("id"),
                                            "meta": (m.get("params") or {}).get("_meta")}))
             handle(m, page)

@@ -111,7 +111,7 @@ static void log_line(void *ctx, const char *line)
 
 /*
  * The server's identity: argv, env and cwd, each string ended by a NUL, the
- * parts by a 0x1f. 0, or TP_ENOMEM (a key with a part left out would name
+ * parts by a 0x1f, and the era it may be spoken to in. 0, or TP_ENOMEM (a key with a part left out would name
  * another server).
  */
 static int make_key(const Toolpool__Call *call, tp_buf_t *b)
@@ -125,7 +125,10 @@ static int make_key(const Toolpool__Call *call, tp_buf_t *b)
         rc = tp_buf_append(b, call->mcp_env[i], strlen(call->mcp_env[i]) + 1);
     if (rc == 0)
         rc = tp_buf_append(b, "\x1f", 1);
-    return rc ? rc : tp_buf_append(b, call->mcp_cwd, strlen(call->mcp_cwd) + 1);
+    if (rc == 0)
+        rc = tp_buf_append(b, call->mcp_cwd, strlen(call->mcp_cwd) + 1);
+    char era = (char)('0' + call->mcp_protocol % 10);
+    return rc ? rc : tp_buf_append(b, &era, 1);
 }
 
 /* The command for messages: its words, cut at 160 bytes. */
@@ -252,7 +255,8 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
     if (tp_contain_spare(s->conn.pid, true) < 0)
         tp_log_warn("more than %d MCP servers in one worker: the server of %s is killed after each call",
                     TP_CONTAIN_SPARE_MAX, call->tool);
-    rc = tp_mcpio_open(&s->conn, deadline_us, &tp_mcp_interrupt, s->version, sizeof s->version, err, sizeof err);
+    tp_mcp_era_t era = call->mcp_protocol < TP_MCP_ERA_N ? (tp_mcp_era_t)call->mcp_protocol : TP_MCP_ERA_AUTO;
+    rc = tp_mcpio_open(&s->conn, era, deadline_us, &tp_mcp_interrupt, s->version, sizeof s->version, err, sizeof err);
     if (rc == 0) {
         s->live = true;
         s->start_fails = 0;

@@ -685,44 +685,58 @@ static int initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t
     return rc;
 }
 
-int tp_mcpio_open(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version, size_t vlen,
-                  char *err, size_t errlen)
+const char *const tp_mcp_era_names[TP_MCP_ERA_N] = {"auto", TP_MCP_MODERN, TP_MCP_PROTOCOL};
+
+int tp_mcpio_open(tp_mcpio_t *c, tp_mcp_era_t era, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version,
+                  size_t vlen, char *err, size_t errlen)
 {
+    c->modern = false;
+    if (era == TP_MCP_ERA_LEGACY)
+        return initialize(c, deadline_us, stop, 0, NULL, version, vlen, err, errlen);
     int64_t probe;
     json_t *found = NULL;
     c->modern = true; /* the probe carries the envelope */
     int rc = send_request(c, "server/discover", NULL, deadline_us, stop, &probe);
     c->modern = false;
-    uint64_t wait = tp_now_us() + TP_MCP_PROBE_US;
+    uint64_t wait = era == TP_MCP_ERA_AUTO ? tp_now_us() + TP_MCP_PROBE_US : deadline_us;
     if (rc == 0)
         rc = await_answer(c, "server/discover", probe, 0, NULL, deadline_us && deadline_us < wait ? deadline_us : wait,
                           stop, 1 << 20, &found, err, errlen);
-    int era = 0;
+    int is = 0; /* 1: modern; 0: legacy; < 0: refused */
     if (rc == 0) {
-        era = probe_era(found, err, errlen);
+        is = probe_era(found, err, errlen);
+        if (is == 0 && era == TP_MCP_ERA_MODERN) {
+            char *said = json_dumps(found, JSON_COMPACT);
+            snprintf(err, errlen,
+                     "its protocol is \"%s\", but its answer to server/discover is not a 2026-07-28 "
+                     "server's (no supportedVersions naming it): %.200s",
+                     TP_MCP_MODERN, said ? said : "(unprintable)");
+            free(said);
+            is = TP_EREFUSED;
+        }
         json_decref(found);
         found = NULL;
         probe = 0; /* answered: initialize looks for no late answer */
-    } else if (rc == TP_EBADMSG) {
+    } else if (rc == TP_EBADMSG && era == TP_MCP_ERA_AUTO) {
         probe = 0; /* an answer that does not read is no DiscoverResult */
-    } else if (rc != TP_ETIMEDOUT || (deadline_us && tp_now_us() >= deadline_us)) {
+    } else if (rc != TP_ETIMEDOUT || era == TP_MCP_ERA_MODERN || (deadline_us && tp_now_us() >= deadline_us)) {
         if (rc == TP_ECLOSED || rc == TP_ETIMEDOUT)
             snprintf(err, errlen, "server/discover");
         return rc;
     } /* else no answer yet: a legacy server's silence, or a slow start whose answer may still come */
-    if (era == 0) {
+    if (is == 0) {
         rc = initialize(c, deadline_us, stop, probe, &found, version, vlen, err, errlen);
         /* a modern-only server refuses initialize: its late DiscoverResult said what it is */
         if (rc == TP_EREFUSED && found != NULL && probe_era(found, err, errlen) == 1)
-            era = 1;
+            is = 1;
         json_decref(found);
     }
-    if (era == 1) {
+    if (is == 1) {
         c->modern = true;
         snprintf(version, vlen, "%s", TP_MCP_MODERN);
         rc = 0;
     }
-    return era < 0 ? era : rc;
+    return is < 0 ? is : rc;
 }
 
 /* Reaps the server if it has exited, waiting up to wait_us. Whether it has. */

@@ -47,6 +47,16 @@
  */
 #define TP_MCP_PROBE_US 2000000u
 
+/* The eras a server may be spoken to in (an MCP server's "protocol" key). */
+typedef enum {
+    TP_MCP_ERA_AUTO,   /* found by the server/discover probe, falling back to initialize */
+    TP_MCP_ERA_MODERN, /* 2026-07-28 only: the probe must find it; no initialize */
+    TP_MCP_ERA_LEGACY, /* the initialize handshake only (2025-11-25 and older): no probe */
+    TP_MCP_ERA_N
+} tp_mcp_era_t;
+/* Their names as a registry spells them: "auto", "2026-07-28", "2025-11-25". */
+extern const char *const tp_mcp_era_names[TP_MCP_ERA_N];
+
 /* Bytes of the end of the server's stderr kept for messages. */
 #define TP_MCP_TAIL 600
 
@@ -160,7 +170,10 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
                      size_t errlen);
 
 /*
- * The era, found as 2026-07-28's versioning says for stdio: the probe
+ * The era, found as 2026-07-28's versioning says for stdio (era
+ * TP_MCP_ERA_AUTO; TP_MCP_ERA_MODERN takes only a modern answer to the probe,
+ * waiting for it to the deadline; TP_MCP_ERA_LEGACY sends initialize alone,
+ * no probe): the probe
  * server/discover (with the _meta envelope) first. A result whose
  * supportedVersions names 2026-07-28 makes c modern: no initialize. Any
  * other answer (an error such as -32601, a result without 2026-07-28), or
@@ -175,8 +188,8 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
  * (TP_EBADMSG with why in err, TP_ECLOSED and TP_ETIMEDOUT with the method
  * waited for in err, TP_EINTR, TP_E2BIG: a line over 1 MiB, TP_ENOMEM).
  */
-int tp_mcpio_open(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version, size_t vlen,
-                  char *err, size_t errlen);
+int tp_mcpio_open(tp_mcpio_t *c, tp_mcp_era_t era, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version,
+                  size_t vlen, char *err, size_t errlen);
 
 /*
  * Puts 2026-07-28's request envelope into params' _meta when c is modern

@@ -21,6 +21,7 @@ typedef struct {
     uint64_t start_timeout_us;
     uint32_t instances;     /* copies of the server, shared by its tools' calls; 0: 1 */
     uint32_t max_in_flight; /* calls at once on one copy; 0: the default */
+    int protocol;           /* the era it may be spoken to in: tp_mcp_era_t */
     json_t *defaults;
     json_t *tools;
 } server_spec_t;
@@ -33,6 +34,7 @@ static const key_spec_t server_keys[] = {
     {KEY("start_timeout", K_DURATION), SRV(start_timeout_us), .flags = F_MIN_EXCL},
     {KEY("instances", K_UINT), SRV(instances), .min = 1, .max = TP_MCP_INSTANCES_MAX},
     {KEY("max_in_flight", K_UINT), SRV(max_in_flight), .min = 1, .max = TP_MAX_IN_FLIGHT_MAX},
+    {KEY("protocol", K_MCP_ERA), SRV(protocol)},
     {KEY("defaults", K_JSON), SRV(defaults)},
     {KEY("tools", K_JSON), SRV(tools)},
 };
@@ -135,6 +137,8 @@ static json_t *imported_tool(const char *server, const server_spec_t *sp, const 
     json_object_set_new(mcp, "cwd", json_string(sp->cwd ? sp->cwd : dir));
     if (sp->instances)
         json_object_set_new(mcp, "instances", json_integer(sp->instances));
+    if (sp->protocol != TP_MCP_ERA_AUTO)
+        json_object_set_new(mcp, "protocol", json_string(tp_mcp_era_names[sp->protocol]));
     if (sp->max_in_flight)
         json_object_set_new(t, "max_in_flight", json_integer(sp->max_in_flight));
     json_object_set_new(t, "name", json_string(full));
@@ -172,7 +176,7 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
         tp_mcpio_free(&c);
         return reg_fail_code(ld, rc, "cannot import the tools of MCP server \"%s\": %s", server, err);
     }
-    rc = tp_mcpio_open(&c, deadline, NULL, version, sizeof version, err, sizeof err);
+    rc = tp_mcpio_open(&c, (tp_mcp_era_t)sp->protocol, deadline, NULL, version, sizeof version, err, sizeof err);
     json_t *cursor = NULL, *seen = json_object(); /* the cursors given so far: a repeat never ends */
     size_t listed = 0, pages = 0;
     int list_rc = 0; /* TP_EREFUSED: a tool name toolpool cannot take, pages without end; TP_ENOMEM */

@@ -145,6 +145,7 @@ typedef enum {
     K_TOOLS,       /* the top-level tools array, read after everything else */
     K_DIALECT,     /* "draft-07" | "2020-12" (or a "$schema" URI of one) -> int TP_JSONSCHEMA_* */
     K_FORMATS,     /* "annotate" | "assert" -> int TP_FORMATS_* */
+    K_MCP_ERA,     /* "auto" | "2026-07-28" | "2025-11-25" -> int tp_mcp_era_t (an MCP server's "protocol") */
     K_SCHEMA_REFS, /* {URI: FILE}: each file read now, kept as a document by URI */
     K_ENV,         /* an object of strings -> NULL-terminated char ** of "K=V" */
     K_HEADERS,     /* an object of HTTP headers -> NULL-terminated char ** of "Name=value" */
