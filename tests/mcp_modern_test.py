@@ -120,14 +120,19 @@ class McpModernTest(unittest.TestCase):
         self.assertIn("it asks for elicitation/create", r["input"]["message"])
         self.assertEqual(r["after"]["result"]["content"][0]["text"], "still here")
 
-    def test_timeout_cancels_and_liveness_is_checked_with_server_discover(self):
+    def timed_out_between(self, tool, args):
+        """One job: whoami, tool (past its 1 s timeout), whoami. Its results, the run, and the two pids."""
         self.registry(attempts=1)
-        r, _ = self.run_calls([
+        r, p = self.run_calls([
             {"id": "pid1", "job": "j", "step": 1, "tool": "tiny.whoami", "args": {}},
-            {"id": "sleep", "job": "j", "step": 2, "tool": "tiny.sleep", "args": {"seconds": 60}},
+            {"id": tool, "job": "j", "step": 2, "tool": "tiny." + tool, "args": args},
             {"id": "pid2", "job": "j", "step": 3, "tool": "tiny.whoami", "args": {}},
         ])
-        self.assertEqual(r["sleep"]["error"], "Timeout", r["sleep"])
+        self.assertEqual(r[tool]["error"], "Timeout", r[tool])
+        return r, p, [r[c]["result"]["structuredContent"]["pid"] for c in ("pid1", "pid2")]
+
+    def test_timeout_cancels_and_liveness_is_checked_with_server_discover(self):
+        r, _, pids = self.timed_out_between("sleep", {"seconds": 60})
         self.assertLess(r["sleep"]["duration_ms"], 5000)
         got = self.received()
         self.assert_modern_exchange(got)
@@ -137,21 +142,13 @@ class McpModernTest(unittest.TestCase):
         # after the cancel, the liveness check: server/discover, answered, so the same server goes on
         after = [m["method"] for m in got[got.index(cancelled[0]) + 1:]]
         self.assertEqual(after[0], "server/discover", after)
-        self.assertEqual(r["pid1"]["result"]["structuredContent"]["pid"],
-                         r["pid2"]["result"]["structuredContent"]["pid"])
+        self.assertEqual(pids[0], pids[1])
         self.assertEqual(len(calls), 3)
 
     def test_a_server_that_does_not_answer_the_liveness_check_is_replaced(self):
-        self.registry(attempts=1)
-        r, p = self.run_calls([
-            {"id": "pid1", "job": "j", "step": 1, "tool": "tiny.whoami", "args": {}},
-            {"id": "freeze", "job": "j", "step": 2, "tool": "tiny.freeze", "args": {"seconds": 9}},
-            {"id": "pid2", "job": "j", "step": 3, "tool": "tiny.whoami", "args": {}},
-        ])
-        self.assertEqual(r["freeze"]["error"], "Timeout", r["freeze"])
+        _, p, pids = self.timed_out_between("freeze", {"seconds": 9})
         self.assertIn("did not answer server/discover (its liveness check after a timeout) within 5s", p.stderr)
-        self.assertNotEqual(r["pid1"]["result"]["structuredContent"]["pid"],
-                            r["pid2"]["result"]["structuredContent"]["pid"])
+        self.assertNotEqual(pids[0], pids[1])
         self.assert_modern_exchange(self.received())
 
     def test_toolpool_mcp_lists_and_calls_a_2026_server(self):
