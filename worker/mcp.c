@@ -61,8 +61,8 @@
 #define SERVERS_MAX 8
 /*
  * The crash-loop cap: a server that dies before it has answered
- * server/discover or initialize this many times in a row is not started again by this worker
- * for START_REFUSE_US; calls of its tools fail at once meanwhile, with a
+ * server/discover or initialize this many times in a row is not started
+ * again by this worker for START_REFUSE_US; calls of its tools fail at once meanwhile, with a
  * message that says so and quotes the server's last words.
  */
 #define START_FAILS_MAX 3
@@ -111,8 +111,8 @@ static void log_line(void *ctx, const char *line)
 
 /*
  * The server's identity: argv, env and cwd, each string ended by a NUL, the
- * parts by a 0x1f, and the era it may be spoken to in. 0, or TP_ENOMEM (a key with a part left out would name
- * another server).
+ * parts by a 0x1f, and the era it may be spoken to in. 0, or TP_ENOMEM (a
+ * key with a part left out would name another server).
  */
 static int make_key(const Toolpool__Call *call, tp_buf_t *b)
 {

@@ -153,9 +153,9 @@ void tp_mcpio_answer_server(tp_mcpio_t *c, const json_t *req, uint64_t deadline_
 
 /*
  * Sends the request method(params) (params stolen; NULL: none; the _meta
- * envelope stamped in when c is modern) and reads
- * until its answer, which lands in *answer (the whole message: "result" or
- * "error"). It is the one request in flight, so an error with a null id
+ * envelope stamped in when c is modern) and reads until its answer,
+ * which lands in *answer (the whole message: "result" or "error"). It is
+ * the one request in flight, so an error with a null id
  * (the server could not read a request) is its answer too. Meanwhile the
  * server's requests are answered (ping with {}, anything else with -32601)
  * and its notifications go to c->notice (when set). *id is the request's
@@ -171,10 +171,10 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
 
 /*
  * The era, found as 2026-07-28's versioning says for stdio (era
- * TP_MCP_ERA_AUTO; TP_MCP_ERA_MODERN takes only a modern answer to the probe,
- * waiting for it to the deadline; TP_MCP_ERA_LEGACY sends initialize alone,
- * no probe): the probe
- * server/discover (with the _meta envelope) first. A result whose
+ * TP_MCP_ERA_AUTO; TP_MCP_ERA_MODERN takes only a modern answer to the
+ * probe, waiting for it to the deadline; TP_MCP_ERA_LEGACY sends
+ * initialize alone, no probe): the probe server/discover (with the _meta
+ * envelope) first. A result whose
  * supportedVersions names 2026-07-28 makes c modern: no initialize. Any
  * other answer (an error such as -32601, a result without 2026-07-28), or
  * none within TP_MCP_PROBE_US, is a legacy server's: initialize (offering
