@@ -191,6 +191,17 @@ class McpModernTest(unittest.TestCase):
                 self.assertEqual(len(started), 2)  # the import's and the worker's: no second process
                 os.unlink(self.log)
 
+    def test_unsupported_protocol_version_to_the_probe(self):
+        """-32022 is a modern server's error: it falls back to initialize only
+        when the versions it lists include one toolpool speaks that way."""
+        self.registry(modern=False, env={"TINY_DISCOVER": "unsupported:2099-01-01"})
+        err = self.load_error()
+        self.assertIn('the server speaks MCP ["2099-01-01"] (its UnsupportedProtocolVersion answer to server/discover)',
+                      err)
+        self.registry(modern=False, env={"TINY_DISCOVER": "unsupported:2099-01-01,2025-06-18"})
+        r, p = self.run_calls([{"id": "dual", "tool": "tiny.echo", "args": {"text": "fell back"}}])
+        self.assertEqual(r["dual"]["result"]["content"][0]["text"], "fell back", p.stderr)
+
     def test_a_slow_modern_server_is_still_found_modern(self):
         """A 2026-07-28 server that answers the probe after its wait has
         passed: initialize went out meanwhile and is refused, and the late

@@ -71,7 +71,8 @@ Environment:
   TINY_VERSION     the protocolVersion answered (default: the one asked for)
   TINY_MARK        crash_once's marker file
   TINY_DISCOVER    "silent": server/discover is never answered (a legacy server
-                   that ignores what comes before initialize)
+                   that ignores what comes before initialize); "unsupported:V1,V2":
+                   it is answered UnsupportedProtocolVersion (-32022) listing V1, V2
   TINY_SLOW_START  seconds it sleeps before it reads anything (a slow start)
   TINY_RECV        "1": each message read goes to TINY_LOG as with --modern
 """
@@ -382,6 +383,10 @@ def handle(m, page):
             "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "tiny", "version": "1"}}}})
     elif method == "server/discover" and os.environ.get("TINY_DISCOVER") == "silent":
         pass
+    elif method == "server/discover" and os.environ.get("TINY_DISCOVER", "").startswith("unsupported:"):
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32022, "message": "Unsupported protocol version",
+                                                     "data": {"supported": os.environ["TINY_DISCOVER"][12:].split(","),
+                                                              "requested": MODERN_VERSION}}})
     elif method == "tools/list":
         cursor = m.get("params", {}).get("cursor", "0") or "0"
         start = int(cursor) if cursor.isdigit() else 0
