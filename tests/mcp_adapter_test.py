@@ -211,7 +211,8 @@ class McpAdapterTest(unittest.TestCase):
         calls = [{"id": "c%d" % i, "job": "j", "step": i, "tool": "s", "args": {"text": "x"}} for i in range(1, 4)]
         r, p = self.run_calls(reg, calls, expect_rc=1)
         self.assertEqual(r["c1"]["error"], "WorkerCrashed")
-        self.assertIn("before answering initialize", r["c1"]["message"])
+        # it dies before its first answer: to the server/discover probe that finds its era
+        self.assertIn("before answering server/discover", r["c1"]["message"])
         self.assertIn("cannot start: no config", r["c1"]["message"])  # its last words
         # the third failed start in a row reaches the cap; then it is not started again for a while
         outcomes = [t["outcome"] for c in ("c1", "c2", "c3") for t in r[c]["trace"]]

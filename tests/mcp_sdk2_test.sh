@@ -13,6 +13,10 @@ BUILD=${TOOLPOOL_BUILD_DIR:-$HERE/../build}
 NPM_DIR=${TOOLPOOL_SDK2_NPM_DIR:-$BUILD/npm-sdk2}
 export TOOLPOOL_BUILD_DIR="$BUILD" TOOLPOOL_SDK2_NPM_DIR="$NPM_DIR"
 . "$HERE/npm_deps.sh"
-NPM_PACKAGES="@modelcontextprotocol/client@2.4.0"
+# The client, and the server that mcp_sdk2_server_test.py imports (through
+# `mcp_sdk2_test.sh --install`, which installs and stops): one line, as npm
+# prunes what a later install does not name.
+NPM_PACKAGES="@modelcontextprotocol/client@2.4.0 @modelcontextprotocol/server@2.4.0"
 npm_deps mcp_sdk2_test
+[ "${1:-}" = --install ] && exit 0
 exec node --test --test-reporter=spec "$HERE/mcp_sdk2_test.mjs"

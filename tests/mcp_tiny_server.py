@@ -49,6 +49,17 @@ Then, for shared sessions:
                     could not be parsed; the call itself is never answered),
                     "null_id_bigint" (that error, with 2**64 in its data)
 
+With --modern it speaks MCP 2026-07-28 alone, statelessly: no initialize
+(refused, -32022 naming 2026-07-28, as a modern-only server does), no ping
+(-32601); server/discover answers a DiscoverResult; every request must carry
+the _meta envelope (io.modelcontextprotocol/protocolVersion 2026-07-28 and
+clientCapabilities; else -32602, or -32022 for another version); every
+result carries resultType "complete"; log messages go only to a request whose
+_meta asks for a logLevel. Each message it reads is appended to TINY_LOG as
+"recv " and a JSON object {"method", "id", "meta"}. One more tool:
+  needs_input {type}  answers a result of that resultType (default
+                    "input_required", asking for an elicitation)
+
 Environment:
   TINY_LOG         a file each notable event is appended to ("started PID",
                    "ping 3", "cancelled 3", "write TEXT", "ask METHOD ID", "eof")
@@ -59,6 +70,11 @@ Environment:
                    "null_id" (an error with a null id), "batch" (the answer in a batch)
   TINY_VERSION     the protocolVersion answered (default: the one asked for)
   TINY_MARK        crash_once's marker file
+  TINY_DISCOVER    "silent": server/discover is never answered (a legacy server
+                   that ignores what comes before initialize); "unsupported:V1,V2":
+                   it is answered UnsupportedProtocolVersion (-32022) listing V1, V2
+  TINY_SLOW_START  seconds it sleeps before it reads anything (a slow start)
+  TINY_RECV        "1": each message read goes to TINY_LOG as with --modern
 """
 import json
 import os
@@ -114,6 +130,12 @@ TOOLS = [
      "annotations": RO},
 ]
 BIG = 2 ** 64  # past what a parser of 64-bit integers holds
+MODERN_VERSION = "2026-07-28"
+MODERN_TOOLS = [
+    {"name": "needs_input", "description": "Answers a result that is not complete (input_required).",
+     "inputSchema": {"type": "object", "properties": {"type": {"type": "string"}}}, "annotations": RO},
+]
+modern = False  # --modern: 2026-07-28 only
 
 buf = b""
 count = 0
@@ -149,6 +171,8 @@ def answer(mid, r):
     elif "__error" in r:
         send({"jsonrpc": "2.0", "id": mid, "error": r["__error"]})
     else:
+        if modern:
+            r = dict(r, resultType=r.get("resultType", "complete"))
         send({"jsonrpc": "2.0", "id": mid, "result": r})
 
 
@@ -279,9 +303,10 @@ def call(req):
     if name == "report":
         steps = int(args.get("steps", 3))
         token = p.get("_meta", {}).get("progressToken")
-        send({"jsonrpc": "2.0", "method": "notifications/message",
-              "params": {"level": "info", "logger": "tiny", "data": "report: %d steps" % steps}})
-        send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "debug", "data": "detail"}})
+        if not modern or p.get("_meta", {}).get("io.modelcontextprotocol/logLevel"):
+            send({"jsonrpc": "2.0", "method": "notifications/message",
+                  "params": {"level": "info", "logger": "tiny", "data": "report: %d steps" % steps}})
+            send({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "debug", "data": "detail"}})
         # another request's progress, and a list change: neither is the call's
         send({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "elsewhere", "progress": 9}})
         send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
@@ -312,6 +337,9 @@ def call(req):
     if name == "ask":
         ask(mid, args.get("method") or "roots/list")
         return None
+    if name == "needs_input" and modern:
+        return {"resultType": args.get("type", "input_required"), "inputRequests": {"name": {
+            "method": "elicitation/create", "params": ASK_PARAMS["elicitation/create"]}}}
     if name == "unreadable":
         line = unreadable(mid, args.get("form"))
         later(mid, float(args.get("seconds", 0)), lambda: {"__raw": line})
@@ -339,6 +367,8 @@ def handle(m, page):
         return
     if mid is None:
         return  # other notifications
+    if modern and not modern_request(m):
+        return
     if method == "initialize":
         v = os.environ.get("TINY_VERSION") or m["params"]["protocolVersion"]
         send({"jsonrpc": "2.0", "id": mid, "result": {
@@ -347,12 +377,23 @@ def handle(m, page):
     elif method == "ping":
         note("ping %s" % mid)
         send({"jsonrpc": "2.0", "id": mid, "result": {}})
+    elif method == "server/discover" and modern:
+        send({"jsonrpc": "2.0", "id": mid, "result": {
+            "resultType": "complete", "supportedVersions": [MODERN_VERSION], "capabilities": {"tools": {}},
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "tiny", "version": "1"}}}})
+    elif method == "server/discover" and os.environ.get("TINY_DISCOVER") == "silent":
+        pass
+    elif method == "server/discover" and os.environ.get("TINY_DISCOVER", "").startswith("unsupported:"):
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32022, "message": "Unsupported protocol version",
+                                                     "data": {"supported": os.environ["TINY_DISCOVER"][12:].split(","),
+                                                              "requested": MODERN_VERSION}}})
     elif method == "tools/list":
         cursor = m.get("params", {}).get("cursor", "0") or "0"
         start = int(cursor) if cursor.isdigit() else 0
-        tools = TOOLS[start:start + page] if page else TOOLS
+        every = TOOLS + MODERN_TOOLS if modern else TOOLS
+        tools = every[start:start + page] if page else every
         result = {"tools": tools}
-        if page and start + page < len(TOOLS):
+        if page and start + page < len(every):
             result["nextCursor"] = str(start + page)
         if os.environ.get("TINY_CURSOR") == "repeat":
             result = {"tools": TOOLS[:page or 1], "nextCursor": "again"}
@@ -365,13 +406,31 @@ def handle(m, page):
             sys.stdout.write(json.dumps([{"jsonrpc": "2.0", "id": mid, "result": result}]) + "\n")
             sys.stdout.flush()
         else:
-            send({"jsonrpc": "2.0", "id": mid, "result": result})
+            answer(mid, result)
     elif method == "tools/call":
         r = call(m)
         if r is not None:
             answer(mid, r)
     else:
         send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no method " + method}})
+
+
+def modern_request(m):
+    """Whether request m is one of 2026-07-28 (the _meta envelope); else it is answered its error."""
+    mid, meta = m.get("id"), (m.get("params") or {}).get("_meta") or {}
+    version = meta.get("io.modelcontextprotocol/protocolVersion")
+    refused = {"code": -32022, "message": "Unsupported protocol version: this server speaks 2026-07-28 only",
+               "data": {"supported": [MODERN_VERSION], "requested": version}}
+    if m.get("method") == "initialize" or (version is not None and version != MODERN_VERSION):
+        send({"jsonrpc": "2.0", "id": mid, "error": refused})
+    elif version is None or not isinstance(meta.get("io.modelcontextprotocol/clientCapabilities"), dict):
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32602, "message": "Invalid params: the _meta "
+                                                     "envelope of 2026-07-28 is missing"}})
+    elif m.get("method") == "ping":
+        send({"jsonrpc": "2.0", "id": mid, "error": {"code": -32601, "message": "no method ping in 2026-07-28"}})
+    else:
+        return True
+    return False
 
 
 def fire():
@@ -384,7 +443,8 @@ def fire():
 
 
 def main():
-    global buf
+    global buf, modern
+    modern = "--modern" in sys.argv[1:]
     sys.stderr.write("tiny: started\n")
     sys.stderr.flush()
     note("started %d" % os.getpid())
@@ -392,6 +452,7 @@ def main():
         sys.stderr.write("tiny: cannot start: no config\n")
         sys.exit(1)
     page = int(os.environ.get("TINY_PAGE", "0"))
+    time.sleep(float(os.environ.get("TINY_SLOW_START", "0")))
     while True:
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
@@ -402,6 +463,9 @@ def main():
             except ValueError:
                 send({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse error"}})
                 continue
+            if (modern or os.environ.get("TINY_RECV") == "1") and isinstance(m, dict):
+                note("recv " + json.dumps({"method": m.get("method"), "id": m.get("id"),
+                                           "meta": (m.get("params") or {}).get("_meta")}))
             handle(m, page)
             fire()
         fire()

@@ -9,7 +9,10 @@
  * every call of its tools and whatever state the server keeps lives on.
  * A session starts at the first call that needs it: the server is spawned
  * in the worker's process group (so the pool's kill of the worker takes it
- * too), the initialize handshake runs once, within that call's deadline.
+ * too), and its era is found once, within that call's deadline
+ * (tp_mcpio_open): a server that answers the server/discover probe as
+ * 2026-07-28 is spoken to statelessly, every request carrying the _meta
+ * envelope; any other gets the initialize handshake of 2025-11-25.
  * The sweeps that kill what a tool leaves behind spare a live server and
  * what it started (contain.h).
  *
@@ -18,13 +21,16 @@
  * the servers' output and its call pipe together (tp_mcp_wait) and answers
  * each call as its answer comes. At a call's deadline (the supervisor's,
  * Call.deadline_us) the request gets notifications/cancelled and the call
- * ends Timeout at once; the server is then pinged, and only one that does
+ * ends Timeout at once; the server is then pinged (a 2026-07-28 server,
+ * which has no ping, is sent server/discover), and only one that does
  * not answer within PING_GRACE_US, that ends, or that writes what is not
  * JSON-RPC is killed: the calls it held end WorkerCrashed (retried when
  * their tool is idempotent, Interrupted when not), and those that came
  * while it was suspect, which it never saw, go to a fresh server.
  * Requests the server makes of us are answered: ping, and a clear -32601
- * for roots, sampling and elicitation, which toolpool does not offer.
+ * for roots, sampling and elicitation, which toolpool does not offer (a
+ * 2026-07-28 server asks for them with an input_required result instead,
+ * which ends the call: mcp_result.h).
  *
  * An answer the JSON parser cannot hold (a number past 64 bits, nesting
  * past its depth) ends the call whose id a lenient scan finds in it, at
@@ -55,8 +61,8 @@
 #define SERVERS_MAX 8
 /*
  * The crash-loop cap: a server that dies before it has answered
- * initialize this many times in a row is not started again by this worker
- * for START_REFUSE_US; calls of its tools fail at once meanwhile, with a
+ * server/discover or initialize this many times in a row is not started
+ * again by this worker for START_REFUSE_US; calls of its tools fail at once meanwhile, with a
  * message that says so and quotes the server's last words.
  */
 #define START_FAILS_MAX 3
@@ -105,8 +111,8 @@ static void log_line(void *ctx, const char *line)
 
 /*
  * The server's identity: argv, env and cwd, each string ended by a NUL, the
- * parts by a 0x1f. 0, or TP_ENOMEM (a key with a part left out would name
- * another server).
+ * parts by a 0x1f, and the era it may be spoken to in. 0, or TP_ENOMEM (a
+ * key with a part left out would name another server).
  */
 static int make_key(const Toolpool__Call *call, tp_buf_t *b)
 {
@@ -119,7 +125,10 @@ static int make_key(const Toolpool__Call *call, tp_buf_t *b)
         rc = tp_buf_append(b, call->mcp_env[i], strlen(call->mcp_env[i]) + 1);
     if (rc == 0)
         rc = tp_buf_append(b, "\x1f", 1);
-    return rc ? rc : tp_buf_append(b, call->mcp_cwd, strlen(call->mcp_cwd) + 1);
+    if (rc == 0)
+        rc = tp_buf_append(b, call->mcp_cwd, strlen(call->mcp_cwd) + 1);
+    char era = (char)('0' + call->mcp_protocol % 10);
+    return rc ? rc : tp_buf_append(b, &era, 1);
 }
 
 /* The command for messages: its words, cut at 160 bytes. */
@@ -217,12 +226,12 @@ static void start_failed(server_t *s, const Toolpool__Call *call, tp_outcome_t *
 /*
  * Spawns the server and runs the handshake. 0 when it is live; else o
  * holds the failure, the server is gone, and the code says why: TP_ENOMEM,
- * tp_mcpio_spawn's, or tp_mcpio_initialize's (TP_ECLOSED, TP_EREFUSED,
+ * tp_mcpio_spawn's, or tp_mcpio_open's (TP_ECLOSED, TP_EREFUSED,
  * TP_E2BIG, TP_EINTR...).
  */
 static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o, uint64_t deadline_us)
 {
-    char err[512], what[TP_MCP_TAIL + 200], how[96];
+    char err[512], what[TP_MCP_TAIL + 720], how[96];
     char **argv = calloc(call->n_argv + 1, sizeof *argv);
     char **env = calloc(call->n_mcp_env + 1, sizeof *env);
     if (argv == NULL || env == NULL) {
@@ -246,7 +255,8 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
     if (tp_contain_spare(s->conn.pid, true) < 0)
         tp_log_warn("more than %d MCP servers in one worker: the server of %s is killed after each call",
                     TP_CONTAIN_SPARE_MAX, call->tool);
-    rc = tp_mcpio_initialize(&s->conn, deadline_us, &tp_mcp_interrupt, s->version, sizeof s->version, err, sizeof err);
+    tp_mcp_era_t era = call->mcp_protocol < TP_MCP_ERA_N ? (tp_mcp_era_t)call->mcp_protocol : TP_MCP_ERA_AUTO;
+    rc = tp_mcpio_open(&s->conn, era, deadline_us, &tp_mcp_interrupt, s->version, sizeof s->version, err, sizeof err);
     if (rc == 0) {
         s->live = true;
         s->start_fails = 0;
@@ -254,8 +264,7 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
     }
     if (rc == TP_ECLOSED) {
         tp_mcpio_ended(&s->conn, CLOSE_WAIT_US, how, sizeof how);
-        snprintf(what, sizeof what, "%s before answering initialize%s%s", how, s->conn.tail_len ? ": " : "",
-                 s->conn.tail);
+        snprintf(what, sizeof what, "%s before answering %s%s%s", how, err, s->conn.tail_len ? ": " : "", s->conn.tail);
         server_drop(s, 0);
         start_failed(s, call, o, "WorkerCrashed", what);
     } else if (rc == TP_EREFUSED || rc == TP_EBADMSG) {
@@ -264,8 +273,8 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
     } else {
         server_drop(s, 0);
         if (rc == TP_E2BIG)
-            tp_outcome_fail(o, "ServerError", "MCP server of %s: a line of more than 1 MB before its initialize answer",
-                            call->tool);
+            tp_outcome_fail(o, "ServerError",
+                            "MCP server of %s: a line of more than 1 MB before its handshake's answer", call->tool);
         else
             tp_outcome_fail(o, "ServerError", "MCP server of %s: its handshake did not finish", call->tool);
     }
@@ -345,12 +354,29 @@ static void flight_end(flight_t *f, tp_outcome_t *o)
     free(f);
 }
 
-/* Sends f's held tools/call. 0, or tp_mcpio_send's code. */
+/*
+ * A tools/call's params made ready for s: the _meta envelope when s
+ * speaks 2026-07-28, with the lowest log level when the caller listens
+ * (that revision sends no log messages unless a request asks). 0 or
+ * TP_ENOMEM.
+ */
+static int stamp_call(const server_t *s, const Toolpool__Call *call, json_t *params)
+{
+    int rc = tp_mcpio_stamp(&s->conn, params);
+    if (rc == 0 && s->conn.modern && call->notify &&
+        json_object_set_new(json_object_get(params, "_meta"), TP_META_LEVEL, json_string("debug")) < 0)
+        rc = TP_ENOMEM;
+    return rc;
+}
+
+/* Sends f's held tools/call, stamped for the server it goes to. 0, or tp_mcpio_send's or stamp_call's code. */
 static int send_held(flight_t *f)
 {
     const Toolpool__Call *call = f->call;
-    int rc = tp_mcpio_send(&f->server->conn, f->held, call->deadline_us ? call->deadline_us : tp_now_us() + 10000000u,
-                           NULL);
+    int stamped = stamp_call(f->server, call, json_object_get(f->held, "params"));
+    int rc = stamped ? stamped
+                     : tp_mcpio_send(&f->server->conn, f->held,
+                                     call->deadline_us ? call->deadline_us : tp_now_us() + 10000000u, NULL);
     json_decref(f->held);
     f->held = NULL;
     return rc;
@@ -612,13 +638,24 @@ static void server_unreadable(server_t *s, const json_t *id, const char *why)
                 current_tool, why);
 }
 
-/* After a call's timeout on s: a ping, which a server that still reads its stdin answers. */
+/*
+ * After a call's timeout on s: a request any server that still reads its
+ * stdin answers at once: ping, or server/discover for a 2026-07-28 server,
+ * whose revision has no ping.
+ */
 static void server_ping(server_t *s)
 {
     if (s->ping_id != 0 || !s->live)
         return;
     int64_t id = s->conn.next_id++;
-    json_t *req = json_pack("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", (json_int_t)id, "method", "ping");
+    json_t *req = json_pack("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", (json_int_t)id, "method",
+                            s->conn.modern ? "server/discover" : "ping");
+    json_t *params = s->conn.modern ? json_object() : NULL;
+    if (params != NULL && (tp_mcpio_stamp(&s->conn, params) < 0 || json_object_set(req, "params", params) < 0)) {
+        json_decref(req);
+        req = NULL;
+    }
+    json_decref(params);
     if (req != NULL && tp_mcpio_send(&s->conn, req, tp_now_us() + 1000000u, NULL) == 0) {
         s->ping_id = id;
         s->ping_due_us = tp_now_us() + PING_GRACE_US;
@@ -668,8 +705,10 @@ void tp_mcp_start(Toolpool__SupervisorFrame *frame)
         } else {
             params = json_pack("{s:s, s:o}", "name", call->mcp_tool, "arguments", args);
             /* A caller who listens hears the server's progress: the call's seq is its token. */
-            if (params != NULL && call->notify &&
-                json_object_set_new(params, "_meta", json_pack("{s:I}", "progressToken", (json_int_t)call->seq)) < 0) {
+            if (params != NULL && ((call->notify && json_object_set_new(params, "_meta",
+                                                                        json_pack("{s:I}", "progressToken",
+                                                                                  (json_int_t)call->seq)) < 0) ||
+                                   stamp_call(s, call, params) < 0)) {
                 json_decref(params);
                 params = NULL;
             }
@@ -774,7 +813,9 @@ static void check_times(void)
         server_t *s = &servers[i];
         if (s->live && s->ping_id != 0 && now >= s->ping_due_us) {
             char why[96];
-            snprintf(why, sizeof why, "did not answer a ping within %us", PING_GRACE_US / 1000000u);
+            snprintf(why, sizeof why, "did not answer %s within %us",
+                     s->conn.modern ? "server/discover (its liveness check after a timeout)" : "a ping",
+                     PING_GRACE_US / 1000000u);
             tp_log_warn("the MCP server of %s %s: it is restarted", current_tool, why);
             server_fail(s, why);
         }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "mcpstdio.h"
 
 /* The kind a JSON-RPC error code means for the call. */
 static const char *kind_of_code(json_int_t code)
@@ -17,6 +18,8 @@ static const char *kind_of_code(json_int_t code)
         return "BadArguments";
     if (code == -32601)
         return "UnknownTool";
+    if (code == -32021)
+        return "ToolError"; /* 2026-07-28's MissingRequiredClientCapability: toolpool declares none, a retry meets it */
     return "ServerError";
 }
 
@@ -95,6 +98,39 @@ static const char *result_problem(json_t *result, char *buf, size_t cap)
     return NULL;
 }
 
+/*
+ * A result of another resultType than "complete": input_required (a multi
+ * round-trip request: the server wants its inputRequests answered, or its
+ * requestState sent back, in a second tools/call), or one unknown. Either
+ * is the server's answer to this request, so ToolError, permanent.
+ */
+static void not_complete(const char *tool, const char *type, json_t *result, tp_outcome_t *o)
+{
+    char asks[200] = "";
+    size_t n = 0;
+    const char *k;
+    json_t *req;
+    json_object_foreach(json_object_get(result, "inputRequests"), k, req) {
+        const char *m = json_string_value(json_object_get(req, "method"));
+        int w = snprintf(asks + n, sizeof asks - n, "%s%s", n ? ", " : ": it asks for ", m ? m : "(no method)");
+        if (w < 0 || (size_t)w >= sizeof asks - n)
+            break;
+        n += (size_t)w;
+    }
+    if (strcmp(type, "input_required") == 0)
+        tp_outcome_fail(
+            o, "ToolError",
+            "%s: the MCP server answered tools/call with resultType \"input_required\", not \"complete\"%s; "
+            "toolpool does not take part in multi round-trip requests (it answers no input requests and "
+            "sends no request state back)",
+            tool, asks);
+    else
+        tp_outcome_fail(o, "ToolError",
+                        "%s: the MCP server answered tools/call with resultType \"%.60s\", not \"complete\", the only "
+                        "one toolpool takes",
+                        tool, type);
+}
+
 void tp_mcp_result(const char *tool, uint64_t max_output, const json_t *answer, tp_outcome_t *o)
 {
     json_t *err = json_object_get(answer, "error");
@@ -108,6 +144,11 @@ void tp_mcp_result(const char *tool, uint64_t max_output, const json_t *answer, 
     json_t *result = json_object_get(answer, "result");
     if (!json_is_object(result)) {
         tp_outcome_fail(o, "ServerError", "%s: the MCP server's answer to tools/call has no result object", tool);
+        return;
+    }
+    const char *type = tp_mcpio_result_type(result);
+    if (type != NULL) {
+        not_complete(tool, type, result, o);
         return;
     }
     char why[160];

@@ -494,25 +494,70 @@ void tp_mcpio_answer_server(tp_mcpio_t *c, const json_t *req, uint64_t deadline_
     json_decref(a);
 }
 
-int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t deadline_us,
-                     volatile sig_atomic_t *stop, size_t max_line, int64_t *id, json_t **answer, char *err,
-                     size_t errlen)
+/* Who we are, in initialize's clientInfo and 2026-07-28's _meta. */
+static json_t *client_info(void)
+{
+    return json_pack("{s:s, s:s}", "name", "toolpool", "version", "1");
+}
+
+int tp_mcpio_stamp(const tp_mcpio_t *c, json_t *params)
+{
+    if (!c->modern)
+        return 0;
+    json_t *meta = json_object_get(params, "_meta");
+    if (!json_is_object(meta) && ((meta = json_object()) == NULL || json_object_set_new(params, "_meta", meta) < 0))
+        return TP_ENOMEM;
+    return json_object_set_new(meta, TP_META_VERSION, json_string(TP_MCP_MODERN)) < 0 ||
+                   json_object_set_new(meta, TP_META_CAPS, json_object()) < 0 ||
+                   json_object_set_new(meta, TP_META_INFO, client_info()) < 0
+               ? TP_ENOMEM
+               : 0;
+}
+
+const char *tp_mcpio_result_type(const json_t *result)
+{
+    json_t *t = json_object_get(result, "resultType");
+    if (t == NULL)
+        return NULL;
+    if (!json_is_string(t))
+        return "(not a string)";
+    return strcmp(json_string_value(t), "complete") == 0 ? NULL : json_string_value(t);
+}
+
+/* Sends method(params) (stolen; NULL: none), stamped, under a fresh id, *id. 0 or tp_mcpio_send's code. */
+static int send_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t deadline_us,
+                        volatile sig_atomic_t *stop, int64_t *id)
 {
     int64_t my = c->next_id++;
     *id = my;
     json_t *req = json_pack("{s:s, s:I, s:s}", "jsonrpc", "2.0", "id", (json_int_t)my, "method", method);
-    if (req == NULL || (params != NULL && json_object_set_new(req, "params", params) < 0)) {
-        json_decref(req);
-        return TP_ENOMEM;
-    }
-    int rc = tp_mcpio_send(c, req, deadline_us, stop);
+    if (params == NULL && c->modern)
+        params = json_object();
+    int rc = req == NULL || (params == NULL && c->modern) ? TP_ENOMEM : 0;
+    if (rc == 0 && params != NULL && (rc = tp_mcpio_stamp(c, params)) == 0 &&
+        json_object_set(req, "params", params) < 0)
+        rc = TP_ENOMEM;
+    json_decref(params);
+    if (rc == 0)
+        rc = tp_mcpio_send(c, req, deadline_us, stop);
     json_decref(req);
-    if (rc != 0)
-        return rc;
+    return rc;
+}
+
+/*
+ * Reads until the answer to request my (of method) comes, into *answer;
+ * one to request also (0: none) that comes first is kept in *also_answer
+ * (when that is still NULL). See tp_mcpio_request.
+ */
+static int await_answer(tp_mcpio_t *c, const char *method, int64_t my, int64_t also, json_t **also_answer,
+                        uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line, json_t **answer, char *err,
+                        size_t errlen)
+{
     for (;;) {
         json_t *m = NULL;
         char why[200];
-        if ((rc = tp_mcpio_recv(c, deadline_us, stop, max_line, &m, why, sizeof why)) == TP_EBADMSG) {
+        int rc = tp_mcpio_recv(c, deadline_us, stop, max_line, &m, why, sizeof why);
+        if (rc == TP_EBADMSG) {
             bool mine = json_is_null(m) || (json_is_integer(m) && json_integer_value(m) == my);
             json_decref(m);
             if (!mine)
@@ -536,36 +581,99 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
             *answer = m;
             return 0;
         }
+        if (also != 0 && json_is_integer(mid) && json_integer_value(mid) == also && *also_answer == NULL) {
+            *also_answer = m;
+            continue;
+        }
         json_decref(m); /* an answer to something long gone */
     }
 }
 
-int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version, size_t vlen,
-                        char *err, size_t errlen)
+int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t deadline_us,
+                     volatile sig_atomic_t *stop, size_t max_line, int64_t *id, json_t **answer, char *err,
+                     size_t errlen)
 {
-    static const char *const accepted[] = {TP_MCP_PROTOCOL, "2025-06-18", "2025-03-26"};
-    json_t *params = json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", TP_MCP_PROTOCOL, "capabilities",
-                               "clientInfo", "name", "toolpool", "version", "1");
+    int rc = send_request(c, method, params, deadline_us, stop, id);
+    return rc ? rc : await_answer(c, method, *id, 0, NULL, deadline_us, stop, max_line, answer, err, errlen);
+}
+
+/* 2026-07-28's UnsupportedProtocolVersionError: a modern server that speaks none of the versions asked for. */
+#define RPC_UNSUPPORTED_VERSION (-32022)
+
+/* The legacy versions initialize takes in answer, the one offered first. */
+static const char *const accepted[] = {TP_MCP_PROTOCOL, "2025-06-18", "2025-03-26"};
+
+static bool accepted_version(const char *v)
+{
+    for (size_t i = 0; v != NULL && i < sizeof accepted / sizeof accepted[0]; i++)
+        if (strcmp(v, accepted[i]) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * What an answer to the probe says: 1, a modern server (a DiscoverResult
+ * naming 2026-07-28); 0, a legacy one (any other answer); TP_EREFUSED, a
+ * modern server that speaks neither 2026-07-28 nor a legacy version we do
+ * (UnsupportedProtocolVersion, which must not be answered by falling back),
+ * err saying what it speaks.
+ */
+static int probe_era(const json_t *a, char *err, size_t errlen)
+{
+    json_t *e = json_object_get(a, "error"), *r = json_object_get(a, "result");
+    json_t *versions = e ? json_object_get(json_object_get(e, "data"), "supported")
+                         : json_object_get(r, "supportedVersions");
+    bool modern = false, legacy = false;
+    size_t i;
+    json_t *v;
+    json_array_foreach(versions, i, v) {
+        modern = modern || (json_is_string(v) && strcmp(json_string_value(v), TP_MCP_MODERN) == 0);
+        legacy = legacy || accepted_version(json_string_value(v));
+    }
+    if (e == NULL && modern && tp_mcpio_result_type(r) == NULL)
+        return 1;
+    if (e == NULL || json_integer_value(json_object_get(e, "code")) != RPC_UNSUPPORTED_VERSION || legacy)
+        return 0;
+    char *list = json_dumps(versions, JSON_COMPACT | JSON_ENCODE_ANY);
+    snprintf(err, errlen,
+             "the server speaks MCP %.120s (its UnsupportedProtocolVersion answer to server/discover); toolpool speaks "
+             "%s, and %s, 2025-06-18 and 2025-03-26 through initialize",
+             list ? list : "(no supported list)", TP_MCP_MODERN, TP_MCP_PROTOCOL);
+    free(list);
+    return TP_EREFUSED;
+}
+
+/*
+ * The legacy handshake: initialize, then notifications/initialized. A late
+ * answer to the probe (request probe, 0: none) that comes meanwhile lands
+ * in *late. Codes as tp_mcpio_open's.
+ */
+static int initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, int64_t probe, json_t **late,
+                      char *version, size_t vlen, char *err, size_t errlen)
+{
+    json_t *params = json_pack("{s:s, s:{}, s:o}", "protocolVersion", TP_MCP_PROTOCOL, "capabilities", "clientInfo",
+                               client_info());
     if (params == NULL)
         return TP_ENOMEM;
     int64_t id;
     json_t *a = NULL;
-    int rc = tp_mcpio_request(c, "initialize", params, deadline_us, stop, 1 << 20, &id, &a, err, errlen);
+    int rc = send_request(c, "initialize", params, deadline_us, stop, &id);
+    if (rc == 0)
+        rc = await_answer(c, "initialize", id, probe, late, deadline_us, stop, 1 << 20, &a, err, errlen);
+    if (rc == TP_ECLOSED || rc == TP_ETIMEDOUT)
+        snprintf(err, errlen, "initialize");
     if (rc != 0)
         return rc;
     json_t *e = json_object_get(a, "error");
     const char *v = json_string_value(json_object_get(json_object_get(a, "result"), "protocolVersion"));
-    bool ok = false;
-    for (size_t i = 0; v != NULL && i < sizeof accepted / sizeof accepted[0]; i++)
-        ok = ok || strcmp(v, accepted[i]) == 0;
     if (e != NULL) {
         snprintf(err, errlen, "initialize failed: %s (%lld)",
                  json_string_value(json_object_get(e, "message")) ?: "no message",
                  (long long)json_integer_value(json_object_get(e, "code")));
         rc = TP_EREFUSED;
-    } else if (!ok) {
-        snprintf(err, errlen, "the server speaks MCP %s; toolpool speaks %s, 2025-06-18 and 2025-03-26",
-                 v ? v : "(no protocolVersion in its answer)", TP_MCP_PROTOCOL);
+    } else if (!accepted_version(v)) {
+        snprintf(err, errlen, "the server speaks MCP %s; toolpool speaks %s, %s, 2025-06-18 and 2025-03-26",
+                 v ? v : "(no protocolVersion in its answer)", TP_MCP_MODERN, TP_MCP_PROTOCOL);
         rc = TP_EREFUSED;
     } else {
         snprintf(version, vlen, "%s", v);
@@ -575,6 +683,60 @@ int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic
     }
     json_decref(a);
     return rc;
+}
+
+const char *const tp_mcp_era_names[TP_MCP_ERA_N] = {"auto", TP_MCP_MODERN, TP_MCP_PROTOCOL};
+
+int tp_mcpio_open(tp_mcpio_t *c, tp_mcp_era_t era, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version,
+                  size_t vlen, char *err, size_t errlen)
+{
+    c->modern = false;
+    if (era == TP_MCP_ERA_LEGACY)
+        return initialize(c, deadline_us, stop, 0, NULL, version, vlen, err, errlen);
+    int64_t probe;
+    json_t *found = NULL;
+    c->modern = true; /* the probe carries the envelope */
+    int rc = send_request(c, "server/discover", NULL, deadline_us, stop, &probe);
+    c->modern = false;
+    uint64_t wait = era == TP_MCP_ERA_AUTO ? tp_now_us() + TP_MCP_PROBE_US : deadline_us;
+    if (rc == 0)
+        rc = await_answer(c, "server/discover", probe, 0, NULL, deadline_us && deadline_us < wait ? deadline_us : wait,
+                          stop, 1 << 20, &found, err, errlen);
+    int is = 0; /* 1: modern; 0: legacy; < 0: refused */
+    if (rc == 0) {
+        is = probe_era(found, err, errlen);
+        if (is == 0 && era == TP_MCP_ERA_MODERN) {
+            char *said = json_dumps(found, JSON_COMPACT);
+            snprintf(err, errlen,
+                     "its protocol is \"%s\", but its answer to server/discover is not a 2026-07-28 "
+                     "server's (no supportedVersions naming it): %.200s",
+                     TP_MCP_MODERN, said ? said : "(unprintable)");
+            free(said);
+            is = TP_EREFUSED;
+        }
+        json_decref(found);
+        found = NULL;
+        probe = 0; /* answered: initialize looks for no late answer */
+    } else if (rc == TP_EBADMSG && era == TP_MCP_ERA_AUTO) {
+        probe = 0; /* an answer that does not read is no DiscoverResult */
+    } else if (rc != TP_ETIMEDOUT || era == TP_MCP_ERA_MODERN || (deadline_us && tp_now_us() >= deadline_us)) {
+        if (rc == TP_ECLOSED || rc == TP_ETIMEDOUT)
+            snprintf(err, errlen, "server/discover");
+        return rc;
+    } /* else no answer yet: a legacy server's silence, or a slow start whose answer may still come */
+    if (is == 0) {
+        rc = initialize(c, deadline_us, stop, probe, &found, version, vlen, err, errlen);
+        /* a modern-only server refuses initialize: its late DiscoverResult said what it is */
+        if (rc == TP_EREFUSED && found != NULL && probe_era(found, err, errlen) == 1)
+            is = 1;
+        json_decref(found);
+    }
+    if (is == 1) {
+        c->modern = true;
+        snprintf(version, vlen, "%s", TP_MCP_MODERN);
+        rc = 0;
+    }
+    return is < 0 ? is : rc;
 }
 
 /* Reaps the server if it has exited, waiting up to wait_us. Whether it has. */

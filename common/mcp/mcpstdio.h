@@ -31,8 +31,31 @@
 #include "buf.h"
 #include "error.h"
 
-/* The protocol version offered, and the older ones accepted in answer. */
+/* The protocol version offered to initialize, and the older ones accepted in answer. */
 #define TP_MCP_PROTOCOL "2025-11-25"
+/* The stateless revision: no initialize, the version and capabilities in each request's _meta. */
+#define TP_MCP_MODERN "2026-07-28"
+/* The per-request _meta keys of 2026-07-28. */
+#define TP_META_VERSION "io.modelcontextprotocol/protocolVersion"
+#define TP_META_CAPS "io.modelcontextprotocol/clientCapabilities"
+#define TP_META_INFO "io.modelcontextprotocol/clientInfo"
+#define TP_META_LEVEL "io.modelcontextprotocol/logLevel"
+/*
+ * How long the server/discover probe is waited for before initialize is
+ * sent after it: a legacy server may leave a request before initialize
+ * unanswered.
+ */
+#define TP_MCP_PROBE_US 2000000u
+
+/* The eras a server may be spoken to in (an MCP server's "protocol" key). */
+typedef enum {
+    TP_MCP_ERA_AUTO,   /* found by the server/discover probe, falling back to initialize */
+    TP_MCP_ERA_MODERN, /* 2026-07-28 only: the probe must find it; no initialize */
+    TP_MCP_ERA_LEGACY, /* the initialize handshake only (2025-11-25 and older): no probe */
+    TP_MCP_ERA_N
+} tp_mcp_era_t;
+/* Their names as a registry spells them: "auto", "2026-07-28", "2025-11-25". */
+extern const char *const tp_mcp_era_names[TP_MCP_ERA_N];
 
 /* Bytes of the end of the server's stderr kept for messages. */
 #define TP_MCP_TAIL 600
@@ -55,6 +78,7 @@ typedef struct {
     void (*notice)(void *ctx, const json_t *msg);
     void *notice_ctx;
     int64_t next_id;
+    bool modern; /* speaks 2026-07-28: every request carries the _meta envelope (tp_mcpio_stamp) */
     bool reaped;
     int status; /* waitpid's, once reaped */
 } tp_mcpio_t;
@@ -128,9 +152,10 @@ int tp_mcpio_fill(tp_mcpio_t *c);
 void tp_mcpio_answer_server(tp_mcpio_t *c, const json_t *req, uint64_t deadline_us, volatile sig_atomic_t *stop);
 
 /*
- * Sends the request method(params) (params stolen; NULL: none) and reads
- * until its answer, which lands in *answer (the whole message: "result" or
- * "error"). It is the one request in flight, so an error with a null id
+ * Sends the request method(params) (params stolen; NULL: none; the _meta
+ * envelope stamped in when c is modern) and reads until its answer,
+ * which lands in *answer (the whole message: "result" or "error"). It is
+ * the one request in flight, so an error with a null id
  * (the server could not read a request) is its answer too. Meanwhile the
  * server's requests are answered (ping with {}, anything else with -32601)
  * and its notifications go to c->notice (when set). *id is the request's
@@ -145,16 +170,41 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
                      size_t errlen);
 
 /*
- * The handshake: initialize (offering TP_MCP_PROTOCOL; 2025-06-18 and
- * 2025-03-26 accepted in answer), then notifications/initialized. The
- * version agreed into version. 0; TP_EREFUSED when the server answered
- * with an error or a version toolpool does not speak, with what it said in
- * err; or a code of tp_mcpio_request (TP_EBADMSG with why in err,
- * TP_ECLOSED, TP_ETIMEDOUT, TP_EINTR, TP_E2BIG: a line over 1 MiB,
- * TP_ENOMEM).
+ * The era, found as 2026-07-28's versioning says for stdio (era
+ * TP_MCP_ERA_AUTO; TP_MCP_ERA_MODERN takes only a modern answer to the
+ * probe, waiting for it to the deadline; TP_MCP_ERA_LEGACY sends
+ * initialize alone, no probe): the probe server/discover (with the _meta
+ * envelope) first. A result whose
+ * supportedVersions names 2026-07-28 makes c modern: no initialize. Any
+ * other answer (an error such as -32601, a result without 2026-07-28), or
+ * none within TP_MCP_PROBE_US, is a legacy server's: initialize (offering
+ * TP_MCP_PROTOCOL; 2025-06-18 and 2025-03-26 accepted in answer), then
+ * notifications/initialized. A probe answered late still counts: a server
+ * slow to start that refuses initialize after its DiscoverResult is modern.
+ * The version agreed into version. 0; TP_EREFUSED when the server refused
+ * (UnsupportedProtocolVersion to the probe, an error to initialize, a
+ * version toolpool does not speak) or answered with a resultType other
+ * than "complete", with what it said in err; or a code of tp_mcpio_request
+ * (TP_EBADMSG with why in err, TP_ECLOSED and TP_ETIMEDOUT with the method
+ * waited for in err, TP_EINTR, TP_E2BIG: a line over 1 MiB, TP_ENOMEM).
  */
-int tp_mcpio_initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version, size_t vlen,
-                        char *err, size_t errlen);
+int tp_mcpio_open(tp_mcpio_t *c, tp_mcp_era_t era, uint64_t deadline_us, volatile sig_atomic_t *stop, char *version,
+                  size_t vlen, char *err, size_t errlen);
+
+/*
+ * Puts 2026-07-28's request envelope into params' _meta when c is modern
+ * (the version, empty client capabilities, who we are); nothing when it is
+ * legacy. 0 or TP_ENOMEM.
+ */
+int tp_mcpio_stamp(const tp_mcpio_t *c, json_t *params);
+
+/*
+ * A result's resultType when it is not "complete" (absent is "complete",
+ * as a legacy server's result has none): the string, "(not a string)" when
+ * it is not one; else NULL. A result of another type (input_required: the
+ * server asks for input toolpool cannot give) is no answer to take.
+ */
+const char *tp_mcpio_result_type(const json_t *result);
 
 /*
  * Ends the session: closes the server's stdin (the stdio transport's

@@ -78,6 +78,8 @@ enum {
 static const uint8_t NOTIFY_FIELD[3] = {0x98, 0x01, 0x01}; /* (19 << 3 | 0) = 152 as a varint, then 1 */
 /* Call.deadline_us (21)'s key: (21 << 3 | 0) = 168 as a varint. */
 enum { TIMEOUT_KEY0 = 0xa8, TIMEOUT_KEY1 = 0x01 };
+/* Call.mcp_protocol (22)'s key: (22 << 3 | 0) = 176 as a varint. */
+enum { PROTOCOL_KEY0 = 0xb0, PROTOCOL_KEY1 = 0x01 };
 
 static size_t varint_len(uint64_t v)
 {
@@ -181,7 +183,8 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
     size_t tail_len = c->tail ? c->tail->len : 0;
     size_t call_len = varint_field_len(c->seq) + c->head->len + bytes_field_len(c->args_len) + bytes_field_len(id_len) +
                       bytes_field_len(job_len) + varint_field_len(c->step) + varint_field_len(c->attempt) + tail_len +
-                      (c->notify ? sizeof NOTIFY_FIELD : 0) + (c->deadline_us ? 2 + varint_len(c->deadline_us) : 0);
+                      (c->notify ? sizeof NOTIFY_FIELD : 0) + (c->deadline_us ? 2 + varint_len(c->deadline_us) : 0) +
+                      (c->mcp_protocol ? 2 + varint_len(c->mcp_protocol) : 0);
     size_t n = 1 + varint_len(call_len) + call_len;
     uint8_t *p;
     int rc = frame_begin(out, n, max, &p);
@@ -189,7 +192,7 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
         return rc;
     *p++ = KEY_FRAME_CALL;
     p = put_varint(p, call_len);
-    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-18, 20), 19, 21. */
+    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-18, 20), 19, 21, 22. */
     p = put_varint_field(p, KEY_SEQ, c->seq);
     memcpy(p, c->head->data, c->head->len);
     p += c->head->len;
@@ -209,6 +212,11 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
         *p++ = TIMEOUT_KEY0;
         *p++ = TIMEOUT_KEY1;
         p = put_varint(p, c->deadline_us);
+    }
+    if (c->mcp_protocol) {
+        *p++ = PROTOCOL_KEY0;
+        *p++ = PROTOCOL_KEY1;
+        p = put_varint(p, c->mcp_protocol);
     }
     out->len += TP_FRAME_HEADER + n;
     return 0;

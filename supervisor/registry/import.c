@@ -21,6 +21,7 @@ typedef struct {
     uint64_t start_timeout_us;
     uint32_t instances;     /* copies of the server, shared by its tools' calls; 0: 1 */
     uint32_t max_in_flight; /* calls at once on one copy; 0: the default */
+    int protocol;           /* the era it may be spoken to in: tp_mcp_era_t */
     json_t *defaults;
     json_t *tools;
 } server_spec_t;
@@ -33,6 +34,7 @@ static const key_spec_t server_keys[] = {
     {KEY("start_timeout", K_DURATION), SRV(start_timeout_us), .flags = F_MIN_EXCL},
     {KEY("instances", K_UINT), SRV(instances), .min = 1, .max = TP_MCP_INSTANCES_MAX},
     {KEY("max_in_flight", K_UINT), SRV(max_in_flight), .min = 1, .max = TP_MAX_IN_FLIGHT_MAX},
+    {KEY("protocol", K_MCP_ERA), SRV(protocol)},
     {KEY("defaults", K_JSON), SRV(defaults)},
     {KEY("tools", K_JSON), SRV(tools)},
 };
@@ -135,6 +137,8 @@ static json_t *imported_tool(const char *server, const server_spec_t *sp, const 
     json_object_set_new(mcp, "cwd", json_string(sp->cwd ? sp->cwd : dir));
     if (sp->instances)
         json_object_set_new(mcp, "instances", json_integer(sp->instances));
+    if (sp->protocol != TP_MCP_ERA_AUTO)
+        json_object_set_new(mcp, "protocol", json_string(tp_mcp_era_names[sp->protocol]));
     if (sp->max_in_flight)
         json_object_set_new(t, "max_in_flight", json_integer(sp->max_in_flight));
     json_object_set_new(t, "name", json_string(full));
@@ -149,7 +153,8 @@ static json_t *imported_tool(const char *server, const server_spec_t *sp, const 
 }
 
 /*
- * Starts one server (a process group of its own), runs the handshake,
+ * Starts one server (a process group of its own), finds its era and runs
+ * its handshake (tp_mcpio_open),
  * lists its tools (following nextCursor), and stops it. Each tool listed
  * is appended to ld->imported. An error names the server, says what went
  * wrong and quotes the end of the server's stderr. 0; the code the server
@@ -171,7 +176,7 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
         tp_mcpio_free(&c);
         return reg_fail_code(ld, rc, "cannot import the tools of MCP server \"%s\": %s", server, err);
     }
-    rc = tp_mcpio_initialize(&c, deadline, NULL, version, sizeof version, err, sizeof err);
+    rc = tp_mcpio_open(&c, (tp_mcp_era_t)sp->protocol, deadline, NULL, version, sizeof version, err, sizeof err);
     json_t *cursor = NULL, *seen = json_object(); /* the cursors given so far: a repeat never ends */
     size_t listed = 0, pages = 0;
     int list_rc = 0; /* TP_EREFUSED: a tool name toolpool cannot take, pages without end; TP_ENOMEM */
@@ -186,10 +191,13 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
             break;
         json_t *e = json_object_get(answer, "error"), *result = json_object_get(answer, "result");
         json_t *tools = json_object_get(result, "tools");
-        if (e != NULL || !json_is_array(tools)) {
-            snprintf(err, sizeof err, "tools/list failed: %s",
-                     e ? (json_string_value(json_object_get(e, "message")) ?: "an error without a message")
-                       : "its answer has no tools array");
+        const char *type = e ? NULL : tp_mcpio_result_type(result);
+        if (e != NULL || type != NULL || !json_is_array(tools)) {
+            snprintf(err, sizeof err, "tools/list failed: %s%.60s%s",
+                     e      ? (json_string_value(json_object_get(e, "message")) ?: "an error without a message")
+                     : type ? "its answer's resultType is \""
+                            : "its answer has no tools array",
+                     type ? type : "", type ? "\", not \"complete\"" : "");
             json_decref(answer);
             rc = TP_EREFUSED;
             break;
@@ -250,7 +258,9 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
     if (rc == TP_ECLOSED)
         snprintf(err, sizeof err, "it %s before it had listed its tools", tp_mcpio_ended(&c, 200000, how, sizeof how));
     else if (rc == TP_ETIMEDOUT)
-        snprintf(err, sizeof err, "it did not answer initialize and tools/list within %.3gs (start_timeout)",
+        snprintf(err, sizeof err,
+                 "it did not answer its handshake (server/discover, or initialize) and tools/list within %.3gs "
+                 "(start_timeout)",
                  (double)timeout / 1e6);
     else if (rc == TP_E2BIG)
         snprintf(err, sizeof err, "it wrote a line of more than 64 MiB");

@@ -114,6 +114,7 @@ static const key_spec_t mcp_keys[] = {
     {KEY("env", K_ENV), TOOL(mcp_env)},
     {KEY("cwd", K_STRING), TOOL(mcp_cwd), .flags = F_NONEMPTY | F_PATH},
     {KEY("instances", K_UINT), TOOL(mcp_instances), .min = 1, .max = TP_MCP_INSTANCES_MAX},
+    {KEY("protocol", K_MCP_ERA), TOOL(mcp_protocol)},
 };
 static const key_table_t mcp_table = TABLE(mcp_keys);
 

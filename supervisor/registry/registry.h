@@ -151,6 +151,7 @@ typedef struct {
      */
     int mcp_server_id;
     uint32_t mcp_instances;
+    int mcp_protocol; /* mcp: "protocol", the era its server may be spoken to in: tp_mcp_era_t */
     /* http: the request as declared (secrets unresolved: what may be shown), and as sent */
     char *http_url;              /* the URL template: {NAME} takes the arg NAME, percent-encoded */
     char *http_method;           /* GET (the default), POST, PUT, PATCH or DELETE */

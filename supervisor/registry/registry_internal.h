@@ -76,7 +76,7 @@ void reg_finish_errors(loader_t *ld);
  * its message already added to the loader's errors: TP_EINVAL for what
  * the files say, TP_ENOMEM when memory ran out, and for an MCP server that
  * could not be imported the code of its failure (tp_mcpio_spawn's and
- * tp_mcpio_initialize's). A step goes on after an error to find the others,
+ * tp_mcpio_open's). A step goes on after an error to find the others,
  * and says the first failure's code, out of memory over any other (reg_rc).
  */
 
@@ -145,6 +145,7 @@ typedef enum {
     K_TOOLS,       /* the top-level tools array, read after everything else */
     K_DIALECT,     /* "draft-07" | "2020-12" (or a "$schema" URI of one) -> int TP_JSONSCHEMA_* */
     K_FORMATS,     /* "annotate" | "assert" -> int TP_FORMATS_* */
+    K_MCP_ERA,     /* "auto" | "2026-07-28" | "2025-11-25" -> int tp_mcp_era_t (an MCP server's "protocol") */
     K_SCHEMA_REFS, /* {URI: FILE}: each file read now, kept as a document by URI */
     K_ENV,         /* an object of strings -> NULL-terminated char ** of "K=V" */
     K_HEADERS,     /* an object of HTTP headers -> NULL-terminated char ** of "Name=value" */

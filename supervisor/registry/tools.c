@@ -569,7 +569,8 @@ void reg_number_servers(tp_registry_t *reg)
         for (size_t k = 0; k < i && t->mcp_server_id < 0; k++) {
             const tp_tool_t *o = &reg->tools[k];
             if (o->adapter == TP_ADAPTER_MCP && same_strings(o->mcp_command, t->mcp_command) &&
-                same_strings(o->mcp_env, t->mcp_env) && strcmp(o->mcp_cwd, t->mcp_cwd) == 0)
+                same_strings(o->mcp_env, t->mcp_env) && strcmp(o->mcp_cwd, t->mcp_cwd) == 0 &&
+                o->mcp_protocol == t->mcp_protocol)
                 t->mcp_server_id = o->mcp_server_id;
         }
         if (t->mcp_server_id < 0)

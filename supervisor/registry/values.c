@@ -7,6 +7,7 @@
 #include "registry_internal.h"
 
 #include "jsonschema.h"
+#include "mcpstdio.h"
 #include "taxonomy.h"
 
 #include <ctype.h>
@@ -568,6 +569,16 @@ int reg_parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
         else
             return reg_fail(ld, "expected \"annotate\" or \"assert\", got %s", GOT(v));
         return 0;
+    case K_MCP_ERA:
+        for (int e = 0; e < TP_MCP_ERA_N; e++)
+            if (json_is_string(v) && strcmp(json_string_value(v), tp_mcp_era_names[e]) == 0) {
+                *(int *)field = e;
+                return 0;
+            }
+        return reg_fail(ld,
+                        "expected \"auto\" (found by a server/discover probe), \"2026-07-28\" or \"2025-11-25\" (the "
+                        "initialize handshake), got %s",
+                        GOT(v));
     case K_SCHEMA_REFS:
         return parse_schema_refs(ld, v, (json_t **)field);
     case K_STRING:
