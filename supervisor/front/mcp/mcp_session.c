@@ -45,9 +45,6 @@
  */
 static const char *const tp_mcp_versions[] = {"2025-11-25", "2025-06-18"};
 #define TP_MCP_N_VERSIONS (sizeof tp_mcp_versions / sizeof tp_mcp_versions[0])
-#define TP_META_CAPS "io.modelcontextprotocol/clientCapabilities"
-#define TP_META_INFO "io.modelcontextprotocol/clientInfo"
-#define TP_META_LEVEL "io.modelcontextprotocol/logLevel"
 /* How long a client may keep our tools/list (and server/discover): the registry is fixed for our life. */
 #define TP_MCP_LIST_TTL_MS 300000
 

@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "engine.h"
+#include "mcpstdio.h" /* the revisions' names and 2026-07-28's _meta keys */
 
 typedef struct tp_mcp_session tp_mcp_session_t;
 typedef struct tp_mcp_catalog tp_mcp_catalog_t;
@@ -67,11 +68,8 @@ typedef enum {
     TP_MCP_TOOK_BAD,          /* not a message (a parse error, an invalid request): its error is sent, now */
 } tp_mcp_took_t;
 
-/* The stateless revision, and every revision spoken, the newest first (server/discover, UnsupportedProtocolVersion). */
-#define TP_MCP_MODERN "2026-07-28"
+/* Every revision spoken, the newest first (server/discover, UnsupportedProtocolVersion). */
 #define TP_MCP_SUPPORTED "[\"2026-07-28\",\"2025-11-25\",\"2025-06-18\"]"
-/* Where a 2026-07-28 request names its revision: in its params' _meta. */
-#define TP_META_VERSION "io.modelcontextprotocol/protocolVersion"
 
 /* JSON-RPC 2.0's error codes, the ones MCP uses. */
 enum {
