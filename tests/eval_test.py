@@ -244,6 +244,51 @@ class EvalTest(unittest.TestCase):
         self.assertEqual(json.loads(p.stdout.splitlines()[-1])["id"], "r3")
         self.assertIn("escalated", p.stdout.splitlines()[-1])
 
+    def test_failures_grouped(self):
+        """`toolpool failures` groups a run's failed calls by tool, kind and message
+        (numbers aside), the largest first, from the store and from the results file alike."""
+        self.write_registry(EVAL_REGISTRY)
+        calls = eval_calls(jobs=12)
+        self.write_calls(calls)
+        p = self.run_calls("fg", workers="2")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.write("results.jsonl", p.stdout)
+        lines = [json.loads(l) for l in p.stdout.splitlines()]
+        want = {}
+        for r in lines:
+            if not r["ok"]:
+                key = (r["tool"], r["error"], re.sub(r"[0-9]+", "#", r["message"]))
+                want.setdefault(key, []).append(r["id"])
+        self.assertGreater(len(want), 3)
+        for source in (["--store", self.path("fg")], ["results.jsonl"]):
+            p = self.toolpool("failures", "--json", "--examples", "2", *source)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            got = [json.loads(l) for l in p.stdout.splitlines()]
+            self.assertEqual({(g["tool"], g["error"], re.sub(r"[0-9]+", "#", g["message"])): g["count"] for g in got},
+                             {k: len(v) for k, v in want.items()}, source)
+            self.assertEqual([g["count"] for g in got], sorted((g["count"] for g in got), reverse=True))
+            for g in got:
+                ids = want[(g["tool"], g["error"], re.sub(r"[0-9]+", "#", g["message"]))]
+                self.assertEqual(len(g["ids"]), min(2, len(ids)))
+                self.assertTrue(set(g["ids"]) <= set(ids), g)
+            if source[0] == "results.jsonl":  # a file's groups say where, by line
+                order = [r["id"] for r in lines]
+                for g in got:
+                    self.assertEqual(g["ids"][0], order[g["first_line"] - 1])
+        p = self.toolpool("failures", "--store", self.path("fg"), "--tool", "deny")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        n = sum(len(v) for k, v in want.items() if k[0] == "deny")
+        self.assertRegex(p.stdout, r"^%d failed calls in \d+ groups?\n" % n)
+        self.assertIn("PermissionDenied (permanent), first ", p.stdout)
+        # a line that is not a result is named; --since needs the store's times
+        self.write("bad.jsonl", lines and json.dumps(lines[0]) + "\n[1]\n")
+        p = self.toolpool("failures", "bad.jsonl")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("bad.jsonl:2: not a result line", p.stderr)
+        p = self.toolpool("failures", "--since", "1h", "results.jsonl")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--since reads the store's record times", p.stderr)
+
     def test_same_call_scope_global_and_off(self):
         calls = [{"id": "%s%d" % (j, i), "job": j, "step": i, "tool": "deny", "args": {"id": 1}}
                  for j in ("a", "b") for i in (1, 2)]

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "log.h"
+#include "results.h"
 #include "store.h"
 
 int tp_cli_usage(const char *usage, int opt)
@@ -91,4 +92,42 @@ tp_store_t *tp_cli_store_read(const char *dir, MDB_txn **txn)
         return NULL;
     }
     return s;
+}
+
+int tp_cli_each_result(const char *dir, int (*fn)(void *ctx, const Toolpool__StoredResult *sr), void *ctx)
+{
+    MDB_txn *txn;
+    tp_store_t *s = tp_cli_store_read(dir, &txn);
+    if (s == NULL)
+        return 2;
+    int status = 0;
+    MDB_cursor *cur;
+    MDB_val k, v;
+    int rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_RESULTS), &cur));
+    for (rc = rc ? rc : tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        Toolpool__StoredResult *sr;
+        if (tp_result_unpack(k.mv_data, k.mv_size, v.mv_data, v.mv_size, &sr) != 0) {
+            tp_log_error("%s: results \"%.*s\": a corrupt record (`toolpool store check --store %s` lists them)", dir,
+                         (int)k.mv_size, (const char *)k.mv_data, dir);
+            status = 2;
+            continue;
+        }
+        int frc = fn(ctx, sr);
+        tp_result_free(sr);
+        if (frc < 0) {
+            tp_log_error("out of memory");
+            status = 2;
+            break;
+        }
+    }
+    if (rc && rc != MDB_NOTFOUND) {
+        tp_log_error("%s: cannot read %s: %s", dir, tp_store_db_name(TP_DB_RESULTS), tp_strerror(rc));
+        status = 2;
+    }
+    if (rc == 0 || rc == MDB_NOTFOUND)
+        mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    tp_store_close(s);
+    return status;
 }

@@ -17,12 +17,22 @@ int tp_cmd_store(int argc, char **argv);
 int tp_cmd_mcp(int argc, char **argv);
 int tp_cmd_forget(int argc, char **argv);
 int tp_cmd_stats(int argc, char **argv);
+int tp_cmd_failures(int argc, char **argv);
 int tp_cmd_tools(int argc, char **argv);
 
 typedef struct tp_store tp_store_t;
 typedef struct MDB_txn MDB_txn;
 /* The store at dir, opened read-only, and a read transaction on it; NULL (logged) when it cannot be. */
 tp_store_t *tp_cli_store_read(const char *dir, MDB_txn **txn);
+
+/*
+ * Gives fn each result recorded in the store at dir (its StoredResult), in
+ * one read transaction; a record that does not unpack is named on stderr
+ * and skipped. fn returns 0, or -1 to stop (out of memory: said here). 0,
+ * or 2 when a record was bad, the store unreadable or fn stopped.
+ */
+typedef struct Toolpool__StoredResult Toolpool__StoredResult;
+int tp_cli_each_result(const char *dir, int (*fn)(void *ctx, const Toolpool__StoredResult *sr), void *ctx);
 
 /* The long option --policy FILE of every command that loads a registry (no short form). */
 #define TP_OPT_POLICY 0x100

@@ -234,6 +234,23 @@ static int by_name(const void *a, const void *b)
 }
 
 /* --since D: into the uint64_t *o->to, in microseconds, more than 0. */
+/* What stats takes of the store's results: one tool's, or those since a time. */
+typedef struct {
+    table_t *t;
+    const char *only;
+    uint64_t since_us, after, undated;
+} pick_t;
+
+static int pick_cb(void *ctx, const Toolpool__StoredResult *sr)
+{
+    pick_t *pk = ctx;
+    if (pk->since_us && sr->ended_unix_us == 0)
+        pk->undated++;
+    if ((pk->since_us && sr->ended_unix_us < pk->after) || (pk->only && strcmp(sr->result->tool, pk->only) != 0))
+        return 0;
+    return add_result(pk->t, sr->result);
+}
+
 static int take_since(const tp_cli_opt_t *o, const char *arg)
 {
     if (tp_duration_parse(arg, o->to) < 0 || *(uint64_t *)o->to == 0) {
@@ -257,46 +274,10 @@ int tp_cmd_stats(int argc, char **argv)
         return rc;
     if (optind < argc)
         return tp_cli_misuse(stats_usage);
-    MDB_txn *txn;
-    tp_store_t *s = tp_cli_store_read(dir, &txn);
-    if (s == NULL)
-        return 2;
-    uint64_t after = since_us ? tp_unix_us() - since_us : 0;
     table_t t = {0};
-    int status = 0;
-    uint64_t undated = 0;
-    MDB_cursor *cur;
-    MDB_val k, v;
-    rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_RESULTS), &cur));
-    for (rc = rc ? rc : tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
-         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
-        Toolpool__StoredResult *sr;
-        if (tp_result_unpack(k.mv_data, k.mv_size, v.mv_data, v.mv_size, &sr) != 0) {
-            tp_log_error("%s: results \"%.*s\": a corrupt record (`toolpool store check --store %s` lists them)", dir,
-                         (int)k.mv_size, (const char *)k.mv_data, dir);
-            status = 2;
-            continue;
-        }
-        bool skip = since_us && sr->ended_unix_us < after;
-        if (since_us && sr->ended_unix_us == 0)
-            undated++;
-        const Toolpool__Result *r = sr->result;
-        int arc = skip || (only && strcmp(r->tool, only) != 0) ? 0 : add_result(&t, r);
-        tp_result_free(sr);
-        if (arc < 0) {
-            tp_log_error("out of memory");
-            status = 2;
-            break;
-        }
-    }
-    if (rc && rc != MDB_NOTFOUND) {
-        tp_log_error("%s: cannot read %s: %s", dir, tp_store_db_name(TP_DB_RESULTS), tp_strerror(rc));
-        status = 2;
-    }
-    if (rc == 0 || rc == MDB_NOTFOUND)
-        mdb_cursor_close(cur);
-    mdb_txn_abort(txn);
-    tp_store_close(s);
+    pick_t pk = {.t = &t, .only = only, .since_us = since_us, .after = since_us ? tp_unix_us() - since_us : 0};
+    int status = tp_cli_each_result(dir, pick_cb, &pk);
+    uint64_t undated = pk.undated;
     if (t.n)
         qsort(t.v, t.n, sizeof *t.v, by_name);
     for (size_t i = 0; i < t.n; i++) {

@@ -37,6 +37,8 @@ static const char usage_text[] =
     "  store check  read and check every record of a store; report the bad ones\n"
     "  stats        per tool, from the store's results: calls, failures by class\n"
     "               and kind, retries, fallback hops, timeouts, latency, queue wait\n"
+    "  failures     failed calls grouped by tool, kind and message, with counts,\n"
+    "               first and last seen and example ids (a store or a results file)\n"
     "  forget       drop recorded results (calls, or whole jobs), so that the\n"
     "               next run does them again\n"
     "  tools        list the registry's tools, or export them as an OpenAI or\n"
@@ -86,6 +88,7 @@ static const struct {
     {"checkpoints", tp_cmd_checkpoints},
     {"store", tp_cmd_store},
     {"stats", tp_cmd_stats},
+    {"failures", tp_cmd_failures},
     {"forget", tp_cmd_forget},
     {"tools", tp_cmd_tools},
 };
