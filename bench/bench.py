@@ -53,7 +53,7 @@ FULL = {
     "payload_sizes": [10000, 100000, 1000000],
     "payload_calls": {10000: 5000, 100000: 1000, 1000000: 200},
     "payload_exec_calls": {10000: 2000, 100000: 1000, 1000000: 200},
-    "mcp_seq": 2000, "mcp_conc": 20000, "mcp_lanes": 32, "mcp_rounds": 3, "mcp_held": 256,
+    "mcp_seq": 2000, "mcp_conc": 20000, "mcp_lanes": 32, "mcp_rounds": 3, "mcp_held": 256, "triage": 100000,
     "http_calls": 10000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 3, "http_xargs": 3000,
     "http_wrk_seconds": 3, "http_seq": 2000, "http_seq_rounds": 3, "http_curl_each": 300,
 }
@@ -72,7 +72,7 @@ QUICK = {
     "payload_sizes": [10000, 100000, 1000000],
     "payload_calls": {10000: 500, 100000: 100, 1000000: 20},
     "payload_exec_calls": {10000: 200, 100000: 100, 1000000: 20},
-    "mcp_seq": 300, "mcp_conc": 2000, "mcp_lanes": 32, "mcp_rounds": 1, "mcp_held": 256,
+    "mcp_seq": 300, "mcp_conc": 2000, "mcp_lanes": 32, "mcp_rounds": 1, "mcp_held": 256, "triage": 100000,
     "http_calls": 2000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 1, "http_xargs": 500,
     "http_wrk_seconds": 1, "http_seq": 300, "http_seq_rounds": 1, "http_curl_each": 50,
 }
@@ -83,6 +83,7 @@ EXEC_VS_XARGS = 2.0
 EXEC_VS_PARALLEL = 5.0
 PAYLOAD_VS_PEBBLE = 2.0     # durable echo calls/s at 100 KB and at 1 MB
 MCP_SEQ_OVERHEAD = 1.2      # toolpool mcp's p50 over the direct path's, one call at a time
+TRIAGE_S = 1.0             # `toolpool failures` over a store of 100,000 results
 MCP_HELD_KIB = 200 * 1024   # 256 calls in flight to one Node server: toolpool's processes and the server's
 HANG_P99_US = 2000.0
 HTTP_VS_AIOHTTP = 1.0       # http tools, 256 in flight: toolpool -j 2 against aiohttp
@@ -98,7 +99,8 @@ SVC_VS_CELERY = 20.0     # serve (wrk) against Celery + Redis (its Python client
 SVC_ADDED_US = 300.0     # serve's added latency over a run co-process, p50
 SVC_RSS_FLAT = 1.10      # serve's RSS: overall peak at most 10 % above the first 10 %'s
 
-SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload", "mcp", "http"]
+SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload", "mcp", "http",
+            "triage"]
 
 REPORT = []
 SERVICES = []            # every serve started, stopped at the end whatever happens
@@ -1135,6 +1137,44 @@ def bench_mcp(tp, cfg, scratch, res):
 
 
 # ---------------------------------------------------------------------------
+# 12. the morning after: toolpool failures
+
+
+def bench_triage(tp, cfg, scratch, res):
+    n = cfg["triage"]
+    say(f"== 12. the morning after: `toolpool failures` over a store of {fmt_int(n)} results, half of them "
+        "failed (calls of 20 tools the registry does not have, recorded UnknownTool)")
+    calls = os.path.join(scratch, "triage.jsonl")
+    with open(calls, "w") as f:
+        for i in range(n):
+            tool = "noop" if i % 2 else f"gone{i % 40}"
+            f.write(json.dumps({"id": f"t{i}", "tool": tool, "args": {"i": i}}) + "\n")
+    store = tp.fresh("triage")
+    p = subprocess.run([tp.bin, "run", "-q", "-j", "2", "--relaxed", "--store", store, "-r", tp.plugin_registry,
+                        "-o", os.devnull, calls], capture_output=True, text=True)
+    if p.returncode != 1:
+        sys.exit(f"bench: toolpool run of the triage store: exit {p.returncode}: {p.stderr.strip()[-2000:]}")
+    times = {}
+    for how, extra in (("text", []), ("--json", ["--json"])):
+        best = None
+        for _ in range(3):
+            t0 = time.monotonic()
+            p = subprocess.run([tp.bin, "failures", "--store", store, *extra], capture_output=True, text=True)
+            secs = time.monotonic() - t0
+            if p.returncode != 0:
+                sys.exit(f"bench: toolpool failures: exit {p.returncode}: {p.stderr.strip()[-2000:]}")
+            best = secs if best is None else min(best, secs)
+        times[how] = best
+        say(f"  {how:8} {best:6.3f} s (best of 3): {p.stdout.splitlines()[0] if how == 'text' else ''}")
+    worst = max(times.values())
+    target(f"failures over {fmt_int(n)} results < {TRIAGE_S:.0f} s", f"{worst:.3f} s", worst < TRIAGE_S)
+    res["triage"] = times
+    res["targets"]["triage"] = {"value_s": worst, "pass": worst < TRIAGE_S}
+    os.unlink(calls)
+    say()
+
+
+# ---------------------------------------------------------------------------
 # 11. http tools
 
 
@@ -1529,6 +1569,8 @@ def main():
         if "http" in only:
             bench_http(tp, cfg, scratch, res)
             plot_http(res["http"], a.out)
+        if "triage" in only:
+            bench_triage(tp, cfg, scratch, res)
         if "noop" in only:
             png = plot(sweep, cfg["workers"], a.out)
 
@@ -1563,6 +1605,7 @@ def main():
                  lambda v: f"{v['value']:.2f}x"),
                 (f"mcp: 256 in flight to one Node server, RSS < {MCP_HELD_KIB // 1024} MiB", "mcp_held_rss",
                  lambda v: f"{v['value_kib'] / 1024:.1f} MiB"),
+                (f"failures over 100,000 results < {TRIAGE_S:.0f} s", "triage", lambda v: f"{v['value_s']:.3f} s"),
                 ("http: toolpool -j 2 >= aiohttp's calls/s, 256 in flight", "http_vs_aiohttp",
                  lambda v: f"{v['value']:.2f}x"),
                 (f"http: toolpool -j 2 >= {HTTP_VS_XARGS:.0f}x xargs -P256 curl", "http_vs_xargs",
