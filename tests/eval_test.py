@@ -289,6 +289,21 @@ class EvalTest(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertIn("--since reads the store's record times", p.stderr)
 
+    def test_a_resumed_runs_summary(self):
+        """The summary of a rerun counts the retries and latency of what ran
+        now, not of the calls served from their records."""
+        self.write_registry(EVAL_REGISTRY)
+        self.write_calls([{"id": "f%d" % i, "tool": "flaky", "args": {"ok_at": 3, "i": i}} for i in range(10)])
+        p = self.toolpool("run", "-r", "tools.json", "-s", self.path("rs"), "--no-progress", "calls.jsonl")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("10 calls, 10 ok, 0 failed, 20 retries", p.stderr)
+        self.assertIn("latency: p50", p.stderr)
+        p = self.toolpool("run", "-r", "tools.json", "-s", self.path("rs"), "--no-progress", "calls.jsonl")
+        self.assertIn("10 calls, 10 ok, 0 failed, 0 retries", p.stderr)
+        self.assertIn("resumed: 10 recorded results served from", p.stderr)
+        self.assertIn("(the retries and latency above are the 0 run now)", p.stderr)
+        self.assertNotIn("latency:", p.stderr)
+
     def test_same_call_scope_global_and_off(self):
         calls = [{"id": "%s%d" % (j, i), "job": j, "step": i, "tool": "deny", "args": {"id": 1}}
                  for j in ("a", "b") for i in (1, 2)]

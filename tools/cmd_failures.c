@@ -50,7 +50,7 @@ static const char failures_usage[] =
 typedef struct {
     char *tool, *kind, *klass, *message; /* message: the group's first, as written */
     uint64_t count, first, last;         /* first, last: unix us (store) or line numbers (file) */
-    char **ids; /* the earliest calls' (by when) */
+    char **ids;                          /* the earliest calls' (by when) */
     uint64_t *ids_at;
     size_t n_ids;
 } group_t;
@@ -116,8 +116,12 @@ static int group_add(groups_t *g, const char *id, const char *tool, const char *
             g->cap = cap;
         }
         x = &g->v[g->n];
-        *x = (group_t){.tool = strdup(tool), .kind = strdup(kind), .klass = strdup(klass),
-                       .message = strdup(message), .first = when, .last = when,
+        *x = (group_t){.tool = strdup(tool),
+                       .kind = strdup(kind),
+                       .klass = strdup(klass),
+                       .message = strdup(message),
+                       .first = when,
+                       .last = when,
                        .ids = calloc(g->examples ? g->examples : 1, sizeof *x->ids),
                        .ids_at = calloc(g->examples ? g->examples : 1, sizeof *x->ids_at)};
         if (x->tool == NULL || x->kind == NULL || x->klass == NULL || x->message == NULL || x->ids == NULL ||
@@ -203,8 +207,7 @@ static int from_file(groups_t *g, const char *path, const char *only)
             const char *klass = json_string_value(json_object_get(r, "class"));
             const char *message = json_string_value(json_object_get(r, "message"));
             kind = kind ? kind : "?";
-            if (group_add(g, id, tool, kind,
-                          klass ? klass : tp_class_name(tp_kind_class(tp_kind_from_name(kind))),
+            if (group_add(g, id, tool, kind, klass ? klass : tp_class_name(tp_kind_class(tp_kind_from_name(kind))),
                           message ? message : "", n) < 0) {
                 tp_log_error("out of memory");
                 status = 2;
@@ -307,12 +310,9 @@ int tp_cmd_failures(int argc, char **argv)
     bool json = false;
     groups_t g = {.examples = 3};
     const tp_cli_opt_t opts[] = {
-        {"store", 's', true, &dir, NULL},
-        {"tool", 0, true, &only, NULL},
-        {"since", 0, true, &since_us, take_since},
-        {"examples", 0, true, &g.examples, take_examples},
-        {"json", 0, false, &json, NULL},
-        {NULL, 0, false, NULL, NULL},
+        {"store", 's', true, &dir, NULL},          {"tool", 0, true, &only, NULL},
+        {"since", 0, true, &since_us, take_since}, {"examples", 0, true, &g.examples, take_examples},
+        {"json", 0, false, &json, NULL},           {NULL, 0, false, NULL, NULL},
     };
     int rc = tp_cli_options(argc, argv, failures_usage, opts);
     if (rc != TP_CLI_GO_ON)
@@ -331,7 +331,8 @@ int tp_cmd_failures(int argc, char **argv)
         return 2;
     }
     pick_t pk = {.g = &g, .only = only, .after = since_us ? tp_unix_us() - since_us : 0};
-    int status = file ? from_file(&g, file, only) : tp_cli_each_result(dir ? dir : tp_store_default_dir(), pick_cb, &pk);
+    int status = file ? from_file(&g, file, only)
+                      : tp_cli_each_result(dir ? dir : tp_store_default_dir(), pick_cb, &pk);
     if (g.n)
         qsort(g.v, g.n, sizeof *g.v, by_count);
     uint64_t total = 0;

@@ -248,8 +248,11 @@ int tp_cmd_run(int argc, char **argv)
     if (!ec.quiet) {
         tp_summary_print(stderr, &rep.summary, rep.elapsed_s);
         if (rep.resumed)
-            fprintf(stderr, "  resumed: %llu recorded result%s served from %s, not run again\n",
-                    (unsigned long long)rep.resumed, rep.resumed == 1 ? "" : "s", ec.store_dir);
+            fprintf(stderr,
+                    "  resumed: %llu recorded result%s served from %s, not run again (the retries and latency "
+                    "above are the %llu run now)\n",
+                    (unsigned long long)rep.resumed, rep.resumed == 1 ? "" : "s", ec.store_dir,
+                    (unsigned long long)(rep.summary.calls - rep.resumed));
         if (rep.rerun)
             fprintf(stderr, "  done again: %llu recorded failure%s and refusal%s\n", (unsigned long long)rep.rerun,
                     rep.rerun == 1 ? "" : "s", rep.rerun == 1 ? "" : "s");

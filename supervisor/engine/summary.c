@@ -27,11 +27,12 @@ void tp_summary_add_latency(tp_summary_t *s, uint64_t us)
 {
     s->hist[bucket_of(us)]++;
     s->sum_us += us;
+    s->timed++;
     if (us > s->max_us)
         s->max_us = us;
 }
 
-void tp_summary_add(tp_summary_t *s, const Toolpool__Result *r)
+void tp_summary_add_served(tp_summary_t *s, const Toolpool__Result *r)
 {
     s->calls++;
     if (r->ok) {
@@ -40,6 +41,11 @@ void tp_summary_add(tp_summary_t *s, const Toolpool__Result *r)
     } else {
         s->by_kind[tp_kind_from_name(r->kind)]++;
     }
+}
+
+void tp_summary_add(tp_summary_t *s, const Toolpool__Result *r)
+{
+    tp_summary_add_served(s, r);
     s->attempts += r->attempts;
     if (r->attempts > 1)
         s->retries += r->attempts - 1;
@@ -90,7 +96,7 @@ void tp_summary_print(FILE *f, const tp_summary_t *s, double elapsed_s)
                         (unsigned long long)s->by_kind[k]);
         fputc('\n', f);
     }
-    if (s->calls > 0) {
+    if (s->timed > 0) {
         fputs("  latency: p50 ", f);
         print_us(f, tp_summary_quantile_us(s, 0.5));
         fputs(", p99 ", f);

@@ -25,9 +25,15 @@ typedef struct {
     uint64_t hist[TP_HIST_BUCKETS];
     uint64_t max_us;
     uint64_t sum_us; /* every latency added, summed: a histogram's exact _sum */
+    uint64_t timed;  /* latencies added (calls served from their records add none) */
 } tp_summary_t;
 
 void tp_summary_add(tp_summary_t *s, const Toolpool__Result *r);
+/*
+ * A call answered from its record: counted with its outcome, but not its
+ * attempts, retries or latency, which an earlier run spent.
+ */
+void tp_summary_add_served(tp_summary_t *s, const Toolpool__Result *r);
 void tp_summary_add_latency(tp_summary_t *s, uint64_t us);
 /* The q-quantile (0..1) of call durations, in microseconds. */
 uint64_t tp_summary_quantile_us(const tp_summary_t *s, double q);

@@ -77,9 +77,12 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
         out_stop(f);
         return;
     }
-    tp_summary_add(&f->report->summary, a->result);
-    if (a->recorded)
+    if (a->recorded) {
+        tp_summary_add_served(&f->report->summary, a->result);
         f->report->resumed++;
+    } else {
+        tp_summary_add(&f->report->summary, a->result);
+    }
     if (!a->result->ok && f->status == 0)
         f->status = 1;
 }
