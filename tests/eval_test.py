@@ -304,6 +304,19 @@ class EvalTest(unittest.TestCase):
         self.assertIn("(the retries and latency above are the 0 run now)", p.stderr)
         self.assertNotIn("latency:", p.stderr)
 
+    def test_progress_lines_when_stderr_is_a_file(self):
+        """Progress on stderr that is not a terminal: a line every 10 s, none with --progress none."""
+        self.write_registry({"tools": [plugin_tool("sleep", timeout="30s"), plugin_tool("echo")]})
+        self.write_calls([{"id": "s1", "tool": "sleep", "args": {"ms": 10600}}, {"id": "e1", "tool": "echo"}])
+        p = self.toolpool("run", "-r", "tools.json", "-s", self.path("pg"), "calls.jsonl")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(p.stderr, r"(?m)^toolpool: progress: 1/2  0 failed, 1 running, 0 calls/s, ETA \S+ \(10s\)$")
+        self.assertNotIn("\r", p.stderr)
+        self.assertNotIn("[=", p.stderr)
+        p = self.toolpool("run", "-r", "tools.json", "-s", self.path("pg"), "--progress", "nope", "calls.jsonl")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--progress: expected auto, bar, lines or none", p.stderr)
+
     def test_same_call_scope_global_and_off(self):
         calls = [{"id": "%s%d" % (j, i), "job": j, "step": i, "tool": "deny", "args": {"id": 1}}
                  for j in ("a", "b") for i in (1, 2)]

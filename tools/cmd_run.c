@@ -26,7 +26,7 @@ static const char run_usage[] =
     "\n"
     "Reads calls, one JSON object a line ({\"id\", \"job\", \"step\", \"tool\", \"args\"}),\n"
     "from CALLS (default: standard input), runs them, and writes one result line\n"
-    "per call. A summary goes to stderr, and a progress bar when it is a terminal.\n"
+    "per call. A summary goes to stderr, and progress: a bar on a terminal, else a line every 10 s.\n"
     "Every result is committed to the store before it is written out; rerunning\n"
     "the same command on the same store resumes: recorded calls are not run again,\n"
     "their recorded results are written instead.\n"
@@ -71,9 +71,11 @@ static const char run_usage[] =
     "                         write the run's summary to FILE as one JSON object:\n"
     "                         calls, ok, failed, attempts, retries, by_kind,\n"
     "                         latency_ms, elapsed_s, resumed, done_again, ...\n"
-    "  -q, --quiet            no summary, no progress bar (on a terminal, the bar\n"
-    "                         shows done/total, failures, calls/s and an ETA)\n"
-    "      --no-progress      no progress bar\n"
+    "  -q, --quiet            no summary, no progress\n"
+    "      --progress MODE    bar (redrawn: done/total, failures, running, calls/s,\n"
+    "                         ETA), lines (the same as a line every 10 s), none;\n"
+    "                         auto (the default): bar on a terminal, else lines\n"
+    "      --no-progress      --progress none\n"
     "  -h, --help             this text\n";
 /* clang-format on */
 
@@ -171,6 +173,7 @@ int tp_cmd_run(int argc, char **argv)
         TP_ENGINE_LONGOPTS,
         {"output", required_argument, NULL, 'o'},
         {"no-progress", no_argument, NULL, 'P'},
+        {"progress", required_argument, NULL, 'G'},
         {"retry-failed", optional_argument, NULL, 'X'},
         {"summary-json", required_argument, NULL, 'Y'},
         {"ordered", no_argument, NULL, 'O'},
@@ -180,7 +183,8 @@ int tp_cmd_run(int argc, char **argv)
     tp_engine_cli_t ec;
     tp_engine_cli_init(&ec, 10000000u);
     const char *output = NULL, *summary_json = NULL;
-    bool progress = isatty(2), ordered = false, want_rerun = false;
+    int progress = isatty(2) ? TP_PROGRESS_BAR : TP_PROGRESS_LINES;
+    bool ordered = false, want_rerun = false;
     tp_rerun_t rerun = {0};
     long *line_map = NULL;
     int c;
@@ -193,7 +197,21 @@ int tp_cmd_run(int argc, char **argv)
             output = optarg;
             break;
         case 'P':
-            progress = false;
+            progress = TP_PROGRESS_NONE;
+            break;
+        case 'G':
+            if (strcmp(optarg, "auto") == 0) {
+                progress = isatty(2) ? TP_PROGRESS_BAR : TP_PROGRESS_LINES;
+            } else if (strcmp(optarg, "bar") == 0) {
+                progress = TP_PROGRESS_BAR;
+            } else if (strcmp(optarg, "lines") == 0) {
+                progress = TP_PROGRESS_LINES;
+            } else if (strcmp(optarg, "none") == 0) {
+                progress = TP_PROGRESS_NONE;
+            } else {
+                tp_log_error("--progress: expected auto, bar, lines or none, got \"%s\"", optarg);
+                return 2;
+            }
             break;
         case 'Y':
             summary_json = optarg;
@@ -241,7 +259,7 @@ int tp_cmd_run(int argc, char **argv)
         tp_log_error("%s: %s", output, strerror(errno));
         goto out;
     }
-    o.progress = progress && !ec.quiet;
+    o.progress = ec.quiet ? TP_PROGRESS_NONE : progress;
     o.engine.rerun = want_rerun ? &rerun : NULL;
     tp_batch_report_t rep;
     status = tp_batch_run(&o, &rep);

@@ -155,6 +155,19 @@ void tp_progress_draw(FILE *f, const tp_summary_t *s, double total, double elaps
     fflush(f);
 }
 
+void tp_progress_line(FILE *f, const tp_summary_t *s, double total, double elapsed_s, int running)
+{
+    char line[256];
+    progress_format(line, sizeof line, s, total, elapsed_s, running);
+    /* the bar's figures without the bar, and without the padding that wipes a longer line */
+    const char *at = line[0] == '[' && strchr(line, ']') ? strchr(line, ']') + 2 : line;
+    size_t n = strlen(at);
+    while (n > 0 && at[n - 1] == ' ')
+        n--;
+    fprintf(f, "toolpool: progress: %.*s (%.0fs)\n", (int)n, at, elapsed_s);
+    fflush(f);
+}
+
 void tp_summary_bucket_range(unsigned idx, uint64_t *lo, uint64_t *hi)
 {
     if (idx < TP_HIST_SUB) {

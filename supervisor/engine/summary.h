@@ -45,6 +45,8 @@ void tp_summary_print(FILE *f, const tp_summary_t *s, double elapsed_s);
  * unknown, and then neither share nor ETA is shown).
  */
 void tp_progress_draw(FILE *f, const tp_summary_t *s, double total, double elapsed_s, int running);
+/* The same as a line of its own, "toolpool: progress: ...", for a log rather than a terminal. */
+void tp_progress_line(FILE *f, const tp_summary_t *s, double total, double elapsed_s, int running);
 /* The values (us) bucket idx of hist holds: [*lo, *hi). For a report in fixed bounds (/metrics). */
 void tp_summary_bucket_range(unsigned idx, uint64_t *lo, uint64_t *hi);
 

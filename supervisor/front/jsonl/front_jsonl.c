@@ -279,7 +279,11 @@ static void progress_cb(evutil_socket_t fd, short what, void *arg)
         total = seen;
     else if (f->in_regular && f->in_read > 0 && f->in_size > 0)
         total = seen * (double)f->in_size / (double)f->in_read;
-    tp_progress_draw(stderr, &f->report->summary, total, (double)(tp_now_us() - f->t0) / 1e6, tp_engine_busy(f->e));
+    double elapsed = (double)(tp_now_us() - f->t0) / 1e6;
+    if (f->o->progress == TP_PROGRESS_BAR)
+        tp_progress_draw(stderr, &f->report->summary, total, elapsed, tp_engine_busy(f->e));
+    else
+        tp_progress_line(stderr, &f->report->summary, total, elapsed, tp_engine_busy(f->e));
 }
 
 int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
@@ -320,7 +324,8 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         f.in_regular = true;
     if (o->progress) {
         f.ev_progress = event_new(f.base, -1, EV_PERSIST, progress_cb, &f);
-        struct timeval tv = {0, 200000};
+        struct timeval tv = {o->progress == TP_PROGRESS_BAR ? 0 : TP_PROGRESS_EVERY_S,
+                             o->progress == TP_PROGRESS_BAR ? 200000 : 0};
         if (f.ev_progress == NULL || evtimer_add(f.ev_progress, &tv) != 0)
             tp_log_warn("no progress bar: cannot arm its timer");
     }
@@ -329,7 +334,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         int failed = tp_engine_finish(f.e);
         status = failed || f.out_failed || f.in_failed ? 2 : f.status;
     }
-    if (o->progress)
+    if (o->progress == TP_PROGRESS_BAR)
         fputs("\r\033[K", stderr);
 out:
     report->elapsed_s = (double)(tp_now_us() - f.t0) / 1e6;

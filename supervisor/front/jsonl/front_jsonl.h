@@ -20,12 +20,20 @@
 #include "store.h"
 #include "summary.h"
 
+/* How a run shows its progress on stderr. */
+enum {
+    TP_PROGRESS_NONE,
+    TP_PROGRESS_BAR,   /* one line redrawn five times a second: for a terminal */
+    TP_PROGRESS_LINES, /* a line every TP_PROGRESS_EVERY_S: for a log file, cron's mail, a CI log */
+};
+#define TP_PROGRESS_EVERY_S 10
+
 typedef struct {
     tp_engine_opts_t engine; /* its max_frame is also the longest input line; base: not read (the batch's own) */
     int input_fd;
     const char *input_name; /* for messages */
     int output_fd;
-    bool progress;        /* draw a progress bar on stderr */
+    int progress;         /* on stderr: TP_PROGRESS_* */
     size_t window;        /* calls held at once; 0 = automatic */
     const long *line_map; /* --ordered: the input's line i+1 is line line_map[i] of the user's file */
     size_t n_line_map;
