@@ -134,6 +134,52 @@ class FormatsTest(unittest.TestCase):
         self.assertIn("openai.json:16: [1] (noop): no adapter", p.stderr)
         self.assertEqual(p.stdout, "")
 
+    def test_openai_builtin_tools_are_skipped(self):
+        # A list as an agent sends it may hold tools its provider runs: each
+        # is skipped, saying so with its type and place, and the rest run.
+        doc = json.loads(OPENAI_TOOLS)
+        listed = [{"type": "web_search_preview"}, doc[0], {"type": "file_search", "vector_store_ids": ["vs_1"]},
+                  doc[1]]
+        tools = self.write("openai.json", "[\n" + ",\n".join(json.dumps(t) for t in listed) + "\n]\n")
+        policy = self.write("policy.json", json.dumps({
+            "run": {"echo": {"plugin": {"path": PLUGIN}}, "noop": {"plugin": {"path": PLUGIN}}}}))
+        p, res = self.run_calls(tools, policy, [{"id": "a", "tool": "echo", "args": {"x": 7}},
+                                                {"id": "b", "tool": "noop", "args": {}}], "store-builtin")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual((res["a"]["result"], res["b"]["ok"]), ({"x": 7}, True))
+        warnings = [ln for ln in p.stderr.splitlines() if "skipped" in ln]
+        self.assertEqual(len(warnings), 2, p.stderr)
+        self.assertIn('openai.json:2: [0]: skipped: an OpenAI built-in tool of type "web_search_preview"',
+                      warnings[0])
+        self.assertIn('openai.json:4: [2]: skipped: an OpenAI built-in tool of type "file_search"', warnings[1])
+        self.assertTrue(all(ln.startswith("toolpool: warning: ") for ln in warnings), warnings)
+        p = self.toolpool("tools", "list", "--registry", tools, "--policy", policy)
+        self.assertEqual((p.returncode, [ln.split("\t")[0] for ln in p.stdout.splitlines()]), (0, ["echo", "noop"]))
+        # an error after a skipped entry names the entry's place in the file
+        listed.append({"type": "function", "name": "echo"})
+        tools = self.write("dup.json", "[\n" + ",\n".join(json.dumps(t) for t in listed) + "\n]\n")
+        p = self.toolpool("tools", "list", "--registry", tools, "--policy", policy)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn('dup.json:6: [4].name: duplicate tool name "echo" (already declared as tools[1] on line 3)',
+                      p.stderr)
+
+    def test_openai_export_keeps_strict(self):
+        doc = json.loads(OPENAI_TOOLS)
+        doc.append({"type": "function", "function": {"name": "loose", "parameters": {"type": "object"}}})
+        tools = self.write("openai.json", json.dumps(doc, indent=1))
+        policy = self.write("policy.json", json.dumps({
+            "run": {name: {"plugin": {"path": PLUGIN}} for name in ("echo", "noop", "loose")}}))
+        p = self.toolpool("tools", "export", "--format", "openai", "--registry", tools, "--policy", policy)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        fns = {t["function"]["name"]: t["function"] for t in json.loads(p.stdout)}
+        self.assertIs(fns["echo"]["strict"], True)
+        self.assertIs(fns["noop"]["strict"], True)
+        self.assertNotIn("strict", fns["loose"])
+        # the export is the same list again
+        again = self.write("again.json", p.stdout)
+        q = self.toolpool("tools", "export", "--format", "openai", "--registry", again, "--policy", policy)
+        self.assertEqual((q.returncode, q.stdout), (0, p.stdout), q.stderr)
+
     def test_mcp_list_with_a_policy_file_and_a_run_block(self):
         tools = self.write("mcp.json", MCP_TOOLS)
         policy = self.write("policy.json", json.dumps({

@@ -13,9 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
 #include "cli.h"
-#include "json.h"
 #include "log.h"
 #include "registry.h"
 #include "toolsdoc.h"
@@ -103,14 +101,10 @@ int tp_cmd_tools(int argc, char **argv)
         }
     } else {
         json_t *doc = tp_toolsdoc_render(reg, f);
-        tp_buf_t b = {0};
-        if (doc == NULL || tp_json_write(&b, doc, 0) < 0 || tp_buf_append(&b, "\n", 1) < 0) {
+        int wrc = doc == NULL ? TP_ENOMEM : tp_cli_put_json(stdout, doc);
+        if (wrc == TP_ENOMEM)
             tp_log_error("tools export: out of memory");
-            status = 2;
-        } else if (fwrite(b.data + b.off, 1, b.len - b.off, stdout) != b.len - b.off) {
-            status = 2;
-        }
-        tp_buf_free(&b);
+        status = wrc == 0 ? 0 : 2;
         json_decref(doc);
     }
     if (fflush(stdout) != 0) {

@@ -202,16 +202,29 @@ const char *tp_toolsdoc_idempotent_from(const tp_tool_t *t, char *buf, size_t n)
     return buf;
 }
 
+/*
+ * One tool as an OpenAI function tool (Chat Completions' nested form), with
+ * its "strict" when the registry has it: false, OpenAI's default, is left out.
+ */
+static json_t *openai_json(const tp_tool_t *t)
+{
+    json_t *fn = json_pack("{s:s, s:s, s:o}", "name", t->name, "description", t->description, "parameters",
+                           params_json(t));
+    if (fn != NULL && t->strict && json_object_set_new(fn, "strict", json_true()) != 0) {
+        json_decref(fn);
+        return NULL;
+    }
+    return json_pack("{s:s, s:o}", "type", "function", "function", fn);
+}
+
 json_t *tp_toolsdoc_render(const tp_registry_t *reg, tp_toolsdoc_format_t f)
 {
     json_t *list = json_array();
     for (size_t i = 0; list != NULL && i < reg->n_tools; i++) {
         const tp_tool_t *t = &reg->tools[i];
         json_t *one = f == TP_TOOLSDOC_TOOLPOOL ? own_json(t)
-                      : f == TP_TOOLSDOC_OPENAI
-                          ? json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "function", "function", "name", t->name,
-                                      "description", t->description, "parameters", params_json(t))
-                          : tp_toolsdoc_mcp_tool(t, TP_TOOLSDOC_DECLARED);
+                      : f == TP_TOOLSDOC_OPENAI ? openai_json(t)
+                                                : tp_toolsdoc_mcp_tool(t, TP_TOOLSDOC_DECLARED);
         if (json_array_append_new(list, one) != 0) {
             json_decref(list);
             list = NULL;
