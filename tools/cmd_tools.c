@@ -4,9 +4,10 @@
  *   toolpool tools list [--registry FILE] [--policy FILE]
  *   toolpool tools export --format openai|mcp|toolpool [--registry FILE] [--policy FILE]
  *
- * export prints what serve's GET /v1/tools?format= answers (common/
- * toolsdoc.c renders both), so an export loads again as a registry, with
- * the same policy, and gives the same tools.
+ * export prints what serve's GET /v1/tools?format= answers (supervisor/
+ * registry/toolsdoc.c renders both), so an export loads again as a
+ * registry and gives the same tools: an OpenAI or MCP one with the same
+ * policy, toolpool's own as it is.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -26,9 +27,10 @@ static const char tools_usage[] =
     "it is idempotent (retried after a timeout, run again after a crash) and\n"
     "where that came from (a run entry, defaults, MCP annotations...), tab-separated.\n"
     "export prints its tools as an OpenAI function tool list, an MCP tools/list\n"
-    "result, or toolpool's own rendering with each tool's policy: the JSON that\n"
-    "serve's GET /v1/tools?format= answers. An OpenAI or MCP export is a\n"
-    "registry file again, given the same settings (\"run\" block or --policy).\n"
+    "result, or toolpool's own rendering with each tool's adapter and policy: the\n"
+    "JSON that serve's GET /v1/tools?format= answers. An OpenAI or MCP export is a\n"
+    "registry file again, given the same settings (\"run\" block or --policy);\n"
+    "toolpool's is one as it is, with every setting (paths made absolute).\n"
     "  -r, --registry FILE   the tools (default: tools.json)\n"
     "      --policy FILE     toolpool's settings of those tools, in a file of their own\n"
     "  -f, --format F        export: openai, mcp or toolpool\n"

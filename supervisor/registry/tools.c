@@ -220,7 +220,7 @@ static void settle_idempotent(loader_t *ld, json_t *t, tp_tool_t *tool, json_t *
         from = TP_FROM_SERVER;
     if (json_object_get(json_object_get(json_object_get(server_spec, "tools"), mcp_name), key) != NULL)
         from = TP_FROM_SERVER_TOOL;
-    if (server_spec == NULL && tool->mcp_decl == NULL && json_object_get(t, key) != NULL)
+    if (server_spec == NULL && tool->mcp_decl == NULL && reg_tool_policy_key(t, key) != NULL)
         from = TP_FROM_TOOL;
     if (json_object_get(json_object_get(ld->run, tool->name), key) != NULL)
         from = TP_FROM_RUN;
@@ -286,6 +286,40 @@ void reg_where_setting(loader_t *ld, const tp_tool_t *tool, const char *key)
 int reg_fail_then_reset(loader_t *ld, int rc)
 {
     ld->in_policy = false;
+    return rc;
+}
+
+/*
+ * The checks of a tool in toolpool's form, once its keys are read: the
+ * output cap set once, at its top and in its "policy" object (toolpool's
+ * rendering), no key set in both, and "adapter", when there, naming the
+ * adapter its adapter key gives.
+ */
+static int check_own_form(loader_t *ld, json_t *t, const tp_tool_t *tool)
+{
+    char got[96];
+    json_t *policy = json_object_get(t, "policy"), *named = json_object_get(t, "adapter");
+    int rc = reg_check_output_once(ld, t);
+    mark_t m = reg_where_key(&ld->at, "policy");
+    rc = reg_rc(rc, reg_check_output_once(ld, policy));
+    const char *key;
+    json_t *v;
+    json_object_foreach(policy, key, v) {
+        if (json_object_get(t, key) == NULL)
+            continue;
+        mark_t mk = reg_where_key(&ld->at, key);
+        rc = reg_rc(rc, reg_fail(ld, "set twice: in the tool and in its \"policy\" (keep one)"));
+        reg_where_pop(&ld->at, mk);
+    }
+    reg_where_pop(&ld->at, m);
+    if (named == NULL)
+        return rc;
+    m = reg_where_key(&ld->at, "adapter");
+    const char *want = tool->adapter ? reg_adapters[tool->adapter].name : NULL;
+    if (!json_is_string(named) || want == NULL || strcmp(json_string_value(named), want) != 0)
+        rc = reg_rc(rc, reg_fail(ld, "expected the name of the tool's adapter key (%s%s%s), got %s", want ? "\"" : "",
+                                 want ? want : "it has none", want ? "\"" : "", GOT(named)));
+    reg_where_pop(&ld->at, m);
     return rc;
 }
 
@@ -361,7 +395,7 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, size_t pos, tp_tool_t *
                                                         : &reg_tool_table;
     int rc = reg_parse_object(ld, t, tab, tool);
     if (rc == 0 && form == FORM_TOOLPOOL)
-        rc = reg_check_output_once(ld, t);
+        rc = check_own_form(ld, t, tool);
     if (form == FORM_MCP || listed != NULL)
         rc = reg_rc(rc, read_mcp_decl(ld, form == FORM_MCP ? t : listed, tool, listed != NULL));
     const char *mcp_name = json_string_value(json_object_get(json_object_get(t, "mcp"), "tool"));
