@@ -54,9 +54,7 @@ static json_t *pairs_json(char *const *v)
         const char *eq = strchr(*v, '=');
         if (eq == NULL)
             continue;
-        char key[512];
-        snprintf(key, sizeof key, "%.*s", (int)(eq - *v), *v);
-        if (json_object_set_new(o, key, json_string(eq + 1)) != 0) {
+        if (json_object_setn_new(o, *v, (size_t)(eq - *v), json_string(eq + 1)) != 0) {
             json_decref(o);
             return NULL;
         }
@@ -178,16 +176,14 @@ static json_t *render_key(const key_spec_t *s, const void *base, const void *dfl
         break;
     case K_ARGV:
     case K_ARGNAMES:
-        if (*(char *const *const *)f == NULL)
-            return NULL;
-        v = strv_json(*(char *const *const *)f);
-        break;
     case K_ENV:
-    case K_HEADERS:
-        if (*(char *const *const *)f == NULL)
+    case K_HEADERS: {
+        char *const *strv = *(char *const *const *)f;
+        if (strv == NULL)
             return NULL;
-        v = pairs_json(*(char *const *const *)f);
+        v = s->type == K_ENV || s->type == K_HEADERS ? pairs_json(strv) : strv_json(strv);
         break;
+    }
     case K_DIALECT:
         if (*(const int *)f == 0)
             return NULL;
