@@ -14,7 +14,9 @@ the co-process class still runs.
 """
 import collections
 import json
+import math
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -75,23 +77,33 @@ class AddrTest(unittest.TestCase):
             shutil.rmtree(d)
 
     def test_default_retries_ride_out_a_restart(self):
-        # The defaults wait about 15 s in all (10 s at the least) before giving
-        # up on a service that is not there: the sleeps, counted, not slept.
+        # What the defaults wait in all before giving up on a service that is
+        # not there, the client's own sleeps counted, not slept: the least
+        # (every jitter at its shortest), the mean and the most, as the
+        # docstring of Client says them.
         d = tempfile.mkdtemp(prefix="tp-client-")
         self.addCleanup(shutil.rmtree, d)
         waits = []
-        for jitter in (0.0, 0.5):
+        for jitter in (0.0, 0.5, 1.0):
             c = Client(f"unix:{d}/none.sock")
             self.addCleanup(c.close)
             slept = []
             with mock.patch.object(toolpool_client.time, "sleep", slept.append), \
                  mock.patch.object(toolpool_client.random, "random", lambda: jitter):
-                with self.assertRaises(ToolpoolError):
+                with self.assertRaises(ToolpoolError) as cm:
                     c.call("noop", id="x2")
+            self.assertEqual(cm.exception.error, "Unavailable")
+            self.assertEqual(len(slept), c.retries)
             waits.append(sum(slept))
-        self.assertGreaterEqual(waits[0], 9.5, waits)
-        self.assertGreaterEqual(waits[1], 13.5, waits)
-        self.assertLess(waits[1], 17, waits)
+        doc = " ".join(Client.__doc__.split())
+        said = re.search(r"With the defaults that is ([\d.]+) s at the least and ([\d.]+) s at the most "
+                         r"\(([\d.]+) s on average\)", doc)
+        self.assertIsNotNone(said, doc)
+        least, most, mean = (float(x) for x in said.groups())
+        # to a tenth of a second: the least rounded down and the most up, so each stays true
+        self.assertEqual((least, mean, most),
+                         (math.floor(waits[0] * 10) / 10, round(waits[1], 1), math.ceil(waits[2] * 10) / 10), waits)
+        self.assertIn(f"back within {least} s is always reached", doc)
 
 
 class CoprocessTest(unittest.TestCase):

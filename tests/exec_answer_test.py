@@ -16,6 +16,7 @@ Standard library only. The build directory comes from $TOOLPOOL_BUILD_DIR
 """
 import json
 import os
+import re
 import subprocess
 import tempfile
 import unittest
@@ -118,6 +119,44 @@ class ExecAnswerTest(unittest.TestCase):
         self.assertNotIn("missing", cp["results"][0])
         self.assertIn('"result":' + want["s1"] + ',', p.stdout)
         self.assertIn('"result":' + want["s2"] + ',', p.stdout)
+
+    def test_reals_shown_as_written(self):
+        # What a tool answered and a call's args hold read the same in every
+        # view of the store as in run's line: 64.22, not 64.219999999999999.
+        tools = [printing("price", '{"price": 64.22, "rates": [0.1, 1e300, 3.0]}'),
+                 printing("denied", 'no', 77, attempts=1)]
+        args = {"price": 64.22, "rates": [0.1, 1e300]}
+        calls = [{"id": "p1", "job": "j", "step": 1, "tool": "price", "args": args}]
+        calls += [{"id": f"d{k}", "job": "j", "step": 1 + k, "tool": "denied", "args": args} for k in (1, 2, 3)]
+        lines = self.run_calls(tools, calls)
+        self.assertIn('"result":{"price":64.22,"rates":[0.1,1e+300,3.0]},', lines["p1"])
+        self.assertIn('"args":{"price":64.22,"rates":[0.1,1e+300]},', lines["p1"])
+
+        # trace --json: the line run wrote, byte for byte, from the store and from a results file.
+        p = self.toolpool("trace", "--json", "--store", self.path("store"), "p1", "d3")
+        self.assertEqual((p.returncode, p.stdout), (0, lines["p1"] + "\n" + lines["d3"] + "\n"), p.stderr)
+        written = "".join(lines[c["id"]] + "\n" for c in calls)
+        with open(self.path("results.jsonl"), "w") as f:
+            f.write(written)
+        p = self.toolpool("trace", "--json", self.path("results.jsonl"))
+        self.assertEqual((p.returncode, p.stdout), (0, written), p.stderr)
+
+        # checkpoints show --json: the checkpoint's own numbers in their shortest form too.
+        p = self.toolpool("checkpoints", "show", "j", "--store", self.path("store"), "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        head = p.stdout[:p.stdout.index(',"results":')]
+        wall = re.search(r'"wall_ms":([0-9.e+-]+)', head).group(1)
+        self.assertEqual(wall, repr(float(wall)), head)
+        self.assertIn(lines["p1"], p.stdout)
+
+        # The breaker and the escalation the third refusal opened show the call's args as given.
+        p = self.toolpool("breakers", "list", "--store", self.path("store"), "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        breaker = json.loads(p.stdout)["id"]
+        for view in (["breakers", "show", breaker], ["escalations", "show", "E000001"]):
+            p = self.toolpool(*view, "--store", self.path("store"), "--json")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn('"args":{"price":64.22,"rates":[0.1,1e+300]}', p.stdout, view)
 
     def test_error_object_beats_exit_status(self):
         tools = [

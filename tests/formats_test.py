@@ -12,6 +12,7 @@ Standard library only. The build directory comes from $TOOLPOOL_BUILD_DIR
 """
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -134,6 +135,52 @@ class FormatsTest(unittest.TestCase):
         self.assertIn("openai.json:16: [1] (noop): no adapter", p.stderr)
         self.assertEqual(p.stdout, "")
 
+    def test_openai_builtin_tools_are_skipped(self):
+        # A list as an agent sends it may hold tools its provider runs: each
+        # is skipped, saying so with its type and place, and the rest run.
+        doc = json.loads(OPENAI_TOOLS)
+        listed = [{"type": "web_search_preview"}, doc[0], {"type": "file_search", "vector_store_ids": ["vs_1"]},
+                  doc[1]]
+        tools = self.write("openai.json", "[\n" + ",\n".join(json.dumps(t) for t in listed) + "\n]\n")
+        policy = self.write("policy.json", json.dumps({
+            "run": {"echo": {"plugin": {"path": PLUGIN}}, "noop": {"plugin": {"path": PLUGIN}}}}))
+        p, res = self.run_calls(tools, policy, [{"id": "a", "tool": "echo", "args": {"x": 7}},
+                                                {"id": "b", "tool": "noop", "args": {}}], "store-builtin")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual((res["a"]["result"], res["b"]["ok"]), ({"x": 7}, True))
+        warnings = [ln for ln in p.stderr.splitlines() if "skipped" in ln]
+        self.assertEqual(len(warnings), 2, p.stderr)
+        self.assertIn('openai.json:2: [0]: skipped: an OpenAI built-in tool of type "web_search_preview"',
+                      warnings[0])
+        self.assertIn('openai.json:4: [2]: skipped: an OpenAI built-in tool of type "file_search"', warnings[1])
+        self.assertTrue(all(ln.startswith("toolpool: warning: ") for ln in warnings), warnings)
+        p = self.toolpool("tools", "list", "--registry", tools, "--policy", policy)
+        self.assertEqual((p.returncode, [ln.split("\t")[0] for ln in p.stdout.splitlines()]), (0, ["echo", "noop"]))
+        # an error after a skipped entry names the entry's place in the file
+        listed.append({"type": "function", "name": "echo"})
+        tools = self.write("dup.json", "[\n" + ",\n".join(json.dumps(t) for t in listed) + "\n]\n")
+        p = self.toolpool("tools", "list", "--registry", tools, "--policy", policy)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn('dup.json:6: [4].name: duplicate tool name "echo" (already declared as tools[1] on line 3)',
+                      p.stderr)
+
+    def test_openai_export_keeps_strict(self):
+        doc = json.loads(OPENAI_TOOLS)
+        doc.append({"type": "function", "function": {"name": "loose", "parameters": {"type": "object"}}})
+        tools = self.write("openai.json", json.dumps(doc, indent=1))
+        policy = self.write("policy.json", json.dumps({
+            "run": {name: {"plugin": {"path": PLUGIN}} for name in ("echo", "noop", "loose")}}))
+        p = self.toolpool("tools", "export", "--format", "openai", "--registry", tools, "--policy", policy)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        fns = {t["function"]["name"]: t["function"] for t in json.loads(p.stdout)}
+        self.assertIs(fns["echo"]["strict"], True)
+        self.assertIs(fns["noop"]["strict"], True)
+        self.assertNotIn("strict", fns["loose"])
+        # the export is the same list again
+        again = self.write("again.json", p.stdout)
+        q = self.toolpool("tools", "export", "--format", "openai", "--registry", again, "--policy", policy)
+        self.assertEqual((q.returncode, q.stdout), (0, p.stdout), q.stderr)
+
     def test_mcp_list_with_a_policy_file_and_a_run_block(self):
         tools = self.write("mcp.json", MCP_TOOLS)
         policy = self.write("policy.json", json.dumps({
@@ -197,6 +244,12 @@ class FormatsTest(unittest.TestCase):
                         for k in ("title", "outputSchema", "annotations", "icons", "_meta"):
                             t.pop(k, None)
                     want = json.dumps(doc, separators=(",", ":")) + "\n"
+                if fmt == "openai" and fmt2 == "toolpool":
+                    # nor for the dialect an MCP list's schemas are read in (2020-12): draft-07 again
+                    doc = json.loads(want)
+                    for t in doc["tools"]:
+                        self.assertEqual(t.pop("schema_dialect"), "2020-12")
+                    want = json.dumps(doc, separators=(",", ":")) + "\n"
                 self.assertEqual(p.stdout, want, (fmt, fmt2))
         # MCP's own keys pass through the MCP export as declared
         cat = json.loads(exports["mcp"])["tools"][0]
@@ -209,6 +262,74 @@ class FormatsTest(unittest.TestCase):
         p = self.toolpool("tools", "export", "--registry", tools, "--policy", policy)
         self.assertEqual(p.returncode, 2)
         self.assertIn("--format", p.stderr)
+
+    def test_toolpool_export_loads_again(self):
+        # toolpool's rendering is a registry file: every setting of every tool,
+        # paths resolved, so it loads from another folder as the same registry.
+        os.mkdir(self.path("sub"))
+        shutil.copy(os.path.join(TEST_TOOLS, "cat.sh"), self.path("sub"))
+        tools = self.write("tools.json", json.dumps({
+            "defaults": {"timeout": "5s", "backoff": {"base": "5ms", "factor": 1.5, "jitter": "none"},
+                         "retry_on": ["Timeout", "ServerError"]},
+            "schema_dialect": "2020-12", "formats": "assert", "guards": {"max_steps": 10, "max_cost": 2.5},
+            "tools": [
+                {"name": "cat", "description": "Gives its input back.", "exec": ["./sub/cat.sh"], "cwd": "sub",
+                 "parameters": {"type": "object", "properties": {"text": {"type": "string"}}},
+                 "attempts": 2, "deadline": "20s", "concurrency": 4,
+                 "fallback": [{"tool": "cache", "args": {"q": "/text"}}], "fallback_on": ["transient", "permanent"],
+                 "limits": {"memory": "64M", "cpu": "2s", "files": 64, "output": 4096},
+                 "worker": {"max_calls": 100}, "rate": {"calls": 10, "per": "2s", "burst": 2},
+                 "breaker": {"same_call": False, "tool": {"failure_rate": 0.25, "min_calls": 5}},
+                 "kill_grace": "100ms", "max_retry_after": "30s", "schema_dialect": "draft-07"},
+                {"name": "cache", "plugin": {"path": PLUGIN}, "stale": True, "degraded": {"n": 64.22},
+                 "breaker": {"same_call": {"failures": 2, "scope": "global", "window": "1m"}}},
+                {"name": "charge", "http": {"url": "http://127.0.0.1:9/charge/{id}", "method": "POST",
+                                            "query": ["id"], "headers": {"Authorization": "Bearer ${env:TOKEN}"}},
+                 "connect_timeout": "2s", "max_in_flight": 8},
+                {"name": "m", "mcp": {"command": ["python3", "server.py"], "tool": "echo", "env": {"A": "1"},
+                                      "instances": 2}, "idempotent": False},
+            ]}))
+        env = dict(os.environ, TOKEN="t0ken")
+
+        def tp(*args, cwd=self.dir):
+            return subprocess.run([TOOLPOOL] + list(args), capture_output=True, text=True, timeout=120, cwd=cwd,
+                                  env=env)
+
+        exports = {}
+        for fmt in ("toolpool", "openai", "mcp"):
+            p = tp("tools", "export", "--format", fmt, "--registry", tools)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            exports[fmt] = p.stdout
+        self.assertNotIn("t0ken", exports["toolpool"])
+        os.mkdir(self.path("elsewhere"))
+        again = self.write("elsewhere/exported.json", exports["toolpool"])
+        # the same tools, adapters and idempotency (which now the file itself says)
+        listed = [tp("tools", "list", "--registry", f).stdout.splitlines() for f in (tools, again)]
+        self.assertEqual([ln.split("\t")[:3] for ln in listed[1]], [ln.split("\t")[:3] for ln in listed[0]])
+        self.assertEqual(listed[1][0].split("\t")[3], "the tool")
+        # and the same renderings, but for where idempotent came from
+        for fmt in ("toolpool", "openai", "mcp"):
+            p = tp("tools", "export", "--format", fmt, "--registry", again, cwd=self.path("elsewhere"))
+            self.assertEqual(p.returncode, 0, p.stderr)
+            got, want = json.loads(p.stdout), json.loads(exports[fmt])
+            if fmt == "toolpool":
+                for t in got["tools"] + want["tools"]:
+                    t["policy"].pop("idempotent_from")
+            self.assertEqual(got, want, fmt)
+        own = {t["name"]: t for t in json.loads(exports["toolpool"])["tools"]}
+        self.assertEqual(own["cat"]["exec"], [self.path("sub/cat.sh")])
+        self.assertEqual(own["cat"]["cwd"], self.path("sub"))
+        self.assertEqual(own["cat"]["policy"]["limits"], {"memory": 64 << 20, "cpu": "2s", "files": 64})
+        self.assertEqual(own["cat"]["policy"]["max_output"], 4096)
+        self.assertEqual(own["cache"]["policy"]["breaker"]["same_call"],
+                         {"scope": "global", "failures": 2, "window": "60s"})
+        self.assertEqual(own["charge"]["http"]["headers"], {"Authorization": "Bearer ${env:TOKEN}"})
+        self.assertEqual(json.loads(exports["toolpool"])["guards"], {"max_steps": 10, "max_cost": 2.5})
+        # its calls run as the original's do
+        calls = self.write("calls.jsonl", '{"id": "a", "tool": "cat", "args": {"text": "hi"}}\n')
+        p = tp("run", "-q", "--registry", again, "--store", self.path("s"), calls)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout)["result"], {"text": "hi"})
 
     def test_every_error_at_once(self):
         tools = self.write("tools.json", "\n".join([

@@ -1282,8 +1282,19 @@ static void test_err_formats(void)
                  " \"run\": {\"a\": {\"exec\": [\"x\"]},\n"
                  "   \"b\": {\"exec\": [\"x\"]}}}",
                  3, "run.b", "no tool \"b\" is declared");
-    EXPECT_ERROR("[{\"type\": \"custom\",\n \"name\": \"a\"}]", 1, "[0].type",
-                 "expected \"function\" (only function tools run in toolpool), got \"custom\"");
+    /* a built-in tool is skipped (with a warning); a list of nothing else has no tool */
+    EXPECT_ERROR("[{\"type\": \"custom\",\n \"name\": \"a\"}]", 1, NULL,
+                 "no function tool: the list holds only OpenAI built-in tools, each skipped");
+    /* toolpool's rendering of a tool: its policy in "policy", its adapter named */
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n \"adapter\": \"plugin\"}]}", 2,
+                 "tools[0] (a).adapter", "expected the name of the tool's adapter key (\"exec\"), got \"plugin\"");
+    EXPECT_ERROR(
+        "{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"], \"timeout\": \"1s\",\n \"policy\": {\"timeout\": \"2s\"}}]}",
+        2, "tools[0] (a).policy.timeout", "set twice: in the tool and in its \"policy\"");
+    EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"],\n \"policy\": {\"fallback\": [\"nope\"]}}]}", 2,
+                 "tools[0] (a).policy.fallback[0]", "unknown tool \"nope\"");
+    EXPECT_ERROR("[{\"type\": 5,\n \"name\": \"a\"}]", 1, "[0].type",
+                 "expected \"function\" (only function tools run in toolpool), got 5");
     EXPECT_ERROR("[{\"type\": \"function\",\n \"function\": 3}]", 2, "[0].function", "expected an object");
     EXPECT_ERROR("{\"tools\": [{\"name\": \"a\", \"inputSchema\": {},\n \"annotations\": 1}], "
                  "\"run\": {\"a\": {\"exec\": [\"x\"]}}}",

@@ -8,7 +8,9 @@
 #include <getopt.h>
 #include <stdio.h>
 
+#include "buf.h"
 #include "cli.h"
+#include "json.h"
 #include "log.h"
 #include "results.h"
 #include "store.h"
@@ -22,6 +24,16 @@ int tp_cli_usage(const char *usage, int opt)
 int tp_cli_misuse(const char *usage)
 {
     return tp_cli_usage(usage, '?');
+}
+
+int tp_cli_put_json(FILE *out, const json_t *v)
+{
+    tp_buf_t b = {0};
+    int rc = tp_json_write(&b, v, 0) == 0 && tp_buf_append(&b, "\n", 1) == 0 ? 0 : TP_ENOMEM;
+    if (rc == 0 && fwrite(b.data + b.off, 1, b.len - b.off, out) != b.len - b.off)
+        rc = TP_EIO;
+    tp_buf_free(&b);
+    return rc;
 }
 
 /*

@@ -2,6 +2,7 @@
 #ifndef TP_CLI_H
 #define TP_CLI_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +34,14 @@ tp_store_t *tp_cli_store_read(const char *dir, MDB_txn **txn);
  */
 typedef struct Toolpool__StoredResult Toolpool__StoredResult;
 int tp_cli_each_result(const char *dir, int (*fn)(void *ctx, const Toolpool__StoredResult *sr), void *ctx);
+
+/*
+ * Writes v and a newline to out as toolpool writes JSON everywhere (json.h's
+ * one writer, which run's lines and serve's answers come from): compact,
+ * each number in its shortest form that reads back the same, so 64.22 a
+ * tool answered shows as 64.22. 0, or TP_ENOMEM, or TP_EIO when out fails.
+ */
+int tp_cli_put_json(FILE *out, const json_t *v);
 
 /* The long option --policy FILE of every command that loads a registry (no short form). */
 #define TP_OPT_POLICY 0x100

@@ -346,7 +346,7 @@ int tp_cmd_failures(int argc, char **argv)
     for (size_t i = 0; status == 0 && i < g.n; i++) {
         if (json) {
             json_t *o = group_json(&g.v[i], file != NULL);
-            if (o == NULL || json_dumpf(o, stdout, JSON_COMPACT) != 0 || putchar('\n') == EOF)
+            if (o == NULL || tp_cli_put_json(stdout, o) != 0)
                 status = 2;
             json_decref(o);
         } else {

@@ -21,6 +21,7 @@
 
 #include "checkpoint.h"
 #include "cli.h"
+#include "json.h"
 #include "log.h"
 #include "record.h"
 #include "records.h"
@@ -96,7 +97,7 @@ static int print_json(json_t *v, const args_t *a)
         tp_log_error("%s: out of memory rendering JSON", a->store);
         return 2;
     }
-    int rc = json_dumpf(v, stdout, JSON_COMPACT | JSON_ENCODE_ANY) == 0 && fputc('\n', stdout) != EOF ? 0 : 2;
+    int rc = tp_cli_put_json(stdout, v) == 0 ? 0 : 2;
     json_decref(v);
     return rc;
 }
@@ -603,15 +604,16 @@ static void show_step(FILE *out, tp_store_t *s, MDB_txn *txn, const char *id)
 static int show_checkpoint_json(tp_store_t *s, MDB_txn *txn, const Toolpool__Checkpoint *cp, const args_t *a)
 {
     json_t *o = tp_records_checkpoint_json(s, txn, cp);
-    char *head = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    size_t n = head ? strlen(head) : 0;
     tp_buf_t b = {0};
-    int rc = n > 0 && head[n - 1] == '}' && tp_buf_append(&b, head, n - 1) == 0 &&
-                     tp_buf_puts(&b, n > 2 ? ",\"results\":" : "\"results\":") == 0
+    int rc = o != NULL && tp_json_write(&b, o, 0) == 0 ? 0 : TP_ENOMEM;
+    json_decref(o);
+    /* the head without its closing brace, then the results */
+    if (rc == 0) {
+        b.len--;
+        rc = tp_buf_puts(&b, b.len > 1 ? ",\"results\":" : "\"results\":") == 0
                  ? tp_records_checkpoint_results_text(s, txn, cp, &b)
                  : TP_ENOMEM;
-    free(head);
+    }
     if (rc == 0 && tp_buf_puts(&b, "}\n") < 0)
         rc = TP_ENOMEM;
     if (rc) {

@@ -4,18 +4,17 @@
  *   toolpool tools list [--registry FILE] [--policy FILE]
  *   toolpool tools export --format openai|mcp|toolpool [--registry FILE] [--policy FILE]
  *
- * export prints what serve's GET /v1/tools?format= answers (common/
- * toolsdoc.c renders both), so an export loads again as a registry, with
- * the same policy, and gives the same tools.
+ * export prints what serve's GET /v1/tools?format= answers (supervisor/
+ * registry/toolsdoc.c renders both), so an export loads again as a
+ * registry and gives the same tools: an OpenAI or MCP one with the same
+ * policy, toolpool's own as it is.
  */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
 #include "cli.h"
-#include "json.h"
 #include "log.h"
 #include "registry.h"
 #include "toolsdoc.h"
@@ -28,9 +27,10 @@ static const char tools_usage[] =
     "it is idempotent (retried after a timeout, run again after a crash) and\n"
     "where that came from (a run entry, defaults, MCP annotations...), tab-separated.\n"
     "export prints its tools as an OpenAI function tool list, an MCP tools/list\n"
-    "result, or toolpool's own rendering with each tool's policy: the JSON that\n"
-    "serve's GET /v1/tools?format= answers. An OpenAI or MCP export is a\n"
-    "registry file again, given the same settings (\"run\" block or --policy).\n"
+    "result, or toolpool's own rendering with each tool's adapter and policy: the\n"
+    "JSON that serve's GET /v1/tools?format= answers. An OpenAI or MCP export is a\n"
+    "registry file again, given the same settings (\"run\" block or --policy);\n"
+    "toolpool's is one as it is, with every setting (paths made absolute).\n"
     "  -r, --registry FILE   the tools (default: tools.json)\n"
     "      --policy FILE     toolpool's settings of those tools, in a file of their own\n"
     "  -f, --format F        export: openai, mcp or toolpool\n"
@@ -103,14 +103,10 @@ int tp_cmd_tools(int argc, char **argv)
         }
     } else {
         json_t *doc = tp_toolsdoc_render(reg, f);
-        tp_buf_t b = {0};
-        if (doc == NULL || tp_json_write(&b, doc, 0) < 0 || tp_buf_append(&b, "\n", 1) < 0) {
+        int wrc = doc == NULL ? TP_ENOMEM : tp_cli_put_json(stdout, doc);
+        if (wrc == TP_ENOMEM)
             tp_log_error("tools export: out of memory");
-            status = 2;
-        } else if (fwrite(b.data + b.off, 1, b.len - b.off, stdout) != b.len - b.off) {
-            status = 2;
-        }
-        tp_buf_free(&b);
+        status = wrc == 0 ? 0 : 2;
         json_decref(doc);
     }
     if (fflush(stdout) != 0) {

@@ -19,6 +19,7 @@
 #include "buf.h"
 #include "checkpoint.h"
 #include "cli.h"
+#include "json.h"
 #include "log.h"
 
 /* Seconds as the seed writes them: "8.0s", "0.5s"; short ones keep 3 places. */
@@ -216,8 +217,12 @@ int tp_trace_print_as(FILE *in, const char *name, FILE *out, bool json)
                          r ? what : "text that is not JSON: ", r ? "" : err.text);
             rc = 2;
         } else if (json) {
-            if (json_dumpf(r, out, JSON_COMPACT) != 0 || fputc('\n', out) == EOF)
+            /* the line as it was written, only its spaces gone: every number as the tool wrote it */
+            tp_buf_t b = {0};
+            if (tp_json_compact(line, (size_t)n, &b) < 0 || tp_buf_append(&b, "\n", 1) < 0 ||
+                fwrite(b.data, 1, b.len, out) != b.len)
                 rc = 2;
+            tp_buf_free(&b);
         } else {
             print_one(r, out);
             fputc('\n', out);
@@ -231,6 +236,30 @@ int tp_trace_print_as(FILE *in, const char *name, FILE *out, bool json)
 int tp_trace_print(FILE *in, const char *name, FILE *out)
 {
     return tp_trace_print_as(in, name, out, false);
+}
+
+/*
+ * A recorded call's result line (what trace reads from a file too): with
+ * json as it is, what run wrote byte for byte; else read and told as its
+ * story. 0, or 2 (logged).
+ */
+static int print_recorded(const char *dir, const char *id, const tp_buf_t *line, bool json)
+{
+    if (json) {
+        bool ended = line->len > 0 && line->data[line->len - 1] == '\n';
+        return fwrite(line->data, 1, line->len, stdout) == line->len && (ended || fputc('\n', stdout) != EOF) ? 0 : 2;
+    }
+    json_error_t jerr;
+    json_t *v = json_loadb((const char *)line->data, line->len, 0, &jerr);
+    if (v == NULL) {
+        /* Sound JSON that jansson still refuses (a number past int64, say). */
+        tp_log_error("%s: call %s: its recorded line cannot be read: %s", dir, id, jerr.text);
+        return 2;
+    }
+    print_one(v, stdout);
+    fputc('\n', stdout);
+    json_decref(v);
+    return 0;
 }
 
 /* Prints the recorded result of each call id from the store. */
@@ -255,30 +284,16 @@ static int trace_store(const char *dir, int n, char **ids, bool json)
             rc = 2;
             continue;
         }
-        /* The record as its result line says it: what trace reads from a file too. */
-        json_error_t jerr;
         tp_buf_t line = {0};
-        json_t *v = NULL;
-        if (tp_result_line(&line, r) < 0)
-            snprintf(jerr.text, sizeof jerr.text, "out of memory");
-        else
-            v = json_loadb((const char *)line.data, line.len, 0, &jerr);
-        tp_buf_free(&line);
+        int lrc = tp_result_line(&line, r);
         tp_result_free(r);
-        if (v == NULL) {
-            /* Sound JSON that jansson still refuses (a number past int64, say). */
-            tp_log_error("%s: call %s: its recorded line cannot be read: %s", dir, ids[i], jerr.text);
+        if (lrc < 0) {
+            tp_log_error("%s: call %s: out of memory", dir, ids[i]);
             rc = 2;
-            continue;
+        } else if (print_recorded(dir, ids[i], &line, json) != 0) {
+            rc = 2;
         }
-        if (json) {
-            json_dumpf(v, stdout, JSON_COMPACT);
-            fputc('\n', stdout);
-        } else {
-            print_one(v, stdout);
-            fputc('\n', stdout);
-        }
-        json_decref(v);
+        tp_buf_free(&line);
     }
     mdb_txn_abort(txn);
     tp_store_close(s);

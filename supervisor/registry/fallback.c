@@ -24,7 +24,7 @@ static json_t *fallback_json(loader_t *ld, const tp_tool_t *tool, int *src)
         if ((v = json_object_get(json_object_get(ld->run, tool->name), "fallback")) != NULL)
             return *src = FB_RUN, v;
         if (tool->mcp_server == NULL &&
-            (v = json_object_get(json_array_get(ld->tools_json, tool->index), "fallback")) != NULL)
+            (v = reg_tool_policy_key(json_array_get(ld->tools_json, tool->pos), "fallback")) != NULL)
             return *src = FB_OWN, v;
     }
     if ((v = json_object_get(json_object_get(ld->proot, "defaults"), "fallback")) != NULL)
@@ -50,9 +50,11 @@ static json_t *where_fallback(loader_t *ld, const tp_tool_t *tool)
         char note[300];
         if (!ld->tools_at_root)
             reg_where_key(&ld->at, "tools");
-        reg_where_index(&ld->at, tool->index);
+        reg_where_index(&ld->at, tool->pos);
         snprintf(note, sizeof note, " (%s)", tool->name);
         reg_where_note(&ld->at, note);
+        if (json_object_get(json_array_get(ld->tools_json, tool->pos), "fallback") == NULL)
+            reg_where_key(&ld->at, "policy");
     } else if (src == FB_RUN || src == FB_PRUN) {
         reg_where_key(&ld->at, "run");
         reg_where_key(&ld->at, tool->name);

@@ -55,7 +55,7 @@ static const key_spec_t limits_keys[] = {
     {KEY("memory", K_BYTES), POL(limit_memory), .min = 1048576},
     {KEY("cpu", K_DURATION), POL(limit_cpu_us), .flags = F_MIN_EXCL},
     {KEY("files", K_UINT), POL(limit_files), .min = 3, .max = 1048576},
-    {KEY("output", K_BYTES), POL(max_output), .min = 1, .dflt = MAX_OUTPUT_DEFAULT},
+    {KEY("output", K_BYTES), POL(max_output), .min = 1, .dflt = MAX_OUTPUT_DEFAULT, .flags = F_ALIAS},
 };
 static const key_table_t limits_table = TABLE(limits_keys);
 
@@ -128,9 +128,25 @@ static const key_spec_t http_keys[] = {
 };
 static const key_table_t http_table = TABLE(http_keys);
 
-/* A tool's own keys; its policy keys chain on, landing in tool->policy. */
+/*
+ * A tool's policy in an object of its own, as toolpool renders a tool
+ * (`tools export --format toolpool`, GET /v1/tools), so that the rendering
+ * loads again: where "idempotent" came from is said there for people, and
+ * let be.
+ */
+static const key_spec_t own_policy_keys[] = {
+    {KEY("idempotent_from", K_SKIP)},
+};
+static const key_table_t own_policy_table = {own_policy_keys, 1, &reg_policy_table, 0};
+
+/*
+ * A tool's own keys; its policy keys chain on, landing in tool->policy.
+ * "adapter" names the adapter its adapter key gives (checked in tools.c).
+ */
 static const key_spec_t tool_keys[] = {
     {KEY("name", K_SKIP)},
+    {KEY("adapter", K_SKIP)},
+    {KEY("policy", K_OBJECT), TOOL(policy), .sub = &own_policy_table},
     {KEY("description", K_STRING), TOOL(description)},
     {KEY("parameters", K_SCHEMA), TOOL(parameters)},
     {KEY("schema_dialect", K_DIALECT), TOOL(schema_dialect)},

@@ -175,6 +175,7 @@ typedef struct {
     tp_from_t idempotent_from; /* where policy.idempotent came from */
     tp_policy_t policy;
     size_t index; /* position in tools[] */
+    size_t pos;   /* position in the file's tools list, which may hold OpenAI built-in tools tools[] skips */
     int line;     /* where the tool's object starts */
 } tp_tool_t;
 

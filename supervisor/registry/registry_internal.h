@@ -162,6 +162,7 @@ enum {
     F_PATH = 1 << 4,     /* a relative path resolves against the registry dir */
     F_OFF = 1 << 5,      /* K_OBJECT: false turns it off (the bool at off_n), an object on */
     F_HOPS = 1 << 6,     /* K_NAMES: an entry may be {"tool", "args"} (tp_policy_t.fallback_args) */
+    F_ALIAS = 1 << 7,    /* another row's field under a second name: rendered by that row only */
 };
 
 typedef struct key_table key_table_t;
@@ -214,6 +215,23 @@ int reg_parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base);
 int reg_check_output_once(loader_t *ld, json_t *obj);
 int reg_check_defaults(loader_t *ld);
 
+/* tp_jitter_t's names, as the registry writes them. */
+extern const char *const reg_jitter_names[3];
+
+/* ---- the values written back (render.c) ---- */
+
+/* A duration as the registry writes them: "5s", "250ms", "100us". NULL on ENOMEM. */
+json_t *reg_duration_json(uint64_t us);
+/*
+ * Sets in o each key of tab and its chain whose value at base differs from
+ * the one at dflt (dflt NULL: each key that is set), written as the
+ * registry's files say it; the keys read by hand (names, adapters, the
+ * schema) are left to the caller. 0, or TP_ENOMEM.
+ */
+int reg_render_object(json_t *o, const key_table_t *tab, const void *base, const void *dflt);
+/* The value of the tool's adapter key: exec's argv, or the plugin, mcp or http object. NULL on ENOMEM. */
+json_t *reg_render_adapter(const tp_tool_t *t);
+
 /* ---- the policy: defaults, copies, teardown (policy.c) ---- */
 
 void reg_store_uint(void *field, size_t size, uint64_t v);
@@ -230,6 +248,17 @@ typedef struct tp_index tp_index_t;
 /* An empty index for n names, or NULL when out of memory. */
 tp_index_t *reg_index_new(size_t n);
 void reg_index_put(tp_registry_t *reg, size_t i);
+
+/*
+ * A policy key of a tool object in toolpool's form: at its top, else in its
+ * "policy" object (toolpool's rendering of a tool, loaded again). NULL when
+ * neither has it.
+ */
+static inline json_t *reg_tool_policy_key(json_t *t, const char *key)
+{
+    json_t *v = json_object_get(t, key);
+    return v != NULL ? v : json_object_get(json_object_get(t, "policy"), key);
+}
 
 /* ---- tools (tools.c), mcp_servers (import.c), fallback chains (fallback.c) ---- */
 

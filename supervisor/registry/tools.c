@@ -9,6 +9,7 @@
 
 #include "jsonpos.h"
 #include "jsonschema.h"
+#include "log.h"
 
 #include <errno.h>
 #include <sys/stat.h>
@@ -219,7 +220,7 @@ static void settle_idempotent(loader_t *ld, json_t *t, tp_tool_t *tool, json_t *
         from = TP_FROM_SERVER;
     if (json_object_get(json_object_get(json_object_get(server_spec, "tools"), mcp_name), key) != NULL)
         from = TP_FROM_SERVER_TOOL;
-    if (server_spec == NULL && tool->mcp_decl == NULL && json_object_get(t, key) != NULL)
+    if (server_spec == NULL && tool->mcp_decl == NULL && reg_tool_policy_key(t, key) != NULL)
         from = TP_FROM_TOOL;
     if (json_object_get(json_object_get(ld->run, tool->name), key) != NULL)
         from = TP_FROM_RUN;
@@ -289,6 +290,40 @@ int reg_fail_then_reset(loader_t *ld, int rc)
 }
 
 /*
+ * The checks of a tool in toolpool's form, once its keys are read: the
+ * output cap set once, at its top and in its "policy" object (toolpool's
+ * rendering), no key set in both, and "adapter", when there, naming the
+ * adapter its adapter key gives.
+ */
+static int check_own_form(loader_t *ld, json_t *t, const tp_tool_t *tool)
+{
+    char got[96];
+    json_t *policy = json_object_get(t, "policy"), *named = json_object_get(t, "adapter");
+    int rc = reg_check_output_once(ld, t);
+    mark_t m = reg_where_key(&ld->at, "policy");
+    rc = reg_rc(rc, reg_check_output_once(ld, policy));
+    const char *key;
+    json_t *v;
+    json_object_foreach(policy, key, v) {
+        if (json_object_get(t, key) == NULL)
+            continue;
+        mark_t mk = reg_where_key(&ld->at, key);
+        rc = reg_rc(rc, reg_fail(ld, "set twice: in the tool and in its \"policy\" (keep one)"));
+        reg_where_pop(&ld->at, mk);
+    }
+    reg_where_pop(&ld->at, m);
+    if (named == NULL)
+        return rc;
+    m = reg_where_key(&ld->at, "adapter");
+    const char *want = tool->adapter ? reg_adapters[tool->adapter].name : NULL;
+    if (!json_is_string(named) || want == NULL || strcmp(json_string_value(named), want) != 0)
+        rc = reg_rc(rc, reg_fail(ld, "expected the name of the tool's adapter key (%s%s%s), got %s", want ? "\"" : "",
+                                 want ? want : "it has none", want ? "\"" : "", GOT(named)));
+    reg_where_pop(&ld->at, m);
+    return rc;
+}
+
+/*
  * One tool: starts from a copy of the defaults, reads the name first (so
  * every later message can say which tool), registers it in the index
  * (a second tool of the same name is an error here), then the rest of its
@@ -297,7 +332,7 @@ int reg_fail_then_reset(loader_t *ld, int rc)
  */
 static int server_policy(loader_t *ld, tp_tool_t *tool, const char *server, json_t *spec, const char *mcp_name);
 
-static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, const char *server, json_t *spec,
+static int parse_tool(loader_t *ld, json_t *t, size_t i, size_t pos, tp_tool_t *tool, const char *server, json_t *spec,
                       json_t *listed)
 {
     bool imported = server != NULL;
@@ -305,9 +340,10 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, const 
     tp_registry_t *reg = ld->reg;
     mark_t m = {ld->at.ptr_len, ld->at.key_len};
     if (!imported)
-        reg_where_index(&ld->at, i); /* an imported tool's place is its server's, set by the caller */
+        reg_where_index(&ld->at, pos); /* an imported tool's place is its server's, set by the caller */
     tool->index = i;
-    tool->line = !imported && ld->tool_lines ? ld->tool_lines[i] : tp_json_line(ld->text, ld->len, ld->at.ptr);
+    tool->pos = pos;
+    tool->line = !imported && ld->tool_lines ? ld->tool_lines[pos] : tp_json_line(ld->text, ld->len, ld->at.ptr);
     ld->adapter_dir = reg->dir;
     if (!json_is_object(t))
         return reg_fail(ld, "expected a tool object, got %s", GOT(t));
@@ -319,7 +355,7 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, const 
     json_t *decl = t; /* the object holding the name */
     if (form == FORM_OPENAI || form == FORM_OPENAI_FLAT) {
         json_t *type = json_object_get(t, "type");
-        if (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0) {
+        if (!json_is_string(type)) { /* a string other than "function" is a built-in tool, skipped before */
             reg_where_key(&ld->at, "type");
             return reg_fail(ld, "expected \"function\" (only function tools run in toolpool), got %s", GOT(type));
         }
@@ -339,8 +375,8 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, const 
                         TP_TOOL_NAME_MAX, GOT(name));
     const tp_tool_t *prev = tp_registry_find(reg, json_string_value(name));
     if (prev != NULL && prev->mcp_server == NULL)
-        return reg_fail(ld, "duplicate tool name %s (already declared as tools[%zu] on line %d)", GOT(name),
-                        prev->index, prev->line);
+        return reg_fail(ld, "duplicate tool name %s (already declared as tools[%zu] on line %d)", GOT(name), prev->pos,
+                        prev->line);
     if (prev != NULL)
         return reg_fail(ld, "duplicate tool name %s (already imported from mcp_servers.%s on line %d)", GOT(name),
                         prev->mcp_server, prev->line);
@@ -359,7 +395,7 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, tp_tool_t *tool, const 
                                                         : &reg_tool_table;
     int rc = reg_parse_object(ld, t, tab, tool);
     if (rc == 0 && form == FORM_TOOLPOOL)
-        rc = reg_check_output_once(ld, t);
+        rc = check_own_form(ld, t, tool);
     if (form == FORM_MCP || listed != NULL)
         rc = reg_rc(rc, read_mcp_decl(ld, form == FORM_MCP ? t : listed, tool, listed != NULL));
     const char *mcp_name = json_string_value(json_object_get(json_object_get(t, "mcp"), "tool"));
@@ -459,21 +495,55 @@ static int server_policy(loader_t *ld, tp_tool_t *tool, const char *server, json
 }
 
 /*
- * Sizes the tool array and the name index from the declared tools and the
- * imported ones, then reads each in order: the declared first, then each
- * server's, in the order they were listed.
+ * Whether a "tools" entry is one of OpenAI's built-in tools
+ * ({"type": "web_search_preview"}, "file_search", "code_interpreter"...):
+ * the model's provider runs those, not toolpool. An OpenAI tool list
+ * copied as it is may hold them beside its function tools.
+ */
+static bool openai_builtin(json_t *t)
+{
+    json_t *type = json_object_get(t, "type");
+    return json_is_string(type) && strcmp(json_string_value(type), "function") != 0;
+}
+
+/*
+ * Says on stderr that the entry at pos, a built-in tool, is left out,
+ * naming its type and its place: "FILE:LINE: tools[2]: ...".
+ */
+static void warn_builtin(loader_t *ld, json_t *t, size_t pos)
+{
+    mark_t m = reg_where_index(&ld->at, pos);
+    int line = ld->tool_lines ? ld->tool_lines[pos] : tp_json_line(ld->text, ld->len, ld->at.ptr);
+    char msg[400], one[TP_WHERE_MAX + 512];
+    snprintf(msg, sizeof msg,
+             "skipped: an OpenAI built-in tool of type \"%.200s\", which its provider runs (only function tools "
+             "run in toolpool)",
+             json_string_value(json_object_get(t, "type")));
+    reg_report(one, sizeof one, ld->file, line, ld->at.key, msg);
+    tp_log_warn("%s", one);
+    reg_where_pop(&ld->at, m);
+}
+
+/*
+ * Sizes the tool array and the name index from the declared tools (less
+ * OpenAI's built-in tools, each skipped with a warning) and the imported
+ * ones, then reads each in order: the declared first, then each server's,
+ * in the order they were listed.
  */
 int reg_parse_tools(loader_t *ld)
 {
     tp_registry_t *reg = ld->reg;
-    size_t nd = json_array_size(ld->tools_json), n = nd + json_array_size(ld->imported);
+    size_t listed = json_array_size(ld->tools_json), nd = listed;
+    for (size_t i = 0; i < listed; i++)
+        nd -= openai_builtin(json_array_get(ld->tools_json, i));
+    size_t n = nd + json_array_size(ld->imported);
     reg->tools = calloc(n ? n : 1, sizeof *reg->tools);
     reg->index = reg_index_new(n);
     if (reg->tools == NULL || reg->index == NULL)
         return reg_fail_oom(ld);
     reg->n_tools = n;
-    if (nd > 0 && (ld->tool_lines = calloc(nd, sizeof *ld->tool_lines)) != NULL &&
-        tp_json_element_lines(ld->text, ld->len, ld->tools_at_root ? "" : "/tools", ld->tool_lines, nd) < nd) {
+    if (listed > 0 && (ld->tool_lines = calloc(listed, sizeof *ld->tool_lines)) != NULL &&
+        tp_json_element_lines(ld->text, ld->len, ld->tools_at_root ? "" : "/tools", ld->tool_lines, listed) < listed) {
         free(ld->tool_lines); /* not the array jansson read: ask for each line */
         ld->tool_lines = NULL;
     }
@@ -481,11 +551,17 @@ int reg_parse_tools(loader_t *ld)
     mark_t m = {0, 0};
     if (!ld->tools_at_root)
         m = reg_where_key(&ld->at, "tools");
-    for (size_t i = 0; i < nd; i++) {
+    for (size_t pos = 0, i = 0; pos < listed; pos++) {
+        json_t *t = json_array_get(ld->tools_json, pos);
+        if (openai_builtin(t)) {
+            warn_builtin(ld, t, pos);
+            continue;
+        }
         mark_t mi = {ld->at.ptr_len, ld->at.key_len};
         /* reported; on to the next tool */
-        rc = reg_rc(rc, parse_tool(ld, json_array_get(ld->tools_json, i), i, &reg->tools[i], NULL, NULL, NULL));
+        rc = reg_rc(rc, parse_tool(ld, t, i, pos, &reg->tools[i], NULL, NULL, NULL));
         reg_where_pop(&ld->at, mi);
+        i++;
     }
     reg_where_pop(&ld->at, m);
     for (size_t i = nd; i < n; i++) {
@@ -509,7 +585,7 @@ int reg_parse_tools(loader_t *ld)
         if (reg->tools[i].mcp_server == NULL)
             return reg_fail_oom(ld);
         rc = reg_rc(rc,
-                    parse_tool(ld, t, i, &reg->tools[i], server, spec, json_array_get(ld->imported_listed, i - nd)));
+                    parse_tool(ld, t, i, i, &reg->tools[i], server, spec, json_array_get(ld->imported_listed, i - nd)));
     }
     reg_where_pop(&ld->at, (mark_t){0, 0});
     return rc;
@@ -600,6 +676,11 @@ int reg_check_some_tools(loader_t *ld)
     reg_where_pop(&ld->at, (mark_t){0, 0});
     if (ld->tools_json == NULL && ld->servers_json == NULL)
         return reg_fail(ld, "missing required key \"tools\"");
+    if (ld->servers_json == NULL && json_array_size(ld->tools_json) > 0) {
+        if (!ld->tools_at_root)
+            reg_where_key(&ld->at, "tools");
+        return reg_fail(ld, "no function tool: the list holds only OpenAI built-in tools, each skipped");
+    }
     if (ld->servers_json == NULL) {
         reg_where_key(&ld->at, "tools");
         return reg_fail(ld, "expected a non-empty array of tools, got []");

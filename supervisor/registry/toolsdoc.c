@@ -1,8 +1,9 @@
 /*
  * The registry's tools rendered for clients (toolsdoc.h): serve's GET
  * /v1/tools and `toolpool tools export` print the same JSON byte for byte,
- * and an export loads again as a registry (an OpenAI list or an MCP
- * tools/list result) with the same names, descriptions and schemas; the
+ * and an export loads again as a registry: an OpenAI list or an MCP
+ * tools/list result with the same names, descriptions and schemas,
+ * toolpool's own rendering with every setting too (render.c); the
  * tools/list of `toolpool mcp` and /mcp is the same tool rendered as a host
  * reads it.
  */
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "jsonschema.h"
+#include "registry_internal.h"
 
 int tp_toolsdoc_format_parse(const char *s, tp_toolsdoc_format_t *f)
 {
@@ -27,19 +29,6 @@ int tp_toolsdoc_format_parse(const char *s, tp_toolsdoc_format_t *f)
     else
         return TP_EINVAL;
     return 0;
-}
-
-/* A duration as the registry writes them: "5s", "250ms", "100us". */
-static json_t *duration_json(uint64_t us)
-{
-    char buf[32];
-    if (us % 1000000u == 0)
-        snprintf(buf, sizeof buf, "%llus", (unsigned long long)(us / 1000000u));
-    else if (us % 1000u == 0)
-        snprintf(buf, sizeof buf, "%llums", (unsigned long long)(us / 1000u));
-    else
-        snprintf(buf, sizeof buf, "%lluus", (unsigned long long)us);
-    return json_string(buf);
 }
 
 /*
@@ -90,35 +79,55 @@ static json_t *params_json(const tp_tool_t *t)
     return t->parameters ? json_incref(t->parameters) : json_pack("{s:s, s:{}}", "type", "object", "properties");
 }
 
-static const char *adapter_name(tp_adapter_t a)
+/*
+ * A tool's policy: its timeout, attempts, idempotent (and where that came
+ * from) and fallback always, then every other key whose value is not
+ * toolpool's default, as the registry writes it.
+ */
+static json_t *policy_json(const tp_tool_t *t)
 {
-    return a == TP_ADAPTER_EXEC ? "exec" : a == TP_ADAPTER_PLUGIN ? "plugin" : a == TP_ADAPTER_MCP ? "mcp" : "http";
+    char from[TP_TOOL_NAME_MAX + 64];
+    tp_policy_t builtin;
+    tp_policy_init(&builtin);
+    json_t *policy = json_pack("{s:o, s:I, s:b, s:s, s:[]}", "timeout", reg_duration_json(t->policy.timeout_us),
+                               "attempts", (json_int_t)t->policy.attempts, "idempotent", t->policy.idempotent,
+                               "idempotent_from", tp_toolsdoc_idempotent_from(t, from, sizeof from), "fallback");
+    if (policy != NULL && reg_render_object(policy, &reg_policy_table, &t->policy, &builtin) < 0) {
+        json_decref(policy);
+        return NULL;
+    }
+    return policy;
 }
 
-/* One tool in toolpool's own rendering, with its policy. */
-static json_t *own_json(const tp_tool_t *t)
+/*
+ * One tool in toolpool's own rendering, a tool of a registry file: its
+ * adapter named, its adapter key and its own settings as the registry
+ * holds them (paths resolved), and its policy in an object of its own.
+ */
+static json_t *own_json(const tp_registry_t *reg, const tp_tool_t *t)
 {
-    const tp_policy_t *p = &t->policy;
-    json_t *fallback = json_array();
-    for (size_t k = 0; fallback && k < p->n_fallback; k++)
-        if (json_array_append_new(fallback, json_string(p->fallback[k])) != 0) {
-            json_decref(fallback);
-            return NULL;
-        }
-    char from[TP_TOOL_NAME_MAX + 64];
-    json_t *policy = json_pack("{s:o, s:I, s:b, s:s, s:o}", "timeout", duration_json(p->timeout_us), "attempts",
-                               (json_int_t)p->attempts, "idempotent", p->idempotent, "idempotent_from",
-                               tp_toolsdoc_idempotent_from(t, from, sizeof from), "fallback", fallback);
-    if (policy && p->deadline_us && json_object_set_new(policy, "deadline", duration_json(p->deadline_us)) != 0) {
-        json_decref(policy);
+    key_table_t own = reg_tool_table; /* the tool's own keys, not the policy chained on */
+    own.next = NULL;
+    /*
+     * The schema settings it has from the registry's top level said in the
+     * tool: its parameters' dialect where a tool of its adapter would read
+     * them in another, and formats asserted.
+     */
+    tp_tool_t as = *t;
+    int reread = t->adapter == TP_ADAPTER_MCP ? TP_JSONSCHEMA_2020_12 : TP_JSONSCHEMA_DRAFT7;
+    if (as.schema_dialect == 0 && t->schema != NULL && (int)tp_jsonschema_dialect(t->schema) != reread)
+        as.schema_dialect = (int)tp_jsonschema_dialect(t->schema);
+    if (as.formats == 0 && reg->formats == TP_FORMATS_ASSERT)
+        as.formats = TP_FORMATS_ASSERT;
+    json_t *tool = json_pack("{s:s, s:s, s:o, s:s, s:o}", "name", t->name, "description", t->description, "parameters",
+                             params_json(t), "adapter", reg_adapters[t->adapter].name, reg_adapters[t->adapter].name,
+                             reg_render_adapter(t));
+    if (tool == NULL || reg_render_object(tool, &own, &as, NULL) < 0 ||
+        json_object_set_new(tool, "policy", policy_json(t)) != 0) {
+        json_decref(tool);
         return NULL;
     }
-    if (policy && p->concurrency && json_object_set_new(policy, "concurrency", json_integer(p->concurrency)) != 0) {
-        json_decref(policy);
-        return NULL;
-    }
-    return json_pack("{s:s, s:s, s:o, s:s, s:o}", "name", t->name, "description", t->description, "parameters",
-                     params_json(t), "adapter", adapter_name(t->adapter), "policy", policy);
+    return tool;
 }
 
 /*
@@ -202,16 +211,42 @@ const char *tp_toolsdoc_idempotent_from(const tp_tool_t *t, char *buf, size_t n)
     return buf;
 }
 
+/*
+ * One tool as an OpenAI function tool (Chat Completions' nested form), with
+ * its "strict" when the registry has it: false, OpenAI's default, is left out.
+ */
+static json_t *openai_json(const tp_tool_t *t)
+{
+    json_t *fn = json_pack("{s:s, s:s, s:o}", "name", t->name, "description", t->description, "parameters",
+                           params_json(t));
+    if (fn != NULL && t->strict && json_object_set_new(fn, "strict", json_true()) != 0) {
+        json_decref(fn);
+        return NULL;
+    }
+    return json_pack("{s:s, s:o}", "type", "function", "function", fn);
+}
+
+/* The registry's "guards", in toolpool's rendering beside its tools, when it sets any. */
+static int render_guards(json_t *doc, const tp_registry_t *reg)
+{
+    key_table_t top = reg_top_table;
+    for (size_t i = 0; i < top.n; i++)
+        if (strcmp(top.keys[i].name, "guards") == 0) {
+            top.keys += i;
+            top.n = 1;
+            return reg_render_object(doc, &top, reg, NULL);
+        }
+    return 0;
+}
+
 json_t *tp_toolsdoc_render(const tp_registry_t *reg, tp_toolsdoc_format_t f)
 {
     json_t *list = json_array();
     for (size_t i = 0; list != NULL && i < reg->n_tools; i++) {
         const tp_tool_t *t = &reg->tools[i];
-        json_t *one = f == TP_TOOLSDOC_TOOLPOOL ? own_json(t)
-                      : f == TP_TOOLSDOC_OPENAI
-                          ? json_pack("{s:s, s:{s:s, s:s, s:o}}", "type", "function", "function", "name", t->name,
-                                      "description", t->description, "parameters", params_json(t))
-                          : tp_toolsdoc_mcp_tool(t, TP_TOOLSDOC_DECLARED);
+        json_t *one = f == TP_TOOLSDOC_TOOLPOOL ? own_json(reg, t)
+                      : f == TP_TOOLSDOC_OPENAI ? openai_json(t)
+                                                : tp_toolsdoc_mcp_tool(t, TP_TOOLSDOC_DECLARED);
         if (json_array_append_new(list, one) != 0) {
             json_decref(list);
             list = NULL;
@@ -219,5 +254,10 @@ json_t *tp_toolsdoc_render(const tp_registry_t *reg, tp_toolsdoc_format_t f)
     }
     if (list == NULL || f == TP_TOOLSDOC_OPENAI)
         return list;
-    return json_pack("{s:o}", "tools", list);
+    json_t *doc = json_pack("{s:o}", "tools", list);
+    if (doc != NULL && f == TP_TOOLSDOC_TOOLPOOL && render_guards(doc, reg) < 0) {
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
 }

@@ -12,8 +12,9 @@
 #include <jansson.h>
 
 typedef enum {
-    TP_TOOLSDOC_TOOLPOOL = 0, /* {"tools": [{name, description, parameters, adapter, policy}]} */
-    TP_TOOLSDOC_OPENAI,       /* [{"type": "function", "function": {name, description, parameters}}] */
+    TP_TOOLSDOC_TOOLPOOL = 0, /* {"tools": [{name, description, parameters, adapter, ADAPTER, policy...}],
+                                 "guards"}: a registry file */
+    TP_TOOLSDOC_OPENAI,       /* [{"type": "function", "function": {name, description, parameters, strict}}] */
     TP_TOOLSDOC_MCP,          /* {"tools": [{name, title, description, inputSchema, outputSchema, annotations...}]} */
 } tp_toolsdoc_format_t;
 

@@ -458,7 +458,7 @@ static int parse_schema_refs(loader_t *ld, json_t *v, json_t **out)
     return 0;
 }
 
-static const char *const jitter_names[] = {
+const char *const reg_jitter_names[3] = {
     [TP_JITTER_FULL] = "full",
     [TP_JITTER_EQUAL] = "equal",
     [TP_JITTER_NONE] = "none",
@@ -516,8 +516,8 @@ int reg_parse_key(loader_t *ld, const key_spec_t *s, json_t *v, void *base)
         *(bool *)field = json_is_true(v);
         return 0;
     case K_JITTER:
-        for (size_t j = 0; j < sizeof jitter_names / sizeof jitter_names[0]; j++) {
-            if (json_is_string(v) && strcmp(json_string_value(v), jitter_names[j]) == 0) {
+        for (size_t j = 0; j < sizeof reg_jitter_names / sizeof reg_jitter_names[0]; j++) {
+            if (json_is_string(v) && strcmp(json_string_value(v), reg_jitter_names[j]) == 0) {
                 *(tp_jitter_t *)field = (tp_jitter_t)j;
                 return 0;
             }
