@@ -485,6 +485,23 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(r["tools"][3]["inputSchema"]["required"], ["q"])
         self.assertEqual(s.json("GET", "/v1/tools?format=yaml")[0], 400)
 
+    def test_tools_hide_literal_secrets(self):
+        # An http tool's headers and an mcp tool's env, written as they are, may be secrets: GET /v1/tools
+        # hides them (a ${env:} or ${file:} reference shows as written); tools export, the registry's reader's, not.
+        self.registry["tools"].append({"name": "api", "http": {"url": "http://127.0.0.1:9/x", "headers": {
+            "Authorization": "Bearer s3cret", "X-Key": "${env:HOME}"}}})
+        self.write_registry()
+        s = self.serve()
+        st, body = s.request("GET", "/v1/tools")[::2]
+        self.assertEqual(st, 200)
+        self.assertNotIn(b"s3cret", body)
+        api = next(t for t in json.loads(body)["tools"] if t["name"] == "api")
+        self.assertEqual(api["http"]["headers"], {"Authorization": "(hidden: written in the registry)",
+                                                  "X-Key": "${env:HOME}"})
+        rc, out, err = self.toolpool("tools", "export", "--format", "toolpool", "-r", "tools.json")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("Bearer s3cret", out)
+
     # ---- checkpoints, breakers, escalations ----
 
     def test_checkpoint_round_trip(self):

@@ -222,13 +222,33 @@ void http_escalations_resolve(tp_http_t *h, struct evhttp_request *req, const ch
  * change while serve runs) by supervisor/registry/toolsdoc.c, as `toolpool tools
  * export` prints them.
  */
+/*
+ * The values of o's object key that a registry wrote as they are (an http
+ * tool's headers, an mcp tool's env), not as a ${env:NAME} or ${file:PATH}
+ * reference: they may be secrets, and the service's clients are not the
+ * registry's readers. Shown as hidden.
+ */
+static void hide_literals(json_t *o, const char *key)
+{
+    json_t *m = json_object_get(o, key), *v;
+    const char *name;
+    json_object_foreach(m, name, v)
+        if (json_is_string(v) && strncmp(json_string_value(v), "${", 2) != 0)
+            json_object_set_new(m, name, json_string("(hidden: written in the registry)"));
+}
+
 int http_tools_render(tp_http_t *h)
 {
     const tp_registry_t *reg = tp_engine_registry(h->e);
     tp_buf_t *bufs[] = {&h->tools_own, &h->tools_openai, &h->tools_mcp};
     tp_toolsdoc_format_t fmts[] = {TP_TOOLSDOC_TOOLPOOL, TP_TOOLSDOC_OPENAI, TP_TOOLSDOC_MCP};
     for (size_t i = 0; i < 3; i++) {
-        json_t *doc = tp_toolsdoc_render(reg, fmts[i]);
+        json_t *doc = tp_toolsdoc_render(reg, fmts[i]), *t;
+        size_t k;
+        json_array_foreach(json_object_get(doc, "tools"), k, t) {
+            hide_literals(json_object_get(t, "http"), "headers");
+            hide_literals(json_object_get(t, "mcp"), "env");
+        }
         if (doc == NULL || http_json_body(bufs[i], doc) < 0)
             return -1;
     }
