@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "json.h"
 #include "log.h"
+#include "registry.h"
 #include "results.h"
 #include "store.h"
 
@@ -142,4 +143,13 @@ int tp_cli_each_result(const char *dir, int (*fn)(void *ctx, const Toolpool__Sto
     mdb_txn_abort(txn);
     tp_store_close(s);
     return status;
+}
+
+int tp_cli_take_since(const tp_cli_opt_t *o, const char *arg)
+{
+    if (tp_duration_parse(arg, o->to) < 0 || *(uint64_t *)o->to == 0) {
+        tp_log_error("--since: expected a duration like \"1h\" or \"30m\", got \"%s\"", arg);
+        return 2;
+    }
+    return 0;
 }

@@ -86,6 +86,8 @@ struct tp_cli_opt {
  * answered.
  */
 int tp_cli_options(int argc, char **argv, const char *usage, const tp_cli_opt_t *opts);
+/* A take for --since DURATION: a duration above 0, in us, into the uint64_t at o->to; 0, or 2 (said). */
+int tp_cli_take_since(const tp_cli_opt_t *o, const char *arg);
 
 /*
  * run --ordered: reads the calls file fd once for each call's job and

@@ -26,7 +26,6 @@
 #include "cli.h"
 #include "clock.h"
 #include "log.h"
-#include "registry.h"
 #include "results.h"
 #include "store.h"
 #include "taxonomy.h"
@@ -281,15 +280,6 @@ static void group_print(const group_t *x, bool lines)
     }
 }
 
-static int take_since(const tp_cli_opt_t *o, const char *arg)
-{
-    if (tp_duration_parse(arg, o->to) < 0 || *(uint64_t *)o->to == 0) {
-        tp_log_error("--since: expected a duration like \"1h\" or \"30m\", got \"%s\"", arg);
-        return 2;
-    }
-    return 0;
-}
-
 static int take_examples(const tp_cli_opt_t *o, const char *arg)
 {
     char *end;
@@ -310,9 +300,12 @@ int tp_cmd_failures(int argc, char **argv)
     bool json = false;
     groups_t g = {.examples = 3};
     const tp_cli_opt_t opts[] = {
-        {"store", 's', true, &dir, NULL},          {"tool", 0, true, &only, NULL},
-        {"since", 0, true, &since_us, take_since}, {"examples", 0, true, &g.examples, take_examples},
-        {"json", 0, false, &json, NULL},           {NULL, 0, false, NULL, NULL},
+        {"store", 's', true, &dir, NULL},
+        {"tool", 0, true, &only, NULL},
+        {"since", 0, true, &since_us, tp_cli_take_since},
+        {"examples", 0, true, &g.examples, take_examples},
+        {"json", 0, false, &json, NULL},
+        {NULL, 0, false, NULL, NULL},
     };
     int rc = tp_cli_options(argc, argv, failures_usage, opts);
     if (rc != TP_CLI_GO_ON)

@@ -251,23 +251,17 @@ static int pick_cb(void *ctx, const Toolpool__StoredResult *sr)
     return add_result(pk->t, sr->result);
 }
 
-static int take_since(const tp_cli_opt_t *o, const char *arg)
-{
-    if (tp_duration_parse(arg, o->to) < 0 || *(uint64_t *)o->to == 0) {
-        tp_log_error("--since: expected a duration like \"1h\" or \"30m\", got \"%s\"", arg);
-        return 2;
-    }
-    return 0;
-}
-
 int tp_cmd_stats(int argc, char **argv)
 {
     const char *dir = tp_store_default_dir(), *only = NULL;
     uint64_t since_us = 0;
     bool json = false;
     const tp_cli_opt_t opts[] = {
-        {"store", 's', true, &dir, NULL}, {"tool", 0, true, &only, NULL}, {"since", 0, true, &since_us, take_since},
-        {"json", 0, false, &json, NULL},  {NULL, 0, false, NULL, NULL},
+        {"store", 's', true, &dir, NULL},
+        {"tool", 0, true, &only, NULL},
+        {"since", 0, true, &since_us, tp_cli_take_since},
+        {"json", 0, false, &json, NULL},
+        {NULL, 0, false, NULL, NULL},
     };
     int rc = tp_cli_options(argc, argv, stats_usage, opts);
     if (rc != TP_CLI_GO_ON)

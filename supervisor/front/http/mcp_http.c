@@ -260,14 +260,15 @@ static void mcp_error_for(tp_http_t *h, struct evhttp_request *req, int status, 
                           const char *data, const char *message)
 {
     tp_buf_t b = {0};
-    tp_buf_printf(&b, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":%d,\"message\":", id ? id : "null", code);
-    tp_json_put_string(&b, message, strlen(message));
-    if (data) {
-        tp_buf_puts(&b, ",\"data\":");
-        tp_buf_puts(&b, data);
-    }
-    tp_buf_puts(&b, "}}\n");
-    http_reply(h, req, status, "application/json", b.data, b.len);
+    bool ok = tp_buf_printf(&b, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":%d,\"message\":", id ? id : "null",
+                            code) >= 0 &&
+              tp_json_put_string(&b, message, strlen(message)) == 0 &&
+              (data == NULL || (tp_buf_puts(&b, ",\"data\":") == 0 && tp_buf_puts(&b, data) == 0)) &&
+              tp_buf_puts(&b, "}}\n") == 0;
+    if (ok)
+        http_reply(h, req, status, "application/json", b.data, b.len);
+    else
+        http_reply(h, req, 500, NULL, NULL, 0); /* out of memory: not half an error */
     tp_buf_free(&b);
 }
 
