@@ -7,6 +7,7 @@
  */
 #include <getopt.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "buf.h"
 #include "cli.h"
@@ -148,8 +149,31 @@ int tp_cli_each_result(const char *dir, int (*fn)(void *ctx, const Toolpool__Sto
 int tp_cli_take_since(const tp_cli_opt_t *o, const char *arg)
 {
     if (tp_duration_parse(arg, o->to) < 0 || *(uint64_t *)o->to == 0) {
-        tp_log_error("--since: expected a duration like \"1h\" or \"30m\", got \"%s\"", arg);
+        tp_log_error("--%s: expected a duration like \"1h\" or \"30m\", got \"%s\"", o->name, arg);
         return 2;
     }
     return 0;
+}
+
+const char *tp_cli_when(uint64_t us, char *buf, size_t cap)
+{
+    time_t t = (time_t)(us / 1000000u);
+    struct tm tm;
+    if (us == 0 || localtime_r(&t, &tm) == NULL || strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm) == 0)
+        snprintf(buf, cap, "-");
+    return buf;
+}
+
+/* Bytes for a person: "812 B", "16.7 MB" (decimal units, as ls -h --si and df -H say them). */
+const char *tp_cli_size(uint64_t n, char *buf, size_t cap)
+{
+    if (n < 1000)
+        snprintf(buf, cap, "%llu B", (unsigned long long)n);
+    else if (n < 1000000)
+        snprintf(buf, cap, "%.1f kB", (double)n / 1e3);
+    else if (n < 1000000000)
+        snprintf(buf, cap, "%.1f MB", (double)n / 1e6);
+    else
+        snprintf(buf, cap, "%.2f GB", (double)n / 1e9);
+    return buf;
 }

@@ -86,7 +86,29 @@ struct tp_cli_opt {
  * answered.
  */
 int tp_cli_options(int argc, char **argv, const char *usage, const tp_cli_opt_t *opts);
-/* A take for --since DURATION: a duration above 0, in us, into the uint64_t at o->to; 0, or 2 (said). */
+/* A record time (us since the epoch) as the local "YYYY-MM-DD HH:MM:SS"; "-" for none. Returns buf. */
+const char *tp_cli_when(uint64_t us, char *buf, size_t cap);
+
+/* Bytes for a person: "812 B", "16.7 MB" (decimal units, as ls --si and df -H give them). Returns buf. */
+const char *tp_cli_size(uint64_t n, char *buf, size_t cap);
+
+/*
+ * `store check` of the store at dir (cmd_store.c): every record read and
+ * checked, each bad one named on stdout, then a summary line. records, when
+ * not NULL, gets each database's count of records (TP_DB__COUNT of them).
+ * 0 every record sound, 1 some bad, 2 the store cannot be opened.
+ */
+int tp_cli_store_check(const char *dir, unsigned long long *records);
+/* `store prune` and `store compact` (cmd_store_prune.c, cmd_store_compact.c), argv[0] the verb. */
+int tp_cmd_store_prune(int argc, char **argv);
+int tp_cmd_store_compact(int argc, char **argv);
+/* `store info`'s text of the store at dir, as `stats` shows it too (cmd_store.c). 0, or 2 logged. */
+int tp_cli_store_summary(const char *dir, FILE *out);
+
+/*
+ * A take for --since DURATION (and prune's --older-than): a duration above
+ * 0, in us, into the uint64_t at o->to; 0, or 2 (said, naming the option).
+ */
 int tp_cli_take_since(const tp_cli_opt_t *o, const char *arg);
 
 /*

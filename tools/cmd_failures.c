@@ -233,16 +233,6 @@ static int by_count(const void *a, const void *b)
     return c ? c : strcmp(x->kind, y->kind);
 }
 
-/* A record time as the local "YYYY-MM-DD HH:MM:SS"; "-" for none. */
-static const char *when_text(uint64_t us, char *buf, size_t cap)
-{
-    time_t t = (time_t)(us / 1000000u);
-    struct tm tm;
-    if (us == 0 || localtime_r(&t, &tm) == NULL || strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm) == 0)
-        snprintf(buf, cap, "-");
-    return buf;
-}
-
 static json_t *group_json(const group_t *x, bool lines)
 {
     json_t *ids = json_array();
@@ -270,7 +260,7 @@ static void group_print(const group_t *x, bool lines)
                (unsigned long long)x->first, (unsigned long long)x->last);
     else
         printf("%8llu  %s %s (%s), first %s, last %s\n", (unsigned long long)x->count, x->tool, x->kind, x->klass,
-               when_text(x->first, a, sizeof a), when_text(x->last, b, sizeof b));
+               tp_cli_when(x->first, a, sizeof a), tp_cli_when(x->last, b, sizeof b));
     printf("          %s\n", x->message);
     if (x->n_ids) {
         printf("          e.g.");

@@ -34,7 +34,8 @@ static const char stats_usage[] =
     "class and by kind, attempts, retries (attempts after the first, in each hop\n"
     "of a fallback chain), fallback hops, timeouts, latency p50/p90/p99/max\n"
     "(a call's duration_ms) and queue wait (a call's time from its turn to its\n"
-    "end spent neither in an attempt nor in a backoff).\n"
+    "end spent neither in an attempt nor in a backoff). Then, but with --json,\n"
+    "the store's size and records in two lines (`toolpool store info` says more).\n"
     "  -s, --store DIR     the store (default: $TOOLPOOL_STORE, else .toolpool)\n"
     "      --tool T        only calls of tool T\n"
     "      --since D       only results recorded in the last D (\"1h\", \"30m\")\n"
@@ -290,6 +291,8 @@ int tp_cmd_stats(int argc, char **argv)
     }
     if (!json && t.n == 0)
         printf("no recorded results%s%s%s\n", only ? " of " : "", only ? only : "", since_us ? " in that time" : "");
+    if (!json && status == 0)
+        status = tp_cli_store_summary(dir, stdout);
     if (undated)
         tp_log_warn("%llu results recorded by an older toolpool carry no time and are left out by --since",
                     (unsigned long long)undated);

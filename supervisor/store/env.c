@@ -1,10 +1,12 @@
 #include "store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -26,6 +28,7 @@ struct tp_store {
     size_t room;                  /* the map's free bytes when the last write transaction began */
     unsigned long map_lo, map_hi; /* where data.mdb is mapped, for tp_store_trim */
     size_t map_for;               /* the mapsize it was found for */
+    int lock_fd;                  /* DIR/toolpool.lock, flock'd for as long as the store is open (-1: none) */
     char bad[512];                /* the last bad record read, for tp_store_strerror(TP_EPROTO) */
     char dir[PATH_MAX];
 };
@@ -111,6 +114,42 @@ static int open_dbs(tp_store_t *s, tp_store_check_fn check, char *err, size_t er
     return rc;
 }
 
+/*
+ * DIR/toolpool.lock: every process that opens the store holds a shared
+ * flock on it while the store is open, taken before LMDB opens its
+ * environment; `store compact` takes it exclusively (TP_STORE_EXCLUSIVE),
+ * so that it swaps the store's data file only when no process has it
+ * mapped, and a process that comes meanwhile waits here, before LMDB has
+ * seen the old file. A store on a file system where the lock cannot be
+ * created (read-only) is opened without it, read-only.
+ */
+static int take_lock(tp_store_t *s, char *err, size_t errlen)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", s->dir, TP_STORE_LOCK_FILE);
+    s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (s->lock_fd < 0 && (s->flags & TP_STORE_RDONLY) && !(s->flags & TP_STORE_EXCLUSIVE))
+        return 0;
+    if (s->lock_fd < 0) {
+        snprintf(err, errlen, "%s: cannot open %s: %s", s->dir, path, strerror(errno));
+        return -1;
+    }
+    int how = (s->flags & TP_STORE_EXCLUSIVE) ? LOCK_EX | LOCK_NB : LOCK_SH;
+    int rc;
+    while ((rc = flock(s->lock_fd, how)) < 0 && errno == EINTR)
+        ;
+    if (rc == 0)
+        return 0;
+    int e = errno;
+    if (e == EWOULDBLOCK)
+        snprintf(err, errlen, "%s: the store is open in another process", s->dir);
+    else
+        snprintf(err, errlen, "%s: cannot lock %s: %s", s->dir, path, strerror(e));
+    close(s->lock_fd);
+    s->lock_fd = -1;
+    return e == EWOULDBLOCK ? TP_EAGAIN : -1;
+}
+
 static const char *lmdb_says(int rc)
 {
     return mdb_strerror(rc);
@@ -134,6 +173,13 @@ tp_store_t *tp_store_open_with(const char *dir, unsigned flags, tp_store_check_f
     if ((flags & TP_STORE_RDONLY) && access(dir, F_OK) < 0) {
         snprintf(err, errlen, "%s: no store here (%s); run toolpool run --store %s first", dir, strerror(errno), dir);
         free(s);
+        return NULL;
+    }
+    s->lock_fd = -1;
+    int lrc = take_lock(s, err, errlen);
+    if (lrc != 0) {
+        free(s);
+        errno = lrc == TP_EAGAIN ? EAGAIN : EIO; /* EAGAIN: TP_STORE_EXCLUSIVE, and another process has it */
         return NULL;
     }
     int rc = tp_mdb(mdb_env_create(&s->env));
@@ -176,6 +222,8 @@ tp_store_t *tp_store_open_with(const char *dir, unsigned flags, tp_store_check_f
 fail:
     if (s->env)
         mdb_env_close(s->env);
+    if (s->lock_fd >= 0)
+        close(s->lock_fd);
     free(s);
     return NULL;
 }
@@ -185,6 +233,8 @@ void tp_store_close(tp_store_t *s)
     if (s == NULL)
         return;
     mdb_env_close(s->env);
+    if (s->lock_fd >= 0)
+        close(s->lock_fd); /* the flock goes with it, after the environment */
     free(s);
 }
 
@@ -395,5 +445,66 @@ int tp_store_get_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, s
     rc = tp_record_unpack(db, key, klen, v.mv_data, v.mv_size, desc, out, why, sizeof why);
     if (rc)
         tp_store_note_bad(s, db, key, klen, why);
+    return rc;
+}
+
+int tp_store_space(tp_store_t *s, MDB_txn *txn, tp_store_space_t *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    MDB_envinfo info;
+    MDB_stat st;
+    int rc = tp_mdb(mdb_env_info(s->env, &info));
+    if (rc == 0)
+        rc = tp_mdb(mdb_env_stat(s->env, &st));
+    if (rc)
+        return rc;
+    sp->page = st.ms_psize;
+    sp->map = info.me_mapsize;
+    sp->used = (info.me_last_pgno + 1) * (uint64_t)st.ms_psize;
+    char path[PATH_MAX + 16];
+    struct stat fs;
+    snprintf(path, sizeof path, "%s/data.mdb", s->dir);
+    if (stat(path, &fs) == 0)
+        sp->file = (uint64_t)fs.st_size;
+    /* The freelist (LMDB's database 0): each value is a count of pages, then their numbers (mdb_stat.c -f). */
+    MDB_cursor *cur;
+    if ((rc = tp_mdb(mdb_cursor_open(txn, 0, &cur))) != 0)
+        return rc;
+    MDB_val k, v;
+    for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT)))
+        if (v.mv_size >= sizeof(size_t))
+            sp->free_pages += *(const size_t *)v.mv_data;
+    mdb_cursor_close(cur);
+    if (rc != MDB_NOTFOUND)
+        return rc;
+    for (int db = 0; db < TP_DB__COUNT; db++) {
+        if (!tp_store_has(s, db))
+            continue;
+        if ((rc = tp_mdb(mdb_stat(txn, s->dbi[db], &st))) != 0)
+            return rc;
+        sp->entries[db] = st.ms_entries;
+        sp->pages[db] = st.ms_branch_pages + st.ms_leaf_pages + st.ms_overflow_pages;
+    }
+    return 0;
+}
+
+int tp_store_copy_compact(tp_store_t *s, const char *to, char *err, size_t errlen)
+{
+    int rc = tp_mdb(mdb_env_copy2(s->env, to, MDB_CP_COMPACT));
+    if (rc) {
+        snprintf(err, errlen, "%s: cannot write a compacted copy to %s: %s", s->dir, to, tp_strerror(rc));
+        return rc;
+    }
+    /* The copy is the store from now on: on disk before anything is swapped. */
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/data.mdb", to);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) < 0) {
+        rc = -errno;
+        snprintf(err, errlen, "%s: cannot sync %s: %s", s->dir, path, strerror(errno));
+    }
+    if (fd >= 0)
+        close(fd);
     return rc;
 }

@@ -28,7 +28,12 @@
 enum {
     TP_STORE_RDONLY = 1, /* inspection commands: no write, no create */
     TP_STORE_NOSYNC = 2, /* relaxed durability: a crash of the OS may lose the last commits */
+    /* the only process with the store open (`store compact`): the open fails, errno EAGAIN, when another has it */
+    TP_STORE_EXCLUSIVE = 4,
 };
+
+/* The file in a store's directory that every process holding the store open has flock'd (env.c). */
+#define TP_STORE_LOCK_FILE "toolpool.lock"
 
 typedef struct tp_store tp_store_t;
 
@@ -126,6 +131,26 @@ const char *tp_store_strerror(const tp_store_t *s, int rc, char *buf, size_t cap
 
 /* Unmaps the data pages this process has touched (between transactions only). */
 void tp_store_trim(tp_store_t *s);
+
+/*
+ * How big the store is, as `store info` shows it: in bytes the data file
+ * (file), the map (map) and what of it is used (used, up to the last page
+ * written); the freelist's pages (free pages: space a write reuses, and
+ * that only `store compact` gives back), and each database's records and
+ * pages. From the read transaction txn.
+ */
+typedef struct {
+    uint64_t file, map, used, page, free_pages;
+    uint64_t entries[TP_DB__COUNT], pages[TP_DB__COUNT];
+} tp_store_space_t;
+int tp_store_space(tp_store_t *s, MDB_txn *txn, tp_store_space_t *sp);
+
+/*
+ * Writes a compacted copy of the store (mdb_env_copy2, MDB_CP_COMPACT:
+ * live pages only, the freelist dropped) as to/data.mdb, to an existing
+ * empty directory, and syncs it. 0, or a code with err naming both.
+ */
+int tp_store_copy_compact(tp_store_t *s, const char *to, char *err, size_t errlen);
 
 /* Clears reader slots left by dead processes; returns how many. */
 int tp_store_reader_check(tp_store_t *s);
