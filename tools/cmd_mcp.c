@@ -164,7 +164,9 @@ int tp_cmd_mcp(int argc, char **argv)
         fprintf(stderr, "toolpool mcp: serving %zu tool%s on stdio (session %s, %d worker%s, store %s)\n",
                 eo->reg->n_tools, eo->reg->n_tools == 1 ? "" : "s", tp_mcp_session(s.front), eo->workers,
                 eo->workers == 1 ? "" : "s", ec.store_dir);
+    tp_host_retain_t *retain = tp_host_retain_start(s.e, ec.retain_us, ec.quiet);
     status = tp_host_finish(&s.loop, s.e, finish_cb, s.front);
+    tp_host_retain_free(retain);
     if (!ec.quiet) {
         uint64_t calls, ok;
         tp_mcp_counts(s.front, &calls, &ok);

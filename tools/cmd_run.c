@@ -57,6 +57,10 @@ static const char run_usage[] =
     "      --drain DURATION   after SIGINT/SIGTERM, how long running calls may\n"
     "                         finish before they are killed (default: 10s)\n"
     "      --seed N           seed the backoff jitter (default: random)\n"
+    "      --retain D         at the end, prune the store's results recorded\n"
+    "                         more than D ago (\"30d\"; `toolpool store prune\n"
+    "                         --help`); default: the registry's \"retain\", else\n"
+    "                         keep every result\n"
     "      --retry-failed[=LIST]\n"
     "                         run again the calls whose recorded result is a\n"
     "                         failure (all of them, or those of LIST: classes\n"
@@ -263,6 +267,8 @@ int tp_cmd_run(int argc, char **argv)
     o.engine.rerun = want_rerun ? &rerun : NULL;
     tp_batch_report_t rep;
     status = tp_batch_run(&o, &rep);
+    if (status != 2 && tp_host_retain_now(ec.engine.store, ec.retain_us, ec.quiet) < 0)
+        status = 2;
     if (!ec.quiet) {
         tp_summary_print(stderr, &rep.summary, rep.elapsed_s);
         if (rep.resumed)

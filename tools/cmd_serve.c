@@ -250,7 +250,9 @@ int tp_cmd_serve(int argc, char **argv)
     if (!ec.quiet)
         fprintf(stderr, "toolpool serve: listening on %s (%d worker%s, store %s)\n", addr.text, eo->workers,
                 eo->workers == 1 ? "" : "s", ec.store_dir);
+    tp_host_retain_t *retain = tp_host_retain_start(s.e, ec.retain_us, ec.quiet);
     status = tp_host_finish(&s.loop, s.e, finish_cb, s.front);
+    tp_host_retain_free(retain);
     if (!ec.quiet) {
         const tp_engine_stats_t *st = tp_engine_stats(s.e);
         uint64_t calls = 0, ok = 0;

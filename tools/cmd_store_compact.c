@@ -222,8 +222,8 @@ static int compact(const char *dir)
         tp_log_error("%s: not compacted: the copy in %s did not pass its check; the store is as it was", dir, copy);
     for (int db = 0; rc == 0 && db < TP_DB__COUNT; db++)
         if (counts[db] != sp.entries[db]) {
-            tp_log_error("%s: not compacted: the copy holds %llu %s records, the store %llu; the store is as it was", dir,
-                         counts[db], tp_store_db_name(db), (unsigned long long)sp.entries[db]);
+            tp_log_error("%s: not compacted: the copy holds %llu %s records, the store %llu; the store is as it was",
+                         dir, counts[db], tp_store_db_name(db), (unsigned long long)sp.entries[db]);
             rc = -1;
         }
     uint64_t after = file_size(copied);
@@ -238,7 +238,8 @@ static int compact(const char *dir)
         return 2;
     char b[32], a[32];
     printf("compacted %s: %s -> %s (%llu results, %llu checkpoints; every record checked)\n", dir,
-           tp_cli_size(before, b, sizeof b), tp_cli_size(after, a, sizeof a), counts[TP_DB_RESULTS], counts[TP_DB_JOBS]);
+           tp_cli_size(before, b, sizeof b), tp_cli_size(after, a, sizeof a), counts[TP_DB_RESULTS],
+           counts[TP_DB_JOBS]);
     return 0;
 }
 

@@ -130,8 +130,8 @@ static void say_would(void *ctx, const Toolpool__StoredResult *sr)
     (void)ctx;
     const Toolpool__Result *r = sr->result;
     char when[32];
-    printf("would prune results \"%s\": job %s, tool %s, %s, recorded %s\n", r->id, r->job[0] ? r->job : r->id,
-           r->tool, r->ok ? "ok" : r->kind, tp_cli_when(sr->ended_unix_us, when, sizeof when));
+    printf("would prune results \"%s\": job %s, tool %s, %s, recorded %s\n", r->id, r->job[0] ? r->job : r->id, r->tool,
+           r->ok ? "ok" : r->kind, tp_cli_when(sr->ended_unix_us, when, sizeof when));
 }
 
 /* The dry run: the same batches, in one read transaction, dropping nothing. */
@@ -205,7 +205,9 @@ int tp_cmd_store_prune(int argc, char **argv)
     }
     tp_prune_sel_t sel = {
         .before_us = older_us ? tp_unix_us() - older_us : 0,
-        .outcome = ok ? TP_PRUNE_OK : (failed || kind) ? TP_PRUNE_FAILED : TP_PRUNE_ANY,
+        .outcome = ok                 ? TP_PRUNE_OK
+                   : (failed || kind) ? TP_PRUNE_FAILED
+                                      : TP_PRUNE_ANY,
         .kind = kind,
         .tool = tool,
     };

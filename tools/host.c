@@ -12,6 +12,7 @@
 #include "host.h"
 #include "frame.h"
 #include "log.h"
+#include "prune.h"
 #include "registry.h"
 #include "store.h"
 
@@ -73,6 +74,9 @@ int tp_engine_cli_take(tp_engine_cli_t *c, int opt, const char *arg)
     case TP_OPT_SEED:
         e->seed = tp_cli_count("--seed", arg, 1, UINT64_MAX);
         break;
+    case TP_OPT_RETAIN:
+        c->retain_us = tp_cli_duration("--retain", arg, 1);
+        break;
     default:
         return 0;
     }
@@ -95,6 +99,8 @@ int tp_engine_cli_open(tp_engine_cli_t *c)
     }
     c->engine.reg = reg;
     c->engine.store = store;
+    if (c->retain_us == 0)
+        c->retain_us = reg->retain_us;
     return 0;
 }
 
@@ -135,4 +141,95 @@ int tp_host_finish(tp_loop_t *loop, tp_engine_t *e, void (*finish)(void *front, 
     tp_engine_finish(e);
     finish(front, TP_HOST_FINISH_US);
     return tp_engine_failed(e) ? 2 : 0;
+}
+
+/* What a retention pass says when it has pruned something. */
+static void retain_said(const char *dir, const tp_prune_t *p, bool quiet)
+{
+    if (!quiet && p->results)
+        tp_log_info("%s: retention pruned %llu result%s and %llu checkpoint%s", dir, (unsigned long long)p->results,
+                    p->results == 1 ? "" : "s", (unsigned long long)p->checkpoints, p->checkpoints == 1 ? "" : "s");
+}
+
+int tp_host_retain_now(tp_store_t *s, uint64_t retain_us, bool quiet)
+{
+    if (retain_us == 0)
+        return 0;
+    tp_prune_sel_t sel = {.before_us = tp_unix_us() - retain_us};
+    tp_prune_t p = {0};
+    char err[1024];
+    if (tp_prune_run(s, &sel, &p, err, sizeof err) != 0) {
+        tp_log_error("retention: %s", err);
+        return -1;
+    }
+    retain_said(tp_store_dir(s), &p, quiet);
+    return 0;
+}
+
+struct tp_host_retain {
+    tp_engine_t *e;
+    struct event *ev;
+    uint64_t retain_us;
+    bool quiet;
+    tp_prune_sel_t sel;
+    tp_prune_t p;
+};
+
+static int retain_batch_op(void *ctx, tp_store_t *s, MDB_txn *txn)
+{
+    tp_host_retain_t *r = ctx;
+    return tp_prune_batch(s, txn, &r->sel, &r->p, TP_PRUNE_BATCH, false, NULL, NULL);
+}
+
+/* One batch, then the next at the next loop turn, or, the pass done, the next pass in a day. */
+static void retain_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    tp_host_retain_t *r = arg;
+    if (tp_engine_draining(r->e))
+        return;
+    if (!r->p.started && !r->p.done)
+        r->sel.before_us = tp_unix_us() - r->retain_us;
+    int rc = tp_engine_store_op(r->e, 1u << 20, retain_batch_op, r);
+    struct timeval soon = {0, 0}, day = {(time_t)(TP_HOST_RETAIN_EVERY_US / 1000000u), 0};
+    if (rc == TP_EAGAIN)
+        return; /* the engine has failed, or has no store: nothing more to do */
+    if (rc) {
+        tp_engine_store_failed(r->e, rc, "retention: pruning old results");
+        return;
+    }
+    if (!r->p.done) {
+        event_add(r->ev, &soon);
+        return;
+    }
+    retain_said(tp_store_dir(tp_engine_store(r->e)), &r->p, r->quiet);
+    r->p = (tp_prune_t){0};
+    event_add(r->ev, &day);
+}
+
+tp_host_retain_t *tp_host_retain_start(tp_engine_t *e, uint64_t retain_us, bool quiet)
+{
+    if (retain_us == 0)
+        return NULL;
+    tp_host_retain_t *r = calloc(1, sizeof *r);
+    if (r == NULL || (r->ev = evtimer_new(tp_engine_loop(e), retain_cb, r)) == NULL) {
+        free(r);
+        tp_log_error("retention: out of memory; results are kept");
+        return NULL;
+    }
+    r->e = e;
+    r->retain_us = retain_us;
+    r->quiet = quiet;
+    struct timeval now = {0, 0};
+    event_add(r->ev, &now);
+    return r;
+}
+
+void tp_host_retain_free(tp_host_retain_t *r)
+{
+    if (r == NULL)
+        return;
+    event_free(r->ev);
+    free(r);
 }

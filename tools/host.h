@@ -28,6 +28,7 @@ enum {
     TP_OPT_MAX_ARGS,
     TP_OPT_DRAIN,
     TP_OPT_SEED,
+    TP_OPT_RETAIN,
 };
 
 /* A command's getopt_long optstring starts with these... */
@@ -41,7 +42,7 @@ enum {
         {"pipeline", required_argument, NULL, TP_OPT_PIPELINE},                                                        \
         {"max-frame", required_argument, NULL, TP_OPT_MAX_FRAME},                                                      \
         {"max-args", required_argument, NULL, TP_OPT_MAX_ARGS}, {"drain", required_argument, NULL, TP_OPT_DRAIN},      \
-        {"seed", required_argument, NULL, TP_OPT_SEED},                                                                \
+        {"seed", required_argument, NULL, TP_OPT_SEED}, {"retain", required_argument, NULL, TP_OPT_RETAIN},            \
     {                                                                                                                  \
         "quiet", no_argument, NULL, 'q'                                                                                \
     }
@@ -66,6 +67,9 @@ enum {
     "                           (default: 64; 1: off)\n"
 #define TP_ENGINE_HELP_LAST                                                                                            \
     "      --seed N             seed the backoff jitter (default: random)\n"                                           \
+    "      --retain D           prune results recorded more than D ago (\"30d\"),\n"                                   \
+    "                           at start and then daily (default: the registry's\n"                                    \
+    "                           \"retain\", else keep every result)\n"                                                 \
     "  -q, --quiet              no startup line, no summary at exit\n"                                                 \
     "  -h, --help               this text\n"
 
@@ -76,6 +80,7 @@ typedef struct {
     const char *store_dir;   /* -s */
     bool relaxed;            /* --relaxed: commit without fsync */
     bool quiet;              /* -q: what it quiets is the command's */
+    uint64_t retain_us;      /* --retain, else the registry's "retain" (once opened); 0: keep every result */
     tp_engine_opts_t engine; /* -j and the rest; reg and store once tp_engine_cli_open has opened them */
 } tp_engine_cli_t;
 
@@ -124,5 +129,25 @@ uint64_t tp_cli_duration(const char *opt, const char *v, uint64_t min_us);
  * as it may still while the front finishes; else 0.
  */
 int tp_host_finish(tp_loop_t *loop, tp_engine_t *e, void (*finish)(void *front, uint64_t timeout_us), void *front);
+
+/*
+ * Retention (--retain, the registry's "retain"): results recorded more
+ * than retain_us ago are pruned (supervisor/store/prune.h), with the
+ * checkpoints of jobs left with none.
+ *
+ * tp_host_retain_now prunes the store at once, a write transaction a batch
+ * (run, at its end). 0, or -1 logged.
+ */
+int tp_host_retain_now(tp_store_t *s, uint64_t retain_us, bool quiet);
+/*
+ * serve and mcp: a prune at start and then every TP_HOST_RETAIN_EVERY_US,
+ * one batch each loop turn in the engine's own transaction
+ * (tp_engine_store_op), so that calls go on between batches. NULL when
+ * retain_us is 0 (or, logged, out of memory). Free with tp_host_retain_free.
+ */
+#define TP_HOST_RETAIN_EVERY_US (24ull * 3600 * 1000000)
+typedef struct tp_host_retain tp_host_retain_t;
+tp_host_retain_t *tp_host_retain_start(tp_engine_t *e, uint64_t retain_us, bool quiet);
+void tp_host_retain_free(tp_host_retain_t *r);
 
 #endif

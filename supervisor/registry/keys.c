@@ -232,6 +232,7 @@ static const key_table_t guard_table = TABLE(guard_keys);
 static const key_spec_t top_keys[] = {
     {KEY("defaults", K_OBJECT), FIELD(tp_registry_t, defaults), .sub = &reg_policy_table},
     {KEY("guards", K_OBJECT), FIELD(tp_registry_t, guards), .sub = &guard_table},
+    {KEY("retain", K_DURATION), FIELD(tp_registry_t, retain_us), .flags = F_MIN_EXCL},
     {KEY("schema_dialect", K_DIALECT), FIELD(tp_registry_t, schema_dialect)},
     {KEY("formats", K_FORMATS), FIELD(tp_registry_t, formats)},
     {KEY("schema_refs", K_SCHEMA_REFS), FIELD(tp_registry_t, schema_refs)},
@@ -248,6 +249,7 @@ const key_table_t reg_top_table = TABLE(top_keys);
 static const key_spec_t policy_file_keys[] = {
     {KEY("defaults", K_OBJECT), FIELD(tp_registry_t, defaults), .sub = &reg_policy_table},
     {KEY("guards", K_OBJECT), FIELD(tp_registry_t, guards), .sub = &guard_table},
+    {KEY("retain", K_DURATION), FIELD(tp_registry_t, retain_us), .flags = F_MIN_EXCL},
     {KEY("schema_dialect", K_DIALECT), FIELD(tp_registry_t, schema_dialect)},
     {KEY("formats", K_FORMATS), FIELD(tp_registry_t, formats)},
     {KEY("schema_refs", K_SCHEMA_REFS), FIELD(tp_registry_t, schema_refs)},

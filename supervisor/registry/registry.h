@@ -206,6 +206,7 @@ typedef struct tp_registry {
     json_t *schema_refs;
     tp_policy_t defaults;
     tp_guards_t guards;
+    uint64_t retain_us; /* "retain": results older than this are pruned by run, serve and mcp (0: kept) */
     tp_tool_t *tools;
     size_t n_tools;
     size_t n_mcp_servers; /* the distinct MCP servers the tools name (tp_tool_t.mcp_server_id) */
