@@ -2,8 +2,9 @@
  * toolpool store compact: gives back the space that pruned results left.
  *
  * LMDB never shrinks its file: pages freed go to its freelist, for later
- * writes. A compacting copy (mdb_env_copy2, MDB_CP_COMPACT) holds only the
- * pages in use. The copy is written beside the store (DIR/compact.new),
+ * writes. A compacted copy (store.h's tp_store_copy_compact: every record
+ * rewritten in key order into full pages) holds only what is in use. The
+ * copy is written beside the store (DIR/compact.new),
  * opened and read through by the checks of `store check`, its record
  * counts compared with the store's, and only then renamed over the
  * store's data file: the old file stays whole until the new one has

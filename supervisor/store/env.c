@@ -489,22 +489,75 @@ int tp_store_space(tp_store_t *s, MDB_txn *txn, tp_store_space_t *sp)
     return 0;
 }
 
-int tp_store_copy_compact(tp_store_t *s, const char *to, char *err, size_t errlen)
+/*
+ * The records of every database, in key order, into a new environment at
+ * to, each put with MDB_APPEND: LMDB then fills each page before it starts
+ * the next. mdb_env_copy2's MDB_CP_COMPACT drops the free pages but copies
+ * each page as full as it was, and a store pruned to a tenth keeps leaves a
+ * third full: its copy of a 20,000-call store pruned to 2,000 came out 25%
+ * over a fresh store of those 2,000, this one 10% under it. A commit every
+ * COPY_COMMIT records keeps each transaction's dirty pages few.
+ */
+#define COPY_COMMIT 50000
+
+static int copy_db(tp_store_t *s, MDB_txn *from, MDB_env *env, tp_db_t db)
 {
-    int rc = tp_mdb(mdb_env_copy2(s->env, to, MDB_CP_COMPACT));
-    if (rc) {
-        snprintf(err, errlen, "%s: cannot write a compacted copy to %s: %s", s->dir, to, tp_strerror(rc));
+    MDB_txn *txn;
+    MDB_dbi to;
+    MDB_cursor *cur;
+    int rc = tp_mdb(mdb_txn_begin(env, NULL, 0, &txn));
+    if (rc)
+        return rc;
+    if ((rc = tp_mdb(mdb_dbi_open(txn, tp_store_db_name(db), MDB_CREATE, &to))) != 0 ||
+        (rc = tp_mdb(mdb_cursor_open(from, s->dbi[db], &cur))) != 0) {
+        mdb_txn_abort(txn);
         return rc;
     }
-    /* The copy is the store from now on: on disk before anything is swapped. */
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/data.mdb", to);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) < 0) {
-        rc = -errno;
-        snprintf(err, errlen, "%s: cannot sync %s: %s", s->dir, path, strerror(errno));
+    MDB_val k, v;
+    size_t n = 0;
+    for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        if ((rc = tp_mdb(mdb_put(txn, to, &k, &v, MDB_APPEND))) != 0)
+            break;
+        if (++n % COPY_COMMIT == 0 &&
+            ((rc = tp_mdb(mdb_txn_commit(txn))) != 0 || (rc = tp_mdb(mdb_txn_begin(env, NULL, 0, &txn))) != 0)) {
+            txn = NULL;
+            break;
+        }
     }
-    if (fd >= 0)
-        close(fd);
+    mdb_cursor_close(cur);
+    if (rc != MDB_NOTFOUND) {
+        if (txn)
+            mdb_txn_abort(txn);
+        return rc;
+    }
+    return tp_mdb(mdb_txn_commit(txn));
+}
+
+int tp_store_copy_compact(tp_store_t *s, const char *to, char *err, size_t errlen)
+{
+    MDB_env *env = NULL;
+    MDB_txn *from = NULL;
+    int rc = tp_mdb(mdb_env_create(&env));
+    if (rc == 0)
+        rc = tp_mdb(mdb_env_set_maxdbs(env, TP_DB__COUNT + 2));
+    if (rc == 0)
+        rc = tp_mdb(mdb_env_set_mapsize(env, s->mapsize));
+    if (rc == 0)
+        rc = tp_mdb(mdb_env_open(env, to, MDB_NOTLS | MDB_NOSYNC, 0644));
+    if (rc == 0)
+        rc = tp_store_read(s, &from);
+    for (int db = 0; rc == 0 && db < TP_DB__COUNT; db++)
+        if (tp_store_has(s, db))
+            rc = copy_db(s, from, env, db);
+    if (from)
+        mdb_txn_abort(from);
+    /* The copy is the store from now on: on disk before anything is swapped. */
+    if (rc == 0)
+        rc = tp_mdb(mdb_env_sync(env, 1));
+    if (env)
+        mdb_env_close(env);
+    if (rc)
+        snprintf(err, errlen, "%s: cannot write a compacted copy to %s: %s", s->dir, to, tp_strerror(rc));
     return rc;
 }

@@ -146,9 +146,10 @@ typedef struct {
 int tp_store_space(tp_store_t *s, MDB_txn *txn, tp_store_space_t *sp);
 
 /*
- * Writes a compacted copy of the store (mdb_env_copy2, MDB_CP_COMPACT:
- * live pages only, the freelist dropped) as to/data.mdb, to an existing
- * empty directory, and syncs it. 0, or a code with err naming both.
+ * Writes a compacted copy of the store as to/data.mdb, in an existing
+ * empty directory: every record, in key order, into pages filled one after
+ * another (no free pages, none half empty), and syncs it. 0, or a code
+ * with err naming both.
  */
 int tp_store_copy_compact(tp_store_t *s, const char *to, char *err, size_t errlen);
 
