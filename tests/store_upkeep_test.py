@@ -338,13 +338,13 @@ class StoreUpkeep(unittest.TestCase):
         store = self.path("st")
         self.run_store(store, self.big_calls(50, "old"))
         time.sleep(1.2)
-        new = [{"id": "n1", "tool": "echo", "args": {}}]
-        p = self.run_store(store, new, code=0, extra=("--retain", "1s"))
+        p = self.tp("run", "-r", self.registry, "--store", store, "--retain", "1s", "-",
+                    stdin=json.dumps({"id": "n1", "tool": "echo", "args": {}}) + "\n")
+        self.assertIn("retention pruned 50 results and 5 checkpoints", p.stderr)
         i = self.info(store)
         self.assertEqual((i["results"]["count"], i["checkpoints"]["count"]), (1, 0))
-        self.assertIn("retention pruned 50 results", self.tp("run", "-r", self.registry, "--store", store,
-                                                             "--retain", "bad", code=2).stderr + "retention pruned 50 results")
-        del p
+        self.assertIn("--retain", self.tp("run", "-r", self.registry, "--store", store, "--retain", "bad",
+                                          code=2).stderr)
         # the registry's "retain"
         with open(self.registry) as f:
             reg = json.load(f)
@@ -355,6 +355,23 @@ class StoreUpkeep(unittest.TestCase):
         self.tp("run", "-q", "-r", self.path("retain.json"), "--store", store, "-",
                 stdin=json.dumps({"id": "n2", "tool": "echo", "args": {}}) + "\n")
         self.assertEqual(self.info(store)["results"]["count"], 1)
+        self.check(store)
+        # serve prunes at its start (and then daily), beside its own calls
+        if not serveutil.has_serve():
+            return
+        self.run_store(store, self.big_calls(30, "s"))
+        time.sleep(1.2)
+        sock = "unix:" + self.path("s.sock")
+        srv = serveutil.Serve(self.registry, store, sock, self.path("serve.log"), workers=1,
+                              extra=("--retain", "1s"))
+        srv.start()
+        self.procs.append(srv.proc)
+        serveutil.wait_for(lambda: self.info(store)["results"]["count"] == 0, 20, "serve's retention")
+        c = toolpool_client.Client(sock, retries=0, timeout=20)
+        self.assertTrue(c.call("echo", {"x": 1}, id="after")["ok"])
+        c.close()
+        self.assertEqual(srv.stop(), 0, srv.tail())
+        self.assertIn("retention pruned 31 results", srv.tail())
         self.check(store)
 
 
