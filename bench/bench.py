@@ -54,6 +54,7 @@ FULL = {
     "payload_calls": {10000: 5000, 100000: 1000, 1000000: 200},
     "payload_exec_calls": {10000: 2000, 100000: 1000, 1000000: 200},
     "mcp_seq": 2000, "mcp_conc": 20000, "mcp_lanes": 32, "mcp_rounds": 3, "mcp_held": 256, "triage": 100000,
+    "store": 1000000,
     "http_calls": 10000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 3, "http_xargs": 3000,
     "http_wrk_seconds": 3, "http_seq": 2000, "http_seq_rounds": 3, "http_curl_each": 300,
 }
@@ -73,6 +74,7 @@ QUICK = {
     "payload_calls": {10000: 500, 100000: 100, 1000000: 20},
     "payload_exec_calls": {10000: 200, 100000: 100, 1000000: 20},
     "mcp_seq": 300, "mcp_conc": 2000, "mcp_lanes": 32, "mcp_rounds": 1, "mcp_held": 256, "triage": 100000,
+    "store": 100000,
     "http_calls": 2000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 1, "http_xargs": 500,
     "http_wrk_seconds": 1, "http_seq": 300, "http_seq_rounds": 1, "http_curl_each": 50,
 }
@@ -100,7 +102,7 @@ SVC_ADDED_US = 300.0     # serve's added latency over a run co-process, p50
 SVC_RSS_FLAT = 1.10      # serve's RSS: overall peak at most 10 % above the first 10 %'s
 
 SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload", "mcp", "http",
-            "triage"]
+            "triage", "store"]
 
 REPORT = []
 SERVICES = []            # every serve started, stopped at the end whatever happens
@@ -1174,6 +1176,54 @@ def bench_triage(tp, cfg, scratch, res):
     say()
 
 
+def bench_store(tp, cfg, scratch, res):
+    n = cfg["store"]
+    say(f"== 13. keeping a store: `toolpool store prune` of {fmt_int(n - n // 10)} of {fmt_int(n)} results "
+        "(jobs of 10 calls), then `toolpool store compact`")
+    calls = os.path.join(scratch, "store.jsonl")
+    with open(calls, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"s{i}", "job": f"j{i // 10}", "step": i % 10 + 1,
+                                "tool": "echo" if i % 10 == 0 else "noop", "args": {"i": i}}) + "\n")
+    store = tp.fresh("store")
+    p = subprocess.run([tp.bin, "run", "-q", "-j", "2", "--relaxed", "--store", store, "-r", tp.plugin_registry,
+                        "-o", os.devnull, calls], capture_output=True, text=True)
+    os.unlink(calls)
+    if p.returncode != 0:
+        sys.exit(f"bench: toolpool run of the store: exit {p.returncode}: {p.stderr.strip()[-2000:]}")
+
+    def info():
+        q = subprocess.run([tp.bin, "store", "info", "--json", "--store", store], capture_output=True, text=True)
+        if q.returncode != 0:
+            sys.exit(f"bench: toolpool store info: exit {q.returncode}: {q.stderr.strip()[-2000:]}")
+        return json.loads(q.stdout)
+
+    def timed(*args):
+        t0 = time.monotonic()
+        q = subprocess.run([tp.bin, "store", *args, "--store", store], capture_output=True, text=True)
+        secs = time.monotonic() - t0
+        if q.returncode != 0:
+            sys.exit(f"bench: toolpool store {args[0]}: exit {q.returncode}: {q.stderr.strip()[-2000:]}")
+        return secs
+
+    first = info()
+    prune_s = timed("prune", "--tool", "noop")
+    pruned = info()
+    compact_s = timed("compact")
+    compacted = info()
+    mb = lambda i: i["file_bytes"] / 1e6  # noqa: E731
+    say(f"  store of {fmt_int(n)} results: {mb(first):8.1f} MB ({first['file_bytes'] / n:.0f} bytes a call)")
+    say(f"  prune {fmt_int(first['results']['count'] - pruned['results']['count'])} results: {prune_s:7.2f} s "
+        f"({(first['results']['count'] - pruned['results']['count']) / prune_s:,.0f} results/s); "
+        f"the file {mb(pruned):.1f} MB, {pruned['free_bytes'] / 1e6:.1f} MB of it free")
+    say(f"  compact: {compact_s:7.2f} s; the file {mb(pruned):.1f} MB -> {mb(compacted):.1f} MB "
+        f"({fmt_int(compacted['results']['count'])} results)")
+    res["store"] = {"results": n, "mb_before": mb(first), "prune_s": prune_s, "mb_pruned": mb(pruned),
+                    "compact_s": compact_s, "mb_compacted": mb(compacted),
+                    "kept": compacted["results"]["count"]}
+    say()
+
+
 # ---------------------------------------------------------------------------
 # 11. http tools
 
@@ -1571,6 +1621,8 @@ def main():
             plot_http(res["http"], a.out)
         if "triage" in only:
             bench_triage(tp, cfg, scratch, res)
+        if "store" in only:
+            bench_store(tp, cfg, scratch, res)
         if "noop" in only:
             png = plot(sweep, cfg["workers"], a.out)
 
