@@ -136,7 +136,7 @@ static void test_prune_live_and_gone(void)
     /* everything recorded before now: the live job stays whole, the others go with their checkpoints */
     sel = (tp_prune_sel_t){.before_us = tp_unix_us() + 1};
     p = (tp_prune_t){0};
-    CU_ASSERT_EQUAL(tp_prune_run(s, &sel, &p, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(tp_prune_run(s, &sel, &p, NULL, err, sizeof err), 0);
     CU_ASSERT_EQUAL(p.results, 6);
     CU_ASSERT_EQUAL(p.checkpoints, 2);
     CU_ASSERT_EQUAL(p.kept_live, 4);

@@ -788,8 +788,8 @@ static void test_err_top_level(void)
                  "3: tool: unknown key (did you mean \"tools\"?)");
     EXPECT_EXACT("{\"tools\": [{\"name\": \"a\", \"exec\": [\"x\"]}],\n" /* 1 */
                  " \"version\": 2}\n",                                   /* 2 */
-                 "2: version: unknown key (expected one of \"defaults\", \"guards\", \"schema_dialect\", "
-                 "\"formats\", \"schema_refs\", \"tools\", \"mcp_servers\", \"run\")");
+                 "2: version: unknown key (expected one of \"defaults\", \"guards\", \"retain\", "
+                 "\"schema_dialect\", \"formats\", \"schema_refs\", \"tools\", \"mcp_servers\", \"run\")");
     EXPECT_EXACT("{\"defaults\": {}}", "1: missing required key \"tools\"");
     EXPECT_EXACT("{\n \"tools\": []\n}", "2: tools: expected a non-empty array of tools, got []");
     EXPECT_EXACT("{\"tools\": {\"a\": 1}}", "1: tools: expected a non-empty array of tools, got an object");

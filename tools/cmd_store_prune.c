@@ -147,28 +147,6 @@ static int dry_run(tp_store_t *s, const tp_prune_sel_t *sel, tp_prune_t *p)
     return rc;
 }
 
-/* The prune itself, a write transaction a batch, until the end or a signal. */
-static int prune(tp_store_t *s, const tp_prune_sel_t *sel, tp_prune_t *p, char *err, size_t errlen)
-{
-    signal(SIGINT, on_stop);
-    signal(SIGTERM, on_stop);
-    while (!p->done && !stop) {
-        MDB_txn *txn;
-        int rc = tp_store_begin(s, &txn, err, errlen);
-        if (rc)
-            return rc;
-        if ((rc = tp_prune_batch(s, txn, sel, p, TP_PRUNE_BATCH, false, NULL, NULL)) != 0) {
-            mdb_txn_abort(txn);
-            char why[256];
-            snprintf(err, errlen, "%s: cannot prune: %s", tp_store_dir(s), tp_store_strerror(s, rc, why, sizeof why));
-            return rc;
-        }
-        if ((rc = tp_store_commit(s, txn, err, errlen)) != 0)
-            return rc;
-    }
-    return 0;
-}
-
 int tp_cmd_store_prune(int argc, char **argv)
 {
     const char *dir = tp_store_default_dir(), *kind = NULL, *tool = NULL;
@@ -227,7 +205,11 @@ int tp_cmd_store_prune(int argc, char **argv)
         return 2;
     }
     tp_prune_t p = {0};
-    rc = dry ? dry_run(s, &sel, &p) : prune(s, &sel, &p, err, sizeof err);
+    if (!dry) {
+        signal(SIGINT, on_stop);
+        signal(SIGTERM, on_stop);
+    }
+    rc = dry ? dry_run(s, &sel, &p) : tp_prune_run(s, &sel, &p, &stop, err, sizeof err);
     if (rc && dry)
         snprintf(err, sizeof err, "%s: cannot read: %s", dir, tp_strerror(rc));
     tp_store_close(s);

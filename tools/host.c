@@ -158,7 +158,7 @@ int tp_host_retain_now(tp_store_t *s, uint64_t retain_us, bool quiet)
     tp_prune_sel_t sel = {.before_us = tp_unix_us() - retain_us};
     tp_prune_t p = {0};
     char err[1024];
-    if (tp_prune_run(s, &sel, &p, err, sizeof err) != 0) {
+    if (tp_prune_run(s, &sel, &p, NULL, err, sizeof err) != 0) {
         tp_log_error("retention: %s", err);
         return -1;
     }

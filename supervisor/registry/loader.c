@@ -300,7 +300,7 @@ static int fail_unknown(loader_t *ld, const key_table_t *tab, const char *key)
     }
     if (best != NULL)
         return reg_fail(ld, "unknown key (did you mean \"%s\"?)", best);
-    if (total > 8)
+    if (total > 10) /* a list of up to ten keys (the registry's top level) reads at a glance */
         return reg_fail(ld, "unknown key");
     char list[256];
     size_t len = 0;

@@ -210,9 +210,10 @@ int tp_prune_batch(tp_store_t *s, MDB_txn *txn, const tp_prune_sel_t *sel, tp_pr
     return rc;
 }
 
-int tp_prune_run(tp_store_t *s, const tp_prune_sel_t *sel, tp_prune_t *p, char *err, size_t errlen)
+int tp_prune_run(tp_store_t *s, const tp_prune_sel_t *sel, tp_prune_t *p, const volatile sig_atomic_t *stop, char *err,
+                 size_t errlen)
 {
-    while (!p->done) {
+    while (!p->done && !(stop && *stop)) {
         MDB_txn *txn;
         int rc = tp_store_begin(s, &txn, err, errlen);
         if (rc)

@@ -18,6 +18,7 @@
 #ifndef TP_PRUNE_H
 #define TP_PRUNE_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -58,11 +59,13 @@ int tp_prune_batch(tp_store_t *s, MDB_txn *txn, const tp_prune_sel_t *sel, tp_pr
                    void (*each)(void *ctx, const Toolpool__StoredResult *sr), void *ctx);
 
 /*
- * A whole prune, batch after batch, each in its own write transaction.
+ * A whole prune, batch after batch, each in its own write transaction,
+ * until the end or, between batches, *stop (a signal's flag; NULL: none).
  * err names the store and what failed. 0, or the code that stopped it
  * (every batch before it committed).
  */
-int tp_prune_run(tp_store_t *s, const tp_prune_sel_t *sel, tp_prune_t *p, char *err, size_t errlen);
+int tp_prune_run(tp_store_t *s, const tp_prune_sel_t *sel, tp_prune_t *p, const volatile sig_atomic_t *stop, char *err,
+                 size_t errlen);
 
 /* The results a batch takes at most: one batch is a write of about a megabyte. */
 #define TP_PRUNE_BATCH 1000
