@@ -308,6 +308,10 @@ class StoreUpkeep(unittest.TestCase):
         # (a refusal, UnknownTool, is always checked again: the rest is served from the store)
         self.assertIn(f"resumed: {sum(c['tool'] == 'noop' for c in keep)} recorded results", again.stderr)
         self.assertEqual(self.info(store)["results"]["count"], len(keep))
+        # no store: said, and none made
+        p = self.tp("store", "compact", "--store", self.path("nowhere"), code=2)
+        self.assertIn("nowhere: no store here", p.stderr)
+        self.assertFalse(os.path.exists(self.path("nowhere")))
 
     def test_compact_killed(self):
         store = self.path("st")

@@ -186,6 +186,11 @@ static int sync_dir(const char *dir)
 static int compact(const char *dir)
 {
     char err[1024], copy[4200], data[4200], copied[4400];
+    snprintf(data, sizeof data, "%s/data.mdb", dir);
+    if (access(data, F_OK) < 0) {
+        tp_log_error("%s: no store here (%s: %s)", dir, data, strerror(errno));
+        return 2;
+    }
     tp_store_t *s = tp_store_open(dir, TP_STORE_EXCLUSIVE, err, sizeof err);
     if (s == NULL && errno == EAGAIN)
         return refuse(dir);
@@ -201,7 +206,6 @@ static int compact(const char *dir)
         return 2;
     }
     snprintf(copy, sizeof copy, "%s/%s", dir, COMPACT_DIR);
-    snprintf(data, sizeof data, "%s/data.mdb", dir);
     snprintf(copied, sizeof copied, "%s/data.mdb", copy);
     uint64_t before = file_size(data);
     MDB_txn *txn;

@@ -500,38 +500,30 @@ int tp_store_space(tp_store_t *s, MDB_txn *txn, tp_store_space_t *sp)
  */
 #define COPY_COMMIT 50000
 
-static int copy_db(tp_store_t *s, MDB_txn *from, MDB_env *env, tp_db_t db)
+/* db's records into the copy's transaction *txn, which is committed and begun again every COPY_COMMIT records (*n). */
+static int copy_db(tp_store_t *s, MDB_txn *from, MDB_env *env, MDB_txn **txn, size_t *n, tp_db_t db)
 {
-    MDB_txn *txn;
     MDB_dbi to;
     MDB_cursor *cur;
-    int rc = tp_mdb(mdb_txn_begin(env, NULL, 0, &txn));
+    int rc = tp_mdb(mdb_dbi_open(*txn, tp_store_db_name(db), MDB_CREATE, &to));
+    if (rc == 0)
+        rc = tp_mdb(mdb_cursor_open(from, s->dbi[db], &cur));
     if (rc)
         return rc;
-    if ((rc = tp_mdb(mdb_dbi_open(txn, tp_store_db_name(db), MDB_CREATE, &to))) != 0 ||
-        (rc = tp_mdb(mdb_cursor_open(from, s->dbi[db], &cur))) != 0) {
-        mdb_txn_abort(txn);
-        return rc;
-    }
     MDB_val k, v;
-    size_t n = 0;
     for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
          rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
-        if ((rc = tp_mdb(mdb_put(txn, to, &k, &v, MDB_APPEND))) != 0)
+        if ((rc = tp_mdb(mdb_put(*txn, to, &k, &v, MDB_APPEND))) != 0)
             break;
-        if (++n % COPY_COMMIT == 0 &&
-            ((rc = tp_mdb(mdb_txn_commit(txn))) != 0 || (rc = tp_mdb(mdb_txn_begin(env, NULL, 0, &txn))) != 0)) {
-            txn = NULL;
-            break;
+        if (++*n % COPY_COMMIT == 0) {
+            rc = tp_mdb(mdb_txn_commit(*txn));
+            *txn = NULL;
+            if (rc || (rc = tp_mdb(mdb_txn_begin(env, NULL, 0, txn))) != 0)
+                break;
         }
     }
     mdb_cursor_close(cur);
-    if (rc != MDB_NOTFOUND) {
-        if (txn)
-            mdb_txn_abort(txn);
-        return rc;
-    }
-    return tp_mdb(mdb_txn_commit(txn));
+    return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
 int tp_store_copy_compact(tp_store_t *s, const char *to, char *err, size_t errlen)
@@ -545,11 +537,19 @@ int tp_store_copy_compact(tp_store_t *s, const char *to, char *err, size_t errle
         rc = tp_mdb(mdb_env_set_mapsize(env, s->mapsize));
     if (rc == 0)
         rc = tp_mdb(mdb_env_open(env, to, MDB_NOTLS | MDB_NOSYNC, 0644));
+    MDB_txn *txn = NULL;
+    size_t n = 0;
     if (rc == 0)
         rc = tp_store_read(s, &from);
+    if (rc == 0)
+        rc = tp_mdb(mdb_txn_begin(env, NULL, 0, &txn));
     for (int db = 0; rc == 0 && db < TP_DB__COUNT; db++)
         if (tp_store_has(s, db))
-            rc = copy_db(s, from, env, db);
+            rc = copy_db(s, from, env, &txn, &n, db);
+    if (rc == 0)
+        rc = tp_mdb(mdb_txn_commit(txn));
+    else if (txn)
+        mdb_txn_abort(txn);
     if (from)
         mdb_txn_abort(from);
     /* The copy is the store from now on: on disk before anything is swapped. */
