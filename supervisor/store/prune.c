@@ -36,6 +36,13 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* qsort of a set that may be empty (its v NULL: qsort's first argument must not be). */
+static void strset_sort(strset_t *set)
+{
+    if (set->n > 1)
+        qsort(set->v, set->n, sizeof *set->v, cmp_str);
+}
+
 static bool strset_has(const char *const *v, size_t n, const char *str)
 {
     return n && bsearch(&str, v, n, sizeof *v, cmp_str) != NULL;
@@ -73,8 +80,8 @@ static int live_work(tp_store_t *s, MDB_txn *txn, live_t *l)
     int rc = tp_inflight_each(s, txn, note_live, l);
     rc = rc ? rc : l->rc;
     if (rc == 0) {
-        qsort(l->jobs.v, l->jobs.n, sizeof *l->jobs.v, cmp_str);
-        qsort(l->calls.v, l->calls.n, sizeof *l->calls.v, cmp_str);
+        strset_sort(&l->jobs);
+        strset_sort(&l->calls);
     }
     return rc;
 }
@@ -199,7 +206,7 @@ int tp_prune_batch(tp_store_t *s, MDB_txn *txn, const tp_prune_sel_t *sel, tp_pr
         mdb_cursor_close(cur);
     for (size_t i = 0; rc == 0 && !dry && i < ids.n; i++)
         rc = tp_records_forget(s, txn, ids.v[i]);
-    qsort(jobs.v, jobs.n, sizeof *jobs.v, cmp_str);
+    strset_sort(&jobs);
     for (size_t i = 0; rc == 0 && !dry && i < jobs.n; i++)
         if (i == 0 || strcmp(jobs.v[i], jobs.v[i - 1]) != 0)
             rc = drop_if_empty(s, txn, jobs.v[i], p);
