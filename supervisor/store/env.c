@@ -493,9 +493,10 @@ int tp_store_space(tp_store_t *s, MDB_txn *txn, tp_store_space_t *sp)
  * The records of every database, in key order, into a new environment at
  * to, each put with MDB_APPEND: LMDB then fills each page before it starts
  * the next. mdb_env_copy2's MDB_CP_COMPACT drops the free pages but copies
- * each page as full as it was, and a store pruned to a tenth keeps leaves a
- * third full: its copy of a 20,000-call store pruned to 2,000 came out 25%
- * over a fresh store of those 2,000, this one 10% under it. A commit every
+ * each page as full as it was, and a prune leaves its leaves sparse: its copy of a 20,000-call store pruned to 2,000 came out 25%
+ * over a fresh store of those 2,000 (1.55 MB against 1.24 MB), this one at
+ * 0.48 MB, under half of it (a fresh store fills its pages in the order
+ * calls end, not in key order). A commit every
  * COPY_COMMIT records keeps each transaction's dirty pages few.
  */
 #define COPY_COMMIT 50000
