@@ -17,6 +17,7 @@ Real processes on a real store; standard library only.
 """
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -239,6 +240,19 @@ class StoreUpkeep(unittest.TestCase):
     def test_prune_killed(self):
         store = self.path("st")
         self.run_store(store, self.big_calls())
+        # SIGINT (on a copy): it stops after the batch it is in, says so, and exits 1
+        copy = self.path("copy")
+        shutil.copytree(store, copy)
+        p = subprocess.Popen([TOOLPOOL, "store", "prune", "--store", copy, "--ok"], stdout=subprocess.PIPE,
+                             text=True)
+        self.procs.append(p)
+        time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        out = p.communicate(timeout=60)[0]
+        self.assertIn(p.returncode, (0, 1), out)
+        if p.returncode == 1:
+            self.assertIn("interrupted: `toolpool store prune` with the same selectors finishes it", out)
+        self.check(copy)
         killed = False
         for delay in (0.05, 0.1, 0.2):
             p = subprocess.Popen([TOOLPOOL, "store", "prune", "--store", store, "--ok"],

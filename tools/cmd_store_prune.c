@@ -221,10 +221,9 @@ int tp_cmd_store_prune(int argc, char **argv)
         return 2;
     }
     char size[32];
-    printf("%s%s %llu result%s (%llu ok, %llu failed; %s of records)", dry ? "would prune" : "pruned",
-           stop ? " (interrupted: run it again to finish)" : "", (unsigned long long)p.results,
-           p.results == 1 ? "" : "s", (unsigned long long)p.ok, (unsigned long long)p.failed,
-           tp_cli_size(p.bytes, size, sizeof size));
+    printf("%s %llu result%s (%llu ok, %llu failed; %s of records)", dry ? "would prune" : "pruned",
+           (unsigned long long)p.results, p.results == 1 ? "" : "s", (unsigned long long)p.ok,
+           (unsigned long long)p.failed, tp_cli_size(p.bytes, size, sizeof size));
     if (!dry)
         printf(" and %llu checkpoint%s of jobs left with none", (unsigned long long)p.checkpoints,
                p.checkpoints == 1 ? "" : "s");
@@ -238,6 +237,8 @@ int tp_cmd_store_prune(int argc, char **argv)
     if (p.undated)
         printf("kept %llu results of an older toolpool: they carry no record time for --older-than\n",
                (unsigned long long)p.undated);
+    if (stop)
+        printf("interrupted: `toolpool store prune` with the same selectors finishes it\n");
     if (p.results && !dry)
         printf("the file keeps its size; `toolpool store compact --store %s` gives the space back\n", dir);
     return stop ? 1 : p.results ? 0 : 1;
