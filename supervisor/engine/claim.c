@@ -60,6 +60,7 @@ int eng_marker_put(tp_engine_t *e, tp_call_t *c, bool claim_only)
         f.args.len = c->args_len;
     }
     int rc = tp_inflight_put(e->o.store, e->txn, &f);
+    tp_seen_add(&e->recorded, c->id, strlen(c->id));
     if (rc == 0) {
         c->marked = true;
         c->claim_only = claim_only;
@@ -214,6 +215,7 @@ static int settle_orphan(tp_engine_t *e, const Toolpool__InFlight *f)
     r.escalated = true;
     r.escalation = esc;
     r.input_digest = f->input_digest;
+    tp_seen_add(&e->recorded, f->call_id, strlen(f->call_id));
     if ((rc = tp_result_put(e->o.store, e->txn, &r)) == 0 && strcmp(f->job, f->call_id) != 0)
         rc = tp_checkpoint_step(e->o.store, e->txn, f->job, f->call_id, f->step, NULL, 0, TP_KIND_OK, NULL);
     char **v = rc == 0 ? realloc(e->settled, (e->n_settled + 1) * sizeof *v) : NULL;

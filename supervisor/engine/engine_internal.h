@@ -29,6 +29,7 @@
 #include "jobs.h"
 #include "owners.h"
 #include "retry.h"
+#include "seen.h"
 #include "taxonomy.h"
 #include "toolpool.pb-c.h"
 
@@ -125,6 +126,8 @@ struct tp_engine {
     uint64_t results;        /* calls ended so far */
     uint64_t trimmed_at;     /* results when the store's map was last trimmed */
     uint64_t lookups;        /* ids looked up in the store */
+    tp_seen_t recorded;      /* ids it wrote results or markers for, while it alone writes a store it found empty */
+    bool store_looked;       /* whether the store was empty is known */
     struct event *ev_commit; /* closes the commit window */
     struct event *ev_rate;   /* a rate-limited tool's next token: its parked calls may go */
     uint64_t rate_wake_us;   /* when ev_rate fires (0: not armed) */
