@@ -231,8 +231,12 @@ typedef struct {
     const uint8_t *p, *end;
 } wire_t;
 
-static bool get_varint(wire_t *w, uint64_t *v)
+static inline __attribute__((always_inline)) bool get_varint(wire_t *w, uint64_t *v)
 {
+    if (w->p < w->end && *w->p < 0x80) { /* one byte: every key, most lengths and flags */
+        *v = *w->p++;
+        return true;
+    }
     uint64_t x = 0;
     for (unsigned shift = 0; shift < 64 && w->p < w->end; shift += 7) {
         uint8_t b = *w->p++;
@@ -252,7 +256,7 @@ typedef struct {
     const uint8_t *data;
 } wfield_t;
 
-static bool get_field(wire_t *w, wfield_t *f)
+static inline __attribute__((always_inline)) bool get_field(wire_t *w, wfield_t *f)
 {
     uint64_t key;
     if (!get_varint(w, &key) || key >> 3 == 0 || key >> 3 > 64)
