@@ -119,7 +119,7 @@ struct tp_engine {
     /* the store */
     MDB_txn *txn; /* the open write transaction, when there is a store */
     tp_commit_t commit;
-    bool marker_pending;     /* a non-idempotent call ended in the open transaction */
+    bool marker_pending;     /* a non-idempotent call, or one of a tool marked once, ended in the open transaction */
     size_t txn_bytes;        /* what the open transaction has written, about */
     size_t made_durable;     /* how many of made's first answers an early commit in the turn made durable */
     size_t need_room;        /* free map the next transaction begins with */

@@ -53,6 +53,8 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
         if (!c->claim_only)
             e->marker_pending = true; /* commit it now: a crash before would call it Interrupted */
     }
+    if (c->tool->policy.once || c->hop_tool->policy.once)
+        e->marker_pending = true; /* commit it now: a crash before would run it again */
     if (rc)
         tp_engine_store_failed(e, rc, "recording a result");
 }
