@@ -238,6 +238,7 @@ int tp_cmd_serve(int argc, char **argv)
     ho.version = TP_VERSION;
     if ((s.e = tp_engine_new(eo)) == NULL)
         goto out;
+    tp_engine_status(s.e, "serve", 0);
     ho.engine = s.e;
     if ((s.front = tp_http_new(&ho)) == NULL)
         goto out;

@@ -299,8 +299,27 @@ void eng_owners_sync(tp_engine_t *e)
         if (!e->failed && (rc = tp_owners_ack(e->o.store, e->txn, &e->me, e->owners.generation)) == 0)
             e->seen_gen = e->owners.generation;
     }
+    /* What it is doing, for stats on a live store: at most once a second, in the transaction that began. */
+    uint64_t now = tp_now_us();
+    if (rc == 0 && !e->failed && e->status_cmd && now - e->status_at_us >= TP_OWNER_STATUS_US) {
+        e->status_at_us = now;
+        int busy = tp_engine_busy(e);
+        size_t live = tp_engine_live(e);
+        tp_owner_status_t st = {.command = e->status_cmd,
+                                .total = e->status_total,
+                                .done = e->results + e->stats.rejected,
+                                .running = (uint64_t)(busy > 0 ? busy : 0),
+                                .waiting = live > (size_t)busy ? live - (size_t)busy : 0};
+        rc = tp_owners_status(e->o.store, e->txn, &e->me, &st);
+    }
     if (rc)
         tp_engine_store_failed(e, rc, "reading the store's owners");
+}
+
+void tp_engine_status(tp_engine_t *e, const char *command, uint64_t total)
+{
+    e->status_cmd = command;
+    e->status_total = total;
 }
 
 /*

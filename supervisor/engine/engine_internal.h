@@ -30,6 +30,9 @@
 #include "owners.h"
 #include "retry.h"
 #include "seen.h"
+
+/* How often a supervisor's owner entry says what it is doing (tp_engine_status). */
+#define TP_OWNER_STATUS_US 1000000u
 #include "taxonomy.h"
 #include "toolpool.pb-c.h"
 
@@ -136,8 +139,11 @@ struct tp_engine {
     bool owner_known;         /* this process could name itself (/proc) */
     tp_owners_state_t owners; /* as of the open transaction */
     uint64_t seen_gen;        /* the newest arrival this engine has claimed its calls for */
-    bool sweep_due;           /* markers of owners gone may wait to be settled (eng_settle_orphans) */
-    char **settled;           /* ids it settled so (few): their answers here are this run's, not resumed */
+    const char *status_cmd;   /* tp_engine_status: what its owner entry says it is (NULL: nothing said) */
+    uint64_t status_total;
+    uint64_t status_at_us; /* when the entry was last written */
+    bool sweep_due;        /* markers of owners gone may wait to be settled (eng_settle_orphans) */
+    char **settled;        /* ids it settled so (few): their answers here are this run's, not resumed */
     size_t n_settled;
     tp_queue_t parked; /* calls another live supervisor runs: waiting for its record */
     size_t n_parked;

@@ -96,10 +96,23 @@ static void out_stop(tp_jsonl_t *f)
     tp_engine_drain(f->e); /* a second time: kill what runs */
 }
 
+/* Calls expected in all: exact at EOF, else scaled from the share of a file's bytes read; -1 on a pipe. */
+static double expected_total(const tp_jsonl_t *f)
+{
+    double seen = (double)f->report->summary.calls + (double)tp_engine_live(f->e);
+    if (f->in_eof)
+        return seen;
+    if (f->in_regular && f->in_read > 0 && f->in_size > 0)
+        return seen * (double)f->in_size / (double)f->in_read;
+    return -1;
+}
+
 /* A commit's answers have been delivered: their lines go out in one write, resumed after a short one. */
 static void flush_cb(void *ctx)
 {
     tp_jsonl_t *f = ctx;
+    double total = expected_total(f);
+    tp_engine_status(f->e, "run", total > 0 ? (uint64_t)(total + 0.5) : 0); /* for stats on the live store */
     int rc = f->out_failed ? 0 : tp_write_all(f->o->output_fd, f->out.data, f->out.len);
     tp_buf_reset(&f->out);
     if (rc < 0) {
@@ -273,12 +286,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 static void progress_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_jsonl_t *f = arg;
-    /* Calls expected: exact at EOF, else scaled from the share of a file's bytes read; unknown on a pipe. */
-    double done = (double)f->report->summary.calls, seen = done + (double)tp_engine_live(f->e), total = -1;
-    if (f->in_eof)
-        total = seen;
-    else if (f->in_regular && f->in_read > 0 && f->in_size > 0)
-        total = seen * (double)f->in_size / (double)f->in_read;
+    double total = expected_total(f);
     double elapsed = (double)(tp_now_us() - f->t0) / 1e6;
     if (f->o->progress == TP_PROGRESS_BAR)
         tp_progress_draw(stderr, &f->report->summary, total, elapsed, tp_engine_busy(f->e));
