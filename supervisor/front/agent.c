@@ -38,11 +38,12 @@ int tp_tool_message_write(tp_buf_t *b, const char *kind, const char *klass, cons
 {
     int rc = put_str(b, "{\"error\":", kind);
     rc = rc ? rc : put_str(b, ",\"message\":", message);
-    rc = rc ? rc : tp_buf_printf(b, ",\"retryable\":%s,\"attempts\":%llu", retryable ? "true" : "false",
-                                 (unsigned long long)attempts);
     rc = rc ? rc
-            : put_str(b, ",\"class\":",
-                      klass && klass[0] ? klass : tp_class_name(tp_kind_class(tp_kind_from_name(kind))));
+            : tp_buf_printf(b, ",\"retryable\":%s,\"attempts\":%llu", retryable ? "true" : "false",
+                            (unsigned long long)attempts);
+    rc = rc ? rc
+            : put_str(b,
+                      ",\"class\":", klass && klass[0] ? klass : tp_class_name(tp_kind_class(tp_kind_from_name(kind))));
     if (rc == 0 && served_by && served_by[0])
         rc = put_str(b, ",\"served_by\":", served_by);
     rc = rc ? rc : tp_buf_puts(b, escalated ? ",\"escalated\":true" : ",\"escalated\":false");
