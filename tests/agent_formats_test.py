@@ -11,6 +11,7 @@ same store answering from it in the same format.
 Standard library only. The build directory comes from $TOOLPOOL_BUILD_DIR
 (ctest sets it), else ../build beside this file.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -309,18 +310,31 @@ class AgentFormatsTest(unittest.TestCase):
 
     # -- serve -------------------------------------------------------------
 
-    def test_serve_formats(self):
-        """?format= on POST and GET /v1/calls, DELETE, and /v1/batch; bad
-        arguments and an unknown format are 400; a restarted service
-        answers a recorded call from the store in the format asked."""
+    @contextlib.contextmanager
+    def serving(self):
+        """A `toolpool serve` on the test's registry and store, and a client of it; stopped after."""
         sock = os.path.join(self.dir, "tp.sock")
         srv = serveutil.Serve(self.registry, self.store, "unix:" + sock, os.path.join(self.dir, "serve.log")).start()
         c = toolpool_client.Client("unix:" + sock, retries=0, timeout=30)
         try:
-            st, m = c._request("POST", "/v1/calls?format=anthropic",
-                               {"type": "tool_use", "id": "toolu_s1", "name": "counted", "input": {}, "job": "sj",
-                                "step": 1})
-            self.check_message("anthropic", m, "toolu_s1", True, {"n": 1})
+            yield c
+        finally:
+            c.close()
+            srv.stop()
+
+    def post_s1(self, c):
+        """The first serve call: an Anthropic block, answered as one."""
+        st, m = c._request("POST", "/v1/calls?format=anthropic",
+                           {"type": "tool_use", "id": "toolu_s1", "name": "counted", "input": {}, "job": "sj",
+                            "step": 1})
+        self.check_message("anthropic", m, "toolu_s1", True, {"n": 1})
+
+    def test_serve_formats(self):
+        """?format= on POST and GET /v1/calls, DELETE, and /v1/batch; bad
+        arguments and an unknown format are 400; a restarted service
+        answers a recorded call from the store in the format asked."""
+        with self.serving() as c:
+            self.post_s1(c)
             st, m = c._request("POST", "/v1/calls?format=openai",
                                {"id": "call_s2", "type": "function",
                                 "function": {"name": "delete_record", "arguments": "{\"id\":\"r\"}"}})
@@ -374,21 +388,10 @@ class AgentFormatsTest(unittest.TestCase):
             with self.assertRaises(toolpool_client.ToolpoolError) as e:
                 c._request("POST", "/v1/batch?format=mcp", body, raw=True)
             self.assertEqual(e.exception.status, 400)
-        finally:
-            c.close()
-            srv.stop()
         # Started again on the store: the recorded call is answered from it, in the format asked, not run.
-        srv = serveutil.Serve(self.registry, self.store, "unix:" + sock, os.path.join(self.dir, "serve.log")).start()
-        c = toolpool_client.Client("unix:" + sock, retries=0, timeout=30)
-        try:
-            st, m = c._request("POST", "/v1/calls?format=anthropic",
-                               {"type": "tool_use", "id": "toolu_s1", "name": "counted", "input": {}, "job": "sj",
-                                "step": 1})
-            self.check_message("anthropic", m, "toolu_s1", True, {"n": 1})
+        with self.serving() as c:
+            self.post_s1(c)
             self.assertEqual(self.ran(), ["toolu_s1"])
-        finally:
-            c.close()
-            srv.stop()
 
 
 if __name__ == "__main__":
