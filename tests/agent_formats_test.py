@@ -157,6 +157,19 @@ class AgentFormatsTest(unittest.TestCase):
             self.assertTrue(o["message"].startswith(f"{where}: {text}"), o["message"])
         self.assertEqual(bad["line 1"]["tool"], "echo")
 
+    def test_ordered_reads_the_models_job_and_step(self):
+        """--ordered puts a conversation's calls in step order, read from
+        the keys beside the model's fields, whatever the shape."""
+        open(self.log, "w").close()
+        rc, out = self.run_calls([
+            {"type": "tool_use", "id": "toolu_3", "name": "counted", "input": {}, "job": "conv", "step": 3},
+            {"id": "call_2", "type": "function", "function": {"name": "counted", "arguments": "{}"}, "job": "conv",
+             "step": 2},
+            {"type": "function_call", "call_id": "call_1", "name": "counted", "arguments": "{}", "job": "conv",
+             "step": 1},
+        ], "--ordered", "-j", "1", expect=0)
+        self.assertEqual(self.ran(), ["call_1", "call_2", "toolu_3"])
+
     # -- out ---------------------------------------------------------------
 
     def check_message(self, fmt, m, id, ok, text):
