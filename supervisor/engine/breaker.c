@@ -59,6 +59,12 @@ size_t tp_breaker_tool_key(const char *tool, uint8_t *key, size_t cap)
 
 /* ---- same call ---- */
 
+/* The cause of an open call circuit's close at the end of its window. */
+static void window_passed(char *buf, size_t cap, uint64_t window_us)
+{
+    snprintf(buf, cap, "its window (%.3gs) passed", (double)window_us / 1e6);
+}
+
 static int call_get(tp_store_t *s, MDB_txn *txn, const uint8_t *key, size_t klen, Toolpool__CallBreaker **out)
 {
     return tp_store_get_msg(s, txn, TP_DB_BREAKERS, key, klen, &toolpool__call_breaker__descriptor,
@@ -86,7 +92,7 @@ int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const
         } else {
             MDB_val k = {klen, key};
             char cause[96];
-            snprintf(cause, sizeof cause, "its window (%.3gs) passed", (double)t->policy.same_call_window_us / 1e6);
+            window_passed(cause, sizeof cause, t->policy.same_call_window_us);
             rc = tp_breaker_call_close(s, txn, &k, cb, cause, now);
         }
     }
@@ -158,7 +164,7 @@ int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, cons
     }
     if (old && old->opened_unix_us != 0 && !was_open) {
         /* Open until its window passed, which no check has seen yet: that close first. */
-        snprintf(closed_cause, sizeof closed_cause, "its window (%.3gs) passed", (double)window / 1e6);
+        window_passed(closed_cause, sizeof closed_cause, window);
         tp_breaker_history_add(&h_closed, cb.history, cb.n_history, TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED,
                                closed_cause, old->blocked, old->opened_unix_us + window, &cb.history, &cb.n_history);
     }
