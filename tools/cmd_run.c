@@ -26,7 +26,10 @@ static const char run_usage[] =
     "\n"
     "Reads calls, one JSON object a line ({\"id\", \"job\", \"step\", \"tool\", \"args\"}),\n"
     "from CALLS (default: standard input), runs them, and writes one result line\n"
-    "per call. A summary goes to stderr, and progress: a bar on a terminal, else a line every 10 s.\n"
+    "per call. A line may also be a model's call as its API gives it: an OpenAI\n"
+    "tool_calls item, an OpenAI Responses function_call item or an Anthropic\n"
+    "tool_use block (\"job\" and \"step\" beside its fields). A summary goes to\n"
+    "stderr, and progress: a bar on a terminal, else a line every 10 s.\n"
     "Every result is committed to the store before it is written out; rerunning\n"
     "the same command on the same store resumes: recorded calls are not run again,\n"
     "their recorded results are written instead.\n"
@@ -42,6 +45,14 @@ static const char run_usage[] =
     "                         .toolpool in this directory)\n"
     "  -j, --workers N        worker processes (default: the number of cores)\n"
     "  -o, --output FILE      results file (default: standard output)\n"
+    "      --output-format F  what each result line is: toolpool (the default:\n"
+    "                         the result line), or the message to append to a\n"
+    "                         model's conversation: openai ({\"role\": \"tool\",\n"
+    "                         \"tool_call_id\", \"content\"}), openai-responses\n"
+    "                         ({\"type\": \"function_call_output\", \"call_id\",\n"
+    "                         \"output\"}) or anthropic ({\"type\": \"tool_result\",\n"
+    "                         \"tool_use_id\", \"content\", \"is_error\"}); the content\n"
+    "                         is the result's JSON, or the failure's tool message\n"
     "      --relaxed          commit without fsync: a crash of toolpool loses\n"
     "                         nothing; a crash of the machine can lose the last\n"
     "                         results or damage the store (for runs you could redo)\n"
@@ -177,6 +188,7 @@ int tp_cmd_run(int argc, char **argv)
         {"retry-failed", optional_argument, NULL, 'X'},
         {"summary-json", required_argument, NULL, 'Y'},
         {"ordered", no_argument, NULL, 'O'},
+        {"output-format", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -185,6 +197,7 @@ int tp_cmd_run(int argc, char **argv)
     const char *output = NULL, *summary_json = NULL;
     int progress = isatty(2) ? TP_PROGRESS_BAR : TP_PROGRESS_LINES;
     bool ordered = false, want_rerun = false;
+    tp_format_t format = TP_FORMAT_TOOLPOOL;
     tp_rerun_t rerun = {0};
     long *line_map = NULL;
     int c;
@@ -219,6 +232,12 @@ int tp_cmd_run(int argc, char **argv)
         case 'O':
             ordered = true;
             break;
+        case 'F':
+            if (tp_format_from_name(optarg, &format) < 0) {
+                tp_log_error("--output-format: expected " TP_FORMAT_NAMES ", got \"%s\"", optarg);
+                return 2;
+            }
+            break;
         case 'X':
             rerun_free(&rerun);
             rerun = (tp_rerun_t){0};
@@ -229,7 +248,7 @@ int tp_cmd_run(int argc, char **argv)
             return tp_cli_usage(run_usage, c);
         }
     }
-    tp_batch_opts_t o = {.input_fd = -1, .output_fd = -1};
+    tp_batch_opts_t o = {.input_fd = -1, .output_fd = -1, .format = format};
     int status = 2;
     if (argc - optind > 1) {
         tp_log_error("run takes one calls file, got %d", argc - optind);

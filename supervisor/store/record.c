@@ -1,3 +1,4 @@
+#include "breakerlog.h"
 #include "record.h"
 
 #include <errno.h>
@@ -209,6 +210,8 @@ static int check_call_breaker(const void *key, size_t klen, const Toolpool__Call
         return bad(why, cap, "its digest is not its key's");
     if (!json_or_empty(cb->args))
         return bad(why, cap, "its args are not JSON");
+    if (cb->n_history > TP_BREAKER_HISTORY_MAX)
+        return bad(why, cap, "it keeps %zu transitions, at most %d", cb->n_history, TP_BREAKER_HISTORY_MAX);
     return 0;
 }
 
@@ -225,6 +228,8 @@ static int check_tool_breaker(const void *key, size_t klen, const Toolpool__Tool
     for (size_t i = 0; i < tb->n_buckets; i++)
         if (tb->buckets[i]->failures > tb->buckets[i]->calls)
             return bad(why, cap, "slice %zu of its window counts more failures than calls", i + 1);
+    if (tb->n_history > TP_BREAKER_HISTORY_MAX)
+        return bad(why, cap, "it keeps %zu transitions, at most %d", tb->n_history, TP_BREAKER_HISTORY_MAX);
     return 0;
 }
 

@@ -64,7 +64,7 @@ typedef struct tp_jsonl {
 static void input_failed(tp_jsonl_t *f);
 static void out_stop(tp_jsonl_t *f);
 
-/* One call's answer: its line, rendered, goes out with the rest of its commit's. */
+/* One call's answer: its line, rendered in the run's format, goes out with the rest of its commit's. */
 static void answer_cb(void *ctx, const tp_answer_t *a)
 {
     tp_jsonl_t *f = ctx;
@@ -72,7 +72,7 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
         f->report->not_started++;
         return;
     }
-    if (tp_answer_write(&f->out, a) < 0) {
+    if (tp_format_write(&f->out, f->o->format, a) < 0) {
         tp_log_error("out of memory writing results; stopping");
         out_stop(f);
         return;

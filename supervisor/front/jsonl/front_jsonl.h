@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "agent.h"
 #include "commit.h"
 #include "engine.h"
 #include "pool.h"
@@ -33,8 +34,9 @@ typedef struct {
     int input_fd;
     const char *input_name; /* for messages */
     int output_fd;
-    int progress;         /* on stderr: TP_PROGRESS_* */
-    size_t window;        /* calls held at once; 0 = automatic */
+    tp_format_t format; /* how each answer is written (--output-format): toolpool's result line, or a model's message */
+    int progress;       /* on stderr: TP_PROGRESS_* */
+    size_t window;      /* calls held at once; 0 = automatic */
     const long *line_map; /* --ordered: the input's line i+1 is line line_map[i] of the user's file */
     size_t n_line_map;
 } tp_batch_opts_t;
