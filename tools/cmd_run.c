@@ -309,6 +309,9 @@ int tp_cmd_run(int argc, char **argv)
                     "  late steps: %llu call%s came after a later step of their job had started, "
                     "and ran out of order\n",
                     (unsigned long long)rep.late, rep.late == 1 ? "" : "s");
+        if (shard.count > 1)
+            fprintf(stderr, "  shard %u/%u: %llu line%s left to the other shards, not run here\n", shard.index,
+                    shard.count, (unsigned long long)rep.other_shard, rep.other_shard == 1 ? "" : "s");
         if (rep.interrupted)
             fprintf(stderr, "  interrupted: %llu call%s read but not started; rerun to run them\n",
                     (unsigned long long)rep.not_started, rep.not_started == 1 ? "" : "s");

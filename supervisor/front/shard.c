@@ -126,7 +126,6 @@ static void scan_line(tp_request_parser_t *p, const tp_shard_t *sh, const char *
 {
     if (len > max_line) {
         out->lines++;
-        out->own += sh == NULL || sh->count <= 1 || sh->index == 0;
         return;
     }
     tp_request_t rq;
@@ -135,7 +134,7 @@ static void scan_line(tp_request_parser_t *p, const tp_shard_t *sh, const char *
     if (kind == TP_REQUEST_BLANK)
         return;
     out->lines++;
-    out->own += tp_shard_takes(sh, kind, &rq, &bad);
+    out->own += (kind == TP_REQUEST_CALL || bad.id) && tp_shard_takes(sh, kind, &rq, &bad);
 }
 
 int tp_shard_scan(int fd, const char *name, const tp_shard_t *sh, size_t max_line, tp_shard_input_t *out)

@@ -51,7 +51,7 @@ bool tp_shard_takes(const tp_shard_t *sh, tp_request_kind_t kind, const tp_reque
 typedef struct {
     uint8_t digest[16]; /* XXH128 of its bytes */
     uint64_t lines;     /* lines that are not blank: calls and refusals of every shard */
-    uint64_t own;       /* those of the shard */
+    uint64_t own;       /* those of the shard that get a record: the ones with an id */
 } tp_shard_input_t;
 
 /*
