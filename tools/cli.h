@@ -107,8 +107,8 @@ int tp_order_input(int fd, const char *name, int *out_fd, long **line_map, size_
  * shard. 0, or -1 logged.
  */
 typedef struct tp_shard tp_shard_t;
-int tp_run_shard_prepare(tp_store_t *s, const char *registry, const char *policy, int input_fd,
-                         const char *input_name, const tp_shard_t *sh, size_t max_line);
+int tp_run_shard_prepare(tp_store_t *s, const char *registry, const char *policy, int input_fd, const char *input_name,
+                         const tp_shard_t *sh, size_t max_line);
 
 /*
  * One trace line: "  attempt 2 → Timeout after 0.8s   (backoff 1.0s)", and

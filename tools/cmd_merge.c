@@ -137,8 +137,8 @@ static int shards_agree(const shard_store_t *v, size_t n, bool complete)
             continue;
         }
         if (memcmp(in->input_digest.data, first->input_digest.data, 16) != 0) {
-            tp_log_error("%s: a shard of another calls file than %s's (%s, not %s)", v[i].dir, v[0].dir,
-                         in->input_name, first->input_name);
+            tp_log_error("%s: a shard of another calls file than %s's (%s, not %s)", v[i].dir, v[0].dir, in->input_name,
+                         first->input_name);
             rc = -1;
         } else if (memcmp(in->registry_digest.data, first->registry_digest.data, 16) != 0) {
             tp_log_error("%s: run with another registry (or policy) than %s", v[i].dir, v[0].dir);
@@ -245,10 +245,15 @@ typedef struct {
     char err[1024];
 } merger_t;
 
-/* Commits the transaction under way once it holds enough, and begins the next. 0, or an LMDB error (m->err). */
+/*
+ * Commits the transaction under way once it holds 8 MiB of records, and
+ * begins the next with 64 MiB of room: the pages those records take (B-tree
+ * pages half full, each copied on write) fit in it; 32 MiB a transaction
+ * met MDB_MAP_FULL on 1,000,000 results. 0, or an LMDB error (m->err).
+ */
 static int merger_turn(merger_t *m, bool last)
 {
-    if (m->txn && !last && m->batch < (32u << 20))
+    if (m->txn && !last && m->batch < (8u << 20))
         return 0;
     int rc = 0;
     if (m->txn) {
@@ -496,9 +501,8 @@ static int merge_stores(const char *out_dir, shard_store_t *v, size_t n, bool qu
     if (rc == 0)
         rc = merger_turn(&m, true);
     if (rc == 0 && !quiet) {
-        fprintf(stderr,
-                "merged %zu shard%s into %s: %llu results, %llu checkpoints, %llu escalations, %llu breakers\n", n,
-                n == 1 ? "" : "s", out_dir, (unsigned long long)m.copied[TP_DB_RESULTS],
+        fprintf(stderr, "merged %zu shard%s into %s: %llu results, %llu checkpoints, %llu escalations, %llu breakers\n",
+                n, n == 1 ? "" : "s", out_dir, (unsigned long long)m.copied[TP_DB_RESULTS],
                 (unsigned long long)m.copied[TP_DB_JOBS], (unsigned long long)m.escalations,
                 (unsigned long long)m.copied[TP_DB_BREAKERS]);
         if (m.twice[TP_DB_BREAKERS])
@@ -675,8 +679,8 @@ static int write_results(const char *out_path, const char *input, shard_store_t 
         goto out;
     }
     if (!quiet)
-        fprintf(stderr, "wrote %llu result lines to %s, in the order of %s\n", (unsigned long long)w.lines,
-                out_path, input);
+        fprintf(stderr, "wrote %llu result lines to %s, in the order of %s\n", (unsigned long long)w.lines, out_path,
+                input);
     status = 0;
     goto out;
 oom:
@@ -698,8 +702,8 @@ int tp_cmd_merge(int argc, char **argv)
     const char *out_store = NULL, *results = NULL, *input = NULL;
     bool quiet = false;
     const tp_cli_opt_t opts[] = {
-        {"store", 's', true, &out_store, NULL},  {"results", 'o', true, &results, NULL},
-        {"input", 0, true, &input, NULL},        {"quiet", 'q', false, &quiet, NULL},
+        {"store", 's', true, &out_store, NULL}, {"results", 'o', true, &results, NULL},
+        {"input", 0, true, &input, NULL},       {"quiet", 'q', false, &quiet, NULL},
         {NULL, 0, false, NULL, NULL},
     };
     int rc = tp_cli_options(argc, argv, merge_usage, opts);
@@ -769,8 +773,8 @@ int tp_cmd_shard_status(int argc, char **argv)
     int status = shards_agree(v, n, false) < 0 ? 2 : 0;
     uint64_t calls = 0, done = 0, ok = 0, left = 0, running = 0;
     if (!as_json && status == 0)
-        printf("%-9s %10s %10s %10s %10s %10s %9s  %s\n", "shard", "calls", "done", "ok", "failed", "left",
-               "in flight", "store");
+        printf("%-9s %10s %10s %10s %10s %10s %9s  %s\n", "shard", "calls", "done", "ok", "failed", "left", "in flight",
+               "store");
     for (size_t i = 0; i < n && status == 0; i++) {
         tally_t t = {0};
         if (tally(&v[i], &t) != 0) {
@@ -788,10 +792,10 @@ int tp_cmd_shard_status(int argc, char **argv)
         char name[32];
         snprintf(name, sizeof name, "%u/%u", in->shard_index, in->shard_count);
         if (as_json) {
-            json_t *o = json_pack("{s:i, s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "shard", (int)in->shard_index,
-                                  "of", (int)in->shard_count, "store", v[i].dir, "calls", (json_int_t)in->shard_calls,
-                                  "done", (json_int_t)t.done, "ok", (json_int_t)t.ok, "failed",
-                                  (json_int_t)(t.done - t.ok), "left", (json_int_t)l, "in_flight", (json_int_t)fl);
+            json_t *o = json_pack("{s:i, s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "shard", (int)in->shard_index, "of",
+                                  (int)in->shard_count, "store", v[i].dir, "calls", (json_int_t)in->shard_calls, "done",
+                                  (json_int_t)t.done, "ok", (json_int_t)t.ok, "failed", (json_int_t)(t.done - t.ok),
+                                  "left", (json_int_t)l, "in_flight", (json_int_t)fl);
             if (o == NULL || tp_cli_put_json(stdout, o) < 0)
                 status = 2;
             json_decref(o);
@@ -820,8 +824,7 @@ int tp_cmd_shard_status(int argc, char **argv)
                (unsigned long long)done, (unsigned long long)ok, (unsigned long long)(done - ok),
                (unsigned long long)left, (unsigned long long)running);
         for (size_t i = 0; i < n_missing; i++)
-            printf("shard %lld/%u: no store given\n", (long long)json_integer_value(json_array_get(missing, i)),
-                   count);
+            printf("shard %lld/%u: no store given\n", (long long)json_integer_value(json_array_get(missing, i)), count);
     }
     json_decref(missing);
     shards_close(v, n);

@@ -99,8 +99,8 @@ static int prepare_apply(MDB_txn *txn, void *ctx)
     return rc ? rc : tp_input_record_put(p->s, txn, p->rec);
 }
 
-int tp_run_shard_prepare(tp_store_t *s, const char *registry, const char *policy, int input_fd,
-                         const char *input_name, const tp_shard_t *sh, size_t max_line)
+int tp_run_shard_prepare(tp_store_t *s, const char *registry, const char *policy, int input_fd, const char *input_name,
+                         const tp_shard_t *sh, size_t max_line)
 {
     struct stat st;
     if (fstat(input_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
