@@ -318,6 +318,9 @@ class ShardTest(unittest.TestCase):
         p = self.toolpool("merge", "-o", self.path("x.jsonl"), "--input", "calls2.jsonl", self.path("m"))
         self.assertEqual(p.returncode, 2)
         self.assertIn("not the calls file", p.stderr)
+        p = self.toolpool("merge", "--store", self.path("a0"), self.path("a0"), self.path("a1"))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("both the store to write and a store to merge", p.stderr)
         # A store of another batch is not merged into.
         p = self.toolpool("merge", "--store", self.path("plain"), self.path("a0"), self.path("a1"))
         self.assertEqual(p.returncode, 2)

@@ -14,7 +14,7 @@
 #include "shard.h"
 #include "testutil.h"
 
-static const char *const vars[] = {"SLURM_ARRAY_TASK_ID",    "SLURM_ARRAY_TASK_MIN", "SLURM_ARRAY_TASK_MAX",
+static const char *const vars[] = {"SLURM_ARRAY_TASK_ID",    "SLURM_ARRAY_TASK_MIN",  "SLURM_ARRAY_TASK_MAX",
                                    "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_STEP", "JOB_COMPLETION_INDEX"};
 
 /* The environment as "NAME=value" pairs (NULL-ended), every other variable of vars unset. */
@@ -63,7 +63,11 @@ static void test_parse(void)
         {"slurm", {"SLURM_ARRAY_TASK_ID=1"}, -1, 0, 0, "SLURM_ARRAY_TASK_COUNT"},
         {"slurm", {"SLURM_ARRAY_TASK_ID=x", "SLURM_ARRAY_TASK_COUNT=3"}, -1, 0, 0, "not a whole number"},
         {"slurm", {"SLURM_ARRAY_TASK_ID=3", "SLURM_ARRAY_TASK_COUNT=3"}, -1, 0, 0, "K must be below N"},
-        {"slurm", {"SLURM_ARRAY_TASK_ID=0", "SLURM_ARRAY_TASK_MIN=1", "SLURM_ARRAY_TASK_MAX=4"}, -1, 0, 0,
+        {"slurm",
+         {"SLURM_ARRAY_TASK_ID=0", "SLURM_ARRAY_TASK_MIN=1", "SLURM_ARRAY_TASK_MAX=4"},
+         -1,
+         0,
+         0,
          "not in the array"},
         {"k8s/4", {"JOB_COMPLETION_INDEX=3"}, 0, 3, 4, NULL},
         {"k8s/4", {NULL}, -1, 0, 0, "JOB_COMPLETION_INDEX is not set"},

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -534,14 +535,16 @@ out:
 /* ---- merge --results ---- */
 
 /*
- * A line that is not a call and names no id is recorded nowhere: its
- * refusal is made here as run makes it (the engine's reject), from the
- * parser's words.
+ * A line that is not a call and names no id (or one too long for the
+ * store's keys) is recorded nowhere: its refusal is made here as run makes
+ * it (the engine's reject), from the parser's words.
  */
-static int write_unrecorded(tp_buf_t *b, const char *job, uint64_t step, const char *tool, const char *msg)
+static int write_unrecorded(tp_buf_t *b, const char *id, const char *job, uint64_t step, const char *tool,
+                            const char *msg)
 {
     Toolpool__Result r = TOOLPOOL__RESULT__INIT;
-    r.id = "";
+    r.has_id = id != NULL;
+    r.id = (char *)(id ? id : "");
     r.job = (char *)(job ? job : "");
     r.step = step;
     r.tool = (char *)(tool ? tool : "");
@@ -569,7 +572,7 @@ static int result_of_line(results_t *w, long no, const char *text, size_t len, s
     if (len > max_line) {
         tp_request_too_long(msg, sizeof msg, where, max_line);
         w->lines++;
-        return write_unrecorded(&w->out, NULL, 0, NULL, msg);
+        return write_unrecorded(&w->out, NULL, NULL, 0, NULL, msg);
     }
     tp_request_t rq;
     tp_request_bad_t bad;
@@ -580,10 +583,12 @@ static int result_of_line(results_t *w, long no, const char *text, size_t len, s
     const char *id = kind == TP_REQUEST_CALL ? rq.id : bad.id;
     const char *job = kind == TP_REQUEST_CALL ? (rq.job ? rq.job : rq.id) : bad.job;
     if (id == NULL)
-        return write_unrecorded(&w->out, bad.job, bad.step, bad.tool, bad.message);
+        return write_unrecorded(&w->out, NULL, bad.job, bad.step, bad.tool, bad.message);
     shard_store_t *sh = shard_store(w->v, w->n, w->count == 1 ? 0 : tp_shard_of(job, strlen(job), w->count));
     Toolpool__StoredResult *sr = NULL;
     int rc = sh ? tp_result_get(sh->s, sh->txn, id, &sr) : MDB_NOTFOUND;
+    if (rc == MDB_NOTFOUND && kind == TP_REQUEST_BAD && sh && strlen(id) > tp_store_max_key(sh->s))
+        return write_unrecorded(&w->out, id, bad.job, bad.step, bad.tool, bad.message);
     if (rc == MDB_NOTFOUND) {
         if (w->missing++ < 5)
             tp_log_error("%s: call \"%s\" has no result in the store of its shard (%s): rerun that shard, then "
@@ -719,6 +724,12 @@ int tp_cmd_merge(int argc, char **argv)
         return 2;
     }
     size_t n = (size_t)(argc - optind);
+    struct stat out_st, st;
+    for (int i = optind; out_store && stat(out_store, &out_st) == 0 && i < argc; i++)
+        if (stat(argv[i], &st) == 0 && st.st_dev == out_st.st_dev && st.st_ino == out_st.st_ino) {
+            tp_log_error("merge: %s is both the store to write and a store to merge: merge into a new store", argv[i]);
+            return 2;
+        }
     shard_store_t *v = shards_open(argv + optind, n);
     if (v == NULL)
         return 2;
