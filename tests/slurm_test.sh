@@ -65,6 +65,10 @@ if [ ! -s "$T/shared/results.jsonl" ]; then
     exit 1
 fi
 cat "$T/shared/shard-status.txt"
+if grep -l -e Sanitizer -e 'runtime error:' "$T"/toolpool-*.out; then
+    echo "slurm_test: a sanitizer spoke in a job's output" >&2
+    exit 1
+fi
 python3 - "$T/one.jsonl" "$T/shared/results.jsonl" "$T/shared" <<'PY'
 import json, os, sys
 sys.path.insert(0, os.path.join(os.environ["TOOLPOOL_SRC"], "tests"))
