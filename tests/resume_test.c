@@ -148,6 +148,47 @@ static void test_rerun_serves_recorded(void)
     json_decref(r2);
 }
 
+/*
+ * On a fresh store, an id that comes again later in the same run finds
+ * the record its first call made: served when the input is the same (the
+ * tool does not run again), refused when it is not. The engine skips the
+ * store lookup for ids it has never written (seen.h): this is what must
+ * not be skipped.
+ */
+static void test_fresh_store_repeat(void)
+{
+    setup("fresh-repeat", LOGGED_REG);
+    char log[PATH_MAX], calls[PATH_MAX], out[PATH_MAX], err[PATH_MAX];
+    path_in(log, sizeof log, "exec.log");
+    tp_buf_t text = {0};
+    tp_buf_printf(&text, "{\"id\": \"dup\", \"tool\": \"logged\", \"args\": {\"log\":\"%s\", \"i\": 1}}\n", log);
+    for (int i = 0; i < 3000; i++)
+        tp_buf_printf(&text, "{\"id\": \"n%d\", \"tool\": \"noop\", \"args\": {}}\n", i);
+    tp_buf_printf(&text, "{\"id\": \"dup\", \"tool\": \"logged\", \"args\": {\"log\":\"%s\", \"i\": 1}}\n", log);
+    tp_buf_printf(&text, "{\"id\": \"dup\", \"tool\": \"logged\", \"args\": {\"log\":\"%s\", \"i\": 2}}\n", log);
+    tp_buf_append(&text, "", 1); /* its end */
+    free(tp_test_write(dir, "calls.jsonl", (const char *)text.data));
+    tp_buf_free(&text);
+    path_in(calls, sizeof calls, "calls.jsonl");
+    path_in(out, sizeof out, "out.jsonl");
+    path_in(err, sizeof err, "err.txt");
+    CU_ASSERT_EQUAL(run_to_end(calls, out, err, NULL), 1);
+    json_t *counts = load_log(log);
+    CU_ASSERT_EQUAL(json_integer_value(json_object_get(counts, "dup")), 1); /* ran once */
+    json_decref(counts);
+    int ok = 0, refused = 0;
+    char *t = tp_test_slurp(out, NULL);
+    for (char *save = NULL, *line = t ? strtok_r(t, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+        if (strncmp(line, "{\"id\":\"dup\"", 11) != 0)
+            continue;
+        ok += strstr(line, "\"ok\":true") != NULL;
+        refused += strstr(line, "recorded in the store for other input") != NULL;
+    }
+    free(t);
+    CU_ASSERT_EQUAL(ok, 2);
+    CU_ASSERT_EQUAL(refused, 1);
+}
+
 /* Waits until path has at least n lines (or 10 s pass). */
 static bool wait_lines(const char *path, int n)
 {
@@ -325,6 +366,7 @@ int main(void)
         return 2;
     CU_pSuite s = CU_add_suite("resume", NULL, NULL);
     CU_add_test(s, "rerun serves recorded results; reused id refused", test_rerun_serves_recorded);
+    CU_add_test(s, "fresh store: an id again in the same run is served or refused", test_fresh_store_repeat);
     CU_add_test(s, "kill -9 with a non-idempotent call in flight", test_kill_nonidempotent);
     CU_add_test(s, "full map: clean stop, rerun completes", test_full_map);
     CU_add_test(s, "full disk: clean stop, rerun completes", test_full_disk);

@@ -144,6 +144,7 @@ int tp_cmd_mcp(int argc, char **argv)
     eo->base = s.loop.base;
     if ((s.e = tp_engine_new(eo)) == NULL)
         goto out;
+    tp_engine_status(s.e, "mcp", 0);
     tp_mcp_opts_t mo = {
         .engine = s.e,
         .base = s.loop.base,

@@ -30,8 +30,11 @@ static const char serve_usage[] =
     "Runs the pool as an HTTP/JSON service: POST /v1/calls runs a call and\n"
     "answers its result line (the same bytes as `run` writes) once it is\n"
     "committed; POST /v1/batch takes `run`'s JSONL and streams the results\n"
-    "back; GET /v1/tools, /v1/breakers, /v1/escalations, /metrics, /healthz,\n"
-    "/readyz; PUT|GET /v1/jobs/JOB/checkpoint; and MCP over HTTP at /mcp\n"
+    "back. A call may be a model's own (an OpenAI tool_calls or function_call\n"
+    "item, an Anthropic tool_use block), and ?format=openai, openai-responses\n"
+    "or anthropic answers with the message its conversation appends. GET\n"
+    "/v1/tools, /v1/breakers, /v1/escalations, /metrics, /healthz, /readyz;\n"
+    "PUT|GET /v1/jobs/JOB/checkpoint; and MCP over HTTP at /mcp\n"
     "(MCP's Streamable HTTP transport; docs/guide.md has them all). A call\n"
     "id already recorded in the store is answered from it, never run\n"
     "again. SIGINT/SIGTERM: stop taking requests, let running calls finish\n"
@@ -238,6 +241,7 @@ int tp_cmd_serve(int argc, char **argv)
     ho.version = TP_VERSION;
     if ((s.e = tp_engine_new(eo)) == NULL)
         goto out;
+    tp_engine_status(s.e, "serve", 0);
     ho.engine = s.e;
     if ((s.front = tp_http_new(&ho)) == NULL)
         goto out;

@@ -22,7 +22,9 @@
 #include "array.h"
 #include "checkpoint.h"
 #include "cli.h"
+#include "clock.h"
 #include "log.h"
+#include "owners.h"
 #include "registry.h"
 #include "store.h"
 #include "taxonomy.h"
@@ -39,7 +41,10 @@ static const char stats_usage[] =
     "  -s, --store DIR     the store (default: $TOOLPOOL_STORE, else .toolpool)\n"
     "      --tool T        only calls of tool T\n"
     "      --since D       only results recorded in the last D (\"1h\", \"30m\")\n"
-    "      --json          one JSON object a line, one line per tool\n";
+    "      --json          one JSON object a line, one line per tool\n"
+    "A supervisor working on the store now (run, serve, mcp) is listed first:\n"
+    "calls answered, running and waiting, calls/s, and for a run its expected\n"
+    "total and the time left (with --json, a line {\"supervisor\": {...}} each).\n";
 /* clang-format on */
 
 typedef struct {
@@ -252,6 +257,85 @@ static int pick_cb(void *ctx, const Toolpool__StoredResult *sr)
     return add_result(pk->t, sr->result);
 }
 
+/* "1m20s", "38s", "2h05m": a duration for people, whole seconds. */
+static void put_left(double s)
+{
+    uint64_t t = (uint64_t)(s + 0.5);
+    if (t >= 3600)
+        printf("%lluh%02llum", (unsigned long long)(t / 3600), (unsigned long long)(t % 3600 / 60));
+    else if (t >= 60)
+        printf("%llum%02llus", (unsigned long long)(t / 60), (unsigned long long)(t % 60));
+    else
+        printf("%llus", (unsigned long long)t);
+}
+
+/* One live owner's entry: what it said of itself at its last write (fields 7 to 12). */
+static int live_one(const Toolpool__Owner *w, bool json)
+{
+    uint64_t now = tp_unix_us();
+    double span = w->status_unix_us > w->joined_unix_us ? (double)(w->status_unix_us - w->joined_unix_us) / 1e6 : 0;
+    double rate = span > 0 ? (double)w->done / span : 0;
+    bool eta = w->total > w->done && rate > 0;
+    double left = eta ? (double)(w->total - w->done) / rate : 0;
+    const char *cmd = w->command && w->command[0] ? w->command : "supervisor";
+    if (json) {
+        json_t *o = json_pack("{s:{s:i, s:s, s:I, s:I, s:I, s:I, s:f, s:I}}", "supervisor", "pid", (int)w->pid,
+                              "command", cmd, "since_unix_ms", (json_int_t)(w->joined_unix_us / 1000), "done",
+                              (json_int_t)w->done, "running", (json_int_t)w->running, "waiting", (json_int_t)w->waiting,
+                              "calls_per_s", rate, "as_of_unix_ms", (json_int_t)(w->status_unix_us / 1000));
+        json_t *in = json_object_get(o, "supervisor");
+        if (o == NULL ||
+            json_object_set_new(in, "total", w->total ? json_integer((json_int_t)w->total) : json_null()) ||
+            json_object_set_new(in, "eta_s", eta ? json_real(left) : json_null())) {
+            json_decref(o);
+            return -1;
+        }
+        int rc = json_dumpf(o, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10)) != 0 || putchar('\n') == EOF ? -1 : 0;
+        json_decref(o);
+        return rc;
+    }
+    printf("live: %s (pid %d): %llu calls answered", cmd, (int)w->pid, (unsigned long long)w->done);
+    if (w->total)
+        printf(" of about %llu (%.1f%%)", (unsigned long long)w->total,
+               100.0 * (double)w->done / (double)(w->total > w->done ? w->total : w->done));
+    printf(", %llu running, %llu waiting; %.0f calls/s", (unsigned long long)w->running, (unsigned long long)w->waiting,
+           rate);
+    if (eta) {
+        printf(", about ");
+        put_left(left);
+        printf(" left");
+    }
+    if (w->status_unix_us == 0)
+        printf(" (it has said nothing yet)\n");
+    else
+        printf(" (as of %.1fs ago)\n", now > w->status_unix_us ? (double)(now - w->status_unix_us) / 1e6 : 0.0);
+    return 0;
+}
+
+/*
+ * The supervisors working on the store now, from its owners' record (each
+ * checked alive, as the supervisors check each other). -1: it cannot be
+ * read or written out.
+ */
+static int live_supervisors(const char *dir, bool json)
+{
+    MDB_txn *txn;
+    tp_store_t *s = tp_cli_store_read(dir, &txn);
+    if (s == NULL)
+        return -1;
+    Toolpool__Owners *o = NULL;
+    tp_owner_id_t me;
+    int rc = 0;
+    if (tp_owners_read(s, txn, &o) == 0 && o && tp_owner_self(&me) == 0)
+        for (size_t i = 0; i < o->n_owners && rc == 0; i++)
+            if (tp_owner_alive(&me, o->owners[i]->pid, o->owners[i]->start, o->owners[i]->boot))
+                rc = live_one(o->owners[i], json);
+    toolpool__owners__free_unpacked(o, NULL);
+    mdb_txn_abort(txn);
+    tp_store_close(s);
+    return rc;
+}
+
 int tp_cmd_stats(int argc, char **argv)
 {
     const char *dir = tp_store_default_dir(), *only = NULL;
@@ -273,6 +357,8 @@ int tp_cmd_stats(int argc, char **argv)
     pick_t pk = {.t = &t, .only = only, .since_us = since_us, .after = since_us ? tp_unix_us() - since_us : 0};
     int status = tp_cli_each_result(dir, pick_cb, &pk);
     uint64_t undated = pk.undated;
+    if (status != 2 && live_supervisors(dir, json) < 0)
+        status = 2;
     if (t.n)
         qsort(t.v, t.n, sizeof *t.v, by_name);
     for (size_t i = 0; i < t.n; i++) {

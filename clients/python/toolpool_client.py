@@ -45,8 +45,10 @@ the same request, with the same id, is sent again, a bounded number of times
 with exponential backoff. The service answers an id it has recorded from
 its store, and attaches a request for an id running right now to that call,
 so a retry does not run a call again. (One exception is the service's own
-crash: a call of an idempotent tool that ended but was not yet committed
-runs again after the restart; docs/guide.md, "The store".) Give your own ids
+crash: a call of an idempotent tool that ended but was not yet committed,
+within the last group-commit window of 2 to 20 ms, runs again after the
+restart, from attempt 1, unless its tool is marked ``"once": true``; a call
+of a tool that is not idempotent never does; docs/guide.md, "The store".) Give your own ids
 (``"agent-7/step-3"``) when a crash of your own program must not run a step
 again: the rerun asks for the same id and gets the recorded answer.
 

@@ -201,6 +201,7 @@ static void record_refusal(tp_engine_t *e, Toolpool__Result *r)
     r->input_digest.data = identity.b;
     r->input_digest.len = TP_DIGEST_LEN;
     rc = tp_result_put(e->o.store, e->txn, r);
+    tp_seen_add(&e->recorded, r->id, strlen(r->id));
     if (rc == 0 && r->job[0] && strcmp(r->job, r->id) != 0)
         rc = tp_checkpoint_step(e->o.store, e->txn, r->job, r->id, r->step, NULL, 0, TP_KIND_OK, NULL);
     r->input_digest.data = NULL;

@@ -60,6 +60,7 @@ int eng_marker_put(tp_engine_t *e, tp_call_t *c, bool claim_only)
         f.args.len = c->args_len;
     }
     int rc = tp_inflight_put(e->o.store, e->txn, &f);
+    tp_seen_add(&e->recorded, c->id, strlen(c->id));
     if (rc == 0) {
         c->marked = true;
         c->claim_only = claim_only;
@@ -214,6 +215,7 @@ static int settle_orphan(tp_engine_t *e, const Toolpool__InFlight *f)
     r.escalated = true;
     r.escalation = esc;
     r.input_digest = f->input_digest;
+    tp_seen_add(&e->recorded, f->call_id, strlen(f->call_id));
     if ((rc = tp_result_put(e->o.store, e->txn, &r)) == 0 && strcmp(f->job, f->call_id) != 0)
         rc = tp_checkpoint_step(e->o.store, e->txn, f->job, f->call_id, f->step, NULL, 0, TP_KIND_OK, NULL);
     char **v = rc == 0 ? realloc(e->settled, (e->n_settled + 1) * sizeof *v) : NULL;
@@ -297,8 +299,27 @@ void eng_owners_sync(tp_engine_t *e)
         if (!e->failed && (rc = tp_owners_ack(e->o.store, e->txn, &e->me, e->owners.generation)) == 0)
             e->seen_gen = e->owners.generation;
     }
+    /* What it is doing, for stats on a live store: at most once a second, in the transaction that began. */
+    uint64_t now = tp_now_us();
+    if (rc == 0 && !e->failed && e->status_cmd && now - e->status_at_us >= TP_OWNER_STATUS_US) {
+        e->status_at_us = now;
+        int busy = tp_engine_busy(e);
+        size_t live = tp_engine_live(e);
+        tp_owner_status_t st = {.command = e->status_cmd,
+                                .total = e->status_total,
+                                .done = e->results + e->stats.rejected,
+                                .running = (uint64_t)(busy > 0 ? busy : 0),
+                                .waiting = live > (size_t)busy ? live - (size_t)busy : 0};
+        rc = tp_owners_status(e->o.store, e->txn, &e->me, &st);
+    }
     if (rc)
         tp_engine_store_failed(e, rc, "reading the store's owners");
+}
+
+void tp_engine_status(tp_engine_t *e, const char *command, uint64_t total)
+{
+    e->status_cmd = command;
+    e->status_total = total;
 }
 
 /*

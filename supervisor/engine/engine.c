@@ -51,6 +51,29 @@ void tp_engine_store_failed(tp_engine_t *e, int rc, const char *what)
 }
 
 /* Begins the write transaction if none is open; false when there is none to have. */
+/*
+ * Whether calls may skip their lookup in the store (seen.h): at the first
+ * transaction, when the store holds no results and no in-flight markers
+ * and this engine is alone on it; until another supervisor joins it (an
+ * arrival is always acknowledged in a transaction of ours, before the
+ * newcomer writes anything).
+ */
+static void look_at_store(tp_engine_t *e)
+{
+    if (e->owners.others > 0 || !e->owner_known) {
+        tp_seen_off(&e->recorded);
+        e->store_looked = true;
+        return;
+    }
+    if (e->store_looked)
+        return;
+    e->store_looked = true;
+    MDB_stat r, f;
+    if (mdb_stat(e->txn, tp_store_dbi(e->o.store, TP_DB_RESULTS), &r) == 0 &&
+        mdb_stat(e->txn, tp_store_dbi(e->o.store, TP_DB_INFLIGHT), &f) == 0 && r.ms_entries == 0 && f.ms_entries == 0)
+        tp_seen_on(&e->recorded);
+}
+
 bool eng_ensure_txn(tp_engine_t *e)
 {
     if (e->failed)
@@ -71,6 +94,8 @@ bool eng_ensure_txn(tp_engine_t *e)
     if (!e->in_turn)
         kick(e); /* a turn will commit it */
     eng_owners_sync(e);
+    if (!e->failed)
+        look_at_store(e);
     return !e->failed;
 }
 
@@ -474,6 +499,7 @@ void tp_engine_free(tp_engine_t *e)
         free(c);
     }
     tp_jobs_free(&e->jobs);
+    tp_seen_off(&e->recorded);
     if (e->ev_kick)
         event_free(e->ev_kick);
     if (e->ev_drain)

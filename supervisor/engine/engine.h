@@ -309,6 +309,14 @@ int tp_engine_idle(const tp_engine_t *e);
 size_t tp_engine_waiting(const tp_engine_t *e);
 const tp_registry_t *tp_engine_registry(const tp_engine_t *e);
 tp_store_t *tp_engine_store(const tp_engine_t *e);
+/*
+ * What `toolpool stats` shows of this supervisor while it runs (the
+ * store's record of its owners, rewritten at most once a second, at the
+ * start of a write transaction): command ("run", "serve", "mcp": a literal),
+ * and the calls a run expects in all (0: not known). The engine counts the
+ * calls answered and the attempts running itself.
+ */
+void tp_engine_status(tp_engine_t *e, const char *command, uint64_t total);
 /* The loop the engine runs on (its options' base). */
 struct event_base *tp_engine_loop(const tp_engine_t *e);
 

@@ -29,6 +29,10 @@
 #include "jobs.h"
 #include "owners.h"
 #include "retry.h"
+#include "seen.h"
+
+/* How often a supervisor's owner entry says what it is doing (tp_engine_status). */
+#define TP_OWNER_STATUS_US 1000000u
 #include "taxonomy.h"
 #include "toolpool.pb-c.h"
 
@@ -118,13 +122,15 @@ struct tp_engine {
     /* the store */
     MDB_txn *txn; /* the open write transaction, when there is a store */
     tp_commit_t commit;
-    bool marker_pending;     /* a non-idempotent call ended in the open transaction */
+    bool marker_pending;     /* a non-idempotent call, or one of a tool marked once, ended in the open transaction */
     size_t txn_bytes;        /* what the open transaction has written, about */
     size_t made_durable;     /* how many of made's first answers an early commit in the turn made durable */
     size_t need_room;        /* free map the next transaction begins with */
     uint64_t results;        /* calls ended so far */
     uint64_t trimmed_at;     /* results when the store's map was last trimmed */
     uint64_t lookups;        /* ids looked up in the store */
+    tp_seen_t recorded;      /* ids it wrote results or markers for, while it alone writes a store it found empty */
+    bool store_looked;       /* whether the store was empty is known */
     struct event *ev_commit; /* closes the commit window */
     struct event *ev_rate;   /* a rate-limited tool's next token: its parked calls may go */
     uint64_t rate_wake_us;   /* when ev_rate fires (0: not armed) */
@@ -133,8 +139,11 @@ struct tp_engine {
     bool owner_known;         /* this process could name itself (/proc) */
     tp_owners_state_t owners; /* as of the open transaction */
     uint64_t seen_gen;        /* the newest arrival this engine has claimed its calls for */
-    bool sweep_due;           /* markers of owners gone may wait to be settled (eng_settle_orphans) */
-    char **settled;           /* ids it settled so (few): their answers here are this run's, not resumed */
+    const char *status_cmd;   /* tp_engine_status: what its owner entry says it is (NULL: nothing said) */
+    uint64_t status_total;
+    uint64_t status_at_us; /* when the entry was last written */
+    bool sweep_due;        /* markers of owners gone may wait to be settled (eng_settle_orphans) */
+    char **settled;        /* ids it settled so (few): their answers here are this run's, not resumed */
     size_t n_settled;
     tp_queue_t parked; /* calls another live supervisor runs: waiting for its record */
     size_t n_parked;

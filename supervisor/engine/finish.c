@@ -42,6 +42,7 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
     if (!eng_txn_fit(e, bytes, true))
         return;
     rc = tp_result_put(e->o.store, e->txn, r);
+    tp_seen_add(&e->recorded, r->id, strlen(r->id));
     /* A job named after its only call (the default) has nothing to checkpoint but that result. */
     bool own_job = strcmp(j->name, c->id) == 0;
     if (rc == 0 && !own_job)
@@ -52,6 +53,8 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
         if (!c->claim_only)
             e->marker_pending = true; /* commit it now: a crash before would call it Interrupted */
     }
+    if (c->tool->policy.once || c->hop_tool->policy.once)
+        e->marker_pending = true; /* commit it now: a crash before would run it again */
     if (rc)
         tp_engine_store_failed(e, rc, "recording a result");
 }

@@ -148,6 +148,8 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
                           bool *interrupted, bool *redo, tp_answer_fn fn, void *ctx)
 {
     Toolpool__StoredResult *r;
+    if (!tp_seen_maybe(&e->recorded, rq->id, strlen(rq->id)))
+        return false; /* never recorded, and no marker but this engine's own */
     /*
      * Lookups of ids scattered over a large store fault in pages all over
      * its map (and the kernel maps their neighbours too): trim often here,

@@ -263,8 +263,7 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
         s->retiring = true;
     if (s->queued > 0) {
         /* The worker has moved on to the next one: its clock starts now. */
-        tp_attempt_t *next = s->queue[0];
-        memmove(s->queue, s->queue + 1, (size_t)--s->queued * sizeof s->queue[0]);
+        tp_attempt_t *next = slot_queue_pop(s);
         s->attempt = next;
         next->started_us = a->ended_us;
         /* It waited: what is left of its deadline may now be less than its timeout. */

@@ -200,10 +200,7 @@ static tp_slot_t *pipeline_slot(tp_pool_t *p, int depth)
             continue;
         if (s->retiring || (s->call_cap && s->calls + 1 + (uint64_t)held > s->call_cap))
             continue;
-        bool all = true;
-        for (int k = 0; k < s->queued && all; k++)
-            all = s->queue[k]->depth > held;
-        if (all && (best == NULL || s->queued < best->queued))
+        if ((s->queued == 0 || s->queue_min > held) && (best == NULL || s->queued < best->queued))
             best = s;
     }
     return best;
@@ -387,7 +384,7 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         slot_flight_arm(s);
     } else if (s->state == SLOT_BUSY) {
         a->started_us = 0; /* it starts when the one before it ends */
-        s->queue[s->queued++] = a;
+        slot_queue_push(s, a);
     } else {
         s->attempt = a;
         s->state = SLOT_BUSY;

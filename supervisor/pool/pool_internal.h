@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "buf.h"
@@ -207,6 +208,8 @@ typedef struct tp_slot {
     uint64_t held_since_us;                /* a respawn put off for a deadline: since when */
     tp_attempt_t *queue[TP_POOL_PIPE_MAX]; /* sent after it, waiting their turn in the worker */
     int queued;
+    int queue_min;         /* the lowest depth among the queued (slot_queue_push), when queued */
+    int queue_at_min;      /* how many of them have it */
     tp_attempt_t **flight; /* http or mcp attempts running side by side (attempt is NULL then) */
     int server;            /* the MCP server (tp_tool_t.mcp_server_id) whose session its worker holds; -1: none */
     int n_flight;
@@ -279,5 +282,40 @@ void slot_timed_out_fail(tp_slot_t *s, tp_attempt_t *a);
 void slot_timer_cb(evutil_socket_t fd, short what, void *arg);
 void pool_chld_cb(evutil_socket_t fd, short what, void *arg);
 void pool_deadline_cb(void *arg);
+
+/*
+ * The queue behind a slot's running attempt, with the lowest depth among
+ * its attempts kept as they come and go, so that finding a slot with room
+ * (pipeline_slot) does not look at every queued attempt of every slot.
+ */
+static inline void slot_queue_push(tp_slot_t *s, tp_attempt_t *a)
+{
+    if (s->queued == 0 || a->depth < s->queue_min) {
+        s->queue_min = a->depth;
+        s->queue_at_min = 1;
+    } else if (a->depth == s->queue_min) {
+        s->queue_at_min++;
+    }
+    s->queue[s->queued++] = a;
+}
+
+/* The first queued attempt, taken off; the queue must not be empty. */
+static inline tp_attempt_t *slot_queue_pop(tp_slot_t *s)
+{
+    tp_attempt_t *a = s->queue[0];
+    memmove(s->queue, s->queue + 1, (size_t)--s->queued * sizeof s->queue[0]);
+    if (a->depth == s->queue_min && --s->queue_at_min == 0 && s->queued > 0) {
+        s->queue_min = s->queue[0]->depth;
+        for (int k = 0; k < s->queued; k++) {
+            int d = s->queue[k]->depth;
+            if (d < s->queue_min) {
+                s->queue_min = d;
+                s->queue_at_min = 0;
+            }
+            s->queue_at_min += d == s->queue_min;
+        }
+    }
+    return a;
+}
 
 #endif

@@ -86,6 +86,7 @@ static const key_spec_t policy_keys[] = {
     {KEY("backoff", K_OBJECT), .sub = &backoff_table},
     {KEY("kill_grace", K_DURATION), POL(kill_grace_us)},
     {KEY("idempotent", K_BOOL), POL(idempotent), .dflt = 1},
+    {KEY("once", K_BOOL), POL(once)},
     {KEY("concurrency", K_UINT), POL(concurrency)},
     {KEY("rate", K_OBJECT), .sub = &rate_table},
     {KEY("max_retry_after", K_DURATION), POL(max_retry_after_us), .flags = F_MIN_EXCL, .dflt = 3600 * SEC},

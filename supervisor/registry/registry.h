@@ -65,6 +65,7 @@ typedef struct {
     tp_jitter_t jitter;
     uint64_t kill_grace_us; /* TERM-to-KILL grace; 0 = KILL at once */
     bool idempotent;
+    bool once;            /* a call's result commits at its end, not with its group: once ended, it never runs again */
     uint32_t concurrency; /* most attempts at once; 0 = no cap */
     /* "rate": a token bucket of the tool's attempts, in each supervisor; rate_calls 0 = none */
     uint32_t rate_calls;  /* attempts ... */

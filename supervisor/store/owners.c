@@ -45,7 +45,7 @@ bool tp_owner_alive(const tp_owner_id_t *me, int32_t pid, uint64_t start, const 
     return proc_start(pid) == start;
 }
 
-static int get(tp_store_t *s, MDB_txn *txn, Toolpool__Owners **out)
+int tp_owners_read(tp_store_t *s, MDB_txn *txn, Toolpool__Owners **out)
 {
     *out = NULL;
     int rc = tp_store_get_msg(s, txn, TP_DB_META, OWNERS_KEY, sizeof OWNERS_KEY - 1, &toolpool__owners__descriptor,
@@ -81,7 +81,7 @@ static int put(tp_store_t *s, MDB_txn *txn, const Toolpool__Owners *o, const boo
 int tp_owners_sync(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, tp_owners_state_t *st)
 {
     Toolpool__Owners *o;
-    int rc = get(s, txn, &o);
+    int rc = tp_owners_read(s, txn, &o);
     if (rc)
         return rc;
     size_t n = o ? o->n_owners : 0;
@@ -129,11 +129,12 @@ int tp_owners_sync(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, tp_owne
     return rc;
 }
 
-/* Rewrites my entry (seen = generation), or drops it (generation 0). */
-static int update_me(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, uint64_t generation, bool leave)
+/* Rewrites my entry (seen = generation; status, when not NULL), or drops it (leave). */
+static int update_me(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, uint64_t generation, bool leave,
+                     const tp_owner_status_t *status)
 {
     Toolpool__Owners *o;
-    int rc = get(s, txn, &o);
+    int rc = tp_owners_read(s, txn, &o);
     if (rc || o == NULL)
         return rc;
     bool *keep = calloc(o->n_owners + 1, sizeof *keep);
@@ -141,6 +142,8 @@ static int update_me(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, uint6
         toolpool__owners__free_unpacked(o, NULL);
         return TP_ENOMEM;
     }
+    Toolpool__Owner *mine = NULL;
+    char *was = NULL;
     for (size_t i = 0; i < o->n_owners; i++) {
         Toolpool__Owner *w = o->owners[i];
         keep[i] = true;
@@ -149,9 +152,22 @@ static int update_me(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, uint6
                 keep[i] = false;
             else if (w->seen_generation < generation)
                 w->seen_generation = generation;
+            if (status) {
+                /* The command is the caller's while the record is written; the unpacked one is put back to be freed. */
+                mine = w;
+                was = w->command;
+                w->command = (char *)(status->command ? status->command : "");
+                w->total = status->total;
+                w->done = status->done;
+                w->running = status->running;
+                w->waiting = status->waiting;
+                w->status_unix_us = tp_unix_us();
+            }
         }
     }
     rc = put(s, txn, o, keep, NULL, o->generation);
+    if (mine)
+        mine->command = was;
     free(keep);
     toolpool__owners__free_unpacked(o, NULL);
     return rc;
@@ -159,18 +175,23 @@ static int update_me(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, uint6
 
 int tp_owners_ack(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, uint64_t generation)
 {
-    return update_me(s, txn, me, generation, false);
+    return update_me(s, txn, me, generation, false, NULL);
+}
+
+int tp_owners_status(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, const tp_owner_status_t *status)
+{
+    return update_me(s, txn, me, 0, false, status);
 }
 
 int tp_owners_leave(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me)
 {
-    return update_me(s, txn, me, 0, true);
+    return update_me(s, txn, me, 0, true, NULL);
 }
 
 int tp_owners_generation(tp_store_t *s, MDB_txn *txn, uint64_t *generation)
 {
     Toolpool__Owners *o;
-    int rc = get(s, txn, &o);
+    int rc = tp_owners_read(s, txn, &o);
     *generation = o ? o->generation : 0;
     toolpool__owners__free_unpacked(o, NULL);
     return rc;

@@ -56,8 +56,21 @@ bool tp_owner_alive(const tp_owner_id_t *me, int32_t pid, uint64_t start, const 
 int tp_owners_sync(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, tp_owners_state_t *st);
 /* In txn: I have claimed my live calls as of generation. */
 int tp_owners_ack(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, uint64_t generation);
+/* What an owner is doing, for `stats` on a live store (toolpool.proto's Owner, fields 7 to 12). */
+typedef struct {
+    const char *command; /* run, serve or mcp */
+    uint64_t total;      /* 0: not known */
+    uint64_t done;
+    uint64_t running;
+    uint64_t waiting;
+} tp_owner_status_t;
+
+/* In txn: my entry says status (and when). */
+int tp_owners_status(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, const tp_owner_status_t *status);
 /* In txn: I leave the store. */
 int tp_owners_leave(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me);
+/* The owners' record (*out NULL when there is none; free with toolpool__owners__free_unpacked). 0 or an LMDB code. */
+int tp_owners_read(tp_store_t *s, MDB_txn *txn, Toolpool__Owners **out);
 /* The generation now, from a read transaction; 0 when none. */
 int tp_owners_generation(tp_store_t *s, MDB_txn *txn, uint64_t *generation);
 

@@ -152,28 +152,42 @@ static uint8_t *put_result(uint8_t *p, const Toolpool__Result *r, const lens_t *
     return put_uint(p, 24, r->has_retry_after);
 }
 
-size_t tp_result_pack(const Toolpool__Result *r, uint64_t ended_unix_us, uint8_t *out)
+/* A record's size (out NULL) or the record written to out, its strings' lengths found already. */
+static size_t result_pack(const Toolpool__Result *r, const lens_t *l, uint64_t ended_unix_us, size_t inner,
+                          uint8_t *out)
 {
-    lens_t l = {slen(r->id),    slen(r->job),     slen(r->tool),      slen(r->kind),
-                slen(r->klass), slen(r->message), slen(r->served_by), slen(r->escalation)};
-    size_t inner = result_size(r, &l);
     size_t n = varint_field(7, ended_unix_us) + key_len(8) + varint_len(inner) + inner;
     if (out == NULL)
         return n;
     uint8_t *p = put_uint(out, 7, ended_unix_us);
     p = put_varint(put_key(p, 8, WT_LEN), inner);
-    p = put_result(p, r, &l);
+    p = put_result(p, r, l);
     return (size_t)(p - out);
+}
+
+static lens_t result_lens(const Toolpool__Result *r)
+{
+    return (lens_t){slen(r->id),    slen(r->job),     slen(r->tool),      slen(r->kind),
+                    slen(r->klass), slen(r->message), slen(r->served_by), slen(r->escalation)};
+}
+
+size_t tp_result_pack(const Toolpool__Result *r, uint64_t ended_unix_us, uint8_t *out)
+{
+    lens_t l = result_lens(r);
+    return result_pack(r, &l, ended_unix_us, result_size(r, &l), out);
 }
 
 int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r)
 {
     uint64_t ended = tp_unix_us();
-    size_t n = tp_result_pack(r, ended, NULL);
+    /* The lengths and the size once, for both the reservation and the packing: this runs once a call. */
+    lens_t l = result_lens(r);
+    size_t inner = result_size(r, &l);
+    size_t n = result_pack(r, &l, ended, inner, NULL);
     uint8_t *at;
-    int rc = tp_store_reserve(s, txn, TP_DB_RESULTS, r->id, strlen(r->id), n, &at);
-    if (rc == 0 && tp_result_pack(r, ended, at) != n) {
-        tp_store_note_bad(s, TP_DB_RESULTS, r->id, strlen(r->id), "it packed to other than its size");
+    int rc = tp_store_reserve(s, txn, TP_DB_RESULTS, r->id, l.id, n, &at);
+    if (rc == 0 && result_pack(r, &l, ended, inner, at) != n) {
+        tp_store_note_bad(s, TP_DB_RESULTS, r->id, l.id, "it packed to other than its size");
         rc = TP_EPROTO;
     }
     return rc;
@@ -217,8 +231,12 @@ typedef struct {
     const uint8_t *p, *end;
 } wire_t;
 
-static bool get_varint(wire_t *w, uint64_t *v)
+static inline __attribute__((always_inline)) bool get_varint(wire_t *w, uint64_t *v)
 {
+    if (w->p < w->end && *w->p < 0x80) { /* one byte: every key, most lengths and flags */
+        *v = *w->p++;
+        return true;
+    }
     uint64_t x = 0;
     for (unsigned shift = 0; shift < 64 && w->p < w->end; shift += 7) {
         uint8_t b = *w->p++;
@@ -238,7 +256,7 @@ typedef struct {
     const uint8_t *data;
 } wfield_t;
 
-static bool get_field(wire_t *w, wfield_t *f)
+static inline __attribute__((always_inline)) bool get_field(wire_t *w, wfield_t *f)
 {
     uint64_t key;
     if (!get_varint(w, &key) || key >> 3 == 0 || key >> 3 > 64)
