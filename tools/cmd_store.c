@@ -25,15 +25,15 @@
 static const char store_usage[] =
     "usage: toolpool store check [--store DIR]\n"
     "Reads every record of the store (meta, results, jobs, steps, inflight,\n"
-    "breakers, escalations), unpacks it and checks its fields, and reports each bad one:\n"
+    "breakers, escalations, tasks), unpacks it and checks its fields, and reports each bad one:\n"
     "its database, its key and what is wrong. Runs beside a running toolpool.\n"
     "exit status: 0 every record sound, 1 some record bad, 2 the store cannot\n"
     "be opened\n";
 /* clang-format on */
 
 /* The databases in the order check reads them, which is the order it reports them. */
-static const tp_db_t check_order[] = {TP_DB_META,     TP_DB_RESULTS,  TP_DB_JOBS,       TP_DB_STEPS,
-                                      TP_DB_INFLIGHT, TP_DB_BREAKERS, TP_DB_ESCALATIONS};
+static const tp_db_t check_order[] = {TP_DB_META,     TP_DB_RESULTS,  TP_DB_JOBS,        TP_DB_STEPS,
+                                      TP_DB_INFLIGHT, TP_DB_BREAKERS, TP_DB_ESCALATIONS, TP_DB_TASKS};
 
 typedef struct {
     const char *dir;
@@ -87,7 +87,7 @@ static void check_one(check_t *c, tp_db_t db, const MDB_val *k, const MDB_val *v
 static int check_db(check_t *c, tp_store_t *s, MDB_txn *txn, tp_db_t db)
 {
     if (!tp_store_has(s, db))
-        return 0; /* a store of format 2 */
+        return 0; /* a store of format 2, or one without tasks */
     MDB_cursor *cur;
     int rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, db), &cur));
     if (rc) {
