@@ -97,7 +97,7 @@ typedef struct tp_mcp_req {
     struct tp_mcp_req *wnext; /* WAIT: the task's other waiters */
     char *reply;              /* DURABLE: the response */
     size_t reply_len;
-    const char *related; /* a task's id: its result's _meta names it (io.modelcontextprotocol/related-task) */
+    const char *related;      /* a task's id: its result's _meta names it (io.modelcontextprotocol/related-task) */
     struct tp_mcp_req *pnext; /* the calls whose client asked for progress */
     struct tp_mcp_req *pprev;
     struct tp_mcp_session *s;
@@ -139,10 +139,10 @@ typedef struct tp_mcp_job {
 typedef struct tp_mcp_task {
     struct tp_mcp_task *next; /* the table's chain */
     struct tp_mcp_tasks *tab;
-    tp_call_t *call;         /* the engine's handle, while it may be cancelled */
-    tp_mcp_req_t *waiters;   /* tasks/result requests waiting for its end */
-    const tp_tool_t *tool;   /* NULL: a tool the registry no longer has */
-    bool cancelled;          /* tasks/cancel: its status is cancelled from now on */
+    tp_call_t *call;       /* the engine's handle, while it may be cancelled */
+    tp_mcp_req_t *waiters; /* tasks/result requests waiting for its end */
+    const tp_tool_t *tool; /* NULL: a tool the registry no longer has */
+    bool cancelled;        /* tasks/cancel: its status is cancelled from now on */
     uint64_t hash;
     uint64_t step, created_ms, updated_ms, ttl_ms;
     char *job;
@@ -1466,8 +1466,8 @@ static void w_task_result(tp_mcp_session_t *s, tp_msg_t *w, const char *id, cons
     if (res)
         w_call_result(s, w, r, res);
     else
-        w_failure(w, r, tp_kind_name(TP_KIND_CANCELLED), NULL, "the task was cancelled before its call ended", false,
-                  0, NULL, false, NULL, false, false);
+        w_failure(w, r, tp_kind_name(TP_KIND_CANCELLED), NULL, "the task was cancelled before its call ended", false, 0,
+                  NULL, false, NULL, false, false);
     req_free(r);
 }
 
@@ -1553,9 +1553,8 @@ static void do_task_create(tp_mcp_session_t *s, const char *id, const char *tool
     rec.step = job ? job_next_step(s, job) : 1;
     rec.created_unix_ms = rec.updated_unix_ms = now_unix_ms();
     rec.ttl_ms = ttl_ms;
-    if (rec.step == 0 ||
-        task_store(s, toolpool__mcp_task__get_packed_size(&rec) + strlen(task_id) + 64, task_put_op, &rec,
-                   "writing a task") < 0) {
+    if (rec.step == 0 || task_store(s, toolpool__mcp_task__get_packed_size(&rec) + strlen(task_id) + 64, task_put_op,
+                                    &rec, "writing a task") < 0) {
         reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: the task could not be kept in the store");
         return;
     }
@@ -1567,8 +1566,8 @@ static void do_task_create(tp_mcp_session_t *s, const char *id, const char *tool
     msg_begin(s, &w);
     w_result_head(&w, id, strlen(id));
     w_puts(&w, modern ? "{" : "{\"task\":{");
-    w_task(&w, modern, task_id, "working", "The call is running under toolpool's recovery policy.",
-           rec.created_unix_ms, rec.updated_unix_ms, ttl_ms);
+    w_task(&w, modern, task_id, "working", "The call is running under toolpool's recovery policy.", rec.created_unix_ms,
+           rec.updated_unix_ms, ttl_ms);
     if (modern)
         w_modern_result(&w, s, "task");
     else
@@ -1622,8 +1621,7 @@ static void do_task(tp_mcp_session_t *s, const char *id, const json_t *params, b
         return;
     }
     uint64_t now = now_unix_ms();
-    if (live == NULL && l.rec->ttl_ms && now - l.rec->created_unix_ms > l.rec->ttl_ms &&
-        now > l.rec->created_unix_ms) {
+    if (live == NULL && l.rec->ttl_ms && now - l.rec->created_unix_ms > l.rec->ttl_ms && now > l.rec->created_unix_ms) {
         task_store(s, 64, task_del_op, (void *)task_id, "dropping an expired task");
         reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL, "Failed to retrieve task: Task has expired");
         task_look_free(&l);
@@ -1633,8 +1631,7 @@ static void do_task(tp_mcp_session_t *s, const char *id, const json_t *params, b
     bool cancelled = l.rec->cancelled || (live && live->cancelled);
     char msg[800];
     const char *status = task_status(cancelled, live != NULL, res, modern, msg, sizeof msg);
-    if (live == NULL && !terminal(status) && op != TP_TASK_CANCEL &&
-        (live = task_start(s, l.rec)) == NULL) {
+    if (live == NULL && !terminal(status) && op != TP_TASK_CANCEL && (live = task_start(s, l.rec)) == NULL) {
         reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
         task_look_free(&l);
         return;
@@ -1686,14 +1683,13 @@ static void do_task(tp_mcp_session_t *s, const char *id, const json_t *params, b
         w_puts(&w, "}}}");
         msg_end(s, &w, s->tag, true, "an acknowledgement");
     } else if (terminal(status)) {
-        reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL, "Cannot cancel task: already in terminal status '%s'",
-                    status);
+        reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL, "Cannot cancel task: already in terminal status '%s'", status);
     } else {
         /* cancelled from now on, durably, before the answer says so; its call ends Cancelled */
         l.rec->cancelled = true;
         l.rec->updated_unix_ms = now;
-        if (task_store(s, toolpool__mcp_task__get_packed_size(l.rec) + 64, task_put_op, l.rec,
-                       "cancelling a task") < 0) {
+        if (task_store(s, toolpool__mcp_task__get_packed_size(l.rec) + 64, task_put_op, l.rec, "cancelling a task") <
+            0) {
             reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: the store failed");
         } else {
             if (live) {
@@ -1713,8 +1709,8 @@ static void do_task(tp_mcp_session_t *s, const char *id, const json_t *params, b
                 w_server_info(&w, s);
                 w_puts(&w, "}");
             } else {
-                w_task(&w, false, task_id, "cancelled", "The task was cancelled by request.",
-                       l.rec->created_unix_ms, now, l.rec->ttl_ms);
+                w_task(&w, false, task_id, "cancelled", "The task was cancelled by request.", l.rec->created_unix_ms,
+                       now, l.rec->ttl_ms);
             }
             w_puts(&w, "}}");
             reply_when_durable(s, id, &w);
@@ -1781,8 +1777,7 @@ static void do_tasks_list(tp_mcp_session_t *s, const char *id, const json_t *par
         for (size_t i = 0; i < p.n; i++) {
             const Toolpool__McpTask *rec = p.rec[i];
             tp_mcp_task_t *live = task_find(tasks_of(s), rec->task_id);
-            if (live == NULL && rec->ttl_ms && now > rec->created_unix_ms &&
-                now - rec->created_unix_ms > rec->ttl_ms) {
+            if (live == NULL && rec->ttl_ms && now > rec->created_unix_ms && now - rec->created_unix_ms > rec->ttl_ms) {
                 task_store(s, 64, task_del_op, rec->task_id, "dropping an expired task");
                 continue;
             }
@@ -2038,7 +2033,8 @@ static void take_request(tp_mcp_session_t *s, const char *id, const char *method
         reply_empty(s, id);
         return;
     }
-    bool task_op = (s->tasks || !s->initialized) && (task_method(method, false, &op) || strcmp(method, "tasks/list") == 0);
+    bool task_op = (s->tasks || !s->initialized) &&
+                   (task_method(method, false, &op) || strcmp(method, "tasks/list") == 0);
     if (!method_known(method) && !task_op) {
         reply_error(s, id, TP_RPC_METHOD_NOT_FOUND, NULL, "Method not found: %.200s", method);
         return;
