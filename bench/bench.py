@@ -54,6 +54,7 @@ FULL = {
     "payload_calls": {10000: 5000, 100000: 1000, 1000000: 200},
     "payload_exec_calls": {10000: 2000, 100000: 1000, 1000000: 200},
     "mcp_seq": 2000, "mcp_conc": 20000, "mcp_lanes": 32, "mcp_rounds": 3, "mcp_held": 256, "triage": 100000,
+    "shard_calls": 1000000, "shards": 4, "merge_shards": 16, "merge_each": 62500,
     "http_calls": 10000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 3, "http_xargs": 3000,
     "http_wrk_seconds": 3, "http_seq": 2000, "http_seq_rounds": 3, "http_curl_each": 300,
 }
@@ -73,6 +74,7 @@ QUICK = {
     "payload_calls": {10000: 500, 100000: 100, 1000000: 20},
     "payload_exec_calls": {10000: 200, 100000: 100, 1000000: 20},
     "mcp_seq": 300, "mcp_conc": 2000, "mcp_lanes": 32, "mcp_rounds": 1, "mcp_held": 256, "triage": 100000,
+    "shard_calls": 100000, "shards": 4, "merge_shards": 16, "merge_each": 6250,
     "http_calls": 2000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 1, "http_xargs": 500,
     "http_wrk_seconds": 1, "http_seq": 300, "http_seq_rounds": 1, "http_curl_each": 50,
 }
@@ -85,6 +87,8 @@ EXEC_VS_PARALLEL = 5.0
 PAYLOAD_VS_PEBBLE = 2.0     # durable echo calls/s at 100 KB and at 1 MB
 MCP_SEQ_OVERHEAD = 1.2      # toolpool mcp's p50 over the direct path's, one call at a time
 TRIAGE_S = 1.0             # `toolpool failures` over a store of 100,000 results
+SHARD_VS_ONE = 0.90        # N shards run as N processes: total calls/s at least 90 % of one run's
+MERGE_S = 10.0             # merge of 16 stores of 62,500 results: the store and the results file
 MCP_HELD_KIB = 200 * 1024   # 256 calls in flight to one Node server: toolpool's processes and the server's
 HANG_P99_US = 2000.0
 HTTP_VS_AIOHTTP = 1.0       # http tools, 256 in flight: toolpool -j 2 against aiohttp
@@ -101,7 +105,7 @@ SVC_ADDED_US = 300.0     # serve's added latency over a run co-process, p50
 SVC_RSS_FLAT = 1.10      # serve's RSS: overall peak at most 10 % above the first 10 %'s
 
 SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload", "mcp", "http",
-            "triage"]
+            "triage", "shard"]
 
 REPORT = []
 SERVICES = []            # every serve started, stopped at the end whatever happens
@@ -1177,6 +1181,71 @@ def bench_triage(tp, cfg, scratch, res):
     say()
 
 
+def bench_shard(tp, cfg, scratch, res):
+    n, shards = cfg["shard_calls"], cfg["shards"]
+    cores = os.cpu_count() or 1
+    say(f"== 13. more than one machine, on one: a {fmt_int(n)}-call no-op batch as {shards} shards "
+        f"(`run --shard K/{shards}`, {shards} processes at once, -j {max(1, cores // shards)} each), against one run "
+        f"(-j {cores}); then `merge` of {cfg['merge_shards']} stores of {fmt_int(cfg['merge_each'])} results")
+    calls = os.path.join(scratch, "shard.jsonl")
+    with open(calls, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"id": f"s{i}", "job": f"j{i // 4}", "step": i % 4 + 1, "tool": "noop",
+                                "args": {"i": i}}) + "\n")
+
+    def run(store, *extra, j):
+        return subprocess.Popen([tp.bin, "run", "-q", "-j", str(j), "--store", store, "-r", tp.plugin_registry,
+                                 "-o", os.devnull, *extra, calls], stderr=subprocess.PIPE, text=True)
+
+    def wait_all(procs):
+        for p in procs:
+            err = p.communicate()[1]
+            if p.returncode != 0:
+                sys.exit(f"bench: toolpool run --shard: exit {p.returncode}: {err.strip()[-2000:]}")
+    t0 = time.monotonic()
+    wait_all([run(tp.fresh("shard-one"), j=cores)])
+    one = n / (time.monotonic() - t0)
+    t0 = time.monotonic()
+    wait_all([run(tp.fresh(f"shard-{k}"), "--shard", f"{k}/{shards}", j=max(1, cores // shards))
+              for k in range(shards)])
+    split = n / (time.monotonic() - t0)
+    say(f"  one run      {fmt_int(one):>10} calls/s")
+    say(f"  {shards} shards     {fmt_int(split):>10} calls/s, all of them together ({split / one:.2f}x): each reads "
+        "the whole file and skips the other shards' lines")
+    target(f"{shards} shards >= {SHARD_VS_ONE:.0%} of one run's calls/s", f"{split / one:.2f}x",
+           split / one >= SHARD_VS_ONE)
+
+    m, each = cfg["merge_shards"], cfg["merge_each"]
+    with open(calls, "w") as f:
+        for i in range(m * each):
+            f.write(json.dumps({"id": f"m{i}", "tool": "noop", "args": {"i": i}}) + "\n")
+    stores = [tp.fresh(f"merge-{k}") for k in range(m)]
+    for k, store in enumerate(stores):
+        wait_all([run(store, "--relaxed", "--shard", f"{k}/{m}", j=cores)])
+    merged, out = tp.fresh("merged"), os.path.join(scratch, "merged.jsonl")
+    t0 = time.monotonic()
+    p = subprocess.run([tp.bin, "merge", "-q", "--store", merged, *stores], capture_output=True, text=True)
+    t_store = time.monotonic() - t0
+    if p.returncode != 0:
+        sys.exit(f"bench: toolpool merge: exit {p.returncode}: {p.stderr.strip()[-2000:]}")
+    t0 = time.monotonic()
+    p = subprocess.run([tp.bin, "merge", "-q", "--results", out, "--input", calls, merged], capture_output=True,
+                       text=True)
+    t_results = time.monotonic() - t0
+    if p.returncode != 0:
+        sys.exit(f"bench: toolpool merge --results: exit {p.returncode}: {p.stderr.strip()[-2000:]}")
+    say(f"  merge --store    {t_store:6.2f} s: {m} stores, {fmt_int(m * each)} results")
+    say(f"  merge --results  {t_results:6.2f} s: {fmt_int(m * each)} lines in the file's order")
+    total = t_store + t_results
+    target(f"merge of {m} x {fmt_int(each)} results < {MERGE_S:.0f} s", f"{total:.2f} s", total < MERGE_S)
+    res["shard"] = {"calls": n, "shards": shards, "one_calls_per_s": one, "shards_calls_per_s": split,
+                    "merge_store_s": t_store, "merge_results_s": t_results}
+    res["targets"]["shard"] = {"value": split / one, "pass": split / one >= SHARD_VS_ONE}
+    res["targets"]["merge"] = {"value_s": total, "pass": total < MERGE_S}
+    os.unlink(calls)
+    say()
+
+
 # ---------------------------------------------------------------------------
 # 11. http tools
 
@@ -1574,6 +1643,8 @@ def main():
             plot_http(res["http"], a.out)
         if "triage" in only:
             bench_triage(tp, cfg, scratch, res)
+        if "shard" in only:
+            bench_shard(tp, cfg, scratch, res)
         if "noop" in only:
             png = plot(sweep, cfg["workers"], a.out)
 
@@ -1610,6 +1681,8 @@ def main():
                 (f"mcp: 256 in flight to one Node server, RSS < {MCP_HELD_KIB // 1024} MiB", "mcp_held_rss",
                  lambda v: f"{v['value_kib'] / 1024:.1f} MiB"),
                 (f"failures over 100,000 results < {TRIAGE_S:.0f} s", "triage", lambda v: f"{v['value_s']:.3f} s"),
+                (f"N shards >= {SHARD_VS_ONE:.0%} of one run's calls/s", "shard", lambda v: f"{v['value']:.2f}x"),
+                (f"merge of 16 x 62,500 results < {MERGE_S:.0f} s", "merge", lambda v: f"{v['value_s']:.2f} s"),
                 ("http: toolpool -j 2 >= aiohttp's calls/s, 256 in flight", "http_vs_aiohttp",
                  lambda v: f"{v['value']:.2f}x"),
                 (f"http: toolpool -j 2 >= {HTTP_VS_XARGS:.0f}x xargs -P256 curl", "http_vs_xargs",

@@ -440,14 +440,90 @@ static void test_call_open_closes_after_window(void)
     CU_ASSERT_TRUE(call_open(fx.a, &d, opened, NULL, 0));
     CU_ASSERT_TRUE(call_open(fx.a, &d, opened + W - 1, NULL, 0));
     CU_ASSERT_FALSE(call_open(fx.a, &d, opened + W, NULL, 0));
-    /* closing forgets it: the record is gone, and the count starts again */
+    /*
+     * closing forgets its failures, and the count starts again; the record
+     * stays, closed, for its history: opened, then closed with the two
+     * calls it refused
+     */
     Toolpool__CallBreaker *cb = call_raw(fx.a, &d);
-    CU_ASSERT_PTR_NULL(cb);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cb);
+    CU_ASSERT_EQUAL(cb->opened_unix_us, 0);
+    CU_ASSERT_EQUAL(cb->n_failures_unix_us, 0);
+    CU_ASSERT_EQUAL_FATAL(cb->n_history, 2);
+    CU_ASSERT_EQUAL(cb->history[0]->state, TOOLPOOL__BREAKER_STATE__BREAKER_OPEN);
+    CU_ASSERT_EQUAL(cb->history[0]->at_unix_us, opened);
+    CU_ASSERT_PTR_NOT_NULL(strstr(cb->history[0]->cause, "failed 3 times within 10s"));
+    CU_ASSERT_EQUAL(cb->history[1]->state, TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED);
+    CU_ASSERT_EQUAL(cb->history[1]->at_unix_us, opened + W);
+    CU_ASSERT_STRING_EQUAL(cb->history[1]->cause, "its window (10s) passed");
+    CU_ASSERT_EQUAL(cb->history[1]->refused, 2);
     call_raw_free(cb);
     CU_ASSERT_FALSE(call_open(fx.a, &d, opened + W + 1, NULL, 0));
     CU_ASSERT_FALSE(call_record(fx.a, &d, true, opened + W + 2));
     CU_ASSERT_FALSE(call_record(fx.a, &d, true, opened + W + 3));
     CU_ASSERT_TRUE(call_record(fx.a, &d, true, opened + W + 4));
+    fx_close();
+}
+
+/*
+ * Each open and close goes in the record's history, at the transition only:
+ * a success of a call whose circuit opened closes it ("the call
+ * succeeded"), a success or a check that changes nothing writes nothing,
+ * and the history keeps the last 16 transitions.
+ */
+static void test_call_history(void)
+{
+    fx_open();
+    tp_digest_t d;
+    digest("{\"q\": 41}", &d);
+    uint64_t now = T0;
+    for (int round = 0; round < 10; round++) {
+        for (int i = 0; i < 3; i++)
+            call_record(fx.a, &d, true, now++);
+        CU_ASSERT_TRUE(call_open(fx.a, &d, now++, NULL, 0));
+        CU_ASSERT_FALSE(call_record(fx.a, &d, false, now++)); /* a call already running succeeds */
+    }
+    Toolpool__CallBreaker *cb = call_raw(fx.a, &d);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cb);
+    CU_ASSERT_EQUAL(cb->opened_unix_us, 0);
+    CU_ASSERT_EQUAL_FATAL(cb->n_history, 16); /* 20 transitions, the last 16 kept, oldest first */
+    for (size_t i = 0; i < cb->n_history; i++) {
+        bool open = i % 2 == 0;
+        CU_ASSERT_EQUAL(cb->history[i]->state,
+                        open ? TOOLPOOL__BREAKER_STATE__BREAKER_OPEN : TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED);
+        if (!open) {
+            CU_ASSERT_STRING_EQUAL(cb->history[i]->cause, "the call succeeded");
+            CU_ASSERT_EQUAL(cb->history[i]->refused, 1);
+        }
+        if (i > 0)
+            CU_ASSERT(cb->history[i]->at_unix_us > cb->history[i - 1]->at_unix_us);
+    }
+    CU_ASSERT_EQUAL(cb->history[15]->at_unix_us, now - 1);
+    call_raw_free(cb);
+    /* Closed, nothing counted: more successes and checks leave it byte for byte. */
+    uint8_t key[600];
+    size_t klen = tp_breaker_call_key(fx.a->name, &d, key, sizeof key);
+    MDB_txn *txn;
+    MDB_val k = {klen, key}, before, after;
+    CU_ASSERT_EQUAL_FATAL(tp_store_read(fx.store, &txn), 0);
+    CU_ASSERT_EQUAL_FATAL(mdb_get(txn, tp_store_dbi(fx.store, TP_DB_BREAKERS), &k, &before), 0);
+    uint8_t *copy = malloc(before.mv_size);
+    memcpy(copy, before.mv_data, before.mv_size);
+    size_t copy_len = before.mv_size;
+    mdb_txn_abort(txn);
+    call_record(fx.a, &d, false, now + 1);
+    CU_ASSERT_FALSE(call_open(fx.a, &d, now + 2, NULL, 0));
+    CU_ASSERT_EQUAL_FATAL(tp_store_read(fx.store, &txn), 0);
+    CU_ASSERT_EQUAL_FATAL(mdb_get(txn, tp_store_dbi(fx.store, TP_DB_BREAKERS), &k, &after), 0);
+    CU_ASSERT(after.mv_size == copy_len && memcmp(after.mv_data, copy, copy_len) == 0);
+    mdb_txn_abort(txn);
+    free(copy);
+    /* One that never opened is still dropped by a success. */
+    tp_digest_t d2;
+    digest("{\"q\": 42}", &d2);
+    call_record(fx.a, &d2, true, now);
+    call_record(fx.a, &d2, false, now + 1);
+    CU_ASSERT_PTR_NULL(call_raw(fx.a, &d2));
     fx_close();
 }
 
@@ -783,6 +859,19 @@ static void test_tool_cooldown_then_probe(void)
     CU_ASSERT_EQUAL(tb->probes_out, 0);
     CU_ASSERT_EQUAL(tb->n_buckets, 0);
     CU_ASSERT_EQUAL(tb->trips, 1);
+    /* its history: each transition, its cause, and the attempts refused in the state it left */
+    CU_ASSERT_EQUAL_FATAL(tb->n_history, 3);
+    CU_ASSERT_EQUAL(tb->history[0]->state, TOOLPOOL__BREAKER_STATE__BREAKER_OPEN);
+    CU_ASSERT_EQUAL(tb->history[0]->at_unix_us, opened);
+    CU_ASSERT_STRING_EQUAL(tb->history[0]->cause, "4 of 4 attempts failed within 10s (last: Timeout)");
+    CU_ASSERT_EQUAL(tb->history[1]->state, TOOLPOOL__BREAKER_STATE__BREAKER_HALF_OPEN);
+    CU_ASSERT_EQUAL(tb->history[1]->at_unix_us, opened + C);
+    CU_ASSERT_STRING_EQUAL(tb->history[1]->cause, "its cooldown (30s) passed: probing");
+    CU_ASSERT_EQUAL(tb->history[1]->refused, 3);
+    CU_ASSERT_EQUAL(tb->history[2]->state, TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED);
+    CU_ASSERT_STRING_EQUAL(tb->history[2]->cause, "a probe answered (ok)");
+    CU_ASSERT_EQUAL(tb->history[2]->refused, 2);
+    CU_ASSERT_EQUAL(tb->refused, 0);
     tool_raw_free(tb);
     /* the old failures are forgotten: three timeouts are below min_calls again */
     for (int i = 0; i < 3; i++)
@@ -1055,6 +1144,7 @@ int main(void)
     CU_add_test(s, "failures exactly a window old do not count", test_call_window_boundary);
     CU_add_test(s, "open closes a window after opening", test_call_open_closes_after_window);
     CU_add_test(s, "a failure while open keeps it as it was", test_call_failure_while_open);
+    CU_add_test(s, "opens and closes are kept, the last 16", test_call_history);
     CU_add_test(s, "other args and other tools are independent", test_call_independent);
     CU_add_test(s, "set_escalation is returned by check", test_call_escalation_remembered);
     s = CU_add_suite("tool breaker", NULL, NULL);

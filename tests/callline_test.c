@@ -124,6 +124,8 @@ static void test_declined_lines(void)
         "{\"id\":\"a\",\"tool\":\"t\"} x",
         "{\"id\":\"a\",\"tool\":\"t\"",
         "{\"id\":\"a\" \"tool\":\"t\"}",
+        "{\"id\":\"a\",\"tool\":\"t\",\"type\":\"tool_use\"}", /* maybe a model's call: request.c tells */
+        "{\"id\":\"a\",\"tool\":\"t\",\"function\":{}}",
     };
     for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) {
         tp_call_line_t c;

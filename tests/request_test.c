@@ -182,6 +182,63 @@ static void test_give_args(void)
     free(mine);
 }
 
+/*
+ * A model's call, in each provider's shape: the same call as toolpool's
+ * line gives (the args, compact, and their digest), job and step beside
+ * its fields; stringified arguments read, and named when they are bad.
+ */
+static void test_model_calls(void)
+{
+    static const char *const same[] = {
+        "{\"id\": \"c\", \"tool\": \"t\", \"args\": {\"b\": [1], \"a\": \"x\"}, \"job\": \"j\", \"step\": 4}",
+        "{\"id\": \"c\", \"type\": \"function\", \"function\": {\"name\": \"t\", \"arguments\": "
+        "\"{\\\"b\\\": [1], \\\"a\\\": \\\"x\\\"}\"}, \"job\": \"j\", \"step\": 4}",
+        "{\"id\": \"c\", \"function\": {\"name\": \"t\", \"arguments\": {\"b\": [1], \"a\": \"x\"}}, \"job\": \"j\", "
+        "\"step\": 4}",
+        "{\"type\": \"function_call\", \"id\": \"fc_1\", \"call_id\": \"c\", \"name\": \"t\", \"arguments\": "
+        "\"{\\\"b\\\":[1],\\\"a\\\":\\\"x\\\"}\", \"status\": \"completed\", \"job\": \"j\", \"step\": 4}",
+        "{\"type\": \"tool_use\", \"id\": \"c\", \"name\": \"t\", \"input\": {\"b\": [1], \"a\": \"x\"}, \"job\": \"j\", "
+        "\"step\": 4}",
+    };
+    tp_digest_t want, got;
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+        tp_request_t r;
+        tp_request_bad_t b;
+        CU_ASSERT_EQUAL_FATAL(parse(same[i], "line 1", 0, &r, &b), TP_REQUEST_CALL);
+        CU_ASSERT_STRING_EQUAL(r.id, "c");
+        CU_ASSERT_STRING_EQUAL(r.tool, "t");
+        CU_ASSERT_STRING_EQUAL(r.job, "j");
+        CU_ASSERT_EQUAL(r.step, 4);
+        CU_ASSERT_STRING_EQUAL(r.args, "{\"b\":[1],\"a\":\"x\"}");
+        digest_of(&r, i == 0 ? &want : &got);
+        if (i > 0)
+            CU_ASSERT_EQUAL(memcmp(want.b, got.b, TP_DIGEST_LEN), 0);
+    }
+    expect_bad(
+        "{\"id\": \"c\", \"type\": \"function\", \"function\": {\"name\": \"t\", \"arguments\": \"{\\\"q\\\":\"}}",
+        "\"function.arguments\" is not valid JSON: unexpected token near end of file (column 5)", "c", "c", "t");
+    expect_bad("{\"type\": \"function_call\", \"call_id\": \"c\", \"name\": \"t\", \"arguments\": \"\\\"s\\\"\"}",
+               "\"arguments\" must hold a JSON object, not a string", "c", "c", "t");
+    expect_bad("{\"type\": \"function_call\", \"call_id\": \"c\", \"name\": \"t\", \"arguments\": \"\"}",
+               "\"arguments\" is not valid JSON: unexpected token near end of file (column 0)", "c", "c", "t");
+    expect_bad("{\"type\": \"function_call\", \"id\": \"fc\", \"name\": \"t\"}",
+               "\"call_id\" must be a non-empty string", NULL, NULL, "t");
+    expect_bad("{\"type\": \"tool_use\", \"id\": \"u\", \"name\": \"\", \"input\": {}}",
+               "\"name\" must be a non-empty string", "u", "u", "");
+    expect_bad("{\"type\": \"tool_use\", \"id\": \"u\", \"name\": \"t\", \"input\": []}",
+               "\"input\" must be a JSON object", "u", "u", "t");
+    expect_bad("{\"id\": \"c\", \"type\": \"custom\", \"function\": {\"name\": \"t\"}}",
+               "\"type\" must be \"function\" in an OpenAI tool_calls item", "c", "c", "t");
+    expect_bad("{\"id\": \"c\", \"function\": {\"name\": \"t\"}, \"args\": {}}",
+               "a call in two shapes: \"function\" makes it an OpenAI tool_calls item, but \"args\" is a toolpool "
+               "call's key (give each call in one shape)",
+               NULL, NULL, NULL);
+    expect_bad("{\"type\": \"tool_use\", \"id\": \"u\", \"name\": \"t\", \"function\": {}}",
+               "a call in two shapes: \"type\" \"tool_use\" makes it an Anthropic tool_use block, but \"function\" is "
+               "an OpenAI tool_calls item's key (give each call in one shape)",
+               NULL, NULL, NULL);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
@@ -193,6 +250,7 @@ int main(void)
     CU_add_test(s, "the scanner and jansson give one call", test_both_ways_agree);
     CU_add_test(s, "serve's optional id and deadline", test_serve_flags);
     CU_add_test(s, "args handed over without a copy", test_give_args);
+    CU_add_test(s, "models' calls, in each provider's shape", test_model_calls);
     int rc = tp_test_run();
     tp_request_parser_free(&parser);
     return rc;

@@ -544,8 +544,13 @@ class ServeTest(unittest.TestCase):
         st, r = s.json("POST", "/v1/escalations/%s/resolve" % eid, {"rerun": True, "note": "role granted"})
         self.assertEqual((st, r["status"], r["decision"], r["forgot"]), (200, "resolved", "rerun", True))
         # The escalated call (r1, whose failure opened the circuit) is forgotten and its circuit
-        # closed: that id runs again, not answered from the store.
-        self.assertEqual(s.json("GET", "/v1/breakers")[1], {"breakers": []})
+        # closed (kept, for its history, with nothing counted): that id runs again, not answered
+        # from the store.
+        b = s.json("GET", "/v1/breakers")[1]["breakers"]
+        self.assertEqual([(x["state"], x["failures"]) for x in b], [("closed", 0)])
+        hist = s.json("GET", "/v1/breakers/" + b[0]["id"])[1]["history"]
+        self.assertEqual([(h["state"], h["cause"]) for h in hist][1:],
+                         [("closed", "escalation %s resolved: the call runs again" % eid)])
         st, r = s.json("POST", "/v1/calls", {"id": "r1", "tool": "deny", "args": {"who": "us"}})
         self.assertEqual((st, r["error"], r["attempts"]), (200, "PermissionDenied", 1))
         # --accept (the default): resolved, the record kept.

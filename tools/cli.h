@@ -20,6 +20,8 @@ int tp_cmd_forget(int argc, char **argv);
 int tp_cmd_stats(int argc, char **argv);
 int tp_cmd_failures(int argc, char **argv);
 int tp_cmd_tools(int argc, char **argv);
+int tp_cmd_merge(int argc, char **argv);
+int tp_cmd_shard_status(int argc, char **argv);
 
 typedef struct tp_store tp_store_t;
 typedef struct MDB_txn MDB_txn;
@@ -96,6 +98,17 @@ int tp_cli_take_since(const tp_cli_opt_t *o, const char *arg);
  * of its lines (*line_map, n_map of them; free it). 0, or -1 logged.
  */
 int tp_order_input(int fd, const char *name, int *out_fd, long **line_map, size_t *n_map);
+
+/*
+ * run --shard: reads the calls file at input_fd (a regular file; its
+ * offset does not move) through and records in store s what the shard is
+ * made from (inputrec.h): the file's and the registry's (and policy's)
+ * digests, the shard, and its totals. Refuses a store that holds another
+ * shard. 0, or -1 logged.
+ */
+typedef struct tp_shard tp_shard_t;
+int tp_run_shard_prepare(tp_store_t *s, const char *registry, const char *policy, int input_fd, const char *input_name,
+                         const tp_shard_t *sh, size_t max_line);
 
 /*
  * One trace line: "  attempt 2 → Timeout after 0.8s   (backoff 1.0s)", and

@@ -2,7 +2,7 @@
  * toolpool breakers, escalations and checkpoints: a person's view of the
  * store (or a program's, with --json).
  *
- *   toolpool breakers [list | show ID | reset ID] [--store DIR] [--json]
+ *   toolpool breakers [list [--all] | show ID | reset ID] [--store DIR] [--json]
  *   toolpool escalations [list [--all] | show ID | resolve ID [--note TEXT]] [--store DIR] [--json]
  *   toolpool checkpoints [list | show JOB] [--store DIR] [--json]
  *
@@ -223,19 +223,33 @@ static int run_write(tp_store_t *s, const args_t *a, tp_store_apply_fn fn, void 
 
 /* clang-format off */
 static const char breakers_usage[] =
-    "usage: toolpool breakers [list | show ID | reset ID] [--store DIR] [--json]\n"
+    "usage: toolpool breakers [list [--all] | show ID | reset ID] [--store DIR] [--json]\n"
     "Circuit breakers in the store. A tool breaker's ID is tool/NAME; a same-call\n"
     "breaker's is call/NAME/DIGEST (a unique prefix of the digest will do).\n"
     "A same-call breaker of scope \"job\" (the default) counts one job's repeats\n"
     "and shows its job; one of scope \"global\" counts every job's.\n"
+    "list shows the open and half-open breakers first, then the tool breakers and\n"
+    "the call breakers that opened in the last day; the other closed call breakers\n"
+    "are counted (--all lists them). show prints a breaker's last 16 opens and\n"
+    "closes: when, why, and the calls it refused while open.\n"
     "reset closes the breaker and forgets its failures. --json: JSON lines, a record each.\n";
 /* clang-format on */
 
-static const char *state_name(Toolpool__BreakerState st)
+/* A breaker's transitions, one a line: when, the state it went to, why, and what it refused while open. */
+static void show_history(FILE *out, Toolpool__BreakerEvent *const *h, size_t n)
 {
-    return st == TOOLPOOL__BREAKER_STATE__BREAKER_OPEN        ? "open"
-           : st == TOOLPOOL__BREAKER_STATE__BREAKER_HALF_OPEN ? "half-open"
-                                                              : "closed";
+    if (n == 0)
+        return;
+    fputs("  history:\n", out);
+    for (size_t i = 0; i < n; i++) {
+        fputs("    ", out);
+        put_time(out, h[i]->at_unix_us);
+        fprintf(out, "  %-9s %s", tp_records_breaker_state(h[i]->state), h[i]->cause);
+        if (h[i]->state != TOOLPOOL__BREAKER_STATE__BREAKER_OPEN)
+            fprintf(out, " (%llu call%s refused while open)", (unsigned long long)h[i]->refused,
+                    h[i]->refused == 1 ? "" : "s");
+        fputc('\n', out);
+    }
 }
 
 static void show_breaker(FILE *out, const char *id, const MDB_val *v, bool full)
@@ -251,14 +265,17 @@ static void show_breaker(FILE *out, const char *id, const MDB_val *v, bool full)
             calls += tb->buckets[i]->calls;
             fails += tb->buckets[i]->failures;
         }
-        fprintf(out, "%-40s %-9s %llu/%llu failed in window, tripped %llu time%s", id, state_name(tb->state),
-                (unsigned long long)fails, (unsigned long long)calls, (unsigned long long)tb->trips,
-                tb->trips == 1 ? "" : "s");
+        fprintf(out, "%-40s %-9s %llu/%llu failed in window, tripped %llu time%s", id,
+                tp_records_breaker_state(tb->state), (unsigned long long)fails, (unsigned long long)calls,
+                (unsigned long long)tb->trips, tb->trips == 1 ? "" : "s");
         if (tb->opened_unix_us && tb->state != TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED) {
             fputs(", opened ", out);
             put_time(out, tb->opened_unix_us);
+            fprintf(out, ", %llu attempt%s refused", (unsigned long long)tb->refused, tb->refused == 1 ? "" : "s");
         }
         fputc('\n', out);
+        if (full)
+            show_history(out, tb->history, tb->n_history);
         toolpool__tool_breaker__free_unpacked(tb, NULL);
         return;
     }
@@ -287,6 +304,7 @@ static void show_breaker(FILE *out, const char *id, const MDB_val *v, bool full)
             put_time(out, cb->failures_unix_us[i]);
             fputc('\n', out);
         }
+        show_history(out, cb->history, cb->n_history);
     }
     toolpool__call_breaker__free_unpacked(cb, NULL);
 }
@@ -303,12 +321,83 @@ static int reset_apply(MDB_txn *txn, void *arg)
     return tp_records_breaker_reset(c->s, txn, c->prefix, c->id, sizeof c->id);
 }
 
-static int list_breaker(const MDB_val *k, const MDB_val *v, void *ctx)
+/* A closed breaker that opened this recently is listed beside the open ones. */
+#define TP_BREAKER_RECENT_US (24ull * 3600 * 1000000)
+
+/*
+ * Where `breakers list` puts a breaker: 0 open or half-open (or a record
+ * it cannot read, to be named), 1 a tool breaker, or a call breaker that
+ * opened within TP_BREAKER_RECENT_US, 2 any other closed call breaker
+ * (counted, and listed with --all).
+ */
+static int breaker_rank(const MDB_val *k, const MDB_val *v, uint64_t now)
 {
+    if (k->mv_size > 0 && ((const char *)k->mv_data)[0] == 't') {
+        Toolpool__ToolBreaker *tb = toolpool__tool_breaker__unpack(NULL, v->mv_size, v->mv_data);
+        int rank = tb == NULL || tb->state != TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED ? 0 : 1;
+        if (tb)
+            toolpool__tool_breaker__free_unpacked(tb, NULL);
+        return rank;
+    }
+    Toolpool__CallBreaker *cb = toolpool__call_breaker__unpack(NULL, v->mv_size, v->mv_data);
+    int rank = 2;
+    for (size_t i = 0; cb && i < cb->n_history; i++)
+        if (cb->history[i]->state == TOOLPOOL__BREAKER_STATE__BREAKER_OPEN &&
+            cb->history[i]->at_unix_us + TP_BREAKER_RECENT_US > now)
+            rank = 1;
+    if (cb == NULL || cb->opened_unix_us)
+        rank = 0;
+    if (cb)
+        toolpool__call_breaker__free_unpacked(cb, NULL);
+    return rank;
+}
+
+/*
+ * `breakers list`: the open (and half-open) breakers first, then the tool
+ * breakers and the call breakers that tripped lately, then, with --all,
+ * the other closed call breakers; without it, how many there are.
+ */
+static int list_breakers(tp_store_t *s, MDB_txn *txn, const args_t *a)
+{
+    uint64_t now = tp_unix_us(), folded = 0, listed = 0;
+    int status = 0;
+    MDB_cursor *cur;
+    MDB_val k, v;
     char id[TP_RECORDS_ID_MAX];
-    tp_records_breaker_id(k, id, sizeof id);
-    show_breaker(stdout, id, v, false);
-    return 1;
+    int rc = 0;
+    for (int pass = 0; pass < 3 && rc == 0; pass++) {
+        rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur));
+        if (rc)
+            break;
+        for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+             rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+            if (breaker_rank(&k, &v, now) != pass)
+                continue;
+            if (pass == 0 && !sound(a, TP_DB_BREAKERS, &k, &v)) {
+                status = 2;
+                continue;
+            }
+            if (pass == 2 && !a->all) {
+                folded++;
+                continue;
+            }
+            tp_records_breaker_id(&k, id, sizeof id);
+            show_breaker(stdout, id, &v, false);
+            listed++;
+        }
+        mdb_cursor_close(cur);
+        rc = rc == MDB_NOTFOUND ? 0 : rc;
+    }
+    if (rc) {
+        tp_log_error("%s: cannot read %s: %s", a->store, tp_store_db_name(TP_DB_BREAKERS), tp_strerror(rc));
+        return 2;
+    }
+    if (folded)
+        printf("%llu closed call breaker%s; --all lists %s\n", (unsigned long long)folded, folded == 1 ? "" : "s",
+               folded == 1 ? "it" : "them");
+    else if (listed == 0)
+        puts("no breakers: every circuit is closed");
+    return status;
 }
 
 int tp_cmd_breakers(int argc, char **argv)
@@ -359,7 +448,7 @@ int tp_cmd_breakers(int argc, char **argv)
             status = print_json_lines(all, &a);
         }
     } else {
-        status = walk(s, txn, &a, TP_DB_BREAKERS, list_breaker, NULL, "no breakers: every circuit is closed");
+        status = list_breakers(s, txn, &a);
     }
     mdb_txn_abort(txn);
     tp_store_close(s);

@@ -18,6 +18,7 @@
 #include "front_jsonl.h"
 #include "log.h"
 #include "registry.h"
+#include "shard.h"
 #include "taxonomy.h"
 
 /* clang-format off */
@@ -26,7 +27,10 @@ static const char run_usage[] =
     "\n"
     "Reads calls, one JSON object a line ({\"id\", \"job\", \"step\", \"tool\", \"args\"}),\n"
     "from CALLS (default: standard input), runs them, and writes one result line\n"
-    "per call. A summary goes to stderr, and progress: a bar on a terminal, else a line every 10 s.\n"
+    "per call. A line may also be a model's call as its API gives it: an OpenAI\n"
+    "tool_calls item, an OpenAI Responses function_call item or an Anthropic\n"
+    "tool_use block (\"job\" and \"step\" beside its fields). A summary goes to\n"
+    "stderr, and progress: a bar on a terminal, else a line every 10 s.\n"
     "Every result is committed to the store before it is written out; rerunning\n"
     "the same command on the same store resumes: recorded calls are not run again,\n"
     "their recorded results are written instead.\n"
@@ -42,6 +46,14 @@ static const char run_usage[] =
     "                         .toolpool in this directory)\n"
     "  -j, --workers N        worker processes (default: the number of cores)\n"
     "  -o, --output FILE      results file (default: standard output)\n"
+    "      --output-format F  what each result line is: toolpool (the default:\n"
+    "                         the result line), or the message to append to a\n"
+    "                         model's conversation: openai ({\"role\": \"tool\",\n"
+    "                         \"tool_call_id\", \"content\"}), openai-responses\n"
+    "                         ({\"type\": \"function_call_output\", \"call_id\",\n"
+    "                         \"output\"}) or anthropic ({\"type\": \"tool_result\",\n"
+    "                         \"tool_use_id\", \"content\", \"is_error\"}); the content\n"
+    "                         is the result's JSON, or the failure's tool message\n"
     "      --relaxed          commit without fsync: a crash of toolpool loses\n"
     "                         nothing; a crash of the machine can lose the last\n"
     "                         results or damage the store (for runs you could redo)\n"
@@ -64,6 +76,13 @@ static const char run_usage[] =
     "                         keeping every other result, breakers and\n"
     "                         checkpoints; refusals (malformed) are always\n"
     "                         checked again\n"
+    "      --shard K/N        run only shard K of N (K from 0) of CALLS (a file):\n"
+    "                         the calls whose job (its \"job\", else its id) hashes\n"
+    "                         to K; the others are skipped before anything is\n"
+    "                         written. slurm: K and N from SLURM_ARRAY_TASK_ID\n"
+    "                         and _COUNT (or _MIN and _MAX); k8s/N: K from\n"
+    "                         JOB_COMPLETION_INDEX. The store records the file's\n"
+    "                         and the registry's digests for `toolpool merge`\n"
     "      --ordered          read CALLS (a file) once for each call's job and\n"
     "                         step first, then run each job strictly in step\n"
     "                         order, however its lines were placed\n"
@@ -177,6 +196,8 @@ int tp_cmd_run(int argc, char **argv)
         {"retry-failed", optional_argument, NULL, 'X'},
         {"summary-json", required_argument, NULL, 'Y'},
         {"ordered", no_argument, NULL, 'O'},
+        {"output-format", required_argument, NULL, 'F'},
+        {"shard", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -185,6 +206,9 @@ int tp_cmd_run(int argc, char **argv)
     const char *output = NULL, *summary_json = NULL;
     int progress = isatty(2) ? TP_PROGRESS_BAR : TP_PROGRESS_LINES;
     bool ordered = false, want_rerun = false;
+    tp_format_t format = TP_FORMAT_TOOLPOOL;
+    tp_shard_t shard = {0};
+    char shard_err[256];
     tp_rerun_t rerun = {0};
     long *line_map = NULL;
     int c;
@@ -219,6 +243,20 @@ int tp_cmd_run(int argc, char **argv)
         case 'O':
             ordered = true;
             break;
+        case 'F':
+            if (tp_format_from_name(optarg, &format) < 0) {
+                tp_log_error("--output-format: expected " TP_FORMAT_NAMES ", got \"%s\"", optarg);
+                rerun_free(&rerun);
+                return 2;
+            }
+            break;
+        case 'K':
+            if (tp_shard_parse(optarg, &shard, shard_err, sizeof shard_err) < 0) {
+                tp_log_error("%s", shard_err);
+                rerun_free(&rerun);
+                return 2;
+            }
+            break;
         case 'X':
             rerun_free(&rerun);
             rerun = (tp_rerun_t){0};
@@ -229,7 +267,7 @@ int tp_cmd_run(int argc, char **argv)
             return tp_cli_usage(run_usage, c);
         }
     }
-    tp_batch_opts_t o = {.input_fd = -1, .output_fd = -1};
+    tp_batch_opts_t o = {.input_fd = -1, .output_fd = -1, .format = format};
     int status = 2;
     if (argc - optind > 1) {
         tp_log_error("run takes one calls file, got %d", argc - optind);
@@ -244,6 +282,12 @@ int tp_cmd_run(int argc, char **argv)
     if (o.input_fd < 0) {
         tp_log_error("%s: %s", input, strerror(errno));
         goto out;
+    }
+    if (shard.count) {
+        if (tp_run_shard_prepare(ec.engine.store, ec.registry, ec.policy, o.input_fd, o.input_name, &shard,
+                                 ec.engine.max_frame) < 0)
+            goto out;
+        o.shard = &shard;
     }
     if (ordered) {
         int copy;
@@ -285,6 +329,9 @@ int tp_cmd_run(int argc, char **argv)
                     "  late steps: %llu call%s came after a later step of their job had started, "
                     "and ran out of order\n",
                     (unsigned long long)rep.late, rep.late == 1 ? "" : "s");
+        if (shard.count > 1)
+            fprintf(stderr, "  shard %u/%u: %llu line%s left to the other shards, not run here\n", shard.index,
+                    shard.count, (unsigned long long)rep.other_shard, rep.other_shard == 1 ? "" : "s");
         if (rep.interrupted)
             fprintf(stderr, "  interrupted: %llu call%s read but not started; rerun to run them\n",
                     (unsigned long long)rep.not_started, rep.not_started == 1 ? "" : "s");

@@ -100,7 +100,11 @@ int tp_order_input(int fd, const char *name, int *out_fd, long **line_map, size_
         at += len;
         n++;
         json_t *c = json_loadb(line, (size_t)len, 0, NULL);
+        /* A job defaults to the call's id: a Responses function_call item's is its call_id (request.c). */
         const char *job = json_string_value(json_object_get(c, "job"));
+        const char *type = json_string_value(json_object_get(c, "type"));
+        if (job == NULL && type && strcmp(type, "function_call") == 0)
+            job = json_string_value(json_object_get(c, "call_id"));
         if (job == NULL)
             job = json_string_value(json_object_get(c, "id"));
         if (job && (e->job = strdup(job)) == NULL) {

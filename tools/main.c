@@ -43,6 +43,10 @@ static const char usage_text[] =
     "               next run does them again\n"
     "  tools        list the registry's tools, or export them as an OpenAI or\n"
     "               MCP tool list\n"
+    "  merge        join the stores of a batch run in shards (run --shard K/N,\n"
+    "               one store a machine) into one store, and one results file\n"
+    "               in the calls file's order\n"
+    "  shard-status for each shard's store: its calls done, failed and left\n"
     "  help         this text; `toolpool COMMAND --help` for a command's options\n"
     "\n"
     "exit status: 0 every call ok, 1 some call failed, 2 usage, registry or store error\n";
@@ -91,6 +95,8 @@ static const struct {
     {"failures", tp_cmd_failures},
     {"forget", tp_cmd_forget},
     {"tools", tp_cmd_tools},
+    {"merge", tp_cmd_merge},
+    {"shard-status", tp_cmd_shard_status},
 };
 
 int main(int argc, char **argv)

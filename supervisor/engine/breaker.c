@@ -5,12 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "breakerlog.h"
 #include "buf.h"
 #include "json.h"
 #include "toolpool.pb-c.h"
 
 #define BUCKETS 10
 #define KEY_MAX 600
+/* Room for a transition's cause: a count, a window, the last kind and (cut) its message. */
+#define TP_BREAKER_CAUSE_MAX 320
 
 /*
  * Microseconds from then to now on the wall clock, 0 when the clock has
@@ -56,6 +59,12 @@ size_t tp_breaker_tool_key(const char *tool, uint8_t *key, size_t cap)
 
 /* ---- same call ---- */
 
+/* The cause of an open call circuit's close at the end of its window. */
+static void window_passed(char *buf, size_t cap, uint64_t window_us)
+{
+    snprintf(buf, cap, "its window (%.3gs) passed", (double)window_us / 1e6);
+}
+
 static int call_get(tp_store_t *s, MDB_txn *txn, const uint8_t *key, size_t klen, Toolpool__CallBreaker **out)
 {
     return tp_store_get_msg(s, txn, TP_DB_BREAKERS, key, klen, &toolpool__call_breaker__descriptor,
@@ -82,7 +91,9 @@ int tp_breaker_call_check(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, const
             rc = tp_store_put_msg(s, txn, TP_DB_BREAKERS, key, klen, &cb->base);
         } else {
             MDB_val k = {klen, key};
-            rc = tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &k, NULL));
+            char cause[96];
+            window_passed(cause, sizeof cause, t->policy.same_call_window_us);
+            rc = tp_breaker_call_close(s, txn, &k, cb, cause, now);
         }
     }
     protobuf_c_message_free_unpacked(&cb->base, NULL);
@@ -96,13 +107,18 @@ int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, cons
     uint8_t key[KEY_MAX];
     size_t klen = tp_breaker_call_key(t->name, d, key, sizeof key);
     *opened = false;
-    if (!failed) {
-        MDB_val k = {klen, key};
-        int rc = tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &k, NULL));
-        return rc == MDB_NOTFOUND ? 0 : rc;
-    }
     Toolpool__CallBreaker *old = NULL;
     int rc = call_get(s, txn, key, klen, &old);
+    if (!failed) {
+        /* No record, the common case: one lookup, as a delete would be. */
+        MDB_val k = {klen, key};
+        if (rc == 0)
+            rc = tp_breaker_call_close(s, txn, &k, old, "the call succeeded", now);
+        else if (rc == TP_EPROTO)
+            rc = tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &k, NULL)); /* a success clears it anyway */
+        protobuf_c_message_free_unpacked(old ? &old->base : NULL, NULL);
+        return rc == MDB_NOTFOUND ? 0 : rc;
+    }
     if (rc && rc != MDB_NOTFOUND)
         return rc;
     /* Keep the failures inside the window but this call's own earlier one, plus this one. */
@@ -140,6 +156,18 @@ int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, cons
     cb.args.len = args ? strlen(args) : 0;
     cb.job = (char *)(job && t->policy.same_call_scope == TP_SCOPE_JOB ? job : "");
     bool was_open = old && old->opened_unix_us != 0 && since(now, old->opened_unix_us) < window;
+    tp_breaker_history_t h, h_closed;
+    char cause[TP_BREAKER_CAUSE_MAX], closed_cause[96];
+    if (old) {
+        cb.history = old->history;
+        cb.n_history = old->n_history;
+    }
+    if (old && old->opened_unix_us != 0 && !was_open) {
+        /* Open until its window passed, which no check has seen yet: that close first. */
+        window_passed(closed_cause, sizeof closed_cause, window);
+        tp_breaker_history_add(&h_closed, cb.history, cb.n_history, TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED,
+                               closed_cause, old->blocked, old->opened_unix_us + window, &cb.history, &cb.n_history);
+    }
     if (was_open) {
         cb.opened_unix_us = old->opened_unix_us;
         cb.escalation = old->escalation;
@@ -147,6 +175,10 @@ int tp_breaker_call_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, cons
     } else if (n >= t->policy.same_call_failures) {
         cb.opened_unix_us = now;
         *opened = true;
+        snprintf(cause, sizeof cause, "failed %zu times within %.3gs (last: %s: %.200s)", n, (double)window / 1e6,
+                 kind ? kind : "", message ? message : "");
+        tp_breaker_history_add(&h, cb.history, cb.n_history, TOOLPOOL__BREAKER_STATE__BREAKER_OPEN, cause, 0, now,
+                               &cb.history, &cb.n_history);
     }
     rc = tp_store_put_msg(s, txn, TP_DB_BREAKERS, key, klen, &cb.base);
     free(fails);
@@ -203,13 +235,22 @@ int tp_breaker_tool_admit(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, uint6
         return rc;
     const tp_policy_t *p = &t->policy;
     bool dirty = false;
+    tp_breaker_history_t h;
+    char cause[TP_BREAKER_CAUSE_MAX];
+    Toolpool__BreakerEvent **was = tb->history;
+    size_t n_was = tb->n_history;
     if (tb->state == TOOLPOOL__BREAKER_STATE__BREAKER_OPEN && since(now, tb->opened_unix_us) >= p->tool_cooldown_us) {
         tb->state = TOOLPOOL__BREAKER_STATE__BREAKER_HALF_OPEN;
         tb->probes_out = 0;
+        snprintf(cause, sizeof cause, "its cooldown (%.3gs) passed: probing", (double)p->tool_cooldown_us / 1e6);
+        tp_breaker_history_add(&h, was, n_was, tb->state, cause, tb->refused, now, &tb->history, &tb->n_history);
+        tb->refused = 0;
         dirty = true;
     }
     if (tb->state == TOOLPOOL__BREAKER_STATE__BREAKER_OPEN) {
         *out = TP_ADMIT_NO;
+        tb->refused++;
+        dirty = true;
     } else if (tb->state == TOOLPOOL__BREAKER_STATE__BREAKER_HALF_OPEN) {
         /* A probe that never came back (its supervisor died) is given up after a cooldown. */
         if (tb->probes_out >= p->tool_probes && since(now, tb->probe_unix_us) >= p->tool_cooldown_us)
@@ -221,10 +262,14 @@ int tp_breaker_tool_admit(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, uint6
             dirty = true;
         } else {
             *out = TP_ADMIT_NO;
+            tb->refused++;
+            dirty = true;
         }
     }
     if (dirty)
         rc = tp_store_put_msg(s, txn, TP_DB_BREAKERS, key, klen, &tb->base);
+    tb->history = was; /* the record's own, for its free */
+    tb->n_history = n_was;
     protobuf_c_message_free_unpacked(&tb->base, NULL);
     return rc;
 }
@@ -257,7 +302,12 @@ int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_k
         tb.probes_out = old->probes_out;
         tb.probe_unix_us = old->probe_unix_us;
         tb.trips = old->trips;
+        tb.history = old->history;
+        tb.n_history = old->n_history;
+        tb.refused = old->refused;
     }
+    tp_breaker_history_t h;
+    char cause[TP_BREAKER_CAUSE_MAX];
     tb.tool = t->name;
     uint64_t slice = p->tool_window_us / BUCKETS ? p->tool_window_us / BUCKETS : 1;
     uint64_t start = now - now % slice;
@@ -292,11 +342,16 @@ int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_k
             tb.state = TOOLPOOL__BREAKER_STATE__BREAKER_OPEN;
             tb.opened_unix_us = now;
             tb.trips++;
+            snprintf(cause, sizeof cause, "a probe failed (%s)", tp_kind_name(kind));
         } else {
             tb.state = TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED;
             tb.probes_out = 0;
             nb = 0; /* a fresh window */
+            snprintf(cause, sizeof cause, "a probe answered (%s)", kind == TP_KIND_OK ? "ok" : tp_kind_name(kind));
         }
+        tp_breaker_history_add(&h, tb.history, tb.n_history, tb.state, cause, tb.refused, now, &tb.history,
+                               &tb.n_history);
+        tb.refused = 0;
     } else if (tb.state == TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED) {
         uint64_t calls = 0, fails = 0;
         for (size_t i = 0; i < nb; i++) {
@@ -308,6 +363,11 @@ int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_k
             tb.opened_unix_us = now;
             tb.trips++;
             nb = 0;
+            snprintf(cause, sizeof cause, "%llu of %llu attempts failed within %.3gs (last: %s)",
+                     (unsigned long long)fails, (unsigned long long)calls, (double)p->tool_window_us / 1e6,
+                     tp_kind_name(kind));
+            tp_breaker_history_add(&h, tb.history, tb.n_history, tb.state, cause, 0, now, &tb.history, &tb.n_history);
+            tb.refused = 0;
         }
     }
     tb.buckets = buckets;

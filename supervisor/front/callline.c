@@ -7,7 +7,12 @@
 
 /* ---- the line ---- */
 
-enum { F_ID = 1, F_TOOL = 2, F_JOB = 4, F_STEP = 8, F_ARGS = 16 };
+/*
+ * F_SHAPE: "type" or "function", the keys that may make a line a model's
+ * call rather than toolpool's (request.c tells the shapes apart): such a
+ * line is not plain.
+ */
+enum { F_ID = 1, F_TOOL = 2, F_JOB = 4, F_STEP = 8, F_ARGS = 16, F_SHAPE = 32 };
 
 static int field_of(const unsigned char *k, size_t n)
 {
@@ -20,7 +25,10 @@ static int field_of(const unsigned char *k, size_t n)
         return memcmp(k, "tool", 4) == 0   ? F_TOOL
                : memcmp(k, "step", 4) == 0 ? F_STEP
                : memcmp(k, "args", 4) == 0 ? F_ARGS
+               : memcmp(k, "type", 4) == 0 ? F_SHAPE
                                            : 0;
+    case 8:
+        return memcmp(k, "function", 8) == 0 ? F_SHAPE : 0;
     default:
         return 0;
     }
@@ -49,7 +57,7 @@ int tp_call_line_scan(const char *line, size_t len, tp_call_line_t *out, tp_buf_
         if (!tp_scan_string(&s, &key, &n))
             goto not_plain;
         int f = field_of(key, n);
-        if (f & seen)
+        if (f == F_SHAPE || (f & seen))
             goto not_plain; /* repeated: jansson keeps the last */
         seen |= f;
         tp_scan_ws(&s);

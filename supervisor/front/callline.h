@@ -8,7 +8,8 @@
  * writes them again in canonical form for the digest.
  *
  * Anything else (an escape, a real, a repeated key, a field of the wrong
- * type, text that is not JSON) is "not plain": the caller parses the line
+ * type, text that is not JSON, a "type" or "function" key, which may make
+ * it a model's call) is "not plain": the caller parses the line
  * with jansson instead, which gives the same call, or the message for a
  * bad one. Both ways give byte-identical args and canonical forms.
  */

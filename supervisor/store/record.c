@@ -1,3 +1,4 @@
+#include "breakerlog.h"
 #include "record.h"
 
 #include <errno.h>
@@ -38,6 +39,8 @@ const ProtobufCMessageDescriptor *tp_record_type(tp_db_t db, const void *key, si
             return &toolpool__store_format__descriptor;
         if (klen == 6 && memcmp(k, "owners", 6) == 0)
             return &toolpool__owners__descriptor;
+        if (klen == 5 && memcmp(k, "input", 5) == 0)
+            return &toolpool__input_record__descriptor;
         return NULL;
     default:
         return NULL;
@@ -222,6 +225,8 @@ static int check_call_breaker(const void *key, size_t klen, const Toolpool__Call
         return bad(why, cap, "its digest is not its key's");
     if (!json_or_empty(cb->args))
         return bad(why, cap, "its args are not JSON");
+    if (cb->n_history > TP_BREAKER_HISTORY_MAX)
+        return bad(why, cap, "it keeps %zu transitions, at most %d", cb->n_history, TP_BREAKER_HISTORY_MAX);
     return 0;
 }
 
@@ -238,6 +243,8 @@ static int check_tool_breaker(const void *key, size_t klen, const Toolpool__Tool
     for (size_t i = 0; i < tb->n_buckets; i++)
         if (tb->buckets[i]->failures > tb->buckets[i]->calls)
             return bad(why, cap, "slice %zu of its window counts more failures than calls", i + 1);
+    if (tb->n_history > TP_BREAKER_HISTORY_MAX)
+        return bad(why, cap, "it keeps %zu transitions, at most %d", tb->n_history, TP_BREAKER_HISTORY_MAX);
     return 0;
 }
 
@@ -260,6 +267,14 @@ int tp_record_check(tp_db_t db, const void *key, size_t klen, const ProtobufCMes
         return check_tool_breaker(key, klen, (const Toolpool__ToolBreaker *)m, why, cap);
     if (d == &toolpool__store_format__descriptor && ((const Toolpool__StoreFormat *)m)->version == 0)
         return bad(why, cap, "it names no format version");
+    if (d == &toolpool__input_record__descriptor) {
+        const Toolpool__InputRecord *in = (const Toolpool__InputRecord *)m;
+        if (in->input_digest.len != TP_RECORD_DIGEST_LEN || in->registry_digest.len != TP_RECORD_DIGEST_LEN)
+            return bad(why, cap, "its input or registry digest is not %d bytes", TP_RECORD_DIGEST_LEN);
+        if (in->shard_count == 0 || in->shard_index >= in->shard_count || in->shard_calls > in->input_calls)
+            return bad(why, cap, "shard %u of %u, %llu of %llu calls, cannot be", in->shard_index, in->shard_count,
+                       (unsigned long long)in->shard_calls, (unsigned long long)in->input_calls);
+    }
     if (d == &toolpool__owners__descriptor) {
         const Toolpool__Owners *o = (const Toolpool__Owners *)m;
         for (size_t i = 0; i < o->n_owners; i++)

@@ -29,7 +29,7 @@
  * The message db holds under key: StoredResult (results), Checkpoint
  * (jobs), InFlight (inflight), Escalation (escalations), McpTask (tasks), CallBreaker and
  * ToolBreaker (breakers, by the key's first byte 'c' or 't'), StoreFormat
- * (meta/format), Owners (meta/owners). NULL for meta/escalation_seq (a raw u64: see
+ * (meta/format), Owners (meta/owners), InputRecord (meta/input). NULL for meta/escalation_seq (a raw u64: see
  * tp_record_check_raw), for a meta key this version does not know, and for
  * a breakers key that is neither kind.
  */
@@ -57,6 +57,8 @@ const ProtobufCMessageDescriptor *tp_record_type(tp_db_t db, const void *key, si
  *                 calls
  *   StoreFormat   a version
  *   Owners        each owner a process, joined at a generation already made
+ *   InputRecord   16-byte digests; a shard below its count; no more of its
+ *                 calls than the input has
  * Any other message passes once it has unpacked. 0, or TP_EPROTO with why.
  */
 int tp_record_check(tp_db_t db, const void *key, size_t klen, const ProtobufCMessage *m, char *why, size_t cap);

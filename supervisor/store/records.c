@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "breakerlog.h"
 #include "digest.h"
 #include "checkpoint.h"
 #include "json.h"
@@ -114,10 +115,26 @@ int tp_records_breaker_reset(tp_store_t *s, MDB_txn *txn, const char *prefix, ch
     if (rc)
         return rc;
     tp_records_breaker_id(&key, id, cap);
-    return tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &key, NULL));
+    MDB_val k = key;
+    if (strncmp(id, "tool/", 5) == 0) {
+        Toolpool__ToolBreaker *tb = toolpool__tool_breaker__unpack(NULL, val.mv_size, val.mv_data);
+        if (tb == NULL) /* a corrupt record: a reset drops it */
+            return tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &k, NULL));
+        bool idle = tb->state == TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED && tb->n_buckets == 0 && tb->n_history;
+        rc = idle ? MDB_NOTFOUND : tp_breaker_tool_close(s, txn, &k, tb, TP_BREAKER_RESET_CAUSE, tp_unix_us());
+        toolpool__tool_breaker__free_unpacked(tb, NULL);
+        return rc;
+    }
+    Toolpool__CallBreaker *cb = toolpool__call_breaker__unpack(NULL, val.mv_size, val.mv_data);
+    if (cb == NULL)
+        return tp_mdb(mdb_del(txn, tp_store_dbi(s, TP_DB_BREAKERS), &k, NULL));
+    bool idle = cb->opened_unix_us == 0 && cb->n_failures_unix_us == 0 && cb->n_history;
+    rc = idle ? MDB_NOTFOUND : tp_breaker_call_close(s, txn, &k, cb, TP_BREAKER_RESET_CAUSE, tp_unix_us());
+    toolpool__call_breaker__free_unpacked(cb, NULL);
+    return rc;
 }
 
-static const char *state_name(Toolpool__BreakerState st)
+const char *tp_records_breaker_state(Toolpool__BreakerState st)
 {
     return st == TOOLPOOL__BREAKER_STATE__BREAKER_OPEN        ? "open"
            : st == TOOLPOOL__BREAKER_STATE__BREAKER_HALF_OPEN ? "half-open"
@@ -142,7 +159,7 @@ int tp_records_breakers_each(tp_store_t *s, MDB_txn *txn, int (*fn)(void *ctx, c
             if (tb == NULL)
                 continue; /* a corrupt record counts as nothing; `breakers list` shows it */
             b.tool = tb->tool;
-            b.state = state_name(tb->state);
+            b.state = tp_records_breaker_state(tb->state);
             r = fn(ctx, &b);
             toolpool__tool_breaker__free_unpacked(tb, NULL);
         } else {
@@ -163,7 +180,27 @@ int tp_records_breakers_each(tp_store_t *s, MDB_txn *txn, int (*fn)(void *ctx, c
     return rc == MDB_NOTFOUND ? 0 : rc;
 }
 
-static json_t *tool_breaker_json(const char *id, const MDB_val *v)
+/* A breaker's transitions, oldest first: [{"at_ms", "state", "cause", "refused"}]. */
+static json_t *history_json(Toolpool__BreakerEvent *const *h, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < n; i++) {
+        json_t *o = json_object();
+        int rc = o ? 0 : TP_ENOMEM;
+        rc = rc ? rc : put(o, "at_ms", ms_of_us(h[i]->at_unix_us));
+        rc = rc ? rc : put(o, "state", str_of(tp_records_breaker_state(h[i]->state)));
+        rc = rc ? rc : put(o, "cause", str_of(h[i]->cause));
+        rc = rc ? rc : put(o, "refused", json_integer((json_int_t)h[i]->refused));
+        if (rc || json_array_append_new(a, o) != 0) {
+            json_decref(o);
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+static json_t *tool_breaker_json(const char *id, const MDB_val *v, bool full)
 {
     Toolpool__ToolBreaker *tb = toolpool__tool_breaker__unpack(NULL, v->mv_size, v->mv_data);
     if (tb == NULL)
@@ -178,12 +215,16 @@ static json_t *tool_breaker_json(const char *id, const MDB_val *v)
     rc = rc ? rc : put(o, "id", str_of(id));
     rc = rc ? rc : put(o, "type", str_of("tool"));
     rc = rc ? rc : put(o, "tool", str_of(tb->tool));
-    rc = rc ? rc : put(o, "state", str_of(state_name(tb->state)));
+    rc = rc ? rc : put(o, "state", str_of(tp_records_breaker_state(tb->state)));
     rc = rc ? rc : put(o, "calls", json_integer((json_int_t)calls));
     rc = rc ? rc : put(o, "failures", json_integer((json_int_t)fails));
     rc = rc ? rc : put(o, "trips", json_integer((json_int_t)tb->trips));
     if (tb->opened_unix_us && tb->state != TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED)
         rc = rc ? rc : put(o, "opened_ms", ms_of_us(tb->opened_unix_us));
+    if (tb->state != TOOLPOOL__BREAKER_STATE__BREAKER_CLOSED)
+        rc = rc ? rc : put(o, "refused", json_integer((json_int_t)tb->refused));
+    if (full)
+        rc = rc ? rc : put(o, "history", history_json(tb->history, tb->n_history));
     toolpool__tool_breaker__free_unpacked(tb, NULL);
     if (rc) {
         json_decref(o);
@@ -227,6 +268,7 @@ static json_t *call_breaker_json(const char *id, const MDB_val *v, bool full)
                 times = NULL;
             }
         rc = rc ? rc : put(o, "failures_ms", times);
+        rc = rc ? rc : put(o, "history", history_json(cb->history, cb->n_history));
     }
     toolpool__call_breaker__free_unpacked(cb, NULL);
     if (rc) {
@@ -240,7 +282,7 @@ json_t *tp_records_breaker_json(const MDB_val *key, const MDB_val *val, bool ful
 {
     char id[TP_RECORDS_ID_MAX];
     tp_records_breaker_id(key, id, sizeof id);
-    return strncmp(id, "tool/", 5) == 0 ? tool_breaker_json(id, val) : call_breaker_json(id, val, full);
+    return strncmp(id, "tool/", 5) == 0 ? tool_breaker_json(id, val, full) : call_breaker_json(id, val, full);
 }
 
 /* Walks db in key order, appending render(key, val) to a new array; a record that does not render is skipped. */
@@ -444,24 +486,47 @@ int tp_records_escalation_rerun(tp_store_t *s, MDB_txn *txn, const char *id, con
     } else if (rc != MDB_NOTFOUND) {
         return rc;
     }
-    /* The same-call circuit this escalation opened would refuse the call again: it closes. */
+    /*
+     * The same-call circuit this escalation opened would refuse the call
+     * again: it closes (its key copied out of the walk first: closing one
+     * rewrites the record).
+     */
     MDB_cursor *cur;
     MDB_val k, v;
     if ((rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_BREAKERS), &cur))) != 0)
         return rc;
+    uint8_t mine[TP_RECORDS_ID_MAX];
+    size_t mine_len = 0;
     for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
          rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
-        if (k.mv_size == 0 || ((const char *)k.mv_data)[0] != 'c')
+        if (k.mv_size == 0 || ((const char *)k.mv_data)[0] != 'c' || k.mv_size > sizeof mine)
             continue;
         Toolpool__CallBreaker *cb = toolpool__call_breaker__unpack(NULL, v.mv_size, v.mv_data);
-        bool mine = cb && strcmp(cb->escalation, id) == 0;
+        bool its = cb && cb->opened_unix_us && strcmp(cb->escalation, id) == 0;
         if (cb)
             toolpool__call_breaker__free_unpacked(cb, NULL);
-        if (mine && (rc = tp_mdb(mdb_cursor_del(cur, 0))) != 0)
-            break;
+        if (its) {
+            memcpy(mine, k.mv_data, k.mv_size);
+            mine_len = k.mv_size;
+            break; /* one escalation opened one circuit */
+        }
     }
     mdb_cursor_close(cur);
-    return rc == MDB_NOTFOUND ? 0 : rc;
+    if (rc != 0 && rc != MDB_NOTFOUND)
+        return rc;
+    if (mine_len == 0)
+        return 0;
+    Toolpool__CallBreaker *cb;
+    rc = tp_store_get_msg(s, txn, TP_DB_BREAKERS, mine, mine_len, &toolpool__call_breaker__descriptor,
+                          (ProtobufCMessage **)&cb);
+    if (rc)
+        return rc;
+    char cause[160];
+    snprintf(cause, sizeof cause, "escalation %.100s resolved: the call runs again", id);
+    MDB_val key = {mine_len, mine};
+    rc = tp_breaker_call_close(s, txn, &key, cb, cause, tp_unix_us());
+    toolpool__call_breaker__free_unpacked(cb, NULL);
+    return rc;
 }
 
 json_t *tp_records_escalation_json(const Toolpool__Escalation *e, bool full)

@@ -33,13 +33,20 @@
 
 /* The id of the breaker stored under key. */
 void tp_records_breaker_id(const MDB_val *key, char *id, size_t cap);
+/* A breaker state's name: "open", "half-open", "closed". */
+const char *tp_records_breaker_state(Toolpool__BreakerState st);
 /*
  * The one breaker whose id starts with prefix: a tool breaker's id in full,
  * a call breaker's with as much of its digest as tells it apart. key and
  * val point into the transaction's pages.
  */
 int tp_records_breaker_find(tp_store_t *s, MDB_txn *txn, const char *prefix, MDB_val *key, MDB_val *val);
-/* Deletes that breaker (it closes, and forgets its failures); id gets its full id. */
+/*
+ * Closes that breaker and forgets its failures (breakerlog.h: one that has
+ * opened is kept, closed, its history telling the reset); id gets its full
+ * id. MDB_NOTFOUND too for one that has nothing to reset (closed, nothing
+ * counted).
+ */
 int tp_records_breaker_reset(tp_store_t *s, MDB_txn *txn, const char *prefix, char *id, size_t cap);
 /* What one breaker says, for a count (metrics). */
 typedef struct {

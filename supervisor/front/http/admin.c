@@ -7,28 +7,11 @@
 #include "http_internal.h"
 
 #include <errno.h>
-#include <event2/keyvalq_struct.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "records.h"
 #include "toolsdoc.h"
-
-/* The query parameter name, copied to buf (cap bytes); NULL when the query has none. */
-static const char *query_get(struct evhttp_request *req, const char *name, char *buf, size_t cap)
-{
-    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
-    if (q == NULL)
-        return NULL;
-    struct evkeyvalq params = {0};
-    if (evhttp_parse_query_str(q, &params) != 0)
-        return NULL;
-    const char *v = evhttp_find_header(&params, name);
-    if (v)
-        snprintf(buf, cap, "%s", v);
-    evhttp_clear_headers(&params);
-    return v ? buf : NULL;
-}
 
 /* ---- /v1/breakers, /v1/escalations: what `toolpool breakers` and `escalations` do ---- */
 
@@ -150,7 +133,7 @@ void http_escalations_get(tp_http_t *h, struct evhttp_request *req, const char *
 {
     char all[8];
     admin_op_t op = {.key = id};
-    op.everything = id == NULL && query_get(req, "all", all, sizeof all) && strcmp(all, "0") != 0 &&
+    op.everything = id == NULL && http_query_get(req, "all", all, sizeof all) && strcmp(all, "0") != 0 &&
                     strcmp(all, "false") != 0;
     int rc = http_store_op(h, req, 0, escalations_get_op, &op);
     json_t *o = op.o;
@@ -258,7 +241,7 @@ int http_tools_render(tp_http_t *h)
 void http_tools_get(tp_http_t *h, struct evhttp_request *req, const char *name)
 {
     char format[32];
-    const char *f = query_get(req, "format", format, sizeof format);
+    const char *f = http_query_get(req, "format", format, sizeof format);
     const tp_buf_t *b = f == NULL || strcmp(f, "toolpool") == 0 ? &h->tools_own
                         : strcmp(f, "openai") == 0              ? &h->tools_openai
                         : strcmp(f, "mcp") == 0                 ? &h->tools_mcp

@@ -161,7 +161,7 @@ void http_batch_answer_line(tp_http_batch_t *b, const tp_answer_t *a)
         return;
     tp_buf_t *line = &b->h->line;
     tp_buf_reset(line);
-    if (tp_answer_write(line, a) < 0 || evbuffer_add(b->out, line->data, line->len) != 0)
+    if (tp_format_write(line, b->format, a) < 0 || evbuffer_add(b->out, line->data, line->len) != 0)
         tp_log_error("http: out of memory for a batch's result line");
 }
 
@@ -316,7 +316,8 @@ void http_batch_post(tp_http_t *h, struct evhttp_request *req, const char *name)
 {
     const char *body;
     size_t len;
-    if (http_body_of(h, req, &body, &len) < 0)
+    tp_format_t format;
+    if (http_query_format(h, req, &format) < 0 || http_body_of(h, req, &body, &len) < 0)
         return;
     tp_http_batch_t *b = calloc(1, sizeof *b);
     if (b == NULL || (b->out = evbuffer_new()) == NULL || (b->w = http_wait_new(h, req, TP_WAIT_BATCH)) == NULL) {
@@ -327,6 +328,7 @@ void http_batch_post(tp_http_t *h, struct evhttp_request *req, const char *name)
         return;
     }
     b->h = h;
+    b->format = format;
     b->w->batch = b;
     b->data = body;
     b->len = len;

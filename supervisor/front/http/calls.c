@@ -9,7 +9,6 @@
 #include "http_internal.h"
 
 #include <errno.h>
-#include <event2/keyvalq_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "json.h"
 #include "log.h"
 #include "inflight.h"
+#include "resultline.h"
 #include "results.h"
 #include "taxonomy.h"
 
@@ -221,6 +221,13 @@ static void entry_answer_cb(void *ctx, const tp_answer_t *a)
             char msg[600];
             snprintf(msg, sizeof msg, "call \"%.500s\" ended before it could be cancelled", e->id);
             http_wait_error(w, 409, "Conflict", msg);
+        } else if (status == 200 && w->format != TP_FORMAT_TOOLPOOL) {
+            tp_buf_t as = {0};
+            if (tp_format_write(&as, w->format, a) == 0)
+                http_wait_reply(w, 200, "application/json", as.data, as.len);
+            else
+                http_wait_error(w, 500, "InternalError", "out of memory");
+            tp_buf_free(&as);
         } else {
             http_wait_reply(w, status, "application/json", body.data, body.len);
         }
@@ -265,16 +272,8 @@ void http_entry_submit(tp_http_t *h, tp_http_entry_t *e, tp_request_t *rq)
 /* A query parameter is off when it says 0 or false. */
 static bool query_off(struct evhttp_request *req, const char *name)
 {
-    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
-    if (q == NULL)
-        return false;
-    struct evkeyvalq params = {0};
-    if (evhttp_parse_query_str(q, &params) != 0)
-        return false;
-    const char *v = evhttp_find_header(&params, name);
-    bool off = v && (strcmp(v, "0") == 0 || strcmp(v, "false") == 0);
-    evhttp_clear_headers(&params);
-    return off;
+    char v[16];
+    return http_query_get(req, name, v, sizeof v) && (strcmp(v, "0") == 0 || strcmp(v, "false") == 0);
 }
 
 static void reply_accepted(tp_http_t *h, struct evhttp_request *req, const char *id)
@@ -302,7 +301,8 @@ void http_calls_post(tp_http_t *h, struct evhttp_request *req, const char *name)
     bool wait = !query_off(req, "wait");
     size_t len;
     const char *body;
-    if (http_body_of(h, req, &body, &len) < 0)
+    tp_format_t format;
+    if (http_query_format(h, req, &format) < 0 || http_body_of(h, req, &body, &len) < 0)
         return;
     tp_request_t rq;
     tp_request_bad_t bad;
@@ -367,6 +367,7 @@ void http_calls_post(tp_http_t *h, struct evhttp_request *req, const char *name)
         http_reply_error(h, req, 500, "InternalError", "out of memory; the call runs on: GET /v1/calls/%.300s", e->id);
         return;
     }
+    w->format = format;
     w->next = e->waits;
     e->waits = w;
 }
@@ -393,17 +394,42 @@ static int result_get_op(void *ctx, tp_store_t *s, MDB_txn *txn)
 }
 
 /*
+ * A kept answer (its result line) rendered in another format: the line
+ * read back into its record.
+ */
+static void reply_kept_as(tp_http_t *h, struct evhttp_request *req, const tp_http_entry_t *e, tp_format_t format)
+{
+    Toolpool__Result *r = NULL;
+    tp_buf_t b = {0};
+    if (tp_result_read_line((const uint8_t *)e->body, e->body_len, &r, NULL) == 0 &&
+        tp_format_write_result(&b, format, r) == 0)
+        http_reply(h, req, e->status, "application/json", b.data, b.len);
+    else
+        http_reply_error(h, req, 500, "InternalError", "cannot render the call's answer as asked");
+    if (r)
+        toolpool__result__free_unpacked(r, NULL);
+    tp_buf_free(&b);
+}
+
+/*
  * GET /v1/calls/ID: the answer (200 and the result line), 202 while it
  * runs (here, or in another supervisor on the store), 404 unknown.
  */
 void http_calls_get(tp_http_t *h, struct evhttp_request *req, const char *id)
 {
+    tp_format_t format;
+    if (http_query_format(h, req, &format) < 0)
+        return;
     tp_http_entry_t *e = http_table_get(h, id);
     if (e && e->live) {
         tp_buf_t b = {0};
         running_body(&b, id, 0);
         http_reply(h, req, 202, "application/json", b.data, b.len);
         tp_buf_free(&b);
+        return;
+    }
+    if (e && format != TP_FORMAT_TOOLPOOL) {
+        reply_kept_as(h, req, e, format);
         return;
     }
     if (e) {
@@ -433,7 +459,7 @@ void http_calls_get(tp_http_t *h, struct evhttp_request *req, const char *id)
         return;
     }
     tp_buf_t b = {0};
-    int ok = tp_result_line(&b, sr);
+    int ok = format == TP_FORMAT_TOOLPOOL ? tp_result_line(&b, sr) : tp_format_write_result(&b, format, sr->result);
     tp_result_free(sr);
     if (ok < 0) {
         tp_buf_free(&b);
@@ -450,6 +476,9 @@ void http_calls_get(tp_http_t *h, struct evhttp_request *req, const char *id)
  */
 void http_calls_delete(tp_http_t *h, struct evhttp_request *req, const char *id)
 {
+    tp_format_t format;
+    if (http_query_format(h, req, &format) < 0)
+        return;
     tp_http_entry_t *e = http_table_get(h, id);
     if (e && e->live) {
         tp_http_wait_t *w = http_wait_new(h, req, TP_WAIT_CANCEL);
@@ -457,6 +486,7 @@ void http_calls_delete(tp_http_t *h, struct evhttp_request *req, const char *id)
             http_reply_error(h, req, 500, "InternalError", "out of memory");
             return;
         }
+        w->format = format;
         w->next = e->waits;
         e->waits = w;
         if (e->call) {

@@ -142,6 +142,37 @@ int http_json_body(tp_buf_t *b, json_t *v)
     return rc;
 }
 
+/* The query parameter name, copied to buf (cap bytes); NULL when the query has none. */
+const char *http_query_get(struct evhttp_request *req, const char *name, char *buf, size_t cap)
+{
+    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    if (q == NULL)
+        return NULL;
+    struct evkeyvalq params = {0};
+    if (evhttp_parse_query_str(q, &params) != 0)
+        return NULL;
+    const char *v = evhttp_find_header(&params, name);
+    if (v)
+        snprintf(buf, cap, "%s", v);
+    evhttp_clear_headers(&params);
+    return v ? buf : NULL;
+}
+
+/*
+ * ?format= of a request that answers calls (agent.h): *out, toolpool when
+ * absent. -1 for a format it does not know, answered 400 here.
+ */
+int http_query_format(tp_http_t *h, struct evhttp_request *req, tp_format_t *out)
+{
+    char buf[64];
+    const char *f = http_query_get(req, "format", buf, sizeof buf);
+    *out = TP_FORMAT_TOOLPOOL;
+    if (f == NULL || tp_format_from_name(f, out) == 0)
+        return 0;
+    http_reply_error(h, req, 400, "InvalidRequest", "format \"%.100s\": expected " TP_FORMAT_NAMES, f);
+    return -1;
+}
+
 /*
  * The request's body, made contiguous: *p (NULL when empty) and *len. -1
  * when it cannot be (out of memory), answered 500 here.

@@ -46,6 +46,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "agent.h"
 #include "buf.h"
 #include "digest.h"
 #include "engine.h"
@@ -80,6 +81,7 @@ struct tp_http_wait {
     int status;                    /* TP_WAIT_STORE: the reply */
     const char *ctype;
     tp_buf_t body;
+    tp_format_t format;     /* TP_WAIT_CALL, TP_WAIT_CANCEL: the form its answer is rendered in (?format=) */
     tp_http_batch_t *batch; /* TP_WAIT_BATCH */
     /* TP_WAIT_MCP (on h->mcp_waits by sprev/snext) */
     tp_http_mcp_t *mcp;
@@ -144,6 +146,7 @@ struct tp_http_batch {
     const char *data;             /* the body, valid while w->req is */
     size_t len, off;
     long line_no;
+    tp_format_t format;     /* its result lines' form (?format=) */
     size_t pending;         /* lines handed over, not yet answered */
     struct evbuffer *out;   /* result lines not yet sent */
     bool stalled;           /* held back: its client reads slower than results come */
@@ -216,6 +219,8 @@ void http_error_body(tp_buf_t *b, const char *error, const char *message);
 void http_reply_error(tp_http_t *h, struct evhttp_request *req, int status, const char *error, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 int http_json_body(tp_buf_t *b, json_t *v);
+const char *http_query_get(struct evhttp_request *req, const char *name, char *buf, size_t cap);
+int http_query_format(tp_http_t *h, struct evhttp_request *req, tp_format_t *out);
 int http_body_of(tp_http_t *h, struct evhttp_request *req, const char **p, size_t *len);
 
 /* front_http.c: connections */

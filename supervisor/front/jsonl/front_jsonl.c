@@ -64,7 +64,7 @@ typedef struct tp_jsonl {
 static void input_failed(tp_jsonl_t *f);
 static void out_stop(tp_jsonl_t *f);
 
-/* One call's answer: its line, rendered, goes out with the rest of its commit's. */
+/* One call's answer: its line, rendered in the run's format, goes out with the rest of its commit's. */
 static void answer_cb(void *ctx, const tp_answer_t *a)
 {
     tp_jsonl_t *f = ctx;
@@ -72,7 +72,7 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
         f->report->not_started++;
         return;
     }
-    if (tp_answer_write(&f->out, a) < 0) {
+    if (tp_format_write(&f->out, f->o->format, a) < 0) {
         tp_log_error("out of memory writing results; stopping");
         out_stop(f);
         return;
@@ -153,7 +153,14 @@ static void take_line(tp_jsonl_t *f, const char *line, size_t len)
     char where[32];
     tp_request_t rq;
     tp_request_bad_t bad;
-    switch (tp_request_parse_line(&f->parser, line, len, line_where(where, user_line(f, f->line_no)), 0, &rq, &bad)) {
+    tp_request_kind_t kind = tp_request_parse_line(&f->parser, line, len, line_where(where, user_line(f, f->line_no)),
+                                                   0, &rq, &bad);
+    /* Another shard's line: skipped here, before the engine (and so the store) sees it. */
+    if (f->o->shard && kind != TP_REQUEST_BLANK && !tp_shard_takes(f->o->shard, kind, &rq, &bad)) {
+        f->report->other_shard++;
+        return;
+    }
+    switch (kind) {
     case TP_REQUEST_BLANK:
         return; /* blank lines are not calls */
     case TP_REQUEST_BAD:
@@ -200,6 +207,11 @@ static void feed_cb(void *ctx)
             continue;
         case TP_LINES_LONG: {
             char msg[128], where[32];
+            if (f->o->shard && f->o->shard->index != 0) { /* no id: shard 0's (shard.h) */
+                f->report->other_shard++;
+                f->in_read += len;
+                break;
+            }
             tp_request_too_long(msg, sizeof msg, line_where(where, user_line(f, f->line_no + 1)),
                                 f->o->engine.max_frame);
             tp_engine_reject(f->e, NULL, NULL, 0, NULL, msg, answer_cb, f);

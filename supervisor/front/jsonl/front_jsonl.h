@@ -13,10 +13,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "agent.h"
 #include "commit.h"
 #include "engine.h"
 #include "pool.h"
 #include "registry.h"
+#include "shard.h"
 #include "store.h"
 #include "summary.h"
 
@@ -33,10 +35,12 @@ typedef struct {
     int input_fd;
     const char *input_name; /* for messages */
     int output_fd;
-    int progress;         /* on stderr: TP_PROGRESS_* */
-    size_t window;        /* calls held at once; 0 = automatic */
+    tp_format_t format; /* how each answer is written (--output-format): toolpool's result line, or a model's message */
+    int progress;       /* on stderr: TP_PROGRESS_* */
+    size_t window;      /* calls held at once; 0 = automatic */
     const long *line_map; /* --ordered: the input's line i+1 is line line_map[i] of the user's file */
     size_t n_line_map;
+    const tp_shard_t *shard; /* --shard: only this shard's lines are taken (shard.h); NULL: all */
 } tp_batch_opts_t;
 
 typedef struct {
@@ -46,6 +50,7 @@ typedef struct {
     uint64_t resumed;     /* recorded results served from the store */
     uint64_t rerun;       /* recorded failures (and refusals) done again */
     uint64_t late;        /* steps that came after a later step of their job had started */
+    uint64_t other_shard; /* lines left to the other shards (--shard), before anything was written */
     bool interrupted;
     double elapsed_s;
 } tp_batch_report_t;

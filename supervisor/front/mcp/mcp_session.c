@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent.h"
 #include "buf.h"
 #include "checkpoint.h"
 #include "clock.h"
@@ -489,30 +490,6 @@ static uint64_t job_next_step(tp_mcp_session_t *s, const char *name)
 
 /* ---- answers ---- */
 
-/* The seed's tool message: {"error","message","retryable","attempts"}, then what toolpool adds. */
-static void w_tool_message(tp_msg_t *w, const char *kind, const char *klass, const char *message, bool retryable,
-                           uint64_t attempts, const char *served_by, bool escalated, const char *escalation)
-{
-    w_puts(w, "{\"error\":");
-    w_cstr(w, kind);
-    w_puts(w, ",\"message\":");
-    w_cstr(w, message ? message : "");
-    w_puts(w, retryable ? ",\"retryable\":true,\"attempts\":" : ",\"retryable\":false,\"attempts\":");
-    w_u64(w, attempts);
-    w_puts(w, ",\"class\":");
-    w_cstr(w, klass && klass[0] ? klass : tp_class_name(tp_kind_class(tp_kind_from_name(kind))));
-    if (served_by && served_by[0]) {
-        w_puts(w, ",\"served_by\":");
-        w_cstr(w, served_by);
-    }
-    w_puts(w, escalated ? ",\"escalated\":true" : ",\"escalated\":false");
-    if (escalation && escalation[0]) {
-        w_puts(w, ",\"escalation\":");
-        w_cstr(w, escalation);
-    }
-    w_puts(w, "}");
-}
-
 /* "io.modelcontextprotocol/serverInfo":{...}: who answers, in a 2026-07-28 result's _meta. */
 static void w_server_info(tp_msg_t *w, const tp_mcp_session_t *s)
 {
@@ -639,9 +616,7 @@ static void w_failure(tp_msg_t *w, const tp_mcp_req_t *r, const char *kind, cons
                       bool degraded, bool stale)
 {
     tp_buf_t tm = {0};
-    tp_msg_t tw = {.b = &tm};
-    w_tool_message(&tw, kind, klass, message, retryable, attempts, served_by, escalated, escalation);
-    if (tw.err) {
+    if (tp_tool_message_write(&tm, kind, klass, message, retryable, attempts, served_by, escalated, escalation) < 0) {
         w->err = -1;
         tp_buf_free(&tm);
         return;
@@ -1862,10 +1837,10 @@ static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *par
         snprintf(msg, sizeof msg, "unknown tool \"%.200s\"%s%s%s", name, near[0] ? " (closest: " : "", near,
                  near[0] ? ")" : "");
         tp_buf_t data = {0};
-        tp_msg_t dw = {.b = &data};
-        w_tool_message(&dw, tp_kind_name(TP_KIND_UNKNOWN_TOOL), NULL, msg, false, 0, NULL, false, NULL);
-        w_raw(&dw, "", 1);
-        reply_error(s, id, TP_RPC_INVALID_PARAMS, dw.err ? NULL : (const char *)data.data, "Unknown tool: %.200s%s%s%s",
+        bool whole = tp_tool_message_write(&data, tp_kind_name(TP_KIND_UNKNOWN_TOOL), NULL, msg, false, 0, NULL, false,
+                                           NULL) == 0 &&
+                     tp_buf_append(&data, "", 1) == 0;
+        reply_error(s, id, TP_RPC_INVALID_PARAMS, whole ? (const char *)data.data : NULL, "Unknown tool: %.200s%s%s%s",
                     name, near[0] ? " (closest: " : "", near, near[0] ? ")" : "");
         tp_buf_free(&data);
         return;
