@@ -61,7 +61,7 @@ class TasksTest(unittest.TestCase):
     def tearDown(self):
         for s in self.sessions:
             if s.proc.poll() is None:
-                s.close()
+                self.assertEqual(s.close(), 0, s.stderr())  # under the sanitizers: no leak either
             s.err.close()
             s.reader.join(10)
             for f in (s.proc.stdin, s.proc.stdout):
@@ -73,7 +73,8 @@ class TasksTest(unittest.TestCase):
             self.assertNotIn("Sanitizer", text)
             self.assertNotIn("runtime error:", text)
         for srv in self.servers:
-            srv.stop()
+            if srv.proc.poll() is None:
+                self.assertEqual(srv.stop(), 0, srv.stderr())
             self.assertNotIn("Sanitizer", srv.stderr())
         self._tmp.cleanup()
 
