@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -202,6 +203,18 @@ class TasksTest(unittest.TestCase):
         self.assertEqual(g["result"]["status"], "cancelled", g)
         self.assertEqual(s.request("tasks/cancel", {"taskId": tid})["error"]["code"], -32602)
 
+    def test_a_waiting_result_cancelled(self):
+        s = self.session()
+        tid = s.request("tools/call", {"name": "work", "arguments": {"s": 1}, "task": {}})["result"]["task"]["taskId"]
+        s.send({"jsonrpc": "2.0", "id": 77, "method": "tasks/result", "params": {"taskId": tid}})
+        s.notify("notifications/cancelled", {"requestId": 77, "reason": "no longer wanted"})
+        # the wait ends unanswered; the task runs on to its end
+        res = s.request("tasks/result", {"taskId": tid})
+        self.assertEqual(res["result"]["structuredContent"]["slept"], 1, res)
+        late = s.quiet_for(0.3)
+        self.assertFalse([m for m in late if m.get("id") == 77], late)
+        self.assertEqual(s.request("tasks/get", {"taskId": tid})["result"]["status"], "completed")
+
     def test_ttl_expiry(self):
         s = self.session()
         tid = s.request("tools/call", {"name": "echo", "arguments": {}, "task": {"ttl": 1}})["result"]["task"]
@@ -335,7 +348,7 @@ class TasksTest(unittest.TestCase):
             body = [ln[6:] for ln in body.decode().splitlines() if ln.startswith("data: ")][-1]
         return st, hd, json.loads(body) if body else None
 
-    def legacy_http(self, srv):
+    def legacy_http(self, srv, with_id=False):
         st, hd, r = self.post(srv, {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                                     "params": {"protocolVersion": "2025-11-25", "capabilities": {}}}, {})
         self.assertEqual(st, 200, r)
@@ -346,7 +359,7 @@ class TasksTest(unittest.TestCase):
         def rpc(method, params=None):
             msg = {"jsonrpc": "2.0", "id": next(ids), "method": method, "params": params or {}}
             return self.post(srv, msg, {"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"})[2]
-        return rpc
+        return (rpc, sid) if with_id else rpc
 
     def modern_http(self, srv, method, params, name=None):
         msg = {"jsonrpc": "2.0", "id": 7, "method": method, "params": dict(params, _meta=modern_meta())}
@@ -354,6 +367,29 @@ class TasksTest(unittest.TestCase):
         if name is not None:
             h["Mcp-Name"] = name
         return self.post(srv, msg, h)
+
+    def test_serve_session_ends_while_a_result_waits(self):
+        srv = self.serve()
+        rpc, sid = self.legacy_http(srv, with_id=True)
+        tid = rpc("tools/call", {"name": "work", "arguments": {"s": 1.5}, "task": {}})["result"]["task"]["taskId"]
+        waited = {}
+
+        def wait():
+            waited["got"] = srv.request("POST", "/mcp", json.dumps(
+                {"jsonrpc": "2.0", "id": 99, "method": "tasks/result", "params": {"taskId": tid}}).encode(),
+                headers={"Content-Type": "application/json", "Accept": "application/json",
+                         "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}, timeout=60)
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.3)
+        st, _, _ = srv.request("DELETE", "/mcp", headers={"Mcp-Session-Id": sid})
+        self.assertEqual(st, 204)
+        t.join(30)
+        self.assertFalse(t.is_alive())
+        self.assertNotEqual(waited["got"][0], 200, waited)  # the wait ended unanswered
+        rpc = self.legacy_http(srv)  # the task is the service's: it ran on
+        res = rpc("tasks/result", {"taskId": tid})
+        self.assertEqual(res["result"]["structuredContent"]["slept"], 1.5, res)
 
     def test_serve_kill9_then_restart(self):
         srv = self.serve()
