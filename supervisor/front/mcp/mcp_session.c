@@ -1878,10 +1878,11 @@ static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *par
         return;
     }
     char call_id[TP_MCP_ID_MAX + 1];
-    int cn = jid ? snprintf(call_id, sizeof call_id, "%s", json_string_value(jid))
-                 : snprintf(call_id, sizeof call_id, "mcp-%s-%llu", s->session, (unsigned long long)++s->seq);
+    if (jid)
+        snprintf(call_id, sizeof call_id, "%s", json_string_value(jid));
+    else
+        snprintf(call_id, sizeof call_id, "mcp-%s-%llu", s->session, (unsigned long long)++s->seq);
     /* A 2026-07-28 request is a conversation of its own: no session to be a job; it is its own, unless named. */
-    (void)cn;
     const char *job = jjob ? json_string_value(jjob) : m->modern ? call_id : s->session_job;
     tp_mcp_req_t *r = req_new(s, id_text, call_id, job);
     tp_buf_t ab = {0};
