@@ -324,7 +324,7 @@ static void test_damaged_records(void)
     f0 = CU_get_number_of_failures();
     const char *check[] = {"store", "check", "--store", store, NULL};
     EXPECT_INT(run_tp(&r, dir, "check", check, false, 10000), 0);
-    EXPECT_HAS(r.out, "all sound (meta 3, results 8, jobs 1, steps 6, inflight 0, breakers 1, escalations 1)");
+    EXPECT_HAS(r.out, "all sound (meta 3, results 8, jobs 1, steps 6, inflight 0, breakers 1, escalations 1, tasks 0)");
     run_dump_if_failed(&r, f0);
     run_free(&r);
 

@@ -156,6 +156,24 @@ test('the gateway: the 4th identical failing call is CircuitOpen and escalated',
   assert.ok(out.includes('deny'), out);
 });
 
+test("tasks: the SDK's task stream creates one, polls it and fetches its result", async () => {
+  assert.deepEqual(client.getServerCapabilities().tasks, { list: {}, cancel: {}, requests: { tools: { call: {} } } });
+  const seen = [];
+  const stream = client.experimental.tasks.callToolStream({ name: 'echo', arguments: { t: 1 } }, undefined,
+    { task: { ttl: 60000 } });
+  for await (const m of stream) seen.push(m);
+  assert.equal(seen[0].type, 'taskCreated', JSON.stringify(seen));
+  assert.equal(seen.at(-1).type, 'result', JSON.stringify(seen));
+  assert.deepEqual(seen.at(-1).result.structuredContent, { t: 1 });
+  const { taskId } = seen[0].task;
+  assert.equal(seen.at(-1).result._meta['io.modelcontextprotocol/related-task'].taskId, taskId);
+  const task = await client.experimental.tasks.getTask(taskId);
+  assert.deepEqual([task.status, task.ttl], ['completed', 60000]);
+  const { tasks } = await client.experimental.tasks.listTasks();
+  assert.ok(tasks.some((t) => t.taskId === taskId), JSON.stringify(tasks));
+  await assert.rejects(client.experimental.tasks.cancelTask(taskId), (e) => e.code === ErrorCode.InvalidParams);
+});
+
 test('close: stdin ends, toolpool mcp drains and exits 0', async () => {
   await client.close();
   const { code, sig } = await exited;

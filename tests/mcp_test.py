@@ -258,7 +258,10 @@ class McpTest(unittest.TestCase):
             self.assertEqual(r["id"], 1)
             res = r["result"]
             self.assertEqual(res["protocolVersion"], given, asked)
-            self.assertEqual(res["capabilities"], {"tools": {"listChanged": False}, "logging": {}})
+            caps = {"tools": {"listChanged": False}, "logging": {}}
+            if given == "2025-11-25":  # the revision with tasks (mcp_tasks_test)
+                caps["tasks"] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+            self.assertEqual(res["capabilities"], caps)
             self.assertEqual(res["serverInfo"]["name"], "toolpool")
             self.assertRegex(res["serverInfo"]["version"], r"^\d+\.\d+\.\d+$")
             self.assertIn("retryable", res["instructions"])
@@ -375,7 +378,8 @@ class McpTest(unittest.TestCase):
         self.assertNotIn("nextCursor", r["result"])
         self.assertEqual(list(tools), [t["name"] for t in self.registry["tools"]])
         self.assertEqual(tools["echo"], {"name": "echo", "description": "Returns its args.",
-                                         "inputSchema": {"$schema": DRAFT7, "type": "object"}})
+                                         "inputSchema": {"$schema": DRAFT7, "type": "object"},
+                                         "execution": {"taskSupport": "optional"}})
         # No description: none listed. The parameters are the inputSchema, their dialect named.
         self.assertNotIn("description", tools["noop"])
         self.assertEqual(tools["strict"]["inputSchema"],

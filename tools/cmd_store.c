@@ -41,7 +41,7 @@ static const char store_usage[] =
 static const char check_usage[] =
     "usage: toolpool store check [--store DIR]\n"
     "Reads every record of the store (meta, results, jobs, steps, inflight,\n"
-    "breakers, escalations), unpacks it and checks its fields, and reports each bad one:\n"
+    "breakers, escalations, tasks), unpacks it and checks its fields, and reports each bad one:\n"
     "its database, its key and what is wrong. Runs beside a running toolpool.\n"
     "exit status: 0 every record sound, 1 some record bad, 2 the store cannot\n"
     "be opened\n";
@@ -60,8 +60,8 @@ static const char info_usage[] =
 /* clang-format on */
 
 /* The databases in the order check reads them, which is the order it reports them. */
-static const tp_db_t check_order[] = {TP_DB_META,     TP_DB_RESULTS,  TP_DB_JOBS,       TP_DB_STEPS,
-                                      TP_DB_INFLIGHT, TP_DB_BREAKERS, TP_DB_ESCALATIONS};
+static const tp_db_t check_order[] = {TP_DB_META,     TP_DB_RESULTS,  TP_DB_JOBS,        TP_DB_STEPS,
+                                      TP_DB_INFLIGHT, TP_DB_BREAKERS, TP_DB_ESCALATIONS, TP_DB_TASKS};
 
 typedef struct {
     const char *dir;
@@ -115,7 +115,7 @@ static void check_one(check_t *c, tp_db_t db, const MDB_val *k, const MDB_val *v
 static int check_db(check_t *c, tp_store_t *s, MDB_txn *txn, tp_db_t db)
 {
     if (!tp_store_has(s, db))
-        return 0; /* a store of format 2 */
+        return 0; /* a store of format 2, or one without tasks */
     MDB_cursor *cur;
     int rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, db), &cur));
     if (rc) {
@@ -244,6 +244,7 @@ static void print_info(const char *dir, const tp_store_info_t *in)
     snprintf(more, sizeof more, "%llu started, %llu claims", (unsigned long long)in->inflight.n,
              (unsigned long long)in->claims.n);
     printf("  %-12s %10s  %9s   %s\n", "", "", "", more);
+    count_line(stdout, "MCP tasks", &in->tasks, "");
     printf("  %-12s %10llu  %9s   %llu alive\n", "owners", (unsigned long long)in->owners.n, "",
            (unsigned long long)in->owners_live.n);
     if (in->results.n) {
@@ -282,7 +283,7 @@ static json_t *info_json(const char *dir, const tp_store_info_t *in)
                                          (json_int_t)in->undated, "bad", (json_int_t)in->bad));
     return json_pack(
         "{s:s,s:i,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:o?,s:o?,s:o?,s:{s:I,s:I,s:I},s:{s:I,s:I,s:I,s:I},s:{s:I,s:I,s:I,"
-        "s:I,s:I},s:{s:I,s:I},s:o?}",
+        "s:I,s:I},s:{s:I,s:I},s:o?,s:o?}",
         "store", dir, "format", (int)in->format, "created_ms", (json_int_t)(in->created_us / 1000), "file_bytes",
         (json_int_t)sp->file, "map_bytes", (json_int_t)sp->map, "map_used_bytes", (json_int_t)sp->used, "page_bytes",
         (json_int_t)sp->page, "free_pages", (json_int_t)sp->free_pages, "free_bytes",
@@ -293,7 +294,7 @@ static json_t *info_json(const char *dir, const tp_store_info_t *in)
         "call", (json_int_t)in->call_breakers.n, "inflight", "count", (json_int_t)(in->inflight.n + in->claims.n),
         "bytes", (json_int_t)(in->inflight.bytes + in->claims.bytes), "started", (json_int_t)in->inflight.n, "claims",
         (json_int_t)in->claims.n, "live", (json_int_t)in->inflight_live.n, "owners", "count", (json_int_t)in->owners.n,
-        "live", (json_int_t)in->owners_live.n, "databases", dbs);
+        "live", (json_int_t)in->owners_live.n, "tasks", count_json(&in->tasks), "databases", dbs);
 }
 
 static int store_info(int argc, char **argv)

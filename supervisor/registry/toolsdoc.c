@@ -148,6 +148,12 @@ static int put_decl(json_t *tool, const tp_tool_t *t, bool head)
     return 0;
 }
 
+bool tp_toolsdoc_tasks_forbidden(const tp_tool_t *t)
+{
+    const char *v = json_string_value(json_object_get(json_object_get(t->mcp_decl, "execution"), "taskSupport"));
+    return v != NULL && strcmp(v, "forbidden") == 0;
+}
+
 json_t *tp_toolsdoc_mcp_tool(const tp_tool_t *t, tp_toolsdoc_as_t as)
 {
     bool served = as == TP_TOOLSDOC_SERVED;
@@ -160,7 +166,10 @@ json_t *tp_toolsdoc_mcp_tool(const tp_tool_t *t, tp_toolsdoc_as_t as)
         json_decref(schema);
         return NULL;
     }
-    if (json_object_set_new(tool, "inputSchema", schema) != 0 || put_decl(tool, t, false) < 0) {
+    if (json_object_set_new(tool, "inputSchema", schema) != 0 || put_decl(tool, t, false) < 0 ||
+        (served && json_object_set_new(tool, "execution",
+                                       json_pack("{s:s}", "taskSupport",
+                                                 tp_toolsdoc_tasks_forbidden(t) ? "forbidden" : "optional")) != 0)) {
         json_decref(tool); /* the set took schema, failing too */
         return NULL;
     }

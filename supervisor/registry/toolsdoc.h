@@ -32,7 +32,8 @@ json_t *tp_toolsdoc_render(const tp_registry_t *reg, tp_toolsdoc_format_t f);
  *             are (GET /v1/tools?format=mcp, `tools export --format mcp`)
  *   SERVED    as an MCP host reads it from `toolpool mcp` and /mcp: the
  *             description only when there is one, and an inputSchema with
- *             "type": "object" at its root and its dialect named
+ *             "type": "object" at its root and its dialect named, and
+ *             "execution": {"taskSupport": ...} (tp_toolsdoc_tasks_forbidden)
  * Both carry an MCP tool's own title, outputSchema, annotations, icons and
  * _meta as its declaration gave them. A new reference, or NULL on ENOMEM.
  */
@@ -41,6 +42,12 @@ typedef enum {
     TP_TOOLSDOC_SERVED,
 } tp_toolsdoc_as_t;
 json_t *tp_toolsdoc_mcp_tool(const tp_tool_t *t, tp_toolsdoc_as_t as);
+/*
+ * Whether t may not run as an MCP task: its MCP declaration says
+ * "execution": {"taskSupport": "forbidden"}. Every other tool may, or may
+ * not ("optional"): toolpool runs any call either way.
+ */
+bool tp_toolsdoc_tasks_forbidden(const tp_tool_t *t);
 
 /*
  * Where the tool's "idempotent" came from, for people: "MCP annotations

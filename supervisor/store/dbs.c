@@ -3,7 +3,7 @@
 static const char *const db_names[TP_DB__COUNT] = {
     [TP_DB_META] = "meta",       [TP_DB_BREAKERS] = "breakers", [TP_DB_ESCALATIONS] = "escalations",
     [TP_DB_RESULTS] = "results", [TP_DB_JOBS] = "jobs",         [TP_DB_INFLIGHT] = "inflight",
-    [TP_DB_STEPS] = "steps",
+    [TP_DB_STEPS] = "steps",     [TP_DB_TASKS] = "tasks",
 };
 
 const char *tp_store_db_name(tp_db_t db)

@@ -21,6 +21,7 @@ typedef enum {
     TP_DB_JOBS,
     TP_DB_INFLIGHT,
     TP_DB_STEPS,
+    TP_DB_TASKS, /* MCP tasks (tasks.h); created on a store's first writable open, absent from older stores */
     TP_DB__COUNT,
 } tp_db_t;
 

@@ -22,6 +22,7 @@ struct tp_store {
     MDB_env *env;
     MDB_dbi dbi[TP_DB__COUNT];
     bool no_steps; /* a store of format 2, read-only: no steps database */
+    bool no_tasks; /* a store no toolpool with MCP tasks has written, read-only: no tasks database */
     unsigned flags;
     size_t mapsize;
     size_t limit;                 /* the map never grows past this: $TOOLPOOL_STORE_LIMIT, else 1 TiB */
@@ -63,7 +64,7 @@ MDB_dbi tp_store_dbi(const tp_store_t *s, tp_db_t db)
 
 bool tp_store_has(const tp_store_t *s, tp_db_t db)
 {
-    return !(db == TP_DB_STEPS && s->no_steps);
+    return !(db == TP_DB_STEPS && s->no_steps) && !(db == TP_DB_TASKS && s->no_tasks);
 }
 
 bool tp_store_rdonly(const tp_store_t *s)
@@ -79,7 +80,9 @@ const char *tp_store_bad(const tp_store_t *s)
 /*
  * Opens every named database in one transaction, runs the format's check
  * in it, and commits. Opened read-only, a store without a steps database
- * is marked so (format 2: the check decides whether that is its format).
+ * is marked so (format 2: the check decides whether that is its format),
+ * and so is one without a tasks database (no toolpool that keeps MCP
+ * tasks has written to it: it has none, whatever its format).
  */
 static int open_dbs(tp_store_t *s, tp_store_check_fn check, char *err, size_t errlen)
 {
@@ -94,6 +97,10 @@ static int open_dbs(tp_store_t *s, tp_store_check_fn check, char *err, size_t er
         rc = tp_mdb(mdb_dbi_open(txn, tp_store_db_name(i), rdonly ? 0 : MDB_CREATE, &s->dbi[i]));
         if (rc == MDB_NOTFOUND && rdonly && i == TP_DB_STEPS) {
             s->no_steps = true; /* format 2: the check decides */
+            rc = 0;
+        }
+        if (rc == MDB_NOTFOUND && rdonly && i == TP_DB_TASKS) {
+            s->no_tasks = true; /* the database came later than the format: an empty one reads the same */
             rc = 0;
         }
         if (rc) {

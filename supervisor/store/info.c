@@ -94,6 +94,9 @@ static void count_one(tp_store_info_t *in, const tp_owner_id_t *me, tp_db_t db, 
         toolpool__in_flight__free_unpacked(f, NULL);
         return;
     }
+    case TP_DB_TASKS:
+        add(&in->tasks, k, v);
+        return;
     case TP_DB_META:
         add(&in->meta, k, v);
         if (k->mv_size == 6 && memcmp(k->mv_data, "owners", 6) == 0) {

@@ -31,7 +31,7 @@ typedef struct {
     uint64_t created_us;
     tp_store_space_t space;
     tp_info_count_t results, checkpoints, steps, escalations, escalations_open, breakers, call_breakers, tool_breakers,
-        inflight, claims, inflight_live, owners, owners_live, meta;
+        inflight, claims, inflight_live, owners, owners_live, meta, tasks;
     tp_info_outcome_t outcomes[TP_INFO_OUTCOMES]; /* in the order first met; the rest counted as "other" */
     size_t n_outcomes;
     uint64_t undated;              /* results of a store older than their record time */

@@ -26,6 +26,8 @@ const ProtobufCMessageDescriptor *tp_record_type(tp_db_t db, const void *key, si
         return &toolpool__in_flight__descriptor;
     case TP_DB_ESCALATIONS:
         return &toolpool__escalation__descriptor;
+    case TP_DB_TASKS:
+        return &toolpool__mcp_task__descriptor;
     case TP_DB_BREAKERS:
         if (klen > 0 && k[0] == 'c')
             return &toolpool__call_breaker__descriptor;
@@ -199,6 +201,17 @@ static int check_escalation(const void *key, size_t klen, const Toolpool__Escala
     return 0;
 }
 
+static int check_task(const void *key, size_t klen, const Toolpool__McpTask *t, char *why, size_t cap)
+{
+    if (!same(t->task_id, key, klen))
+        return bad(why, cap, "its task id is not its key");
+    if (t->tool[0] == 0 || t->job[0] == 0)
+        return bad(why, cap, "it names no tool, or no job");
+    if (!json_or_empty(t->args))
+        return bad(why, cap, "its args are not JSON");
+    return 0;
+}
+
 /* breakers/'c' TOOL \0 DIGEST */
 static int check_call_breaker(const void *key, size_t klen, const Toolpool__CallBreaker *cb, char *why, size_t cap)
 {
@@ -246,6 +259,8 @@ int tp_record_check(tp_db_t db, const void *key, size_t klen, const ProtobufCMes
         return check_inflight(key, klen, (const Toolpool__InFlight *)m, why, cap);
     if (d == &toolpool__escalation__descriptor)
         return check_escalation(key, klen, (const Toolpool__Escalation *)m, why, cap);
+    if (d == &toolpool__mcp_task__descriptor)
+        return check_task(key, klen, (const Toolpool__McpTask *)m, why, cap);
     if (d == &toolpool__call_breaker__descriptor)
         return check_call_breaker(key, klen, (const Toolpool__CallBreaker *)m, why, cap);
     if (d == &toolpool__tool_breaker__descriptor)

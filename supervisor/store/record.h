@@ -27,7 +27,7 @@
 
 /*
  * The message db holds under key: StoredResult (results), Checkpoint
- * (jobs), InFlight (inflight), Escalation (escalations), CallBreaker and
+ * (jobs), InFlight (inflight), Escalation (escalations), McpTask (tasks), CallBreaker and
  * ToolBreaker (breakers, by the key's first byte 'c' or 't'), StoreFormat
  * (meta/format), Owners (meta/owners), InputRecord (meta/input). NULL for meta/escalation_seq (a raw u64: see
  * tp_record_check_raw), for a meta key this version does not know, and for
@@ -49,6 +49,7 @@ const ProtobufCMessageDescriptor *tp_record_type(tp_db_t db, const void *key, si
  *                 finite number >= 0; an agent state, if any, that is JSON
  *   InFlight      its call id is the key; a 16-byte digest; a tool
  *   Escalation    its id is the key; a tool; args empty or JSON
+ *   McpTask       its task id is the key; a tool and a job; args empty or JSON
  *   CallBreaker   a key 'c' TOOL \0 DIGEST whose tool and digest are the
  *                 record's; args empty or JSON
  *   ToolBreaker   a key 't' TOOL whose tool is the record's; a known

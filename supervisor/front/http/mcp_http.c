@@ -377,8 +377,8 @@ static bool param_headers_ok(struct evkeyvalq *in, const json_t *schema, const j
 
 /*
  * A 2026-07-28 request's headers against its body m: Mcp-Method its
- * method, Mcp-Name its params.name (tools/call, prompts/get) or params.uri
- * (resources/read), MCP-Protocol-Version its _meta's revision, and a
+ * method, Mcp-Name its params.name (tools/call, prompts/get), params.uri
+ * (resources/read) or params.taskId (the tasks methods), MCP-Protocol-Version its _meta's revision, and a
  * tools/call's Mcp-Param-* headers. Writes why and returns false when one
  * is missing or says otherwise. A body the session will refuse anyway
  * (not a request, bad params) is let through to it.
@@ -399,8 +399,10 @@ static bool modern_headers_ok(tp_http_t *h, struct evkeyvalq *in, const char *ve
                  m->method);
         return false;
     }
+    /* the tasks extension routes tasks/get, tasks/update and tasks/cancel by their task's id */
     const char *field = strcmp(m->method, "tools/call") == 0 || strcmp(m->method, "prompts/get") == 0 ? "name"
                         : strcmp(m->method, "resources/read") == 0                                    ? "uri"
+                        : strncmp(m->method, "tasks/", 6) == 0                                        ? "taskId"
                                                                                                       : NULL;
     json_t *named = field ? json_object_get(m->params, field) : NULL;
     if (json_is_string(named)) {

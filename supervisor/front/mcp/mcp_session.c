@@ -33,7 +33,9 @@
 #include "log.h"
 #include "mcp_message.h"
 #include "registry.h"
+#include "results.h"
 #include "suggest.h"
+#include "tasks.h"
 #include "taxonomy.h"
 #include "toolsdoc.h"
 
@@ -63,10 +65,40 @@ static const char *const tp_mcp_levels[] = {"debug", "info",     "notice", "warn
 #define TP_MCP_KEEPALIVE_US (10 * 1000000ull)
 /* The longest _meta.id a client may give its call. */
 #define TP_MCP_ID_MAX 256
+/*
+ * Tasks: how long one is kept from its creation when the client asks for
+ * no ttl, the most it may ask for, how often it is told to poll, and how
+ * many tasks a tasks/list page holds.
+ */
+#define TP_MCP_TASK_TTL_MS (60 * 60 * 1000ull)
+#define TP_MCP_TASK_TTL_MAX_MS (24 * 60 * 60 * 1000ull)
+#define TP_MCP_TASK_POLL_MS 1000
+#define TP_MCP_TASKS_PAGE 50
+#define TP_MCP_TASK_BUCKETS 1024
+/* The tasks extension (2026-07-28), and the _meta key that ties a message to its task. */
+#define TP_MCP_TASKS_EXT "io.modelcontextprotocol/tasks"
+#define TP_META_RELATED_TASK "io.modelcontextprotocol/related-task"
+/* The 2025 revision that has tasks (2025-06-18 has none). */
+#define TP_MCP_TASKS_VERSION "2025-11-25"
+
+/* What a request in flight waits for. */
+typedef enum {
+    TP_MCP_REQ_CALL = 0, /* a tools/call: the engine's answer */
+    TP_MCP_REQ_DURABLE,  /* a response made already, sent once what it says is committed */
+    TP_MCP_REQ_WAIT,     /* tasks/result: its task's end */
+} tp_mcp_req_kind_t;
+
+struct tp_mcp_task;
 
 /* A tools/call handed to the engine, by its JSON-RPC id. */
 typedef struct tp_mcp_req {
     struct tp_mcp_req *hnext; /* the id table's chain */
+    tp_mcp_req_kind_t kind;
+    struct tp_mcp_task *task; /* WAIT: the task waited for */
+    struct tp_mcp_req *wnext; /* WAIT: the task's other waiters */
+    char *reply;              /* DURABLE: the response */
+    size_t reply_len;
+    const char *related;      /* a task's id: its result's _meta names it (io.modelcontextprotocol/related-task) */
     struct tp_mcp_req *pnext; /* the calls whose client asked for progress */
     struct tp_mcp_req *pprev;
     struct tp_mcp_session *s;
@@ -98,10 +130,36 @@ typedef struct tp_mcp_job {
 } tp_mcp_job_t;
 
 
+/*
+ * A task whose call the engine holds (or was handed and has not answered):
+ * its id is the call's. Tasks are the front's, not a session's: any
+ * session of the front may ask about any task, and a session that ends
+ * leaves its tasks running. A task the engine has answered is in the
+ * store alone (its record, and its call's result).
+ */
+typedef struct tp_mcp_task {
+    struct tp_mcp_task *next; /* the table's chain */
+    struct tp_mcp_tasks *tab;
+    tp_call_t *call;       /* the engine's handle, while it may be cancelled */
+    tp_mcp_req_t *waiters; /* tasks/result requests waiting for its end */
+    const tp_tool_t *tool; /* NULL: a tool the registry no longer has */
+    bool cancelled;        /* tasks/cancel: its status is cancelled from now on */
+    uint64_t hash;
+    uint64_t step, created_ms, updated_ms, ttl_ms;
+    char *job;
+    char id[];
+} tp_mcp_task_t;
+
+/* The live tasks of a front, by id. */
+typedef struct tp_mcp_tasks {
+    tp_mcp_task_t *bucket[TP_MCP_TASK_BUCKETS];
+} tp_mcp_tasks_t;
+
 struct tp_mcp_catalog {
     const tp_registry_t *reg;
-    tp_buf_t tools;  /* each tool's entry, one after another */
-    size_t *tool_at; /* n_tools + 1 offsets into tools */
+    tp_buf_t tools;        /* each tool's entry, one after another */
+    size_t *tool_at;       /* n_tools + 1 offsets into tools */
+    tp_mcp_tasks_t *tasks; /* shared by every session of the front, as the catalog is */
 };
 
 struct tp_mcp_session {
@@ -116,6 +174,7 @@ struct tp_mcp_session {
     tp_buf_t msg;         /* the message being written */
     void *tag;            /* the transport's tag of the message being taken */
     bool initialized;     /* initialize was answered */
+    bool tasks;           /* initialize chose 2025-11-25: the tasks methods, and task-augmented tools/call */
     bool stateless;       /* serves 2026-07-28 requests only (serve's /mcp without a session) */
     bool closed;          /* the transport is done with it: nothing is sent */
     int last_code;        /* the error code of the response the last take sent at once; 0: none */
@@ -249,6 +308,8 @@ static void reply_empty(tp_mcp_session_t *s, const char *id)
 }
 
 static void session_free(tp_mcp_session_t *s);
+static void session_id_new(char out[17]);
+static void task_free(tp_mcp_task_t *t);
 
 /* ---- requests in flight, by id ---- */
 
@@ -337,7 +398,31 @@ static void req_remove(tp_mcp_session_t *s, tp_mcp_req_t *r)
 static void req_free(tp_mcp_req_t *r)
 {
     json_decref(r->progress);
+    free(r->reply);
     free(r);
+}
+
+/*
+ * A request in flight, its text holding id (the request's, as JSON text),
+ * then call_id and job. Not in the table yet. NULL when out of memory.
+ */
+static tp_mcp_req_t *req_new(tp_mcp_session_t *s, const char *id, const char *call_id, const char *job)
+{
+    size_t id_len = strlen(id), cn = strlen(call_id), job_len = strlen(job);
+    tp_mcp_req_t *r = calloc(1, sizeof *r + id_len + 1 + cn + 1 + job_len + 1);
+    if (r == NULL)
+        return NULL;
+    r->s = s;
+    r->tag = s->tag;
+    r->id_len = id_len;
+    memcpy(r->text, id, id_len);
+    r->call_id = r->text + id_len + 1;
+    memcpy((char *)r->call_id, call_id, cn + 1);
+    r->job = r->call_id + cn + 1;
+    memcpy((char *)r->job, job, job_len + 1);
+    r->hash = hash_bytes(id, id_len);
+    r->log_level = -1;
+    return r;
 }
 
 /* ---- jobs and steps ---- */
@@ -448,6 +533,11 @@ static void w_meta(tp_msg_t *w, const tp_mcp_req_t *r, const char *served_by, bo
         w_puts(w, "null");
     w_puts(w, degraded ? ",\"degraded\":true" : ",\"degraded\":false");
     w_puts(w, stale ? ",\"stale\":true}" : ",\"stale\":false}");
+    if (r->related) {
+        w_puts(w, ",\"" TP_META_RELATED_TASK "\":{\"taskId\":");
+        w_cstr(w, r->related);
+        w_puts(w, "}");
+    }
     if (r->modern) {
         w_puts(w, ",");
         w_server_info(w, r->s);
@@ -571,6 +661,26 @@ static void log_to_client(tp_mcp_session_t *s, const tp_mcp_req_t *r, int level,
 }
 
 /*
+ * A call's record as its CallToolResult; res NULL: a call that never
+ * started (the engine was stopping).
+ */
+static void w_call_result(tp_mcp_session_t *s, tp_msg_t *w, const tp_mcp_req_t *r, const Toolpool__Result *res)
+{
+    if (res == NULL) {
+        w_failure(w, r, tp_kind_name(TP_KIND_CANCELLED), NULL,
+                  "toolpool is stopping: the call was not started (send it again once the server is back)", false, 0,
+                  NULL, false, NULL, false, false);
+    } else if (res->ok) {
+        w_success(s, w, r, (const char *)res->result.data, res->result.len, res->served_by);
+        w_meta(w, r, res->served_by, res->degraded, res->stale);
+        w_puts(w, "}");
+    } else {
+        w_failure(w, r, res->kind, res->klass, res->message, res->retryable, res->attempts, res->served_by,
+                  res->escalated, res->escalation, res->degraded, res->stale);
+    }
+}
+
+/*
  * The engine's answer for a tools/call: a CallToolResult, unless the client
  * cancelled the request (then nothing is sent, as the cancellation rules
  * have it). Every failure is a result with isError, for the model to read.
@@ -605,18 +715,7 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
     tp_msg_t w;
     msg_begin(s, &w);
     w_result_head(&w, r->text, r->id_len);
-    if (a->not_started || res == NULL) {
-        w_failure(&w, r, tp_kind_name(TP_KIND_CANCELLED), NULL,
-                  "toolpool is stopping: the call was not started (send it again once the server is back)", false, 0,
-                  NULL, false, NULL, false, false);
-    } else if (res->ok) {
-        w_success(s, &w, r, (const char *)res->result.data, res->result.len, res->served_by);
-        w_meta(&w, r, res->served_by, res->degraded, res->stale);
-        w_puts(&w, "}");
-    } else {
-        w_failure(&w, r, res->kind, res->klass, res->message, res->retryable, res->attempts, res->served_by,
-                  res->escalated, res->escalation, res->degraded, res->stale);
-    }
+    w_call_result(s, &w, r, a->not_started ? NULL : res);
     w_puts(&w, "}");
     if (msg_end(s, &w, r->tag, true, "a tools/call result") == 0 && res && res->ok)
         s->ok++;
@@ -808,6 +907,7 @@ static const char tp_mcp_instructions[] =
 /* What a 2026-07-28 request says of itself in its _meta. */
 typedef struct {
     bool modern;   /* it names 2026-07-28: served statelessly, by that revision */
+    bool tasks;    /* its client declared the tasks extension */
     int log_level; /* the logLevel it asked for; -1: none */
 } tp_mcp_reqmeta_t;
 
@@ -868,6 +968,7 @@ static bool read_request_meta(tp_mcp_session_t *s, const char *id, const char *m
         }
     }
     m->modern = true;
+    m->tasks = json_is_object(json_object_get(json_object_get(caps, "extensions"), TP_MCP_TASKS_EXT));
     return true;
 }
 
@@ -882,7 +983,8 @@ static void do_discover(tp_mcp_session_t *s, const char *id)
     w_puts(&w, "{\"jsonrpc\":\"2.0\",\"id\":");
     w_puts(&w, id);
     w_puts(&w, ",\"result\":{\"supportedVersions\":" TP_MCP_SUPPORTED
-               ",\"capabilities\":{\"tools\":{\"listChanged\":false},\"logging\":{}},\"instructions\":");
+               ",\"capabilities\":{\"tools\":{\"listChanged\":false},\"logging\":{},"
+               "\"extensions\":{\"" TP_MCP_TASKS_EXT "\":{}}},\"instructions\":");
     w_cstr(&w, tp_mcp_instructions);
     w_modern_tail(&w, s);
     w_puts(&w, "}}");
@@ -921,14 +1023,19 @@ static void do_initialize(tp_mcp_session_t *s, const char *id, const json_t *par
     w_puts(&w, id);
     w_puts(&w, ",\"result\":{\"protocolVersion\":");
     w_cstr(&w, version);
-    w_puts(&w, ",\"capabilities\":{\"tools\":{\"listChanged\":false},\"logging\":{}}"
-               ",\"serverInfo\":{\"name\":\"toolpool\",\"version\":");
+    bool tasks = strcmp(version, TP_MCP_TASKS_VERSION) == 0;
+    w_puts(&w, ",\"capabilities\":{\"tools\":{\"listChanged\":false},\"logging\":{}");
+    if (tasks)
+        w_puts(&w, ",\"tasks\":{\"list\":{},\"cancel\":{},\"requests\":{\"tools\":{\"call\":{}}}}");
+    w_puts(&w, "},\"serverInfo\":{\"name\":\"toolpool\",\"version\":");
     w_cstr(&w, s->version ? s->version : "0");
     w_puts(&w, "},\"instructions\":");
     w_cstr(&w, tp_mcp_instructions);
     w_puts(&w, "}}");
-    if (msg_end(s, &w, s->tag, true, "the initialize result") == 0)
+    if (msg_end(s, &w, s->tag, true, "the initialize result") == 0) {
         s->initialized = true;
+        s->tasks = tasks;
+    }
 }
 
 /* The tools as tools/list lists them, rendered once: name, description, inputSchema. */
@@ -936,7 +1043,10 @@ static void do_initialize(tp_mcp_session_t *s, const char *id, const json_t *par
 tp_mcp_catalog_t *tp_mcp_catalog_new(const tp_registry_t *reg)
 {
     tp_mcp_catalog_t *c = calloc(1, sizeof *c);
-    if (c == NULL || (c->tool_at = calloc(reg->n_tools + 1, sizeof *c->tool_at)) == NULL) {
+    if (c == NULL || (c->tool_at = calloc(reg->n_tools + 1, sizeof *c->tool_at)) == NULL ||
+        (c->tasks = calloc(1, sizeof *c->tasks)) == NULL) {
+        if (c)
+            free(c->tool_at);
         free(c);
         return NULL;
     }
@@ -967,6 +1077,13 @@ void tp_mcp_catalog_free(tp_mcp_catalog_t *c)
         return;
     tp_buf_free(&c->tools);
     free(c->tool_at);
+    for (size_t i = 0; c->tasks && i < TP_MCP_TASK_BUCKETS; i++)
+        while (c->tasks->bucket[i]) {
+            tp_mcp_task_t *t = c->tasks->bucket[i];
+            c->tasks->bucket[i] = t->next;
+            task_free(t);
+        }
+    free(c->tasks);
     free(c);
 }
 
@@ -1041,6 +1158,630 @@ static void do_set_level(tp_mcp_session_t *s, const char *id, const json_t *para
                 "emergency");
 }
 
+/* ---- tasks ---- */
+
+static uint64_t now_unix_ms(void)
+{
+    return tp_unix_us() / 1000u;
+}
+
+/* "createdAt":"2025-11-25T10:30:00.000Z": an ISO 8601 time in UTC, to the millisecond. */
+static void w_time(tp_msg_t *w, const char *key, uint64_t unix_ms)
+{
+    time_t t = (time_t)(unix_ms / 1000u);
+    struct tm tm;
+    char at[40];
+    if (gmtime_r(&t, &tm) == NULL || strftime(at, sizeof at, "%Y-%m-%dT%H:%M:%S", &tm) == 0)
+        snprintf(at, sizeof at, "1970-01-01T00:00:00");
+    if (tp_buf_printf(w->b, ",\"%s\":\"%s.%03uZ\"", key, at, (unsigned)(unix_ms % 1000u)) < 0)
+        w->err = -1;
+}
+
+/*
+ * A Task's fields (no braces): the revision's names, ttl and pollInterval
+ * in 2025-11-25, ttlMs and pollIntervalMs in the 2026-07-28 extension.
+ */
+static void w_task(tp_msg_t *w, bool modern, const char *id, const char *status, const char *message,
+                   uint64_t created_ms, uint64_t updated_ms, uint64_t ttl_ms)
+{
+    w_puts(w, "\"taskId\":");
+    w_cstr(w, id);
+    w_puts(w, ",\"status\":");
+    w_cstr(w, status);
+    if (message) {
+        w_puts(w, ",\"statusMessage\":");
+        w_cstr(w, message);
+    }
+    w_time(w, "createdAt", created_ms);
+    w_time(w, "lastUpdatedAt", updated_ms > created_ms ? updated_ms : created_ms);
+    if (tp_buf_printf(w->b, modern ? ",\"ttlMs\":%llu,\"pollIntervalMs\":%d" : ",\"ttl\":%llu,\"pollInterval\":%d",
+                      (unsigned long long)ttl_ms, TP_MCP_TASK_POLL_MS) < 0)
+        w->err = -1;
+}
+
+/* A 2026-07-28 result's tail: its resultType and who answers. */
+static void w_modern_result(tp_msg_t *w, const tp_mcp_session_t *s, const char *type)
+{
+    w_puts(w, ",\"resultType\":");
+    w_cstr(w, type);
+    w_puts(w, ",\"_meta\":{");
+    w_server_info(w, s);
+    w_puts(w, "}");
+}
+
+static tp_mcp_tasks_t *tasks_of(const tp_mcp_session_t *s)
+{
+    return s->cat->tasks;
+}
+
+static tp_mcp_task_t *task_find(tp_mcp_tasks_t *tab, const char *id)
+{
+    uint64_t h = hash_bytes(id, strlen(id));
+    for (tp_mcp_task_t *t = tab->bucket[h % TP_MCP_TASK_BUCKETS]; t; t = t->next)
+        if (t->hash == h && strcmp(t->id, id) == 0)
+            return t;
+    return NULL;
+}
+
+static void task_free(tp_mcp_task_t *t)
+{
+    free(t->job);
+    free(t);
+}
+
+static void task_remove(tp_mcp_task_t *t)
+{
+    for (tp_mcp_task_t **p = &t->tab->bucket[t->hash % TP_MCP_TASK_BUCKETS]; *p; p = &(*p)->next)
+        if (*p == t) {
+            *p = t->next;
+            break;
+        }
+}
+
+/* Takes r off its task's waiters. */
+static void waiter_unlink(tp_mcp_req_t *r)
+{
+    if (r->task == NULL)
+        return;
+    for (tp_mcp_req_t **p = &r->task->waiters; *p; p = &(*p)->wnext)
+        if (*p == r) {
+            *p = r->wnext;
+            break;
+        }
+    r->task = NULL;
+}
+
+/*
+ * A request that ends without its response (the client cancelled it, or
+ * the session closed): the transport lets go of it, and it is freed.
+ */
+static void req_drop(tp_mcp_session_t *s, tp_mcp_req_t *r)
+{
+    waiter_unlink(r);
+    req_remove(s, r);
+    s->sink.send(s->sink.ctx, r->tag, NULL, 0, true);
+    req_free(r);
+}
+
+/*
+ * The engine's answer for a task's call: each tasks/result waiting for it
+ * gets the call's CallToolResult, tied to the task by its _meta. The task
+ * leaves the table: from now on the store answers for it.
+ */
+static void task_answer_cb(void *ctx, const tp_answer_t *a)
+{
+    tp_mcp_task_t *t = ctx;
+    const Toolpool__Result *res = a->not_started ? NULL : a->result;
+    t->call = NULL;
+    task_remove(t);
+    while (t->waiters) {
+        tp_mcp_req_t *r = t->waiters;
+        tp_mcp_session_t *s = r->s;
+        t->waiters = r->wnext;
+        r->task = NULL;
+        req_remove(s, r);
+        if (s->closed) {
+            s->sink.send(s->sink.ctx, r->tag, NULL, 0, true);
+        } else {
+            tp_msg_t w;
+            msg_begin(s, &w);
+            w_result_head(&w, r->text, r->id_len);
+            w_call_result(s, &w, r, res);
+            w_puts(&w, "}");
+            msg_end(s, &w, r->tag, true, "a tasks/result result");
+        }
+        req_free(r);
+        if (s->closed && s->table_n == 0)
+            session_free(s);
+    }
+    task_free(t);
+}
+
+/*
+ * Hands the engine the call of task id, and keeps the task in the table
+ * while it runs. Its deadline is the tool's own: a task's client is not
+ * waiting on a request that may time out. NULL when out of memory.
+ */
+static tp_mcp_task_t *task_start(tp_mcp_session_t *s, const Toolpool__McpTask *rec)
+{
+    tp_mcp_tasks_t *tab = tasks_of(s);
+    size_t n = strlen(rec->task_id);
+    tp_mcp_task_t *t = calloc(1, sizeof *t + n + 1);
+    char *args = malloc(rec->args.len + 1);
+    if (t == NULL || args == NULL || (t->job = strdup(rec->job)) == NULL) {
+        free(t);
+        free(args);
+        return NULL;
+    }
+    memcpy(t->id, rec->task_id, n + 1);
+    t->tab = tab;
+    t->hash = hash_bytes(t->id, n);
+    t->tool = tp_registry_find(s->reg, rec->tool);
+    t->step = rec->step;
+    t->created_ms = rec->created_unix_ms;
+    t->updated_ms = rec->updated_unix_ms;
+    t->ttl_ms = rec->ttl_ms;
+    t->cancelled = rec->cancelled;
+    t->next = tab->bucket[t->hash % TP_MCP_TASK_BUCKETS];
+    tab->bucket[t->hash % TP_MCP_TASK_BUCKETS] = t;
+    if (rec->args.len)
+        memcpy(args, rec->args.data, rec->args.len);
+    else
+        memcpy(args, "{}", 2);
+    args[rec->args.len ? rec->args.len : 2] = 0;
+    tp_request_t rq = {
+        .id = t->id,
+        .job = t->job,
+        .step = t->step,
+        .tool = rec->tool,
+        .args = args,
+        .args_len = rec->args.len ? rec->args.len : 2,
+        .give_args = true,
+    };
+    t->call = tp_engine_submit(s->e, &rq, task_answer_cb, t);
+    return t;
+}
+
+/* A task's record, and its call's result when it has one, read in the engine's turn. */
+typedef struct {
+    const char *id;
+    Toolpool__McpTask *rec;
+    Toolpool__StoredResult *sr;
+} tp_task_look_t;
+
+static int task_look_op(void *ctx, tp_store_t *st, MDB_txn *txn)
+{
+    tp_task_look_t *l = ctx;
+    int rc = tp_task_get(st, txn, l->id, &l->rec);
+    if (rc == 0) {
+        rc = tp_result_get(st, txn, l->id, &l->sr);
+        if (rc == MDB_NOTFOUND)
+            rc = 0;
+    }
+    return rc;
+}
+
+static int task_put_op(void *ctx, tp_store_t *st, MDB_txn *txn)
+{
+    return tp_task_put(st, txn, ctx);
+}
+
+static int task_del_op(void *ctx, tp_store_t *st, MDB_txn *txn)
+{
+    return tp_task_del(st, txn, ctx);
+}
+
+static void task_look_free(tp_task_look_t *l)
+{
+    if (l->rec)
+        toolpool__mcp_task__free_unpacked(l->rec, NULL);
+    tp_result_free(l->sr);
+}
+
+/* A store operation of ours: 0, or -1 when it failed (a failure of the store stops the engine, as its own do). */
+static int task_store(tp_mcp_session_t *s, size_t room, tp_store_op_fn op, void *ctx, const char *what)
+{
+    int rc = tp_engine_store_op(s->e, room, op, ctx);
+    if (rc == 0 || rc == MDB_NOTFOUND)
+        return 0;
+    if (rc != TP_EAGAIN)
+        tp_engine_store_failed(s->e, rc, what);
+    return -1;
+}
+
+/*
+ * A task's status as the asking revision names it: cancelled once
+ * tasks/cancel said so, whatever the call did after; working while its
+ * call runs or has no result yet; else by the result: completed, or, for
+ * a failure, failed in 2025-11-25 (its isError result; statusMessage the
+ * kind and message) and completed in 2026-07-28 (its failed status is for
+ * JSON-RPC errors alone). A call that ended Cancelled is cancelled.
+ */
+static const char *task_status(bool cancelled, bool live, const Toolpool__Result *res, bool modern, char *msg,
+                               size_t cap)
+{
+    msg[0] = 0;
+    if (cancelled)
+        return "cancelled";
+    if (live || res == NULL)
+        return "working";
+    if (!res->ok && res->kind && strcmp(res->kind, tp_kind_name(TP_KIND_CANCELLED)) == 0) {
+        snprintf(msg, cap, "%.600s", res->message ? res->message : "cancelled");
+        return "cancelled";
+    }
+    if (res->ok || modern)
+        return "completed";
+    snprintf(msg, cap, "%.100s: %.600s", res->kind ? res->kind : "failed", res->message ? res->message : "");
+    return "failed";
+}
+
+static bool terminal(const char *status)
+{
+    return strcmp(status, "working") != 0;
+}
+
+/* A CallToolResult rendered for task t's record res, as a request r of this session would get it. */
+static void w_task_result(tp_mcp_session_t *s, tp_msg_t *w, const char *id, const tp_task_look_t *l, bool modern,
+                          const char *related)
+{
+    tp_mcp_req_t *r = req_new(s, id, l->rec->task_id, l->rec->job);
+    if (r == NULL) {
+        w->err = -1;
+        return;
+    }
+    r->tool = tp_registry_find(s->reg, l->rec->tool);
+    r->step = l->rec->step;
+    r->modern = modern;
+    r->related = related;
+    const Toolpool__Result *res = l->sr ? l->sr->result : NULL;
+    if (res && res->job && res->job[0]) {
+        r->job = res->job;
+        r->step = res->step;
+    }
+    if (res)
+        w_call_result(s, w, r, res);
+    else
+        w_failure(w, r, tp_kind_name(TP_KIND_CANCELLED), NULL, "the task was cancelled before its call ended", false, 0,
+                  NULL, false, NULL, false, false);
+    req_free(r);
+}
+
+/*
+ * A response to send once everything written so far is committed: a task
+ * created (its CreateTaskResult), or cancelled. The request stays in the
+ * table until then, so the session and the transport's request wait too.
+ */
+static void durable_cb(void *ctx, bool ok)
+{
+    tp_mcp_req_t *r = ctx;
+    tp_mcp_session_t *s = r->s;
+    req_remove(s, r);
+    if (r->cancelled || s->closed) {
+        s->sink.send(s->sink.ctx, r->tag, NULL, 0, true);
+    } else if (ok) {
+        if (s->sink.send(s->sink.ctx, r->tag, r->reply, r->reply_len, true) < 0)
+            tp_log_error("mcp: out of memory writing a task's response; it is lost");
+    } else {
+        void *was = s->tag;
+        s->tag = r->tag;
+        reply_error(s, r->text, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: the store failed: the task is not kept");
+        s->tag = was;
+    }
+    req_free(r);
+    if (s->closed && s->table_n == 0)
+        session_free(s);
+}
+
+/* Sends the message being written in w as id's response once it is durable. */
+static void reply_when_durable(tp_mcp_session_t *s, const char *id, tp_msg_t *w)
+{
+    tp_mcp_req_t *r = w->err ? NULL : req_new(s, id, "", "");
+    if (r == NULL || (r->reply = malloc(s->msg.len + 1)) == NULL) {
+        free(r);
+        reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
+        return;
+    }
+    memcpy(r->reply, s->msg.data, s->msg.len);
+    r->reply_len = s->msg.len;
+    r->kind = TP_MCP_REQ_DURABLE;
+    if (req_insert(s, r) < 0) {
+        req_free(r);
+        reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
+        return;
+    }
+    tp_engine_when_durable(s->e, durable_cb, r);
+}
+
+/* 128 random bits: a task's id is all that guards it (no client is told from another), so it must not be guessed. */
+static void task_id_new(char out[40])
+{
+    uint64_t v[2] = {0, 0};
+    if (getrandom(v, sizeof v, 0) != (ssize_t)sizeof v) {
+        char a[17], b[17];
+        session_id_new(a);
+        session_id_new(b);
+        snprintf(out, 40, "task-%s%s", a, b);
+        return;
+    }
+    snprintf(out, 40, "task-%016llx%016llx", (unsigned long long)v[0], (unsigned long long)v[1]);
+}
+
+/*
+ * A tools/call run as a task: its record goes into the store (the tool,
+ * the args, its job and step, when it was made and for how long it is
+ * kept), its call to the engine under the task's id, and the
+ * CreateTaskResult to the client once the record is durable, so that a
+ * tasks/get of the id it names always finds it, after a crash too. The
+ * task is its own job unless the client names one (_meta.job).
+ */
+static void do_task_create(tp_mcp_session_t *s, const char *id, const char *tool, const char *args, size_t args_len,
+                           const char *job, uint64_t ttl_ms, bool modern)
+{
+    char task_id[40];
+    task_id_new(task_id);
+    Toolpool__McpTask rec = TOOLPOOL__MCP_TASK__INIT;
+    rec.task_id = task_id;
+    rec.tool = (char *)tool;
+    rec.args.data = (uint8_t *)args;
+    rec.args.len = args_len;
+    rec.job = (char *)(job ? job : task_id);
+    rec.step = job ? job_next_step(s, job) : 1;
+    rec.created_unix_ms = rec.updated_unix_ms = now_unix_ms();
+    rec.ttl_ms = ttl_ms;
+    if (rec.step == 0 || task_store(s, toolpool__mcp_task__get_packed_size(&rec) + strlen(task_id) + 64, task_put_op,
+                                    &rec, "writing a task") < 0) {
+        reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: the task could not be kept in the store");
+        return;
+    }
+    if (task_start(s, &rec) == NULL) {
+        reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
+        return;
+    }
+    tp_msg_t w;
+    msg_begin(s, &w);
+    w_result_head(&w, id, strlen(id));
+    w_puts(&w, modern ? "{" : "{\"task\":{");
+    w_task(&w, modern, task_id, "working", "The call is running under toolpool's recovery policy.", rec.created_unix_ms,
+           rec.updated_unix_ms, ttl_ms);
+    if (modern)
+        w_modern_result(&w, s, "task");
+    else
+        w_puts(&w, "}");
+    w_puts(&w, "}}");
+    reply_when_durable(s, id, &w);
+}
+
+/* Whether a 2026-07-28 request's client declared the tasks extension; else it is answered -32021. */
+static bool modern_tasks_ok(tp_mcp_session_t *s, const char *id, bool tasks)
+{
+    if (tasks)
+        return true;
+    reply_error(s, id, TP_RPC_MISSING_CAPABILITY,
+                "{\"requiredCapabilities\":{\"extensions\":{\"" TP_MCP_TASKS_EXT "\":{}}}}",
+                "Missing required client capability: " TP_MCP_TASKS_EXT
+                " (declare it in _meta's clientCapabilities.extensions)");
+    return false;
+}
+
+typedef enum { TP_TASK_GET, TP_TASK_RESULT, TP_TASK_CANCEL, TP_TASK_UPDATE } tp_task_op_t;
+
+/*
+ * tasks/get, tasks/result, tasks/cancel (both revisions' shapes) and
+ * 2026-07-28's tasks/update. A task the front runs now is answered from
+ * memory; any other from the store: its record (none: Invalid params, as
+ * both revisions have it; past its ttl: dropped, and answered expired) and
+ * its call's result. A task recorded without a result whose call no
+ * supervisor runs (the one that ran it died) is handed to the engine again
+ * under its id: a call that did end is answered from its record, an
+ * idempotent one that had not runs again, one that is not idempotent ends
+ * Interrupted, as after any crash.
+ */
+static void do_task(tp_mcp_session_t *s, const char *id, const json_t *params, bool modern, tp_task_op_t op)
+{
+    const char *task_id = json_string_value(json_object_get(params, "taskId"));
+    if (task_id == NULL || task_id[0] == 0 || strlen(task_id) > TP_MCP_ID_MAX) {
+        reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL, "Invalid params: \"taskId\" must be a task's id (a string)");
+        return;
+    }
+    tp_mcp_task_t *live = task_find(tasks_of(s), task_id);
+    tp_task_look_t l = {.id = task_id};
+    if (task_store(s, 0, task_look_op, &l, "reading a task") < 0) {
+        task_look_free(&l);
+        reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: the store could not be read");
+        return;
+    }
+    if (l.rec == NULL) {
+        reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL, "Failed to retrieve task: Task not found");
+        task_look_free(&l);
+        return;
+    }
+    uint64_t now = now_unix_ms();
+    if (live == NULL && l.rec->ttl_ms && now - l.rec->created_unix_ms > l.rec->ttl_ms && now > l.rec->created_unix_ms) {
+        task_store(s, 64, task_del_op, (void *)task_id, "dropping an expired task");
+        reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL, "Failed to retrieve task: Task has expired");
+        task_look_free(&l);
+        return;
+    }
+    const Toolpool__Result *res = l.sr ? l.sr->result : NULL;
+    bool cancelled = l.rec->cancelled || (live && live->cancelled);
+    char msg[800];
+    const char *status = task_status(cancelled, live != NULL, res, modern, msg, sizeof msg);
+    if (live == NULL && !terminal(status) && op != TP_TASK_CANCEL && (live = task_start(s, l.rec)) == NULL) {
+        reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
+        task_look_free(&l);
+        return;
+    }
+    uint64_t updated = l.rec->updated_unix_ms;
+    if (terminal(status) && l.sr && l.sr->ended_unix_us / 1000u > updated && !cancelled)
+        updated = l.sr->ended_unix_us / 1000u;
+    tp_msg_t w;
+    if (op == TP_TASK_RESULT && live != NULL) {
+        /* 2025-11-25's tasks/result waits for the end */
+        tp_mcp_req_t *r = req_new(s, id, task_id, l.rec->job);
+        if (r == NULL || req_insert(s, r) < 0) {
+            free(r);
+            reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
+        } else {
+            r->kind = TP_MCP_REQ_WAIT;
+            r->tool = live->tool;
+            r->step = live->step;
+            r->related = live->id;
+            r->task = live;
+            r->wnext = live->waiters;
+            live->waiters = r;
+        }
+    } else if (op == TP_TASK_RESULT) {
+        msg_begin(s, &w);
+        w_result_head(&w, id, strlen(id));
+        w_task_result(s, &w, id, &l, false, task_id);
+        w_puts(&w, "}");
+        msg_end(s, &w, s->tag, true, "a tasks/result result");
+    } else if (op == TP_TASK_GET) {
+        msg_begin(s, &w);
+        w_result_head(&w, id, strlen(id));
+        w_puts(&w, "{");
+        w_task(&w, modern, task_id, status, msg[0] ? msg : NULL, l.rec->created_unix_ms, updated, l.rec->ttl_ms);
+        if (modern && strcmp(status, "completed") == 0) {
+            w_puts(&w, ",\"result\":");
+            w_task_result(s, &w, id, &l, true, NULL);
+        }
+        if (modern)
+            w_modern_result(&w, s, "complete");
+        w_puts(&w, "}}");
+        msg_end(s, &w, s->tag, true, "a tasks/get result");
+    } else if (op == TP_TASK_UPDATE || (op == TP_TASK_CANCEL && modern && terminal(status))) {
+        /* 2026-07-28: an ack; no task of ours waits for input, so its inputResponses are for no request */
+        msg_begin(s, &w);
+        w_result_head(&w, id, strlen(id));
+        w_puts(&w, "{\"resultType\":\"complete\",\"_meta\":{");
+        w_server_info(&w, s);
+        w_puts(&w, "}}}");
+        msg_end(s, &w, s->tag, true, "an acknowledgement");
+    } else if (terminal(status)) {
+        reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL, "Cannot cancel task: already in terminal status '%s'", status);
+    } else {
+        /* cancelled from now on, durably, before the answer says so; its call ends Cancelled */
+        l.rec->cancelled = true;
+        l.rec->updated_unix_ms = now;
+        if (task_store(s, toolpool__mcp_task__get_packed_size(l.rec) + 64, task_put_op, l.rec, "cancelling a task") <
+            0) {
+            reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: the store failed");
+        } else {
+            if (live) {
+                live->cancelled = true;
+                live->updated_ms = now;
+                if (live->call) {
+                    tp_call_t *c = live->call;
+                    live->call = NULL; /* one cancel per call */
+                    tp_engine_cancel(s->e, c, "cancelled by the MCP client (tasks/cancel)");
+                }
+            }
+            msg_begin(s, &w);
+            w_result_head(&w, id, strlen(id));
+            w_puts(&w, "{");
+            if (modern) {
+                w_puts(&w, "\"resultType\":\"complete\",\"_meta\":{");
+                w_server_info(&w, s);
+                w_puts(&w, "}");
+            } else {
+                w_task(&w, false, task_id, "cancelled", "The task was cancelled by request.", l.rec->created_unix_ms,
+                       now, l.rec->ttl_ms);
+            }
+            w_puts(&w, "}}");
+            reply_when_durable(s, id, &w);
+        }
+    }
+    task_look_free(&l);
+}
+
+/* A page of tasks/list, read in the engine's turn, each with its call's result. */
+typedef struct {
+    const char *after;
+    Toolpool__McpTask *rec[TP_MCP_TASKS_PAGE];
+    Toolpool__StoredResult *sr[TP_MCP_TASKS_PAGE];
+    size_t n;
+    bool more;
+} tp_task_page_t;
+
+static int task_page_op(void *ctx, tp_store_t *st, MDB_txn *txn)
+{
+    tp_task_page_t *p = ctx;
+    int rc = tp_task_page(st, txn, p->after, p->rec, TP_MCP_TASKS_PAGE, &p->n, &p->more);
+    for (size_t i = 0; rc == 0 && i < p->n; i++) {
+        rc = tp_result_get(st, txn, p->rec[i]->task_id, &p->sr[i]);
+        if (rc == MDB_NOTFOUND)
+            rc = 0;
+    }
+    return rc;
+}
+
+/* The cursor of the tasks/list page after task ID: opaque to the client, checked when it comes back. */
+#define TP_MCP_TASK_CURSOR_PREFIX "toolpool-tasks-"
+
+/*
+ * tasks/list (2025-11-25): every task the store keeps, by id, 50 a page,
+ * nextCursor naming where the next starts. A task past its ttl is left out
+ * (and dropped). The store's tasks are every client's: toolpool's MCP
+ * fronts tell one client from another by nothing but the task id, which
+ * is what the specification warns of; serve's token, where it has one,
+ * guards them all alike.
+ */
+static void do_tasks_list(tp_mcp_session_t *s, const char *id, const json_t *params)
+{
+    tp_task_page_t p = {0};
+    json_t *jc = json_object_get(params, "cursor");
+    if (jc && !json_is_null(jc)) {
+        const char *c = json_string_value(jc);
+        size_t pl = strlen(TP_MCP_TASK_CURSOR_PREFIX);
+        if (c == NULL || strncmp(c, TP_MCP_TASK_CURSOR_PREFIX, pl) != 0 || c[pl] == 0 ||
+            strlen(c + pl) > TP_MCP_ID_MAX) {
+            reply_error(s, id, TP_RPC_INVALID_PARAMS, NULL, "Invalid params: not a cursor this server gave");
+            return;
+        }
+        p.after = c + pl;
+    }
+    if (task_store(s, 0, task_page_op, &p, "listing tasks") < 0) {
+        reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: the store could not be read");
+    } else {
+        uint64_t now = now_unix_ms();
+        tp_msg_t w;
+        msg_begin(s, &w);
+        w_result_head(&w, id, strlen(id));
+        w_puts(&w, "{\"tasks\":[");
+        bool first = true;
+        for (size_t i = 0; i < p.n; i++) {
+            const Toolpool__McpTask *rec = p.rec[i];
+            tp_mcp_task_t *live = task_find(tasks_of(s), rec->task_id);
+            if (live == NULL && rec->ttl_ms && now > rec->created_unix_ms && now - rec->created_unix_ms > rec->ttl_ms) {
+                task_store(s, 64, task_del_op, rec->task_id, "dropping an expired task");
+                continue;
+            }
+            char msg[800];
+            const char *status = task_status(rec->cancelled || (live && live->cancelled), live != NULL,
+                                             p.sr[i] ? p.sr[i]->result : NULL, false, msg, sizeof msg);
+            uint64_t updated = rec->updated_unix_ms;
+            if (p.sr[i] && terminal(status) && p.sr[i]->ended_unix_us / 1000u > updated)
+                updated = p.sr[i]->ended_unix_us / 1000u;
+            w_puts(&w, first ? "{" : ",{");
+            first = false;
+            w_task(&w, false, rec->task_id, status, msg[0] ? msg : NULL, rec->created_unix_ms, updated, rec->ttl_ms);
+            w_puts(&w, "}");
+        }
+        w_puts(&w, "]");
+        if (p.more && p.n > 0) {
+            w_puts(&w, ",\"nextCursor\":\"" TP_MCP_TASK_CURSOR_PREFIX);
+            w_puts(&w, p.rec[p.n - 1]->task_id); /* our ids: hex digits, nothing to escape */
+            w_puts(&w, "\"");
+        }
+        w_puts(&w, "}}");
+        msg_end(s, &w, s->tag, true, "the tasks/list result");
+    }
+    for (size_t i = 0; i < p.n; i++) {
+        toolpool__mcp_task__free_unpacked(p.rec[i], NULL);
+        tp_result_free(p.sr[i]);
+    }
+}
+
 /*
  * tools/call: a call for the engine. Its id is the client's _meta.id (the
  * request's identity: the same one sent again is answered from the store),
@@ -1058,8 +1799,21 @@ static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *par
     json_t *args = json_object_get(params, "arguments"), *meta = json_object_get(params, "_meta");
     json_t *token = json_object_get(meta, "progressToken"), *jjob = json_object_get(meta, "job");
     json_t *jid = json_object_get(meta, "id");
+    /*
+     * Run as a task: in 2025-11-25 when the request asks (params.task, with
+     * its ttl); in 2026-07-28 whenever the client declared the extension,
+     * since there the server decides (its params.task is no field of
+     * that revision, and is let be).
+     */
+    json_t *jtask = m->modern || !s->tasks ? NULL : json_object_get(params, "task");
+    json_t *jttl = json_object_get(jtask, "ttl");
+    bool as_task = jtask != NULL || m->tasks;
     const char *problem = NULL;
-    if (name == NULL)
+    if (jtask && !json_is_object(jtask))
+        problem = "\"task\" must be an object";
+    else if (jttl && !json_is_null(jttl) && (!json_is_number(jttl) || json_number_value(jttl) < 0))
+        problem = "\"task.ttl\" must be a number of milliseconds";
+    else if (name == NULL)
         problem = "\"name\" must be a string: the tool to call";
     else if (args && !json_is_object(args) && !json_is_null(args))
         problem = "\"arguments\" must be an object";
@@ -1096,13 +1850,41 @@ static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *par
                     "Invalid Request: id %.200s is in use by a tools/call still running", id_text);
         return;
     }
+    if (as_task && tp_toolsdoc_tasks_forbidden(tool)) {
+        if (!m->modern) {
+            reply_error(s, id, TP_RPC_METHOD_NOT_FOUND, NULL,
+                        "Method not found: %.200s does not run as a task (its execution.taskSupport is forbidden)",
+                        name);
+            return;
+        }
+        as_task = false; /* 2026-07-28: the server decides, and answers it as it is */
+    }
+    if (as_task) {
+        tp_buf_t tb = {0};
+        if ((args && !json_is_null(args) ? tp_json_write(&tb, args, 0) : tp_buf_puts(&tb, "{}")) < 0 ||
+            tp_buf_append(&tb, "", 1) < 0) {
+            tp_buf_free(&tb);
+            reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
+            return;
+        }
+        uint64_t ttl = TP_MCP_TASK_TTL_MS;
+        if (json_is_number(jttl))
+            ttl = json_number_value(jttl) >= (double)TP_MCP_TASK_TTL_MAX_MS ? TP_MCP_TASK_TTL_MAX_MS
+                  : json_number_value(jttl) < 1000                          ? 1000
+                                                                            : (uint64_t)json_number_value(jttl);
+        do_task_create(s, id, name, (const char *)tb.data, tb.len - 1, jjob ? json_string_value(jjob) : NULL, ttl,
+                       m->modern);
+        tp_buf_free(&tb);
+        return;
+    }
     char call_id[TP_MCP_ID_MAX + 1];
-    int cn = jid ? snprintf(call_id, sizeof call_id, "%s", json_string_value(jid))
-                 : snprintf(call_id, sizeof call_id, "mcp-%s-%llu", s->session, (unsigned long long)++s->seq);
+    if (jid)
+        snprintf(call_id, sizeof call_id, "%s", json_string_value(jid));
+    else
+        snprintf(call_id, sizeof call_id, "mcp-%s-%llu", s->session, (unsigned long long)++s->seq);
     /* A 2026-07-28 request is a conversation of its own: no session to be a job; it is its own, unless named. */
     const char *job = jjob ? json_string_value(jjob) : m->modern ? call_id : s->session_job;
-    size_t job_len = strlen(job);
-    tp_mcp_req_t *r = calloc(1, sizeof *r + id_len + 1 + (size_t)cn + 1 + job_len + 1);
+    tp_mcp_req_t *r = req_new(s, id_text, call_id, job);
     tp_buf_t ab = {0};
     if (r == NULL || (args && !json_is_null(args) ? tp_json_write(&ab, args, 0) : tp_buf_puts(&ab, "{}")) < 0 ||
         tp_buf_append(&ab, "", 1) < 0) {
@@ -1111,16 +1893,7 @@ static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *par
         reply_error(s, id, TP_RPC_INTERNAL_ERROR, NULL, "Internal error: out of memory");
         return;
     }
-    r->s = s;
-    r->tag = s->tag;
     r->tool = tool;
-    r->id_len = id_len;
-    memcpy(r->text, id_text, id_len);
-    r->call_id = r->text + id_len + 1;
-    memcpy((char *)r->call_id, call_id, (size_t)cn + 1);
-    r->job = r->call_id + cn + 1;
-    memcpy((char *)r->job, job, job_len + 1);
-    r->hash = hash_bytes(id_text, id_len);
     r->progress = json_incref(token);
     r->modern = m->modern;
     r->log_level = m->log_level;
@@ -1160,6 +1933,10 @@ static void do_cancelled(tp_mcp_session_t *s, const char *request_id, const json
     tp_mcp_req_t *r = request_id ? req_find(s, request_id, strlen(request_id), s->tag) : NULL;
     if (r == NULL || r->cancelled)
         return;
+    if (r->kind == TP_MCP_REQ_WAIT) {
+        req_drop(s, r); /* a tasks/result no longer waited for; its task runs on */
+        return;
+    }
     const char *reason = json_string_value(json_object_get(params, "reason"));
     char why[600];
     snprintf(why, sizeof why, "cancelled by the MCP client%s%.500s", reason ? ": " : "", reason ? reason : "");
@@ -1175,6 +1952,22 @@ static bool method_known(const char *method)
 {
     return strcmp(method, "tools/list") == 0 || strcmp(method, "tools/call") == 0 ||
            strcmp(method, "logging/setLevel") == 0;
+}
+
+/* 2025-11-25's task methods, and 2026-07-28's (whose extension has no tasks/result and no tasks/list). */
+static bool task_method(const char *method, bool modern, tp_task_op_t *op)
+{
+    if (strcmp(method, "tasks/get") == 0)
+        *op = TP_TASK_GET;
+    else if (strcmp(method, "tasks/cancel") == 0)
+        *op = TP_TASK_CANCEL;
+    else if (!modern && strcmp(method, "tasks/result") == 0)
+        *op = TP_TASK_RESULT;
+    else if (modern && strcmp(method, "tasks/update") == 0)
+        *op = TP_TASK_UPDATE;
+    else
+        return false;
+    return true;
 }
 
 /* A request (it has an id): answered now, or by the engine for a tools/call. */
@@ -1194,6 +1987,7 @@ static void take_request(tp_mcp_session_t *s, const char *id, const char *method
         return;
     }
     tp_mcp_reqmeta_t m;
+    tp_task_op_t op;
     if (!read_request_meta(s, id, method, params, &m))
         return;
     if (m.modern) {
@@ -1204,7 +1998,10 @@ static void take_request(tp_mcp_session_t *s, const char *id, const char *method
             do_tools_list(s, id, params, true);
         else if (strcmp(method, "tools/call") == 0)
             do_tools_call(s, id, params, &m);
-        else
+        else if (task_method(method, true, &op)) {
+            if (modern_tasks_ok(s, id, m.tasks))
+                do_task(s, id, params, true, op);
+        } else
             reply_error(s, id, TP_RPC_METHOD_NOT_FOUND, NULL, "Method not found: %.200s (in 2026-07-28)", method);
         return;
     }
@@ -1212,7 +2009,9 @@ static void take_request(tp_mcp_session_t *s, const char *id, const char *method
         reply_empty(s, id);
         return;
     }
-    if (!method_known(method)) {
+    bool task_op = (s->tasks || !s->initialized) &&
+                   (task_method(method, false, &op) || strcmp(method, "tasks/list") == 0);
+    if (!method_known(method) && !task_op) {
         reply_error(s, id, TP_RPC_METHOD_NOT_FOUND, NULL, "Method not found: %.200s", method);
         return;
     }
@@ -1226,6 +2025,10 @@ static void take_request(tp_mcp_session_t *s, const char *id, const char *method
         do_tools_list(s, id, params, false);
     else if (strcmp(method, "logging/setLevel") == 0)
         do_set_level(s, id, params);
+    else if (strcmp(method, "tasks/list") == 0)
+        do_tasks_list(s, id, params);
+    else if (task_op)
+        do_task(s, id, params, false, op);
     else
         do_tools_call(s, id, params, &m);
 }
@@ -1338,6 +2141,10 @@ void tp_mcp_session_cancel_tag(tp_mcp_session_t *s, void *tag, const char *why)
     for (size_t i = 0; i < s->table_cap; i++)
         for (tp_mcp_req_t *r = s->table[i]; r; r = r->hnext)
             if (r->tag == tag && !r->cancelled) {
+                if (r->kind == TP_MCP_REQ_WAIT) {
+                    req_drop(s, r);
+                    return;
+                }
                 r->cancelled = true;
                 if (r->call) {
                     tp_call_t *c = r->call;
@@ -1380,6 +2187,7 @@ static void session_free(tp_mcp_session_t *s)
         while (s->table[i]) {
             tp_mcp_req_t *r = s->table[i];
             s->table[i] = r->hnext;
+            waiter_unlink(r);
             if (r->progress && s->sink.progress_count)
                 (*s->sink.progress_count)--;
             req_free(r);
@@ -1403,6 +2211,13 @@ void tp_mcp_session_close(tp_mcp_session_t *s)
     if (s == NULL)
         return;
     s->closed = true;
+    /* tasks/result requests wait no more: their tasks are the front's, and run on */
+    for (size_t i = 0; i < s->table_cap; i++)
+        for (tp_mcp_req_t *r = s->table[i], *next; r; r = next) {
+            next = r->hnext;
+            if (r->kind == TP_MCP_REQ_WAIT)
+                req_drop(s, r);
+        }
     if (s->table_n == 0)
         session_free(s);
 }

@@ -10,6 +10,10 @@
  *   ping, logging/setLevel     {} (legacy; 2026-07-28 has neither)
  *   tools/list                 the registry's tools, 100 a page, an opaque cursor
  *   tools/call                 one call through the engine: its answer as a CallToolResult
+ *   tasks/get, tasks/result, tasks/list, tasks/cancel (2025-11-25), and
+ *   tasks/get, tasks/cancel, tasks/update (2026-07-28's tasks extension):
+ *                              a tools/call run as a task, recorded in the store
+ *                              before its id is sent, its call under that id
  *   notifications/initialized, notifications/cancelled (the call is cancelled, and not answered)
  *
  * A 2026-07-28 result carries resultType, and serverInfo in its _meta; its
