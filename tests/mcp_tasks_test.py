@@ -174,6 +174,23 @@ class TasksTest(unittest.TestCase):
         self.assertEqual(r["result"]["structuredContent"], {"x": 1})
         self.assertEqual(self.runs(), [tid])
 
+    def test_prune_takes_the_task_with_its_result(self):
+        # A task whose call's result is pruned goes too: asked for again, it would run the call again.
+        s = self.session()
+        r = s.request("tools/call", {"name": "work", "arguments": {"s": 0}, "task": {"ttl": 60000}})
+        tid = r["result"]["task"]["taskId"]
+        self.assertEqual(self.poll(lambda: s.request("tasks/get", {"taskId": tid}))["result"]["status"], "completed")
+        self.assertEqual(s.close(), 0, s.stderr())
+        self.assertIn("tasks 1", self.store_check())
+        p = subprocess.run([TOOLPOOL, "store", "prune", "--ok", "--store", os.path.join(self.tmp, "store")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("tasks 0", self.store_check())
+        s = self.session()
+        g = s.request("tasks/get", {"taskId": tid})
+        self.assertIn("error", g)
+        self.assertEqual(self.runs(), [tid])  # ran once, not again
+
     def test_list_pages(self):
         s = self.session()
         ids = [s.request("tools/call", {"name": "echo", "arguments": {"i": i}, "task": {}})["result"]["task"]["taskId"]

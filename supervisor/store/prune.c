@@ -7,6 +7,7 @@
 #include "checkpoint.h"
 #include "owners.h"
 #include "records.h"
+#include "tasks.h"
 #include "steps.h"
 
 /* Sorted strings, for the live jobs and calls a batch must leave alone. */
@@ -204,8 +205,12 @@ int tp_prune_batch(tp_store_t *s, MDB_txn *txn, const tp_prune_sel_t *sel, tp_pr
     }
     if (cur)
         mdb_cursor_close(cur);
-    for (size_t i = 0; rc == 0 && !dry && i < ids.n; i++)
+    for (size_t i = 0; rc == 0 && !dry && i < ids.n; i++) {
         rc = tp_records_forget(s, txn, ids.v[i]);
+        /* An MCP task of the call goes with its result: asked for again, it would run the call again. */
+        if (rc == 0 && tp_store_has(s, TP_DB_TASKS))
+            rc = tp_task_del(s, txn, ids.v[i]);
+    }
     strset_sort(&jobs);
     for (size_t i = 0; rc == 0 && !dry && i < jobs.n; i++)
         if (i == 0 || strcmp(jobs.v[i], jobs.v[i - 1]) != 0)
