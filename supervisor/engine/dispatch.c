@@ -357,6 +357,13 @@ static tp_call_t *next_call(tp_engine_t *e, uint64_t now)
             const tp_policy_t *p = &e->o.reg->tools[i].policy;
             if (ts->waiting_due_us && ts->waiting_due_us <= now)
                 expire_parked(e, ts, now);
+            else if (ts->waiting_due_us)
+                /*
+                 * Armed again: the timer may have fired a little before the
+                 * deadline (libevent adds a timeout to the loop's cached
+                 * time), and the token's wake armed next must not replace it.
+                 */
+                park_wake(e, ts->waiting_due_us - now, now);
             if (ts->waiting.head == NULL || (p->concurrency && ts->inflight >= (int)p->concurrency))
                 continue;
             if (rate_ready(ts, p, now)) {
