@@ -99,6 +99,7 @@ typedef struct {
     uint64_t tool_window_us;
     uint64_t tool_cooldown_us;
     uint32_t tool_probes;
+    char *owner; /* "owner": who is paged when its calls escalate; NULL: no one named */
 } tp_policy_t;
 
 /*
@@ -174,6 +175,15 @@ typedef struct {
      */
     json_t *mcp_decl;
     tp_from_t idempotent_from; /* where policy.idempotent came from */
+    /*
+     * "version" as declared (a string, or "file"), and what each record
+     * made now keeps (version_id): the string, for "file" the XXH128 of the
+     * exec tool's file read at load, for an MCP tool the registry gives none
+     * its server's serverInfo.version (read when the import lists its
+     * tools); NULL: the tool has no version.
+     */
+    char *version;
+    char *version_id;
     tp_policy_t policy;
     size_t index; /* position in tools[] */
     size_t pos;   /* position in the file's tools list, which may hold OpenAI built-in tools tools[] skips */
@@ -211,6 +221,7 @@ typedef struct tp_registry {
     tp_tool_t *tools;
     size_t n_tools;
     size_t n_mcp_servers; /* the distinct MCP servers the tools name (tp_tool_t.mcp_server_id) */
+    bool versioned;       /* some tool has a version_id: reruns compare records' versions */
     void *index;          /* name -> tool lookup, private */
 } tp_registry_t;
 

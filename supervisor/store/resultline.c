@@ -72,7 +72,8 @@ int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
      * a byte), so that no append after can fail and leave a line cut.
      */
     size_t need = 400 + slen6(r->id) + slen6(r->job) + slen6(r->tool) + slen6(r->kind) + slen6(r->klass) +
-                  slen6(r->message) + slen6(r->served_by) + slen6(r->escalation) + r->result.len + r->args.len;
+                  slen6(r->message) + slen6(r->served_by) + slen6(r->escalation) + slen6(r->version) + r->result.len +
+                  r->args.len;
     for (size_t i = 0; i < r->n_trace; i++)
         need += 160 + slen6(r->trace[i]->tool) + slen6(r->trace[i]->outcome);
     if (tp_buf_reserve(b, need) < 0)
@@ -90,6 +91,8 @@ int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
         put_str(b, ",\"tool\":", r->tool);
     else
         tp_buf_puts(b, ",\"tool\":null");
+    if (r->version && r->version[0]) /* only when its tool has one: other lines are as they were */
+        put_str(b, ",\"version\":", r->version);
     put_bool(b, ",\"ok\":", r->ok);
     if (r->ok) {
         put_raw(b, ",\"result\":", r->result);
