@@ -302,11 +302,11 @@ static bool read_members(reader_t *rd, Toolpool__Result *r, Toolpool__Attempt **
     uint64_t attempts;
     r->has_id = id != NULL && !is_lit(id, id_n, "null");
     if (!read_str(rd, "id", &r->id) || !read_str(rd, "job", &r->job) || !read_u64(rd, "step", &r->step) ||
-        !read_str(rd, "tool", &r->tool) || !read_bool(rd, "ok", &r->ok) || !read_u64(rd, "attempts", &attempts) ||
-        !read_str(rd, "served_by", &r->served_by) || !read_bool(rd, "degraded", &r->degraded) ||
-        !read_bool(rd, "stale", &r->stale) || !read_bool(rd, "escalated", &r->escalated) ||
-        !read_str(rd, "escalation", &r->escalation) || !read_ms(rd, "duration_ms", &r->duration_us) ||
-        attempts > UINT32_MAX)
+        !read_str(rd, "tool", &r->tool) || !read_str(rd, "version", &r->version) || !read_bool(rd, "ok", &r->ok) ||
+        !read_u64(rd, "attempts", &attempts) || !read_str(rd, "served_by", &r->served_by) ||
+        !read_bool(rd, "degraded", &r->degraded) || !read_bool(rd, "stale", &r->stale) ||
+        !read_bool(rd, "escalated", &r->escalated) || !read_str(rd, "escalation", &r->escalation) ||
+        !read_ms(rd, "duration_ms", &r->duration_us) || attempts > UINT32_MAX)
         return false;
     r->attempts = (uint32_t)attempts;
     if (cost) {
