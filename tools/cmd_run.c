@@ -83,7 +83,7 @@ static const char run_usage[] =
     "      --on-version-change rerun|serve|refuse\n"
     "                         a result recorded under another version of its\n"
     "                         tool (its \"version\" in the registry, an exec\n"
-    "                         file's digest, an MCP server's version): rerun (the\n"
+    "                         file's digest, an imported MCP server's version): rerun (the\n"
     "                         default) runs the call again and keeps the old\n"
     "                         record in the new one's history (`toolpool trace\n"
     "                         --store`); serve serves it; refuse exits 2 before\n"

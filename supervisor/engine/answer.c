@@ -118,7 +118,7 @@ void eng_arena_reset(tp_answers_t *a, bool keep)
  * the answer's (args_buf, result_buf; NULL when r's are not to be taken
  * over, and then they are copied whatever their size). false: out of
  * memory (nothing taken over). An empty or NULL string becomes a static
- * "" (half of a no-op call's eight are empty).
+ * "" (five of a no-op call's nine are empty).
  */
 bool eng_pending_own(tp_answers_t *a, tp_pending_t *p, const Toolpool__Result *r, char *args_buf, char *result_buf)
 {

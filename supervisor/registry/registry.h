@@ -178,9 +178,11 @@ typedef struct {
     /*
      * "version" as declared (a string, or "file"), and what each record
      * made now keeps (version_id): the string, for "file" the XXH128 of the
-     * exec tool's file read at load, for an MCP tool the registry gives none
-     * its server's serverInfo.version (read when the import lists its
-     * tools); NULL: the tool has no version.
+     * exec tool's file read at load, for a tool imported from "mcp_servers"
+     * that the registry gives none its server's serverInfo.version (read by
+     * the handshake that lists its tools at load; a tool of the mcp adapter
+     * is not started at load: it has a version only when given one); NULL:
+     * the tool has no version.
      */
     char *version;
     char *version_id;
