@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import serveutil  # noqa: E402
@@ -196,6 +197,14 @@ class Versions(unittest.TestCase):
         _, out = self.run_calls()
         self.assertEqual(out[0]["version"], "pinned")
 
+    def test_mcp_modern_server_version(self):
+        # a 2026-07-28 server says its version in its DiscoverResult's _meta
+        self.registry([], mcp_servers={"mod": {"command": [sys.executable, TINY, "--modern"],
+                                               "env": {"TINY_SERVER_VERSION": "9.9"}}})
+        self.write_calls([{"id": "e", "tool": "mod.echo", "args": {"text": "hi"}}])
+        _, out = self.run_calls()
+        self.assertEqual((out[0]["ok"], out[0]["version"]), (True, "9.9"))
+
     def test_owner_in_escalations_and_versions_in_failures(self):
         fail = os.path.join(self.dir, "fail.sh")
         with open(fail, "w") as f:
@@ -226,6 +235,15 @@ class Versions(unittest.TestCase):
             f.write(p.stdout)
         self.assertIn("f (version 7) ", self.toolpool("failures", results).stdout)
         self.assertIn("under version 7 of f", self.toolpool("trace", results).stdout)
+        # serve's /v1/escalations says the same, from the same store
+        if not serveutil.has_serve():
+            return
+        port = serveutil.free_port()
+        s = serveutil.Serve(self.reg, self.store, "127.0.0.1:%d" % port, os.path.join(self.dir, "serve.log")).start()
+        self.addCleanup(s.stop)
+        with urllib.request.urlopen("http://127.0.0.1:%d/v1/escalations" % port, timeout=10) as r:
+            listed = json.load(r)["escalations"]
+        self.assertEqual({e["tool"]: e["owner"] for e in listed}, {"f": "oncall@example.com", "g": "sam@example.com"})
 
 
 if __name__ == "__main__":
