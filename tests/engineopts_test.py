@@ -40,6 +40,7 @@ BAD_VALUES = [
     (["--seed", "0"], '--seed: expected an integer in [1, %s], got "0"' % U64),
     (["--seed", "18446744073709551616"], '--seed: expected an integer in [1, %s], got "18446744073709551616"' % U64),
     (["--seed="], '--seed: expected an integer in [1, %s], got ""' % U64),
+    (["--on-version-change", "ask"], '--on-version-change: expected rerun, serve or refuse, got "ask"'),
 ]
 
 # Options that take a value, given none; options that take none, given one:
@@ -55,7 +56,7 @@ GETOPT_ERRORS = [
 # Each shared option, as each command's --help must list it.
 SHARED = ["-r, --registry FILE", "--policy FILE", "-s, --store DIR", "-j, --workers N", "--relaxed",
           "--recycle-after N", "--pipeline N", "--max-frame BYTES", "--max-args BYTES", "--drain DURATION",
-          "--seed N", "-q, --quiet", "-h, --help"]
+          "--seed N", "--on-version-change", "-q, --quiet", "-h, --help"]
 
 
 class EngineOptions(unittest.TestCase):

@@ -69,6 +69,7 @@ Environment:
   TINY_LIST        how tools/list is answered: "bigint" (2**64 in a tool's _meta),
                    "null_id" (an error with a null id), "batch" (the answer in a batch)
   TINY_VERSION     the protocolVersion answered (default: the one asked for)
+  TINY_SERVER_VERSION  the serverInfo version its handshake gives (default "1")
   TINY_MARK        crash_once's marker file
   TINY_DISCOVER    "silent": server/discover is never answered (a legacy server
                    that ignores what comes before initialize); "unsupported:V1,V2":
@@ -373,14 +374,15 @@ def handle(m, page):
         v = os.environ.get("TINY_VERSION") or m["params"]["protocolVersion"]
         send({"jsonrpc": "2.0", "id": mid, "result": {
             "protocolVersion": v, "capabilities": {"tools": {}},
-            "serverInfo": {"name": "tiny", "version": "1"}}})
+            "serverInfo": {"name": "tiny", "version": os.environ.get("TINY_SERVER_VERSION", "1")}}})
     elif method == "ping":
         note("ping %s" % mid)
         send({"jsonrpc": "2.0", "id": mid, "result": {}})
     elif method == "server/discover" and modern:
         send({"jsonrpc": "2.0", "id": mid, "result": {
             "resultType": "complete", "supportedVersions": [MODERN_VERSION], "capabilities": {"tools": {}},
-            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "tiny", "version": "1"}}}})
+            "_meta": {"io.modelcontextprotocol/serverInfo": {
+                "name": "tiny", "version": os.environ.get("TINY_SERVER_VERSION", "1")}}}})
     elif method == "server/discover" and os.environ.get("TINY_DISCOVER") == "silent":
         pass
     elif method == "server/discover" and os.environ.get("TINY_DISCOVER", "").startswith("unsupported:"):

@@ -92,6 +92,7 @@ static void random_record(rec_t *x)
     }
     r->attempts = rnd(5);
     r->served_by = rnd(2) ? keep(x, random_string()) : (char *)"";
+    r->version = rnd(3) == 0 ? keep(x, random_string()) : (char *)"";
     r->degraded = rnd(2);
     r->stale = rnd(2);
     r->escalated = rnd(2);

@@ -3,8 +3,8 @@
  *
  *   toolpool failures [--store DIR | RESULTS.jsonl] [--tool T] [--since D] [--examples N] [--json]
  *
- * A group is the calls of one tool that failed with one kind and one
- * message, numbers aside ("no record 17" and "no record 42" are one
+ * A group is the calls of one tool (and version of it, when it has one)
+ * that failed with one kind and one message, numbers aside ("no record 17" and "no record 42" are one
  * group: an id or a count in a message would split every call into a
  * group of its own). The groups come the largest first, each with its
  * count, when it was first and last seen (the store's record times; a
@@ -34,7 +34,8 @@
 static const char failures_usage[] =
     "usage: toolpool failures [--store DIR | RESULTS.jsonl] [--tool T] [--since DURATION]\n"
     "                         [--examples N] [--json]\n"
-    "Failed calls grouped by tool, kind and message (numbers in a message aside:\n"
+    "Failed calls grouped by tool (and the version of it they ran under, when it\n"
+    "has one), kind and message (numbers in a message aside:\n"
     "\"no record 17\" and \"no record 42\" are one group), the largest group first:\n"
     "how many, when first and last seen (the store's record times, or a results\n"
     "file's line numbers) and the ids of its first calls (for `toolpool trace`).\n"
@@ -48,6 +49,7 @@ static const char failures_usage[] =
 
 typedef struct {
     char *tool, *kind, *klass, *message; /* message: the group's first, as written */
+    char *version;                       /* the tool's version its calls ran under; "": none */
     uint64_t count, first, last;         /* first, last: unix us (store) or line numbers (file) */
     char **ids;                          /* the earliest calls' (by when) */
     uint64_t *ids_at;
@@ -84,18 +86,20 @@ static void group_free(group_t *x)
     free(x->ids);
     free(x->ids_at);
     free(x->tool);
+    free(x->version);
     free(x->kind);
     free(x->klass);
     free(x->message);
 }
 
 /* Counts one failed call into its group; -1 when out of memory. */
-static int group_add(groups_t *g, const char *id, const char *tool, const char *kind, const char *klass,
-                     const char *message, uint64_t when)
+static int group_add(groups_t *g, const char *id, const char *tool, const char *version, const char *kind,
+                     const char *klass, const char *message, uint64_t when)
 {
     tp_buf_t key = {0};
-    if (tp_buf_puts(&key, tool) < 0 || tp_buf_append(&key, "\x1f", 1) < 0 || tp_buf_puts(&key, kind) < 0 ||
-        tp_buf_append(&key, "\x1f", 1) < 0 || shape_of(&key, message) < 0 || tp_buf_append(&key, "", 1) < 0) {
+    if (tp_buf_puts(&key, tool) < 0 || tp_buf_append(&key, "\x1f", 1) < 0 || tp_buf_puts(&key, version) < 0 ||
+        tp_buf_append(&key, "\x1f", 1) < 0 || tp_buf_puts(&key, kind) < 0 || tp_buf_append(&key, "\x1f", 1) < 0 ||
+        shape_of(&key, message) < 0 || tp_buf_append(&key, "", 1) < 0) {
         tp_buf_free(&key);
         return -1;
     }
@@ -116,6 +120,7 @@ static int group_add(groups_t *g, const char *id, const char *tool, const char *
         }
         x = &g->v[g->n];
         *x = (group_t){.tool = strdup(tool),
+                       .version = strdup(version),
                        .kind = strdup(kind),
                        .klass = strdup(klass),
                        .message = strdup(message),
@@ -123,8 +128,8 @@ static int group_add(groups_t *g, const char *id, const char *tool, const char *
                        .last = when,
                        .ids = calloc(g->examples ? g->examples : 1, sizeof *x->ids),
                        .ids_at = calloc(g->examples ? g->examples : 1, sizeof *x->ids_at)};
-        if (x->tool == NULL || x->kind == NULL || x->klass == NULL || x->message == NULL || x->ids == NULL ||
-            x->ids_at == NULL ||
+        if (x->tool == NULL || x->version == NULL || x->kind == NULL || x->klass == NULL || x->message == NULL ||
+            x->ids == NULL || x->ids_at == NULL ||
             json_object_set_new(g->index, (const char *)key.data, json_integer((json_int_t)g->n)) != 0) {
             group_free(x);
             tp_buf_free(&key);
@@ -171,7 +176,7 @@ static int pick_cb(void *ctx, const Toolpool__StoredResult *sr)
     if (r->ok || sr->ended_unix_us < pk->after || (pk->only && strcmp(r->tool, pk->only) != 0))
         return 0;
     const char *klass = r->klass[0] ? r->klass : tp_class_name(tp_kind_class(tp_kind_from_name(r->kind)));
-    return group_add(pk->g, r->id, r->tool, r->kind, klass, r->message, sr->ended_unix_us);
+    return group_add(pk->g, r->id, r->tool, r->version, r->kind, klass, r->message, sr->ended_unix_us);
 }
 
 /* A results file's failed lines; 0, or 2 (said: a line that is not a result names the file and line). */
@@ -205,9 +210,11 @@ static int from_file(groups_t *g, const char *path, const char *only)
             const char *kind = json_string_value(json_object_get(r, "error"));
             const char *klass = json_string_value(json_object_get(r, "class"));
             const char *message = json_string_value(json_object_get(r, "message"));
+            const char *version = json_string_value(json_object_get(r, "version"));
             kind = kind ? kind : "?";
-            if (group_add(g, id, tool, kind, klass ? klass : tp_class_name(tp_kind_class(tp_kind_from_name(kind))),
-                          message ? message : "", n) < 0) {
+            if (group_add(g, id, tool, version ? version : "", kind,
+                          klass ? klass : tp_class_name(tp_kind_class(tp_kind_from_name(kind))), message ? message : "",
+                          n) < 0) {
                 tp_log_error("out of memory");
                 status = 2;
             }
@@ -230,6 +237,7 @@ static int by_count(const void *a, const void *b)
     if (x->count != y->count)
         return x->count < y->count ? 1 : -1;
     int c = strcmp(x->tool, y->tool);
+    c = c ? c : strcmp(x->version, y->version);
     return c ? c : strcmp(x->kind, y->kind);
 }
 
@@ -242,6 +250,8 @@ static json_t *group_json(const group_t *x, bool lines)
                           "message", x->message, "count", (json_int_t)x->count, "ids", ids ? ids : json_array());
     if (o == NULL)
         return NULL;
+    if (x->version[0])
+        json_object_set_new(o, "version", json_string(x->version));
     if (lines) {
         json_object_set_new(o, "first_line", json_integer((json_int_t)x->first));
         json_object_set_new(o, "last_line", json_integer((json_int_t)x->last));
@@ -255,12 +265,12 @@ static json_t *group_json(const group_t *x, bool lines)
 static void group_print(const group_t *x, bool lines)
 {
     char a[32], b[32];
+    printf("%8llu  %s%s%s%s %s (%s), ", (unsigned long long)x->count, x->tool, x->version[0] ? " (version " : "",
+           x->version, x->version[0] ? ")" : "", x->kind, x->klass);
     if (lines)
-        printf("%8llu  %s %s (%s), lines %llu to %llu\n", (unsigned long long)x->count, x->tool, x->kind, x->klass,
-               (unsigned long long)x->first, (unsigned long long)x->last);
+        printf("lines %llu to %llu\n", (unsigned long long)x->first, (unsigned long long)x->last);
     else
-        printf("%8llu  %s %s (%s), first %s, last %s\n", (unsigned long long)x->count, x->tool, x->kind, x->klass,
-               tp_cli_when(x->first, a, sizeof a), tp_cli_when(x->last, b, sizeof b));
+        printf("first %s, last %s\n", tp_cli_when(x->first, a, sizeof a), tp_cli_when(x->last, b, sizeof b));
     printf("          %s\n", x->message);
     if (x->n_ids) {
         printf("          e.g.");

@@ -475,6 +475,8 @@ static void show_escalation(FILE *out, const Toolpool__Escalation *e, bool full)
         fprintf(out, "%-8s %-8s ", e->id, e->resolved ? "resolved" : "open");
         put_time(out, e->created_unix_us);
         fprintf(out, "  %s(call %s, job %s): %s", e->tool, e->call_id, e->job, e->kind);
+        if (e->owner[0])
+            fprintf(out, ", owner %s", e->owner);
         if (e->blocked)
             fprintf(out, ", %llu later call%s blocked", (unsigned long long)e->blocked, e->blocked == 1 ? "" : "s");
         fputc('\n', out);
@@ -485,6 +487,8 @@ static void show_escalation(FILE *out, const Toolpool__Escalation *e, bool full)
     fprintf(out, "\n  call %s, job %s, step %llu\n  reason: %s\n", e->call_id, e->job, (unsigned long long)e->step,
             e->reason);
     fprintf(out, "  last error: %s: %s\n", e->kind, e->message);
+    if (e->owner[0])
+        fprintf(out, "  owner: %s (the tool's \"owner\": who is paged)\n", e->owner);
     if (e->blocked)
         fprintf(out, "  later calls answered CircuitOpen: %llu\n", (unsigned long long)e->blocked);
     if (e->resolved) {

@@ -80,6 +80,15 @@ static const char run_usage[] =
     "                         keeping every other result, breakers and\n"
     "                         checkpoints; refusals (malformed) are always\n"
     "                         checked again\n"
+    "      --on-version-change rerun|serve|refuse\n"
+    "                         a result recorded under another version of its\n"
+    "                         tool (its \"version\" in the registry, an exec\n"
+    "                         file's digest, an imported MCP server's version): rerun (the\n"
+    "                         default) runs the call again and keeps the old\n"
+    "                         record in the new one's history (`toolpool trace\n"
+    "                         --store`); serve serves it; refuse exits 2 before\n"
+    "                         running anything, naming each tool that changed\n"
+    "                         with its old and new versions\n"
     "      --shard K/N        run only shard K of N (K from 0) of CALLS (a file):\n"
     "                         the calls whose job (its \"job\", else its id) hashes\n"
     "                         to K; the others are skipped before anything is\n"
@@ -93,7 +102,8 @@ static const char run_usage[] =
     "      --summary-json FILE\n"
     "                         write the run's summary to FILE as one JSON object:\n"
     "                         calls, ok, failed, attempts, retries, by_kind,\n"
-    "                         latency_ms, elapsed_s, resumed, done_again, ...\n"
+    "                         latency_ms, elapsed_s, resumed, done_again,\n"
+    "                         new_version, ...\n"
     "  -q, --quiet            no summary, no progress\n"
     "      --progress MODE    bar (redrawn: done/total, failures, running, calls/s,\n"
     "                         ETA), lines (the same as a line every 10 s), none;\n"
@@ -161,14 +171,14 @@ static int write_summary_json(const char *path, const tp_batch_report_t *rep, in
             json_object_set_new(kinds, k == TP_KIND_OTHER ? "other" : tp_kind_name((tp_kind_t)k),
                                 json_integer((json_int_t)s->by_kind[k]));
     json_t *o = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:o, s:{s:f, s:f, s:f}, s:f, s:f, s:I, s:I, s:I, s:b, s:I, s:i}", "calls",
+        "{s:I, s:I, s:I, s:I, s:I, s:o, s:{s:f, s:f, s:f}, s:f, s:f, s:I, s:I, s:I, s:I, s:b, s:I, s:i}", "calls",
         (json_int_t)s->calls, "ok", (json_int_t)s->ok, "failed", (json_int_t)(s->calls - s->ok), "attempts",
         (json_int_t)s->attempts, "retries", (json_int_t)s->retries, "by_kind", kinds, "latency_ms", "p50",
         (double)tp_summary_quantile_us(s, 0.5) / 1e3, "p99", (double)tp_summary_quantile_us(s, 0.99) / 1e3, "max",
         (double)s->max_us / 1e3, "elapsed_s", rep->elapsed_s, "calls_per_s",
         rep->elapsed_s > 0 ? (double)s->calls / rep->elapsed_s : 0.0, "resumed", (json_int_t)rep->resumed, "done_again",
-        (json_int_t)rep->rerun, "late_steps", (json_int_t)rep->late, "interrupted", rep->interrupted, "not_started",
-        (json_int_t)rep->not_started, "exit_status", status);
+        (json_int_t)rep->rerun, "new_version", (json_int_t)rep->version_rerun, "late_steps", (json_int_t)rep->late,
+        "interrupted", rep->interrupted, "not_started", (json_int_t)rep->not_started, "exit_status", status);
     if (o == NULL) {
         tp_log_error("%s: out of memory rendering the summary", path);
         return -1;
@@ -324,6 +334,12 @@ int tp_cmd_run(int argc, char **argv)
         if (rep.rerun)
             fprintf(stderr, "  done again: %llu recorded failure%s and refusal%s\n", (unsigned long long)rep.rerun,
                     rep.rerun == 1 ? "" : "s", rep.rerun == 1 ? "" : "s");
+        if (rep.version_rerun)
+            fprintf(stderr,
+                    "  new version: %llu recorded result%s made under another version of %s tool, run again (the "
+                    "old record%s kept: `toolpool trace ID --store %s`)\n",
+                    (unsigned long long)rep.version_rerun, rep.version_rerun == 1 ? "" : "s",
+                    rep.version_rerun == 1 ? "its" : "their", rep.version_rerun == 1 ? "" : "s", ec.store_dir);
         uint64_t open = rep.summary.by_kind[TP_KIND_CIRCUIT_OPEN];
         if (open)
             fprintf(stderr,

@@ -1,7 +1,7 @@
 /*
  * toolpool stats: what the store's recorded results say, per tool.
  *
- *   toolpool stats [--store DIR] [--tool T] [--since D] [--json]
+ *   toolpool stats [--store DIR] [--tool T] [--since D] [--by tool|version] [--json]
  *
  * One read transaction over the results: each record says its tool,
  * outcome, attempts and trace. Per tool (the tool called): calls, ok,
@@ -10,7 +10,8 @@
  * and queue wait (the time from a call's turn to its end that neither an
  * attempt nor a backoff took: waiting for a worker, or for a commit).
  * Latencies are exact (sorted, not bucketed): a store of a million results
- * costs 16 MB here.
+ * costs 16 MB here. With --by version, per tool and the version of it each
+ * record was made under.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -31,7 +32,8 @@
 
 /* clang-format off */
 static const char stats_usage[] =
-    "usage: toolpool stats [--store DIR] [--tool T] [--since DURATION] [--json]\n"
+    "usage: toolpool stats [--store DIR] [--tool T] [--since DURATION]\n"
+    "                      [--by tool|version] [--json]\n"
     "Per tool, from the results recorded in the store: calls, ok, failures by\n"
     "class and by kind, attempts, retries (attempts after the first, in each hop\n"
     "of a fallback chain), fallback hops, timeouts, latency p50/p90/p99/max\n"
@@ -41,6 +43,8 @@ static const char stats_usage[] =
     "  -s, --store DIR     the store (default: $TOOLPOOL_STORE, else .toolpool)\n"
     "      --tool T        only calls of tool T\n"
     "      --since D       only results recorded in the last D (\"1h\", \"30m\")\n"
+    "      --by version    per tool and version of it (the registry's \"version\"\n"
+    "                      each result was made under), not per tool alone\n"
     "      --json          one JSON object a line, one line per tool\n"
     "A supervisor working on the store now (run, serve, mcp) is listed first:\n"
     "calls answered, running and waiting, calls/s, and for a run its expected\n"
@@ -54,6 +58,7 @@ typedef struct {
 
 typedef struct {
     char *tool;
+    char *version; /* --by version: the version its records were made under ("": none); else NULL */
     uint64_t calls, ok, attempts, retries, hops, timeouts;
     json_t *by_class, *by_kind; /* name -> count */
     series_t latency, wait;
@@ -87,18 +92,20 @@ static double quantile(const series_t *s, double q)
     return s->v[rank < s->n ? rank : s->n - 1];
 }
 
-static tool_stats_t *table_get(table_t *t, const char *tool)
+/* The row of tool (and version, when not NULL: --by version), made when it is the first. */
+static tool_stats_t *table_get(table_t *t, const char *tool, const char *version)
 {
     for (size_t i = 0; i < t->n; i++)
-        if (strcmp(t->v[i].tool, tool) == 0)
+        if (strcmp(t->v[i].tool, tool) == 0 && (version == NULL || strcmp(t->v[i].version, version) == 0))
             return &t->v[i];
     if (tp_array_fit(&t->v, &t->cap, t->n + 1, sizeof *t->v, 16) < 0)
         return NULL;
     tool_stats_t *s = &t->v[t->n];
     memset(s, 0, sizeof *s);
-    if ((s->tool = strdup(tool)) == NULL || (s->by_class = json_object()) == NULL ||
-        (s->by_kind = json_object()) == NULL) {
+    if ((s->tool = strdup(tool)) == NULL || (version && (s->version = strdup(version)) == NULL) ||
+        (s->by_class = json_object()) == NULL || (s->by_kind = json_object()) == NULL) {
         free(s->tool);
+        free(s->version);
         json_decref(s->by_class);
         return NULL;
     }
@@ -118,9 +125,9 @@ static double ms(uint64_t us)
 }
 
 /* Adds one recorded result r; -1 when out of memory. */
-static int add_result(table_t *t, const Toolpool__Result *r)
+static int add_result(table_t *t, const Toolpool__Result *r, bool by_version)
 {
-    tool_stats_t *s = table_get(t, r->tool[0] ? r->tool : "(none)");
+    tool_stats_t *s = table_get(t, r->tool[0] ? r->tool : "(none)", by_version ? r->version : NULL);
     if (s == NULL)
         return -1;
     s->calls++;
@@ -178,6 +185,10 @@ static json_t *tool_json(tool_stats_t *s)
     json_t *wait = json_pack("{s:I, s:f, s:f, s:f, s:f}", "calls", (json_int_t)s->wait.n, "p50",
                              quantile(&s->wait, 0.5), "p99", quantile(&s->wait, 0.99), "max",
                              s->wait.n ? s->wait.v[s->wait.n - 1] : 0.0, "total", total);
+    if (o && s->version && json_object_set_new(o, "version", s->version[0] ? json_string(s->version) : json_null())) {
+        json_decref(o);
+        o = NULL;
+    }
     if (o == NULL || lat == NULL || wait == NULL || json_object_set_new(o, "latency_ms", lat) != 0 ||
         json_object_set_new(o, "queue_wait_ms", wait) != 0) {
         json_decref(o);
@@ -208,8 +219,12 @@ static void print_counts(const char *label, json_t *o)
 
 static void tool_print(tool_stats_t *s)
 {
-    printf("%s: %llu calls, %llu ok, %llu failed; %llu attempts, %llu retries, %llu fallback hops, %llu timeouts\n",
-           s->tool, (unsigned long long)s->calls, (unsigned long long)s->ok, (unsigned long long)(s->calls - s->ok),
+    if (s->version)
+        printf("%s, %s%s: ", s->tool, s->version[0] ? "version " : "no version", s->version);
+    else
+        printf("%s: ", s->tool);
+    printf("%llu calls, %llu ok, %llu failed; %llu attempts, %llu retries, %llu fallback hops, %llu timeouts\n",
+           (unsigned long long)s->calls, (unsigned long long)s->ok, (unsigned long long)(s->calls - s->ok),
            (unsigned long long)s->attempts, (unsigned long long)s->retries, (unsigned long long)s->hops,
            (unsigned long long)s->timeouts);
     print_counts("failures by class", s->by_class);
@@ -236,7 +251,9 @@ static void tool_print(tool_stats_t *s)
 
 static int by_name(const void *a, const void *b)
 {
-    return strcmp(((const tool_stats_t *)a)->tool, ((const tool_stats_t *)b)->tool);
+    const tool_stats_t *x = a, *y = b;
+    int c = strcmp(x->tool, y->tool);
+    return c ? c : strcmp(x->version ? x->version : "", y->version ? y->version : "");
 }
 
 /* --since D: into the uint64_t *o->to, in microseconds, more than 0. */
@@ -244,6 +261,7 @@ static int by_name(const void *a, const void *b)
 typedef struct {
     table_t *t;
     const char *only;
+    bool by_version;
     uint64_t since_us, after, undated;
 } pick_t;
 
@@ -254,7 +272,7 @@ static int pick_cb(void *ctx, const Toolpool__StoredResult *sr)
         pk->undated++;
     if ((pk->since_us && sr->ended_unix_us < pk->after) || (pk->only && strcmp(sr->result->tool, pk->only) != 0))
         return 0;
-    return add_result(pk->t, sr->result);
+    return add_result(pk->t, sr->result, pk->by_version);
 }
 
 /* "1m20s", "38s", "2h05m": a duration for people, whole seconds. */
@@ -338,13 +356,14 @@ static int live_supervisors(const char *dir, bool json)
 
 int tp_cmd_stats(int argc, char **argv)
 {
-    const char *dir = tp_store_default_dir(), *only = NULL;
+    const char *dir = tp_store_default_dir(), *only = NULL, *by = "tool";
     uint64_t since_us = 0;
     bool json = false;
     const tp_cli_opt_t opts[] = {
         {"store", 's', true, &dir, NULL},
         {"tool", 0, true, &only, NULL},
         {"since", 0, true, &since_us, tp_cli_take_since},
+        {"by", 0, true, &by, NULL},
         {"json", 0, false, &json, NULL},
         {NULL, 0, false, NULL, NULL},
     };
@@ -353,8 +372,16 @@ int tp_cmd_stats(int argc, char **argv)
         return rc;
     if (optind < argc)
         return tp_cli_misuse(stats_usage);
+    if (strcmp(by, "tool") != 0 && strcmp(by, "version") != 0) {
+        tp_log_error("--by: expected tool or version, got \"%s\"", by);
+        return 2;
+    }
     table_t t = {0};
-    pick_t pk = {.t = &t, .only = only, .since_us = since_us, .after = since_us ? tp_unix_us() - since_us : 0};
+    pick_t pk = {.t = &t,
+                 .only = only,
+                 .by_version = strcmp(by, "version") == 0,
+                 .since_us = since_us,
+                 .after = since_us ? tp_unix_us() - since_us : 0};
     int status = tp_cli_each_result(dir, pick_cb, &pk);
     uint64_t undated = pk.undated;
     if (status != 2 && live_supervisors(dir, json) < 0)
@@ -384,6 +411,7 @@ int tp_cmd_stats(int argc, char **argv)
                     (unsigned long long)undated);
     for (size_t i = 0; i < t.n; i++) {
         free(t.v[i].tool);
+        free(t.v[i].version);
         json_decref(t.v[i].by_class);
         json_decref(t.v[i].by_kind);
         free(t.v[i].latency.v);

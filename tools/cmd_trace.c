@@ -19,6 +19,7 @@
 #include "buf.h"
 #include "checkpoint.h"
 #include "cli.h"
+#include "resultline.h"
 #include "json.h"
 #include "log.h"
 
@@ -147,6 +148,9 @@ static void print_one(json_t *r, FILE *out)
     } else {
         fputs("(rejected input)\n", out);
     }
+    const char *version = json_string_value(json_object_get(r, "version"));
+    if (version)
+        fprintf(out, "  under version %s of %s\n", version, tool ? tool : "its tool");
     size_t i;
     json_t *t, *trace = json_object_get(r, "trace");
     json_array_foreach(trace, i, t) {
@@ -286,13 +290,22 @@ static int trace_store(const char *dir, int n, char **ids, bool json)
         }
         tp_buf_t line = {0};
         int lrc = tp_result_line(&line, r);
-        tp_result_free(r);
         if (lrc < 0) {
             tp_log_error("%s: call %s: out of memory", dir, ids[i]);
             rc = 2;
         } else if (print_recorded(dir, ids[i], &line, json) != 0) {
             rc = 2;
         }
+        /* The records it replaced, made under earlier versions of its tool: newest first, told only. */
+        for (size_t h = r->n_history; h-- > 0 && !json && lrc == 0;) {
+            const Toolpool__Result *old = r->history[h];
+            printf("earlier record %zu of %zu, made under %s%s (replaced when its tool changed version):\n", h + 1,
+                   r->n_history, old->version[0] ? "version " : "no version", old->version);
+            line.len = 0;
+            if ((lrc = tp_result_write(&line, old)) < 0 || print_recorded(dir, ids[i], &line, false) != 0)
+                rc = 2;
+        }
+        tp_result_free(r);
         tp_buf_free(&line);
     }
     mdb_txn_abort(txn);
@@ -310,7 +323,10 @@ int tp_cmd_trace(int argc, char **argv)
         "attempt with its outcome, duration, backoff and start (after the call's\n"
         "turn came), where its time went (attempts, backoff, waiting), and what\n"
         "the model is told. With call ids, the results recorded in the store are\n"
-        "printed. Input that is not results (a calls file, say) is refused (exit 2).\n"
+        "printed, each followed by the records it replaced when its tool changed\n"
+        "version (its history; `run --on-version-change`), newest first. A result\n"
+        "made under a tool's version says which. Input that is not results (a\n"
+        "calls file, say) is refused (exit 2).\n"
         "  --json   each result record as one JSON line\n";
     /* clang-format on */
     const char *store = NULL;

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "host.h"
@@ -14,6 +15,7 @@
 #include "log.h"
 #include "prune.h"
 #include "registry.h"
+#include "results.h"
 #include "store.h"
 
 void tp_engine_cli_init(tp_engine_cli_t *c, uint64_t drain_us)
@@ -77,10 +79,80 @@ int tp_engine_cli_take(tp_engine_cli_t *c, int opt, const char *arg)
     case TP_OPT_RETAIN:
         c->retain_us = tp_cli_duration("--retain", arg, 1);
         break;
+    case TP_OPT_ON_VERSION_CHANGE:
+        if (strcmp(arg, "rerun") == 0) {
+            e->on_version_change = TP_VERSION_RERUN;
+        } else if (strcmp(arg, "serve") == 0) {
+            e->on_version_change = TP_VERSION_SERVE;
+        } else if (strcmp(arg, "refuse") == 0) {
+            e->on_version_change = TP_VERSION_REFUSE;
+        } else {
+            tp_log_error("--on-version-change: expected rerun, serve or refuse, got \"%s\"", arg);
+            exit(2);
+        }
+        break;
     default:
         return 0;
     }
     return 1;
+}
+
+/*
+ * --on-version-change=refuse: the tools whose recorded results were made
+ * under another version than the registry's now, said one line each
+ * ("TOOL: recorded under OLD (N results), now NEW"). 0 when there are
+ * none; -1 (said) when there are, or the store cannot be read.
+ */
+static int refuse_changed(const tp_registry_t *reg, tp_store_t *s, const char *dir)
+{
+    MDB_txn *txn;
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    json_t *changed = json_object(); /* tool -> {old version: results} */
+    int rc = changed ? tp_store_read(s, &txn) : TP_ENOMEM;
+    if (rc == 0 && (rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_RESULTS), &cur))) != 0)
+        mdb_txn_abort(txn);
+    if (rc) {
+        tp_log_error("%s: cannot read the results: %s", dir, tp_strerror(rc));
+        json_decref(changed);
+        return -1;
+    }
+    for (rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_FIRST)); rc == 0;
+         rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
+        Toolpool__StoredResult *sr;
+        if (tp_result_unpack(k.mv_data, k.mv_size, v.mv_data, v.mv_size, &sr) != 0)
+            continue; /* a corrupt record: store check names it, and the run refuses it as it comes */
+        const tp_tool_t *t = tp_registry_find(reg, sr->result->tool);
+        const char *was = sr->result->version;
+        if (t != NULL && strcmp(was, t->version_id ? t->version_id : "") != 0) {
+            json_t *olds = json_object_get(changed, t->name);
+            if (olds == NULL)
+                json_object_set_new(changed, t->name, olds = json_object());
+            json_object_set_new(olds, was, json_integer(json_integer_value(json_object_get(olds, was)) + 1));
+        }
+        tp_result_free(sr);
+    }
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    const char *name, *was;
+    json_t *olds, *n;
+    json_object_foreach(changed, name, olds) {
+        const char *now = tp_registry_find(reg, name)->version_id;
+        json_object_foreach(olds, was, n) {
+            tp_log_error("%s: %lld result%s recorded under version %s%s%s, the registry's is %s%s%s", name,
+                         (long long)json_integer_value(n), json_integer_value(n) == 1 ? "" : "s", was[0] ? "\"" : "",
+                         was[0] ? was : "(none)", was[0] ? "\"" : "", now ? "\"" : "", now ? now : "(none)",
+                         now ? "\"" : "");
+        }
+    }
+    size_t tools = json_object_size(changed);
+    json_decref(changed);
+    if (tools == 0)
+        return 0;
+    tp_log_error("--on-version-change=refuse: %zu tool%s changed version since %s recorded %s results; "
+                 "rerun (the default) runs them again, serve serves them",
+                 tools, tools == 1 ? "" : "s", dir, tools == 1 ? "its" : "their");
+    return -1;
 }
 
 int tp_engine_cli_open(tp_engine_cli_t *c)
@@ -94,6 +166,11 @@ int tp_engine_cli_open(tp_engine_cli_t *c)
     tp_store_t *store = tp_store_open(c->store_dir, c->relaxed ? TP_STORE_NOSYNC : 0, err, sizeof err);
     if (store == NULL) {
         tp_log_error("%s", err);
+        tp_registry_free(reg);
+        return -1;
+    }
+    if (c->engine.on_version_change == TP_VERSION_REFUSE && refuse_changed(reg, store, c->store_dir) < 0) {
+        tp_store_close(store);
         tp_registry_free(reg);
         return -1;
     }

@@ -29,6 +29,7 @@ enum {
     TP_OPT_DRAIN,
     TP_OPT_SEED,
     TP_OPT_RETAIN,
+    TP_OPT_ON_VERSION_CHANGE,
 };
 
 /* A command's getopt_long optstring starts with these... */
@@ -43,6 +44,7 @@ enum {
         {"max-frame", required_argument, NULL, TP_OPT_MAX_FRAME},                                                      \
         {"max-args", required_argument, NULL, TP_OPT_MAX_ARGS}, {"drain", required_argument, NULL, TP_OPT_DRAIN},      \
         {"seed", required_argument, NULL, TP_OPT_SEED}, {"retain", required_argument, NULL, TP_OPT_RETAIN},            \
+        {"on-version-change", required_argument, NULL, TP_OPT_ON_VERSION_CHANGE},                                      \
     {                                                                                                                  \
         "quiet", no_argument, NULL, 'q'                                                                                \
     }
@@ -70,6 +72,11 @@ enum {
     "      --retain D           prune results recorded more than D ago (\"30d\"),\n"                                   \
     "                           at start and then daily (default: the registry's\n"                                    \
     "                           \"retain\", else keep every result)\n"                                                 \
+    "      --on-version-change rerun|serve|refuse\n"                                                                   \
+    "                           a result recorded under another version of its\n"                                      \
+    "                           tool: run it again, keeping the old record as\n"                                       \
+    "                           history (the default), serve it, or exit 2\n"                                          \
+    "                           before starting, naming the tools that changed\n"                                      \
     "  -q, --quiet              no startup line, no summary at exit\n"                                                 \
     "  -h, --help               this text\n"
 
@@ -96,7 +103,10 @@ int tp_engine_cli_take(tp_engine_cli_t *c, int opt, const char *arg);
 
 /*
  * The start-up: the registry with its policy, then the store, into
- * c->engine. 0, or -1 logged, with nothing left open.
+ * c->engine. With --on-version-change=refuse, a store holding results
+ * made under another version of a tool than the registry's now is refused
+ * here, before anything runs: each such tool named, with its old and new
+ * versions. 0, or -1 logged, with nothing left open.
  */
 int tp_engine_cli_open(tp_engine_cli_t *c);
 

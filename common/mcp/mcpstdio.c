@@ -644,6 +644,21 @@ static int probe_era(const json_t *a, char *err, size_t errlen)
 }
 
 /*
+ * Keeps serverInfo.version of a handshake's result, if it has one: an
+ * InitializeResult's serverInfo, a DiscoverResult's (or the serverInfo of
+ * its _meta, as 2026-07-28 servers put it).
+ */
+static void keep_server_version(tp_mcpio_t *c, const json_t *answer)
+{
+    const json_t *r = json_object_get(answer, "result");
+    const json_t *info = json_object_get(r, "serverInfo");
+    if (info == NULL)
+        info = json_object_get(json_object_get(r, "_meta"), "io.modelcontextprotocol/serverInfo");
+    const char *v = json_string_value(json_object_get(info, "version"));
+    snprintf(c->server_version, sizeof c->server_version, "%s", v ? v : "");
+}
+
+/*
  * The legacy handshake: initialize, then notifications/initialized. A late
  * answer to the probe (request probe, 0: none) that comes meanwhile lands
  * in *late. Codes as tp_mcpio_open's.
@@ -677,6 +692,7 @@ static int initialize(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t
         rc = TP_EREFUSED;
     } else {
         snprintf(version, vlen, "%s", v);
+        keep_server_version(c, a);
         json_t *n = json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", "notifications/initialized");
         rc = n ? tp_mcpio_send(c, n, deadline_us, stop) : TP_ENOMEM;
         json_decref(n);
@@ -714,6 +730,8 @@ int tp_mcpio_open(tp_mcpio_t *c, tp_mcp_era_t era, uint64_t deadline_us, volatil
             free(said);
             is = TP_EREFUSED;
         }
+        if (is == 1)
+            keep_server_version(c, found);
         json_decref(found);
         found = NULL;
         probe = 0; /* answered: initialize looks for no late answer */
@@ -727,8 +745,10 @@ int tp_mcpio_open(tp_mcpio_t *c, tp_mcp_era_t era, uint64_t deadline_us, volatil
     if (is == 0) {
         rc = initialize(c, deadline_us, stop, probe, &found, version, vlen, err, errlen);
         /* a modern-only server refuses initialize: its late DiscoverResult said what it is */
-        if (rc == TP_EREFUSED && found != NULL && probe_era(found, err, errlen) == 1)
+        if (rc == TP_EREFUSED && found != NULL && probe_era(found, err, errlen) == 1) {
             is = 1;
+            keep_server_version(c, found);
+        }
         json_decref(found);
     }
     if (is == 1) {

@@ -60,6 +60,9 @@ extern const char *const tp_mcp_era_names[TP_MCP_ERA_N];
 /* Bytes of the end of the server's stderr kept for messages. */
 #define TP_MCP_TAIL 600
 
+/* The longest serverInfo.version kept (longer is cut). */
+#define TP_MCP_SERVER_VERSION_MAX 128
+
 typedef struct {
     pid_t pid;      /* 0: not running */
     bool own_group; /* started as the leader of a process group of its own */
@@ -79,6 +82,7 @@ typedef struct {
     void *notice_ctx;
     int64_t next_id;
     bool modern; /* speaks 2026-07-28: every request carries the _meta envelope (tp_mcpio_stamp) */
+    char server_version[TP_MCP_SERVER_VERSION_MAX]; /* serverInfo.version its handshake gave; "": none */
     bool reaped;
     int status; /* waitpid's, once reaped */
 } tp_mcpio_t;
@@ -181,7 +185,7 @@ int tp_mcpio_request(tp_mcpio_t *c, const char *method, json_t *params, uint64_t
  * TP_MCP_PROTOCOL; 2025-06-18 and 2025-03-26 accepted in answer), then
  * notifications/initialized. A probe answered late still counts: a server
  * slow to start that refuses initialize after its DiscoverResult is modern.
- * The version agreed into version. 0; TP_EREFUSED when the server refused
+ * The version agreed into version, serverInfo.version into c->server_version. 0; TP_EREFUSED when the server refused
  * (UnsupportedProtocolVersion to the probe, an error to initialize, a
  * version toolpool does not speak) or answered with a resultType other
  * than "complete", with what it said in err; or a code of tp_mcpio_request

@@ -118,14 +118,15 @@ void eng_arena_reset(tp_answers_t *a, bool keep)
  * the answer's (args_buf, result_buf; NULL when r's are not to be taken
  * over, and then they are copied whatever their size). false: out of
  * memory (nothing taken over). An empty or NULL string becomes a static
- * "" (half of a no-op call's eight are empty).
+ * "" (five of a no-op call's nine are empty).
  */
 bool eng_pending_own(tp_answers_t *a, tp_pending_t *p, const Toolpool__Result *r, char *args_buf, char *result_buf)
 {
     bool take_args = args_buf && r->args.len > TP_RECORD_COPY_MAX;
     bool take_result = result_buf && r->result.len > TP_RECORD_COPY_MAX;
-    enum { N_STR = 8 };
-    const char *s[N_STR] = {r->id, r->job, r->tool, r->kind, r->klass, r->message, r->served_by, r->escalation};
+    enum { N_STR = 9 };
+    const char *s[N_STR] = {r->id,      r->job,       r->tool,       r->kind,   r->klass,
+                            r->message, r->served_by, r->escalation, r->version};
     size_t n[N_STR];
     size_t total = sizeof *r + r->n_trace * (sizeof(Toolpool__Attempt *) + sizeof(Toolpool__Attempt));
     for (size_t i = 0; i < N_STR; i++)
@@ -149,7 +150,8 @@ bool eng_pending_own(tp_answers_t *a, tp_pending_t *p, const Toolpool__Result *r
         o += lt + lo;
         tv[i] = &ta[i];
     }
-    char **d[N_STR] = {&c->id, &c->job, &c->tool, &c->kind, &c->klass, &c->message, &c->served_by, &c->escalation};
+    char **d[N_STR] = {&c->id,      &c->job,       &c->tool,       &c->kind,   &c->klass,
+                       &c->message, &c->served_by, &c->escalation, &c->version};
     for (size_t i = 0; i < N_STR; i++) {
         *d[i] = n[i] ? memcpy(o, s[i], n[i]) : (char *)"";
         o += n[i];

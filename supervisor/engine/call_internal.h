@@ -81,6 +81,7 @@ struct tp_call {
     bool claimed;          /* checked and claimed in one transaction, on a shared store */
     bool submitted_shared; /* other supervisors were on the store when it came */
     bool interrupted;      /* found in flight after a crash: not to be run again */
+    bool keep_old;         /* run again for its tool's new version: its record keeps the old one */
     bool current;          /* its job's call between its turn and its end */
     bool started;          /* counted as a step of its job */
     bool probe;            /* the running attempt is a half-open probe */

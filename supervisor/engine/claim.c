@@ -193,6 +193,9 @@ static int settle_orphan(tp_engine_t *e, const Toolpool__InFlight *f)
     x.job = f->job;
     x.step = f->step;
     x.tool = f->tool;
+    const tp_tool_t *t = tp_registry_find(e->o.reg, f->tool);
+    if (t && t->policy.owner)
+        x.owner = t->policy.owner;
     x.args = f->args;
     x.kind = (char *)tp_kind_name(TP_KIND_INTERRUPTED);
     x.message = msg;

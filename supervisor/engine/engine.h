@@ -62,9 +62,23 @@ typedef struct {
 /* Whether a recorded failure of kind is one f does again. */
 bool tp_rerun_match(const tp_rerun_t *f, const char *kind);
 
+/*
+ * What a rerun does with a recorded result made under another version of
+ * its tool than the registry's now (--on-version-change): runs the call
+ * again, keeping the old record in the new one's history (the default);
+ * serves it as it is; or refuses to start (the front's start-up walks the
+ * store: tp_engine_cli_open).
+ */
+typedef enum {
+    TP_VERSION_RERUN = 0,
+    TP_VERSION_SERVE,
+    TP_VERSION_REFUSE,
+} tp_on_version_t;
+
 typedef struct {
     const tp_registry_t *reg;
-    tp_store_t *store;       /* results, checkpoints, breakers, escalations; NULL: none */
+    tp_store_t *store; /* results, checkpoints, breakers, escalations; NULL: none */
+    tp_on_version_t on_version_change;
     const tp_rerun_t *rerun; /* recorded failures to run again; NULL: none */
     struct event_base *base; /* the loop the engine and its pool run on */
     int workers;
@@ -167,6 +181,7 @@ typedef struct {
     uint64_t timeouts;          /* attempts that ran into their timeout */
     uint64_t answered_recorded; /* answers served from the store */
     uint64_t rerun;             /* recorded failures run again (--retry-failed), refusals checked again */
+    uint64_t version_rerun;     /* recorded results of another version of their tool run again */
     uint64_t late;              /* calls that came after a later step of their job had started */
     uint64_t rejected;          /* requests answered without a call (malformed, unknown tool) */
     uint64_t commits;

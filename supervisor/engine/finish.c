@@ -41,7 +41,7 @@ static void record(tp_engine_t *e, tp_call_t *c, const Toolpool__Result *r, size
     uint64_t now = tp_now_us();
     if (!eng_txn_fit(e, bytes, true))
         return;
-    rc = tp_result_put(e->o.store, e->txn, r);
+    rc = c->keep_old ? tp_result_put_over(e->o.store, e->txn, r) : tp_result_put(e->o.store, e->txn, r);
     tp_seen_add(&e->recorded, r->id, strlen(r->id));
     /* A job named after its only call (the default) has nothing to checkpoint but that result. */
     bool own_job = strcmp(j->name, c->id) == 0;
@@ -120,6 +120,8 @@ void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, cons
     r->job = c->job->name;
     r->step = c->step;
     r->tool = (char *)c->tool->name;
+    if (c->tool->version_id)
+        r->version = c->tool->version_id;
     r->ok = end != END_FAIL;
     r->attempts = 0;
     for (size_t i = 0; i < c->n_trace; i++)
@@ -228,6 +230,8 @@ void eng_escalate(tp_engine_t *e, tp_call_t *c, const char *kind, const char *me
     x.job = c->job->name;
     x.step = c->step;
     x.tool = (char *)c->hop_tool->name;
+    if (c->hop_tool->policy.owner) /* who is paged: the owner of the tool that failed */
+        x.owner = c->hop_tool->policy.owner;
     x.args.data = (uint8_t *)c->args;
     x.args.len = c->args_len;
     x.kind = (char *)kind;

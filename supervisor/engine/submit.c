@@ -144,8 +144,25 @@ static const char *prefix(char *buf, size_t cap, const tp_request_t *rq)
  * (true as well). An in-flight marker means the call was running when a
  * supervisor died.
  */
-static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *job, const tp_digest_t *identity,
-                          bool *interrupted, bool *redo, tp_answer_fn fn, void *ctx)
+/*
+ * Whether the record sr of a call to t, made by an earlier run for this
+ * input, was made under another version of t than the registry's now, and
+ * is to run again (--on-version-change=rerun). A record without a version
+ * and a tool without one are the same version: with no version anywhere
+ * this is two tests of false.
+ */
+static bool version_changed(const tp_engine_t *e, const tp_tool_t *t, const Toolpool__StoredResult *sr)
+{
+    const char *was = sr->result->version;
+    if (!e->o.reg->versioned && was[0] == 0)
+        return false;
+    return e->o.on_version_change == TP_VERSION_RERUN && sr->ended_unix_us < e->started_unix_us &&
+           strcmp(was, t->version_id ? t->version_id : "") != 0;
+}
+
+static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const tp_tool_t *t, const char *job,
+                          const tp_digest_t *identity, bool *interrupted, bool *redo, bool *keep_old, tp_answer_fn fn,
+                          void *ctx)
 {
     Toolpool__StoredResult *r;
     if (!tp_seen_maybe(&e->recorded, rq->id, strlen(rq->id)))
@@ -163,6 +180,12 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const char *jo
         tp_result_free(r);
         *redo = true;
         e->stats.rerun++;
+        rc = MDB_NOTFOUND;
+    } else if (rc == 0 && version_changed(e, t, r) && eng_same_input(r, identity)) {
+        /* Done again under its tool's new version: the new record keeps this one as history. */
+        tp_result_free(r);
+        *redo = *keep_old = true;
+        e->stats.version_rerun++;
         rc = MDB_NOTFOUND;
     }
     if (rc == 0) {
@@ -278,14 +301,14 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
         tp_buf_free(&why);
     }
     tp_digest_t digest = {{0}}, identity = {{0}};
-    bool interrupted = false, redo = false;
+    bool interrupted = false, redo = false, keep_old = false;
     if (e->o.store) {
         if (rq->canon)
             tp_digest_bytes(rq->canon, rq->canon_len, &digest);
         else
             tp_digest_args(jargs, &digest);
         tp_identity_digest(t->name, &digest, &identity);
-        if (!eng_ensure_txn(e) || resume_lookup(e, rq, job, &identity, &interrupted, &redo, fn, ctx))
+        if (!eng_ensure_txn(e) || resume_lookup(e, rq, t, job, &identity, &interrupted, &redo, &keep_old, fn, ctx))
             goto out;
     }
     bool created;
@@ -312,6 +335,7 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     c->hop_digest = digest;
     c->identity = identity;
     c->interrupted = interrupted;
+    c->keep_old = keep_old;
     c->args_len = args_len;
     c->step = rq->step;
     c->deadline_us = rq->deadline_us;

@@ -177,6 +177,10 @@ static int import_server(loader_t *ld, const char *server, size_t pos, server_sp
         return reg_fail_code(ld, rc, "cannot import the tools of MCP server \"%s\": %s", server, err);
     }
     rc = tp_mcpio_open(&c, (tp_mcp_era_t)sp->protocol, deadline, NULL, version, sizeof version, err, sizeof err);
+    /* its tools' version when the registry gives none (settle_version, in tools.c) */
+    if (rc == 0 && c.server_version[0] &&
+        json_object_set_new(ld->server_versions, server, json_string(c.server_version)) != 0)
+        rc = TP_ENOMEM;
     json_t *cursor = NULL, *seen = json_object(); /* the cursors given so far: a repeat never ends */
     size_t listed = 0, pages = 0;
     int list_rc = 0; /* TP_EREFUSED: a tool name toolpool cannot take, pages without end; TP_ENOMEM */
@@ -309,7 +313,8 @@ int reg_import_servers(loader_t *ld)
         return 0;
     ld->imported = json_array();
     ld->imported_listed = json_array();
-    if (ld->imported == NULL || ld->imported_listed == NULL)
+    ld->server_versions = json_object();
+    if (ld->imported == NULL || ld->imported_listed == NULL || ld->server_versions == NULL)
         return reg_fail_oom(ld);
     mark_t m = reg_where_key(&ld->at, "mcp_servers");
     size_t pos = 0;

@@ -101,6 +101,7 @@ static const key_spec_t policy_keys[] = {
     {KEY("stale", K_BOOL), POL(stale)},
     {KEY("degraded", K_JSON), POL(degraded)},
     {KEY("breaker", K_OBJECT), .sub = &breaker_table},
+    {KEY("owner", K_STRING), POL(owner), .flags = F_NONEMPTY},
 };
 const key_table_t reg_policy_table = TABLE(policy_keys);
 
@@ -159,6 +160,7 @@ static const key_spec_t tool_keys[] = {
     {KEY("http", K_ADAPTER), .adapter = TP_ADAPTER_HTTP, .sub = &http_table},
     {KEY("connect_timeout", K_DURATION), TOOL(connect_timeout_us), .flags = F_MIN_EXCL},
     {KEY("max_in_flight", K_UINT), TOOL(max_in_flight), .min = 1, .max = TP_MAX_IN_FLIGHT_MAX},
+    {KEY("version", K_STRING), TOOL(version), .flags = F_NONEMPTY},
 };
 const key_table_t reg_tool_table = {tool_keys, sizeof tool_keys / sizeof tool_keys[0], &reg_policy_table,
                                     offsetof(tp_tool_t, policy)};
@@ -178,6 +180,7 @@ static const key_spec_t run_keys[] = {
     {KEY("cwd", K_STRING), TOOL(cwd), .flags = F_NONEMPTY | F_PATH},
     {KEY("schema_dialect", K_DIALECT), TOOL(schema_dialect)},
     {KEY("formats", K_FORMATS), TOOL(formats)},
+    {KEY("version", K_STRING), TOOL(version), .flags = F_NONEMPTY},
 };
 const key_table_t reg_run_table = {run_keys, sizeof run_keys / sizeof run_keys[0], &reg_policy_table,
                                    offsetof(tp_tool_t, policy)};

@@ -178,10 +178,12 @@ void reg_policy_clear(tp_policy_t *p)
     p->n_fallback = 0;
     json_decref(p->degraded);
     p->degraded = NULL;
+    free(p->owner);
+    p->owner = NULL;
 }
 
 /*
- * A tool starts as a deep copy of "defaults": its own fallback list and its
+ * A tool starts as a deep copy of "defaults": its own fallback list, owner and its
  * own reference to the degraded answer, so overriding or freeing one never
  * touches the other. 0, or TP_ENOMEM with dst safe to clear.
  */
@@ -192,6 +194,9 @@ int reg_policy_copy(tp_policy_t *dst, const tp_policy_t *src)
     dst->fallback_args = NULL;
     dst->n_fallback = 0;
     dst->degraded = src->degraded ? json_incref(src->degraded) : NULL;
+    dst->owner = NULL;
+    if (src->owner && (dst->owner = strdup(src->owner)) == NULL)
+        return TP_ENOMEM;
     if (src->n_fallback == 0)
         return 0;
     dst->fallback = calloc(src->n_fallback + 1, sizeof *dst->fallback);

@@ -272,6 +272,7 @@ fail:
 out:
     json_decref(ld.imported);
     json_decref(ld.imported_listed);
+    json_decref(ld.server_versions);
     free(ld.imported_from);
     json_decref(root);
     json_decref(ld.proot);
@@ -294,6 +295,8 @@ void tp_registry_free(tp_registry_t *reg)
         tp_tool_t *t = &reg->tools[i];
         free(t->name);
         free(t->description);
+        free(t->version);
+        free(t->version_id);
         json_decref(t->parameters);
         json_decref(t->mcp_decl);
         tp_jsonschema_free(t->schema);

@@ -99,6 +99,7 @@ typedef struct {
     uint64_t tool_window_us;
     uint64_t tool_cooldown_us;
     uint32_t tool_probes;
+    char *owner; /* "owner": who is paged when its calls escalate; NULL: no one named */
 } tp_policy_t;
 
 /*
@@ -174,6 +175,17 @@ typedef struct {
      */
     json_t *mcp_decl;
     tp_from_t idempotent_from; /* where policy.idempotent came from */
+    /*
+     * "version" as declared (a string, or "file"), and what each record
+     * made now keeps (version_id): the string, for "file" the XXH128 of the
+     * exec tool's file read at load, for a tool imported from "mcp_servers"
+     * that the registry gives none its server's serverInfo.version (read by
+     * the handshake that lists its tools at load; a tool of the mcp adapter
+     * is not started at load: it has a version only when given one); NULL:
+     * the tool has no version.
+     */
+    char *version;
+    char *version_id;
     tp_policy_t policy;
     size_t index; /* position in tools[] */
     size_t pos;   /* position in the file's tools list, which may hold OpenAI built-in tools tools[] skips */
@@ -211,6 +223,7 @@ typedef struct tp_registry {
     tp_tool_t *tools;
     size_t n_tools;
     size_t n_mcp_servers; /* the distinct MCP servers the tools name (tp_tool_t.mcp_server_id) */
+    bool versioned;       /* some tool has a version_id: reruns compare records' versions */
     void *index;          /* name -> tool lookup, private */
 } tp_registry_t;
 

@@ -50,6 +50,7 @@ typedef struct {
     json_t *imported;        /* the tools the servers listed, as tool objects, in order */
     size_t *imported_from;   /* for each, its server's position in "mcp_servers" */
     json_t *imported_listed; /* for each, its tools/list entry as the server gave it */
+    json_t *server_versions; /* server name -> its serverInfo.version, for those whose handshake gave one */
     bool tools_at_root;      /* the file is an OpenAI list: "tools" is the root array */
     int *tool_lines;         /* where each declared tool starts, found in one walk (tp_json_element_lines) */
     const char *dir;         /* where the file being read sits: relative paths start here */

@@ -12,7 +12,11 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
+#include <xxhash.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,6 +213,88 @@ static bool mcp_idempotent(const tp_tool_t *tool)
  * own word wins; without one, an MCP tool takes MCP's rule, an http POST
  * or PATCH is not idempotent (HTTP's semantics), and any other tool is.
  */
+/*
+ * The file an exec tool runs: argv[0] as the registry resolved it, or a
+ * bare name found on PATH as the worker's exec finds it. Into buf; false
+ * when no executable of that name is found.
+ */
+static bool exec_file(const char *name, char *buf, size_t cap)
+{
+    if (strchr(name, '/') != NULL) {
+        snprintf(buf, cap, "%s", name);
+        return true;
+    }
+    const char *path = getenv("PATH");
+    for (const char *p = path ? path : "/usr/local/bin:/usr/bin:/bin"; *p;) {
+        size_t n = strcspn(p, ":");
+        snprintf(buf, cap, "%.*s%s%s", (int)n, n ? p : ".", "/", name);
+        if (access(buf, X_OK) == 0)
+            return true;
+        p += n + (p[n] == ':');
+    }
+    return false;
+}
+
+/*
+ * XXH128 of the file at path, as 32 hex digits, into out. 0, or -errno
+ * (the file cannot be opened or read).
+ */
+static int file_digest(const char *path, char out[33])
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    XXH3_state_t st;
+    XXH3_128bits_reset(&st);
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0)
+        XXH3_128bits_update(&st, buf, (size_t)n);
+    int err = n < 0 ? -errno : 0;
+    close(fd);
+    if (err)
+        return err;
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&st));
+    for (int i = 0; i < 16; i++)
+        snprintf(out + 2 * i, 3, "%02x", c.digest[i]);
+    return 0;
+}
+
+/*
+ * What the tool's records keep as its version (tool->version_id): its
+ * "version" string; for "file", the digest of the file an exec tool runs,
+ * read once here (a file that cannot be read fails the load, naming it:
+ * a version that cannot be known is never left blank); with neither, an
+ * imported MCP tool's server's serverInfo.version. NULL when none.
+ */
+static int settle_version(loader_t *ld, tp_tool_t *tool, const char *server)
+{
+    const char *v = tool->version;
+    char hex[33], file[4096];
+    if (v != NULL && strcmp(v, "file") == 0) {
+        if (tool->adapter != TP_ADAPTER_EXEC)
+            return FAIL_AT(ld, tool, "version",
+                           "\"file\" is the digest of the file an exec tool runs (this one is %s): give a version "
+                           "string",
+                           reg_adapters[tool->adapter].name);
+        if (!exec_file(tool->argv[0], file, sizeof file))
+            return FAIL_AT(ld, tool, "version", "\"file\": %s is not found on PATH", tool->argv[0]);
+        int rc = file_digest(file, hex);
+        if (rc < 0)
+            return FAIL_AT(ld, tool, "version", "\"file\": cannot read %s: %s", file, strerror(-rc));
+        v = hex;
+    } else if (v == NULL && server != NULL) {
+        v = json_string_value(json_object_get(ld->server_versions, server));
+    }
+    if (v == NULL)
+        return 0;
+    if ((tool->version_id = strdup(v)) == NULL)
+        return reg_fail_oom(ld);
+    ld->reg->versioned = true;
+    return 0;
+}
+
 static void settle_idempotent(loader_t *ld, json_t *t, tp_tool_t *tool, json_t *server_spec, const char *mcp_name)
 {
     static const char key[] = "idempotent";
@@ -444,6 +530,8 @@ static int parse_tool(loader_t *ld, json_t *t, size_t i, size_t pos, tp_tool_t *
     if (tool->adapter == TP_ADAPTER_HTTP && (rc = reg_http_finish(ld, tool)) < 0)
         return rc;
     settle_idempotent(ld, t, tool, spec, mcp_name);
+    if ((rc = settle_version(ld, tool, server)) < 0)
+        return rc;
     /* an MCP server runs in the registry's folder unless its cwd says otherwise, as an exec tool does */
     if (tool->adapter == TP_ADAPTER_MCP && tool->mcp_cwd == NULL && (tool->mcp_cwd = strdup(ld->adapter_dir)) == NULL)
         return reg_fail_oom(ld);

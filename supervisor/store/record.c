@@ -133,8 +133,9 @@ static bool json_one_line(ProtobufCBinaryData d)
 
 /*
  * results/ID: everything the line rendered from it relies on: this call's
- * id, a kind when it failed, a result and args that are JSON on one line;
- * and the input digest a rerun compares.
+ * id, a kind when it failed, a result and args that are JSON on one line,
+ * the input digest a rerun compares;
+ * and the records of its history (earlier versions of its tool) this call's.
  */
 static int check_result(const void *key, size_t klen, const Toolpool__StoredResult *sr, char *why, size_t cap)
 {
@@ -157,6 +158,10 @@ static int check_result(const void *key, size_t klen, const Toolpool__StoredResu
         return bad(why, cap, "its result is not JSON on one line");
     if (!json_one_line(r->args))
         return bad(why, cap, "its args are not JSON on one line");
+    for (size_t i = 0; i < sr->n_history; i++)
+        if (sr->history[i]->input_digest.len != TP_RECORD_DIGEST_LEN || !sr->history[i]->has_id ||
+            !same(sr->history[i]->id, key, klen))
+            return bad(why, cap, "record %zu of its history is not this call's", i + 1);
     return sr->line.len ? check_line(key, klen, sr->line, r->ok, why, cap) : 0;
 }
 

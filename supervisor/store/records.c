@@ -540,6 +540,7 @@ json_t *tp_records_escalation_json(const Toolpool__Escalation *e, bool full)
     rc = rc ? rc : put(o, "job", str_of(e->job));
     rc = rc ? rc : put(o, "step", json_integer((json_int_t)e->step));
     rc = rc ? rc : put(o, "tool", str_of(e->tool));
+    rc = rc ? rc : put(o, "owner", e->owner[0] ? str_of(e->owner) : json_null()); /* the tool's "owner" */
     rc = rc ? rc : put(o, "error", str_of(e->kind));
     rc = rc ? rc : put(o, "message", str_of(e->message));
     rc = rc ? rc : put(o, "reason", str_of(e->reason));

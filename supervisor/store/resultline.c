@@ -72,7 +72,8 @@ int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
      * a byte), so that no append after can fail and leave a line cut.
      */
     size_t need = 400 + slen6(r->id) + slen6(r->job) + slen6(r->tool) + slen6(r->kind) + slen6(r->klass) +
-                  slen6(r->message) + slen6(r->served_by) + slen6(r->escalation) + r->result.len + r->args.len;
+                  slen6(r->message) + slen6(r->served_by) + slen6(r->escalation) + slen6(r->version) + r->result.len +
+                  r->args.len;
     for (size_t i = 0; i < r->n_trace; i++)
         need += 160 + slen6(r->trace[i]->tool) + slen6(r->trace[i]->outcome);
     if (tp_buf_reserve(b, need) < 0)
@@ -90,6 +91,8 @@ int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
         put_str(b, ",\"tool\":", r->tool);
     else
         tp_buf_puts(b, ",\"tool\":null");
+    if (r->version && r->version[0]) /* only when its tool has one: other lines are as they were */
+        put_str(b, ",\"version\":", r->version);
     put_bool(b, ",\"ok\":", r->ok);
     if (r->ok) {
         put_raw(b, ",\"result\":", r->result);
@@ -299,11 +302,11 @@ static bool read_members(reader_t *rd, Toolpool__Result *r, Toolpool__Attempt **
     uint64_t attempts;
     r->has_id = id != NULL && !is_lit(id, id_n, "null");
     if (!read_str(rd, "id", &r->id) || !read_str(rd, "job", &r->job) || !read_u64(rd, "step", &r->step) ||
-        !read_str(rd, "tool", &r->tool) || !read_bool(rd, "ok", &r->ok) || !read_u64(rd, "attempts", &attempts) ||
-        !read_str(rd, "served_by", &r->served_by) || !read_bool(rd, "degraded", &r->degraded) ||
-        !read_bool(rd, "stale", &r->stale) || !read_bool(rd, "escalated", &r->escalated) ||
-        !read_str(rd, "escalation", &r->escalation) || !read_ms(rd, "duration_ms", &r->duration_us) ||
-        attempts > UINT32_MAX)
+        !read_str(rd, "tool", &r->tool) || !read_str(rd, "version", &r->version) || !read_bool(rd, "ok", &r->ok) ||
+        !read_u64(rd, "attempts", &attempts) || !read_str(rd, "served_by", &r->served_by) ||
+        !read_bool(rd, "degraded", &r->degraded) || !read_bool(rd, "stale", &r->stale) ||
+        !read_bool(rd, "escalated", &r->escalated) || !read_str(rd, "escalation", &r->escalation) ||
+        !read_ms(rd, "duration_ms", &r->duration_us) || attempts > UINT32_MAX)
         return false;
     r->attempts = (uint32_t)attempts;
     if (cost) {

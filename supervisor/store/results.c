@@ -74,7 +74,7 @@ static uint8_t *put_uint(uint8_t *p, unsigned field, uint64_t v)
 
 /* The lengths of a record's strings, found once for both passes. */
 typedef struct {
-    size_t id, job, tool, kind, klass, message, served_by, escalation;
+    size_t id, job, tool, kind, klass, message, served_by, escalation, version;
 } lens_t;
 
 static size_t slen(const char *s)
@@ -97,7 +97,7 @@ static size_t result_size(const Toolpool__Result *r, const lens_t *l)
                varint_field(16, r->escalated) + varint_field(17, r->duration_us) + len_field(18, r->args.len) +
                varint_field(19, r->has_id) + (r->cost != 0 ? key_len(20) + 8 : 0) + len_field(21, l->escalation) +
                len_field(22, r->input_digest.len) + varint_field(23, r->retry_after_ms) +
-               varint_field(24, r->has_retry_after);
+               varint_field(24, r->has_retry_after) + len_field(25, l->version);
     for (size_t i = 0; i < r->n_trace; i++) {
         const Toolpool__Attempt *a = r->trace[i];
         size_t m = attempt_size(a, slen(a->tool), slen(a->outcome));
@@ -149,7 +149,8 @@ static uint8_t *put_result(uint8_t *p, const Toolpool__Result *r, const lens_t *
     p = put_len(p, 21, r->escalation, l->escalation);
     p = put_len(p, 22, r->input_digest.data, r->input_digest.len);
     p = put_uint(p, 23, r->retry_after_ms);
-    return put_uint(p, 24, r->has_retry_after);
+    p = put_uint(p, 24, r->has_retry_after);
+    return put_len(p, 25, r->version, l->version);
 }
 
 /* A record's size (out NULL) or the record written to out, its strings' lengths found already. */
@@ -167,8 +168,8 @@ static size_t result_pack(const Toolpool__Result *r, const lens_t *l, uint64_t e
 
 static lens_t result_lens(const Toolpool__Result *r)
 {
-    return (lens_t){slen(r->id),    slen(r->job),     slen(r->tool),      slen(r->kind),
-                    slen(r->klass), slen(r->message), slen(r->served_by), slen(r->escalation)};
+    return (lens_t){slen(r->id),      slen(r->job),       slen(r->tool),       slen(r->kind),   slen(r->klass),
+                    slen(r->message), slen(r->served_by), slen(r->escalation), slen(r->version)};
 }
 
 size_t tp_result_pack(const Toolpool__Result *r, uint64_t ended_unix_us, uint8_t *out)
@@ -190,6 +191,47 @@ int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r)
         tp_store_note_bad(s, TP_DB_RESULTS, r->id, l.id, "it packed to other than its size");
         rc = TP_EPROTO;
     }
+    return rc;
+}
+
+static int result_read(tp_store_t *s, const void *key, size_t klen, const void *data, size_t len,
+                       Toolpool__StoredResult **out);
+
+int tp_result_put_over(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r)
+{
+    size_t klen = strlen(r->id);
+    MDB_val k = {klen, r->id}, v;
+    Toolpool__StoredResult *old = NULL;
+    int rc = tp_mdb(mdb_get(txn, tp_store_dbi(s, TP_DB_RESULTS), &k, &v));
+    if (rc == 0)
+        rc = result_read(s, r->id, klen, v.mv_data, v.mv_size, &old);
+    if (rc == MDB_NOTFOUND || rc == TP_EPROTO) /* none, or a corrupt one (named by result_read): replaced */
+        return tp_result_put(s, txn, r);
+    if (rc)
+        return rc;
+    size_t keep = old->n_history < TP_RESULT_HISTORY_MAX ? old->n_history : TP_RESULT_HISTORY_MAX - 1;
+    Toolpool__Result **h = malloc((keep + 1) * sizeof *h);
+    if (h == NULL) {
+        tp_result_free(old);
+        return TP_ENOMEM;
+    }
+    if (keep)
+        memcpy(h, old->history + (old->n_history - keep), keep * sizeof *h);
+    h[keep] = old->result;
+    Toolpool__StoredResult nr = TOOLPOOL__STORED_RESULT__INIT;
+    nr.result = (Toolpool__Result *)r;
+    nr.ended_unix_us = tp_unix_us();
+    nr.history = h;
+    nr.n_history = keep + 1;
+    size_t n = toolpool__stored_result__get_packed_size(&nr);
+    uint8_t *at;
+    rc = tp_store_reserve(s, txn, TP_DB_RESULTS, r->id, klen, n, &at);
+    if (rc == 0 && toolpool__stored_result__pack(&nr, at) != n) {
+        tp_store_note_bad(s, TP_DB_RESULTS, r->id, klen, "it packed to other than its size");
+        rc = TP_EPROTO;
+    }
+    free(h);
+    tp_result_free(old);
     return rc;
 }
 
@@ -282,10 +324,10 @@ static inline __attribute__((always_inline)) bool get_field(wire_t *w, wfield_t 
 /* The wire type field has in a Result (12: an Attempt), or -1 for a field it does not have. */
 static int result_wt(unsigned field)
 {
-    static const signed char wt[25] = {-1,        WT_LEN,    WT_LEN,    WT_VARINT, WT_LEN,    WT_VARINT, WT_LEN,
+    static const signed char wt[26] = {-1,        WT_LEN,    WT_LEN,    WT_VARINT, WT_LEN,    WT_VARINT, WT_LEN,
                                        WT_LEN,    WT_LEN,    WT_LEN,    WT_VARINT, WT_VARINT, WT_LEN,    WT_LEN,
                                        WT_VARINT, WT_VARINT, WT_VARINT, WT_VARINT, WT_LEN,    WT_VARINT, WT_64,
-                                       WT_LEN,    WT_LEN,    WT_VARINT, WT_VARINT};
+                                       WT_LEN,    WT_LEN,    WT_VARINT, WT_VARINT, WT_LEN};
     return field < sizeof wt ? wt[field] : -1;
 }
 
@@ -414,6 +456,7 @@ static void result_fill(block_t *b, wire_t w, Toolpool__Result *r, size_t n_trac
         case 22: r->input_digest = take_bytes(b, f.data, f.v); break;
         case 23: r->retry_after_ms = f.v; break;
         case 24: r->has_retry_after = f.v != 0; break;
+        case 25: r->version = take_str(b, f.data, f.v); break;
         }
         /* clang-format on */
     }

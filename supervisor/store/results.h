@@ -19,6 +19,17 @@
 int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r);
 
 /*
+ * tp_result_put over a record of the same call made under another version
+ * of its tool: the record it replaces goes into the new one's history
+ * (StoredResult.history, oldest first, the last TP_RESULT_HISTORY_MAX),
+ * with the history it had. With no record there, tp_result_put. Packed by
+ * protobuf-c: this runs only for the calls a version change runs again.
+ * 0, an LMDB code, TP_ENOMEM.
+ */
+#define TP_RESULT_HISTORY_MAX 16
+int tp_result_put_over(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r);
+
+/*
  * The StoredResult of r, ended at ended_unix_us, packed into out as
  * protobuf-c would pack it (without its generic packer); out NULL: only
  * its size. Returns the size.

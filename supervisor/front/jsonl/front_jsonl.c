@@ -361,6 +361,7 @@ out:
     if (f.e) {
         report->pool = *tp_engine_pool_stats(f.e);
         report->rerun = tp_engine_stats(f.e)->rerun;
+        report->version_rerun = tp_engine_stats(f.e)->version_rerun;
         report->late = tp_engine_stats(f.e)->late;
     }
     tp_engine_free(f.e);

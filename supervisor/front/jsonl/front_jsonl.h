@@ -46,11 +46,12 @@ typedef struct {
 typedef struct {
     tp_summary_t summary;
     tp_pool_stats_t pool;
-    uint64_t not_started; /* calls read but never started (interrupted run) */
-    uint64_t resumed;     /* recorded results served from the store */
-    uint64_t rerun;       /* recorded failures (and refusals) done again */
-    uint64_t late;        /* steps that came after a later step of their job had started */
-    uint64_t other_shard; /* lines left to the other shards (--shard), before anything was written */
+    uint64_t not_started;   /* calls read but never started (interrupted run) */
+    uint64_t resumed;       /* recorded results served from the store */
+    uint64_t rerun;         /* recorded failures (and refusals) done again */
+    uint64_t version_rerun; /* recorded results of another version of their tool run again */
+    uint64_t late;          /* steps that came after a later step of their job had started */
+    uint64_t other_shard;   /* lines left to the other shards (--shard), before anything was written */
     bool interrupted;
     double elapsed_s;
 } tp_batch_report_t;
