@@ -259,6 +259,29 @@ void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t 
     eng_reject(e, id, job, step, tool, NULL, TP_KIND_INVALID_REQUEST, msg, answer, ctx);
 }
 
+/*
+ * A copy of tc in one block with its strings (free() frees it all), for a
+ * call to keep until its end; NULL when out of memory (the call's span
+ * then starts a trace of its own).
+ */
+tp_trace_ctx_t *eng_trace_ctx_copy(const tp_trace_ctx_t *tc)
+{
+    const char *s[3] = {tc->traceparent, tc->tracestate, tc->rpc_id};
+    size_t n[3], total = sizeof(tp_trace_ctx_t);
+    for (int i = 0; i < 3; i++)
+        total += n[i] = s[i] ? strlen(s[i]) + 1 : 0;
+    tp_trace_ctx_t *t = malloc(total);
+    if (t == NULL)
+        return NULL;
+    char *at = (char *)(t + 1);
+    const char **to[3] = {&t->traceparent, &t->tracestate, &t->rpc_id};
+    for (int i = 0; i < 3; i++) {
+        *to[i] = s[i] ? memcpy(at, s[i], n[i]) : NULL;
+        at += n[i];
+    }
+    return t;
+}
+
 /* Frees everything c owns but c itself; c has ended (tp_call_info says so). */
 void eng_call_teardown(tp_call_t *c)
 {
@@ -281,6 +304,10 @@ void eng_call_teardown(tp_call_t *c)
     free(c->args);
     free(c->hop_args);
     c->id = c->args = c->hop_args = NULL;
+    if (c->tctx) {
+        free(c->tctx);
+        c->tctx = NULL;
+    }
     c->ended = true;
 }
 

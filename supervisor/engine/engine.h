@@ -62,6 +62,24 @@ typedef struct {
 /* Whether a recorded failure of kind is one f does again. */
 bool tp_rerun_match(const tp_rerun_t *f, const char *kind);
 
+/*
+ * The trace context a caller gave with a call (W3C Trace Context: the
+ * traceparent and tracestate as written, not checked here), and what its
+ * front adds to the call's span. Any field may be NULL.
+ */
+typedef struct {
+    const char *traceparent;
+    const char *tracestate;
+    const char *rpc_id; /* an MCP front's JSON-RPC request id, as text: the call came as tools/call */
+} tp_trace_ctx_t;
+
+/*
+ * Told of every call that ran, at its end, with its record (valid for the
+ * hook's return only) and the trace context its front gave (NULL: none).
+ * On the loop: it must not block (the OTLP exporter queues and returns).
+ */
+typedef void (*tp_call_end_fn)(void *ctx, const Toolpool__Result *r, const tp_trace_ctx_t *tc);
+
 typedef struct {
     const tp_registry_t *reg;
     tp_store_t *store;       /* results, checkpoints, breakers, escalations; NULL: none */
@@ -82,6 +100,9 @@ typedef struct {
     uint64_t drain_us; /* tp_engine_drain: how long running calls may finish */
     size_t max_args;   /* a call's args longer than this are refused (InvalidRequest); 0: none */
     uint64_t seed;     /* jitter seed; 0 = random */
+    /* Trace export: the hook at each call's end, and its ctx; NULL: none, and no trace context is kept. */
+    tp_call_end_fn on_end;
+    void *on_end_ctx;
 } tp_engine_opts_t;
 
 /*
@@ -105,9 +126,10 @@ typedef struct {
     const json_t *jargs; /* the args parsed */
     const char *canon;   /* the args' canonical form (json.h), for the digests */
     size_t canon_len;
-    const char *where;    /* prefix for messages about the call ("line 7"); NULL: none */
-    uint64_t deadline_us; /* the caller's end for the whole call (tp_now_us time); 0: none */
-    tp_notice_fn notice;  /* hears what an mcp tool's server says while the call runs; NULL: none */
+    const char *where;           /* prefix for messages about the call ("line 7"); NULL: none */
+    uint64_t deadline_us;        /* the caller's end for the whole call (tp_now_us time); 0: none */
+    tp_notice_fn notice;         /* hears what an mcp tool's server says while the call runs; NULL: none */
+    const tp_trace_ctx_t *trace; /* the caller's trace context; NULL: none (kept only with opts.on_end) */
 } tp_request_t;
 
 /*
@@ -308,6 +330,8 @@ int tp_engine_idle(const tp_engine_t *e);
 /* Calls waiting for a slot (ready, parked at a concurrency cap, or in a backoff). */
 size_t tp_engine_waiting(const tp_engine_t *e);
 const tp_registry_t *tp_engine_registry(const tp_engine_t *e);
+/* Whether calls' ends are traced (opts.on_end): a front reads trace context only then. */
+bool tp_engine_traced(const tp_engine_t *e);
 tp_store_t *tp_engine_store(const tp_engine_t *e);
 /*
  * What `toolpool stats` shows of this supervisor while it runs (the

@@ -320,6 +320,8 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     c->answer = fn;
     c->answer_ctx = ctx;
     c->notice = rq->notice;
+    if (rq->trace && e->o.on_end)
+        c->tctx = eng_trace_ctx_copy(rq->trace);
     tp_job_add(j, c);
     if (e->o.store && !t->policy.same_call_off)
         call_breaker_key(c);

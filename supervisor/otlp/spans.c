@@ -1,0 +1,229 @@
+/*
+ * A call's spans, as OTLP/JSON span objects (the JSON encoding of the
+ * OTLP protobuf: ids in hex, times in nanoseconds as strings, attributes
+ * as key/AnyValue pairs), made from its record when it ends.
+ *
+ * Times: the record says how long the call took from its first attempt
+ * (duration_us) and where each attempt started from the call's turn
+ * (start_us): the call's span ends now and starts duration_us before;
+ * an attempt starts as far after the call's start as its start_us is
+ * after the first attempt's, lasts its duration_us, and its backoff
+ * follows it for backoff_us. So the spans say what the result line says.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "json.h"
+#include "otlp_internal.h"
+
+static void put_hex(tp_buf_t *b, const uint8_t *p, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    char s[2 * 16];
+    for (size_t i = 0; i < n; i++) {
+        s[2 * i] = hex[p[i] >> 4];
+        s[2 * i + 1] = hex[p[i] & 15];
+    }
+    tp_buf_append(b, s, 2 * n);
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+static int get_hex(const char *s, uint8_t *out, size_t n)
+{
+    bool zero = true;
+    for (size_t i = 0; i < n; i++) {
+        int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[i] = (uint8_t)(hi << 4 | lo);
+        zero = zero && out[i] == 0;
+    }
+    return zero ? -1 : 0; /* all zeros is invalid (W3C Trace Context) */
+}
+
+int tp_traceparent_parse(const char *s, uint8_t trace_id[16], uint8_t span_id[8], uint8_t *flags)
+{
+    /* version 00 is exactly 55 characters; a later one may add fields after a '-'; ff is invalid */
+    size_t n = strlen(s);
+    uint8_t version, fl;
+    if (n < 55 || hexval(s[0]) < 0 || hexval(s[1]) < 0 || s[2] != '-' || s[35] != '-' || s[52] != '-')
+        return -1;
+    version = (uint8_t)(hexval(s[0]) << 4 | hexval(s[1]));
+    if (version == 0xff || (version == 0 && n != 55) || (n > 55 && s[55] != '-'))
+        return -1;
+    if (get_hex(s + 3, trace_id, 16) < 0 || get_hex(s + 36, span_id, 8) < 0)
+        return -1;
+    if (hexval(s[53]) < 0 || hexval(s[54]) < 0)
+        return -1;
+    fl = (uint8_t)(hexval(s[53]) << 4 | hexval(s[54]));
+    *flags = fl;
+    return 0;
+}
+
+/* xorshift64*: ids need to be unique, not secret; seeded from getrandom at start. */
+static uint64_t next_rand(uint64_t *st)
+{
+    uint64_t x = *st;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *st = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+static void new_id(uint64_t *st, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t r = next_rand(st);
+        memcpy(out + i, &r, n - i < 8 ? n - i : 8);
+    }
+}
+
+static void attr_key(tp_buf_t *b, const char *key)
+{
+    tp_buf_printf(b, "%s{\"key\":\"%s\",\"value\":", b->data[b->len - 1] == '[' ? "" : ",", key);
+}
+
+static void attr_strn(tp_buf_t *b, const char *key, const char *s, size_t n)
+{
+    attr_key(b, key);
+    tp_buf_puts(b, "{\"stringValue\":");
+    tp_json_put_string(b, s, n);
+    tp_buf_puts(b, "}}");
+}
+
+static void attr_str(tp_buf_t *b, const char *key, const char *s)
+{
+    attr_strn(b, key, s, strlen(s));
+}
+
+static void attr_int(tp_buf_t *b, const char *key, uint64_t v)
+{
+    attr_key(b, key);
+    tp_buf_printf(b, "{\"intValue\":\"%llu\"}}", (unsigned long long)v);
+}
+
+static void attr_bool(tp_buf_t *b, const char *key, bool v)
+{
+    attr_key(b, key);
+    tp_buf_printf(b, "{\"boolValue\":%s}}", v ? "true" : "false");
+}
+
+/* Opens a span object, up to its attributes' '[' (the caller writes them, then span_close). */
+static void span_open(tp_buf_t *b, const uint8_t trace_id[16], const uint8_t span_id[8], const uint8_t *parent,
+                      const char *tracestate, const char *name, const char *name_tool, int kind, uint64_t start_ns,
+                      uint64_t end_ns)
+{
+    if (b->len)
+        tp_buf_puts(b, ",");
+    tp_buf_puts(b, "{\"traceId\":\"");
+    put_hex(b, trace_id, 16);
+    tp_buf_puts(b, "\",\"spanId\":\"");
+    put_hex(b, span_id, 8);
+    tp_buf_puts(b, "\"");
+    if (parent) {
+        tp_buf_puts(b, ",\"parentSpanId\":\"");
+        put_hex(b, parent, 8);
+        tp_buf_puts(b, "\"");
+    }
+    if (tracestate && *tracestate) {
+        tp_buf_puts(b, ",\"traceState\":");
+        tp_json_put_string(b, tracestate, strlen(tracestate));
+    }
+    char full[512];
+    int n = snprintf(full, sizeof full, "%s %s", name, name_tool);
+    tp_buf_puts(b, ",\"name\":");
+    tp_json_put_string(b, full, n < 0 ? 0 : (size_t)n < sizeof full ? (size_t)n : sizeof full - 1);
+    tp_buf_printf(b, ",\"kind\":%d,\"startTimeUnixNano\":\"%llu\",\"endTimeUnixNano\":\"%llu\",\"attributes\":[", kind,
+                  (unsigned long long)start_ns, (unsigned long long)end_ns);
+}
+
+/* Closes the attributes and the span, with status ERROR and message when error (else UNSET). */
+static void span_close(tp_buf_t *b, bool error, const char *message)
+{
+    tp_buf_puts(b, "]");
+    if (error) {
+        tp_buf_puts(b, ",\"status\":{\"code\":2");
+        if (message && *message) {
+            tp_buf_puts(b, ",\"message\":");
+            tp_json_put_string(b, message, strlen(message));
+        }
+        tp_buf_puts(b, "}");
+    }
+    tp_buf_puts(b, "}");
+}
+
+size_t tp_otlp_render(tp_buf_t *b, const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads,
+                      uint64_t *rng, uint64_t end_ns)
+{
+    uint8_t trace_id[16], call_id[8], parent[8], flags;
+    bool has_parent = tc && tc->traceparent && tp_traceparent_parse(tc->traceparent, trace_id, parent, &flags) == 0;
+    if (!has_parent)
+        new_id(rng, trace_id, 16);
+    new_id(rng, call_id, 8);
+    const char *tracestate = has_parent ? tc->tracestate : NULL;
+    bool mcp = tc && tc->rpc_id;
+    uint64_t start_ns = end_ns - r->duration_us * 1000;
+    size_t spans = 1;
+
+    span_open(b, trace_id, call_id, has_parent ? parent : NULL, tracestate, mcp ? "tools/call" : "execute_tool",
+              r->tool, mcp ? 2 : 1, start_ns, end_ns);
+    attr_str(b, "gen_ai.operation.name", "execute_tool");
+    attr_str(b, "gen_ai.tool.name", r->tool);
+    if (r->has_id)
+        attr_str(b, "gen_ai.tool.call.id", r->id);
+    if (mcp) {
+        attr_str(b, "mcp.method.name", "tools/call");
+        attr_str(b, "jsonrpc.request.id", tc->rpc_id);
+    }
+    attr_str(b, "toolpool.job", r->job);
+    attr_int(b, "toolpool.step", r->step);
+    attr_str(b, "toolpool.outcome.class", r->ok ? "ok" : r->klass);
+    attr_str(b, "toolpool.outcome.kind", r->ok ? "ok" : r->kind);
+    attr_int(b, "toolpool.attempts", r->attempts);
+    if (r->served_by && *r->served_by)
+        attr_str(b, "toolpool.served_by", r->served_by);
+    attr_bool(b, "toolpool.degraded", r->degraded);
+    attr_bool(b, "toolpool.stale", r->stale);
+    attr_bool(b, "toolpool.escalated", r->escalated);
+    if (!r->ok)
+        attr_str(b, "error.type", mcp ? "tool_error" : r->kind);
+    if (payloads) {
+        attr_strn(b, "gen_ai.tool.call.arguments", (const char *)r->args.data, r->args.len);
+        if (r->ok)
+            attr_strn(b, "gen_ai.tool.call.result", (const char *)r->result.data, r->result.len);
+    }
+    span_close(b, !r->ok, r->message);
+
+    uint64_t first = r->n_trace ? r->trace[0]->start_us : 0;
+    for (size_t i = 0; i < r->n_trace; i++) {
+        const Toolpool__Attempt *t = r->trace[i];
+        uint64_t at = start_ns + (t->start_us > first ? t->start_us - first : 0) * 1000;
+        uint64_t done = at + t->duration_us * 1000;
+        bool failed = strcmp(t->outcome, "ok") != 0;
+        uint8_t id[8];
+        char name[32];
+        new_id(rng, id, 8);
+        snprintf(name, sizeof name, "attempt %u", t->attempt);
+        span_open(b, trace_id, id, call_id, tracestate, name, t->tool, 1, at, done);
+        attr_int(b, "toolpool.attempt", t->attempt);
+        attr_str(b, "gen_ai.tool.name", t->tool);
+        attr_str(b, "toolpool.outcome", t->outcome);
+        if (failed)
+            attr_str(b, "error.type", t->outcome);
+        span_close(b, failed, NULL);
+        spans++;
+        if (t->backoff_us) {
+            new_id(rng, id, 8);
+            span_open(b, trace_id, id, call_id, tracestate, "backoff", t->tool, 1, done, done + t->backoff_us * 1000);
+            attr_int(b, "toolpool.attempt", t->attempt);
+            span_close(b, false, NULL);
+            spans++;
+        }
+    }
+    return spans;
+}
