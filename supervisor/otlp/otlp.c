@@ -27,12 +27,20 @@
 #define TP_VERSION "0"
 #endif
 
-/* A call's spans, rendered, waiting in the queue. */
+/*
+ * A call waiting in the queue: its record packed (protobuf, as the store
+ * keeps it, its args and result left out unless --otlp-payloads), then its
+ * trace context's three strings, each NUL-terminated ("" for none), and
+ * when it ended. The exporter thread unpacks and renders it: the loop's
+ * share is a pack and a copy.
+ */
 typedef struct tp_chunk {
     struct tp_chunk *next;
     size_t spans;
-    size_t len;
-    char data[];
+    size_t len; /* of the packed record */
+    size_t total;
+    uint64_t end_ns;
+    uint8_t data[];
 } tp_chunk_t;
 
 struct tp_otlp {
@@ -42,9 +50,8 @@ struct tp_otlp {
     size_t max_queue, max_batch;
     struct curl_slist *headers;
     char *prefix; /* the request body up to the spans' '[' (resource and scope) */
-    /* the loop's */
+    /* the exporter thread's */
     uint64_t rng;
-    tp_buf_t scratch;
     /* shared, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -75,7 +82,10 @@ static uint64_t env_ms(const char *specific, const char *general, uint64_t dflt)
 
 static int hexdigit(char c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* s[0..n) percent-decoded and trimmed of blanks, into out (NUL-terminated). -1: a bad escape. */
@@ -115,8 +125,8 @@ static int each_pair(const char *list, void (*each)(void *ctx, const char *k, co
     for (const char *p = list; rc == 0 && p && *p;) {
         const char *comma = strchr(p, ','), *end = comma ? comma : p + strlen(p);
         const char *eq = memchr(p, '=', (size_t)(end - p));
-        if (eq == NULL || eq == p || decode(p, (size_t)(eq - p), &k) < 0 || decode(eq + 1, (size_t)(end - eq - 1), &v) < 0 ||
-            k.len <= 1)
+        if (eq == NULL || eq == p || decode(p, (size_t)(eq - p), &k) < 0 ||
+            decode(eq + 1, (size_t)(end - eq - 1), &v) < 0 || k.len <= 1)
             rc = -1;
         else if (each)
             each(ctx, (const char *)k.data, (const char *)v.data);
@@ -278,6 +288,23 @@ static bool past(const struct timespec *ts)
     return now.tv_sec > ts->tv_sec || (now.tv_sec == ts->tv_sec && now.tv_nsec >= ts->tv_nsec);
 }
 
+/* Renders c's spans onto body (after a comma when spans are there already). */
+static void render_chunk(tp_otlp_t *o, const tp_chunk_t *c, tp_buf_t *body)
+{
+    Toolpool__Result *r = toolpool__result__unpack(NULL, c->len, c->data);
+    if (r == NULL)
+        return;
+    const char *s = (const char *)c->data + c->len;
+    const char *parts[3];
+    for (int i = 0; i < 3; i++) {
+        parts[i] = *s ? s : NULL;
+        s += strlen(s) + 1;
+    }
+    tp_trace_ctx_t tc = {.traceparent = parts[0], .tracestate = parts[1], .rpc_id = parts[2]};
+    tp_otlp_render(body, r, &tc, o->payloads, &o->rng, c->end_ns);
+    toolpool__result__free_unpacked(r, NULL);
+}
+
 /*
  * The exporter: waits for a batch's worth of spans or the schedule delay,
  * takes up to a batch off the queue, and POSTs it. Once stopping, it sends
@@ -331,9 +358,7 @@ static void *export_main(void *arg)
         tp_buf_puts(&body, o->prefix);
         for (tp_chunk_t *c = take, *next; c; c = next) {
             next = c->next;
-            if (c != take)
-                tp_buf_puts(&body, ",");
-            tp_buf_append(&body, c->data, c->len);
+            render_chunk(o, c, &body);
             free(c);
         }
         int rc = tp_buf_puts(&body, "]}]}]}");
@@ -357,7 +382,8 @@ int tp_otlp_start(const tp_otlp_opts_t *opts, tp_otlp_t **out)
     *out = NULL;
     const char *from;
     const char *disabled = getenv("OTEL_SDK_DISABLED"), *exporter = getenv("OTEL_TRACES_EXPORTER");
-    if (opts->url == NULL && ((disabled && strcasecmp(disabled, "true") == 0) || (exporter && strcmp(exporter, "none") == 0)))
+    if (opts->url == NULL &&
+        ((disabled && strcasecmp(disabled, "true") == 0) || (exporter && strcmp(exporter, "none") == 0)))
         return 0;
     char *url = endpoint_of(opts->url, &from);
     if (url == NULL)
@@ -427,21 +453,42 @@ void tp_otlp_call_end(void *ctx, const Toolpool__Result *r, const tp_trace_ctx_t
     tp_otlp_t *o = ctx;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    uint64_t end_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
-    tp_buf_reset(&o->scratch);
-    size_t spans = tp_otlp_render(&o->scratch, r, tc, o->payloads, &o->rng, end_ns);
-    tp_chunk_t *c = malloc(sizeof *c + o->scratch.len);
+    Toolpool__Result rec = *r;
+    if (!o->payloads) {
+        rec.args.len = 0;
+        rec.result.len = 0;
+    }
+    rec.input_digest.len = 0;
+    size_t spans = 1;
+    for (size_t i = 0; i < r->n_trace; i++)
+        spans += 1 + (r->trace[i]->backoff_us > 0);
+    const char *parts[3] = {tc ? tc->traceparent : NULL, tc ? tc->tracestate : NULL, tc ? tc->rpc_id : NULL};
+    size_t n[3], len = toolpool__result__get_packed_size(&rec), total = len;
+    for (int i = 0; i < 3; i++)
+        total += n[i] = parts[i] ? strlen(parts[i]) + 1 : 1;
     pthread_mutex_lock(&o->mu);
-    if (c == NULL || o->queued + spans > o->max_queue || o->scratch.len == 0) {
+    bool full = o->queued + spans > o->max_queue;
+    pthread_mutex_unlock(&o->mu);
+    tp_chunk_t *c = full ? NULL : malloc(sizeof *c + total);
+    if (c) {
+        c->next = NULL;
+        c->spans = spans;
+        c->len = toolpool__result__pack(&rec, c->data);
+        c->total = total;
+        c->end_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
+        uint8_t *at = c->data + c->len;
+        for (int i = 0; i < 3; i++) {
+            memcpy(at, parts[i] ? parts[i] : "", n[i]);
+            at += n[i];
+        }
+    }
+    pthread_mutex_lock(&o->mu);
+    if (c == NULL || o->queued + spans > o->max_queue) {
         o->dropped += spans;
         pthread_mutex_unlock(&o->mu);
         free(c);
         return;
     }
-    c->next = NULL;
-    c->spans = spans;
-    c->len = o->scratch.len;
-    memcpy(c->data, o->scratch.data, c->len);
     if (o->tail)
         o->tail->next = c;
     else
@@ -472,7 +519,6 @@ void tp_otlp_stop(tp_otlp_t *o, uint64_t *exported, uint64_t *dropped)
     pthread_mutex_destroy(&o->mu);
     pthread_cond_destroy(&o->cv);
     curl_slist_free_all(o->headers);
-    tp_buf_free(&o->scratch);
     free(o->prefix);
     free(o->url);
     free(o);

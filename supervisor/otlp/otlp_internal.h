@@ -10,11 +10,11 @@
 
 /*
  * Appends r's spans to b as OTLP/JSON span objects, comma-separated (a
- * comma first when b is not empty): the call's, then one per attempt and
+ * comma first unless b is empty or ends a list's '['): the call's, then one per attempt and
  * per backoff. end_ns: the call's end, Unix time in nanoseconds. rng: the
  * id generator's state. Returns how many spans it wrote.
  */
-size_t tp_otlp_render(tp_buf_t *b, const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads,
-                      uint64_t *rng, uint64_t end_ns);
+size_t tp_otlp_render(tp_buf_t *b, const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads, uint64_t *rng,
+                      uint64_t end_ns);
 
 #endif

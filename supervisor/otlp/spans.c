@@ -83,9 +83,32 @@ static void new_id(uint64_t *st, uint8_t *out, size_t n)
     }
 }
 
+/* Appends v in decimal (printf is the slow part of a span otherwise). */
+static void put_u64(tp_buf_t *b, uint64_t v)
+{
+    char s[20];
+    int n = 0;
+    do {
+        s[sizeof s - 1 - n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    tp_buf_append(b, s + sizeof s - n, (size_t)n);
+}
+
+/* A comma unless b is at the start of a list. */
+static void put_sep(tp_buf_t *b)
+{
+    if (b->len && b->data[b->len - 1] != '[')
+        tp_buf_append(b, ",", 1);
+}
+
+/* key: one of ours, with nothing to escape. */
 static void attr_key(tp_buf_t *b, const char *key)
 {
-    tp_buf_printf(b, "%s{\"key\":\"%s\",\"value\":", b->data[b->len - 1] == '[' ? "" : ",", key);
+    put_sep(b);
+    tp_buf_puts(b, "{\"key\":\"");
+    tp_buf_puts(b, key);
+    tp_buf_puts(b, "\",\"value\":");
 }
 
 static void attr_strn(tp_buf_t *b, const char *key, const char *s, size_t n)
@@ -104,13 +127,15 @@ static void attr_str(tp_buf_t *b, const char *key, const char *s)
 static void attr_int(tp_buf_t *b, const char *key, uint64_t v)
 {
     attr_key(b, key);
-    tp_buf_printf(b, "{\"intValue\":\"%llu\"}}", (unsigned long long)v);
+    tp_buf_puts(b, "{\"intValue\":\"");
+    put_u64(b, v);
+    tp_buf_puts(b, "\"}}");
 }
 
 static void attr_bool(tp_buf_t *b, const char *key, bool v)
 {
     attr_key(b, key);
-    tp_buf_printf(b, "{\"boolValue\":%s}}", v ? "true" : "false");
+    tp_buf_puts(b, v ? "{\"boolValue\":true}}" : "{\"boolValue\":false}}");
 }
 
 /* Opens a span object, up to its attributes' '[' (the caller writes them, then span_close). */
@@ -118,8 +143,7 @@ static void span_open(tp_buf_t *b, const uint8_t trace_id[16], const uint8_t spa
                       const char *tracestate, const char *name, const char *name_tool, int kind, uint64_t start_ns,
                       uint64_t end_ns)
 {
-    if (b->len)
-        tp_buf_puts(b, ",");
+    put_sep(b);
     tp_buf_puts(b, "{\"traceId\":\"");
     put_hex(b, trace_id, 16);
     tp_buf_puts(b, "\",\"spanId\":\"");
@@ -134,12 +158,22 @@ static void span_open(tp_buf_t *b, const uint8_t trace_id[16], const uint8_t spa
         tp_buf_puts(b, ",\"traceState\":");
         tp_json_put_string(b, tracestate, strlen(tracestate));
     }
-    char full[512];
-    int n = snprintf(full, sizeof full, "%s %s", name, name_tool);
-    tp_buf_puts(b, ",\"name\":");
-    tp_json_put_string(b, full, n < 0 ? 0 : (size_t)n < sizeof full ? (size_t)n : sizeof full - 1);
-    tp_buf_printf(b, ",\"kind\":%d,\"startTimeUnixNano\":\"%llu\",\"endTimeUnixNano\":\"%llu\",\"attributes\":[", kind,
-                  (unsigned long long)start_ns, (unsigned long long)end_ns);
+    /* "NAME TOOL": NAME is ours, TOOL the registry's, escaped (its opening quote taken out) */
+    tp_buf_puts(b, ",\"name\":\"");
+    tp_buf_puts(b, name);
+    tp_buf_puts(b, " ");
+    size_t at = b->len;
+    if (tp_json_put_string(b, name_tool, strlen(name_tool)) == 0) {
+        memmove(b->data + at, b->data + at + 1, b->len - at - 1);
+        b->len--;
+    }
+    tp_buf_puts(b, ",\"kind\":");
+    put_u64(b, (uint64_t)kind);
+    tp_buf_puts(b, ",\"startTimeUnixNano\":\"");
+    put_u64(b, start_ns);
+    tp_buf_puts(b, "\",\"endTimeUnixNano\":\"");
+    put_u64(b, end_ns);
+    tp_buf_puts(b, "\",\"attributes\":[");
 }
 
 /* Closes the attributes and the span, with status ERROR and message when error (else UNSET). */
@@ -157,8 +191,8 @@ static void span_close(tp_buf_t *b, bool error, const char *message)
     tp_buf_puts(b, "}");
 }
 
-size_t tp_otlp_render(tp_buf_t *b, const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads,
-                      uint64_t *rng, uint64_t end_ns)
+size_t tp_otlp_render(tp_buf_t *b, const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads, uint64_t *rng,
+                      uint64_t end_ns)
 {
     uint8_t trace_id[16], call_id[8], parent[8], flags;
     bool has_parent = tc && tc->traceparent && tp_traceparent_parse(tc->traceparent, trace_id, parent, &flags) == 0;
