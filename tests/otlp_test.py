@@ -51,6 +51,15 @@ class Receiver:
                 self.end_headers()
                 self.wfile.write(b"{}")
 
+            def do_GET(self):
+                # an http tool's server: answers with the traceparent its request carried
+                body = json.dumps({"traceparent": self.headers.get("traceparent")}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
             def log_message(self, *a):
                 pass
 
@@ -216,6 +225,30 @@ class Otlp(unittest.TestCase):
         for s in by_name["backoff flaky"] + [by_name[f"attempt {n} flaky"][0] for n in (1, 2, 3)]:
             self.assertGreaterEqual(int(s["startTimeUnixNano"]), start)
             self.assertLessEqual(int(s["endTimeUnixNano"]), int(call["endTimeUnixNano"]) + 1000)
+
+    def test_context_out(self):
+        """An attempt's span is its tool's parent: TRACEPARENT for an exec tool, a header for an http tool."""
+        r = self.receiver()
+        self.reg = serveutil.write_registry(os.path.join(self.dir, "tools2.json"), [
+            {"name": "env", "exec": ["sh", "-c", 'cat >/dev/null; printf \'{"traceparent":"%s"}\' "$TRACEPARENT"'],
+             "timeout": "5s"},
+            {"name": "web", "http": {"url": r.url + "/echo"}, "timeout": "5s"},
+        ])
+        res, _, _ = self.run_calls([{"id": "x1", "tool": "env", "args": {}, "traceparent": TRACEPARENT},
+                                    {"id": "x2", "tool": "web", "args": {}},
+                                    {"id": "x3", "tool": "env", "args": {}}],
+                                   "--otlp", r.url, env={"TRACEPARENT": "00-" + "9" * 32 + "-" + "9" * 16 + "-01"})
+        spans = {s["name"] + " " + s["traceId"]: s for _, s in r.spans()}
+        for cid, tool in (("x1", "env"), ("x2", "web"), ("x3", "env")):
+            self.assertTrue(res[cid]["ok"], res[cid])
+            got = res[cid]["result"]["traceparent"]
+            _, trace, span, flags = got.split("-")
+            att = spans[f"attempt 1 {tool} {trace}"]
+            self.assertEqual(att["spanId"], span)
+            self.assertEqual(flags, "01")
+        self.assertTrue(res["x1"]["result"]["traceparent"].startswith("00-" + PARENT_TRACE + "-"))
+        # the worker's own TRACEPARENT is replaced by the attempt's
+        self.assertNotIn("9" * 32, res["x3"]["result"]["traceparent"])
 
     def test_payloads(self):
         r = self.receiver()

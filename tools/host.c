@@ -107,6 +107,7 @@ int tp_engine_cli_open(tp_engine_cli_t *c)
     c->engine.reg = reg;
     c->engine.store = store;
     if (c->exporter) {
+        c->engine.on_begin = tp_otlp_call_begin;
         c->engine.on_end = tp_otlp_call_end;
         c->engine.on_end_ctx = c->exporter;
     }
@@ -123,6 +124,7 @@ void tp_engine_cli_close(tp_engine_cli_t *c)
                     exported == 1 ? "" : "s", (unsigned long long)dropped);
     }
     c->exporter = NULL;
+    c->engine.on_begin = NULL;
     c->engine.on_end = NULL;
     tp_store_close(c->engine.store);
     tp_registry_free((tp_registry_t *)c->engine.reg);

@@ -264,6 +264,20 @@ void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t 
  * call to keep until its end; NULL when out of memory (the call's span
  * then starts a trace of its own).
  */
+void tp_trace_span_id(const tp_trace_ctx_t *tc, size_t i, bool backoff, uint8_t out[8])
+{
+    /* splitmix64's finaliser over the call's span id and the entry */
+    uint64_t x;
+    memcpy(&x, tc->span_id, 8);
+    x += 0x9E3779B97F4A7C15ull * (2 * (uint64_t)i + 1 + backoff);
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    if (x == 0)
+        x = 1; /* all zeros is no span id */
+    memcpy(out, &x, 8);
+}
+
 tp_trace_ctx_t *eng_trace_ctx_copy(const tp_trace_ctx_t *tc)
 {
     const char *s[3] = {tc->traceparent, tc->tracestate, tc->rpc_id};
@@ -273,6 +287,7 @@ tp_trace_ctx_t *eng_trace_ctx_copy(const tp_trace_ctx_t *tc)
     tp_trace_ctx_t *t = malloc(total);
     if (t == NULL)
         return NULL;
+    *t = (tp_trace_ctx_t){.flags = 1};
     char *at = (char *)(t + 1);
     const char **to[3] = {&t->traceparent, &t->tracestate, &t->rpc_id};
     for (int i = 0; i < 3; i++) {

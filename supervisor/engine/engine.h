@@ -65,18 +65,36 @@ bool tp_rerun_match(const tp_rerun_t *f, const char *kind);
 /*
  * The trace context a caller gave with a call (W3C Trace Context: the
  * traceparent and tracestate as written, not checked here), and what its
- * front adds to the call's span. Any field may be NULL.
+ * front adds to the call's span. Any string may be NULL. The ids are the
+ * call's span's, set by the begin hook (opts.on_begin) when the engine
+ * keeps the call: its attempts' span ids follow from them
+ * (tp_trace_span_id), and so does the traceparent each attempt passes on
+ * to its tool (attempt_tp, written as the attempt starts).
  */
 typedef struct {
     const char *traceparent;
     const char *tracestate;
     const char *rpc_id; /* an MCP front's JSON-RPC request id, as text: the call came as tools/call */
+    uint8_t trace_id[16];
+    uint8_t span_id[8];
+    uint8_t flags; /* the W3C trace flags passed on (01: sampled) */
+    char attempt_tp[56];
 } tp_trace_ctx_t;
 
 /*
+ * The span id of entry i of a traced call's trace (an attempt), or of the
+ * backoff after it (backoff true): a mix of the call's span id and i, so
+ * that the span an attempt names to its tool is the one exported.
+ */
+void tp_trace_span_id(const tp_trace_ctx_t *tc, size_t i, bool backoff, uint8_t out[8]);
+
+/* Sets tc's trace and span ids when the engine keeps a traced call (its caller's parent read there). */
+typedef void (*tp_call_begin_fn)(void *ctx, tp_trace_ctx_t *tc);
+
+/*
  * Told of every call that ran, at its end, with its record (valid for the
- * hook's return only) and the trace context its front gave (NULL: none).
- * On the loop: it must not block (the OTLP exporter queues and returns).
+ * hook's return only) and its trace context. On the loop: it must not
+ * block (the OTLP exporter queues and returns).
  */
 typedef void (*tp_call_end_fn)(void *ctx, const Toolpool__Result *r, const tp_trace_ctx_t *tc);
 
@@ -100,7 +118,11 @@ typedef struct {
     uint64_t drain_us; /* tp_engine_drain: how long running calls may finish */
     size_t max_args;   /* a call's args longer than this are refused (InvalidRequest); 0: none */
     uint64_t seed;     /* jitter seed; 0 = random */
-    /* Trace export: the hook at each call's end, and its ctx; NULL: none, and no trace context is kept. */
+    /*
+     * Trace export: the hooks when a call is kept and at its end, and
+     * their ctx; on_end NULL: none, and no trace context is kept.
+     */
+    tp_call_begin_fn on_begin;
     tp_call_end_fn on_end;
     void *on_end_ctx;
 } tp_engine_opts_t;

@@ -52,7 +52,7 @@ struct tp_otlp {
     size_t max_queue, max_batch;
     struct curl_slist *headers;
     char *prefix; /* the request body up to the spans' '[' (resource and scope) */
-    /* the exporter thread's */
+    /* the loop's: the ids of calls' spans */
     uint64_t rng;
     /* shared, under mu */
     pthread_mutex_t mu;
@@ -293,7 +293,7 @@ static bool past(const struct timespec *ts)
 /* Renders c's spans onto body (after a comma when spans are there already). */
 static void render_chunk(tp_otlp_t *o, const tp_chunk_t *c, tp_buf_t *body)
 {
-    tp_otlp_render(body, &c->rec, &c->tc, o->payloads, &o->rng, c->end_ns);
+    tp_otlp_render(body, &c->rec, &c->tc, o->payloads, c->end_ns);
 }
 
 /*
@@ -461,16 +461,8 @@ static size_t str_room(const char *s)
  */
 static tp_chunk_t *chunk_of(const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads)
 {
-    const char *strs[] = {r->id,
-                          r->job,
-                          r->tool,
-                          r->kind,
-                          r->klass,
-                          r->message,
-                          r->served_by,
-                          tc ? tc->traceparent : NULL,
-                          tc ? tc->tracestate : NULL,
-                          tc ? tc->rpc_id : NULL};
+    const char *strs[] = {r->id,      r->job,       r->tool,         r->kind,        r->klass,
+                          r->message, r->served_by, tc->traceparent, tc->tracestate, tc->rpc_id};
     size_t n = r->n_trace, room = n * (sizeof(Toolpool__Attempt) + sizeof(Toolpool__Attempt *));
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         room += str_room(strs[i]);
@@ -513,6 +505,7 @@ static tp_chunk_t *chunk_of(const Toolpool__Result *r, const tp_trace_ctx_t *tc,
     c->rec.klass = copy_str(&p, r->klass);
     c->rec.message = copy_str(&p, r->message);
     c->rec.served_by = copy_str(&p, r->served_by);
+    c->tc = *tc;
     c->tc.traceparent = copy_str(&p, strs[7]);
     c->tc.tracestate = copy_str(&p, strs[8]);
     c->tc.rpc_id = copy_str(&p, strs[9]);
@@ -524,9 +517,20 @@ static tp_chunk_t *chunk_of(const Toolpool__Result *r, const tp_trace_ctx_t *tc,
     return c;
 }
 
+void tp_otlp_call_begin(void *ctx, tp_trace_ctx_t *tc)
+{
+    tp_otlp_begin_ids(tc, &((tp_otlp_t *)ctx)->rng);
+}
+
 void tp_otlp_call_end(void *ctx, const Toolpool__Result *r, const tp_trace_ctx_t *tc)
 {
     tp_otlp_t *o = ctx;
+    if (tc == NULL) { /* out of memory when the call came: no ids, no spans */
+        pthread_mutex_lock(&o->mu);
+        o->dropped++;
+        pthread_mutex_unlock(&o->mu);
+        return;
+    }
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     size_t spans = 1;

@@ -42,7 +42,8 @@ typedef struct {
  */
 int tp_otlp_start(const tp_otlp_opts_t *o, tp_otlp_t **out);
 
-/* The engine's hook (tp_call_end_fn): ctx is the tp_otlp_t. */
+/* The engine's hooks (tp_call_begin_fn, tp_call_end_fn): ctx is the tp_otlp_t. */
+void tp_otlp_call_begin(void *ctx, tp_trace_ctx_t *tc);
 void tp_otlp_call_end(void *ctx, const Toolpool__Result *r, const tp_trace_ctx_t *tc);
 
 /*

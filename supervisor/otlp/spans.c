@@ -204,20 +204,29 @@ static void span_close(tp_buf_t *b, bool error, const char *message)
     PUT(b, "}");
 }
 
-size_t tp_otlp_render(tp_buf_t *b, const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads, uint64_t *rng,
-                      uint64_t end_ns)
+void tp_otlp_begin_ids(tp_trace_ctx_t *tc, uint64_t *rng)
 {
-    uint8_t trace_id[16], call_id[8], parent[8], flags;
-    bool has_parent = tc && tc->traceparent && tp_traceparent_parse(tc->traceparent, trace_id, parent, &flags) == 0;
-    if (!has_parent)
-        new_id(rng, trace_id, 16);
-    new_id(rng, call_id, 8);
+    uint8_t parent[8], flags;
+    if (tc->traceparent && tp_traceparent_parse(tc->traceparent, tc->trace_id, parent, &flags) == 0) {
+        tc->flags = flags & 1;
+    } else {
+        new_id(rng, tc->trace_id, 16);
+        tc->flags = 1;
+    }
+    new_id(rng, tc->span_id, 8);
+}
+
+size_t tp_otlp_render(tp_buf_t *b, const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads, uint64_t end_ns)
+{
+    uint8_t trace_id[16], parent[8], flags;
+    bool has_parent = tc->traceparent && tp_traceparent_parse(tc->traceparent, trace_id, parent, &flags) == 0;
+    const uint8_t *call_id = tc->span_id;
     const char *tracestate = has_parent ? tc->tracestate : NULL;
-    bool mcp = tc && tc->rpc_id;
+    bool mcp = tc->rpc_id != NULL;
     uint64_t start_ns = end_ns - r->duration_us * 1000;
     size_t spans = 1;
 
-    span_open(b, trace_id, call_id, has_parent ? parent : NULL, tracestate, mcp ? "tools/call" : "execute_tool",
+    span_open(b, tc->trace_id, call_id, has_parent ? parent : NULL, tracestate, mcp ? "tools/call" : "execute_tool",
               r->tool, mcp ? 2 : 1, start_ns, end_ns);
     attr_str(b, "gen_ai.operation.name", "execute_tool");
     attr_str(b, "gen_ai.tool.name", r->tool);
@@ -254,9 +263,9 @@ size_t tp_otlp_render(tp_buf_t *b, const Toolpool__Result *r, const tp_trace_ctx
         bool failed = strcmp(t->outcome, "ok") != 0;
         uint8_t id[8];
         char name[32];
-        new_id(rng, id, 8);
+        tp_trace_span_id(tc, i, false, id);
         snprintf(name, sizeof name, "attempt %u", t->attempt);
-        span_open(b, trace_id, id, call_id, tracestate, name, t->tool, 1, at, done);
+        span_open(b, tc->trace_id, id, call_id, tracestate, name, t->tool, 1, at, done);
         attr_int(b, "toolpool.attempt", t->attempt);
         attr_str(b, "gen_ai.tool.name", t->tool);
         attr_str(b, "toolpool.outcome", t->outcome);
@@ -265,8 +274,9 @@ size_t tp_otlp_render(tp_buf_t *b, const Toolpool__Result *r, const tp_trace_ctx
         span_close(b, failed, NULL);
         spans++;
         if (t->backoff_us) {
-            new_id(rng, id, 8);
-            span_open(b, trace_id, id, call_id, tracestate, "backoff", t->tool, 1, done, done + t->backoff_us * 1000);
+            tp_trace_span_id(tc, i, true, id);
+            span_open(b, tc->trace_id, id, call_id, tracestate, "backoff", t->tool, 1, done,
+                      done + t->backoff_us * 1000);
             attr_int(b, "toolpool.attempt", t->attempt);
             span_close(b, false, NULL);
             spans++;
