@@ -510,9 +510,13 @@ static tp_chunk_t *chunk_of(const Toolpool__Result *r, const tp_trace_ctx_t *tc,
     c->tc.tracestate = copy_str(&p, strs[8]);
     c->tc.rpc_id = copy_str(&p, strs[9]);
     if (payloads) {
-        c->rec.args = (ProtobufCBinaryData){.data = memcpy(p, r->args.data, r->args.len), .len = r->args.len};
+        c->rec.args = (ProtobufCBinaryData){.data = (uint8_t *)p, .len = r->args.len};
+        if (r->args.len)
+            memcpy(p, r->args.data, r->args.len);
         p += r->args.len;
-        c->rec.result = (ProtobufCBinaryData){.data = memcpy(p, r->result.data, r->result.len), .len = r->result.len};
+        c->rec.result = (ProtobufCBinaryData){.data = (uint8_t *)p, .len = r->result.len};
+        if (r->result.len)
+            memcpy(p, r->result.data, r->result.len);
     }
     return c;
 }
