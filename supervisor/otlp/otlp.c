@@ -298,7 +298,10 @@ static void render_chunk(tp_otlp_t *o, const tp_chunk_t *c, tp_buf_t *body)
 
 /*
  * The exporter: waits for a batch's worth of spans or the schedule delay,
- * takes up to a batch off the queue, and POSTs it. Once stopping, it sends
+ * takes up to a batch off the queue, and POSTs it. After a failed POST the
+ * collector is left alone for a second (doubling to 30 s while it keeps
+ * failing): the batches taken meanwhile are dropped unrendered, so a
+ * collector that is down costs next to nothing. Once stopping, it sends
  * what is left until the export timeout has passed, then drops the rest.
  */
 static void *export_main(void *arg)
@@ -314,6 +317,8 @@ static void *export_main(void *arg)
     }
     tp_buf_t body = {0};
     bool failing = false, stop_set = false;
+    uint64_t retry_ms = 0;
+    struct timespec retry_at = {0};
     struct timespec stop_by = {0};
     pthread_mutex_lock(&o->mu);
     for (;;) {
@@ -342,18 +347,27 @@ static void *export_main(void *arg)
             o->tail = NULL;
         last->next = NULL;
         o->queued -= spans;
-        bool late = stop_set && past(&stop_by);
+        /* Past the exit's time, or while a failed collector is left alone: dropped, not even rendered. */
+        bool skip = (stop_set && past(&stop_by)) || (failing && !past(&retry_at));
         pthread_mutex_unlock(&o->mu);
 
         tp_buf_reset(&body);
         tp_buf_puts(&body, o->prefix);
         for (tp_chunk_t *c = take, *next; c; c = next) {
             next = c->next;
-            render_chunk(o, c, &body);
+            if (!skip)
+                render_chunk(o, c, &body);
             free(c);
         }
         int rc = tp_buf_puts(&body, "]}]}]}");
-        bool ok = !late && h && rc == 0 && post(o, h, &body, &failing);
+        bool ok = !skip && h && rc == 0 && post(o, h, &body, &failing);
+        if (!skip && failing) {
+            /* tried again once a second, doubling to 30 s, as long as it fails */
+            retry_ms = retry_ms ? (retry_ms * 2 > 30000 ? 30000 : retry_ms * 2) : 1000;
+            deadline_in(&retry_at, retry_ms);
+        } else if (ok) {
+            retry_ms = 0;
+        }
 
         pthread_mutex_lock(&o->mu);
         if (ok)
