@@ -109,6 +109,28 @@ def dur_ms(span):
     return (int(span["endTimeUnixNano"]) - int(span["startTimeUnixNano"])) / 1e6
 
 
+# An MCP stdio server whose one tool answers the _meta.traceparent its tools/call carried.
+MCP_SERVER = r"""
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        r = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+             "serverInfo": {"name": "meta", "version": "1"}}
+    elif m["method"] == "tools/list":
+        r = {"tools": [{"name": "meta", "inputSchema": {"type": "object"}}]}
+    elif m["method"] == "tools/call":
+        tp = (m["params"].get("_meta") or {}).get("traceparent")
+        r = {"content": [{"type": "text", "text": json.dumps(tp)}]}
+    else:
+        print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "error": {"code": -32601, "message": "no"}}), flush=True)
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
+"""
+
+
 class Otlp(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory(prefix="tp-otlp-")
@@ -249,6 +271,23 @@ class Otlp(unittest.TestCase):
         self.assertTrue(res["x1"]["result"]["traceparent"].startswith("00-" + PARENT_TRACE + "-"))
         # the worker's own TRACEPARENT is replaced by the attempt's
         self.assertNotIn("9" * 32, res["x3"]["result"]["traceparent"])
+
+    def test_context_out_mcp(self):
+        """An MCP tool's server gets the attempt's span as params._meta.traceparent."""
+        r = self.receiver()
+        server = os.path.join(self.dir, "server.py")
+        with open(server, "w") as f:
+            f.write(MCP_SERVER)
+        self.reg = serveutil.write_registry(os.path.join(self.dir, "tools3.json"), [
+            {"name": "meta", "mcp": {"command": [sys.executable, server], "tool": "meta"}, "timeout": "10s"}])
+        res, err, _ = self.run_calls([{"id": "m1", "tool": "meta", "args": {}, "traceparent": TRACEPARENT}],
+                                     "--otlp", r.url)
+        self.assertTrue(res["m1"]["ok"], (res, err))
+        got = json.loads(res["m1"]["result"]["content"][0]["text"])
+        _, trace, span, _ = got.split("-")
+        self.assertEqual(trace, PARENT_TRACE)
+        att = [s for _, s in r.spans() if s["name"] == "attempt 1 meta"][0]
+        self.assertEqual(att["spanId"], span)
 
     def test_payloads(self):
         r = self.receiver()
