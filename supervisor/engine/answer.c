@@ -259,11 +259,6 @@ void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t 
     eng_reject(e, id, job, step, tool, NULL, TP_KIND_INVALID_REQUEST, msg, answer, ctx);
 }
 
-/*
- * A copy of tc in one block with its strings (free() frees it all), for a
- * call to keep until its end; NULL when out of memory (the call's span
- * then starts a trace of its own).
- */
 void tp_trace_span_id(const tp_trace_ctx_t *tc, size_t i, bool backoff, uint8_t out[8])
 {
     /* splitmix64's finaliser over the call's span id and the entry */
@@ -278,6 +273,37 @@ void tp_trace_span_id(const tp_trace_ctx_t *tc, size_t i, bool backoff, uint8_t 
     memcpy(out, &x, 8);
 }
 
+/*
+ * tc->attempt_tp: the traceparent of the span of entry i of tc's call (an
+ * attempt starting now), which its tool is given as its parent.
+ */
+void eng_trace_attempt_tp(tp_trace_ctx_t *tc, size_t i)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint8_t id[8];
+    char *o = tc->attempt_tp;
+    tp_trace_span_id(tc, i, false, id);
+    memcpy(o, "00-", 3);
+    for (int k = 0; k < 16; k++) {
+        o[3 + 2 * k] = hex[tc->trace_id[k] >> 4];
+        o[4 + 2 * k] = hex[tc->trace_id[k] & 15];
+    }
+    o[35] = '-';
+    for (int k = 0; k < 8; k++) {
+        o[36 + 2 * k] = hex[id[k] >> 4];
+        o[37 + 2 * k] = hex[id[k] & 15];
+    }
+    o[52] = '-';
+    o[53] = hex[tc->flags >> 4];
+    o[54] = hex[tc->flags & 15];
+    o[55] = 0;
+}
+
+/*
+ * A copy of tc in one block with its strings (free() frees it all), for a
+ * call to keep until its end; NULL when out of memory (the call then has
+ * no span).
+ */
 tp_trace_ctx_t *eng_trace_ctx_copy(const tp_trace_ctx_t *tc)
 {
     const char *s[3] = {tc->traceparent, tc->tracestate, tc->rpc_id};

@@ -208,21 +208,8 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
     };
     if (c->tctx) {
         /* The attempt's span, its tool's parent: entry n_trace of the trace, once the attempt ends. */
-        static const char hex[] = "0123456789abcdef";
-        uint8_t id[8];
-        char *o = c->tctx->attempt_tp;
-        tp_trace_span_id(c->tctx, c->n_trace, false, id);
-        memcpy(o, "00-", 3);
-        for (int i = 0; i < 16; i++)
-            o[3 + 2 * i] = hex[c->tctx->trace_id[i] >> 4], o[4 + 2 * i] = hex[c->tctx->trace_id[i] & 15];
-        o[35] = '-';
-        for (int i = 0; i < 8; i++)
-            o[36 + 2 * i] = hex[id[i] >> 4], o[37 + 2 * i] = hex[id[i] & 15];
-        o[52] = '-';
-        o[53] = hex[c->tctx->flags >> 4];
-        o[54] = hex[c->tctx->flags & 15];
-        o[55] = 0;
-        c->att.traceparent = o;
+        eng_trace_attempt_tp(c->tctx, c->n_trace);
+        c->att.traceparent = c->tctx->attempt_tp;
     }
     e->tools[c->hop_tool->index].inflight++;
     if (!p->idempotent && eng_ensure_txn(e)) {
