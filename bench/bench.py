@@ -58,6 +58,7 @@ FULL = {
     "shard_calls": 1000000, "shards": 4, "merge_shards": 16, "merge_each": 62500,
     "http_calls": 10000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 3, "http_xargs": 3000,
     "http_wrk_seconds": 3, "http_seq": 2000, "http_seq_rounds": 3, "http_curl_each": 300,
+    "otlp_calls": 200000, "otlp_rounds": 3,
 }
 QUICK = {
     "workers": [1, 2, 4, 8],
@@ -79,6 +80,7 @@ QUICK = {
     "shard_calls": 100000, "shards": 4, "merge_shards": 16, "merge_each": 6250,
     "http_calls": 2000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 1, "http_xargs": 500,
     "http_wrk_seconds": 1, "http_seq": 300, "http_seq_rounds": 1, "http_curl_each": 50,
+    "otlp_calls": 50000, "otlp_rounds": 3,
 }
 
 # The project's performance targets.
@@ -107,7 +109,8 @@ SVC_ADDED_US = 300.0     # serve's added latency over a run co-process, p50
 SVC_RSS_FLAT = 1.10      # serve's RSS: overall peak at most 10 % above the first 10 %'s
 
 SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload", "mcp", "http",
-            "triage", "shard", "store"]
+            "triage", "shard", "store", "otlp"]
+OTLP_SLOWDOWN = 0.15     # no-op durable calls/s with trace export on: at most 15 % below off
 
 REPORT = []
 SERVICES = []            # every serve started, stopped at the end whatever happens
@@ -303,7 +306,7 @@ class Toolpool:
         self.n += 1
         return os.path.join(self.scratch, f"{self.n:03d}-{name}")
 
-    def run(self, calls, registry, workers, store, relaxed=False, expect="ok", tree=False):
+    def run(self, calls, registry, workers, store, relaxed=False, expect="ok", tree=False, extra=()):
         """Runs `toolpool run` on the calls file and returns its figures.
         expect: "ok" (every call ok) or "Timeout" (every call timed out).
         tree: also the peak of the supervisor's and its workers' summed RSS."""
@@ -313,6 +316,7 @@ class Toolpool:
                "--store", store, "-r", registry, "-o", out]
         if relaxed:
             cmd.append("--relaxed")
+        cmd += list(extra)
         cmd.append(calls)
         settle()
         t0 = time.monotonic()
@@ -480,6 +484,67 @@ def bench_noop(tp, cfg, scratch, res):
                                         "pass": r >= NOOP_VS_PEBBLE and rr >= NOOP_RELAXED_VS_PEBBLE}
     say()
     return sweep
+
+
+class OtlpReceiver:
+    """A local OTLP/HTTP receiver (http.server in a thread): takes every
+    POST /v1/traces and counts the spans in its JSON body (by their
+    "spanId" keys: a collector's decoding is not what is measured)."""
+
+    def __init__(self):
+        import http.server
+        recv = self
+        self.spans = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                recv.spans += self.rfile.read(int(self.headers["Content-Length"])).count(b'"spanId"')
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def bench_otlp(tp, cfg, scratch, res):
+    n, rounds = cfg["otlp_calls"], cfg["otlp_rounds"]
+    say(f"== otlp. no-op durable calls/s at -j 2, trace export off and on (--otlp to a local receiver), "
+        f"{n} calls, the median of {rounds} rounds of each, one after the other")
+    calls = os.path.join(scratch, "otlp.jsonl")
+    write_calls(calls, n, "noop")
+    recv = OtlpReceiver()
+    off, on = [], []
+    try:
+        for i in range(rounds):
+            off.append(tp.run(calls, tp.plugin_registry, 2, tp.fresh(f"otlp-off-{i}")))
+            before = recv.spans
+            on.append(tp.run(calls, tp.plugin_registry, 2, tp.fresh(f"otlp-on-{i}"), extra=("--otlp", recv.url)))
+            on[-1]["spans"] = recv.spans - before
+    finally:
+        recv.close()
+    med_off = sorted(off, key=lambda f: f["calls_per_s"])[len(off) // 2]
+    med_on = sorted(on, key=lambda f: f["calls_per_s"])[len(on) // 2]
+    slower = 1 - med_on["calls_per_s"] / med_off["calls_per_s"]
+    say(f"  export off: {fmt_int(med_off['calls_per_s'])} calls/s  (rounds: "
+        + " ".join(fmt_int(f["calls_per_s"]) for f in off) + ")")
+    say(f"  export on:  {fmt_int(med_on['calls_per_s'])} calls/s  (rounds: "
+        + " ".join(fmt_int(f["calls_per_s"]) for f in on) + "); spans received per round: "
+        + " ".join(fmt_int(f["spans"]) for f in on) + f" of {fmt_int(2 * n)}")
+    target(f"export on at most {OTLP_SLOWDOWN * 100:.0f} % slower", f"{slower * 100:.1f} %", slower <= OTLP_SLOWDOWN)
+    res["otlp"] = {"off": [f["calls_per_s"] for f in off], "on": [f["calls_per_s"] for f in on],
+                   "spans": [f["spans"] for f in on]}
+    res["targets"]["otlp"] = {"value": slower, "pass": slower <= OTLP_SLOWDOWN}
+    say()
 
 
 def bench_exec(tp, cfg, scratch, res):
@@ -1694,6 +1759,8 @@ def main():
             bench_shard(tp, cfg, scratch, res)
         if "store" in only:
             bench_store(tp, cfg, scratch, res)
+        if "otlp" in only:
+            bench_otlp(tp, cfg, scratch, res)
         if "noop" in only:
             png = plot(sweep, cfg["workers"], a.out)
 
@@ -1739,7 +1806,9 @@ def main():
                 ("http: supervisor + workers peak RSS < 64 MiB", "http_rss",
                  lambda v: f"{v['value_kib'] / 1024:.1f} MiB"),
                 (f"http: added p50 over curl, 1 at a time < {HTTP_ADDED_US / 1e3:.1f} ms", "http_added",
-                 lambda v: f"{v['value_us'] / 1e3:.3f} ms")]:
+                 lambda v: f"{v['value_us'] / 1e3:.3f} ms"),
+                (f"otlp: no-op calls/s with export on at most {OTLP_SLOWDOWN:.0%} below off", "otlp",
+                 lambda v: f"{v['value'] * 100:.1f} % slower")]:
             if key in t:
                 say(f"  {name:58} {val(t[key]):>18}  {verdict(t[key]['pass'])}")
         say()

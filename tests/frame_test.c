@@ -282,6 +282,8 @@ static void test_call_frame(void)
         call.notify = mcp_tool && rand() % 2;
         call.deadline_us = rand() % 2 ? random_varint() : 0;       /* an http attempt's end */
         call.mcp_protocol = mcp_tool ? (uint32_t)(rand() % 3) : 0; /* an mcp server's era */
+        /* a traced attempt's span */
+        call.traceparent = rand() % 2 ? "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" : "";
         Toolpool__SupervisorFrame sf = TOOLPOOL__SUPERVISOR_FRAME__INIT;
         sf.body_case = TOOLPOOL__SUPERVISOR_FRAME__BODY_CALL;
         sf.call = &call;
@@ -309,7 +311,8 @@ static void test_call_frame(void)
                               .attempt = attempt,
                               .notify = call.notify,
                               .deadline_us = call.deadline_us,
-                              .mcp_protocol = call.mcp_protocol};
+                              .mcp_protocol = call.mcp_protocol,
+                              .traceparent = *call.traceparent ? call.traceparent : NULL};
         CU_ASSERT_EQUAL_FATAL(tp_call_frame_append(&got, &cf, 1u << 20), 0);
         CU_ASSERT_EQUAL(got.len, want.len);
         CU_ASSERT(got.len == want.len && memcmp(got.data, want.data, got.len) == 0);

@@ -239,6 +239,7 @@ int tp_cmd_serve(int argc, char **argv)
     ho.window = tp_loop_window(eo->workers);
     ho.max_line = eo->max_frame;
     ho.version = TP_VERSION;
+    ho.otlp = ec.exporter;
     if ((s.e = tp_engine_new(eo)) == NULL)
         goto out;
     tp_engine_status(s.e, "serve", 0);

@@ -91,6 +91,12 @@ int tp_engine_cli_take(tp_engine_cli_t *c, int opt, const char *arg)
             exit(2);
         }
         break;
+    case TP_OPT_OTLP:
+        c->otlp.url = arg;
+        break;
+    case TP_OPT_OTLP_PAYLOADS:
+        c->otlp.payloads = true;
+        break;
     default:
         return 0;
     }
@@ -174,15 +180,35 @@ int tp_engine_cli_open(tp_engine_cli_t *c)
         tp_registry_free(reg);
         return -1;
     }
+    if (tp_otlp_start(&c->otlp, &c->exporter) < 0) {
+        tp_store_close(store);
+        tp_registry_free(reg);
+        return -1;
+    }
     c->engine.reg = reg;
     c->engine.store = store;
     if (c->retain_us == 0)
         c->retain_us = reg->retain_us;
+    if (c->exporter) {
+        c->engine.on_begin = tp_otlp_call_begin;
+        c->engine.on_end = tp_otlp_call_end;
+        c->engine.on_end_ctx = c->exporter;
+    }
     return 0;
 }
 
 void tp_engine_cli_close(tp_engine_cli_t *c)
 {
+    if (c->exporter) {
+        uint64_t exported, dropped;
+        tp_otlp_stop(c->exporter, &exported, &dropped);
+        if (!c->quiet || dropped)
+            fprintf(stderr, "toolpool: otlp: %llu span%s exported, %llu dropped\n", (unsigned long long)exported,
+                    exported == 1 ? "" : "s", (unsigned long long)dropped);
+    }
+    c->exporter = NULL;
+    c->engine.on_begin = NULL;
+    c->engine.on_end = NULL;
     tp_store_close(c->engine.store);
     tp_registry_free((tp_registry_t *)c->engine.reg);
     c->engine.store = NULL;

@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "engine.h"
 #include "loop.h"
+#include "otlp.h"
 
 /* getopt_long's codes of the engine options with no short form, after TP_OPT_POLICY. */
 enum {
@@ -30,6 +31,8 @@ enum {
     TP_OPT_SEED,
     TP_OPT_RETAIN,
     TP_OPT_ON_VERSION_CHANGE,
+    TP_OPT_OTLP,
+    TP_OPT_OTLP_PAYLOADS,
 };
 
 /* A command's getopt_long optstring starts with these... */
@@ -45,9 +48,18 @@ enum {
         {"max-args", required_argument, NULL, TP_OPT_MAX_ARGS}, {"drain", required_argument, NULL, TP_OPT_DRAIN},      \
         {"seed", required_argument, NULL, TP_OPT_SEED}, {"retain", required_argument, NULL, TP_OPT_RETAIN},            \
         {"on-version-change", required_argument, NULL, TP_OPT_ON_VERSION_CHANGE},                                      \
+        {"seed", required_argument, NULL, TP_OPT_SEED}, {"otlp", required_argument, NULL, TP_OPT_OTLP},                \
+        {"otlp-payloads", no_argument, NULL, TP_OPT_OTLP_PAYLOADS},                                                    \
     {                                                                                                                  \
         "quiet", no_argument, NULL, 'q'                                                                                \
     }
+
+/* The trace export options' --help lines, the same in run, serve and mcp. */
+#define TP_ENGINE_HELP_OTLP                                                                                            \
+    "      --otlp URL           export a trace of every call over OTLP/HTTP to\n"                                      \
+    "                           this collector (its base URL, or its /v1/traces\n"                                     \
+    "                           endpoint; default: $OTEL_EXPORTER_OTLP_ENDPOINT)\n"                                    \
+    "      --otlp-payloads      put a call's args and result on its span\n"
 
 /*
  * serve's and mcp's --help lines of the engine options they describe
@@ -68,7 +80,7 @@ enum {
     "      --pipeline N         calls of a quick tool one worker may hold\n"                                           \
     "                           (default: 64; 1: off)\n"
 #define TP_ENGINE_HELP_LAST                                                                                            \
-    "      --seed N             seed the backoff jitter (default: random)\n"                                           \
+    "      --seed N             seed the backoff jitter (default: random)\n" TP_ENGINE_HELP_OTLP                       \
     "      --retain D           prune results recorded more than D ago (\"30d\"),\n"                                   \
     "                           at start and then daily (default: the registry's\n"                                    \
     "                           \"retain\", else keep every result)\n"                                                 \
@@ -89,6 +101,8 @@ typedef struct {
     bool quiet;              /* -q: what it quiets is the command's */
     uint64_t retain_us;      /* --retain, else the registry's "retain" (once opened); 0: keep every result */
     tp_engine_opts_t engine; /* -j and the rest; reg and store once tp_engine_cli_open has opened them */
+    tp_otlp_opts_t otlp;     /* --otlp, --otlp-payloads */
+    tp_otlp_t *exporter;     /* the trace exporter tp_engine_cli_open started; NULL: export is off */
 } tp_engine_cli_t;
 
 /* c with every option at its default; --drain's, drain_us, is the command's. */
@@ -103,14 +117,18 @@ int tp_engine_cli_take(tp_engine_cli_t *c, int opt, const char *arg);
 
 /*
  * The start-up: the registry with its policy, then the store, into
- * c->engine. With --on-version-change=refuse, a store holding results
+ * c->engine, and the trace exporter when export is asked for (its hook in
+ * c->engine too). With --on-version-change=refuse, a store holding results
  * made under another version of a tool than the registry's now is refused
  * here, before anything runs: each such tool named, with its old and new
  * versions. 0, or -1 logged, with nothing left open.
  */
 int tp_engine_cli_open(tp_engine_cli_t *c);
 
-/* Closes the store and frees the registry that tp_engine_cli_open opened (either may be unopened). */
+/*
+ * Stops the trace exporter (sending what it holds), closes the store and
+ * frees the registry that tp_engine_cli_open opened (any may be unopened).
+ */
 void tp_engine_cli_close(tp_engine_cli_t *c);
 
 /* An integer option in [min, max], or exit 2 naming the option. */

@@ -52,18 +52,19 @@ extern char **environ;
  * it carries, plus this call's. The strings live in vars; envp points into
  * them and into environ. NULL when out of memory.
  */
-static char **call_env(const Toolpool__Call *call, char vars[4][320])
+static char **call_env(const Toolpool__Call *call, char vars[5][320])
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **envp = malloc((n + 5) * sizeof *envp);
+    char **envp = malloc((n + 6) * sizeof *envp);
     if (envp == NULL)
         return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], "TOOLPOOL_CALL_ID=", 17) && strncmp(environ[i], "TOOLPOOL_JOB=", 13) &&
-            strncmp(environ[i], "TOOLPOOL_STEP=", 14) && strncmp(environ[i], "TOOLPOOL_ATTEMPT=", 17))
+            strncmp(environ[i], "TOOLPOOL_STEP=", 14) && strncmp(environ[i], "TOOLPOOL_ATTEMPT=", 17) &&
+            !(*call->traceparent && strncmp(environ[i], "TRACEPARENT=", 12) == 0))
             envp[k++] = environ[i];
     snprintf(vars[0], 320, "TOOLPOOL_CALL_ID=%s", call->call_id);
     snprintf(vars[1], 320, "TOOLPOOL_JOB=%s", call->job);
@@ -71,6 +72,9 @@ static char **call_env(const Toolpool__Call *call, char vars[4][320])
     snprintf(vars[3], 320, "TOOLPOOL_ATTEMPT=%u", call->attempt);
     for (int i = 0; i < 4; i++)
         envp[k++] = vars[i];
+    /* A traced attempt: its span, the parent of whatever the tool traces (the OTel TRACEPARENT convention). */
+    if (*call->traceparent && snprintf(vars[4], 320, "TRACEPARENT=%s", call->traceparent) < 320)
+        envp[k++] = vars[4];
     envp[k] = NULL;
     return envp;
 }
@@ -189,7 +193,7 @@ static pid_t spawn_limited(char **argv, char **envp, const char *cwd, int in_fd,
 static pid_t spawn_tool(const Toolpool__Call *call, char **argv, int in_fd, int out_fd, int err_fd,
                         const tp_rlimit_t *lim, bool *in_child, const char **what)
 {
-    char vars[4][320];
+    char vars[5][320];
     char **envp = call_env(call, vars);
     if (envp == NULL) {
         *what = "malloc";

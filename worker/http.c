@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "clock.h"
@@ -483,6 +484,16 @@ static bool xfer_go(xfer_t *x)
     return true;
 }
 
+/* Whether the tool's own headers set name (case-insensitive). */
+static bool has_header(const Toolpool__HttpCall *h, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; i < h->n_headers; i++)
+        if (strncasecmp(h->headers[i], name, n) == 0 && h->headers[i][n] == ':')
+            return true;
+    return false;
+}
+
 /* The request of x's call, made ready on its easy handle. false with the outcome set. */
 static bool xfer_prepare(xfer_t *x)
 {
@@ -514,6 +525,11 @@ static bool xfer_prepare(xfer_t *x)
         curl_easy_setopt(easy, CURLOPT_POSTFIELDS, x->payload);
     }
     built = built && add_header(&x->headers, "Expect:"); /* no 100-continue round trip */
+    /* A traced attempt: its span, the parent of the server's (W3C Trace Context); the tool's own header wins. */
+    char tp[96];
+    if (built && *call->traceparent && !has_header(h, "traceparent") &&
+        snprintf(tp, sizeof tp, "traceparent: %s", call->traceparent) < (int)sizeof tp)
+        built = add_header(&x->headers, tp);
     built = built && (x->at = strdup((const char *)x->url.data)) != NULL;
     if (!built) {
         tp_outcome_fail(o, "OutOfMemory", "out of memory building the request");

@@ -357,14 +357,20 @@ static void flight_end(flight_t *f, tp_outcome_t *o)
 /*
  * A tools/call's params made ready for s: the _meta envelope when s
  * speaks 2026-07-28, with the lowest log level when the caller listens
- * (that revision sends no log messages unless a request asks). 0 or
- * TP_ENOMEM.
+ * (that revision sends no log messages unless a request asks), and the
+ * attempt's traceparent when it is traced. 0 or TP_ENOMEM.
  */
 static int stamp_call(const server_t *s, const Toolpool__Call *call, json_t *params)
 {
     int rc = tp_mcpio_stamp(&s->conn, params);
     if (rc == 0 && s->conn.modern && call->notify &&
         json_object_set_new(json_object_get(params, "_meta"), TP_META_LEVEL, json_string("debug")) < 0)
+        rc = TP_ENOMEM;
+    /* A traced attempt: its span, the parent of the server's (the MCP semantic conventions' _meta.traceparent). */
+    json_t *meta = json_object_get(params, "_meta");
+    if (rc == 0 && *call->traceparent && meta == NULL && json_object_set_new(params, "_meta", meta = json_object()) < 0)
+        rc = TP_ENOMEM;
+    if (rc == 0 && *call->traceparent && json_object_set_new(meta, "traceparent", json_string(call->traceparent)) < 0)
         rc = TP_ENOMEM;
     return rc;
 }

@@ -80,6 +80,8 @@ static const uint8_t NOTIFY_FIELD[3] = {0x98, 0x01, 0x01}; /* (19 << 3 | 0) = 15
 enum { TIMEOUT_KEY0 = 0xa8, TIMEOUT_KEY1 = 0x01 };
 /* Call.mcp_protocol (22)'s key: (22 << 3 | 0) = 176 as a varint. */
 enum { PROTOCOL_KEY0 = 0xb0, PROTOCOL_KEY1 = 0x01 };
+/* Call.traceparent (23, length-delimited): its key as a varint. */
+enum { TRACEPARENT_KEY0 = 0xba, TRACEPARENT_KEY1 = 0x01 };
 
 static size_t varint_len(uint64_t v)
 {
@@ -180,11 +182,12 @@ int tp_call_http_pack(tp_buf_t *tail, const Toolpool__HttpCall *http)
 int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
 {
     size_t id_len = c->call_id ? strlen(c->call_id) : 0, job_len = c->job ? strlen(c->job) : 0;
-    size_t tail_len = c->tail ? c->tail->len : 0;
+    size_t tail_len = c->tail ? c->tail->len : 0, tp_len = c->traceparent ? strlen(c->traceparent) : 0;
     size_t call_len = varint_field_len(c->seq) + c->head->len + bytes_field_len(c->args_len) + bytes_field_len(id_len) +
                       bytes_field_len(job_len) + varint_field_len(c->step) + varint_field_len(c->attempt) + tail_len +
                       (c->notify ? sizeof NOTIFY_FIELD : 0) + (c->deadline_us ? 2 + varint_len(c->deadline_us) : 0) +
-                      (c->mcp_protocol ? 2 + varint_len(c->mcp_protocol) : 0);
+                      (c->mcp_protocol ? 2 + varint_len(c->mcp_protocol) : 0) +
+                      (tp_len ? 2 + varint_len(tp_len) + tp_len : 0);
     size_t n = 1 + varint_len(call_len) + call_len;
     uint8_t *p;
     int rc = frame_begin(out, n, max, &p);
@@ -192,7 +195,7 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
         return rc;
     *p++ = KEY_FRAME_CALL;
     p = put_varint(p, call_len);
-    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-18, 20), 19, 21, 22. */
+    /* In field-number order, as protobuf-c packs: seq (1), the head (2-6), 7-11, the tail (12-18, 20), 19, 21, 22, 23. */
     p = put_varint_field(p, KEY_SEQ, c->seq);
     memcpy(p, c->head->data, c->head->len);
     p += c->head->len;
@@ -217,6 +220,13 @@ int tp_call_frame_append(tp_buf_t *out, const tp_call_frame_t *c, uint32_t max)
         *p++ = PROTOCOL_KEY0;
         *p++ = PROTOCOL_KEY1;
         p = put_varint(p, c->mcp_protocol);
+    }
+    if (tp_len) {
+        *p++ = TRACEPARENT_KEY0;
+        *p++ = TRACEPARENT_KEY1;
+        p = put_varint(p, tp_len);
+        memcpy(p, c->traceparent, tp_len);
+        p += tp_len;
     }
     out->len += TP_FRAME_HEADER + n;
     return 0;

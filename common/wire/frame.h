@@ -57,9 +57,10 @@ typedef struct {
     const char *job;
     uint64_t step;
     uint32_t attempt;
-    bool notify;           /* field 19: the caller hears the MCP server's notifications */
-    uint32_t mcp_protocol; /* field 22: an mcp tool's server's era (tp_mcp_era_t; 0: found by probing) */
-    uint64_t deadline_us;  /* field 21: when an http attempt's time ends, tp_now_us() (0: none sent) */
+    bool notify;             /* field 19: the caller hears the MCP server's notifications */
+    uint32_t mcp_protocol;   /* field 22: an mcp tool's server's era (tp_mcp_era_t; 0: found by probing) */
+    uint64_t deadline_us;    /* field 21: when an http attempt's time ends, tp_now_us() (0: none sent) */
+    const char *traceparent; /* field 23: the attempt's span (NULL: none sent) */
 } tp_call_frame_t;
 
 /*

@@ -261,6 +261,70 @@ void tp_engine_reject(tp_engine_t *e, const char *id, const char *job, uint64_t 
     eng_reject(e, id, job, step, tool, NULL, TP_KIND_INVALID_REQUEST, msg, answer, ctx);
 }
 
+void tp_trace_span_id(const tp_trace_ctx_t *tc, size_t i, bool backoff, uint8_t out[8])
+{
+    /* splitmix64's finaliser over the call's span id and the entry */
+    uint64_t x;
+    memcpy(&x, tc->span_id, 8);
+    x += 0x9E3779B97F4A7C15ull * (2 * (uint64_t)i + 1 + backoff);
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    if (x == 0)
+        x = 1; /* all zeros is no span id */
+    memcpy(out, &x, 8);
+}
+
+/*
+ * tc->attempt_tp: the traceparent of the span of entry i of tc's call (an
+ * attempt starting now), which its tool is given as its parent.
+ */
+void eng_trace_attempt_tp(tp_trace_ctx_t *tc, size_t i)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint8_t id[8];
+    char *o = tc->attempt_tp;
+    tp_trace_span_id(tc, i, false, id);
+    memcpy(o, "00-", 3);
+    for (int k = 0; k < 16; k++) {
+        o[3 + 2 * k] = hex[tc->trace_id[k] >> 4];
+        o[4 + 2 * k] = hex[tc->trace_id[k] & 15];
+    }
+    o[35] = '-';
+    for (int k = 0; k < 8; k++) {
+        o[36 + 2 * k] = hex[id[k] >> 4];
+        o[37 + 2 * k] = hex[id[k] & 15];
+    }
+    o[52] = '-';
+    o[53] = hex[tc->flags >> 4];
+    o[54] = hex[tc->flags & 15];
+    o[55] = 0;
+}
+
+/*
+ * A copy of tc in one block with its strings (free() frees it all), for a
+ * call to keep until its end; NULL when out of memory (the call then has
+ * no span).
+ */
+tp_trace_ctx_t *eng_trace_ctx_copy(const tp_trace_ctx_t *tc)
+{
+    const char *s[3] = {tc->traceparent, tc->tracestate, tc->rpc_id};
+    size_t n[3], total = sizeof(tp_trace_ctx_t);
+    for (int i = 0; i < 3; i++)
+        total += n[i] = s[i] ? strlen(s[i]) + 1 : 0;
+    tp_trace_ctx_t *t = malloc(total);
+    if (t == NULL)
+        return NULL;
+    *t = (tp_trace_ctx_t){.flags = 1};
+    char *at = (char *)(t + 1);
+    const char **to[3] = {&t->traceparent, &t->tracestate, &t->rpc_id};
+    for (int i = 0; i < 3; i++) {
+        *to[i] = s[i] ? memcpy(at, s[i], n[i]) : NULL;
+        at += n[i];
+    }
+    return t;
+}
+
 /* Frees everything c owns but c itself; c has ended (tp_call_info says so). */
 void eng_call_teardown(tp_call_t *c)
 {
@@ -283,6 +347,10 @@ void eng_call_teardown(tp_call_t *c)
     free(c->args);
     free(c->hop_args);
     c->id = c->args = c->hop_args = NULL;
+    if (c->tctx) {
+        free(c->tctx);
+        c->tctx = NULL;
+    }
     c->ended = true;
 }
 

@@ -65,7 +65,8 @@ struct tp_call {
     uint64_t hop_deadline_us; /* absolute, for the current hop; 0 = none */
     tp_answer_fn answer;
     void *answer_ctx;
-    tp_notice_fn notice; /* NULL: nobody listens to its MCP server's notifications */
+    tp_notice_fn notice;  /* NULL: nobody listens to its MCP server's notifications */
+    tp_trace_ctx_t *tctx; /* the caller's trace context, one block with its strings; NULL: none */
     tp_engine_t *e;
     Toolpool__Attempt **trace; /* &trace0_at while there is one entry; then malloc'd */
     size_t n_trace;

@@ -206,6 +206,11 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
         .depth = tool_depth(e, c->hop_tool),
         .notify = c->notice != NULL,
     };
+    if (c->tctx) {
+        /* The attempt's span, its tool's parent: entry n_trace of the trace, once the attempt ends. */
+        eng_trace_attempt_tp(c->tctx, c->n_trace);
+        c->att.traceparent = c->tctx->attempt_tp;
+    }
     e->tools[c->hop_tool->index].inflight++;
     if (!p->idempotent && eng_ensure_txn(e)) {
         /* The marker must be durable before the tool can run: start after the commit. */

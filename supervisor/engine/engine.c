@@ -575,6 +575,11 @@ const tp_registry_t *tp_engine_registry(const tp_engine_t *e)
     return e->o.reg;
 }
 
+bool tp_engine_traced(const tp_engine_t *e)
+{
+    return e->o.on_end != NULL;
+}
+
 struct event_base *tp_engine_loop(const tp_engine_t *e)
 {
     return e->base;

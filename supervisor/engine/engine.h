@@ -75,6 +75,42 @@ typedef enum {
     TP_VERSION_REFUSE,
 } tp_on_version_t;
 
+/*
+ * The trace context a caller gave with a call (W3C Trace Context: the
+ * traceparent and tracestate as written, not checked here), and what its
+ * front adds to the call's span. Any string may be NULL. The ids are the
+ * call's span's, set by the begin hook (opts.on_begin) when the engine
+ * keeps the call: its attempts' span ids follow from them
+ * (tp_trace_span_id), and so does the traceparent each attempt passes on
+ * to its tool (attempt_tp, written as the attempt starts).
+ */
+typedef struct {
+    const char *traceparent;
+    const char *tracestate;
+    const char *rpc_id; /* an MCP front's JSON-RPC request id, as text: the call came as tools/call */
+    uint8_t trace_id[16];
+    uint8_t span_id[8];
+    uint8_t flags; /* the W3C trace flags passed on (01: sampled) */
+    char attempt_tp[56];
+} tp_trace_ctx_t;
+
+/*
+ * The span id of entry i of a traced call's trace (an attempt), or of the
+ * backoff after it (backoff true): a mix of the call's span id and i, so
+ * that the span an attempt names to its tool is the one exported.
+ */
+void tp_trace_span_id(const tp_trace_ctx_t *tc, size_t i, bool backoff, uint8_t out[8]);
+
+/* Sets tc's trace and span ids when the engine keeps a traced call (its caller's parent read there). */
+typedef void (*tp_call_begin_fn)(void *ctx, tp_trace_ctx_t *tc);
+
+/*
+ * Told of every call that ran, at its end, with its record (valid for the
+ * hook's return only) and its trace context. On the loop: it must not
+ * block (the OTLP exporter queues and returns).
+ */
+typedef void (*tp_call_end_fn)(void *ctx, const Toolpool__Result *r, const tp_trace_ctx_t *tc);
+
 typedef struct {
     const tp_registry_t *reg;
     tp_store_t *store; /* results, checkpoints, breakers, escalations; NULL: none */
@@ -96,6 +132,13 @@ typedef struct {
     uint64_t drain_us; /* tp_engine_drain: how long running calls may finish */
     size_t max_args;   /* a call's args longer than this are refused (InvalidRequest); 0: none */
     uint64_t seed;     /* jitter seed; 0 = random */
+    /*
+     * Trace export: the hooks when a call is kept and at its end, and
+     * their ctx; on_end NULL: none, and no trace context is kept.
+     */
+    tp_call_begin_fn on_begin;
+    tp_call_end_fn on_end;
+    void *on_end_ctx;
 } tp_engine_opts_t;
 
 /*
@@ -119,9 +162,10 @@ typedef struct {
     const json_t *jargs; /* the args parsed */
     const char *canon;   /* the args' canonical form (json.h), for the digests */
     size_t canon_len;
-    const char *where;    /* prefix for messages about the call ("line 7"); NULL: none */
-    uint64_t deadline_us; /* the caller's end for the whole call (tp_now_us time); 0: none */
-    tp_notice_fn notice;  /* hears what an mcp tool's server says while the call runs; NULL: none */
+    const char *where;           /* prefix for messages about the call ("line 7"); NULL: none */
+    uint64_t deadline_us;        /* the caller's end for the whole call (tp_now_us time); 0: none */
+    tp_notice_fn notice;         /* hears what an mcp tool's server says while the call runs; NULL: none */
+    const tp_trace_ctx_t *trace; /* the caller's trace context; NULL: none (kept only with opts.on_end) */
 } tp_request_t;
 
 /*
@@ -323,6 +367,8 @@ int tp_engine_idle(const tp_engine_t *e);
 /* Calls waiting for a slot (ready, parked at a concurrency cap, or in a backoff). */
 size_t tp_engine_waiting(const tp_engine_t *e);
 const tp_registry_t *tp_engine_registry(const tp_engine_t *e);
+/* Whether calls' ends are traced (opts.on_end): a front reads trace context only then. */
+bool tp_engine_traced(const tp_engine_t *e);
 tp_store_t *tp_engine_store(const tp_engine_t *e);
 /*
  * What `toolpool stats` shows of this supervisor while it runs (the

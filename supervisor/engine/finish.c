@@ -162,6 +162,8 @@ void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, cons
     r->input_digest.len = TP_DIGEST_LEN;
     e->results++;
     tp_summary_add(&e->stats.tools[c->tool->index], r);
+    if (e->o.on_end)
+        e->o.on_end(e->o.on_end_ctx, r, c->tctx);
     tp_pending_t *p = eng_pending_add(e, c->answer, c->answer_ctx);
     size_t bytes = eng_record_bytes(r);
     record(e, c, r, bytes);

@@ -295,6 +295,13 @@ static tp_request_kind_t parse_slow(tp_request_parser_t *p, const char *text, si
         .where = where,
         .deadline_us = jdeadline ? tp_now_us() + deadline : 0,
     };
+    /* A traceparent that is not a string is no error: the call's span starts a trace of its own, as W3C has it. */
+    const char *tparent = (flags & TP_REQUEST_TRACE) ? json_string_value(json_object_get(p->doc, "traceparent")) : NULL;
+    if (tparent) {
+        p->trace = (tp_trace_ctx_t){.traceparent = tparent,
+                                    .tracestate = json_string_value(json_object_get(p->doc, "tracestate"))};
+        req->trace = &p->trace;
+    }
     return TP_REQUEST_CALL;
 }
 
@@ -308,12 +315,14 @@ tp_request_kind_t tp_request_parse_line(tp_request_parser_t *p, const char *text
     if (i == len)
         return TP_REQUEST_BLANK;
     /*
-     * The scanner skips keys it does not know, "deadline" among them: a
-     * call that may carry one, and has the word anywhere, goes jansson's
-     * way (a plain key is spelt out in the text; an escaped one is not
+     * The scanner skips keys it does not know, "deadline" and
+     * "traceparent" among them: a call that may carry one, and has the
+     * word anywhere, goes jansson's way (a plain key is spelt out in the text; an escaped one is not
      * plain anyway).
      */
     if ((flags & TP_REQUEST_DEADLINE) && memmem(text, len, "deadline", 8) != NULL)
+        return parse_slow(p, text, len, where, flags, req, bad);
+    if ((flags & TP_REQUEST_TRACE) && memmem(text, len, "traceparent", 11) != NULL)
         return parse_slow(p, text, len, where, flags, req, bad);
     tp_call_line_t fast;
     int plain = tp_call_line_scan(text, len, &fast, &p->strs, &p->canon);

@@ -32,6 +32,7 @@ typedef struct {
     json_t *doc;          /* jansson's parse of the last call */
     json_t *owned_args;   /* an empty args object made for it */
     char *args;           /* the last call's args, compact, NUL-terminated */
+    tp_trace_ctx_t trace; /* the last call's trace context (TP_REQUEST_TRACE) */
 } tp_request_parser_t;
 
 enum {
@@ -39,6 +40,12 @@ enum {
     TP_REQUEST_ID_OPTIONAL = 1,
     /* Read "deadline", a duration string ("30s"): req->deadline_us = now + it. */
     TP_REQUEST_DEADLINE = 2,
+    /*
+     * Read "traceparent" and "tracestate" strings (W3C Trace Context) into
+     * req->trace: a front asks for them only when traces are exported, so
+     * that without export no line is searched for them.
+     */
+    TP_REQUEST_TRACE = 4,
 };
 
 typedef enum {

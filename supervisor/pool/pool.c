@@ -348,6 +348,7 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
         .attempt = a->number,
         .notify = a->notify,
         .mcp_protocol = a->tool->adapter == TP_ADAPTER_MCP ? (uint32_t)a->tool->mcp_protocol : 0,
+        .traceparent = a->traceparent,
     };
     a->started_us = tp_now_us();
     /* The worker ends an http or mcp call at the very deadline the supervisor keeps: the clock is the machine's. */

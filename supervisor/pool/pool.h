@@ -37,11 +37,12 @@ typedef struct tp_attempt {
     const char *args; /* JSON text */
     size_t args_len;
     uint64_t timeout_us;
-    uint64_t limit_us; /* absolute end of its time (deadline, max_wall); 0: none */
-    int depth;         /* the most attempts a worker may hold while this one
+    uint64_t limit_us;       /* absolute end of its time (deadline, max_wall); 0: none */
+    int depth;               /* the most attempts a worker may hold while this one
                                    is among them (itself included); 1: it waits for an
                                    idle worker */
-    bool notify;       /* notice_cb hears its MCP server's notifications */
+    bool notify;             /* notice_cb hears its MCP server's notifications */
+    const char *traceparent; /* the attempt's span, passed on to its tool (W3C); NULL: none */
     /* set by the pool */
     uint64_t seq;         /* its frame's sequence number on the slot */
     uint64_t backstop_us; /* http, in flight: past this its worker is killed (its deadline and a grace) */

@@ -235,7 +235,7 @@ static void batch_take_line(tp_http_batch_t *b)
     e->batches = l;
     b->pending++;
     if (fresh)
-        http_entry_submit(h, e, &rq);
+        http_entry_submit(h, e, &rq, b->w->req);
 }
 
 /* Bytes of the batch's results not yet read by its client. */

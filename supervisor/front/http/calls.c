@@ -261,9 +261,21 @@ static void entry_answer_cb(void *ctx, const tp_answer_t *a)
         http_entry_drop(h, h->kept_head);
 }
 
-/* Hands the call to the engine (its args too, without a copy). */
-void http_entry_submit(tp_http_t *h, tp_http_entry_t *e, tp_request_t *rq)
+/*
+ * Hands the call to the engine (its args too, without a copy), with the
+ * trace context of req's traceparent and tracestate headers when traces
+ * are exported (the engine copies them before this returns).
+ */
+void http_entry_submit(tp_http_t *h, tp_http_entry_t *e, tp_request_t *rq, struct evhttp_request *req)
 {
+    tp_trace_ctx_t tc;
+    if (h->o.otlp && req) {
+        struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+        tc = (tp_trace_ctx_t){.traceparent = evhttp_find_header(in, "traceparent"),
+                              .tracestate = evhttp_find_header(in, "tracestate")};
+        if (tc.traceparent)
+            rq->trace = &tc;
+    }
     e->live = true;
     tp_request_give_args(&h->parser, rq);
     e->call = tp_engine_submit(h->e, rq, entry_answer_cb, e);
@@ -354,7 +366,7 @@ void http_calls_post(tp_http_t *h, struct evhttp_request *req, const char *name)
             http_reply_error(h, req, 500, "InternalError", "out of memory");
             return;
         }
-        http_entry_submit(h, e, &rq);
+        http_entry_submit(h, e, &rq, req);
     }
     if (!wait) {
         e->keep = true;

@@ -33,6 +33,7 @@
 #include <sys/socket.h>
 
 #include "engine.h"
+#include "otlp.h"
 
 /* Where serve listens: "unix:PATH" or "HOST:PORT" (a port of 0 takes a free one). */
 typedef struct {
@@ -59,6 +60,8 @@ typedef struct {
     uint64_t max_line;        /* longest line of a batch, as run's --max-frame */
     const char *version;      /* serverInfo.version of /mcp */
     uint64_t mcp_deadline_us; /* each /mcp call's deadline, from its start; 0: none */
+    /* The trace exporter: calls' traceparent headers are read, /metrics counts its spans; NULL: export is off. */
+    tp_otlp_t *otlp;
 } tp_http_opts_t;
 
 typedef struct tp_http tp_http_t;

@@ -245,7 +245,7 @@ void http_entry_free(tp_http_entry_t *e);
 void http_entry_drop(tp_http_t *h, tp_http_entry_t *e);
 tp_http_entry_t *http_entry_new(tp_http_t *h, const char *id, const char *tool, const tp_digest_t *identity);
 void http_identity_of(const tp_request_t *rq, tp_digest_t *out);
-void http_entry_submit(tp_http_t *h, tp_http_entry_t *e, tp_request_t *rq);
+void http_entry_submit(tp_http_t *h, tp_http_entry_t *e, tp_request_t *rq, struct evhttp_request *req);
 http_handler_t http_calls_post, http_calls_get, http_calls_delete;
 
 /* batch.c: POST /v1/batch */

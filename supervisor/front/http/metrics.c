@@ -163,6 +163,16 @@ void http_metrics_get(tp_http_t *h, struct evhttp_request *req, const char *name
     metric_head(&b, "toolpool_commit_duration_seconds", "histogram", "How long store commits take (fsync included).");
     put_histogram(&b, "toolpool_commit_duration_seconds", "", &st->commit_latency);
 
+    if (h->o.otlp) {
+        uint64_t exported, dropped;
+        tp_otlp_counts(h->o.otlp, &exported, &dropped);
+        metric_head(&b, "toolpool_otlp_spans_exported_total", "counter", "Trace spans the OTLP collector took.");
+        tp_buf_printf(&b, "toolpool_otlp_spans_exported_total %llu\n", (unsigned long long)exported);
+        metric_head(&b, "toolpool_otlp_spans_dropped_total", "counter",
+                    "Trace spans dropped: the export queue was full, or the collector refused or never answered.");
+        tp_buf_printf(&b, "toolpool_otlp_spans_dropped_total %llu\n", (unsigned long long)dropped);
+    }
+
     metric_head(&b, "toolpool_workers", "gauge", "Worker slots: busy (running an attempt) or idle (ready for one).");
     tp_buf_printf(&b, "toolpool_workers{state=\"busy\"} %d\ntoolpool_workers{state=\"idle\"} %d\n",
                   tp_engine_busy(h->e), tp_engine_idle(h->e));

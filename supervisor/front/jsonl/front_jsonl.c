@@ -154,7 +154,7 @@ static void take_line(tp_jsonl_t *f, const char *line, size_t len)
     tp_request_t rq;
     tp_request_bad_t bad;
     tp_request_kind_t kind = tp_request_parse_line(&f->parser, line, len, line_where(where, user_line(f, f->line_no)),
-                                                   0, &rq, &bad);
+                                                   f->o->engine.on_end ? TP_REQUEST_TRACE : 0, &rq, &bad);
     /* Another shard's line: skipped here, before the engine (and so the store) sees it. */
     if (f->o->shard && kind != TP_REQUEST_BLANK && !tp_shard_takes(f->o->shard, kind, &rq, &bad)) {
         f->report->other_shard++;

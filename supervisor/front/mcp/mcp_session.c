@@ -1906,6 +1906,16 @@ static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *par
         return;
     }
     json_t *empty = args && !json_is_null(args) ? NULL : json_object();
+    /* Traced: the span of a tools/call, its parent the client's _meta.traceparent (MCP semantic conventions). */
+    tp_trace_ctx_t tc;
+    char rpc_id[TP_MCP_ID_MAX + 1];
+    if (tp_engine_traced(s->e)) {
+        bool quoted = id_len >= 2 && id_text[0] == '"';
+        snprintf(rpc_id, sizeof rpc_id, "%.*s", (int)(quoted ? id_len - 2 : id_len), id_text + quoted);
+        tc = (tp_trace_ctx_t){.traceparent = json_string_value(json_object_get(meta, "traceparent")),
+                              .tracestate = json_string_value(json_object_get(meta, "tracestate")),
+                              .rpc_id = rpc_id};
+    }
     tp_request_t rq = {
         .id = r->call_id,
         .job = r->job,
@@ -1917,6 +1927,7 @@ static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *par
         .jargs = empty ? empty : args,
         .notice = r->progress || want_level(r) >= 0 ? notice_cb : NULL,
         .deadline_us = s->deadline_us ? tp_now_us() + s->deadline_us : 0,
+        .trace = tp_engine_traced(s->e) ? &tc : NULL,
     };
     r->call = tp_engine_submit(s->e, &rq, answer_cb, r);
     json_decref(empty);

@@ -1,0 +1,453 @@
+#!/usr/bin/env python3
+"""Traces over OTLP/HTTP: `run`, `serve` and `mcp` with --otlp (or the
+OTEL_* variables) POST the JSON encoding of ExportTraceServiceRequest to a
+real receiver this test starts on loopback (http.server in a thread). The
+spans are checked against the result lines: names, attributes, parent and
+child links, trace ids joining an incoming traceparent, and times that say
+what the record says. A collector that is down or slow leaves the calls
+alone, and the spans it never took are dropped and counted.
+
+Standard library only; the build folder as in serveutil.
+"""
+import http.client
+import http.server
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serveutil  # noqa: E402
+
+TOOLPOOL = serveutil.TOOLPOOL
+PARENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
+PARENT_SPAN = "b7ad6b7169203331"
+TRACEPARENT = f"00-{PARENT_TRACE}-{PARENT_SPAN}-01"
+
+
+class Receiver:
+    """An OTLP/HTTP receiver: keeps each POST's path and decoded body;
+    delay: seconds it sleeps before answering each."""
+
+    def __init__(self, delay=0.0):
+        self.posts = []
+        self.lock = threading.Lock()
+        recv = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if recv.delay:
+                    time.sleep(recv.delay)
+                with recv.lock:
+                    recv.posts.append((self.path, dict(self.headers), json.loads(body)))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+            def do_GET(self):
+                # an http tool's server: answers with the traceparent its request carried
+                body = json.dumps({"traceparent": self.headers.get("traceparent")}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.delay = delay
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def spans(self):
+        """Every span received: (resource attributes, span)."""
+        with self.lock:
+            posts = list(self.posts)
+        out = []
+        for _, _, body in posts:
+            for rs in body["resourceSpans"]:
+                res = attrs(rs["resource"])
+                for ss in rs["scopeSpans"]:
+                    assert ss["scope"]["name"] == "toolpool", ss["scope"]
+                    out += [(res, s) for s in ss["spans"]]
+        return out
+
+
+def value(v):
+    """An AnyValue as Python."""
+    if "stringValue" in v:
+        return v["stringValue"]
+    if "intValue" in v:
+        return int(v["intValue"])
+    if "boolValue" in v:
+        return v["boolValue"]
+    if "doubleValue" in v:
+        return v["doubleValue"]
+    raise AssertionError(f"unexpected AnyValue {v}")
+
+
+def attrs(obj):
+    return {a["key"]: value(a["value"]) for a in obj.get("attributes", [])}
+
+
+def dur_ms(span):
+    return (int(span["endTimeUnixNano"]) - int(span["startTimeUnixNano"])) / 1e6
+
+
+# An MCP stdio server whose one tool answers the _meta.traceparent its tools/call carried.
+MCP_SERVER = r"""
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        r = {"protocolVersion": m["params"]["protocolVersion"], "capabilities": {"tools": {}},
+             "serverInfo": {"name": "meta", "version": "1"}}
+    elif m["method"] == "tools/list":
+        r = {"tools": [{"name": "meta", "inputSchema": {"type": "object"}}]}
+    elif m["method"] == "tools/call":
+        tp = (m["params"].get("_meta") or {}).get("traceparent")
+        r = {"content": [{"type": "text", "text": json.dumps(tp)}]}
+    else:
+        print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "error": {"code": -32601, "message": "no"}}), flush=True)
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
+"""
+
+
+class Otlp(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="tp-otlp-")
+        self.addCleanup(self.tmp.cleanup)
+        self.dir = self.tmp.name
+        self.reg = serveutil.write_registry(os.path.join(self.dir, "tools.json"), [
+            {"name": "cat", "exec": ["sh", "-c", "cat"], "timeout": "5s"},
+            {"name": "flaky", "exec": ["sh", "-c", "cat >/dev/null; exit 75"], "timeout": "5s", "attempts": 3,
+             "backoff": {"base": "40ms", "factor": 2, "jitter": "none"}},
+        ])
+        self.n = 0
+
+    def receiver(self, **kw):
+        r = Receiver(**kw)
+        self.addCleanup(r.close)
+        return r
+
+    def run_calls(self, calls, *args, env=None, timeout=60):
+        """`toolpool run` on calls (dicts) in a fresh store: (results by id, stderr, seconds taken)."""
+        self.n += 1
+        path = os.path.join(self.dir, f"calls{self.n}.jsonl")
+        with open(path, "w") as f:
+            for c in calls:
+                f.write(json.dumps(c) + "\n")
+        e = dict(os.environ)
+        for k in list(e):
+            if k.startswith("OTEL_"):
+                del e[k]
+        e.update(env or {})
+        t0 = time.monotonic()
+        p = subprocess.run([TOOLPOOL, "run", "-j", "2", "--registry", self.reg, "--store",
+                            os.path.join(self.dir, f"store{self.n}"), *args, path],
+                           capture_output=True, text=True, timeout=timeout, env=e)
+        took = time.monotonic() - t0
+        self.assertIn(p.returncode, (0, 1), p.stderr)
+        return {json.loads(line)["id"]: json.loads(line) for line in p.stdout.splitlines()}, p.stderr, took
+
+    def test_run_spans(self):
+        r = self.receiver()
+        res, err, _ = self.run_calls(
+            [{"id": "c1", "job": "j", "step": 1, "tool": "cat", "args": {"q": "secret-arg"}},
+             {"id": "c2", "job": "j", "step": 2, "tool": "flaky", "args": {}, "traceparent": TRACEPARENT,
+              "tracestate": "vendor=1"}],
+            "--otlp", r.url,
+            env={"OTEL_SERVICE_NAME": "evals", "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=ci,team=a%2Cb"})
+        self.assertIn("otlp: 8 spans exported, 0 dropped", err)
+        self.assertEqual({p for p, _, _ in r.posts}, {"/v1/traces"})
+        self.assertTrue(all(h.get("Content-Type") == "application/json" for _, h, _ in r.posts))
+        spans = r.spans()
+        res0 = spans[0][0]
+        self.assertEqual(res0["service.name"], "evals")
+        self.assertEqual(res0["deployment.environment"], "ci")
+        self.assertEqual(res0["team"], "a,b")
+        by_name = {}
+        for _, s in spans:
+            by_name.setdefault(s["name"], []).append(s)
+        self.assertEqual(sorted(s["name"] for _, s in spans),
+                         ["attempt 1 cat", "attempt 1 flaky", "attempt 2 flaky", "attempt 3 flaky", "backoff flaky",
+                          "backoff flaky", "execute_tool cat", "execute_tool flaky"])
+
+        # the call that succeeded: its own trace, one attempt under it
+        call = by_name["execute_tool cat"][0]
+        a = attrs(call)
+        self.assertEqual(call["kind"], 1)  # INTERNAL
+        self.assertNotIn("parentSpanId", call)
+        self.assertEqual(a["gen_ai.operation.name"], "execute_tool")
+        self.assertEqual(a["gen_ai.tool.name"], "cat")
+        self.assertEqual(a["gen_ai.tool.call.id"], "c1")
+        self.assertEqual(a["toolpool.job"], "j")
+        self.assertEqual(a["toolpool.step"], 1)
+        self.assertEqual(a["toolpool.outcome.class"], "ok")
+        self.assertEqual(a["toolpool.attempts"], 1)
+        self.assertEqual(a["toolpool.served_by"], "cat")
+        self.assertIs(a["toolpool.degraded"], False)
+        self.assertNotIn("error.type", a)
+        self.assertNotIn("status", call)
+        self.assertNotIn("secret-arg", json.dumps(r.posts))  # no payloads unless asked
+        att = by_name["attempt 1 cat"][0]
+        self.assertEqual(att["traceId"], call["traceId"])
+        self.assertEqual(att["parentSpanId"], call["spanId"])
+        self.assertAlmostEqual(dur_ms(call), res["c1"]["duration_ms"], delta=0.002)
+        self.assertAlmostEqual(dur_ms(att), res["c1"]["trace"][0]["duration_ms"], delta=0.002)
+
+        # the call that failed: a child of the incoming traceparent, three attempts, two backoffs
+        call = by_name["execute_tool flaky"][0]
+        a = attrs(call)
+        self.assertEqual(call["traceId"], PARENT_TRACE)
+        self.assertEqual(call["parentSpanId"], PARENT_SPAN)
+        self.assertEqual(call["traceState"], "vendor=1")
+        self.assertEqual(a["error.type"], "ServerError")
+        self.assertEqual(a["toolpool.outcome.kind"], "ServerError")
+        self.assertEqual(a["toolpool.outcome.class"], "transient")
+        self.assertEqual(a["toolpool.attempts"], 3)
+        self.assertEqual(call["status"]["code"], 2)
+        self.assertEqual(call["status"]["message"], res["c2"]["message"])
+        rec = res["c2"]
+        self.assertAlmostEqual(dur_ms(call), rec["duration_ms"], delta=0.002)
+        start = int(call["startTimeUnixNano"])
+        for t in rec["trace"]:
+            s = by_name[f"attempt {t['attempt']} flaky"][0]
+            self.assertEqual(s["traceId"], PARENT_TRACE)
+            self.assertEqual(s["parentSpanId"], call["spanId"])
+            self.assertEqual(attrs(s)["toolpool.outcome"], "ServerError")
+            self.assertEqual(attrs(s)["error.type"], "ServerError")
+            self.assertEqual(s["status"]["code"], 2)
+            self.assertAlmostEqual(dur_ms(s), t["duration_ms"], delta=0.002)
+            off = (int(s["startTimeUnixNano"]) - start) / 1e6
+            self.assertAlmostEqual(off, t["start_ms"] - rec["trace"][0]["start_ms"], delta=0.002)
+        backoffs = sorted(by_name["backoff flaky"], key=lambda s: int(s["startTimeUnixNano"]))
+        self.assertEqual([round(dur_ms(s)) for s in backoffs], [40, 80])
+        for s in backoffs:
+            self.assertEqual(s["parentSpanId"], call["spanId"])
+        # every span inside its call's
+        for s in by_name["backoff flaky"] + [by_name[f"attempt {n} flaky"][0] for n in (1, 2, 3)]:
+            self.assertGreaterEqual(int(s["startTimeUnixNano"]), start)
+            self.assertLessEqual(int(s["endTimeUnixNano"]), int(call["endTimeUnixNano"]) + 1000)
+
+    def test_context_out(self):
+        """An attempt's span is its tool's parent: TRACEPARENT for an exec tool, a header for an http tool."""
+        r = self.receiver()
+        self.reg = serveutil.write_registry(os.path.join(self.dir, "tools2.json"), [
+            {"name": "env", "exec": ["sh", "-c", 'cat >/dev/null; printf \'{"traceparent":"%s"}\' "$TRACEPARENT"'],
+             "timeout": "5s"},
+            {"name": "web", "http": {"url": r.url + "/echo"}, "timeout": "5s"},
+        ])
+        res, _, _ = self.run_calls([{"id": "x1", "tool": "env", "args": {}, "traceparent": TRACEPARENT},
+                                    {"id": "x2", "tool": "web", "args": {}},
+                                    {"id": "x3", "tool": "env", "args": {}}],
+                                   "--otlp", r.url, env={"TRACEPARENT": "00-" + "9" * 32 + "-" + "9" * 16 + "-01"})
+        spans = {s["name"] + " " + s["traceId"]: s for _, s in r.spans()}
+        for cid, tool in (("x1", "env"), ("x2", "web"), ("x3", "env")):
+            self.assertTrue(res[cid]["ok"], res[cid])
+            got = res[cid]["result"]["traceparent"]
+            _, trace, span, flags = got.split("-")
+            att = spans[f"attempt 1 {tool} {trace}"]
+            self.assertEqual(att["spanId"], span)
+            self.assertEqual(flags, "01")
+        self.assertTrue(res["x1"]["result"]["traceparent"].startswith("00-" + PARENT_TRACE + "-"))
+        # the worker's own TRACEPARENT is replaced by the attempt's
+        self.assertNotIn("9" * 32, res["x3"]["result"]["traceparent"])
+
+    def test_context_out_mcp(self):
+        """An MCP tool's server gets the attempt's span as params._meta.traceparent."""
+        r = self.receiver()
+        server = os.path.join(self.dir, "server.py")
+        with open(server, "w") as f:
+            f.write(MCP_SERVER)
+        self.reg = serveutil.write_registry(os.path.join(self.dir, "tools3.json"), [
+            {"name": "meta", "mcp": {"command": [sys.executable, server], "tool": "meta"}, "timeout": "10s"}])
+        res, err, _ = self.run_calls([{"id": "m1", "tool": "meta", "args": {}, "traceparent": TRACEPARENT}],
+                                     "--otlp", r.url)
+        self.assertTrue(res["m1"]["ok"], (res, err))
+        got = json.loads(res["m1"]["result"]["content"][0]["text"])
+        _, trace, span, _ = got.split("-")
+        self.assertEqual(trace, PARENT_TRACE)
+        att = [s for _, s in r.spans() if s["name"] == "attempt 1 meta"][0]
+        self.assertEqual(att["spanId"], span)
+
+    def test_payloads(self):
+        r = self.receiver()
+        self.run_calls([{"id": "p1", "tool": "cat", "args": {"q": "shown"}}], "--otlp", r.url + "/v1/traces",
+                       "--otlp-payloads")
+        call = [s for _, s in r.spans() if s["name"] == "execute_tool cat"][0]
+        a = attrs(call)
+        self.assertEqual(json.loads(a["gen_ai.tool.call.arguments"]), {"q": "shown"})
+        self.assertEqual(json.loads(a["gen_ai.tool.call.result"]), {"q": "shown"})
+
+    def test_environment_endpoints(self):
+        r = self.receiver()
+        self.run_calls([{"id": "e1", "tool": "noop", "args": {}}],
+                       env={"OTEL_EXPORTER_OTLP_ENDPOINT": r.url + "/"})
+        self.run_calls([{"id": "e2", "tool": "noop", "args": {}}],
+                       env={"OTEL_EXPORTER_OTLP_ENDPOINT": r.url + "/ignored",
+                            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": r.url + "/custom/path",
+                            "OTEL_EXPORTER_OTLP_HEADERS": "x-api-key=k%3D1,x-team=t"})
+        self.assertEqual([p for p, _, _ in r.posts], ["/v1/traces", "/custom/path"])
+        self.assertEqual(r.posts[1][1].get("x-api-key"), "k=1")
+        self.assertEqual(r.posts[1][1].get("x-team"), "t")
+        self.assertNotIn("x-api-key", r.posts[0][1])
+        # no endpoint, no export
+        _, err, _ = self.run_calls([{"id": "e3", "tool": "noop", "args": {}}])
+        self.assertNotIn("otlp", err)
+
+    def test_collector_down(self):
+        port = serveutil.free_port()  # nobody listens: connection refused
+        calls = [{"id": f"d{i}", "tool": "noop", "args": {}} for i in range(50)]
+        res, err, _ = self.run_calls(calls, "--otlp", f"http://127.0.0.1:{port}")
+        self.assertEqual(len(res), 50)
+        self.assertTrue(all(r["ok"] for r in res.values()))
+        self.assertIn("otlp: 0 spans exported, 100 dropped", err)
+        self.assertIn("spans are dropped until it answers", err)
+
+    def test_collector_slow(self):
+        r = self.receiver(delay=0.4)
+        calls = [{"id": f"s{i}", "tool": "noop", "args": {}} for i in range(400)]
+        res, err, took = self.run_calls(calls, "--otlp", r.url, env={
+            "OTEL_BSP_MAX_QUEUE_SIZE": "40", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "20",
+            "OTEL_BSP_SCHEDULE_DELAY": "10", "OTEL_EXPORTER_OTLP_TIMEOUT": "2000"})
+        self.assertEqual(len(res), 400)
+        self.assertTrue(all(x["ok"] for x in res.values()))
+        line = [x for x in err.splitlines() if "otlp:" in x][0]
+        exported, dropped = int(line.split()[2]), int(line.split()[5])
+        self.assertEqual(exported + dropped, 800, line)
+        self.assertGreater(dropped, 0, line)
+        self.assertGreater(exported, 0, line)
+        self.assertEqual(exported, len(r.spans()))
+        # the calls never waited for the collector: at most the queue's worth went out per 0.4 s,
+        # and the exit waits at most one export timeout past the last POST under way
+        self.assertLess(took, 8, line)
+
+    def test_serve(self):
+        r = self.receiver()
+        port = serveutil.free_port()
+        e = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        e["OTEL_BSP_SCHEDULE_DELAY"] = "20"
+        log = os.path.join(self.dir, "serve.log")
+        cmd = [TOOLPOOL, "serve", "--registry", self.reg, "--store", os.path.join(self.dir, "sstore"), "-j", "2",
+               "--listen", f"127.0.0.1:{port}", "--otlp", r.url]
+        with open(log, "wb") as f:
+            p = subprocess.Popen(cmd, stdout=f, stderr=f, env=e)
+        self.addCleanup(lambda: p.poll() is None and p.kill())
+
+        def post(path, body, headers):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c.request("POST", path, body=body, headers=headers)
+            resp = c.getresponse()
+            data = resp.read()
+            c.close()
+            return resp.status, data
+
+        def up():
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+                c.request("GET", "/readyz")
+                ok = c.getresponse().status == 200
+                c.close()
+                return ok
+            except OSError:
+                return False
+
+        serveutil.wait_for(up, 20, "serve ready")
+        st, _ = post("/v1/calls", json.dumps({"id": "h1", "tool": "noop", "args": {}}),
+                     {"Content-Type": "application/json", "traceparent": TRACEPARENT, "tracestate": "a=b"})
+        self.assertEqual(st, 200)
+        other = "00-11111111111111111111111111111111-2222222222222222-01"
+        st, _ = post("/v1/batch", "\n".join(json.dumps({"id": f"b{i}", "tool": "noop", "args": {}})
+                                            for i in range(3)) + "\n",
+                     {"Content-Type": "application/x-ndjson", "traceparent": other})
+        self.assertEqual(st, 200)
+        st, _ = post("/v1/calls", json.dumps({"id": "h2", "tool": "noop", "args": {}}),
+                     {"Content-Type": "application/json", "traceparent": "garbage"})
+        self.assertEqual(st, 200)
+
+        def calls():
+            return {attrs(s)["gen_ai.tool.call.id"]: s for _, s in r.spans() if s["name"] == "execute_tool noop"}
+
+        serveutil.wait_for(lambda: len(calls()) == 5, 10, "5 call spans")
+        got = calls()
+        self.assertEqual(got["h1"]["traceId"], PARENT_TRACE)
+        self.assertEqual(got["h1"]["parentSpanId"], PARENT_SPAN)
+        self.assertEqual(got["h1"]["traceState"], "a=b")
+        for i in range(3):
+            self.assertEqual(got[f"b{i}"]["traceId"], "1" * 32)
+            self.assertEqual(got[f"b{i}"]["parentSpanId"], "2" * 16)
+        self.assertNotIn("parentSpanId", got["h2"])  # an invalid traceparent starts a trace of its own
+        self.assertNotEqual(got["h2"]["traceId"], PARENT_TRACE)
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("GET", "/metrics")
+        metrics = c.getresponse().read().decode()
+        c.close()
+        self.assertIn("toolpool_otlp_spans_exported_total 10\n", metrics)
+        self.assertIn("toolpool_otlp_spans_dropped_total 0\n", metrics)
+        p.terminate()
+        p.wait(30)
+
+    def test_mcp(self):
+        r = self.receiver()
+        e = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        p = subprocess.Popen([TOOLPOOL, "mcp", "--registry", self.reg, "--store", os.path.join(self.dir, "mstore"),
+                              "-j", "1", "-q", "--otlp", r.url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=e)
+        self.addCleanup(lambda: p.poll() is None and p.kill())
+
+        def send(msg):
+            p.stdin.write(json.dumps(msg) + "\n")
+            p.stdin.flush()
+
+        def recv():
+            return json.loads(p.stdout.readline())
+
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+              "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                         "clientInfo": {"name": "t", "version": "1"}}})
+        recv()
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": "req-7", "method": "tools/call",
+              "params": {"name": "flaky", "arguments": {}, "_meta": {"traceparent": TRACEPARENT}}})
+        answer = recv()
+        self.assertTrue(answer["result"]["isError"])
+        p.stdin.close()
+        p.wait(30)
+        p.stdout.close()
+        p.stderr.close()
+        spans = {s["name"]: s for _, s in r.spans()}
+        call = spans["tools/call flaky"]
+        a = attrs(call)
+        self.assertEqual(call["kind"], 2)  # SERVER
+        self.assertEqual(call["traceId"], PARENT_TRACE)
+        self.assertEqual(call["parentSpanId"], PARENT_SPAN)
+        self.assertEqual(a["mcp.method.name"], "tools/call")
+        self.assertEqual(a["jsonrpc.request.id"], "req-7")
+        self.assertEqual(a["gen_ai.tool.name"], "flaky")
+        self.assertEqual(a["gen_ai.operation.name"], "execute_tool")
+        self.assertEqual(a["error.type"], "tool_error")
+        self.assertEqual(a["toolpool.outcome.kind"], "ServerError")
+        self.assertEqual(spans["attempt 3 flaky"]["parentSpanId"], call["spanId"])
+
+
+if __name__ == "__main__":
+    unittest.main()
