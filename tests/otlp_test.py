@@ -397,12 +397,17 @@ class Otlp(unittest.TestCase):
             self.assertEqual(got[f"b{i}"]["parentSpanId"], "2" * 16)
         self.assertNotIn("parentSpanId", got["h2"])  # an invalid traceparent starts a trace of its own
         self.assertNotEqual(got["h2"]["traceId"], PARENT_TRACE)
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        c.request("GET", "/metrics")
-        metrics = c.getresponse().read().decode()
-        c.close()
-        self.assertIn("toolpool_otlp_spans_exported_total 10\n", metrics)
-        self.assertIn("toolpool_otlp_spans_dropped_total 0\n", metrics)
+        def metrics():
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            c.request("GET", "/metrics")
+            text = c.getresponse().read().decode()
+            c.close()
+            return text
+        # The exporter counts a batch once the collector has answered its POST: a moment after the
+        # receiver has the spans.
+        serveutil.wait_for(lambda: "toolpool_otlp_spans_exported_total 10\n" in metrics(), 10,
+                           "the 10 spans counted exported")
+        self.assertIn("toolpool_otlp_spans_dropped_total 0\n", metrics())
         p.terminate()
         p.wait(30)
 
