@@ -1998,7 +1998,7 @@ static void take_request(tp_mcp_session_t *s, const char *id, const char *method
         return;
     }
     tp_mcp_reqmeta_t m;
-    tp_task_op_t op;
+    tp_task_op_t op = TP_TASK_GET;
     if (!read_request_meta(s, id, method, params, &m))
         return;
     if (m.modern) {
