@@ -542,15 +542,8 @@ out:
 static int write_unrecorded(tp_buf_t *b, const char *id, const char *job, uint64_t step, const char *tool,
                             const char *msg)
 {
-    Toolpool__Result r = TOOLPOOL__RESULT__INIT;
-    r.has_id = id != NULL;
-    r.id = (char *)(id ? id : "");
-    r.job = (char *)(job ? job : "");
-    r.step = step;
-    r.tool = (char *)(tool ? tool : "");
-    r.kind = (char *)tp_kind_name(TP_KIND_INVALID_REQUEST);
-    r.klass = (char *)tp_class_name(tp_kind_class(TP_KIND_INVALID_REQUEST));
-    r.message = (char *)msg;
+    Toolpool__Result r;
+    tp_result_refusal(&r, id, job, step, tool, TP_KIND_INVALID_REQUEST, msg);
     return tp_result_write(b, &r);
 }
 

@@ -220,18 +220,8 @@ static void record_refusal(tp_engine_t *e, Toolpool__Result *r)
 tp_pending_t *eng_reject_as(tp_engine_t *e, const char *id, const char *job, uint64_t step, const char *tool,
                             const char *args, tp_kind_t kind, const char *msg, bool keep, tp_answer_fn fn, void *ctx)
 {
-    Toolpool__Result r = TOOLPOOL__RESULT__INIT;
-    r.has_id = id != NULL;
-    r.id = (char *)(id ? id : "");
-    r.job = (char *)(job ? job : "");
-    r.step = step;
-    r.tool = (char *)(tool ? tool : "");
-    r.ok = false;
-    r.kind = (char *)tp_kind_name(kind);
-    r.klass = (char *)tp_class_name(tp_kind_class(kind));
-    r.message = (char *)msg;
-    r.retryable = false;
-    r.attempts = 0;
+    Toolpool__Result r;
+    tp_result_refusal(&r, id, job, step, tool, kind, msg);
     if (args) {
         r.args.data = (uint8_t *)args;
         r.args.len = strlen(args);

@@ -178,6 +178,20 @@ size_t tp_result_pack(const Toolpool__Result *r, uint64_t ended_unix_us, uint8_t
     return result_pack(r, &l, ended_unix_us, result_size(r, &l), out);
 }
 
+void tp_result_refusal(Toolpool__Result *r, const char *id, const char *job, uint64_t step, const char *tool,
+                       tp_kind_t kind, const char *msg)
+{
+    toolpool__result__init(r);
+    r->has_id = id != NULL;
+    r->id = (char *)(id ? id : "");
+    r->job = (char *)(job ? job : "");
+    r->step = step;
+    r->tool = (char *)(tool ? tool : "");
+    r->kind = (char *)tp_kind_name(kind);
+    r->klass = (char *)tp_class_name(tp_kind_class(kind));
+    r->message = (char *)msg;
+}
+
 int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r)
 {
     uint64_t ended = tp_unix_us();

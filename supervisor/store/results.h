@@ -13,10 +13,19 @@
 
 #include "buf.h"
 #include "store.h"
+#include "taxonomy.h"
 #include "toolpool.pb-c.h"
 
 /* Records r under its id. 0, or what tp_store_put_msg returns. */
 int tp_result_put(tp_store_t *s, MDB_txn *txn, const Toolpool__Result *r);
+/*
+ * r as the record of a request refused before it became a call (kind, msg;
+ * no attempt made): the engine's refusals and `merge --results`'s lines of
+ * calls recorded nowhere are the same record. id NULL: the line named none.
+ * The strings stay the caller's.
+ */
+void tp_result_refusal(Toolpool__Result *r, const char *id, const char *job, uint64_t step, const char *tool,
+                       tp_kind_t kind, const char *msg);
 
 /*
  * tp_result_put over a record of the same call made under another version
