@@ -347,6 +347,24 @@ class ServeTest(ServeCase):
             tp.escalation_resolve("E999999")
         self.assertEqual(cm.exception.status, 404)
 
+    def test_formats(self):
+        tp = self.client()
+        r = tp.call("echo", {"q": 1}, id="fmt-1", format="openai")
+        self.assertEqual((r["role"], r["tool_call_id"]), ("tool", "fmt-1"))
+        self.assertEqual(json.loads(r["content"]), {"q": 1})
+        r = tp.result("fmt-1", format="anthropic")
+        self.assertEqual((r["type"], r["tool_use_id"]), ("tool_result", "fmt-1"))
+        self.assertEqual(tp.result("fmt-1")["result"], {"q": 1})
+        cid = tp.submit("hang", {})
+        r = tp.cancel(cid, format="openai-responses")
+        self.assertEqual((r["type"], r["call_id"]), ("function_call_output", cid))
+        got = {r["call_id"]: r for r in tp.batch([{"id": "fmt-b", "tool": "denied", "args": {}}],
+                                                  format="openai-responses")}
+        self.assertIn("PermissionDenied", got["fmt-b"]["output"])
+        with self.assertRaises(ToolpoolError) as cm:
+            tp.call("echo", {}, format="no-such-format")
+        self.assertEqual(cm.exception.status, 400)
+
     def test_batch(self):
         calls = [{"id": f"b{i}", "tool": "echo", "args": {"i": i}} for i in range(200)]
         got = {r["id"]: r for r in self.client().batch(calls)}

@@ -429,7 +429,7 @@ class Client:
 
     # -- calls -------------------------------------------------------------
 
-    def call(self, tool, args=None, job=None, step=None, id=None, deadline=None):
+    def call(self, tool, args=None, job=None, step=None, id=None, deadline=None, format=None):
         """Runs one call and returns its result record (a dict).
 
         tool: the tool's name; args: a dict (default {}); job, step: the
@@ -438,11 +438,14 @@ class Client:
         whole call, all attempts and backoffs ("30s", "250ms", or seconds as
         a number). A failed tool is data in the record ("ok": false);
         ToolpoolError is raised only when the service refused the request
-        or could not be reached.
+        or could not be reached. format: the record as an agent's
+        conversation takes it ("openai": a Chat Completions tool message,
+        "openai-responses": a function_call_output item, "anthropic": a
+        tool_result block; None: toolpool's record).
         """
         id = id or new_id()
-        _, r = self._request("POST", "/v1/calls", _call_body(tool, args, job, step, id, deadline),
-                             call_id=id)
+        _, r = self._request("POST", _formatted("/v1/calls", format),
+                             _call_body(tool, args, job, step, id, deadline), call_id=id)
         return r
 
     def submit(self, tool, args=None, job=None, step=None, id=None, deadline=None):
@@ -453,12 +456,12 @@ class Client:
                       call_id=id, ok=(200, 202))
         return id
 
-    def result(self, id, wait=True, poll=0.05, timeout=None):
+    def result(self, id, wait=True, poll=0.05, timeout=None, format=None):
         """The result record of call id. While it runs: with wait, asks
         again every poll seconds (up to timeout seconds, then ClientTimeout);
         without, returns None. An id the service does not know raises
-        ToolpoolError 404."""
-        path = "/v1/calls/" + _q(id)
+        ToolpoolError 404. format: as for call."""
+        path = _formatted("/v1/calls/" + _q(id), format)
         end = None if timeout is None else time.monotonic() + timeout
         while True:
             status, r = self._request("GET", path, call_id=id, ok=(200, 202))
@@ -470,13 +473,14 @@ class Client:
                 raise ToolpoolError(None, "ClientTimeout", f"call {id} still running after {timeout} s", id)
             time.sleep(poll)
 
-    def cancel(self, id):
+    def cancel(self, id, format=None):
         """Cancels call id: returns its final record (error Cancelled).
         ToolpoolError 409 when it had already ended (its record is then
-        result(id)), 404 when the service does not know it."""
-        return self._request("DELETE", "/v1/calls/" + _q(id), call_id=id)[1]
+        result(id)), 404 when the service does not know it. format: as for
+        call."""
+        return self._request("DELETE", _formatted("/v1/calls/" + _q(id), format), call_id=id)[1]
 
-    def batch(self, calls):
+    def batch(self, calls, format=None):
         """Sends many calls in one request (POST /v1/batch) and yields their
         result records as they finish, in the order they finish.
 
@@ -486,6 +490,7 @@ class Client:
         or a service that drained before all its calls ran, raises
         ToolpoolError Unavailable; the calls' records remain available by
         id, and the same batch sent again runs only what is not recorded.
+        format: as for call (each record yielded in that form).
         """
         lines = []
         for c in calls:
@@ -494,7 +499,7 @@ class Client:
             if "deadline" in c:
                 c["deadline"] = _duration(c["deadline"])
             lines.append(json.dumps(c, separators=(",", ":")))
-        req = self._encode("POST", "/v1/batch", ("\n".join(lines) + "\n").encode(), "application/x-ndjson")
+        req = self._encode("POST", _formatted("/v1/batch", format), ("\n".join(lines) + "\n").encode(), "application/x-ndjson")
         delay, tries = self.backoff, 0
         while True:
             conn = None
@@ -610,6 +615,11 @@ class Client:
 
 def _q(s):
     return urllib.parse.quote(str(s), safe="")
+
+
+def _formatted(path, format):
+    """path with ?format= when a format other than toolpool's is asked."""
+    return path if format is None else f"{path}?format={_q(format)}"
 
 
 # ---------------------------------------------------------------------------
