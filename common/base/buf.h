@@ -61,9 +61,10 @@ static inline size_t tp_buf_avail(const tp_buf_t *b)
 {
     return b->len - b->off;
 }
+/* The unconsumed bytes' start; NULL for a buffer never grown (NULL + 0 is undefined in C). */
 static inline const uint8_t *tp_buf_head(const tp_buf_t *b)
 {
-    return b->data + b->off;
+    return b->data ? b->data + b->off : NULL;
 }
 void tp_buf_reset(tp_buf_t *b);
 void tp_buf_free(tp_buf_t *b);
