@@ -188,20 +188,29 @@ class ModernHttpTest(unittest.TestCase):
         self.assertEqual(r["result"]["structuredContent"], args)
         h["Mcp-Param-Region"] = "=?base64?" + base64.b64encode("東京".encode()).decode() + "?="
         self.assert_rpc_error(self.rpc(call, h), 400, -32020, "p1", "Mcp-Param-Region header value")
+        # Base64 as RFC 4648 has it: padded to four, from its alphabet; else it names nothing
+        for bad in ("dXMtd2VzdDE", "dXMtd2VzdDE===", "dXMt!2VzdDE="):
+            h["Mcp-Param-Region"] = "=?base64?" + bad + "?="
+            self.assert_rpc_error(self.rpc(call, h), 400, -32020, "p1", "Mcp-Param-Region header value")
+        h["Mcp-Param-Region"] = "=?base64?" + base64.b64encode(b"us-west1").decode() + "?="
+        self.assertEqual(self.rpc(call, h)[0], 200)
         # an argument not given needs no header
         bare = request("p2", "tools/call", {"name": "query", "arguments": {"q": "x"}})
         self.assertEqual(self.rpc(bare)[0], 200)
 
     def test_errors_have_http_statuses(self):
-        r = self.assert_rpc_error(self.rpc(request(1, "tools/list"), version="2099-01-01"), 400, -32022)
+        # an unknown revision: the error still carries the request's id
+        r = self.assert_rpc_error(self.rpc(request(1, "tools/list"), version="2099-01-01"), 400, -32022, 1)
         self.assertEqual(r["error"]["data"], {"supported": [MODERN, "2025-11-25", "2025-06-18"],
                                               "requested": "2099-01-01"})
         self.assert_rpc_error(self.rpc(request(2, "resources/list")), 404, -32601, 2)
         self.assert_rpc_error(self.rpc(request(3, "ping")), 404, -32601, 3)
         self.assert_rpc_error(self.rpc(request(4, "tools/list", meta=None)), 400, -32602, 4)
-        st, _, r = self.rpc(request(5, "initialize", {"protocolVersion": MODERN}))
-        self.assertEqual(st, 400, r)
-        self.assertEqual(r["error"]["code"], -32600)
+        # a method 2026-07-28 removed is 404 -32601, before its headers or its _meta are judged
+        self.assert_rpc_error(self.rpc(request(5, "initialize", {"protocolVersion": MODERN})), 404, -32601, 5)
+        gone = request(51, "tasks/result", {"taskId": "t"}, meta=None)
+        self.assert_rpc_error(self.rpc(gone, dict(headers_for(gone), **{"Mcp-Method": "tasks/get"})), 404, -32601, 51)
+        self.assert_rpc_error(self.rpc(request(52, "logging/setLevel", {"level": "info"})), 404, -32601, 52)
         self.assert_rpc_error(self.rpc(request(6, "tools/call", {"name": "nope"})), 400, -32602, 6, "nope")
         # a notification: 202, no body
         note = {"jsonrpc": "2.0", "method": "notifications/initialized", "params": {"_meta": META}}

@@ -53,7 +53,15 @@ class TasksTest(unittest.TestCase):
             {"name": "once", "description": "As work, but never run twice.", "idempotent": False,
              "exec": ["python3", work, self.log], "parameters": sleep_args},
             {"name": "deny", "description": "Always forbidden.", "plugin": {"path": PLUGIN}},
-        ]}
+            {"name": "down", "description": "Its service is down: a ServerError, never an answer of its own.",
+             "exec": ["sh", "-c", "echo '{\"error\": \"ServerError\", \"message\": \"down\"}'; exit 1"]},
+            # MCP's form, with a declaration of how each runs as a task
+            {"name": "only_task", "description": "As work, only as a task.", "inputSchema": sleep_args,
+             "execution": {"taskSupport": "required"}},
+            {"name": "never_task", "description": "As work, never as a task.", "inputSchema": sleep_args,
+             "execution": {"taskSupport": "forbidden"}},
+        ], "run": {"only_task": {"exec": ["python3", work, self.log]},
+                   "never_task": {"exec": ["python3", work, self.log]}}}
         with open(os.path.join(self.tmp, "tools.json"), "w") as f:
             json.dump(self.registry, f)
         self.sessions = []
@@ -115,7 +123,8 @@ class TasksTest(unittest.TestCase):
     def test_legacy_lifecycle(self):
         s = self.session()
         r = s.request("tools/list")
-        self.assertTrue(all(t["execution"] == {"taskSupport": "optional"} for t in r["result"]["tools"]), r)
+        self.assertTrue(all(t["execution"] == {"taskSupport": "optional"} for t in r["result"]["tools"]
+                            if t["name"] not in ("only_task", "never_task")), r)
         s2 = self.session()
         t0 = time.time()
         r = s.request("tools/call", {"name": "work", "arguments": {"s": 1}, "task": {"ttl": 60000}})
@@ -348,6 +357,56 @@ class TasksTest(unittest.TestCase):
         g = legacy.request("tasks/get", {"taskId": fid})["result"]
         self.assertEqual(g["status"], "failed", g)
         self.assertIn("ttl", g)
+
+    def test_a_tools_declared_task_support(self):
+        legacy = self.session()
+        tools = {t["name"]: t for t in legacy.request("tools/list")["result"]["tools"]}
+        self.assertEqual(tools["only_task"]["execution"], {"taskSupport": "required"})
+        self.assertEqual(tools["never_task"]["execution"], {"taskSupport": "forbidden"})
+        self.assertEqual(tools["work"]["execution"], {"taskSupport": "optional"})
+        # 2025-11-25: a required one asked for as a plain call, a forbidden one as a task: -32601, nothing run
+        e = legacy.request("tools/call", {"name": "only_task", "arguments": {"s": 0}})
+        self.assertEqual(e["error"]["code"], -32601, e)
+        self.assertIn("taskSupport is required", e["error"]["message"])
+        e = legacy.request("tools/call", {"name": "never_task", "arguments": {"s": 0}, "task": {}})
+        self.assertEqual(e["error"]["code"], -32601, e)
+        self.assertEqual(self.runs(), [])
+        tid = legacy.request("tools/call", {"name": "only_task", "arguments": {"s": 0}, "task": {}})
+        tid = tid["result"]["task"]["taskId"]
+        self.assertFalse(legacy.request("tasks/result", {"taskId": tid})["result"]["isError"])
+        # 2026-07-28: a required one from a client without the extension is -32021; a forbidden one is answered
+        # at once, not as a task
+        s = self.session(None)
+        e = self.modern(s, "tools/call", {"name": "only_task", "arguments": {"s": 0}}, tasks=False)
+        self.assertEqual(e["error"]["code"], -32021, e)
+        self.assertEqual(e["error"]["data"], {"requiredCapabilities": {"extensions": {EXT: {}}}})
+        r = self.modern(s, "tools/call", {"name": "never_task", "arguments": {"s": 0}})["result"]
+        self.assertEqual(r["resultType"], "complete", r)
+        self.assertFalse(r["isError"], r)
+        r = self.modern(s, "tools/call", {"name": "only_task", "arguments": {"s": 0}})["result"]
+        self.assertEqual(r["resultType"], "task", r)
+
+    def test_a_modern_task_that_got_no_answer_fails(self):
+        # the tool's own failure is a completed task (test_modern_lifecycle); one whose service gave no answer
+        # (here a ServerError) is failed, its error inlined and no result
+        s = self.session(None)
+        tid = self.modern(s, "tools/call", {"name": "down"})["result"]["taskId"]
+        g = self.poll(lambda: self.modern(s, "tasks/get", {"taskId": tid}))["result"]
+        self.assertEqual(g["status"], "failed", g)
+        self.assertEqual(g["error"]["code"], -32603, g)
+        self.assertIn("ServerError", g["error"]["message"])
+        self.assertNotIn("result", g)
+
+    def test_an_unknown_task_support_is_a_registry_error(self):
+        bad = {"tools": [{"name": "t", "description": "x", "inputSchema": {"type": "object"},
+                          "execution": {"taskSupport": "sometimes"}}], "run": {"t": {"exec": ["true"]}}}
+        path = os.path.join(self.tmp, "bad.json")
+        with open(path, "w") as f:
+            json.dump(bad, f)
+        p = subprocess.run([TOOLPOOL, "tools", "list", "--registry", path], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("taskSupport", p.stderr)
+        self.assertIn('expected "forbidden", "optional" or "required", got "sometimes"', p.stderr)
 
     # ---- serve's /mcp ----
 

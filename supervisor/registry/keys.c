@@ -221,6 +221,7 @@ static const key_spec_t mcp_decl_keys[] = {
     {KEY("annotations", K_SKIP)},
     {KEY("icons", K_SKIP)},
     {KEY("_meta", K_SKIP)},
+    {KEY("execution", K_SKIP)},
 };
 const key_table_t reg_mcp_decl_table = TABLE(mcp_decl_keys);
 

@@ -147,7 +147,7 @@ static const struct {
     json_type type;
 } mcp_passed[] = {
     {"title", JSON_STRING}, {"annotations", JSON_OBJECT}, {"outputSchema", JSON_OBJECT},
-    {"icons", JSON_ARRAY},  {"_meta", JSON_OBJECT},
+    {"icons", JSON_ARRAY},  {"_meta", JSON_OBJECT},       {"execution", JSON_OBJECT},
 };
 static const char *const mcp_hints[] = {"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"};
 
@@ -194,6 +194,15 @@ static int read_mcp_decl(loader_t *ld, json_t *decl, tp_tool_t *tool, bool from_
         } else if (json_object_set(keep, mcp_passed[i].key, v) != 0) {
             rc = reg_rc(rc, TP_ENOMEM);
         }
+    }
+    json_t *ts = json_object_get(json_object_get(keep, "execution"), "taskSupport");
+    const char *tv = json_string_value(ts);
+    if (ts && !from_server &&
+        (tv == NULL || (strcmp(tv, "forbidden") != 0 && strcmp(tv, "optional") != 0 && strcmp(tv, "required") != 0))) {
+        mark_t mk = reg_where_key(&ld->at, "execution");
+        reg_where_key(&ld->at, "taskSupport");
+        rc = reg_rc(rc, reg_fail(ld, "expected \"forbidden\", \"optional\" or \"required\", got %s", GOT(ts)));
+        reg_where_pop(&ld->at, mk);
     }
     json_decref(tool->mcp_decl);
     tool->mcp_decl = keep;

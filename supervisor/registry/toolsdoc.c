@@ -148,14 +148,21 @@ static int put_decl(json_t *tool, const tp_tool_t *t, bool head)
     return 0;
 }
 
-bool tp_toolsdoc_tasks_forbidden(const tp_tool_t *t)
+tp_task_support_t tp_toolsdoc_task_support(const tp_tool_t *t)
 {
     const char *v = json_string_value(json_object_get(json_object_get(t->mcp_decl, "execution"), "taskSupport"));
-    return v != NULL && strcmp(v, "forbidden") == 0;
+    return v == NULL                     ? TP_TASKS_OPTIONAL
+           : strcmp(v, "forbidden") == 0 ? TP_TASKS_FORBIDDEN
+           : strcmp(v, "required") == 0  ? TP_TASKS_REQUIRED
+                                         : TP_TASKS_OPTIONAL;
 }
 
 json_t *tp_toolsdoc_mcp_tool(const tp_tool_t *t, tp_toolsdoc_as_t as)
 {
+    static const char *const support[] = {
+        [TP_TASKS_OPTIONAL] = "optional", [TP_TASKS_FORBIDDEN] = "forbidden", [TP_TASKS_REQUIRED] = "required"};
+    tp_task_support_t support_of = tp_toolsdoc_task_support(t);
+    json_t *exec;
     bool served = as == TP_TOOLSDOC_SERVED;
     json_t *schema = served ? served_schema(t) : params_json(t);
     json_t *tool = schema ? json_pack("{s:s}", "name", t->name) : NULL;
@@ -167,9 +174,10 @@ json_t *tp_toolsdoc_mcp_tool(const tp_tool_t *t, tp_toolsdoc_as_t as)
         return NULL;
     }
     if (json_object_set_new(tool, "inputSchema", schema) != 0 || put_decl(tool, t, false) < 0 ||
-        (served && json_object_set_new(tool, "execution",
-                                       json_pack("{s:s}", "taskSupport",
-                                                 tp_toolsdoc_tasks_forbidden(t) ? "forbidden" : "optional")) != 0)) {
+        (served &&
+         json_object_set_new(tool, "execution", json_pack("{s:s}", "taskSupport", support[support_of])) != 0) ||
+        (!served && (exec = json_object_get(t->mcp_decl, "execution")) != NULL &&
+         json_object_set(tool, "execution", exec) != 0)) {
         json_decref(tool); /* the set took schema, failing too */
         return NULL;
     }

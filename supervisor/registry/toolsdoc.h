@@ -33,7 +33,7 @@ json_t *tp_toolsdoc_render(const tp_registry_t *reg, tp_toolsdoc_format_t f);
  *   SERVED    as an MCP host reads it from `toolpool mcp` and /mcp: the
  *             description only when there is one, and an inputSchema with
  *             "type": "object" at its root and its dialect named, and
- *             "execution": {"taskSupport": ...} (tp_toolsdoc_tasks_forbidden)
+ *             "execution": {"taskSupport": ...} (tp_toolsdoc_task_support)
  * Both carry an MCP tool's own title, outputSchema, annotations, icons and
  * _meta as its declaration gave them. A new reference, or NULL on ENOMEM.
  */
@@ -43,11 +43,17 @@ typedef enum {
 } tp_toolsdoc_as_t;
 json_t *tp_toolsdoc_mcp_tool(const tp_tool_t *t, tp_toolsdoc_as_t as);
 /*
- * Whether t may not run as an MCP task: its MCP declaration says
- * "execution": {"taskSupport": "forbidden"}. Every other tool may, or may
- * not ("optional"): toolpool runs any call either way.
+ * Whether t runs as an MCP task, as its MCP declaration's "execution":
+ * {"taskSupport": ...} says: "forbidden" (never), "required" (only as
+ * one); any other tool may, or may not ("optional"): toolpool runs any
+ * call either way.
  */
-bool tp_toolsdoc_tasks_forbidden(const tp_tool_t *t);
+typedef enum {
+    TP_TASKS_OPTIONAL = 0,
+    TP_TASKS_FORBIDDEN,
+    TP_TASKS_REQUIRED,
+} tp_task_support_t;
+tp_task_support_t tp_toolsdoc_task_support(const tp_tool_t *t);
 
 /*
  * Where the tool's "idempotent" came from, for people: "MCP annotations

@@ -28,6 +28,17 @@ tools/list, its event streams, the notifications it relays.
   json_schema_2020_12_tool     lists a JSON Schema 2020-12 inputSchema;
                                called, echoes its arguments
 
+and those of the 2026-07-28 requirement set (0.2.0-alpha.12):
+
+  greet                        "Hello, {name}!"; never a task
+  slow_compute                 sleeps `seconds` (a cancellation of its
+                               request ends it unanswered), then says so
+  failing_job                  isError after about a second; only a task
+  protocol_error_job           a JSON-RPC error (-32603)
+  test_logging_tool            one notifications/message, then its answer
+  echo_region                  echoes `region`, a parameter the client
+                               mirrors into an Mcp-Param-Region header
+
 One call at a time: a tool that asks the client waits for its response,
 answering ping meanwhile. Other methods: -32601.
 """
@@ -119,7 +130,41 @@ TOOLS = [
     tool("test_elicitation_sep1034_defaults", "Asks the client for input with default values."),
     tool("test_elicitation_sep1330_enums", "Asks the client for input with enum schemas."),
     tool("json_schema_2020_12_tool", "Tool with JSON Schema 2020-12 features", SCHEMA_2020_12),
+    tool("greet", "Greets by name.", {"type": "object", "properties": {"name": {"type": "string"}}}),
+    tool("slow_compute", "Sleeps, then answers.",
+         {"type": "object", "properties": {"seconds": {"type": "number"}, "label": {"type": "string"}}}),
+    tool("failing_job", "Fails after about a second."),
+    tool("protocol_error_job", "Answers a JSON-RPC error."),
+    tool("test_logging_tool", "Logs a message while it runs."),
+    tool("echo_region", "Echoes its region.",
+         {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+          "required": ["region"]}),
 ]
+
+CANCELLED = object()  # a call whose request was cancelled: no answer
+
+
+def sleep_or_cancel(seconds, mid):
+    """Waits seconds, answering ping meanwhile; CANCELLED when the request is cancelled first."""
+    import select
+    end = time.monotonic() + seconds
+    while True:
+        left = end - time.monotonic()
+        if left <= 0 and b"\n" not in buf:
+            return None
+        if b"\n" not in buf and not select.select([0], [], [], max(left, 0))[0]:
+            continue
+        m = read_message()
+        if m is None:
+            sys.exit(0)
+        if not isinstance(m, dict):
+            continue
+        if m.get("method") == "notifications/cancelled" and (m.get("params") or {}).get("requestId") == mid:
+            return CANCELLED
+        if m.get("method") == "ping" and m.get("id") is not None:
+            send({"jsonrpc": "2.0", "id": m["id"], "result": {}})
+        elif m.get("method") is not None and m.get("id") is not None:
+            send({"jsonrpc": "2.0", "id": m["id"], "error": {"code": -32603, "message": "busy with a call"}})
 
 buf = b""
 next_id = 0
@@ -180,7 +225,7 @@ def asked(method, what, resp):
     return text("%s: %s" % (what, json.dumps(resp.get("result"))))
 
 
-def call(p):
+def call(p, mid=None):
     name, args = p.get("name"), p.get("arguments") or {}
     token = (p.get("_meta") or {}).get("progressToken")
     if name == "test_simple_text":
@@ -227,6 +272,26 @@ def call(p):
         return asked("elicitation/create", "Elicitation completed", resp)
     if name == "json_schema_2020_12_tool":
         return text(json.dumps(args), structuredContent=args)
+    if name == "greet":
+        return text("Hello, %s!" % args.get("name", "world"))
+    if name == "slow_compute":
+        seconds = args.get("seconds", 1)
+        seconds = min(float(seconds), 120.0) if isinstance(seconds, (int, float)) else 1.0
+        if sleep_or_cancel(seconds, mid) is CANCELLED:
+            return CANCELLED
+        return text("slow_compute %s: done after %g s" % (args.get("label", ""), seconds))
+    if name == "failing_job":
+        if sleep_or_cancel(1.0, mid) is CANCELLED:
+            return CANCELLED
+        return text("failing_job failed, as it always does", isError=True)
+    if name == "protocol_error_job":
+        return {"__error__": {"code": -32603, "message": "protocol_error_job: an internal error, on purpose"}}
+    if name == "test_logging_tool":
+        send({"jsonrpc": "2.0", "method": "notifications/message",
+              "params": {"level": "info", "logger": "fixture", "data": "test_logging_tool ran"}})
+        return text("test_logging_tool: logged one message")
+    if name == "echo_region":
+        return text("region: %s" % args.get("region"))
     return None
 
 
@@ -251,8 +316,12 @@ def main():
         elif method == "tools/list":
             send({"jsonrpc": "2.0", "id": mid, "result": {"tools": TOOLS}})
         elif method == "tools/call":
-            r = call(m.get("params") or {})
-            if r is None:
+            r = call(m.get("params") or {}, mid)
+            if r is CANCELLED:
+                continue
+            if isinstance(r, dict) and "__error__" in r:
+                send({"jsonrpc": "2.0", "id": mid, "error": r["__error__"]})
+            elif r is None:
                 send({"jsonrpc": "2.0", "id": mid,
                       "error": {"code": -32602, "message": "unknown tool %s" % m.get("params", {}).get("name")}})
             else:

@@ -1,6 +1,7 @@
 #!/bin/sh
 # toolpool serve's /mcp against the official MCP conformance suite's server
-# scenarios (@modelcontextprotocol/conformance, pinned below), on the tools
+# scenarios (@modelcontextprotocol/conformance, pinned below; 0.1.16's
+# for 2025-11-25 and 2025-06-18, and 0.2's 2026-07-28 requirement set), on the tools
 # of tools.json: one MCP server of our own (fixture_server.py) with the
 # tools the scenarios call, behind toolpool's mcp adapter. Runs the active
 # suite, then json-schema-2020-12 (pending in 0.1.16 for a reason of the
@@ -21,10 +22,13 @@ NPM_DIR=${TOOLPOOL_CONFORMANCE_NPM_DIR:-$BUILD/npm-conformance}
 TOOLPOOL=$BUILD/toolpool
 . "$TESTS/npm_deps.sh"
 # npm_deps installs this set (its own, above, is for the SDK tests). The
-# server scenarios of 0.1.16 speak 2025-06-18 and 2025-11-25, the
-# revisions toolpool does.
+# server scenarios of 0.1.16 speak 2025-06-18 and 2025-11-25; 2026-07-28's
+# requirement set is in the 0.2 line, still an alpha, installed beside it
+# in a folder of its own ($NPM_DIR-2026).
 # shellcheck disable=SC2034
 NPM_PACKAGES="@modelcontextprotocol/conformance@0.1.16"
+NEXT_PACKAGES="@modelcontextprotocol/conformance@0.2.0-alpha.12"
+NEXT_DIR=$NPM_DIR-2026
 
 if ! command -v python3 >/dev/null 2>&1; then
     echo "mcp_conformance_test: SKIPPED: python3 is not installed (the fixture MCP server needs it)"
@@ -33,6 +37,10 @@ fi
 [ -x "$TOOLPOOL" ] || { echo "mcp_conformance_test: no toolpool at $TOOLPOOL"; exit 1; }
 npm_deps mcp_conformance_test
 PKG=$NPM_DIR/node_modules/@modelcontextprotocol/conformance
+NPM_DIR=$NEXT_DIR
+NPM_PACKAGES=$NEXT_PACKAGES
+npm_deps mcp_conformance_test
+NEXT=$NEXT_DIR/node_modules/@modelcontextprotocol/conformance
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/mcp_conformance_test.XXXXXX")
 pid=
@@ -70,16 +78,25 @@ done
 url=http://$addr/mcp
 echo "mcp_conformance_test: toolpool serve at $url"
 
+# suite PACKAGE BASELINE RESULTS [ARGS]
 suite() {
-    node --import "$HERE/register.mjs" "$PKG/dist/index.js" server --url "$url" \
-        --expected-failures "$HERE/expected-failures.yaml" -o "$tmp/results" "$@"
+    pkg=$1 baseline=$2 results=$3
+    shift 3
+    node --import "$HERE/register.mjs" "$pkg/dist/index.js" server --url "$url" \
+        --expected-failures "$baseline" -o "$results" "$@"
 }
 status=0
-suite --suite active || status=1
-suite --scenario json-schema-2020-12 || status=1
+suite "$PKG" "$HERE/expected-failures.yaml" "$tmp/results" --suite active || status=1
+suite "$PKG" "$HERE/expected-failures.yaml" "$tmp/results" --scenario json-schema-2020-12 || status=1
 echo
 echo "=== checks that failed ==="
 node "$HERE/check_results.mjs" "$tmp/results" "$HERE/expected-failures.yaml" "$PKG" || status=1
+echo
+echo "=== 2026-07-28's requirement set ==="
+suite "$NEXT" "$HERE/expected-failures-2026-07-28.yaml" "$tmp/results-2026" --requirements 2026-07-28 || status=1
+echo
+echo "=== checks that failed (2026-07-28) ==="
+node "$HERE/check_results.mjs" "$tmp/results-2026" "$HERE/expected-failures-2026-07-28.yaml" "$NEXT" || status=1
 
 stop
 if [ "$serve_rc" -ne 0 ]; then

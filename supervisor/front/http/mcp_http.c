@@ -282,7 +282,7 @@ void http_mcp_error(tp_http_t *h, struct evhttp_request *req, int status, int co
 /*
  * A header value as 2026-07-28 writes what is not plain ASCII:
  * "=?base64?VALUE?=", decoded into out (NUL-ended); any other value as it
- * is. false when the sentinel holds no Base64.
+ * is. false when the sentinel holds no Base64 (RFC 4648's, padded).
  */
 static bool header_decode(const char *v, tp_buf_t *out)
 {
@@ -293,6 +293,8 @@ static bool header_decode(const char *v, tp_buf_t *out)
     uint32_t acc = 0;
     int bits = 0;
     size_t i = 9, end = n - 2;
+    if ((end - i) % 4 != 0 || (end - i >= 3 && v[end - 3] == '='))
+        return false; /* padded to a multiple of four, with at most two '=' */
     for (; i < end && v[i] != '='; i++) {
         const char *at = strchr(abc, v[i]);
         if (at == NULL || v[i] == '\0')
@@ -387,6 +389,9 @@ static bool modern_headers_ok(tp_http_t *h, struct evkeyvalq *in, const char *ve
                               size_t cap)
 {
     if ((m->kind != TP_MCP_MSG_REQUEST && m->kind != TP_MCP_MSG_NOTIFICATION) || m->method == NULL)
+        return true;
+    /* a method 2026-07-28 lacks is answered -32601 (404) before anything else of the request is judged */
+    if (m->kind == TP_MCP_MSG_REQUEST && !tp_mcp_method_modern(m->method))
         return true;
     const char *hm = evhttp_find_header(in, "Mcp-Method");
     if (hm == NULL) {
@@ -486,7 +491,20 @@ static tp_http_mcp_t *mcp_route(tp_http_t *h, struct evhttp_request *req, const 
     struct evkeyvalq *in = evhttp_request_get_input_headers(req);
     const char *version = evhttp_find_header(in, "MCP-Protocol-Version");
     *fresh = false;
-    if (version && !tp_mcp_version_known(version)) {
+    if (len == 0) {
+        http_mcp_error(h, req, 400, TP_RPC_PARSE_ERROR, "Parse error: the body is empty (one JSON-RPC message)");
+        return NULL;
+    }
+    const char *sid = evhttp_find_header(in, "Mcp-Session-Id");
+    bool known = version == NULL || tp_mcp_version_known(version);
+    bool modern = version && tp_mcp_version_modern(version);
+    tp_mcp_msg_t m = {0};
+    if ((modern || sid == NULL || !known) && tp_mcp_msg_read(&m, body, len) != 0) {
+        http_mcp_error(h, req, 500, TP_RPC_INTERNAL_ERROR, "Internal error: out of memory");
+        return NULL;
+    }
+    if (!known) {
+        /* the error carries the request's id, when the body has one */
         tp_buf_t data = {0}, msg = {0};
         tp_buf_puts(&data, "{\"supported\":" TP_MCP_SUPPORTED ",\"requested\":");
         tp_json_put_string(&data, version, strlen(version));
@@ -495,21 +513,11 @@ static tp_http_mcp_t *mcp_route(tp_http_t *h, struct evhttp_request *req, const 
                       "Unsupported protocol version: MCP-Protocol-Version %.40s (this server speaks 2026-07-28, "
                       "2025-11-25 and 2025-06-18)",
                       version);
-        mcp_error_for(h, req, 400, TP_RPC_UNSUPPORTED_VERSION, NULL, data.len ? (const char *)data.data : NULL,
+        mcp_error_for(h, req, 400, TP_RPC_UNSUPPORTED_VERSION, m.id, data.len ? (const char *)data.data : NULL,
                       msg.len ? (const char *)msg.data : "Unsupported protocol version");
         tp_buf_free(&data);
         tp_buf_free(&msg);
-        return NULL;
-    }
-    if (len == 0) {
-        http_mcp_error(h, req, 400, TP_RPC_PARSE_ERROR, "Parse error: the body is empty (one JSON-RPC message)");
-        return NULL;
-    }
-    const char *sid = evhttp_find_header(in, "Mcp-Session-Id");
-    bool modern = version && tp_mcp_version_modern(version);
-    tp_mcp_msg_t m = {0};
-    if ((modern || sid == NULL) && tp_mcp_msg_read(&m, body, len) != 0) {
-        http_mcp_error(h, req, 500, TP_RPC_INTERNAL_ERROR, "Internal error: out of memory");
+        tp_mcp_msg_clear(&m);
         return NULL;
     }
     char why[700];

@@ -1394,9 +1394,18 @@ static int task_store(tp_mcp_session_t *s, size_t room, tp_store_op_fn op, void 
  * tasks/cancel said so, whatever the call did after; working while its
  * call runs or has no result yet; else by the result: completed, or, for
  * a failure, failed in 2025-11-25 (its isError result; statusMessage the
- * kind and message) and completed in 2026-07-28 (its failed status is for
- * JSON-RPC errors alone). A call that ended Cancelled is cancelled.
+ * kind and message); in 2026-07-28 completed when the tool answered
+ * (its own failure: an isError result), failed, with the error inlined,
+ * when it gave no answer of its own (unreached_kind). A call that ended
+ * Cancelled is cancelled.
  */
+static bool unreached_kind(const char *kind)
+{
+    return kind &&
+           (strcmp(kind, tp_kind_name(TP_KIND_SERVER_ERROR)) == 0 || strcmp(kind, tp_kind_name(TP_KIND_TIMEOUT)) == 0 ||
+            strcmp(kind, tp_kind_name(TP_KIND_WORKER_CRASHED)) == 0);
+}
+
 static const char *task_status(bool cancelled, bool live, const Toolpool__Result *res, bool modern, char *msg,
                                size_t cap)
 {
@@ -1409,7 +1418,7 @@ static const char *task_status(bool cancelled, bool live, const Toolpool__Result
         snprintf(msg, cap, "%.600s", res->message ? res->message : "cancelled");
         return "cancelled";
     }
-    if (res->ok || modern)
+    if (res->ok || (modern && !unreached_kind(res->kind)))
         return "completed";
     snprintf(msg, cap, "%.100s: %.600s", res->kind ? res->kind : "failed", res->message ? res->message : "");
     return "failed";
@@ -1644,6 +1653,11 @@ static void do_task(tp_mcp_session_t *s, const char *id, const json_t *params, b
         if (modern && strcmp(status, "completed") == 0) {
             w_puts(&w, ",\"result\":");
             w_task_result(s, &w, id, &l, true, NULL);
+        } else if (modern && strcmp(status, "failed") == 0) {
+            /* SEP-2663: the error inlined, as a JSON-RPC error object; no result */
+            w_puts(&w, ",\"error\":{\"code\":-32603,\"message\":");
+            w_cstr(&w, msg);
+            w_puts(&w, "}");
         }
         if (modern)
             w_modern_result(&w, s, "complete");
@@ -1850,7 +1864,16 @@ static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *par
                     "Invalid Request: id %.200s is in use by a tools/call still running", id_text);
         return;
     }
-    if (as_task && tp_toolsdoc_tasks_forbidden(tool)) {
+    tp_task_support_t support = tp_toolsdoc_task_support(tool);
+    if (!as_task && support == TP_TASKS_REQUIRED) {
+        if (m->modern)
+            modern_tasks_ok(s, id, false);
+        else
+            reply_error(s, id, TP_RPC_METHOD_NOT_FOUND, NULL,
+                        "Method not found: %.200s runs only as a task (its execution.taskSupport is required)", name);
+        return;
+    }
+    if (as_task && support == TP_TASKS_FORBIDDEN) {
         if (!m->modern) {
             reply_error(s, id, TP_RPC_METHOD_NOT_FOUND, NULL,
                         "Method not found: %.200s does not run as a task (its execution.taskSupport is forbidden)",
@@ -1990,11 +2013,16 @@ static void take_request(tp_mcp_session_t *s, const char *id, const char *method
     }
     if (strcmp(method, "initialize") == 0) {
         if (s->stateless)
-            reply_error(s, id, TP_RPC_INVALID_REQUEST, NULL,
-                        "Invalid Request: this exchange is 2026-07-28's, which has no initialize (send one "
-                        "without MCP-Protocol-Version: 2026-07-28 to open a 2025-11-25 session)");
+            reply_error(s, id, TP_RPC_METHOD_NOT_FOUND, NULL,
+                        "Method not found: initialize (2026-07-28 has none; send one without "
+                        "MCP-Protocol-Version: 2026-07-28 to open a 2025-11-25 session)");
         else
             do_initialize(s, id, params);
+        return;
+    }
+    if (s->stateless && !tp_mcp_method_modern(method)) {
+        /* before its _meta is judged: a removed method is -32601, whatever else it gets wrong */
+        reply_error(s, id, TP_RPC_METHOD_NOT_FOUND, NULL, "Method not found: %.200s (in 2026-07-28)", method);
         return;
     }
     tp_mcp_reqmeta_t m;
@@ -2112,6 +2140,13 @@ static void session_id_new(char out[17])
 bool tp_mcp_version_modern(const char *version)
 {
     return strcmp(version, TP_MCP_MODERN) == 0;
+}
+
+bool tp_mcp_method_modern(const char *method)
+{
+    tp_task_op_t op;
+    return strcmp(method, "server/discover") == 0 || strcmp(method, "tools/list") == 0 ||
+           strcmp(method, "tools/call") == 0 || task_method(method, true, &op);
 }
 
 bool tp_mcp_version_known(const char *version)

@@ -96,6 +96,8 @@ void tp_mcp_catalog_free(tp_mcp_catalog_t *c);
 bool tp_mcp_version_known(const char *version);
 /* Whether it is 2026-07-28's: stateless, named in each request's _meta. */
 bool tp_mcp_version_modern(const char *version);
+/* Whether 2026-07-28 has method (what a stateless exchange answers other than -32601). */
+bool tp_mcp_method_modern(const char *method);
 
 /*
  * A new session on the engine; NULL when out of memory. version:
