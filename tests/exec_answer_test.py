@@ -120,6 +120,20 @@ class ExecAnswerTest(unittest.TestCase):
         self.assertIn('"result":' + want["s1"] + ',', p.stdout)
         self.assertIn('"result":' + want["s2"] + ',', p.stdout)
 
+        # trace tells such a call's story too, from the store and from a results file: a number
+        # jansson cannot hold as a string of its digits (--json keeps every byte as it was)
+        p = self.toolpool("trace", "--store", self.path("store"), "s1", "s2")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("call s2, job j, step 2\n", p.stdout)
+        self.assertIn("attempt 1 → ok", p.stdout)
+        self.assertIn('"n": "18446744073709551616"', p.stdout)
+        self.assertIn('"x": ["1e400", 0, 1.0, 100.0, "-9223372036854775809"]', p.stdout)
+        with open(self.path("results.jsonl"), "w") as f:
+            f.write(lines["s1"] + "\n" + lines["tp"] + "\n")
+        p = self.toolpool("trace", self.path("results.jsonl"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.count("→ result: "), 2, p.stdout)
+
     def test_reals_shown_as_written(self):
         # What a tool answered and a call's args hold read the same in every
         # view of the store as in run's line: 64.22, not 64.219999999999999.

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,68 @@ static void put_secs(FILE *out, double ms)
     while (n > 3 && buf[n - 1] == '0')
         buf[--n] = 0;
     fprintf(out, "%ss", buf);
+}
+
+/*
+ * The numbers of a JSON text that jansson cannot hold (an integer past
+ * int64, a real past double's range) written as strings of their digits,
+ * into b; every other byte as it is.
+ */
+static int tame_numbers(const char *p, size_t n, tp_buf_t *b)
+{
+    size_t i = 0, from = 0;
+    bool in_str = false;
+    while (i < n) {
+        char c = p[i];
+        if (in_str) {
+            i += c == '\\' ? 2 : 1;
+            in_str = c != '"';
+            continue;
+        }
+        if (c == '"') {
+            in_str = true;
+            i++;
+            continue;
+        }
+        if (c != '-' && (c < '0' || c > '9')) {
+            i++;
+            continue;
+        }
+        size_t at = i;
+        bool real = false;
+        for (; i < n && strchr("+-0123456789.eE", p[i]) != NULL; i++)
+            real |= p[i] == '.' || p[i] == 'e' || p[i] == 'E';
+        char tok[400];
+        size_t len = i - at < sizeof tok - 1 ? i - at : sizeof tok - 1;
+        memcpy(tok, p + at, len);
+        tok[len] = 0;
+        errno = 0;
+        bool holds = real ? !isinf(strtod(tok, NULL)) : (strtoll(tok, NULL, 10), errno != ERANGE);
+        if (holds && i - at < sizeof tok - 1)
+            continue;
+        if (tp_buf_append(b, p + from, at - from) < 0 || tp_buf_append(b, "\"", 1) < 0 ||
+            tp_buf_append(b, p + at, i - at) < 0 || tp_buf_append(b, "\"", 1) < 0)
+            return -1;
+        from = i;
+    }
+    return tp_buf_append(b, p + from, n - from);
+}
+
+/*
+ * A result line read to be told: as JSON, or, when it holds a number
+ * jansson cannot (a tool's answer may), with such numbers as strings of
+ * their digits (a story shows its figures; --json writes the line as is).
+ */
+static json_t *load_told(const char *text, size_t len, json_error_t *err)
+{
+    json_t *v = json_loadb(text, len, 0, err);
+    if (v != NULL)
+        return v;
+    tp_buf_t b = {0};
+    if (tame_numbers(text, len, &b) == 0)
+        v = json_loadb((const char *)b.data, b.len, 0, err);
+    tp_buf_free(&b);
+    return v;
 }
 
 static void put_json(FILE *out, json_t *v, size_t max)
@@ -214,7 +277,7 @@ int tp_trace_print_as(FILE *in, const char *name, FILE *out, bool json)
         if (strspn(line, " \t\r\n") == (size_t)n)
             continue;
         json_error_t err;
-        json_t *r = json_loadb(line, (size_t)n, 0, &err);
+        json_t *r = load_told(line, (size_t)n, &err);
         const char *what = r ? not_a_result(r) : NULL;
         if (r == NULL || what) {
             tp_log_error("%s:%ld: not a result record: found %s%s; trace reads what toolpool run writes", name, no,
@@ -254,9 +317,9 @@ static int print_recorded(const char *dir, const char *id, const tp_buf_t *line,
         return fwrite(line->data, 1, line->len, stdout) == line->len && (ended || fputc('\n', stdout) != EOF) ? 0 : 2;
     }
     json_error_t jerr;
-    json_t *v = json_loadb((const char *)line->data, line->len, 0, &jerr);
+    json_t *v = load_told((const char *)line->data, line->len, &jerr);
     if (v == NULL) {
-        /* Sound JSON that jansson still refuses (a number past int64, say). */
+        /* Sound JSON that jansson still refuses (nesting past its depth, say). */
         tp_log_error("%s: call %s: its recorded line cannot be read: %s", dir, id, jerr.text);
         return 2;
     }
