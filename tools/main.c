@@ -123,7 +123,7 @@ int main(int argc, char **argv)
         puts("toolpool " TP_VERSION);
         return 0;
     }
-    tp_log_error("unknown command \"%s\"", cmd);
+    tp_log_error("cli.usage", "unknown command \"%s\"", cmd);
     fputs(usage_text, stderr);
     return 2;
 }

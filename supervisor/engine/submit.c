@@ -233,7 +233,8 @@ static void late_step(tp_engine_t *e, const tp_request_t *rq, const tp_job_t *j)
 {
     char pre[96];
     if (++e->stats.late <= TP_LATE_SAID)
-        tp_log_warn("%scall %s (job %s, step %llu) came after step %llu of its job had started: it runs out of "
+        tp_log_warn("engine.late_step",
+                    "%scall %s (job %s, step %llu) came after step %llu of its job had started: it runs out of "
                     "order%s",
                     prefix(pre, sizeof pre, rq), rq->id, j->name, (unsigned long long)rq->step,
                     (unsigned long long)j->max_step,

@@ -52,8 +52,8 @@
 int slot_kill(tp_slot_t *s)
 {
     if (kill(-s->pid, SIGSTOP) == 0 && tp_proctree_kill(s->pool->tree, s->pid) < 0)
-        tp_log_error("cannot read /proc to kill what worker %d started outside its group: %s", (int)s->pid,
-                     strerror(errno));
+        tp_log_error("pool.proc_unreadable", "cannot read /proc to kill what worker %d started outside its group: %s",
+                     (int)s->pid, strerror(errno));
     return kill(-s->pid, SIGKILL);
 }
 
