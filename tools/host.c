@@ -4,6 +4,7 @@
  * serve and mcp run on.
  */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,17 @@ int tp_engine_cli_take(tp_engine_cli_t *c, int opt, const char *arg)
     case TP_OPT_OTLP_PAYLOADS:
         c->otlp.payloads = true;
         break;
+    case TP_OPT_LOG_FORMAT:
+    case TP_OPT_LOG_FILE: {
+        /* Taken at once, so what goes wrong from here on is logged as asked. */
+        char err[PATH_MAX + 64];
+        if ((opt == TP_OPT_LOG_FORMAT ? tp_log_set_format(arg, err, sizeof err)
+                                      : tp_log_set_file(arg, err, sizeof err)) < 0) {
+            tp_log_error("cli.bad_option", "--%s: %s", opt == TP_OPT_LOG_FORMAT ? "log-format" : "log-file", err);
+            exit(2);
+        }
+        break;
+    }
     default:
         return 0;
     }
@@ -165,6 +177,8 @@ static int refuse_changed(const tp_registry_t *reg, tp_store_t *s, const char *d
 int tp_engine_cli_open(tp_engine_cli_t *c)
 {
     char err[TP_REGISTRY_ERRLEN];
+    /* The workers log as the supervisor does: they read the format and file from their environment. */
+    tp_log_export_env();
     tp_registry_t *reg = tp_registry_load_policy(c->registry, c->policy, err, sizeof err);
     if (reg == NULL) {
         tp_log_error("registry.invalid", "%s", err);

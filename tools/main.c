@@ -107,6 +107,7 @@ int main(int argc, char **argv)
 {
     std_fds_open();
     tp_log_init("toolpool");
+    tp_log_from_env(0);
     if (argc < 2) {
         fputs(usage_text, stderr);
         return 2;

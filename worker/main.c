@@ -215,6 +215,8 @@ static bool handle_frame(const uint8_t *body, uint32_t len, tp_outcome_t *o)
 int main(int argc, char **argv)
 {
     tp_log_init("toolpool-worker");
+    /* The supervisor's log format and file; then gone, so the tools this worker runs do not inherit them. */
+    tp_log_from_env(1);
     int slot = -1;
     for (int i = 1; i + 1 < argc; i += 2)
         if (strcmp(argv[i], "--max-frame") == 0)

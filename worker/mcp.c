@@ -106,7 +106,8 @@ static char current_tool[256];
 static void log_line(void *ctx, const char *line)
 {
     (void)ctx;
-    tp_log_info("worker.mcp_server_stderr", "%s: %s", current_tool, line);
+    tp_log_call_t lc = {.tool = current_tool};
+    tp_log_call_info("worker.mcp_server_stderr", &lc, "%s: %s", current_tool, line);
 }
 
 /*
@@ -692,8 +693,9 @@ void tp_mcp_start(Toolpool__SupervisorFrame *frame)
     }
     if (s != NULL && s->live && server_gone(s)) {
         tp_mcpio_ended(&s->conn, 0, how, sizeof how);
-        tp_log_warn("worker.mcp_server_restarted", "the MCP server of %s %s between calls; starting it again",
-                    call->tool, how);
+        tp_log_call_t lc = {call->call_id, call->job, call->tool, call->attempt};
+        tp_log_call_warn("worker.mcp_server_restarted", &lc, "the MCP server of %s %s between calls; starting it again",
+                         call->tool, how);
         server_fail(s, "ended");
     }
     if (s != NULL && !s->live) {
@@ -828,7 +830,9 @@ static void check_times(void)
             snprintf(why, sizeof why, "did not answer %s within %us",
                      s->conn.modern ? "server/discover (its liveness check after a timeout)" : "a ping",
                      PING_GRACE_US / 1000000u);
-            tp_log_warn("worker.mcp_server_restarted", "the MCP server of %s %s: it is restarted", current_tool, why);
+            tp_log_call_t lc = {.tool = current_tool};
+            tp_log_call_warn("worker.mcp_server_restarted", &lc, "the MCP server of %s %s: it is restarted",
+                             current_tool, why);
             server_fail(s, why);
         }
         settle(s);

@@ -289,6 +289,14 @@ void tp_log_call_warn(const char *event, const tp_log_call_t *call, const char *
     va_end(ap);
 }
 
+void tp_log_call_info(const char *event, const tp_log_call_t *call, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(TP_LOG_INFO, event, call, fmt, ap);
+    va_end(ap);
+}
+
 void tp_log_json_event(tp_log_level_t level, const char *event, const tp_log_call_t *call, const char *fmt, ...)
 {
     if (log_format != TP_LOG_JSON)

@@ -70,6 +70,8 @@ void tp_log_call_error(const char *event, const tp_log_call_t *call, const char 
     __attribute__((format(printf, 3, 4)));
 void tp_log_call_warn(const char *event, const tp_log_call_t *call, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+void tp_log_call_info(const char *event, const tp_log_call_t *call, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /*
  * An event only the JSON format writes (text prints nothing, so the text
