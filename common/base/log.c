@@ -143,57 +143,77 @@ static size_t utf8_len(const unsigned char *p, size_t n)
     return len;
 }
 
-/* s as a JSON string, quotes and all; a byte that is not UTF-8 becomes U+FFFD. */
-static void put_string(out_t *o, const char *s)
+/*
+ * s as a JSON string, quotes and all; a byte that is not UTF-8 becomes
+ * U+FFFD. A string that does not fit, keeping room bytes free after it, is
+ * cut between two characters (never inside an escape or a UTF-8
+ * sequence) and still closed, so a cut line is still a JSON object.
+ */
+static void put_string(out_t *o, const char *s, size_t room)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *p = (const unsigned char *)s;
     size_t n = strlen(s);
-    puts_(o, "\"");
+    if (o->cap - o->len < room + 2)
+        return;
+    size_t end = o->cap - room - 1; /* the closing quote's place */
+    o->p[o->len++] = '"';
     for (size_t i = 0; i < n;) {
         unsigned char c = p[i];
-        if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+        char e[8];
+        const char *piece = e;
+        size_t len, used = 1;
+        if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
             size_t j = i + 1;
-            while (j < n && p[j] >= 0x20 && p[j] < 0x80 && p[j] != '"' && p[j] != '\\')
+            while (j < n && p[j] >= 0x20 && p[j] < 0x7f && p[j] != '"' && p[j] != '\\')
                 j++;
-            put(o, s + i, j - i);
-            i = j;
+            piece = s + i;
+            len = used = j - i;
+            if (len > end - o->len)
+                len = used = end - o->len; /* plain bytes cut anywhere */
+            if (len == 0)
+                break;
         } else if (c == '"' || c == '\\') {
-            char e[2] = {'\\', (char)c};
-            put(o, e, 2);
-            i++;
+            e[0] = '\\', e[1] = (char)c, len = 2;
         } else if (c == '\n') {
-            puts_(o, "\\n"), i++;
+            memcpy(e, "\\n", 2), len = 2;
         } else if (c == '\t') {
-            puts_(o, "\\t"), i++;
+            memcpy(e, "\\t", 2), len = 2;
         } else if (c == '\r') {
-            puts_(o, "\\r"), i++;
-        } else if (c < 0x20 || c == 0x7f) {
-            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-            put(o, e, 6);
-            i++;
+            memcpy(e, "\\r", 2), len = 2;
+        } else if (c <= 0x7f) {
+            memcpy(e, "\\u00", 4), e[4] = hex[c >> 4], e[5] = hex[c & 15], len = 6;
+        } else if ((used = utf8_len(p + i, n - i)) != 0) {
+            piece = s + i, len = used;
         } else {
-            size_t len = utf8_len(p + i, n - i);
-            if (len) {
-                put(o, s + i, len);
-                i += len;
-            } else {
-                puts_(o, "\\ufffd");
-                i++;
-            }
+            memcpy(e, "\\ufffd", 6), len = 6, used = 1;
         }
+        if (len > end - o->len)
+            break;
+        memcpy(o->p + o->len, piece, len);
+        o->len += len;
+        i += used;
     }
-    puts_(o, "\"");
+    o->p[o->len++] = '"';
 }
+
+/*
+ * Room a string leaves after it: for the call's fields, what the message
+ * and the tail need at least; for the message, the tail (",\"prog\":",
+ * the program's name, ",\"pid\":N}" and the newline).
+ */
+#define ROOM_FIELD 160
+#define ROOM_MESSAGE 64
+#define ROOM_PROG 32
 
 static void put_field(out_t *o, const char *name, const char *value)
 {
-    if (value == NULL || *value == '\0')
+    if (value == NULL || *value == '\0' || o->cap - o->len < ROOM_FIELD + strlen(name) + 8)
         return;
     puts_(o, ",\"");
     puts_(o, name);
     puts_(o, "\":");
-    put_string(o, value);
+    put_string(o, value, ROOM_FIELD);
 }
 
 /*
@@ -222,7 +242,7 @@ static void vlog(tp_log_level_t level, const char *event, const tp_log_call_t *c
     if (vsnprintf(msg, sizeof msg, fmt, ap) < 0)
         msg[0] = '\0';
     char line[TP_LOG_LINE * 2 + 1024];
-    out_t o = {line, 0, sizeof line - 1};
+    out_t o = {line, 0, sizeof line - 1}; /* the newline's byte kept */
     struct timespec ts;
     struct tm tm;
     char when[48];
@@ -235,7 +255,7 @@ static void vlog(tp_log_level_t level, const char *event, const tp_log_call_t *c
     puts_(&o, "\",\"level\":\"");
     puts_(&o, level_json[level]);
     puts_(&o, "\",\"event\":");
-    put_string(&o, event);
+    put_string(&o, event, ROOM_FIELD);
     if (call) {
         put_field(&o, "call_id", call->call_id);
         put_field(&o, "job", call->job);
@@ -247,14 +267,11 @@ static void vlog(tp_log_level_t level, const char *event, const tp_log_call_t *c
         }
     }
     puts_(&o, ",\"message\":");
-    put_string(&o, msg);
-    char tail[64];
-    snprintf(tail, sizeof tail, ",\"pid\":%ld}", (long)getpid());
+    put_string(&o, msg, ROOM_MESSAGE);
     puts_(&o, ",\"prog\":");
-    put_string(&o, prog_name);
-    /* A line cut short still closes: its tail and newline have their room kept. */
-    if (o.len > o.cap - 96)
-        o.len = o.cap - 96;
+    put_string(&o, prog_name, ROOM_PROG);
+    char tail[32];
+    snprintf(tail, sizeof tail, ",\"pid\":%ld}", (long)getpid());
     puts_(&o, tail);
     line[o.len++] = '\n';
     (void)tp_write_all(log_fd, line, o.len);
