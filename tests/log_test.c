@@ -136,7 +136,8 @@ static void test_json_escapes(void)
     char err[64];
     CU_ASSERT_EQUAL(tp_log_set_format("json", err, sizeof err), 0);
     /* quotes, a backslash, controls, DEL, valid UTF-8, then a stray byte, an overlong form, a surrogate, a cut sequence */
-    tp_log_warn("x.bytes", "%s", "q\"b\\n\nt\tc\x01\x1f\x7f caf\xc3\xa9 \xf0\x9f\x99\x82|\xff|\xc0\xaf|\xed\xa0\x80|\xe2\x82");
+    tp_log_warn("x.bytes", "%s",
+                "q\"b\\n\nt\tc\x01\x1f\x7f caf\xc3\xa9 \xf0\x9f\x99\x82|\xff|\xc0\xaf|\xed\xa0\x80|\xe2\x82");
     char **v = take_lines();
     json_t *j = parse(v[0]);
     CU_ASSERT_STRING_EQUAL(str(j, "message"), "q\"b\\n\nt\tc\x01\x1f\x7f caf\xc3\xa9 \xf0\x9f\x99\x82|\xef\xbf\xbd|"

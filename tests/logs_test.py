@@ -61,7 +61,8 @@ def source_events():
                     continue
                 path = os.path.join(dirpath, name)
                 rel = os.path.relpath(path, ROOT)
-                text = open(path, encoding="utf-8").read()
+                with open(path, encoding="utf-8") as f:
+                    text = f.read()
                 if rel == os.path.join("common", "base", "log.c"):
                     text = re.sub(r"(?m)^(void|#define) .*$", "", text)   # the definitions themselves
                 for rx, levels, json_only in ((CALL, LEVELS, False), (JSON_ONLY, JSON_LEVELS, True)):
@@ -162,13 +163,16 @@ class LogsRunTest(unittest.TestCase):
         return os.path.join(self.dir, name)
 
     def registry(self, name="tools.json"):
+        # The MCP server writes its environment down first: once when the registry imports it
+        # (in the supervisor), once when a worker starts it for its call.
+        tiny = ["sh", "-c", 'env >>"$0"; echo >>"$0"; exec "$@"', self.path("mcp.env")] + TINY
         tools = [
             {"name": "slow", "exec": ["sleep", "30"], "timeout": "300ms", "attempts": 1, "kill_grace": "0s"},
             {"name": "peek", "exec": PEEK, "timeout": "10s"},
-            {"name": "tiny", "mcp": {"command": TINY, "tool": "echo"}, "timeout": "10s"},
+            {"name": "tiny", "mcp": {"command": tiny, "tool": "echo"}, "timeout": "10s"},
         ]
         with open(self.path(name), "w") as f:
-            json.dump({"tools": tools}, f)
+            json.dump({"tools": tools, "mcp_servers": {"imp": {"command": tiny}}}, f)
         return self.path(name)
 
     def calls(self):
@@ -191,6 +195,11 @@ class LogsRunTest(unittest.TestCase):
         results = {json.loads(line)["id"]: json.loads(line) for line in p.stdout.splitlines()}
         self.assertEqual(results["s1"]["error"], "Timeout", results["s1"])
         self.assertEqual(results["p1"]["result"], {"fmt": "unset", "file": "unset"})   # not inherited
+        with open(self.path("mcp.env")) as f:
+            envs = f.read()
+        self.assertGreaterEqual(envs.count("\n\n"), 2, envs)
+        self.assertEqual([v for v in envs.splitlines() if v.startswith("TOOLPOOL_LOG_")], [])
+        os.unlink(self.path("mcp.env"))
         self.assertTrue(results["t1"]["ok"], results["t1"])
         lines = parse_log(self, log)
         by = collections.defaultdict(list)
@@ -337,9 +346,12 @@ class LogsServeMcpTest(unittest.TestCase):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        err = p.stderr.read()
+        p.stdout.close()
+        p.stderr.close()
         events = [o["event"] for o in parse_log(self, self.log)]
         self.assertIn("pool.worker_killed", events)
-        self.assertEqual(p.stderr.read(), b"")
+        self.assertEqual(err, b"")
 
 
 if __name__ == "__main__":

@@ -114,6 +114,7 @@ int tp_cmd_demo(int argc, char **argv)
         .output_fd = out_fd,
     };
     tp_batch_report_t rep;
+    tp_log_export_env(); /* the workers log as the supervisor does */
     int status = tp_batch_run(&o, &rep);
     fclose(calls);
     tp_registry_free(reg);

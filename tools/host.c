@@ -177,8 +177,6 @@ static int refuse_changed(const tp_registry_t *reg, tp_store_t *s, const char *d
 int tp_engine_cli_open(tp_engine_cli_t *c)
 {
     char err[TP_REGISTRY_ERRLEN];
-    /* The workers log as the supervisor does: they read the format and file from their environment. */
-    tp_log_export_env();
     tp_registry_t *reg = tp_registry_load_policy(c->registry, c->policy, err, sizeof err);
     if (reg == NULL) {
         tp_log_error("registry.invalid", "%s", err);
@@ -200,6 +198,12 @@ int tp_engine_cli_open(tp_engine_cli_t *c)
         tp_registry_free(reg);
         return -1;
     }
+    /*
+     * The workers log as the supervisor does: they read the format and file
+     * from their environment. Put there only now, after the MCP servers the
+     * registry imports have answered, so no tool inherits them.
+     */
+    tp_log_export_env();
     c->engine.reg = reg;
     c->engine.store = store;
     if (c->retain_us == 0)

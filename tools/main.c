@@ -107,7 +107,8 @@ int main(int argc, char **argv)
 {
     std_fds_open();
     tp_log_init("toolpool");
-    tp_log_from_env(0);
+    /* Out of the environment once read: what a command starts gets them only when it means to (the workers). */
+    tp_log_from_env(1);
     if (argc < 2) {
         fputs(usage_text, stderr);
         return 2;
