@@ -156,11 +156,12 @@ static int refuse_changed(const tp_registry_t *reg, tp_store_t *s, const char *d
     json_t *olds, *n;
     json_object_foreach(changed, name, olds) {
         const char *now = tp_registry_find(reg, name)->version_id;
+        tp_log_call_t lc = {.tool = name};
         json_object_foreach(olds, was, n) {
-            tp_log_error("version.changed", "%s: %lld result%s recorded under version %s%s%s, the registry's is %s%s%s",
-                         name, (long long)json_integer_value(n), json_integer_value(n) == 1 ? "" : "s",
-                         was[0] ? "\"" : "", was[0] ? was : "(none)", was[0] ? "\"" : "", now ? "\"" : "",
-                         now ? now : "(none)", now ? "\"" : "");
+            tp_log_call_error(
+                "version.changed", &lc, "%s: %lld result%s recorded under version %s%s%s, the registry's is %s%s%s",
+                name, (long long)json_integer_value(n), json_integer_value(n) == 1 ? "" : "s", was[0] ? "\"" : "",
+                was[0] ? was : "(none)", was[0] ? "\"" : "", now ? "\"" : "", now ? now : "(none)", now ? "\"" : "");
         }
     }
     size_t tools = json_object_size(changed);
