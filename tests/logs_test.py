@@ -7,7 +7,7 @@ events in docs/logs.md against the sources.
   level, and the table names no other (`logs_test.py --table` prints the
   table the sources make, the meanings kept from the doc).
 - Real `toolpool run` processes with a registry that does not load, with a
-  tool that times out, with an MCP server that writes on its stderr (its
+  tool that times out, one that kills its worker, with an MCP server that writes on its stderr (its
   worker's line), under --log-format json --log-file F, or the same from
   TOOLPOOL_LOG_FORMAT and TOOLPOOL_LOG_FILE: every line of F is one JSON
   object with the fields, the expected events are there, stderr holds none
@@ -169,6 +169,9 @@ class LogsRunTest(unittest.TestCase):
         tools = [
             {"name": "slow", "exec": ["sleep", "30"], "timeout": "300ms", "attempts": 1, "kill_grace": "0s"},
             {"name": "peek", "exec": PEEK, "timeout": "10s"},
+            # Kills its worker: a crash.
+            {"name": "crash", "exec": ["sh", "-c", "cat >/dev/null; kill -9 $PPID; sleep 5"], "timeout": "10s",
+             "attempts": 1},
             {"name": "tiny", "mcp": {"command": tiny, "tool": "echo"}, "timeout": "10s"},
         ]
         with open(self.path(name), "w") as f:
@@ -178,7 +181,8 @@ class LogsRunTest(unittest.TestCase):
     def calls(self):
         calls = [{"id": "s1", "job": "j1", "tool": "slow", "args": {}},
                  {"id": "p1", "job": "j2", "tool": "peek", "args": {}},
-                 {"id": "t1", "job": "j3", "tool": "tiny", "args": {"text": "hi"}}]
+                 {"id": "t1", "job": "j3", "tool": "tiny", "args": {"text": "hi"}},
+                 {"id": "c1", "job": "j4", "tool": "crash", "args": {}}]
         with open(self.path("calls.jsonl"), "w") as f:
             f.write("".join(json.dumps(c) + "\n" for c in calls))
         return self.path("calls.jsonl")
@@ -210,6 +214,12 @@ class LogsRunTest(unittest.TestCase):
         self.assertEqual((killed[0]["call_id"], killed[0]["job"], killed[0]["tool"], killed[0]["attempt"]),
                          ("s1", "j1", "slow", 1))
         self.assertEqual(killed[0]["level"], "warning")
+        self.assertEqual(results["c1"]["error"], "WorkerCrashed", results["c1"])
+        crashed = by["pool.worker_crashed"]
+        self.assertEqual(len(crashed), 1, lines)
+        self.assertEqual((crashed[0]["call_id"], crashed[0]["job"], crashed[0]["tool"], crashed[0]["attempt"]),
+                         ("c1", "j4", "crash", 1))
+        self.assertIn("killed by signal 9", crashed[0]["message"])
         said = by["worker.mcp_server_stderr"]
         self.assertTrue(any(o["message"] == "tiny: tiny: started" and o["prog"] == "toolpool-worker"
                             and o["tool"] == "tiny" for o in said), lines)
