@@ -52,7 +52,7 @@ int tp_cli_options(int argc, char **argv, const char *usage, const tp_cli_opt_t 
     size_t n = 0, ns = 0;
     for (; opts[n].name != NULL; n++) {
         if (n == TP_CLI_OPTS_MAX) {
-            tp_log_error("%s: more than %d options", argv[0], TP_CLI_OPTS_MAX);
+            tp_log_error("cli.usage", "%s: more than %d options", argv[0], TP_CLI_OPTS_MAX);
             return 2;
         }
         const tp_cli_opt_t *o = &opts[n];
@@ -96,12 +96,12 @@ tp_store_t *tp_cli_store_read(const char *dir, MDB_txn **txn)
     char err[1024];
     tp_store_t *s = tp_store_open(dir, TP_STORE_RDONLY, err, sizeof err);
     if (s == NULL) {
-        tp_log_error("%s", err);
+        tp_log_error("store.open_failed", "%s", err);
         return NULL;
     }
     int rc = tp_store_read(s, txn);
     if (rc) {
-        tp_log_error("%s: cannot read: %s", dir, tp_strerror(rc));
+        tp_log_error("store.read_failed", "%s: cannot read: %s", dir, tp_strerror(rc));
         tp_store_close(s);
         return NULL;
     }
@@ -122,7 +122,8 @@ int tp_cli_each_result(const char *dir, int (*fn)(void *ctx, const Toolpool__Sto
          rc = tp_mdb(mdb_cursor_get(cur, &k, &v, MDB_NEXT))) {
         Toolpool__StoredResult *sr;
         if (tp_result_unpack(k.mv_data, k.mv_size, v.mv_data, v.mv_size, &sr) != 0) {
-            tp_log_error("%s: results \"%.*s\": a corrupt record (`toolpool store check --store %s` lists them)", dir,
+            tp_log_error("store.corrupt_record",
+                         "%s: results \"%.*s\": a corrupt record (`toolpool store check --store %s` lists them)", dir,
                          (int)k.mv_size, (const char *)k.mv_data, dir);
             status = 2;
             continue;
@@ -130,13 +131,14 @@ int tp_cli_each_result(const char *dir, int (*fn)(void *ctx, const Toolpool__Sto
         int frc = fn(ctx, sr);
         tp_result_free(sr);
         if (frc < 0) {
-            tp_log_error("out of memory");
+            tp_log_error("cli.out_of_memory", "out of memory");
             status = 2;
             break;
         }
     }
     if (rc && rc != MDB_NOTFOUND) {
-        tp_log_error("%s: cannot read %s: %s", dir, tp_store_db_name(TP_DB_RESULTS), tp_strerror(rc));
+        tp_log_error("store.read_failed", "%s: cannot read %s: %s", dir, tp_store_db_name(TP_DB_RESULTS),
+                     tp_strerror(rc));
         status = 2;
     }
     if (rc == 0 || rc == MDB_NOTFOUND)
@@ -149,7 +151,7 @@ int tp_cli_each_result(const char *dir, int (*fn)(void *ctx, const Toolpool__Sto
 int tp_cli_take_since(const tp_cli_opt_t *o, const char *arg)
 {
     if (tp_duration_parse(arg, o->to) < 0 || *(uint64_t *)o->to == 0) {
-        tp_log_error("--%s: expected a duration like \"1h\" or \"30m\", got \"%s\"", o->name, arg);
+        tp_log_error("cli.bad_option", "--%s: expected a duration like \"1h\" or \"30m\", got \"%s\"", o->name, arg);
         return 2;
     }
     return 0;

@@ -65,7 +65,7 @@ int tp_cmd_demo(int argc, char **argv)
     }
     const char *dir = demo_dir();
     if (dir == NULL) {
-        tp_log_error("cannot find the examples (set TOOLPOOL_EXAMPLES to the examples folder)");
+        tp_log_error("demo.no_examples", "cannot find the examples (set TOOLPOOL_EXAMPLES to the examples folder)");
         return 2;
     }
     char reg_path[PATH_MAX + 32], calls_path[PATH_MAX + 32], out_path[] = "/tmp/toolpool-demo-XXXXXX";
@@ -75,13 +75,13 @@ int tp_cmd_demo(int argc, char **argv)
     char err[1024];
     tp_registry_t *reg = tp_registry_load(reg_path, err, sizeof err);
     if (reg == NULL) {
-        tp_log_error("%s", err);
+        tp_log_error("registry.invalid", "%s", err);
         return 2;
     }
     FILE *calls = fopen(calls_path, "r");
     int out_fd = mkstemp(out_path);
     if (calls == NULL || out_fd < 0) {
-        tp_log_error("%s: %s", calls == NULL ? calls_path : out_path, strerror(errno));
+        tp_log_error("cli.open_failed", "%s: %s", calls == NULL ? calls_path : out_path, strerror(errno));
         if (calls)
             fclose(calls);
         tp_registry_free(reg);
@@ -90,7 +90,7 @@ int tp_cmd_demo(int argc, char **argv)
     unlink(out_path);
     tp_store_t *store = mkdtemp(store_dir) ? tp_store_open(store_dir, 0, err, sizeof err) : NULL;
     if (store == NULL) {
-        tp_log_error("demo store: %s", store_dir[0] ? err : strerror(errno));
+        tp_log_error("store.open_failed", "demo store: %s", store_dir[0] ? err : strerror(errno));
         fclose(calls);
         close(out_fd);
         tp_registry_free(reg);
@@ -114,6 +114,7 @@ int tp_cmd_demo(int argc, char **argv)
         .output_fd = out_fd,
     };
     tp_batch_report_t rep;
+    tp_log_export_env(); /* the workers log as the supervisor does */
     int status = tp_batch_run(&o, &rep);
     fclose(calls);
     tp_registry_free(reg);

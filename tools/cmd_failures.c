@@ -184,7 +184,7 @@ static int from_file(groups_t *g, const char *path, const char *only)
 {
     FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
     if (f == NULL) {
-        tp_log_error("%s: %s", path, strerror(errno));
+        tp_log_error("cli.open_failed", "%s: %s", path, strerror(errno));
         return 2;
     }
     const char *name = f == stdin ? "standard input" : path;
@@ -202,7 +202,8 @@ static int from_file(groups_t *g, const char *path, const char *only)
         const char *tool = json_string_value(json_object_get(r, "tool"));
         json_t *ok = json_object_get(r, "ok");
         if (!json_is_object(r) || id == NULL || tool == NULL || !json_is_boolean(ok)) {
-            tp_log_error("%s:%llu: not a result line (a JSON object with a string \"id\" and \"tool\" and a "
+            tp_log_error("cli.bad_input",
+                         "%s:%llu: not a result line (a JSON object with a string \"id\" and \"tool\" and a "
                          "boolean \"ok\", as run writes)",
                          name, (unsigned long long)n);
             status = 2;
@@ -215,14 +216,14 @@ static int from_file(groups_t *g, const char *path, const char *only)
             if (group_add(g, id, tool, version ? version : "", kind,
                           klass ? klass : tp_class_name(tp_kind_class(tp_kind_from_name(kind))), message ? message : "",
                           n) < 0) {
-                tp_log_error("out of memory");
+                tp_log_error("cli.out_of_memory", "out of memory");
                 status = 2;
             }
         }
         json_decref(r);
     }
     if (status == 0 && ferror(f)) {
-        tp_log_error("%s: %s", name, strerror(errno));
+        tp_log_error("cli.read_failed", "%s: %s", name, strerror(errno));
         status = 2;
     }
     free(line);
@@ -286,7 +287,7 @@ static int take_examples(const tp_cli_opt_t *o, const char *arg)
     errno = 0;
     unsigned long n = strtoul(arg, &end, 10);
     if (errno || end == arg || *end || n > 1000 || arg[0] == '-') {
-        tp_log_error("--examples: expected a number from 0 to 1000, got \"%s\"", arg);
+        tp_log_error("cli.bad_option", "--examples: expected a number from 0 to 1000, got \"%s\"", arg);
         return 2;
     }
     *(size_t *)o->to = n;
@@ -312,15 +313,15 @@ int tp_cmd_failures(int argc, char **argv)
         return rc;
     const char *file = optind < argc ? argv[optind] : NULL;
     if (argc - optind > 1 || (file && dir)) {
-        tp_log_error("failures reads one store or one results file");
+        tp_log_error("cli.usage", "failures reads one store or one results file");
         return tp_cli_misuse(failures_usage);
     }
     if (file && since_us) {
-        tp_log_error("--since reads the store's record times: a results file has none");
+        tp_log_error("cli.usage", "--since reads the store's record times: a results file has none");
         return 2;
     }
     if ((g.index = json_object()) == NULL) {
-        tp_log_error("out of memory");
+        tp_log_error("cli.out_of_memory", "out of memory");
         return 2;
     }
     pick_t pk = {.g = &g, .only = only, .after = since_us ? tp_unix_us() - since_us : 0};

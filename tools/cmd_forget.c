@@ -77,17 +77,18 @@ int tp_cmd_forget(int argc, char **argv)
     f.n = argc - optind;
     char err[1024];
     if ((f.s = tp_store_open(dir, 0, err, sizeof err)) == NULL) {
-        tp_log_error("%s", err);
+        tp_log_error("store.open_failed", "%s", err);
         return 2;
     }
     rc = tp_store_write(f.s, forget_apply, &f, err, sizeof err);
     tp_store_close(f.s);
     if (rc == MDB_NOTFOUND && f.missing) {
-        tp_log_error("%s: no %s %s is recorded; nothing was forgotten", dir, f.jobs ? "job" : "call", f.missing);
+        tp_log_error("cli.not_found", "%s: no %s %s is recorded; nothing was forgotten", dir, f.jobs ? "job" : "call",
+                     f.missing);
         return 2;
     }
     if (rc) {
-        tp_log_error("%s", err);
+        tp_log_error("store.forget_failed", "%s", err);
         return 2;
     }
     printf("forgot %llu recorded result%s: the next run on %s does %s again\n", (unsigned long long)f.dropped,

@@ -45,7 +45,7 @@ static int take_decision(const tp_cli_opt_t *o, const char *arg)
     const char **decision = o->to;
     (void)arg;
     if (*decision && *decision != o->name) {
-        tp_log_error("--rerun and --accept: give one of them");
+        tp_log_error("cli.usage", "--rerun and --accept: give one of them");
         return 2;
     }
     *decision = o->name;
@@ -94,7 +94,7 @@ static void put_time(FILE *out, uint64_t unix_us)
 static int print_json(json_t *v, const args_t *a)
 {
     if (v == NULL) {
-        tp_log_error("%s: out of memory rendering JSON", a->store);
+        tp_log_error("cli.out_of_memory", "%s: out of memory rendering JSON", a->store);
         return 2;
     }
     int rc = tp_cli_put_json(stdout, v) == 0 ? 0 : 2;
@@ -124,7 +124,7 @@ static tp_store_t *open_store(const args_t *a, bool write)
     char err[1024];
     tp_store_t *s = tp_store_open(a->store, write ? 0 : TP_STORE_RDONLY, err, sizeof err);
     if (s == NULL)
-        tp_log_error("%s", err);
+        tp_log_error("store.open_failed", "%s", err);
     return s;
 }
 
@@ -134,7 +134,7 @@ static MDB_txn *read_txn(tp_store_t *s, const args_t *a)
     MDB_txn *txn;
     if (tp_store_read(s, &txn) == 0)
         return txn;
-    tp_log_error("%s: cannot read", a->store);
+    tp_log_error("store.read_failed", "%s: cannot read", a->store);
     return NULL;
 }
 
@@ -155,7 +155,8 @@ static bool sound(const args_t *a, tp_db_t db, const MDB_val *k, const MDB_val *
     if (m)
         protobuf_c_message_free_unpacked(m, NULL);
     if (rc)
-        tp_log_error("%s: %s: a corrupt record: %s (`toolpool store check --store %s` lists every bad record)",
+        tp_log_error("store.corrupt_record",
+                     "%s: %s: a corrupt record: %s (`toolpool store check --store %s` lists every bad record)",
                      a->store, tp_record_name(db, k->mv_data, k->mv_size, name, sizeof name), why, a->store);
     return rc == 0;
 }
@@ -185,7 +186,7 @@ static int walk(tp_store_t *s, MDB_txn *txn, const args_t *a, tp_db_t db,
         mdb_cursor_close(cur);
     }
     if (rc != MDB_NOTFOUND) {
-        tp_log_error("%s: cannot read %s: %s", a->store, tp_store_db_name(db), tp_strerror(rc));
+        tp_log_error("store.read_failed", "%s: cannot read %s: %s", a->store, tp_store_db_name(db), tp_strerror(rc));
         return 2;
     }
     if (n == 0)
@@ -205,11 +206,11 @@ static int run_write(tp_store_t *s, const args_t *a, tp_store_apply_fn fn, void 
     int rc = tp_store_write(s, fn, ctx, err, sizeof err);
     tp_store_close(s);
     if (rc == MDB_NOTFOUND || rc == TP_EEXIST) {
-        tp_log_error("%s: %s %s %s", a->store, rc == TP_EEXIST ? "more than one" : "no", thing, a->id);
+        tp_log_error("cli.not_found", "%s: %s %s %s", a->store, rc == TP_EEXIST ? "more than one" : "no", thing, a->id);
         return 2;
     }
     if (rc) {
-        tp_log_error("%s", err);
+        tp_log_error("store.read_failed", "%s", err);
         return 2;
     }
     const char *id = id_out && id_out[0] ? id_out : a->id;
@@ -389,7 +390,8 @@ static int list_breakers(tp_store_t *s, MDB_txn *txn, const args_t *a)
         rc = rc == MDB_NOTFOUND ? 0 : rc;
     }
     if (rc) {
-        tp_log_error("%s: cannot read %s: %s", a->store, tp_store_db_name(TP_DB_BREAKERS), tp_strerror(rc));
+        tp_log_error("store.read_failed", "%s: cannot read %s: %s", a->store, tp_store_db_name(TP_DB_BREAKERS),
+                     tp_strerror(rc));
         return 2;
     }
     if (folded)
@@ -427,7 +429,7 @@ int tp_cmd_breakers(int argc, char **argv)
         MDB_val k, v;
         int rc = tp_records_breaker_find(s, txn, a.id, &k, &v);
         if (rc) {
-            tp_log_error("%s: %s breaker %s", a.store, rc == TP_EEXIST ? "more than one" : "no", a.id);
+            tp_log_error("cli.not_found", "%s: %s breaker %s", a.store, rc == TP_EEXIST ? "more than one" : "no", a.id);
             status = 2;
         } else if (a.json) {
             status = print_json(tp_records_breaker_json(&k, &v, true), &a);
@@ -442,7 +444,8 @@ int tp_cmd_breakers(int argc, char **argv)
         json_t *all = NULL;
         int rc = tp_records_breakers_json(s, txn, &all);
         if (rc) {
-            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_BREAKERS), tp_strerror(rc));
+            tp_log_error("store.read_failed", "%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_BREAKERS),
+                         tp_strerror(rc));
             status = 2;
         } else {
             status = print_json_lines(all, &a);
@@ -536,11 +539,11 @@ static int resolve_run(tp_store_t *s, const args_t *a)
     int rc = tp_store_write(s, resolve_apply, &ctx, err, sizeof err);
     tp_store_close(s);
     if (rc == MDB_NOTFOUND) {
-        tp_log_error("%s: no escalation %s", a->store, a->id);
+        tp_log_error("cli.not_found", "%s: no escalation %s", a->store, a->id);
         return 2;
     }
     if (rc) {
-        tp_log_error("%s", err);
+        tp_log_error("store.read_failed", "%s", err);
         return 2;
     }
     if (a->json)
@@ -598,7 +601,7 @@ int tp_cmd_escalations(int argc, char **argv)
         Toolpool__Escalation *e;
         int rc = tp_records_escalation_get(s, txn, a.id, &e);
         if (rc) {
-            tp_log_error("%s: %s escalation %s", a.store, rc == TP_EPROTO ? "corrupt" : "no", a.id);
+            tp_log_error("cli.not_found", "%s: %s escalation %s", a.store, rc == TP_EPROTO ? "corrupt" : "no", a.id);
             status = 2;
         } else {
             if (a.json)
@@ -611,7 +614,8 @@ int tp_cmd_escalations(int argc, char **argv)
         json_t *all = NULL;
         int rc = tp_records_escalations_json(s, txn, a.all, &all);
         if (rc) {
-            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_ESCALATIONS), tp_strerror(rc));
+            tp_log_error("store.read_failed", "%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_ESCALATIONS),
+                         tp_strerror(rc));
             status = 2;
         } else {
             status = print_json_lines(all, &a);
@@ -710,7 +714,8 @@ static int show_checkpoint_json(tp_store_t *s, MDB_txn *txn, const Toolpool__Che
     if (rc == 0 && tp_buf_puts(&b, "}\n") < 0)
         rc = TP_ENOMEM;
     if (rc) {
-        tp_log_error("%s: cannot read the results of job %s: %s", a->store, cp->job, tp_strerror(rc));
+        tp_log_error("store.read_failed", "%s: cannot read the results of job %s: %s", a->store, cp->job,
+                     tp_strerror(rc));
         tp_buf_free(&b);
         return 2;
     }
@@ -751,7 +756,8 @@ int tp_cmd_checkpoints(int argc, char **argv)
         Toolpool__Checkpoint *cp;
         int rc = tp_checkpoint_get(s, txn, a.id, &cp);
         if (rc) {
-            tp_log_error("%s: %s checkpoint for job %s", a.store, rc == TP_EPROTO ? "corrupt" : "no", a.id);
+            tp_log_error("cli.not_found", "%s: %s checkpoint for job %s", a.store, rc == TP_EPROTO ? "corrupt" : "no",
+                         a.id);
             status = 2;
         } else if (a.json) {
             status = show_checkpoint_json(s, txn, cp, &a);
@@ -765,7 +771,7 @@ int tp_cmd_checkpoints(int argc, char **argv)
             size_t n_ids;
             rc = tp_steps_list(s, txn, cp, &ids, &n_ids);
             if (rc) {
-                tp_log_error("%s: cannot read the message list of job %s: %s", a.store, a.id,
+                tp_log_error("store.read_failed", "%s: cannot read the message list of job %s: %s", a.store, a.id,
                              rc == TP_EPROTO ? "a corrupt record" : tp_strerror(rc));
                 status = 2;
             }
@@ -778,7 +784,8 @@ int tp_cmd_checkpoints(int argc, char **argv)
         json_t *all = NULL;
         int rc = tp_records_checkpoints_json(s, txn, &all);
         if (rc) {
-            tp_log_error("%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_JOBS), tp_strerror(rc));
+            tp_log_error("store.read_failed", "%s: cannot read %s: %s", a.store, tp_store_db_name(TP_DB_JOBS),
+                         tp_strerror(rc));
             status = 2;
         } else {
             status = print_json_lines(all, &a);

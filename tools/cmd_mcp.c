@@ -102,7 +102,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
     mcp_t *s = arg;
     if (tp_engine_draining(s->e)) {
-        tp_log_warn("%s again: stopping running calls now", strsignal((int)sig));
+        tp_log_warn("mcp.stop_now", "%s again: stopping running calls now", strsignal((int)sig));
         tp_engine_drain(s->e);
         return;
     }
@@ -133,7 +133,7 @@ int tp_cmd_mcp(int argc, char **argv)
         return tp_cli_usage(mcp_usage, c);
     }
     if (optind < argc) {
-        tp_log_error("mcp takes no arguments, got \"%s\" (the host speaks on stdin)", argv[optind]);
+        tp_log_error("cli.usage", "mcp takes no arguments, got \"%s\" (the host speaks on stdin)", argv[optind]);
         return tp_cli_misuse(mcp_usage);
     }
     int status = 2;

@@ -94,7 +94,7 @@ static shard_store_t *shards_open(char **dirs, size_t n)
 {
     shard_store_t *v = calloc(n ? n : 1, sizeof *v);
     if (v == NULL) {
-        tp_log_error("out of memory");
+        tp_log_error("merge.out_of_memory", "out of memory");
         return NULL;
     }
     for (size_t i = 0; i < n; i++) {
@@ -106,7 +106,7 @@ static shard_store_t *shards_open(char **dirs, size_t n)
         int rc = tp_input_record_get(v[i].s, v[i].txn, &v[i].in);
         if (rc && rc != MDB_NOTFOUND) {
             char why[256];
-            tp_log_error("%s: cannot read its input record: %s", dirs[i],
+            tp_log_error("merge.read_failed", "%s: cannot read its input record: %s", dirs[i],
                          tp_store_strerror(v[i].s, rc, why, sizeof why));
             shards_close(v, n);
             return NULL;
@@ -127,7 +127,8 @@ static int shards_agree(const shard_store_t *v, size_t n, bool complete)
     for (size_t i = 0; i < n; i++) {
         const Toolpool__InputRecord *in = v[i].in;
         if (in == NULL) {
-            tp_log_error("%s: no record of the calls file it ran (a store of a run without --shard, or of an older "
+            tp_log_error("merge.not_a_shard",
+                         "%s: no record of the calls file it ran (a store of a run without --shard, or of an older "
                          "toolpool): run its shard with `toolpool run --shard K/N` on it",
                          v[i].dir);
             rc = -1;
@@ -138,20 +139,22 @@ static int shards_agree(const shard_store_t *v, size_t n, bool complete)
             continue;
         }
         if (memcmp(in->input_digest.data, first->input_digest.data, 16) != 0) {
-            tp_log_error("%s: a shard of another calls file than %s's (%s, not %s)", v[i].dir, v[0].dir, in->input_name,
-                         first->input_name);
+            tp_log_error("merge.shard_mismatch", "%s: a shard of another calls file than %s's (%s, not %s)", v[i].dir,
+                         v[0].dir, in->input_name, first->input_name);
             rc = -1;
         } else if (memcmp(in->registry_digest.data, first->registry_digest.data, 16) != 0) {
-            tp_log_error("%s: run with another registry (or policy) than %s", v[i].dir, v[0].dir);
+            tp_log_error("merge.shard_mismatch", "%s: run with another registry (or policy) than %s", v[i].dir,
+                         v[0].dir);
             rc = -1;
         } else if (in->shard_count != first->shard_count) {
-            tp_log_error("%s: shard %u of %u, where %s is of %u shards", v[i].dir, in->shard_index, in->shard_count,
-                         v[0].dir, first->shard_count);
+            tp_log_error("merge.shard_mismatch", "%s: shard %u of %u, where %s is of %u shards", v[i].dir,
+                         in->shard_index, in->shard_count, v[0].dir, first->shard_count);
             rc = -1;
         }
         for (size_t j = 0; j < i; j++)
             if (v[j].in && v[j].in->shard_index == in->shard_index && v[j].in->shard_count == in->shard_count) {
-                tp_log_error("%s and %s are both shard %u/%u", v[j].dir, v[i].dir, in->shard_index, in->shard_count);
+                tp_log_error("merge.shard_mismatch", "%s and %s are both shard %u/%u", v[j].dir, v[i].dir,
+                             in->shard_index, in->shard_count);
                 rc = -1;
             }
     }
@@ -161,7 +164,7 @@ static int shards_agree(const shard_store_t *v, size_t n, bool complete)
             while (i < n && v[i].in->shard_index != k)
                 i++;
             if (i == n) {
-                tp_log_error("no store given is shard %u/%u", k, first->shard_count);
+                tp_log_error("merge.shard_missing", "no store given is shard %u/%u", k, first->shard_count);
                 rc = -1;
             }
         }
@@ -487,7 +490,8 @@ static int merge_stores(const char *out_dir, shard_store_t *v, size_t n, bool qu
         size_t i = (size_t)(sh - v);
         uint64_t left = in_flight(sh);
         if (left)
-            tp_log_warn("%s: shard %u/%u has %llu call%s in flight: it was stopped and not run again; those calls "
+            tp_log_warn("merge.calls_in_flight",
+                        "%s: shard %u/%u has %llu call%s in flight: it was stopped and not run again; those calls "
                         "have no result (rerun the shard on its store, then merge again)",
                         sh->dir, k, count, (unsigned long long)left, left == 1 ? "" : "s");
         m.inflight += left;
@@ -514,7 +518,8 @@ static int merge_stores(const char *out_dir, shard_store_t *v, size_t n, bool qu
     }
     for (size_t d = 0; rc == 0 && d < sizeof merged_dbs / sizeof *merged_dbs; d++)
         if (merged_dbs[d] != TP_DB_BREAKERS && m.twice[merged_dbs[d]])
-            tp_log_warn("%llu %s record%s found in more than one shard: the lowest shard's kept (a job or call id in "
+            tp_log_warn("merge.duplicates",
+                        "%llu %s record%s found in more than one shard: the lowest shard's kept (a job or call id in "
                         "two shards? a store given twice after a copy?)",
                         (unsigned long long)m.twice[merged_dbs[d]], tp_store_db_name(merged_dbs[d]),
                         m.twice[merged_dbs[d]] == 1 ? "" : "s");
@@ -522,7 +527,7 @@ out:
     if (m.txn)
         mdb_txn_abort(m.txn);
     if (rc)
-        tp_log_error("%s", m.err[0] ? m.err : "out of memory");
+        tp_log_error("merge.failed", "%s", m.err[0] ? m.err : "out of memory");
     for (size_t i = 0; r && i < n; i++) {
         free(r[i].from);
         free(r[i].to);
@@ -584,14 +589,16 @@ static int result_of_line(results_t *w, long no, const char *text, size_t len, s
         return write_unrecorded(&w->out, id, bad.job, bad.step, bad.tool, bad.message);
     if (rc == MDB_NOTFOUND) {
         if (w->missing++ < 5)
-            tp_log_error("%s: call \"%s\" has no result in the store of its shard (%s): rerun that shard, then "
+            tp_log_error("merge.result_missing",
+                         "%s: call \"%s\" has no result in the store of its shard (%s): rerun that shard, then "
                          "merge again",
                          where, id, sh ? sh->dir : "not given");
         return 0;
     }
     if (rc) {
         char why[256];
-        tp_log_error("%s: call \"%s\": %s", where, id, tp_store_strerror(sh->s, rc, why, sizeof why));
+        tp_log_error("merge.read_failed", "%s: call \"%s\": %s", where, id,
+                     tp_store_strerror(sh->s, rc, why, sizeof why));
         return rc;
     }
     rc = tp_result_line(&w->out, sr);
@@ -603,7 +610,7 @@ static int write_results(const char *out_path, const char *input, shard_store_t 
 {
     int in_fd = open(input, O_RDONLY | O_CLOEXEC);
     if (in_fd < 0) {
-        tp_log_error("%s: %s", input, strerror(errno));
+        tp_log_error("merge.open_failed", "%s: %s", input, strerror(errno));
         return 2;
     }
     const size_t max_line = 67108864; /* run's --max-frame default */
@@ -614,12 +621,13 @@ static int write_results(const char *out_path, const char *input, shard_store_t 
     if (tp_shard_scan(in_fd, input, NULL, max_line, &scan) < 0)
         goto out;
     if (memcmp(scan.digest, v[0].in->input_digest.data, 16) != 0) {
-        tp_log_error("%s is not the calls file the shards ran (%s)", input, v[0].in->input_name);
+        tp_log_error("merge.input_mismatch", "%s is not the calls file the shards ran (%s)", input,
+                     v[0].in->input_name);
         goto out;
     }
     w.fd = strcmp(out_path, "-") == 0 ? 1 : open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w.fd < 0) {
-        tp_log_error("%s: %s", out_path, strerror(errno));
+        tp_log_error("merge.open_failed", "%s: %s", out_path, strerror(errno));
         goto out;
     }
     size_t cap = 1 << 20, have = 0;
@@ -640,7 +648,7 @@ static int write_results(const char *out_path, const char *input, shard_store_t 
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0) {
-            tp_log_error("%s: %s", input, strerror(errno));
+            tp_log_error("merge.read_failed", "%s: %s", input, strerror(errno));
             goto out;
         }
         if (got == 0)
@@ -668,12 +676,12 @@ static int write_results(const char *out_path, const char *input, shard_store_t 
     if (rc == TP_ENOMEM)
         goto oom;
     if (rc) {
-        tp_log_error("%s: %s", out_path, tp_strerror(rc));
+        tp_log_error("merge.write_failed", "%s: %s", out_path, tp_strerror(rc));
         goto out;
     }
     if (w.missing) {
-        tp_log_error("%llu call%s of %s have no result: the results file lacks them", (unsigned long long)w.missing,
-                     w.missing == 1 ? "" : "s", input);
+        tp_log_error("merge.result_missing", "%llu call%s of %s have no result: the results file lacks them",
+                     (unsigned long long)w.missing, w.missing == 1 ? "" : "s", input);
         goto out;
     }
     if (!quiet)
@@ -682,10 +690,10 @@ static int write_results(const char *out_path, const char *input, shard_store_t 
     status = 0;
     goto out;
 oom:
-    tp_log_error("out of memory");
+    tp_log_error("merge.out_of_memory", "out of memory");
 out:
     if (w.fd > 1 && close(w.fd) < 0) {
-        tp_log_error("%s: %s", out_path, strerror(errno));
+        tp_log_error("merge.write_failed", "%s: %s", out_path, strerror(errno));
         status = 2;
     }
     free(buf);
@@ -708,11 +716,12 @@ int tp_cmd_merge(int argc, char **argv)
     if (rc != TP_CLI_GO_ON)
         return rc;
     if (optind >= argc || (out_store == NULL && results == NULL)) {
-        tp_log_error("merge: give --store OUT or --results FILE, and the stores to merge");
+        tp_log_error("cli.usage", "merge: give --store OUT or --results FILE, and the stores to merge");
         return tp_cli_misuse(merge_usage);
     }
     if (results && input == NULL) {
-        tp_log_error("merge --results: give --input CALLS.jsonl, the calls file the shards ran (its order is the "
+        tp_log_error("cli.usage",
+                     "merge --results: give --input CALLS.jsonl, the calls file the shards ran (its order is the "
                      "results file's)");
         return 2;
     }
@@ -720,7 +729,8 @@ int tp_cmd_merge(int argc, char **argv)
     struct stat out_st, st;
     for (int i = optind; out_store && stat(out_store, &out_st) == 0 && i < argc; i++)
         if (stat(argv[i], &st) == 0 && st.st_dev == out_st.st_dev && st.st_ino == out_st.st_ino) {
-            tp_log_error("merge: %s is both the store to write and a store to merge: merge into a new store", argv[i]);
+            tp_log_error("cli.usage",
+                         "merge: %s is both the store to write and a store to merge: merge into a new store", argv[i]);
             return 2;
         }
     shard_store_t *v = shards_open(argv + optind, n);
@@ -782,7 +792,7 @@ int tp_cmd_shard_status(int argc, char **argv)
     for (size_t i = 0; i < n && status == 0; i++) {
         tally_t t = {0};
         if (tally(&v[i], &t) != 0) {
-            tp_log_error("%s: cannot read its results", v[i].dir);
+            tp_log_error("merge.read_failed", "%s: cannot read its results", v[i].dir);
             status = 2;
             break;
         }

@@ -78,6 +78,14 @@ static const char run_usage[] =
     "                         its /v1/traces endpoint (default:\n"
     "                         $OTEL_EXPORTER_OTLP_ENDPOINT; see docs/guide.md)\n"
     "      --otlp-payloads    put a call's args and result on its span\n"
+    "      --log-format text|json\n"
+    "                         warnings and errors as text lines (the default)\n"
+    "                         or one JSON object a line (time, level, event,\n"
+    "                         call_id, job, tool, attempt, message; the events\n"
+    "                         are listed in docs/logs.md; default:\n"
+    "                         $TOOLPOOL_LOG_FORMAT)\n"
+    "      --log-file FILE    append them to FILE instead of stderr, the\n"
+    "                         workers' too (default: $TOOLPOOL_LOG_FILE)\n"
     "      --retry-failed[=LIST]\n"
     "                         run again the calls whose recorded result is a\n"
     "                         failure (all of them, or those of LIST: classes\n"
@@ -131,12 +139,13 @@ static void parse_rerun(const char *list, tp_rerun_t *f)
     }
     char *copy = strdup(list), *save = NULL;
     if (copy == NULL) {
-        tp_log_error("out of memory");
+        tp_log_error("cli.out_of_memory", "out of memory");
         exit(2);
     }
     for (const char *p = list; *p; p++)
         if (*p == ',' && (p == list || p[1] == ',' || p[1] == '\0')) {
-            tp_log_error("--retry-failed: an empty name in \"%s\" (expected classes and kinds, comma-separated)", list);
+            tp_log_error("cli.bad_option",
+                         "--retry-failed: an empty name in \"%s\" (expected classes and kinds, comma-separated)", list);
             exit(2);
         }
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -149,12 +158,13 @@ static void parse_rerun(const char *list, tp_rerun_t *f)
             continue;
         }
         if (tp_kind_from_name(tok) == TP_KIND_OTHER)
-            tp_log_warn("--retry-failed: \"%s\" is not a class or a kind toolpool gives; "
+            tp_log_warn("cli.unknown_kind",
+                        "--retry-failed: \"%s\" is not a class or a kind toolpool gives; "
                         "taken as a tool's own kind",
                         tok);
         char **grown = realloc(f->kinds, (f->n_kinds + 1) * sizeof *grown);
         if (grown == NULL || (grown[f->n_kinds] = strdup(tok)) == NULL) {
-            tp_log_error("out of memory");
+            tp_log_error("cli.out_of_memory", "out of memory");
             exit(2);
         }
         f->kinds = grown;
@@ -185,7 +195,7 @@ static int write_summary_json(const char *path, const tp_batch_report_t *rep, in
         (json_int_t)rep->rerun, "new_version", (json_int_t)rep->version_rerun, "late_steps", (json_int_t)rep->late,
         "interrupted", rep->interrupted, "not_started", (json_int_t)rep->not_started, "exit_status", status);
     if (o == NULL) {
-        tp_log_error("%s: out of memory rendering the summary", path);
+        tp_log_error("cli.out_of_memory", "%s: out of memory rendering the summary", path);
         return -1;
     }
     FILE *f = fopen(path, "w");
@@ -193,7 +203,7 @@ static int write_summary_json(const char *path, const tp_batch_report_t *rep, in
     if (f && fclose(f) != 0)
         rc = -1;
     if (rc)
-        tp_log_error("%s: %s", path, strerror(errno ? errno : EIO));
+        tp_log_error("run.summary_failed", "%s: %s", path, strerror(errno ? errno : EIO));
     json_decref(o);
     return rc;
 }
@@ -252,7 +262,7 @@ int tp_cmd_run(int argc, char **argv)
             } else if (strcmp(optarg, "none") == 0) {
                 progress = TP_PROGRESS_NONE;
             } else {
-                tp_log_error("--progress: expected auto, bar, lines or none, got \"%s\"", optarg);
+                tp_log_error("cli.bad_option", "--progress: expected auto, bar, lines or none, got \"%s\"", optarg);
                 return 2;
             }
             break;
@@ -264,14 +274,14 @@ int tp_cmd_run(int argc, char **argv)
             break;
         case 'F':
             if (tp_format_from_name(optarg, &format) < 0) {
-                tp_log_error("--output-format: expected " TP_FORMAT_NAMES ", got \"%s\"", optarg);
+                tp_log_error("cli.bad_option", "--output-format: expected " TP_FORMAT_NAMES ", got \"%s\"", optarg);
                 rerun_free(&rerun);
                 return 2;
             }
             break;
         case 'K':
             if (tp_shard_parse(optarg, &shard, shard_err, sizeof shard_err) < 0) {
-                tp_log_error("%s", shard_err);
+                tp_log_error("cli.bad_option", "%s", shard_err);
                 rerun_free(&rerun);
                 return 2;
             }
@@ -289,7 +299,7 @@ int tp_cmd_run(int argc, char **argv)
     tp_batch_opts_t o = {.input_fd = -1, .output_fd = -1, .format = format};
     int status = 2;
     if (argc - optind > 1) {
-        tp_log_error("run takes one calls file, got %d", argc - optind);
+        tp_log_error("cli.usage", "run takes one calls file, got %d", argc - optind);
         goto out;
     }
     const char *input = optind < argc ? argv[optind] : "-";
@@ -299,7 +309,7 @@ int tp_cmd_run(int argc, char **argv)
     o.input_name = strcmp(input, "-") == 0 ? "standard input" : input;
     o.input_fd = strcmp(input, "-") == 0 ? 0 : open(input, O_RDONLY | O_CLOEXEC);
     if (o.input_fd < 0) {
-        tp_log_error("%s: %s", input, strerror(errno));
+        tp_log_error("cli.open_failed", "%s: %s", input, strerror(errno));
         goto out;
     }
     if (shard.count) {
@@ -319,7 +329,7 @@ int tp_cmd_run(int argc, char **argv)
     }
     o.output_fd = output ? open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644) : 1;
     if (o.output_fd < 0) {
-        tp_log_error("%s: %s", output, strerror(errno));
+        tp_log_error("cli.open_failed", "%s: %s", output, strerror(errno));
         goto out;
     }
     o.progress = ec.quiet ? TP_PROGRESS_NONE : progress;
@@ -371,7 +381,7 @@ out:
     free(line_map);
     rerun_free(&rerun);
     if (output && o.output_fd >= 0 && close(o.output_fd) < 0) {
-        tp_log_error("%s: %s", output, strerror(errno));
+        tp_log_error("run.write_failed", "%s: %s", output, strerror(errno));
         status = 2;
     }
     tp_engine_cli_close(&ec);

@@ -71,7 +71,8 @@ int tp_order_input(int fd, const char *name, int *out_fd, long **line_map, size_
 {
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || lseek(fd, 0, SEEK_SET) < 0) {
-        tp_log_error("--ordered: %s is not a file that can be read twice (a pipe or standard input cannot)", name);
+        tp_log_error("run.ordered_input",
+                     "--ordered: %s is not a file that can be read twice (a pipe or standard input cannot)", name);
         return -1;
     }
     int dup_fd = dup(fd);
@@ -79,7 +80,7 @@ int tp_order_input(int fd, const char *name, int *out_fd, long **line_map, size_
     if (in == NULL) {
         if (dup_fd >= 0)
             close(dup_fd);
-        tp_log_error("%s: %s", name, strerror(errno));
+        tp_log_error("cli.open_failed", "%s: %s", name, strerror(errno));
         return -1;
     }
     entry_t *v = NULL;
@@ -116,7 +117,7 @@ int tp_order_input(int fd, const char *name, int *out_fd, long **line_map, size_
         json_decref(c);
     }
     if (ferror(in)) {
-        tp_log_error("%s: %s", name, strerror(errno));
+        tp_log_error("cli.read_failed", "%s: %s", name, strerror(errno));
         goto out;
     }
     size_t slots = 16;
@@ -138,7 +139,8 @@ int tp_order_input(int fd, const char *name, int *out_fd, long **line_map, size_
     const char *dir = getenv("TMPDIR");
     int out = open(dir && *dir ? dir : "/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
     if (out < 0) {
-        tp_log_error("--ordered: cannot make a temporary file in %s: %s", dir && *dir ? dir : "/tmp", strerror(errno));
+        tp_log_error("run.ordered_tmp_failed", "--ordered: cannot make a temporary file in %s: %s",
+                     dir && *dir ? dir : "/tmp", strerror(errno));
         goto out;
     }
     long *map = malloc((n ? n : 1) * sizeof *map);
@@ -162,7 +164,7 @@ int tp_order_input(int fd, const char *name, int *out_fd, long **line_map, size_
         bool last_unterminated = r > 0 && line[r - 1] != '\n';
         if (r != (ssize_t)v[i].len || write(out, line, (size_t)r) != r ||
             (last_unterminated && write(out, "\n", 1) != 1)) {
-            tp_log_error("--ordered: copying %s: %s", name, strerror(errno ? errno : EIO));
+            tp_log_error("run.ordered_copy_failed", "--ordered: copying %s: %s", name, strerror(errno ? errno : EIO));
             free(map);
             close(out);
             goto out;
@@ -179,7 +181,7 @@ int tp_order_input(int fd, const char *name, int *out_fd, long **line_map, size_
     rc = 0;
     goto out;
 oom:
-    tp_log_error("out of memory ordering %s", name);
+    tp_log_error("cli.out_of_memory", "out of memory ordering %s", name);
 out:
     for (size_t i = 0; i < n; i++)
         free(v[i].job);

@@ -25,7 +25,7 @@ static int digest_file(XXH3_state_t *h, const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        tp_log_error("%s: %s", path, strerror(errno));
+        tp_log_error("shard.open_failed", "%s: %s", path, strerror(errno));
         return -1;
     }
     char buf[65536];
@@ -34,7 +34,7 @@ static int digest_file(XXH3_state_t *h, const char *path)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            tp_log_error("%s: %s", path, strerror(errno));
+            tp_log_error("shard.open_failed", "%s: %s", path, strerror(errno));
             close(fd);
             return -1;
         }
@@ -50,7 +50,7 @@ static int registry_digest(const char *registry, const char *policy, uint8_t out
     XXH3_state_t *h = XXH3_createState();
     int rc = h && XXH3_128bits_reset(h) != XXH_ERROR ? 0 : -1;
     if (rc)
-        tp_log_error("out of memory");
+        tp_log_error("shard.out_of_memory", "out of memory");
     rc = rc ? rc : digest_file(h, registry);
     if (rc == 0 && policy) {
         XXH3_128bits_update(h, "", 1);
@@ -90,7 +90,8 @@ static int prepare_apply(MDB_txn *txn, void *ctx)
         rc = TP_EINVAL;
     } else if (memcmp(old->input_digest.data, p->rec->input_digest.data, 16) != 0 ||
                memcmp(old->registry_digest.data, p->rec->registry_digest.data, 16) != 0) {
-        tp_log_warn("%s: its shard was run on another %s before; recording this one's (every shard merged with it "
+        tp_log_warn("shard.rerun_elsewhere",
+                    "%s: its shard was run on another %s before; recording this one's (every shard merged with it "
                     "must be run on the same calls file and registry)",
                     tp_store_dir(p->s),
                     memcmp(old->input_digest.data, p->rec->input_digest.data, 16) != 0 ? "calls file" : "registry");
@@ -104,7 +105,8 @@ int tp_run_shard_prepare(tp_store_t *s, const char *registry, const char *policy
 {
     struct stat st;
     if (fstat(input_fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        tp_log_error("--shard: %s is not a file: every shard reads the same calls file, which its store records "
+        tp_log_error("shard.bad_input",
+                     "--shard: %s is not a file: every shard reads the same calls file, which its store records "
                      "the digest of (a pipe or standard input cannot be checked)",
                      input_name);
         return -1;
@@ -126,7 +128,7 @@ int tp_run_shard_prepare(tp_store_t *s, const char *registry, const char *policy
     char err[512];
     int rc = tp_store_write(s, prepare_apply, &p, err, sizeof err);
     if (rc) {
-        tp_log_error("%s", p.msg[0] ? p.msg : err);
+        tp_log_error("shard.record_failed", "%s", p.msg[0] ? p.msg : err);
         return -1;
     }
     return 0;

@@ -77,7 +77,7 @@ static char *read_token(const char *path)
 {
     FILE *f = fopen(path, "re");
     if (f == NULL) {
-        tp_log_error("--token-file %s: %s", path, strerror(errno));
+        tp_log_error("serve.token_file", "--token-file %s: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;
@@ -85,18 +85,18 @@ static char *read_token(const char *path)
     size_t cap = 0;
     ssize_t n = 0;
     if (fstat(fileno(f), &st) != 0)
-        tp_log_error("--token-file %s: %s", path, strerror(errno));
+        tp_log_error("serve.token_file", "--token-file %s: %s", path, strerror(errno));
     else if (st.st_mode & 077)
-        tp_log_error("--token-file %s: readable by others (mode %03o): chmod 600 it", path,
+        tp_log_error("serve.token_file", "--token-file %s: readable by others (mode %03o): chmod 600 it", path,
                      (unsigned)(st.st_mode & 0777));
     else if ((n = getline(&line, &cap, f)) <= 0)
-        tp_log_error("--token-file %s: no token in it", path);
+        tp_log_error("serve.token_file", "--token-file %s: no token in it", path);
     fclose(f);
     while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
         line[--n] = 0;
     if (n <= 0) {
         if (line && n == 0)
-            tp_log_error("--token-file %s: no token in it", path);
+            tp_log_error("serve.token_file", "--token-file %s: no token in it", path);
         free(line);
         return NULL;
     }
@@ -115,8 +115,8 @@ static void raise_nofile(int max_connections, int workers)
     rl.rlim_cur = rl.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
         rl.rlim_cur < (rlim_t)(max_connections + 4 * workers + 64))
-        tp_log_warn("only %llu descriptors: --max-connections %d may not be reached", (unsigned long long)rl.rlim_cur,
-                    max_connections);
+        tp_log_warn("serve.few_descriptors", "only %llu descriptors: --max-connections %d may not be reached",
+                    (unsigned long long)rl.rlim_cur, max_connections);
 }
 
 typedef struct {
@@ -130,14 +130,14 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
     serve_t *s = arg;
     if (tp_engine_draining(s->e)) {
-        tp_log_warn("second signal: stopping running calls now");
+        tp_log_warn("serve.stop_now", "second signal: stopping running calls now");
         tp_engine_drain(s->e);
         return;
     }
     int busy = tp_engine_busy(s->e);
     if (!s->quiet)
-        tp_log_warn("%s: draining; finishing %d running call%s (signal again to stop now)", strsignal((int)sig), busy,
-                    busy == 1 ? "" : "s");
+        tp_log_warn("serve.draining", "%s: draining; finishing %d running call%s (signal again to stop now)",
+                    strsignal((int)sig), busy, busy == 1 ? "" : "s");
     tp_http_drain(s->front);
     tp_engine_drain(s->e);
     tp_loop_draining(&s->loop);
@@ -205,7 +205,7 @@ int tp_cmd_serve(int argc, char **argv)
         }
     }
     if (optind < argc) {
-        tp_log_error("serve takes no arguments, got \"%s\"", argv[optind]);
+        tp_log_error("cli.usage", "serve takes no arguments, got \"%s\"", argv[optind]);
         return tp_cli_misuse(serve_usage);
     }
 
@@ -216,12 +216,13 @@ int tp_cmd_serve(int argc, char **argv)
     tp_http_addr_t addr;
 
     if (tp_http_addr_parse(listen, &addr, err, sizeof err) < 0) {
-        tp_log_error("%s", err);
+        tp_log_error("cli.bad_option", "%s", err);
         goto out;
     }
     /* Anyone who can reach a port that is not loopback could run tools: not without a token. */
     if (!addr.loopback && token_file == NULL) {
-        tp_log_error("--listen %s: not a loopback address; serving it needs --token-file (then every request "
+        tp_log_error("serve.listen_refused",
+                     "--listen %s: not a loopback address; serving it needs --token-file (then every request "
                      "must carry \"Authorization: Bearer TOKEN\"), or listen on 127.0.0.1 or a unix: socket",
                      listen);
         goto out;
@@ -247,7 +248,7 @@ int tp_cmd_serve(int argc, char **argv)
     if ((s.front = tp_http_new(&ho)) == NULL)
         goto out;
     if (tp_http_listen(s.front, &addr, err, sizeof err) < 0) {
-        tp_log_error("%s", err);
+        tp_log_error("serve.start_failed", "%s", err);
         goto out;
     }
     if (tp_loop_signals(&s.loop, signal_cb, &s) < 0 || tp_engine_start(s.e) != 0)

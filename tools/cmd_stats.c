@@ -373,7 +373,7 @@ int tp_cmd_stats(int argc, char **argv)
     if (optind < argc)
         return tp_cli_misuse(stats_usage);
     if (strcmp(by, "tool") != 0 && strcmp(by, "version") != 0) {
-        tp_log_error("--by: expected tool or version, got \"%s\"", by);
+        tp_log_error("cli.bad_option", "--by: expected tool or version, got \"%s\"", by);
         return 2;
     }
     table_t t = {0};
@@ -407,7 +407,8 @@ int tp_cmd_stats(int argc, char **argv)
     if (!json && status == 0)
         status = tp_cli_store_summary(dir, stdout);
     if (undated)
-        tp_log_warn("%llu results recorded by an older toolpool carry no time and are left out by --since",
+        tp_log_warn("stats.untimed_results",
+                    "%llu results recorded by an older toolpool carry no time and are left out by --since",
                     (unsigned long long)undated);
     for (size_t i = 0; i < t.n; i++) {
         free(t.v[i].tool);

@@ -185,7 +185,7 @@ static int read_info(const char *dir, tp_store_info_t *in)
     mdb_txn_abort(txn);
     tp_store_close(s);
     if (rc) {
-        tp_log_error("%s: cannot read the store's figures: %s", dir, tp_strerror(rc));
+        tp_log_error("store.read_failed", "%s: cannot read the store's figures: %s", dir, tp_strerror(rc));
         return 2;
     }
     return 0;
@@ -322,7 +322,7 @@ static int store_info(int argc, char **argv)
     rc = o ? tp_cli_put_json(stdout, o) : TP_ENOMEM;
     json_decref(o);
     if (rc)
-        tp_log_error("cannot write the store's figures: %s", tp_strerror(rc));
+        tp_log_error("cli.write_failed", "cannot write the store's figures: %s", tp_strerror(rc));
     return rc ? 2 : 0;
 }
 

@@ -117,11 +117,13 @@ static int refuse(const char *dir)
     snprintf(path, sizeof path, "%s/%s", dir, TP_STORE_LOCK_FILE);
     lock_holders(path, pids, sizeof pids);
     if (owners[0])
-        tp_log_error("%s: not compacted: live supervisors (run, serve or mcp) hold the store: pid %s; stop them, then "
+        tp_log_error("store.compact_refused",
+                     "%s: not compacted: live supervisors (run, serve or mcp) hold the store: pid %s; stop them, then "
                      "compact",
                      dir, owners);
     else
-        tp_log_error("%s: not compacted: the store is open in another process (pid%s); try again when it has "
+        tp_log_error("store.compact_refused",
+                     "%s: not compacted: the store is open in another process (pid%s); try again when it has "
                      "closed it",
                      dir, pids[0] ? pids : " unknown");
     return 2;
@@ -146,7 +148,7 @@ static int clear_copy(const char *copy)
 {
     DIR *d = opendir(copy);
     if (d == NULL)
-        return errno == ENOENT ? 0 : (tp_log_error("%s: %s", copy, strerror(errno)), -1);
+        return errno == ENOENT ? 0 : (tp_log_error("store.compact_failed", "%s: %s", copy, strerror(errno)), -1);
     struct dirent *de;
     char path[4400];
     while ((de = readdir(d)) != NULL) {
@@ -154,14 +156,14 @@ static int clear_copy(const char *copy)
             continue;
         snprintf(path, sizeof path, "%s/%s", copy, de->d_name);
         if (unlink(path) < 0 && errno != ENOENT) {
-            tp_log_error("%s: cannot remove: %s", path, strerror(errno));
+            tp_log_error("store.compact_failed", "%s: cannot remove: %s", path, strerror(errno));
             closedir(d);
             return -1;
         }
     }
     closedir(d);
     if (rmdir(copy) < 0 && errno != ENOENT) {
-        tp_log_error("%s: cannot remove: %s", copy, strerror(errno));
+        tp_log_error("store.compact_failed", "%s: cannot remove: %s", copy, strerror(errno));
         return -1;
     }
     return 0;
@@ -188,20 +190,21 @@ static int compact(const char *dir)
     char err[1024], copy[4200], data[4200], copied[4400];
     snprintf(data, sizeof data, "%s/data.mdb", dir);
     if (access(data, F_OK) < 0) {
-        tp_log_error("%s: no store here (%s: %s)", dir, data, strerror(errno));
+        tp_log_error("store.open_failed", "%s: no store here (%s: %s)", dir, data, strerror(errno));
         return 2;
     }
     tp_store_t *s = tp_store_open(dir, TP_STORE_EXCLUSIVE, err, sizeof err);
     if (s == NULL && errno == EAGAIN)
         return refuse(dir);
     if (s == NULL) {
-        tp_log_error("%s", err);
+        tp_log_error("store.open_failed", "%s", err);
         return 2;
     }
     pid_t other = lmdb_holder(dir);
     if (other) {
         tp_store_close(s);
-        tp_log_error("%s: not compacted: pid %d has the store's LMDB environment open; try again when it has closed it",
+        tp_log_error("store.compact_refused",
+                     "%s: not compacted: pid %d has the store's LMDB environment open; try again when it has closed it",
                      dir, (int)other);
         return 2;
     }
@@ -212,33 +215,36 @@ static int compact(const char *dir)
     tp_store_space_t sp;
     int rc = clear_copy(copy) == 0 && mkdir(copy, 0755) == 0 ? 0 : -1;
     if (rc)
-        tp_log_error("%s: cannot make %s: %s", dir, copy, strerror(errno));
+        tp_log_error("store.compact_failed", "%s: cannot make %s: %s", dir, copy, strerror(errno));
     if (rc == 0 && (rc = tp_store_read(s, &txn)) == 0) {
         rc = tp_store_space(s, txn, &sp);
         mdb_txn_abort(txn);
         if (rc)
-            tp_log_error("%s: cannot read the store: %s", dir, tp_strerror(rc));
+            tp_log_error("store.read_failed", "%s: cannot read the store: %s", dir, tp_strerror(rc));
     }
     if (rc == 0 && (rc = tp_store_copy_compact(s, copy, err, sizeof err)) != 0)
-        tp_log_error("%s", err);
+        tp_log_error("store.compact_failed", "%s", err);
     /* The copy is checked whole, and must hold every record the store does, before it replaces it. */
     unsigned long long counts[TP_DB__COUNT] = {0};
     if (rc == 0 && (rc = tp_cli_store_check(copy, counts)) != 0)
-        tp_log_error("%s: not compacted: the copy in %s did not pass its check; the store is as it was", dir, copy);
+        tp_log_error("store.compact_failed",
+                     "%s: not compacted: the copy in %s did not pass its check; the store is as it was", dir, copy);
     for (int db = 0; rc == 0 && db < TP_DB__COUNT; db++)
         if (counts[db] != sp.entries[db]) {
-            tp_log_error("%s: not compacted: the copy holds %llu %s records, the store %llu; the store is as it was",
+            tp_log_error("store.compact_failed",
+                         "%s: not compacted: the copy holds %llu %s records, the store %llu; the store is as it was",
                          dir, counts[db], tp_store_db_name(db), (unsigned long long)sp.entries[db]);
             rc = -1;
         }
     uint64_t after = file_size(copied);
     if (rc == 0 && (rename(copied, data) < 0 || sync_dir(dir) < 0)) {
-        tp_log_error("%s: cannot put the compacted copy in place: %s; the store is as it was", dir, strerror(errno));
+        tp_log_error("store.compact_failed", "%s: cannot put the compacted copy in place: %s; the store is as it was",
+                     dir, strerror(errno));
         rc = -1;
     }
     tp_store_close(s); /* after the swap: no process has mapped the old file in between */
     if (clear_copy(copy) != 0 && rc == 0)
-        tp_log_error("%s: compacted, but %s is left; remove it", dir, copy);
+        tp_log_error("store.compact_leftover", "%s: compacted, but %s is left; remove it", dir, copy);
     if (rc)
         return 2;
     char b[32], a[32];

@@ -71,11 +71,11 @@ static int take_job(const tp_cli_opt_t *o, const char *arg)
     (void)o;
     jobs_named = true;
     if (arg[0] == '\0') {
-        tp_log_error("--job: expected a job's name, got \"\"");
+        tp_log_error("cli.bad_option", "--job: expected a job's name, got \"\"");
         return 2;
     }
     if (add_job(arg, strlen(arg)) < 0) {
-        tp_log_error("out of memory");
+        tp_log_error("cli.out_of_memory", "out of memory");
         return 2;
     }
     return 0;
@@ -87,7 +87,7 @@ static int take_jobs_from(const tp_cli_opt_t *o, const char *arg)
     jobs_named = true;
     FILE *f = strcmp(arg, "-") == 0 ? stdin : fopen(arg, "r");
     if (f == NULL) {
-        tp_log_error("--jobs-from: cannot open %s: %s", arg, strerror(errno));
+        tp_log_error("cli.open_failed", "--jobs-from: cannot open %s: %s", arg, strerror(errno));
         return 2;
     }
     char *line = NULL;
@@ -98,12 +98,12 @@ static int take_jobs_from(const tp_cli_opt_t *o, const char *arg)
         while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
             n--;
         if (n > 0 && add_job(line, (size_t)n) < 0) {
-            tp_log_error("out of memory");
+            tp_log_error("cli.out_of_memory", "out of memory");
             rc = 2;
         }
     }
     if (rc == 0 && ferror(f)) {
-        tp_log_error("--jobs-from: cannot read %s: %s", arg, strerror(errno));
+        tp_log_error("cli.read_failed", "--jobs-from: cannot read %s: %s", arg, strerror(errno));
         rc = 2;
     }
     free(line);
@@ -172,12 +172,14 @@ int tp_cmd_store_prune(int argc, char **argv)
         return tp_cli_misuse(prune_usage);
     bool jobs_given = jobs_named;
     if (!older_us && !jobs_given && !ok && !failed && !kind && !tool) {
-        tp_log_error("store prune: name what to prune (--older-than, --job, --jobs-from, --ok, --failed, --kind, "
+        tp_log_error("cli.usage",
+                     "store prune: name what to prune (--older-than, --job, --jobs-from, --ok, --failed, --kind, "
                      "--tool); nothing was pruned");
         return 2;
     }
     if ((ok && (failed || kind))) {
-        tp_log_error("store prune: --ok selects results that succeeded, --%s ones that failed: give one of them",
+        tp_log_error("cli.usage",
+                     "store prune: --ok selects results that succeeded, --%s ones that failed: give one of them",
                      failed ? "failed" : "kind");
         return 2;
     }
@@ -191,7 +193,7 @@ int tp_cmd_store_prune(int argc, char **argv)
     };
     if (jobs_given) {
         if (jobs.n == 0) {
-            tp_log_error("--jobs-from: no job named; nothing was pruned");
+            tp_log_error("cli.usage", "--jobs-from: no job named; nothing was pruned");
             return 2;
         }
         qsort(jobs.v, jobs.n, sizeof *jobs.v, cmp_name);
@@ -201,7 +203,7 @@ int tp_cmd_store_prune(int argc, char **argv)
     char err[1024];
     tp_store_t *s = tp_store_open(dir, dry ? TP_STORE_RDONLY : 0, err, sizeof err);
     if (s == NULL) {
-        tp_log_error("%s", err);
+        tp_log_error("store.open_failed", "%s", err);
         return 2;
     }
     tp_prune_t p = {0};
@@ -217,7 +219,8 @@ int tp_cmd_store_prune(int argc, char **argv)
         free(jobs.v[i]);
     free(jobs.v);
     if (rc) {
-        tp_log_error("%s%s", err, p.results && !dry ? "; the batches before it are pruned: run it again" : "");
+        tp_log_error("store.prune_failed", "%s%s", err,
+                     p.results && !dry ? "; the batches before it are pruned: run it again" : "");
         return 2;
     }
     char size[32];

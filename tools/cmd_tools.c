@@ -61,7 +61,7 @@ int tp_cmd_tools(int argc, char **argv)
     const char *sub = argv[1], *registry = "tools.json", *policy = NULL, *format = NULL;
     bool export = strcmp(sub, "export") == 0;
     if (!export && strcmp(sub, "list") != 0) {
-        tp_log_error("tools: unknown subcommand \"%s\" (expected list or export)", sub);
+        tp_log_error("cli.usage", "tools: unknown subcommand \"%s\" (expected list or export)", sub);
         return tp_cli_misuse(tools_usage);
     }
     const tp_cli_opt_t opts[] = {
@@ -74,23 +74,23 @@ int tp_cmd_tools(int argc, char **argv)
     if (rc != TP_CLI_GO_ON)
         return rc;
     if (optind < argc - 1) {
-        tp_log_error("tools %s takes no operand, got \"%s\"", sub, argv[1 + optind]);
+        tp_log_error("cli.usage", "tools %s takes no operand, got \"%s\"", sub, argv[1 + optind]);
         return 2;
     }
     tp_toolsdoc_format_t f = TP_TOOLSDOC_TOOLPOOL;
     if (export && (format == NULL || tp_toolsdoc_format_parse(format, &f) < 0)) {
-        tp_log_error("tools export: --format: expected openai, mcp or toolpool, got %s%s%s", format ? "\"" : "",
-                     format ? format : "nothing", format ? "\"" : "");
+        tp_log_error("cli.bad_option", "tools export: --format: expected openai, mcp or toolpool, got %s%s%s",
+                     format ? "\"" : "", format ? format : "nothing", format ? "\"" : "");
         return 2;
     }
     if (!export && format != NULL) {
-        tp_log_error("tools list takes no --format (tools export does)");
+        tp_log_error("cli.usage", "tools list takes no --format (tools export does)");
         return 2;
     }
     char err[TP_REGISTRY_ERRLEN];
     tp_registry_t *reg = tp_registry_load_policy(registry, policy, err, sizeof err);
     if (reg == NULL) {
-        tp_log_error("%s", err);
+        tp_log_error("registry.invalid", "%s", err);
         return 2;
     }
     int status = 0;
@@ -105,12 +105,12 @@ int tp_cmd_tools(int argc, char **argv)
         json_t *doc = tp_toolsdoc_render(reg, f);
         int wrc = doc == NULL ? TP_ENOMEM : tp_cli_put_json(stdout, doc);
         if (wrc == TP_ENOMEM)
-            tp_log_error("tools export: out of memory");
+            tp_log_error("cli.out_of_memory", "tools export: out of memory");
         status = wrc == 0 ? 0 : 2;
         json_decref(doc);
     }
     if (fflush(stdout) != 0) {
-        tp_log_error("tools: writing standard output failed");
+        tp_log_error("cli.write_failed", "tools: writing standard output failed");
         status = 2;
     }
     tp_registry_free(reg);

@@ -280,7 +280,8 @@ int tp_trace_print_as(FILE *in, const char *name, FILE *out, bool json)
         json_t *r = load_told(line, (size_t)n, &err);
         const char *what = r ? not_a_result(r) : NULL;
         if (r == NULL || what) {
-            tp_log_error("%s:%ld: not a result record: found %s%s; trace reads what toolpool run writes", name, no,
+            tp_log_error("cli.bad_input",
+                         "%s:%ld: not a result record: found %s%s; trace reads what toolpool run writes", name, no,
                          r ? what : "text that is not JSON: ", r ? "" : err.text);
             rc = 2;
         } else if (json) {
@@ -320,7 +321,7 @@ static int print_recorded(const char *dir, const char *id, const tp_buf_t *line,
     json_t *v = load_told((const char *)line->data, line->len, &jerr);
     if (v == NULL) {
         /* Sound JSON that jansson still refuses (nesting past its depth, say). */
-        tp_log_error("%s: call %s: its recorded line cannot be read: %s", dir, id, jerr.text);
+        tp_log_error("store.corrupt_record", "%s: call %s: its recorded line cannot be read: %s", dir, id, jerr.text);
         return 2;
     }
     print_one(v, stdout);
@@ -341,20 +342,21 @@ static int trace_store(const char *dir, int n, char **ids, bool json)
         Toolpool__StoredResult *r;
         int grc = tp_result_get(s, txn, ids[i], &r);
         if (grc == MDB_NOTFOUND) {
-            tp_log_error("%s: no recorded call %s", dir, ids[i]);
+            tp_log_error("cli.not_found", "%s: no recorded call %s", dir, ids[i]);
             rc = 2;
             continue;
         }
         if (grc) {
             char why[600];
-            tp_log_error("%s: call %s: %s", dir, ids[i], tp_store_strerror(s, grc, why, sizeof why));
+            tp_log_error("store.read_failed", "%s: call %s: %s", dir, ids[i],
+                         tp_store_strerror(s, grc, why, sizeof why));
             rc = 2;
             continue;
         }
         tp_buf_t line = {0};
         int lrc = tp_result_line(&line, r);
         if (lrc < 0) {
-            tp_log_error("%s: call %s: out of memory", dir, ids[i]);
+            tp_log_error("cli.out_of_memory", "%s: call %s: out of memory", dir, ids[i]);
             rc = 2;
         } else if (print_recorded(dir, ids[i], &line, json) != 0) {
             rc = 2;
@@ -407,12 +409,12 @@ int tp_cmd_trace(int argc, char **argv)
     const char *path = argv[optind];
     if (store == NULL && (strcmp(path, "-") == 0 || access(path, F_OK) == 0)) {
         if (argc - optind > 1) {
-            tp_log_error("trace reads one results file, got %d names", argc - optind);
+            tp_log_error("cli.usage", "trace reads one results file, got %d names", argc - optind);
             return 2;
         }
         FILE *in = strcmp(path, "-") == 0 ? stdin : fopen(path, "r");
         if (in == NULL) {
-            tp_log_error("%s: %s", path, strerror(errno));
+            tp_log_error("cli.open_failed", "%s: %s", path, strerror(errno));
             return 2;
         }
         rc = tp_trace_print_as(in, path, stdout, json);

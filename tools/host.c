@@ -4,6 +4,7 @@
  * serve and mcp run on.
  */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,7 +88,7 @@ int tp_engine_cli_take(tp_engine_cli_t *c, int opt, const char *arg)
         } else if (strcmp(arg, "refuse") == 0) {
             e->on_version_change = TP_VERSION_REFUSE;
         } else {
-            tp_log_error("--on-version-change: expected rerun, serve or refuse, got \"%s\"", arg);
+            tp_log_error("cli.bad_option", "--on-version-change: expected rerun, serve or refuse, got \"%s\"", arg);
             exit(2);
         }
         break;
@@ -97,6 +98,17 @@ int tp_engine_cli_take(tp_engine_cli_t *c, int opt, const char *arg)
     case TP_OPT_OTLP_PAYLOADS:
         c->otlp.payloads = true;
         break;
+    case TP_OPT_LOG_FORMAT:
+    case TP_OPT_LOG_FILE: {
+        /* Taken at once, so what goes wrong from here on is logged as asked. */
+        char err[PATH_MAX + 64];
+        if ((opt == TP_OPT_LOG_FORMAT ? tp_log_set_format(arg, err, sizeof err)
+                                      : tp_log_set_file(arg, err, sizeof err)) < 0) {
+            tp_log_error("cli.bad_option", "--%s: %s", opt == TP_OPT_LOG_FORMAT ? "log-format" : "log-file", err);
+            exit(2);
+        }
+        break;
+    }
     default:
         return 0;
     }
@@ -119,7 +131,7 @@ static int refuse_changed(const tp_registry_t *reg, tp_store_t *s, const char *d
     if (rc == 0 && (rc = tp_mdb(mdb_cursor_open(txn, tp_store_dbi(s, TP_DB_RESULTS), &cur))) != 0)
         mdb_txn_abort(txn);
     if (rc) {
-        tp_log_error("%s: cannot read the results: %s", dir, tp_strerror(rc));
+        tp_log_error("store.read_failed", "%s: cannot read the results: %s", dir, tp_strerror(rc));
         json_decref(changed);
         return -1;
     }
@@ -144,18 +156,20 @@ static int refuse_changed(const tp_registry_t *reg, tp_store_t *s, const char *d
     json_t *olds, *n;
     json_object_foreach(changed, name, olds) {
         const char *now = tp_registry_find(reg, name)->version_id;
+        tp_log_call_t lc = {.tool = name};
         json_object_foreach(olds, was, n) {
-            tp_log_error("%s: %lld result%s recorded under version %s%s%s, the registry's is %s%s%s", name,
-                         (long long)json_integer_value(n), json_integer_value(n) == 1 ? "" : "s", was[0] ? "\"" : "",
-                         was[0] ? was : "(none)", was[0] ? "\"" : "", now ? "\"" : "", now ? now : "(none)",
-                         now ? "\"" : "");
+            tp_log_call_error(
+                "version.changed", &lc, "%s: %lld result%s recorded under version %s%s%s, the registry's is %s%s%s",
+                name, (long long)json_integer_value(n), json_integer_value(n) == 1 ? "" : "s", was[0] ? "\"" : "",
+                was[0] ? was : "(none)", was[0] ? "\"" : "", now ? "\"" : "", now ? now : "(none)", now ? "\"" : "");
         }
     }
     size_t tools = json_object_size(changed);
     json_decref(changed);
     if (tools == 0)
         return 0;
-    tp_log_error("--on-version-change=refuse: %zu tool%s changed version since %s recorded %s results; "
+    tp_log_error("version.refused",
+                 "--on-version-change=refuse: %zu tool%s changed version since %s recorded %s results; "
                  "rerun (the default) runs them again, serve serves them",
                  tools, tools == 1 ? "" : "s", dir, tools == 1 ? "its" : "their");
     return -1;
@@ -166,12 +180,12 @@ int tp_engine_cli_open(tp_engine_cli_t *c)
     char err[TP_REGISTRY_ERRLEN];
     tp_registry_t *reg = tp_registry_load_policy(c->registry, c->policy, err, sizeof err);
     if (reg == NULL) {
-        tp_log_error("%s", err);
+        tp_log_error("registry.invalid", "%s", err);
         return -1;
     }
     tp_store_t *store = tp_store_open(c->store_dir, c->relaxed ? TP_STORE_NOSYNC : 0, err, sizeof err);
     if (store == NULL) {
-        tp_log_error("%s", err);
+        tp_log_error("store.open_failed", "%s", err);
         tp_registry_free(reg);
         return -1;
     }
@@ -185,6 +199,12 @@ int tp_engine_cli_open(tp_engine_cli_t *c)
         tp_registry_free(reg);
         return -1;
     }
+    /*
+     * The workers log as the supervisor does: they read the format and file
+     * from their environment. Put there only now, after the MCP servers the
+     * registry imports have answered, so no tool inherits them.
+     */
+    tp_log_export_env();
     c->engine.reg = reg;
     c->engine.store = store;
     if (c->retain_us == 0)
@@ -221,7 +241,7 @@ unsigned long long tp_cli_count(const char *opt, const char *v, unsigned long lo
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
     if (errno || *end || end == v || n < min || n > max || v[0] == '-') {
-        tp_log_error("%s: expected an integer in [%llu, %llu], got \"%s\"", opt, min, max, v);
+        tp_log_error("cli.bad_option", "%s: expected an integer in [%llu, %llu], got \"%s\"", opt, min, max, v);
         exit(2);
     }
     return n;
@@ -231,7 +251,8 @@ uint64_t tp_cli_duration(const char *opt, const char *v, uint64_t min_us)
 {
     uint64_t us;
     if (tp_duration_parse(v, &us) < 0 || us < min_us) {
-        tp_log_error("%s: expected a duration like \"10s\"%s, got \"%s\"", opt, min_us ? " (more than 0)" : "", v);
+        tp_log_error("cli.bad_option", "%s: expected a duration like \"10s\"%s, got \"%s\"", opt,
+                     min_us ? " (more than 0)" : "", v);
         exit(2);
     }
     return us;
@@ -240,7 +261,7 @@ uint64_t tp_cli_duration(const char *opt, const char *v, uint64_t min_us)
 int tp_host_finish(tp_loop_t *loop, tp_engine_t *e, void (*finish)(void *front, uint64_t timeout_us), void *front)
 {
     if (event_base_dispatch(loop->base) < 0)
-        tp_log_error("the event loop failed");
+        tp_log_error("loop.failed", "the event loop failed");
     tp_engine_finish(e);
     finish(front, TP_HOST_FINISH_US);
     return tp_engine_failed(e) ? 2 : 0;
@@ -250,8 +271,9 @@ int tp_host_finish(tp_loop_t *loop, tp_engine_t *e, void (*finish)(void *front, 
 static void retain_said(const char *dir, const tp_prune_t *p, bool quiet)
 {
     if (!quiet && p->results)
-        tp_log_info("%s: retention pruned %llu result%s and %llu checkpoint%s", dir, (unsigned long long)p->results,
-                    p->results == 1 ? "" : "s", (unsigned long long)p->checkpoints, p->checkpoints == 1 ? "" : "s");
+        tp_log_info("store.retention_pruned", "%s: retention pruned %llu result%s and %llu checkpoint%s", dir,
+                    (unsigned long long)p->results, p->results == 1 ? "" : "s", (unsigned long long)p->checkpoints,
+                    p->checkpoints == 1 ? "" : "s");
 }
 
 int tp_host_retain_now(tp_store_t *s, uint64_t retain_us, bool quiet)
@@ -262,7 +284,7 @@ int tp_host_retain_now(tp_store_t *s, uint64_t retain_us, bool quiet)
     tp_prune_t p = {0};
     char err[1024];
     if (tp_prune_run(s, &sel, &p, NULL, err, sizeof err) != 0) {
-        tp_log_error("retention: %s", err);
+        tp_log_error("store.retention_failed", "retention: %s", err);
         return -1;
     }
     retain_said(tp_store_dir(s), &p, quiet);
@@ -318,7 +340,7 @@ tp_host_retain_t *tp_host_retain_start(tp_engine_t *e, uint64_t retain_us, bool 
     tp_host_retain_t *r = calloc(1, sizeof *r);
     if (r == NULL || (r->ev = evtimer_new(tp_engine_loop(e), retain_cb, r)) == NULL) {
         free(r);
-        tp_log_error("retention: out of memory; results are kept");
+        tp_log_error("store.retention_failed", "retention: out of memory; results are kept");
         return NULL;
     }
     r->e = e;

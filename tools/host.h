@@ -33,6 +33,8 @@ enum {
     TP_OPT_ON_VERSION_CHANGE,
     TP_OPT_OTLP,
     TP_OPT_OTLP_PAYLOADS,
+    TP_OPT_LOG_FORMAT,
+    TP_OPT_LOG_FILE,
 };
 
 /* A command's getopt_long optstring starts with these... */
@@ -50,6 +52,8 @@ enum {
         {"on-version-change", required_argument, NULL, TP_OPT_ON_VERSION_CHANGE},                                      \
         {"seed", required_argument, NULL, TP_OPT_SEED}, {"otlp", required_argument, NULL, TP_OPT_OTLP},                \
         {"otlp-payloads", no_argument, NULL, TP_OPT_OTLP_PAYLOADS},                                                    \
+        {"log-format", required_argument, NULL, TP_OPT_LOG_FORMAT},                                                    \
+        {"log-file", required_argument, NULL, TP_OPT_LOG_FILE},                                                        \
     {                                                                                                                  \
         "quiet", no_argument, NULL, 'q'                                                                                \
     }
@@ -60,6 +64,15 @@ enum {
     "                           this collector (its base URL, or its /v1/traces\n"                                     \
     "                           endpoint; default: $OTEL_EXPORTER_OTLP_ENDPOINT)\n"                                    \
     "      --otlp-payloads      put a call's args and result on its span\n"
+
+/* The log options' --help lines, the same in run, serve and mcp. */
+#define TP_ENGINE_HELP_LOG                                                                                             \
+    "      --log-format text|json\n"                                                                                   \
+    "                           warnings and errors as text lines (the default)\n"                                     \
+    "                           or one JSON object a line, each with its event\n"                                      \
+    "                           name (docs/logs.md; default: $TOOLPOOL_LOG_FORMAT)\n"                                  \
+    "      --log-file FILE      append them to FILE, not stderr, the workers'\n"                                       \
+    "                           too (default: $TOOLPOOL_LOG_FILE)\n"
 
 /*
  * serve's and mcp's --help lines of the engine options they describe
@@ -80,7 +93,7 @@ enum {
     "      --pipeline N         calls of a quick tool one worker may hold\n"                                           \
     "                           (default: 64; 1: off)\n"
 #define TP_ENGINE_HELP_LAST                                                                                            \
-    "      --seed N             seed the backoff jitter (default: random)\n" TP_ENGINE_HELP_OTLP                       \
+    "      --seed N             seed the backoff jitter (default: random)\n" TP_ENGINE_HELP_OTLP TP_ENGINE_HELP_LOG    \
     "      --retain D           prune results recorded more than D ago (\"30d\"),\n"                                   \
     "                           at start and then daily (default: the registry's\n"                                    \
     "                           \"retain\", else keep every result)\n"                                                 \

@@ -107,6 +107,8 @@ int main(int argc, char **argv)
 {
     std_fds_open();
     tp_log_init("toolpool");
+    /* Out of the environment once read: what a command starts gets them only when it means to (the workers). */
+    tp_log_from_env(1);
     if (argc < 2) {
         fputs(usage_text, stderr);
         return 2;
@@ -123,7 +125,7 @@ int main(int argc, char **argv)
         puts("toolpool " TP_VERSION);
         return 0;
     }
-    tp_log_error("unknown command \"%s\"", cmd);
+    tp_log_error("cli.usage", "unknown command \"%s\"", cmd);
     fputs(usage_text, stderr);
     return 2;
 }

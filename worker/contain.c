@@ -109,13 +109,15 @@ void tp_contain_sweep(void)
         int live = tp_proctree_kill_but(&tree, self, spare, n_spare);
         reap_all();
         if (live < 0) {
-            tp_log_error("cannot read /proc to kill what a tool left running: %s", strerror(-live));
+            tp_log_error("worker.proc_unreadable", "cannot read /proc to kill what a tool left running: %s",
+                         strerror(-live));
             return;
         }
         if (live == 0)
             return;
         if (tp_now_us() >= until) {
-            tp_log_warn("%d process(es) a tool left would not die within %u ms", live, SWEEP_WAIT_US / 1000);
+            tp_log_warn("worker.leftovers_alive", "%d process(es) a tool left would not die within %u ms", live,
+                        SWEEP_WAIT_US / 1000);
             return;
         }
         struct timespec ts = {0, 1000000};

@@ -356,8 +356,10 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
         int err = (int)-pid;
         if (strcmp(what, "posix_spawnp") != 0) {
             /* Not the tool's doing: the worker could not set its start up. Transient. */
-            tp_log_error("%s failed while starting tool %s (call %s, attempt %u): %s", what, call->tool, call->call_id,
-                         call->attempt, strerror(err));
+            tp_log_call_t lc = {call->call_id, call->job, call->tool, call->attempt};
+            tp_log_call_error("worker.tool_start_failed", &lc,
+                              "%s failed while starting tool %s (call %s, attempt %u): %s", what, call->tool,
+                              call->call_id, call->attempt, strerror(err));
             tp_outcome_fail(o, "ServerError", "cannot start %s: %s: %s", argv[0], what, strerror(err));
         } else if (in_child && err == ENOMEM && lim.memory) {
             tp_outcome_fail(o, "OutOfMemory", "cannot start %s under its memory limit (%s): %s", argv[0],

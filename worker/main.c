@@ -90,7 +90,7 @@ static void send_frame(tp_buf_t *out, Toolpool__WorkerFrame *wf, uint32_t max)
     int rc = tp_frame_append(out, &wf->base, max);
     if (rc != 0) {
         /* strerror's words for the errno this once set: EMSGSIZE when too big */
-        tp_log_error("cannot pack a reply: %s", strerror(rc == TP_E2BIG ? EMSGSIZE : -rc));
+        tp_log_error("worker.pack_failed", "cannot pack a reply: %s", strerror(rc == TP_E2BIG ? EMSGSIZE : -rc));
         exit(3);
     }
     static size_t reply_pipe;
@@ -215,6 +215,8 @@ static bool handle_frame(const uint8_t *body, uint32_t len, tp_outcome_t *o)
 int main(int argc, char **argv)
 {
     tp_log_init("toolpool-worker");
+    /* The supervisor's log format and file; then gone, so the tools this worker runs do not inherit them. */
+    tp_log_from_env(1);
     int slot = -1;
     for (int i = 1; i + 1 < argc; i += 2)
         if (strcmp(argv[i], "--max-frame") == 0)
@@ -236,7 +238,8 @@ int main(int argc, char **argv)
         return 0; /* the supervisor is already gone */
     /* Orphans of a tool's processes reparent to us, not to init: we can still find them. */
     if (tp_contain_init() < 0)
-        tp_log_error("cannot become a child subreaper: %s; a tool's double-forked daemon may outlive "
+        tp_log_error("worker.no_subreaper",
+                     "cannot become a child subreaper: %s; a tool's double-forked daemon may outlive "
                      "its call",
                      strerror(errno));
     /*
@@ -251,10 +254,11 @@ int main(int argc, char **argv)
     sched_setscheduler(0, SCHED_BATCH, &sp);
     /* The start board (fd 5): where the exec adapter marks its tools' starts. Mapped, its fd closed. */
     if ((tp_exec_start_line = tp_startboard_map(TP_START_FD, slot)) == NULL && slot >= 0)
-        tp_log_error("no start board for slot %d: its exec tools' time counts from their calls' send", slot);
+        tp_log_error("worker.no_start_board",
+                     "no start board for slot %d: its exec tools' time counts from their calls' send", slot);
     /* Nothing the worker starts may inherit the pipes to the supervisor. */
     if (fcntl(TP_CALL_FD, F_SETFD, FD_CLOEXEC) < 0 || fcntl(TP_REPLY_FD, F_SETFD, FD_CLOEXEC) < 0) {
-        tp_log_error("fds 3 and 4 must be the supervisor's pipes: %s", strerror(errno));
+        tp_log_error("worker.bad_fds", "fds 3 and 4 must be the supervisor's pipes: %s", strerror(errno));
         return 3;
     }
 
@@ -301,12 +305,12 @@ int main(int argc, char **argv)
             bool ok = handle_frame(body, len, &o);
             tp_buf_consume(&in, TP_FRAME_HEADER + len);
             if (!ok) {
-                tp_log_error("garbage frame from the supervisor");
+                tp_log_error("worker.bad_frame", "garbage frame from the supervisor");
                 return 3;
             }
         }
         if (rc == TP_E2BIG) {
-            tp_log_error("bad frame from the supervisor (oversized)");
+            tp_log_error("worker.bad_frame", "bad frame from the supervisor (oversized)");
             return 3;
         }
         if (terminating)
@@ -314,13 +318,13 @@ int main(int argc, char **argv)
         bool readable = !eof;
         if (tp_http_in_flight() > 0) {
             if (tp_http_wait(eof ? -1 : TP_CALL_FD, 1000, &readable) < 0) {
-                tp_log_error("the HTTP client failed; its calls cannot go on");
+                tp_log_error("worker.http_failed", "the HTTP client failed; its calls cannot go on");
                 status = 3;
                 break;
             }
         } else if (tp_mcp_in_flight() > 0) {
             if (tp_mcp_wait(eof ? -1 : TP_CALL_FD, 1000, &readable) < 0) {
-                tp_log_error("waiting on the MCP servers failed; their calls cannot go on");
+                tp_log_error("worker.mcp_wait_failed", "waiting on the MCP servers failed; their calls cannot go on");
                 status = 3;
                 break;
             }
@@ -331,13 +335,13 @@ int main(int argc, char **argv)
             continue;
         ssize_t n = tp_buf_read_fd(&in, TP_CALL_FD);
         if (n == 0 && tp_buf_avail(&in) > 0) {
-            tp_log_error("bad frame from the supervisor (%s)", tp_strerror(TP_EPIPE));
+            tp_log_error("worker.bad_frame", "bad frame from the supervisor (%s)", tp_strerror(TP_EPIPE));
             return 3;
         }
         if (n == 0)
             eof = true;
         else if (n < 0 && n != TP_EINTR && n != TP_EAGAIN) {
-            tp_log_error("bad frame from the supervisor (%s)", tp_strerror((int)n));
+            tp_log_error("worker.bad_frame", "bad frame from the supervisor (%s)", tp_strerror((int)n));
             return 3;
         }
     }

@@ -106,7 +106,8 @@ static char current_tool[256];
 static void log_line(void *ctx, const char *line)
 {
     (void)ctx;
-    tp_log_info("%s: %s", current_tool, line);
+    tp_log_call_t lc = {.tool = current_tool};
+    tp_log_call_info("worker.mcp_server_stderr", &lc, "%s: %s", current_tool, line);
 }
 
 /*
@@ -253,7 +254,8 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
         return rc;
     }
     if (tp_contain_spare(s->conn.pid, true) < 0)
-        tp_log_warn("more than %d MCP servers in one worker: the server of %s is killed after each call",
+        tp_log_warn("worker.mcp_servers_max",
+                    "more than %d MCP servers in one worker: the server of %s is killed after each call",
                     TP_CONTAIN_SPARE_MAX, call->tool);
     tp_mcp_era_t era = call->mcp_protocol < TP_MCP_ERA_N ? (tp_mcp_era_t)call->mcp_protocol : TP_MCP_ERA_AUTO;
     rc = tp_mcpio_open(&s->conn, era, deadline_us, &tp_mcp_interrupt, s->version, sizeof s->version, err, sizeof err);
@@ -536,7 +538,8 @@ static void null_error(server_t *s, const char *what)
             n++;
         }
     if (n == 0) {
-        tp_log_warn("the MCP server of %s answered an error with a null id (%s) with no call in flight; ignored",
+        tp_log_warn("worker.mcp_stray_error",
+                    "the MCP server of %s answered an error with a null id (%s) with no call in flight; ignored",
                     current_tool, what);
         return;
     }
@@ -545,7 +548,8 @@ static void null_error(server_t *s, const char *what)
         flight_unreadable(only, null_why(why, sizeof why, what, "this was the one request in flight"));
         return;
     }
-    tp_log_warn("the MCP server of %s answered an error with a null id (%s) with %u calls in flight: the call it "
+    tp_log_warn("worker.mcp_stray_error",
+                "the MCP server of %s answered an error with a null id (%s) with %u calls in flight: the call it "
                 "answers ends once the others are answered",
                 current_tool, what, n);
     for (flight_t *f = flights; f; f = f->next)
@@ -592,7 +596,8 @@ static void server_message(server_t *s, json_t *m)
         return;
     }
     if (!json_is_integer(mid)) {
-        tp_log_warn("the MCP server of %s answered a request id it was never sent; ignored", current_tool);
+        tp_log_warn("worker.mcp_stray_answer", "the MCP server of %s answered a request id it was never sent; ignored",
+                    current_tool);
         return;
     }
     int64_t id = json_integer_value(mid);
@@ -639,7 +644,8 @@ static void server_unreadable(server_t *s, const json_t *id, const char *why)
             flight_unreadable(f, msg);
             return;
         }
-    tp_log_warn("the MCP server of %s wrote an answer toolpool could not read (%s) to a request it was never sent or "
+    tp_log_warn("worker.mcp_stray_answer",
+                "the MCP server of %s wrote an answer toolpool could not read (%s) to a request it was never sent or "
                 "that has ended; ignored",
                 current_tool, why);
 }
@@ -687,7 +693,9 @@ void tp_mcp_start(Toolpool__SupervisorFrame *frame)
     }
     if (s != NULL && s->live && server_gone(s)) {
         tp_mcpio_ended(&s->conn, 0, how, sizeof how);
-        tp_log_warn("the MCP server of %s %s between calls; starting it again", call->tool, how);
+        tp_log_call_t lc = {call->call_id, call->job, call->tool, call->attempt};
+        tp_log_call_warn("worker.mcp_server_restarted", &lc, "the MCP server of %s %s between calls; starting it again",
+                         call->tool, how);
         server_fail(s, "ended");
     }
     if (s != NULL && !s->live) {
@@ -822,7 +830,9 @@ static void check_times(void)
             snprintf(why, sizeof why, "did not answer %s within %us",
                      s->conn.modern ? "server/discover (its liveness check after a timeout)" : "a ping",
                      PING_GRACE_US / 1000000u);
-            tp_log_warn("the MCP server of %s %s: it is restarted", current_tool, why);
+            tp_log_call_t lc = {.tool = current_tool};
+            tp_log_call_warn("worker.mcp_server_restarted", &lc, "the MCP server of %s %s: it is restarted",
+                             current_tool, why);
             server_fail(s, why);
         }
         settle(s);

@@ -23,6 +23,7 @@
 #include "engine.h"
 #include "escalate.h"
 #include "jobs.h"
+#include "log.h"
 #include "pool.h"
 #include "toolpool.pb-c.h"
 
@@ -97,6 +98,12 @@ struct tp_call {
     Toolpool__Attempt *trace0_at;
     tp_trace_entry_t trace0; /* the first entry: most calls have no other */
 };
+
+/* The call c as a log line's fields: id, job, the tool called, the attempts made so far. */
+static inline tp_log_call_t eng_log_call(const tp_call_t *c)
+{
+    return (tp_log_call_t){c->id, c->job ? c->job->name : NULL, c->tool ? c->tool->name : NULL, (unsigned)c->n_trace};
+}
 
 static inline void tp_queue_push(tp_queue_t *q, tp_call_t *c)
 {

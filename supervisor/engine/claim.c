@@ -227,10 +227,12 @@ static int settle_orphan(tp_engine_t *e, const Toolpool__InFlight *f)
         if ((v[e->n_settled] = strdup(f->call_id)) != NULL)
             e->n_settled++;
     }
+    tp_log_call_t lc = {f->call_id, f->job, f->tool, 0};
     if (rc == 0)
-        tp_log_warn("call %s (%s, job %s) was running when supervisor %d stopped: recorded Interrupted, "
-                    "escalated as %s",
-                    f->call_id, f->tool, f->job, (int)f->owner_pid, esc);
+        tp_log_call_warn("engine.call_interrupted", &lc,
+                         "call %s (%s, job %s) was running when supervisor %d stopped: recorded Interrupted, "
+                         "escalated as %s",
+                         f->call_id, f->tool, f->job, (int)f->owner_pid, esc);
     return rc;
 }
 
@@ -278,7 +280,8 @@ void eng_settle_orphans(tp_engine_t *e)
     }
     free(w.v);
     if (w.nomem)
-        tp_log_warn("out of memory settling the calls of supervisors that stopped: some wait for the next sweep");
+        tp_log_warn("engine.out_of_memory",
+                    "out of memory settling the calls of supervisors that stopped: some wait for the next sweep");
     if (rc && !e->failed)
         tp_engine_store_failed(e, rc, "settling the calls of a supervisor that stopped");
 }

@@ -287,7 +287,7 @@ static void park_wake(tp_engine_t *e, uint64_t wait, uint64_t now)
     struct timeval tv = {.tv_sec = (time_t)(wait / 1000000u), .tv_usec = (suseconds_t)(wait % 1000000u)};
     if (evtimer_add(e->ev_rate, &tv) != 0) {
         /* No timer: the next turn (an answer, a submit) looks again; a lone parked call waits for one. */
-        tp_log_error("cannot arm the rate timer: a rate-limited call waits for the next turn");
+        tp_log_error("engine.timer_failed", "cannot arm the rate timer: a rate-limited call waits for the next turn");
         return;
     }
     e->rate_wake_us = now + wait;

@@ -35,7 +35,7 @@ static void fail(tp_engine_t *e, int rc, const char *message)
 {
     if (e->failed)
         return;
-    tp_log_error("%s", message);
+    tp_log_error("engine.failed", "%s", message);
     e->failed = rc < 0 ? rc : TP_EIO;
     e->closing = true;
     tp_pool_shutdown(e->pool, true);
@@ -331,7 +331,7 @@ void tp_engine_drain(tp_engine_t *e)
                          .tv_usec = (suseconds_t)(e->o.drain_us % 1000000u)};
     if (evtimer_add(e->ev_drain, &tv) != 0) {
         /* The drain could not be bounded: rather than let running calls go on past it, they stop now. */
-        tp_log_error("cannot arm the drain's timer; stopping running calls now");
+        tp_log_error("engine.timer_failed", "cannot arm the drain's timer; stopping running calls now");
         drain_timeout_cb(-1, 0, e);
     }
     kick(e);
@@ -378,7 +378,7 @@ struct event_base *tp_engine_base_new(void)
         return NULL;
     if (event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER) != 0 ||
         event_config_set_flag(cfg, EVENT_BASE_FLAG_NO_CACHE_TIME) != 0)
-        tp_log_warn("cannot ask for precise timers");
+        tp_log_warn("engine.loop_setup", "cannot ask for precise timers");
     /*
      * epoll's change list: the adds and deletes of a loop turn reach the
      * kernel as one epoll_ctl per descriptor, at the next wait, instead of
@@ -391,7 +391,7 @@ struct event_base *tp_engine_base_new(void)
      * raises); a spawned worker holds copies only until its exec closes them.
      */
     if (event_config_set_flag(cfg, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST) != 0)
-        tp_log_warn("cannot ask for epoll's change list");
+        tp_log_warn("engine.loop_setup", "cannot ask for epoll's change list");
     struct event_base *base = event_base_new_with_config(cfg);
     event_config_free(cfg);
     return base;
@@ -437,7 +437,7 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
         (e->ev_commit = evtimer_new(e->base, commit_cb, e)) == NULL ||
         (e->ev_rate = evtimer_new(e->base, rate_cb, e)) == NULL ||
         (e->ev_owners = event_new(e->base, -1, EV_PERSIST, eng_owners_cb, e)) == NULL) {
-        tp_log_error("out of memory starting the engine");
+        tp_log_error("engine.out_of_memory", "out of memory starting the engine");
         tp_engine_free(e);
         return NULL;
     }
@@ -459,7 +459,7 @@ int tp_engine_start(tp_engine_t *e)
     if (e->owner_known) {
         struct timeval tv = {0, TP_OWNERS_EVERY_US};
         if (evtimer_add(e->ev_owners, &tv) < 0) {
-            tp_log_error("cannot arm the owners timer");
+            tp_log_error("engine.timer_failed", "cannot arm the owners timer");
             return -1;
         }
     }

@@ -167,11 +167,13 @@ void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, cons
     tp_pending_t *p = eng_pending_add(e, c->answer, c->answer_ctx);
     size_t bytes = eng_record_bytes(r);
     record(e, c, r, bytes);
+    tp_log_call_t lc = eng_log_call(c);
     if (p == NULL) {
-        tp_log_error("out of memory: the answer of call %s is lost", c->id);
+        tp_log_call_error("engine.answer_lost", &lc, "out of memory: the answer of call %s is lost", c->id);
     } else {
         if (!eng_pending_own(e->add, p, r, c->args, result_buf))
-            tp_log_error("out of memory: the record of call %s is lost to its answer", c->id);
+            tp_log_call_error("engine.record_lost", &lc, "out of memory: the record of call %s is lost to its answer",
+                              c->id);
         /* What the answer took over is its own now. */
         if (p->args_buf)
             c->args = NULL;

@@ -200,7 +200,9 @@ void eng_settle(tp_engine_t *e, tp_call_t *c)
     struct timeval tv = {.tv_sec = (time_t)(d.wait_us / 1000000u), .tv_usec = (suseconds_t)(d.wait_us % 1000000u)};
     if (evtimer_add(c->ev_backoff, &tv) != 0) {
         /* Asleep on a timer that never fires, the call would never end: it retries at once instead. */
-        tp_log_warn("call %s: cannot arm its backoff timer; retrying at once", c->id);
+        tp_log_call_t lc = eng_log_call(c);
+        tp_log_call_warn("engine.backoff_timer_failed", &lc, "call %s: cannot arm its backoff timer; retrying at once",
+                         c->id);
         t->backoff_us = 0;
         tp_queue_push(&e->ready, c);
     }

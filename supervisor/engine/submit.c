@@ -232,12 +232,14 @@ static bool resume_lookup(tp_engine_t *e, const tp_request_t *rq, const tp_tool_
 static void late_step(tp_engine_t *e, const tp_request_t *rq, const tp_job_t *j)
 {
     char pre[96];
+    tp_log_call_t lc = {rq->id, j->name, rq->tool, 0};
     if (++e->stats.late <= TP_LATE_SAID)
-        tp_log_warn("%scall %s (job %s, step %llu) came after step %llu of its job had started: it runs out of "
-                    "order%s",
-                    prefix(pre, sizeof pre, rq), rq->id, j->name, (unsigned long long)rq->step,
-                    (unsigned long long)j->max_step,
-                    e->stats.late == TP_LATE_SAID ? " (further late steps are counted in the summary only)" : "");
+        tp_log_call_warn("engine.late_step", &lc,
+                         "%scall %s (job %s, step %llu) came after step %llu of its job had started: it runs out of "
+                         "order%s",
+                         prefix(pre, sizeof pre, rq), rq->id, j->name, (unsigned long long)rq->step,
+                         (unsigned long long)j->max_step,
+                         e->stats.late == TP_LATE_SAID ? " (further late steps are counted in the summary only)" : "");
 }
 
 tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn fn, void *ctx)

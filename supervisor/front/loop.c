@@ -13,7 +13,7 @@ int tp_loop_new(tp_loop_t *l, uint64_t drain_us)
 {
     *l = (tp_loop_t){.drain_us = drain_us};
     if ((l->base = tp_engine_base_new()) == NULL) {
-        tp_log_error("out of memory");
+        tp_log_error("loop.out_of_memory", "out of memory");
         return -1;
     }
     return 0;
@@ -23,7 +23,7 @@ int tp_loop_new(tp_loop_t *l, uint64_t drain_us)
 static void stop_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_loop_t *l = arg;
-    tp_log_error("the drain did not end; stopping");
+    tp_log_error("loop.drain_stuck", "the drain did not end; stopping");
     event_base_loopbreak(l->base);
 }
 
@@ -34,7 +34,7 @@ int tp_loop_signals(tp_loop_t *l, event_callback_fn on_signal, void *arg)
     l->ev_stop = evtimer_new(l->base, stop_cb, l);
     if (l->ev_int == NULL || l->ev_term == NULL || l->ev_stop == NULL || evsignal_add(l->ev_int, NULL) != 0 ||
         evsignal_add(l->ev_term, NULL) != 0) {
-        tp_log_error("cannot set up the signals");
+        tp_log_error("loop.signal_failed", "cannot set up the signals");
         return -1;
     }
     return 0;
@@ -45,7 +45,7 @@ void tp_loop_draining(tp_loop_t *l)
     uint64_t us = l->drain_us + 10000000u;
     struct timeval tv = {.tv_sec = (time_t)(us / 1000000u), .tv_usec = (suseconds_t)(us % 1000000u)};
     if (evtimer_add(l->ev_stop, &tv) != 0)
-        tp_log_warn("cannot arm the drain's last-resort timer");
+        tp_log_warn("loop.timer_failed", "cannot arm the drain's last-resort timer");
 }
 
 void tp_loop_free(tp_loop_t *l)

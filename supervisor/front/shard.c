@@ -146,7 +146,7 @@ int tp_shard_scan(int fd, const char *name, const tp_shard_t *sh, size_t max_lin
     tp_request_parser_t p = {0};
     int rc = -1;
     if (h == NULL || buf == NULL || XXH3_128bits_reset(h) == XXH_ERROR) {
-        tp_log_error("out of memory reading %s", name);
+        tp_log_error("shard.out_of_memory", "out of memory reading %s", name);
         goto out;
     }
     off_t at = 0;
@@ -154,7 +154,7 @@ int tp_shard_scan(int fd, const char *name, const tp_shard_t *sh, size_t max_lin
         if (have == cap) {
             char *grown = realloc(buf, cap * 2);
             if (grown == NULL) {
-                tp_log_error("out of memory reading %s", name);
+                tp_log_error("shard.out_of_memory", "out of memory reading %s", name);
                 goto out;
             }
             buf = grown;
@@ -164,7 +164,7 @@ int tp_shard_scan(int fd, const char *name, const tp_shard_t *sh, size_t max_lin
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            tp_log_error("%s: %s", name, strerror(errno));
+            tp_log_error("shard.read_failed", "%s: %s", name, strerror(errno));
             goto out;
         }
         if (n == 0)

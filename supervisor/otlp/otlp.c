@@ -75,8 +75,8 @@ static uint64_t env_ms(const char *specific, const char *general, uint64_t dflt)
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
     if (errno || *end || v[0] == '-') {
-        tp_log_warn("%s: expected a whole number, got \"%s\"; using %llu", getenv(specific) ? specific : general, v,
-                    (unsigned long long)dflt);
+        tp_log_warn("otlp.bad_setting", "%s: expected a whole number, got \"%s\"; using %llu",
+                    getenv(specific) ? specific : general, v, (unsigned long long)dflt);
         return dflt;
     }
     return n;
@@ -187,7 +187,8 @@ static char *make_prefix(void)
     resource_ctx_t rc = {.b = &b, .service = getenv("OTEL_SERVICE_NAME")};
     const char *attrs = getenv("OTEL_RESOURCE_ATTRIBUTES");
     if (attrs && each_pair(attrs, NULL, NULL) < 0) {
-        tp_log_warn("OTEL_RESOURCE_ATTRIBUTES: not a list of key=value pairs (percent-encoded); ignored");
+        tp_log_warn("otlp.bad_resource_attributes",
+                    "OTEL_RESOURCE_ATTRIBUTES: not a list of key=value pairs (percent-encoded); ignored");
         attrs = NULL;
     }
     if (attrs)
@@ -261,12 +262,13 @@ static bool post(tp_otlp_t *o, CURL *h, const tp_buf_t *body, bool *was_failing)
     bool ok = rc == CURLE_OK && status >= 200 && status < 300;
     if (!ok && !*was_failing) {
         if (rc != CURLE_OK)
-            tp_log_warn("otlp: export to %s failed: %s; spans are dropped until it answers", o->url,
-                        curl_easy_strerror(rc));
+            tp_log_warn("otlp.export_failed", "otlp: export to %s failed: %s; spans are dropped until it answers",
+                        o->url, curl_easy_strerror(rc));
         else
-            tp_log_warn("otlp: export to %s answered HTTP %ld; spans are dropped until it takes them", o->url, status);
+            tp_log_warn("otlp.export_refused",
+                        "otlp: export to %s answered HTTP %ld; spans are dropped until it takes them", o->url, status);
     } else if (ok && *was_failing) {
-        tp_log_warn("otlp: export to %s works again", o->url);
+        tp_log_warn("otlp.export_recovered", "otlp: export to %s works again", o->url);
     }
     *was_failing = !ok;
     return ok;
@@ -392,20 +394,20 @@ int tp_otlp_start(const tp_otlp_opts_t *opts, tp_otlp_t **out)
         return 0;
     char *url = endpoint_of(opts->url, &from);
     if (url == NULL)
-        return opts->url ? (tp_log_error("out of memory"), -1) : 0;
+        return opts->url ? (tp_log_error("otlp.out_of_memory", "out of memory"), -1) : 0;
     if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
-        tp_log_error("%s: expected an http:// or https:// URL, got \"%s\"", from, url);
+        tp_log_error("otlp.bad_url", "%s: expected an http:// or https:// URL, got \"%s\"", from, url);
         free(url);
         return -1;
     }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        tp_log_error("otlp: libcurl would not start");
+        tp_log_error("otlp.curl_failed", "otlp: libcurl would not start");
         free(url);
         return -1;
     }
     tp_otlp_t *o = calloc(1, sizeof *o);
     if (o == NULL || (o->prefix = make_prefix()) == NULL) {
-        tp_log_error("out of memory");
+        tp_log_error("otlp.out_of_memory", "out of memory");
         free(o);
         free(url);
         return -1;
@@ -428,7 +430,7 @@ int tp_otlp_start(const tp_otlp_opts_t *opts, tp_otlp_t **out)
         hname = "OTEL_EXPORTER_OTLP_HEADERS";
     }
     if (hv && *hv && each_pair(hv, NULL, NULL) < 0)
-        tp_log_warn("%s: not a list of key=value pairs (percent-encoded); ignored", hname);
+        tp_log_warn("otlp.bad_headers", "%s: not a list of key=value pairs (percent-encoded); ignored", hname);
     else if (hv && *hv)
         each_pair(hv, add_header, &o->headers);
     if (getrandom(&o->rng, sizeof o->rng, GRND_NONBLOCK) != (ssize_t)sizeof o->rng)
@@ -442,7 +444,7 @@ int tp_otlp_start(const tp_otlp_opts_t *opts, tp_otlp_t **out)
     pthread_condattr_destroy(&ca);
     int rc = pthread_create(&o->thread, NULL, export_main, o);
     if (rc != 0) {
-        tp_log_error("otlp: no exporter thread: %s", strerror(rc));
+        tp_log_error("otlp.thread_failed", "otlp: no exporter thread: %s", strerror(rc));
         curl_slist_free_all(o->headers);
         free(o->prefix);
         free(o->url);

@@ -82,7 +82,7 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg)
     tp_deadline_t *d = arg;
     uint64_t n;
     if (read(fd, &n, sizeof n) < 0 && errno != EAGAIN)
-        tp_log_error("deadline thread's eventfd: %s", strerror(errno));
+        tp_log_error("pool.deadline_thread_failed", "deadline thread's eventfd: %s", strerror(errno));
     d->killed_cb(d->ctx);
 }
 
@@ -123,7 +123,8 @@ static void *sweeper_main(void *arg)
         pid_t pid = w->pid;
         pthread_mutex_unlock(&d->mu);
         if (tp_proctree_kill(d->tree, pid) < 0)
-            tp_log_error("cannot read /proc to kill what worker %d started outside its group: %s", (int)pid,
+            tp_log_error("pool.proc_unreadable",
+                         "cannot read /proc to kill what worker %d started outside its group: %s", (int)pid,
                          strerror(errno));
         kill(-pid, SIGKILL);
         uint64_t one = 1;
@@ -132,7 +133,8 @@ static void *sweeper_main(void *arg)
         pthread_cond_broadcast(&d->swept);
         pthread_mutex_unlock(&d->mu);
         if (write(d->fd, &one, sizeof one) < 0 && errno != EAGAIN)
-            tp_log_error("the deadline thread cannot wake the loop; its fallback timers will");
+            tp_log_error("pool.deadline_thread_failed",
+                         "the deadline thread cannot wake the loop; its fallback timers will");
         pthread_mutex_lock(&d->mu);
     }
     pthread_mutex_unlock(&d->mu);
@@ -283,10 +285,11 @@ no_swept:
     pthread_cond_destroy(&d->to_sweep);
 no_to_sweep:
     pthread_cond_destroy(&d->cond);
-    tp_log_error("no deadline thread; the loop's timers keep the deadlines");
+    tp_log_error("pool.deadline_thread_failed", "no deadline thread; the loop's timers keep the deadlines");
     return;
 fail:
-    tp_log_error("no deadline thread (%s: %s); the loop's timers keep the deadlines", what, strerror(rc));
+    tp_log_error("pool.deadline_thread_failed", "no deadline thread (%s: %s); the loop's timers keep the deadlines",
+                 what, strerror(rc));
 }
 
 bool tp_deadline_running(const tp_deadline_t *d)

@@ -44,7 +44,8 @@ static void slot_flush(tp_slot_t *s)
             if (event_add(s->ev_write, NULL) == 0)
                 return;
             /* Its Calls would wait for a wake-up that never comes: the worker goes, they are retried. */
-            tp_log_error("worker %d (slot %d): cannot wait for its call pipe to drain", (int)s->pid, s->index);
+            tp_log_error("pool.pipe_wait_failed", "worker %d (slot %d): cannot wait for its call pipe to drain",
+                         (int)s->pid, s->index);
             snprintf(s->detail, sizeof s->detail, "cannot wait for worker %d's call pipe to drain", (int)s->pid);
             tp_buf_reset(&s->out);
             slot_stop(s, WHY_PROTOCOL, SIGKILL);

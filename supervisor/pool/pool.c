@@ -72,7 +72,7 @@ void slot_timer_arm(tp_slot_t *s, uint64_t us)
     struct timeval tv = {.tv_sec = (time_t)(us / 1000000u), .tv_usec = (suseconds_t)(us % 1000000u)};
     if (evtimer_add(s->ev_timer, &tv) == 0)
         return;
-    tp_log_error("worker slot %d (pid %d): cannot arm its timer", s->index, (int)s->pid);
+    tp_log_error("pool.timer_failed", "worker slot %d (pid %d): cannot arm its timer", s->index, (int)s->pid);
     if (!p->fatal && !p->fatal_msg[0]) {
         snprintf(p->fatal_msg, sizeof p->fatal_msg, "cannot arm worker slot %d's timer: its deadlines cannot be kept",
                  s->index);
@@ -141,13 +141,14 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts)
     if (brc < 0) {
         p->starts = NULL;
         p->starts_fd = -1;
-        tp_log_error("no start board (%s): an exec tool's timeout counts from its call's send", strerror(-brc));
+        tp_log_error("pool.no_start_board", "no start board (%s): an exec tool's timeout counts from its call's send",
+                     strerror(-brc));
     }
     p->ev_chld = evsignal_new(base, SIGCHLD, pool_chld_cb, p);
     p->ev_flush = event_new(base, -1, 0, pool_flush_cb, p);
     tp_arena_init(&p->arena, 4096);
     if (!made || p->ev_chld == NULL || p->ev_flush == NULL) {
-        tp_log_error("cannot make the pool's events: out of memory");
+        tp_log_error("pool.out_of_memory", "cannot make the pool's events: out of memory");
         tp_pool_free(p);
         return NULL;
     }
@@ -158,11 +159,11 @@ int tp_pool_start(tp_pool_t *p)
 {
     if (access(p->o.worker_path, X_OK) < 0) {
         int rc = tp_errno(errno);
-        tp_log_error("worker program %s: %s", p->o.worker_path, tp_strerror(rc));
+        tp_log_error("pool.worker_program", "worker program %s: %s", p->o.worker_path, tp_strerror(rc));
         return rc;
     }
     if (p->ev_chld == NULL || p->ev_flush == NULL || evsignal_add(p->ev_chld, NULL) < 0) {
-        tp_log_error("cannot watch SIGCHLD");
+        tp_log_error("pool.signal_failed", "cannot watch SIGCHLD");
         return TP_EIO;
     }
     tp_deadline_start(p->deadline, p->base, pool_deadline_cb, p);
@@ -438,7 +439,7 @@ void tp_pool_shutdown(tp_pool_t *p, bool kill_busy)
     }
     if (p->live == 0 && event_base_once(p->base, -1, EV_TIMEOUT, closed_now_cb, p, NULL) < 0) {
         /* Said from here, then, rather than never. */
-        tp_log_error("cannot defer the pool's closing: out of memory");
+        tp_log_error("pool.out_of_memory", "cannot defer the pool's closing: out of memory");
         closed_now_cb(-1, 0, p);
     }
 }

@@ -52,8 +52,8 @@
 int slot_kill(tp_slot_t *s)
 {
     if (kill(-s->pid, SIGSTOP) == 0 && tp_proctree_kill(s->pool->tree, s->pid) < 0)
-        tp_log_error("cannot read /proc to kill what worker %d started outside its group: %s", (int)s->pid,
-                     strerror(errno));
+        tp_log_error("pool.proc_unreadable", "cannot read /proc to kill what worker %d started outside its group: %s",
+                     (int)s->pid, strerror(errno));
     return kill(-s->pid, SIGKILL);
 }
 
@@ -248,8 +248,13 @@ static void slot_timed_out(tp_slot_t *s, uint64_t killed_us)
 void slot_deadline(tp_slot_t *s, uint64_t killed_us)
 {
     tp_pool_t *p = s->pool;
-    uint64_t grace = s->attempt->tool->policy.kill_grace_us;
+    const tp_attempt_t *a = s->attempt;
+    uint64_t grace = a->tool->policy.kill_grace_us;
     p->stats.timeouts++;
+    tp_log_call_t lc = {a->call_id, a->job, a->tool->name, a->number};
+    tp_log_json_event(TP_LOG_WARN, "pool.worker_killed", &lc,
+                      "worker %d (slot %d): %s exceeded %.3gs: its group is killed", (int)s->pid, s->index,
+                      a->tool->name, (double)a->timeout_us / 1e6);
     if (killed_us) {
         s->why = WHY_TIMEOUT;
         s->state = SLOT_DYING;
@@ -339,6 +344,12 @@ static void slot_flight_backstop(tp_slot_t *s)
     }
     p->stats.timeouts++;
     snprintf(s->detail, sizeof s->detail, "call %s held with it did not end at its deadline", late->call_id);
+    tp_log_call_t lc = {late->call_id, late->job, late->tool->name, late->number};
+    tp_log_json_event(
+        TP_LOG_WARN, "pool.worker_killed", &lc,
+        "worker %d (slot %d): %s exceeded %.3gs and its worker did not end it: killed with the %d call%s it held",
+        (int)s->pid, s->index, late->tool->name, (double)late->timeout_us / 1e6, s->n_flight,
+        s->n_flight == 1 ? "" : "s");
     /* A KILL that failed to go out ends them at the reap instead. */
     if (slot_stop(s, WHY_TIMEOUT, SIGKILL) == 0)
         flight_end_all(s, WHY_TIMEOUT, NULL);
@@ -452,6 +463,7 @@ static void slot_reaped(tp_slot_t *s, int status)
     slot_state_t was = s->state;
     stop_why_t why = s->why;
     tp_attempt_t *a = s->attempt;
+    pid_t pid = s->pid;
     char how[96];
     describe_status(how, sizeof how, status);
 
@@ -488,8 +500,17 @@ static void slot_reaped(tp_slot_t *s, int status)
     bool start_failure = !s->said_hello && !killed && (crash || why == WHY_HELLO);
     if (why == WHY_RECYCLE)
         p->stats.recycled++;
-    if (crash || why == WHY_HELLO)
+    if (crash || why == WHY_HELLO) {
         p->stats.crashed++;
+        tp_log_call_t lc = {0};
+        if (a)
+            lc = (tp_log_call_t){a->call_id, a->job, a->tool->name, a->number};
+        tp_log_json_event(TP_LOG_WARN, "pool.worker_crashed", &lc, "worker %d (slot %d) %s%s%s", (int)pid, s->index,
+                          why == WHY_NONE    ? how
+                          : why == WHY_HELLO ? "sent no hello"
+                                             : "broke the protocol",
+                          why == WHY_PROTOCOL && s->detail[0] ? ": " : "", why == WHY_PROTOCOL ? s->detail : "");
+    }
 
     if (a != NULL) {
         if (why == WHY_TIMEOUT)

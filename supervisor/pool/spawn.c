@@ -132,7 +132,8 @@ void slot_spawn(tp_slot_t *s)
     slot_timer_arm(s, p->o.hello_timeout_us);
     return;
 fail:
-    tp_log_error("%s failed while starting worker slot %d (%s): %s", what, s->index, p->o.worker_path, strerror(rc));
+    tp_log_error("pool.spawn_failed", "%s failed while starting worker slot %d (%s): %s", what, s->index,
+                 p->o.worker_path, strerror(rc));
     if (fa_made)
         posix_spawn_file_actions_destroy(&fa);
     if (attr_made)

@@ -617,7 +617,7 @@ static void warn_builtin(loader_t *ld, json_t *t, size_t pos)
              "run in toolpool)",
              json_string_value(json_object_get(t, "type")));
     reg_report(one, sizeof one, ld->file, line, ld->at.key, msg);
-    tp_log_warn("%s", one);
+    tp_log_warn("registry.builtin_skipped", "%s", one);
     reg_where_pop(&ld->at, m);
 }
 

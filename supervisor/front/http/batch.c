@@ -58,7 +58,7 @@ void http_batch_send(tp_http_batch_t *b)
         return;
     if (b->w->req == NULL || b->ended) {
         if (evbuffer_drain(b->out, evbuffer_get_length(b->out)) != 0)
-            tp_log_error("http: cannot drop a batch's output");
+            tp_log_error("http.batch_failed", "http: cannot drop a batch's output");
         return;
     }
     evhttp_send_reply_chunk_with_cb(b->w->req, b->out, batch_written_cb, b);
@@ -81,11 +81,12 @@ void http_batch_close_when_out(tp_http_batch_t *b)
         if (b->ev_close == NULL)
             b->ev_close = evtimer_new(b->h->o.base, batch_close_cb, b);
         if (b->ev_close == NULL || evtimer_add(b->ev_close, &again) != 0)
-            tp_log_warn("http: cannot wait to close a cut batch's stream: it closes with the service");
+            tp_log_warn("http.event_failed",
+                        "http: cannot wait to close a cut batch's stream: it closes with the service");
         return;
     }
     if (shutdown(bufferevent_getfd(bev), SHUT_WR) != 0)
-        tp_log_warn("http: cannot close a cut batch's stream: %s", strerror(errno));
+        tp_log_warn("http.batch_failed", "http: cannot close a cut batch's stream: %s", strerror(errno));
 }
 
 static void batch_close_cb(evutil_socket_t fd, short what, void *arg)
@@ -124,7 +125,7 @@ void http_batch_maybe_end(tp_http_batch_t *b)
         /* The idle timeout applies again to the connection's next request. */
         struct bufferevent *bev = http_req_bev(req);
         if (bev && bufferevent_set_timeouts(bev, &b->h->idle_tv, &b->h->idle_tv) != 0)
-            tp_log_warn("http: cannot restore a connection's timeouts");
+            tp_log_warn("http.event_failed", "http: cannot restore a connection's timeouts");
         evhttp_send_reply_end(req);
     }
     b->ended = true;
@@ -162,7 +163,7 @@ void http_batch_answer_line(tp_http_batch_t *b, const tp_answer_t *a)
     tp_buf_t *line = &b->h->line;
     tp_buf_reset(line);
     if (tp_format_write(line, b->format, a) < 0 || evbuffer_add(b->out, line->data, line->len) != 0)
-        tp_log_error("http: out of memory for a batch's result line");
+        tp_log_error("http.out_of_memory", "http: out of memory for a batch's result line");
 }
 
 static void batch_reject_cb(void *ctx, const tp_answer_t *a)
@@ -337,11 +338,11 @@ void http_batch_post(tp_http_t *h, struct evhttp_request *req, const char *name)
         b->next->prev = b;
     h->batches = b;
     if (evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/x-ndjson") != 0)
-        tp_log_warn("http: cannot set a reply's Content-Type");
+        tp_log_warn("http.header_failed", "http: cannot set a reply's Content-Type");
     http_count_reply(h, 200);
     evhttp_send_reply_start(req, 200, NULL);
     struct bufferevent *bev = http_req_bev(req);
     if (bev && bufferevent_set_timeouts(bev, NULL, &h->idle_tv) != 0)
-        tp_log_warn("http: cannot lift a streaming connection's read timeout");
+        tp_log_warn("http.event_failed", "http: cannot lift a streaming connection's read timeout");
     tp_engine_kick(h->e);
 }

@@ -294,7 +294,7 @@ static void reply_accepted(tp_http_t *h, struct evhttp_request *req, const char 
     char loc[2048];
     if (enc && snprintf(loc, sizeof loc, "/v1/calls/%s", enc) < (int)sizeof loc &&
         evhttp_add_header(evhttp_request_get_output_headers(req), "Location", loc) != 0)
-        tp_log_warn("http: cannot set a reply's Location");
+        tp_log_warn("http.header_failed", "http: cannot set a reply's Location");
     free(enc);
     tp_buf_t b = {0};
     running_body(&b, id, 0);

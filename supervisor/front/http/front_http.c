@@ -90,7 +90,7 @@ static void reply_add_date_length(tp_http_t *h, struct evhttp_request *req, stru
         len /= 10;
     } while (len > 0);
     if (evhttp_add_header(hd, "Date", h->date) != 0 || evhttp_add_header(hd, "Content-Length", num + i) != 0)
-        tp_log_warn("http: cannot set a reply's Date and Content-Length");
+        tp_log_warn("http.header_failed", "http: cannot set a reply's Date and Content-Length");
 }
 
 /*
@@ -101,9 +101,9 @@ void http_reply(tp_http_t *h, struct evhttp_request *req, int status, const char
 {
     struct evkeyvalq *hd = evhttp_request_get_output_headers(req);
     if (ctype && evhttp_add_header(hd, "Content-Type", ctype) != 0)
-        tp_log_warn("http: cannot set a reply's Content-Type");
+        tp_log_warn("http.header_failed", "http: cannot set a reply's Content-Type");
     if (len > 0 && evbuffer_add(evhttp_request_get_output_buffer(req), body, len) != 0) {
-        tp_log_error("http: out of memory for a %d reply of %zu bytes", status, len);
+        tp_log_error("http.out_of_memory", "http: out of memory for a %d reply of %zu bytes", status, len);
         status = 500;
     }
     reply_add_date_length(h, req, hd, status, evbuffer_get_length(evhttp_request_get_output_buffer(req)));
@@ -295,7 +295,7 @@ static struct bufferevent *conn_bev_cb(struct event_base *base, void *arg)
     tp_http_t *h = arg;
     struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
     if (bev == NULL) {
-        tp_log_error("http: out of memory accepting a connection");
+        tp_log_error("http.out_of_memory", "http: out of memory accepting a connection");
         return NULL;
     }
     tp_http_conn_t *c = calloc(1, sizeof *c);
@@ -328,7 +328,7 @@ static void conn_adopt_cb(evutil_socket_t fd, short what, void *arg)
         if (alive) {
             c->evcon = evcon;
             if (conn_insert(h, c) < 0) {
-                tp_log_error("http: out of memory tracking a connection");
+                tp_log_error("http.out_of_memory", "http: out of memory tracking a connection");
                 alive = false;
             } else {
                 evhttp_connection_set_closecb(evcon, conn_closed_cb, c);
@@ -576,7 +576,7 @@ static char *path_decode(const char *s, size_t n)
 static void reply_method(tp_http_t *h, struct evhttp_request *req, const char *allow)
 {
     if (evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow) != 0)
-        tp_log_warn("http: cannot set a reply's Allow");
+        tp_log_warn("http.header_failed", "http: cannot set a reply's Allow");
     http_reply_error(h, req, 405, "MethodNotAllowed", "this path takes %s", allow);
 }
 
@@ -829,7 +829,7 @@ static bool framing_ok(tp_http_t *h, struct evhttp_request *req)
             len = kv->value;
         } else if (strcmp(len, kv->value) != 0) {
             if (evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close") != 0)
-                tp_log_warn("http: cannot set a reply's Connection");
+                tp_log_warn("http.header_failed", "http: cannot set a reply's Connection");
             http_reply_error(h, req, 400, "BadRequest", "two Content-Length headers that differ (%.40s and %.40s)", len,
                              kv->value);
             return false;
@@ -845,7 +845,7 @@ static void request_cb(struct evhttp_request *req, void *arg)
     tp_http_conn_t *c = conn_of(h, req);
     if (c && c->refused) {
         if (evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close") != 0)
-            tp_log_warn("http: cannot set a reply's Connection");
+            tp_log_warn("http.header_failed", "http: cannot set a reply's Connection");
         http_reply_error(h, req, 503, "Unavailable", "too many connections (the most is %d); try again later",
                          h->o.max_connections);
         return;
@@ -856,7 +856,7 @@ static void request_cb(struct evhttp_request *req, void *arg)
         return;
     if (h->o.token && !authorized(h, req)) {
         if (evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer") != 0)
-            tp_log_warn("http: cannot set a reply's WWW-Authenticate");
+            tp_log_warn("http.header_failed", "http: cannot set a reply's WWW-Authenticate");
         http_reply_error(h, req, 401, "Unauthorized", "this service needs \"Authorization: Bearer TOKEN\"");
         return;
     }
@@ -1023,12 +1023,13 @@ static void accept_error_cb(struct evconnlistener *lev, void *arg)
     tp_http_t *h = arg;
     int e = EVUTIL_SOCKET_ERROR();
     if (!h->accept_error)
-        tp_log_warn("http: accepting a connection: %s; pausing %dms", strerror(e), TP_HTTP_ACCEPT_PAUSE_MS);
+        tp_log_warn("http.accept_failed", "http: accepting a connection: %s; pausing %dms", strerror(e),
+                    TP_HTTP_ACCEPT_PAUSE_MS);
     h->accept_error = true;
     listener_update(h);
     struct timeval tv = {0, TP_HTTP_ACCEPT_PAUSE_MS * 1000};
     if (evtimer_add(h->ev_resume, &tv) != 0) {
-        tp_log_error("http: cannot arm the accept timer");
+        tp_log_error("http.event_failed", "http: cannot arm the accept timer");
         h->accept_error = false;
         listener_update(h);
     }
@@ -1043,7 +1044,7 @@ static void listener_update(tp_http_t *h)
     if (run == !h->listener_paused)
         return;
     if ((run ? evconnlistener_enable(h->listener) : evconnlistener_disable(h->listener)) != 0) {
-        tp_log_error("http: cannot %s accepting connections", run ? "resume" : "pause");
+        tp_log_error("http.event_failed", "http: cannot %s accepting connections", run ? "resume" : "pause");
         return;
     }
     h->listener_paused = !run;
@@ -1170,20 +1171,20 @@ tp_http_t *tp_http_new(const tp_http_opts_t *o)
     evhttp_set_allowed_methods(h->http, TP_HTTP_METHODS);
     /* A body past --max-body is read to its end and then refused, so the client hears the 413 (no reset). */
     if (evhttp_set_flags(h->http, EVHTTP_SERVER_LINGERING_CLOSE) != 0)
-        tp_log_warn("http: this libevent cannot read an oversized body out before its 413");
+        tp_log_warn("http.old_libevent", "http: this libevent cannot read an oversized body out before its 413");
     evhttp_set_gencb(h->http, request_cb, h);
     evhttp_set_bevcb(h->http, conn_bev_cb, h);
     if (http_tools_render(h) < 0 || (h->mcp_tools = tp_mcp_catalog_new(tp_engine_registry(h->e))) == NULL)
         goto nomem;
     tp_front_t f = {.feed = http_feed_cb, .flush = http_flush_cb, .ctx = h};
     if (tp_engine_add_front(h->e, &f) != 0) {
-        tp_log_error("http: the engine takes no more fronts");
+        tp_log_error("http.start_failed", "http: the engine takes no more fronts");
         tp_http_free(h);
         return NULL;
     }
     return h;
 nomem:
-    tp_log_error("http: out of memory starting the HTTP front");
+    tp_log_error("http.out_of_memory", "http: out of memory starting the HTTP front");
     tp_http_free(h);
     return NULL;
 }
@@ -1272,9 +1273,9 @@ void tp_http_finish(tp_http_t *h, uint64_t timeout_us)
     f.ev = evtimer_new(h->o.base, flush_check_cb, &f);
     struct timeval tv = {0, 0};
     if (f.ev == NULL || evtimer_add(f.ev, &tv) != 0) {
-        tp_log_warn("http: cannot wait for the last replies to go out");
+        tp_log_warn("http.event_failed", "http: cannot wait for the last replies to go out");
     } else if (event_base_dispatch(h->o.base) < 0) {
-        tp_log_warn("http: the loop failed while the last replies went out");
+        tp_log_warn("http.loop_failed", "http: the loop failed while the last replies went out");
     }
     if (f.ev)
         event_free(f.ev);

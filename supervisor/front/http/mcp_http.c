@@ -63,7 +63,7 @@ static void restore_timeouts(tp_http_t *h, struct evhttp_request *req)
 {
     struct bufferevent *bev = http_req_bev(req);
     if (bev && bufferevent_set_timeouts(bev, &h->idle_tv, &h->idle_tv) != 0)
-        tp_log_warn("http: cannot restore a connection's timeouts");
+        tp_log_warn("http.event_failed", "http: cannot restore a connection's timeouts");
 }
 
 /* What an event stream's reply says besides its type: not to be cached, nor held back by a proxy. */
@@ -141,7 +141,7 @@ static int mcp_send_cb(void *ctx, void *tag, const char *msg, size_t len, bool f
     if (!w->streaming) {
         struct evkeyvalq *hd = evhttp_request_get_output_headers(w->req);
         if (evhttp_add_header(hd, "Content-Type", "text/event-stream") != 0 || sse_headers(hd) != 0)
-            tp_log_warn("http: cannot set an event stream's headers");
+            tp_log_warn("http.header_failed", "http: cannot set an event stream's headers");
         http_count_reply(h, 200);
         evhttp_send_reply_start(w->req, 200, NULL);
         w->streaming = true;
@@ -463,7 +463,7 @@ static void close_cb(evutil_socket_t fd, short what, void *arg)
     ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
         if (event_add(w->gone_ev, NULL) != 0)
-            tp_log_warn("http: cannot go on watching a connection for its close");
+            tp_log_warn("http.event_failed", "http: cannot go on watching a connection for its close");
         return;
     }
     event_free(w->gone_ev);
@@ -476,7 +476,8 @@ static void watch_close(tp_http_wait_t *w, evutil_socket_t fd)
 {
     if (fd < 0 || (w->gone_ev = event_new(w->h->o.base, fd, EV_READ, close_cb, w)) == NULL ||
         event_add(w->gone_ev, NULL) != 0)
-        tp_log_warn("http: cannot watch a connection for its close: a 2026-07-28 client that goes will not "
+        tp_log_warn("http.event_failed",
+                    "http: cannot watch a connection for its close: a 2026-07-28 client that goes will not "
                     "cancel its call");
 }
 
@@ -591,7 +592,7 @@ void http_mcp_post(tp_http_t *h, struct evhttp_request *req, const char *name)
         if (tp_mcp_session_initialized(x->s)) {
             if (evhttp_add_header(evhttp_request_get_output_headers(req), "Mcp-Session-Id", tp_mcp_session_id(x->s)) !=
                 0)
-                tp_log_warn("http: cannot set a reply's Mcp-Session-Id");
+                tp_log_warn("http.header_failed", "http: cannot set a reply's Mcp-Session-Id");
         } else {
             mcp_end(h, x); /* initialize was refused: no session */
         }
@@ -600,7 +601,7 @@ void http_mcp_post(tp_http_t *h, struct evhttp_request *req, const char *name)
         /* Its answer comes when the call ends: the client only listens meanwhile. */
         struct bufferevent *bev = http_req_bev(req);
         if (bev && bufferevent_set_timeouts(bev, NULL, &h->idle_tv) != 0)
-            tp_log_warn("http: cannot lift a waiting connection's read timeout");
+            tp_log_warn("http.event_failed", "http: cannot lift a waiting connection's read timeout");
         if (modern && bev)
             watch_close(w, bufferevent_getfd(bev));
         return;
@@ -614,9 +615,9 @@ void http_mcp_post(tp_http_t *h, struct evhttp_request *req, const char *name)
     } else if (!w->json_ok && w->sse && status == 200) {
         struct evbuffer *b = evhttp_request_get_output_buffer(r);
         if (sse_event(b, (const char *)w->body.data, w->body.len) != 0)
-            tp_log_error("http: out of memory for an event");
+            tp_log_error("http.out_of_memory", "http: out of memory for an event");
         if (sse_headers(evhttp_request_get_output_headers(r)) != 0)
-            tp_log_warn("http: cannot set an event stream's headers");
+            tp_log_warn("http.header_failed", "http: cannot set an event stream's headers");
         http_reply(h, r, 200, "text/event-stream", NULL, 0);
     } else {
         http_reply(h, r, status, "application/json", w->body.data, w->body.len);

@@ -73,7 +73,7 @@ static void answer_cb(void *ctx, const tp_answer_t *a)
         return;
     }
     if (tp_format_write(&f->out, f->o->format, a) < 0) {
-        tp_log_error("out of memory writing results; stopping");
+        tp_log_error("run.out_of_memory", "out of memory writing results; stopping");
         out_stop(f);
         return;
     }
@@ -116,8 +116,8 @@ static void flush_cb(void *ctx)
     int rc = f->out_failed ? 0 : tp_write_all(f->o->output_fd, f->out.data, f->out.len);
     tp_buf_reset(&f->out);
     if (rc < 0) {
-        tp_log_error("writing results: %s", tp_strerror(rc));
-        tp_log_error("cannot write results; stopping");
+        tp_log_error("run.write_failed", "writing results: %s", tp_strerror(rc));
+        tp_log_error("run.write_failed", "cannot write results; stopping");
         out_stop(f);
     }
 }
@@ -229,7 +229,7 @@ static void feed_cb(void *ctx)
          */
         if (!f->in_regular && !f->in_ready) {
             if (event_add(f->ev_input, NULL) < 0) {
-                tp_log_error("reading %s: cannot wait for input", f->o->input_name);
+                tp_log_error("run.read_failed", "reading %s: cannot wait for input", f->o->input_name);
                 input_failed(f);
             }
             return;
@@ -240,7 +240,7 @@ static void feed_cb(void *ctx)
             continue;
         if (n < 0) {
             /* Not the end of the input: the calls after it were never read. */
-            tp_log_error("reading %s: %s", f->o->input_name, tp_strerror((int)n));
+            tp_log_error("run.read_failed", "reading %s: %s", f->o->input_name, tp_strerror((int)n));
             input_failed(f);
             return;
         }
@@ -280,12 +280,12 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
 {
     tp_jsonl_t *f = arg;
     if (tp_engine_draining(f->e)) {
-        tp_log_warn("second signal: stopping running calls now");
+        tp_log_warn("run.stop_now", "second signal: stopping running calls now");
         tp_engine_drain(f->e);
         return;
     }
     int busy = tp_engine_busy(f->e);
-    tp_log_warn("%s: finishing %d running call%s (signal again to stop now)", strsignal((int)sig), busy,
+    tp_log_warn("run.draining", "%s: finishing %d running call%s (signal again to stop now)", strsignal((int)sig), busy,
                 busy == 1 ? "" : "s");
     f->report->interrupted = true;
     if (f->status == 0)
@@ -312,7 +312,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     memset(report, 0, sizeof *report);
     struct stat st;
     if (fstat(o->input_fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-        tp_log_error("%s is a directory: give a file of calls, one JSON object a line", o->input_name);
+        tp_log_error("run.bad_input", "%s is a directory: give a file of calls, one JSON object a line", o->input_name);
         return 2;
     }
     if (fstat(o->input_fd, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -331,7 +331,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
     f.e = tp_engine_new(&eo);
     f.ev_input = event_new(f.base, o->input_fd, EV_READ, input_cb, &f);
     if (f.e == NULL || f.ev_input == NULL || tp_engine_add_front(f.e, &front) < 0) {
-        tp_log_error("out of memory");
+        tp_log_error("run.out_of_memory", "out of memory");
         goto out;
     }
     if (tp_loop_signals(&f.loop, signal_cb, &f) < 0)
@@ -347,7 +347,7 @@ int tp_batch_run(const tp_batch_opts_t *o, tp_batch_report_t *report)
         struct timeval tv = {o->progress == TP_PROGRESS_BAR ? 0 : TP_PROGRESS_EVERY_S,
                              o->progress == TP_PROGRESS_BAR ? 200000 : 0};
         if (f.ev_progress == NULL || evtimer_add(f.ev_progress, &tv) != 0)
-            tp_log_warn("no progress bar: cannot arm its timer");
+            tp_log_warn("run.no_progress_bar", "no progress bar: cannot arm its timer");
     }
     if (tp_engine_start(f.e) == 0) {
         event_base_dispatch(f.base);

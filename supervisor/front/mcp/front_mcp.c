@@ -103,9 +103,9 @@ static void out_fail(tp_mcp_t *m, int err)
     m->out_failed = true;
     tp_buf_reset(&m->out);
     if (err == EPIPE || err == ECONNRESET)
-        tp_log_warn("mcp: the client closed its end; stopping");
+        tp_log_warn("mcp.client_closed", "mcp: the client closed its end; stopping");
     else
-        tp_log_error("mcp: writing to the client: %s; stopping", strerror(err));
+        tp_log_error("mcp.write_failed", "mcp: writing to the client: %s; stopping", strerror(err));
     tell_closed(m);
 }
 
@@ -138,7 +138,7 @@ static void out_flush(tp_mcp_t *m)
                 m->out_waiting = true;
                 return;
             }
-            tp_log_error("mcp: cannot wait for the output");
+            tp_log_error("mcp.event_failed", "mcp: cannot wait for the output");
             out_fail(m, EIO);
             return;
         }
@@ -267,7 +267,7 @@ static void feed_cb(void *ctx)
         if (!m->in_regular && !m->in_ready) {
             if (!m->in_waiting) {
                 if (event_add(m->ev_in, NULL) != 0) {
-                    tp_log_error("mcp: cannot wait for input");
+                    tp_log_error("mcp.event_failed", "mcp: cannot wait for input");
                     input_end(m);
                     break;
                 }
@@ -280,7 +280,7 @@ static void feed_cb(void *ctx)
         if (n == TP_EAGAIN || n == TP_EINTR)
             continue;
         if (n < 0) {
-            tp_log_error("mcp: reading the client's messages: %s; stopping", tp_strerror((int)n));
+            tp_log_error("mcp.read_failed", "mcp: reading the client's messages: %s; stopping", tp_strerror((int)n));
             input_end(m);
             break;
         }
@@ -311,7 +311,7 @@ tp_mcp_t *tp_mcp_new(const tp_mcp_opts_t *o)
 {
     tp_mcp_t *m = calloc(1, sizeof *m);
     if (m == NULL) {
-        tp_log_error("out of memory");
+        tp_log_error("mcp.out_of_memory", "out of memory");
         return NULL;
     }
     m->o = *o;
@@ -328,7 +328,7 @@ tp_mcp_t *tp_mcp_new(const tp_mcp_opts_t *o)
         (m->tools = tp_mcp_catalog_new(tp_engine_registry(o->engine))) == NULL ||
         (m->s = tp_mcp_session_new(o->engine, m->tools, o->version, o->deadline_us, &sink)) == NULL ||
         tp_engine_add_front(m->e, &front) != 0) {
-        tp_log_error("mcp: out of memory setting up");
+        tp_log_error("mcp.out_of_memory", "mcp: out of memory setting up");
         tp_mcp_free(m);
         return NULL;
     }
@@ -375,7 +375,8 @@ void tp_mcp_finish(tp_mcp_t *m, uint64_t timeout_us)
             continue;
         }
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            tp_log_warn("mcp: the client did not read its last answers; %zu bytes dropped", tp_buf_avail(&m->out));
+            tp_log_warn("mcp.output_dropped", "mcp: the client did not read its last answers; %zu bytes dropped",
+                        tp_buf_avail(&m->out));
         else
             out_fail(m, w < 0 ? errno : EIO);
         break;
@@ -398,7 +399,7 @@ void tp_mcp_free(tp_mcp_t *m)
     if (m->ev_out)
         event_free(m->ev_out);
     if (m->restore_flags >= 0 && fcntl(m->out_fd, F_SETFL, m->restore_flags) != 0)
-        tp_log_warn("mcp: cannot restore stdout's flags: %s", strerror(errno));
+        tp_log_warn("mcp.stdout_flags", "mcp: cannot restore stdout's flags: %s", strerror(errno));
     if (m->own_out_fd)
         close(m->out_fd);
     tp_buf_free(&m->in);

@@ -255,7 +255,7 @@ static int msg_end(tp_mcp_session_t *s, tp_msg_t *w, void *tag, bool final, cons
         return -1;
     if (w->err == 0 && s->sink.send(s->sink.ctx, tag, (const char *)s->msg.data, s->msg.len, final) == 0)
         return 0;
-    tp_log_error("mcp: out of memory writing %s; it is lost", what);
+    tp_log_error("mcp.message_lost", "mcp: out of memory writing %s; it is lost", what);
     return -1;
 }
 /* {"jsonrpc":"2.0","id":ID,"result": — the head of a response; its id is written back as the client sent it. */
@@ -1469,7 +1469,7 @@ static void durable_cb(void *ctx, bool ok)
         s->sink.send(s->sink.ctx, r->tag, NULL, 0, true);
     } else if (ok) {
         if (s->sink.send(s->sink.ctx, r->tag, r->reply, r->reply_len, true) < 0)
-            tp_log_error("mcp: out of memory writing a task's response; it is lost");
+            tp_log_error("mcp.message_lost", "mcp: out of memory writing a task's response; it is lost");
     } else {
         void *was = s->tag;
         s->tag = r->tag;
