@@ -33,6 +33,7 @@ enum {
     TP_OPT_ON_VERSION_CHANGE,
     TP_OPT_OTLP,
     TP_OPT_OTLP_PAYLOADS,
+    TP_OPT_OTLP_PROTOCOL,
 };
 
 /* A command's getopt_long optstring starts with these... */
@@ -50,6 +51,7 @@ enum {
         {"on-version-change", required_argument, NULL, TP_OPT_ON_VERSION_CHANGE},                                      \
         {"seed", required_argument, NULL, TP_OPT_SEED}, {"otlp", required_argument, NULL, TP_OPT_OTLP},                \
         {"otlp-payloads", no_argument, NULL, TP_OPT_OTLP_PAYLOADS},                                                    \
+        {"otlp-protocol", required_argument, NULL, TP_OPT_OTLP_PROTOCOL},                                              \
     {                                                                                                                  \
         "quiet", no_argument, NULL, 'q'                                                                                \
     }
@@ -59,6 +61,9 @@ enum {
     "      --otlp URL           export a trace of every call over OTLP/HTTP to\n"                                      \
     "                           this collector (its base URL, or its /v1/traces\n"                                     \
     "                           endpoint; default: $OTEL_EXPORTER_OTLP_ENDPOINT)\n"                                    \
+    "      --otlp-protocol P    http/protobuf (the default) or http/json\n"                                            \
+    "                           (default: $OTEL_EXPORTER_OTLP_PROTOCOL; grpc is\n"                                     \
+    "                           not offered: it warns and sends http/protobuf)\n"                                      \
     "      --otlp-payloads      put a call's args and result on its span\n"
 
 /*
@@ -101,7 +106,7 @@ typedef struct {
     bool quiet;              /* -q: what it quiets is the command's */
     uint64_t retain_us;      /* --retain, else the registry's "retain" (once opened); 0: keep every result */
     tp_engine_opts_t engine; /* -j and the rest; reg and store once tp_engine_cli_open has opened them */
-    tp_otlp_opts_t otlp;     /* --otlp, --otlp-payloads */
+    tp_otlp_opts_t otlp;     /* --otlp, --otlp-protocol, --otlp-payloads */
     tp_otlp_t *exporter;     /* the trace exporter tp_engine_cli_open started; NULL: export is off */
 } tp_engine_cli_t;
 
