@@ -296,10 +296,10 @@ static size_t discard_cb(char *p, size_t size, size_t n, void *ctx)
 }
 
 /* POSTs one body: true when the collector took it (2xx). */
-static bool post(tp_otlp_t *o, CURL *h, const tp_buf_t *body, bool *was_failing)
+static bool post(tp_otlp_t *o, CURL *h, const uint8_t *body, size_t len, bool *was_failing)
 {
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, (const char *)body->data);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->len);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, (const char *)body);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     CURLcode rc = curl_easy_perform(h);
     long status = 0;
     if (rc == CURLE_OK)
@@ -382,6 +382,7 @@ static void wait_batch(tp_otlp_t *o)
 static void *export_main(void *arg)
 {
     tp_otlp_t *o = arg;
+    pthread_setname_np(pthread_self(), "toolpool-otlp"); /* top and perf tell it from the loop */
     CURL *h = curl_easy_init();
     if (h) {
         curl_easy_setopt(h, CURLOPT_URL, o->url);
@@ -391,7 +392,8 @@ static void *export_main(void *arg)
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard_cb);
     }
     bool pb = o->proto == TP_OTLP_PROTOBUF;
-    tp_buf_t body = {0}, spans_pb = {0};
+    size_t head_room = tp_otlp_pb_head_room(&o->pb_resource, &o->pb_scope);
+    tp_buf_t body = {0};
     bool failing = false, stop_set = false;
     uint64_t retry_ms = 0;
     struct timespec retry_at = {0};
@@ -413,26 +415,28 @@ static void *export_main(void *arg)
         }
         /* Past the exit's time, or while a failed collector is left alone: dropped, not even rendered. */
         bool skip = (stop_set && past(&stop_by)) || (failing && !past(&retry_at));
+        /* protobuf: the spans after room for the request's head, written once their length is known */
         tp_buf_reset(&body);
-        tp_buf_reset(&spans_pb);
-        if (!pb)
-            tp_buf_puts(&body, o->prefix);
+        int rc = pb ? tp_buf_reserve(&body, head_room) : tp_buf_puts(&body, o->prefix);
+        if (pb && rc == 0)
+            body.len = head_room;
         size_t spans = 0;
         for (; c && (spans == 0 || spans + c->spans <= o->max_batch); c = peek(o)) {
-            if (!skip && pb)
-                tp_otlp_render_pb(&spans_pb, &c->rec, &c->tc, o->payloads, c->end_ns);
-            else if (!skip)
+            if (!skip && rc == 0 && pb)
+                tp_otlp_render_pb(&body, &c->rec, &c->tc, o->payloads, c->end_ns);
+            else if (!skip && rc == 0)
                 tp_otlp_render(&body, &c->rec, &c->tc, o->payloads, c->end_ns);
             spans += c->spans;
             o->rd_off += c->size;
         }
         atomic_fetch_sub(&o->queued, spans);
-        int rc = 0;
-        if (pb)
-            tp_otlp_pb_frame(&body, &o->pb_resource, &o->pb_scope, &spans_pb);
-        else
+        const uint8_t *start = body.data;
+        if (rc == 0 && pb)
+            start = tp_otlp_pb_head(body.data + head_room, &o->pb_resource, &o->pb_scope, body.len - head_room);
+        else if (rc == 0)
             rc = tp_buf_puts(&body, "]}]}]}");
-        bool ok = !skip && h && rc == 0 && body.data && (!pb || spans_pb.data) && post(o, h, &body, &failing);
+        bool ok = !skip && h && rc == 0 && body.data &&
+                  post(o, h, start, body.len - (size_t)(start - body.data), &failing);
         if (!skip && failing) {
             /* tried again once a second, doubling to 30 s, as long as it fails */
             retry_ms = retry_ms ? (retry_ms * 2 > 30000 ? 30000 : retry_ms * 2) : 1000;
@@ -443,7 +447,6 @@ static void *export_main(void *arg)
         atomic_fetch_add(ok ? &o->exported : &o->dropped, spans);
     }
     tp_buf_free(&body);
-    tp_buf_free(&spans_pb);
     if (h)
         curl_easy_cleanup(h);
     return NULL;

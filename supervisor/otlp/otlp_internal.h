@@ -34,11 +34,14 @@ void tp_otlp_pb_attr_str(tp_buf_t *b, unsigned field, const char *key, const cha
 void tp_otlp_pb_submessage(tp_buf_t *out, unsigned field, const tp_buf_t *body);
 
 /*
- * A whole ExportTraceServiceRequest into out (reset first): one
- * ResourceSpans of resource (its field 1, framed) and one ScopeSpans of
- * scope (its field 1, framed) and spans (tp_otlp_render_pb's).
+ * The head of an ExportTraceServiceRequest whose spans (tp_otlp_render_pb's,
+ * spans_len bytes) follow at end: one ResourceSpans of resource (its field
+ * 1, framed) and one ScopeSpans of scope (its field 1, framed) and those
+ * spans. Written to end before them, in room of tp_otlp_pb_head_room bytes
+ * at most: returns where the request starts.
  */
-void tp_otlp_pb_frame(tp_buf_t *out, const tp_buf_t *resource, const tp_buf_t *scope, const tp_buf_t *spans);
+size_t tp_otlp_pb_head_room(const tp_buf_t *resource, const tp_buf_t *scope);
+uint8_t *tp_otlp_pb_head(uint8_t *end, const tp_buf_t *resource, const tp_buf_t *scope, size_t spans_len);
 
 /* "attempt N" into s (of n bytes, at least 20). */
 void tp_otlp_attempt_name(char *s, size_t n, uint32_t attempt);
