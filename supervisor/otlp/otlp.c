@@ -555,6 +555,9 @@ int tp_otlp_start(const tp_otlp_opts_t *opts, tp_otlp_t **out)
         o->max_batch = o->max_queue;
     o->headers = curl_slist_append(NULL, o->proto == TP_OTLP_PROTOBUF ? "Content-Type: application/x-protobuf"
                                                                       : "Content-Type: application/json");
+    /* no "Expect: 100-continue" (libcurl's for a long body): a round trip per request, or a wait for it */
+    if (o->headers)
+        o->headers = curl_slist_append(o->headers, "Expect:");
     const char *hv = getenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS");
     const char *hname = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
     if (hv == NULL || !*hv) {
