@@ -19,6 +19,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "json.h"
@@ -65,6 +67,9 @@ typedef struct tp_block {
 } tp_block_t;
 
 #define BLOCK_BYTES (64 * 1024 - 64)
+
+/* The exporter thread's nice value, over the process's. */
+#define EXPORT_NICE 10
 
 struct tp_otlp {
     char *url;
@@ -383,6 +388,11 @@ static void *export_main(void *arg)
 {
     tp_otlp_t *o = arg;
     pthread_setname_np(pthread_self(), "toolpool-otlp"); /* top and perf tell it from the loop */
+    /*
+     * Below the loop and the workers when the cores are short: the export
+     * takes what they leave (a thread's nice value is its own on Linux).
+     */
+    setpriority(PRIO_PROCESS, (id_t)gettid(), EXPORT_NICE);
     CURL *h = curl_easy_init();
     if (h) {
         curl_easy_setopt(h, CURLOPT_URL, o->url);
