@@ -435,6 +435,25 @@ class Otlp(unittest.TestCase):
         self.assertEqual(json.loads(a["gen_ai.tool.call.arguments"]), {"q": "shown"})
         self.assertEqual(json.loads(a["gen_ai.tool.call.result"]), {"q": "shown"})
 
+    def test_long_payloads(self):
+        """A span past 16 KiB (its args and result on it), in both encodings: the protobuf one's
+        length takes more bytes than a short span's, and the spans after it still decode."""
+        big = "x" * 40000
+        for proto in ("http/protobuf", "http/json"):
+            with self.subTest(proto=proto):
+                r = self.receiver()
+                _, err, _ = self.run_calls([{"id": "b1", "tool": "cat", "args": {"q": big}},
+                                            {"id": "b2", "tool": "cat", "args": {"q": "small"}}],
+                                           "--otlp", r.url, "--otlp-payloads", "--otlp-protocol", proto)
+                self.assertIn("otlp: 4 spans exported, 0 dropped", err)
+                calls = {attrs(s)["gen_ai.tool.call.id"]: attrs(s) for _, s in r.spans()
+                         if s["name"] == "execute_tool cat"}
+                self.assertEqual(json.loads(calls["b1"]["gen_ai.tool.call.arguments"]), {"q": big})
+                self.assertEqual(json.loads(calls["b1"]["gen_ai.tool.call.result"]), {"q": big})
+                self.assertEqual(json.loads(calls["b2"]["gen_ai.tool.call.result"]), {"q": "small"})
+                self.assertEqual(sorted(s["name"] for _, s in r.spans()), ["attempt 1 cat", "attempt 1 cat",
+                                                                          "execute_tool cat", "execute_tool cat"])
+
     def test_environment_endpoints(self):
         r = self.receiver()
         self.run_calls([{"id": "e1", "tool": "noop", "args": {}}],

@@ -61,9 +61,11 @@ enum {
     "      --otlp URL           export a trace of every call over OTLP/HTTP to\n"                                      \
     "                           this collector (its base URL, or its /v1/traces\n"                                     \
     "                           endpoint; default: $OTEL_EXPORTER_OTLP_ENDPOINT)\n"                                    \
-    "      --otlp-protocol P    http/protobuf (the default) or http/json\n"                                            \
-    "                           (default: $OTEL_EXPORTER_OTLP_PROTOCOL; grpc is\n"                                     \
-    "                           not offered: it warns and sends http/protobuf)\n"                                      \
+    "      --otlp-protocol P    the requests' encoding: http/protobuf or\n"                                            \
+    "                           http/json (default:\n"                                                                 \
+    "                           $OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else\n"                                           \
+    "                           $OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf;\n"                                   \
+    "                           grpc is not offered: it warns, sends protobuf)\n"                                      \
     "      --otlp-payloads      put a call's args and result on its span\n"
 
 /*
