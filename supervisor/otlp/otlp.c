@@ -619,14 +619,27 @@ static size_t str_room(const char *s)
     return s ? strlen(s) + 1 : 0;
 }
 
-/* The bytes r's chunk takes, rounded up to keep the next aligned. */
-static size_t chunk_size(const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads)
+/* Copies s (NULL: none), of n bytes with its NUL, to *at, moving it on: the copy, or NULL. */
+static char *copy_strn(char **at, const char *s, size_t n)
 {
-    const char *strs[] = {r->id,      r->job,       r->tool,         r->kind,        r->klass,
-                          r->message, r->served_by, tc->traceparent, tc->tracestate, tc->rpc_id};
+    if (s == NULL)
+        return NULL;
+    char *to = memcpy(*at, s, n);
+    *at += n;
+    return to;
+}
+
+/* The strings of a record and trace context that a chunk copies, in the order of chunk_size's room. */
+enum { S_ID, S_JOB, S_TOOL, S_KIND, S_KLASS, S_MESSAGE, S_SERVED_BY, S_TRACEPARENT, S_TRACESTATE, S_RPC_ID, S__COUNT };
+
+/* The bytes r's chunk takes, rounded up to keep the next aligned; each string's room in sroom[]. */
+static size_t chunk_size(const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads, size_t sroom[S__COUNT])
+{
+    const char *strs[S__COUNT] = {r->id,      r->job,       r->tool,         r->kind,        r->klass,
+                                  r->message, r->served_by, tc->traceparent, tc->tracestate, tc->rpc_id};
     size_t n = r->n_trace, room = sizeof(tp_chunk_t) + n * (sizeof(Toolpool__Attempt) + sizeof(Toolpool__Attempt *));
-    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
-        room += str_room(strs[i]);
+    for (size_t i = 0; i < S__COUNT; i++)
+        room += sroom[i] = str_room(strs[i]);
     for (size_t i = 0; i < n; i++)
         room += str_room(r->trace[i]->tool) + str_room(r->trace[i]->outcome);
     if (payloads)
@@ -634,8 +647,9 @@ static size_t chunk_size(const Toolpool__Result *r, const tp_trace_ctx_t *tc, bo
     return (room + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
 }
 
-/* r's chunk, written at c (of size bytes): the fields its spans read. */
-static void chunk_fill(tp_chunk_t *c, size_t size, const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads)
+/* r's chunk, written at c (of size bytes): the fields its spans read (sroom: chunk_size's). */
+static void chunk_fill(tp_chunk_t *c, size_t size, const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads,
+                       const size_t sroom[S__COUNT])
 {
     size_t n = r->n_trace;
     c->size = size;
@@ -663,18 +677,18 @@ static void chunk_fill(tp_chunk_t *c, size_t size, const Toolpool__Result *r, co
         c->rec.trace[i] = &at[i];
         c->spans += 1 + (t->backoff_us > 0);
     }
-    c->rec.id = copy_str(&p, r->id);
-    c->rec.job = copy_str(&p, r->job);
-    c->rec.tool = copy_str(&p, r->tool);
-    c->rec.kind = copy_str(&p, r->kind);
-    c->rec.klass = copy_str(&p, r->klass);
-    c->rec.message = copy_str(&p, r->message);
-    c->rec.served_by = copy_str(&p, r->served_by);
+    c->rec.id = copy_strn(&p, r->id, sroom[S_ID]);
+    c->rec.job = copy_strn(&p, r->job, sroom[S_JOB]);
+    c->rec.tool = copy_strn(&p, r->tool, sroom[S_TOOL]);
+    c->rec.kind = copy_strn(&p, r->kind, sroom[S_KIND]);
+    c->rec.klass = copy_strn(&p, r->klass, sroom[S_KLASS]);
+    c->rec.message = copy_strn(&p, r->message, sroom[S_MESSAGE]);
+    c->rec.served_by = copy_strn(&p, r->served_by, sroom[S_SERVED_BY]);
     const char *tp = tc->traceparent, *ts = tc->tracestate, *rpc = tc->rpc_id;
     c->tc = *tc;
-    c->tc.traceparent = copy_str(&p, tp);
-    c->tc.tracestate = copy_str(&p, ts);
-    c->tc.rpc_id = copy_str(&p, rpc);
+    c->tc.traceparent = copy_strn(&p, tp, sroom[S_TRACEPARENT]);
+    c->tc.tracestate = copy_strn(&p, ts, sroom[S_TRACESTATE]);
+    c->tc.rpc_id = copy_strn(&p, rpc, sroom[S_RPC_ID]);
     if (payloads) {
         c->rec.args = (ProtobufCBinaryData){.data = (uint8_t *)p, .len = r->args.len};
         if (r->args.len)
@@ -707,7 +721,8 @@ void tp_otlp_call_end(void *ctx, const Toolpool__Result *r, const tp_trace_ctx_t
         atomic_fetch_add_explicit(&o->dropped, spans, memory_order_relaxed);
         return;
     }
-    size_t need = chunk_size(r, tc, o->payloads);
+    size_t sroom[S__COUNT];
+    size_t need = chunk_size(r, tc, o->payloads, sroom);
     tp_block_t *w = o->wr;
     size_t used = atomic_load_explicit(&w->committed, memory_order_relaxed);
     if (used + need > w->cap) {
@@ -722,7 +737,7 @@ void tp_otlp_call_end(void *ctx, const Toolpool__Result *r, const tp_trace_ctx_t
         used = 0;
     }
     tp_chunk_t *c = (tp_chunk_t *)((char *)w->data + used);
-    chunk_fill(c, need, r, tc, o->payloads);
+    chunk_fill(c, need, r, tc, o->payloads, sroom);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     c->end_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
