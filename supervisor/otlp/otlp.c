@@ -392,7 +392,10 @@ static void *export_main(void *arg)
      * Below the loop and the workers when the cores are short: the export
      * takes what they leave (a thread's nice value is its own on Linux).
      */
-    setpriority(PRIO_PROCESS, (id_t)gettid(), EXPORT_NICE);
+    errno = 0;
+    int nice_now = getpriority(PRIO_PROCESS, (id_t)gettid());
+    if (errno == 0)
+        setpriority(PRIO_PROCESS, (id_t)gettid(), nice_now + EXPORT_NICE > 19 ? 19 : nice_now + EXPORT_NICE);
     CURL *h = curl_easy_init();
     if (h) {
         curl_easy_setopt(h, CURLOPT_URL, o->url);
