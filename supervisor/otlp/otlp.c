@@ -638,8 +638,17 @@ enum { S_ID, S_JOB, S_TOOL, S_KIND, S_KLASS, S_MESSAGE, S_SERVED_BY, S_TRACEPARE
 /* The bytes r's chunk takes, rounded up to keep the next aligned; each string's room in sroom[]. */
 static size_t chunk_size(const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads, size_t sroom[S__COUNT])
 {
-    const char *strs[S__COUNT] = {r->id,      r->job,       r->tool,         r->kind,        r->klass,
-                                  r->message, r->served_by, tc->traceparent, tc->tracestate, tc->rpc_id};
+    /* an ok call's kind, class and message are not on its spans: not copied */
+    const char *strs[S__COUNT] = {r->id,
+                                  r->job,
+                                  r->tool,
+                                  r->ok ? NULL : r->kind,
+                                  r->ok ? NULL : r->klass,
+                                  r->ok ? NULL : r->message,
+                                  r->served_by,
+                                  tc->traceparent,
+                                  tc->tracestate,
+                                  tc->rpc_id};
     size_t n = r->n_trace, room = sizeof(tp_chunk_t) + n * (sizeof(Toolpool__Attempt) + sizeof(Toolpool__Attempt *));
     for (size_t i = 0; i < S__COUNT; i++)
         room += sroom[i] = str_room(strs[i]);
@@ -683,9 +692,9 @@ static void chunk_fill(tp_chunk_t *c, size_t size, const Toolpool__Result *r, co
     c->rec.id = copy_strn(&p, r->id, sroom[S_ID]);
     c->rec.job = copy_strn(&p, r->job, sroom[S_JOB]);
     c->rec.tool = copy_strn(&p, r->tool, sroom[S_TOOL]);
-    c->rec.kind = copy_strn(&p, r->kind, sroom[S_KIND]);
-    c->rec.klass = copy_strn(&p, r->klass, sroom[S_KLASS]);
-    c->rec.message = copy_strn(&p, r->message, sroom[S_MESSAGE]);
+    c->rec.kind = sroom[S_KIND] ? copy_strn(&p, r->kind, sroom[S_KIND]) : NULL;
+    c->rec.klass = sroom[S_KLASS] ? copy_strn(&p, r->klass, sroom[S_KLASS]) : NULL;
+    c->rec.message = sroom[S_MESSAGE] ? copy_strn(&p, r->message, sroom[S_MESSAGE]) : NULL;
     c->rec.served_by = copy_strn(&p, r->served_by, sroom[S_SERVED_BY]);
     const char *tp = tc->traceparent, *ts = tc->tracestate, *rpc = tc->rpc_id;
     c->tc = *tc;
