@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Traces over OTLP/HTTP: `run`, `serve` and `mcp` with --otlp (or the
-OTEL_* variables) POST the JSON encoding of ExportTraceServiceRequest to a
-real receiver this test starts on loopback (http.server in a thread). The
+OTEL_* variables) POST ExportTraceServiceRequest, in the protobuf encoding
+(the default) or the JSON one (--otlp-protocol http/json), to a real
+receiver this test starts on loopback (http.server in a thread), which
+decodes both: the protobuf with a decoder of its own, below, written from
+opentelemetry-proto's message definitions, into the shape of the JSON
+encoding, so that every check reads both alike. The
 spans are checked against the result lines: names, attributes, parent and
 child links, trace ids joining an incoming traceparent, and times that say
 what the record says. A collector that is down or slow leaves the calls
@@ -29,12 +33,135 @@ PARENT_SPAN = "b7ad6b7169203331"
 TRACEPARENT = f"00-{PARENT_TRACE}-{PARENT_SPAN}-01"
 
 
+def pb_fields(buf):
+    """A protobuf message's fields, in order: (number, wire type, value);
+    a varint or fixed64 as an int, a length-delimited field as bytes."""
+    i, out = 0, []
+
+    def varint():
+        nonlocal i
+        v = shift = 0
+        while True:
+            b = buf[i]
+            i += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return v
+
+    while i < len(buf):
+        key = varint()
+        num, wt = key >> 3, key & 7
+        if wt == 0:
+            val = varint()
+        elif wt == 1:
+            val = int.from_bytes(buf[i:i + 8], "little")
+            i += 8
+        elif wt == 2:
+            n = varint()
+            val = bytes(buf[i:i + n])
+            if len(val) != n:
+                raise AssertionError("a length-delimited field runs past its message")
+            i += n
+        elif wt == 5:
+            val = int.from_bytes(buf[i:i + 4], "little")
+            i += 4
+        else:
+            raise AssertionError(f"unexpected wire type {wt}")
+        out.append((num, wt, val))
+    if i != len(buf):
+        raise AssertionError("a field runs past its message")
+    return out
+
+
+def pb_any(buf):
+    """AnyValue: 1 string_value, 2 bool_value, 3 int_value, 4 double_value."""
+    (num, _, v), = pb_fields(buf)
+    if num == 1:
+        return {"stringValue": v.decode()}
+    if num == 2:
+        return {"boolValue": bool(v)}
+    if num == 3:
+        return {"intValue": str(v - (1 << 64) if v >= 1 << 63 else v)}
+    raise AssertionError(f"unexpected AnyValue field {num}")
+
+
+def pb_kv(buf):
+    """KeyValue: 1 key, 2 value."""
+    f = {n: v for n, _, v in pb_fields(buf)}
+    return {"key": f[1].decode(), "value": pb_any(f[2])}
+
+
+SPAN_KEYS = {1: "traceId", 2: "spanId", 3: "traceState", 4: "parentSpanId", 5: "name", 6: "kind",
+             7: "startTimeUnixNano", 8: "endTimeUnixNano"}
+
+
+def pb_span(buf):
+    """Span (trace/v1/trace.proto), as its JSON encoding has it: ids in hex, times as strings."""
+    s = {"attributes": []}
+    for num, wt, v in pb_fields(buf):
+        if num in (1, 2, 4):
+            s[SPAN_KEYS[num]] = v.hex()
+        elif num in (3, 5):
+            s[SPAN_KEYS[num]] = v.decode()
+        elif num == 6:
+            s["kind"] = v
+        elif num in (7, 8):
+            assert wt == 1, "times are fixed64"
+            s[SPAN_KEYS[num]] = str(v)
+        elif num == 9:
+            s["attributes"].append(pb_kv(v))
+        elif num == 15:  # Status: 2 message, 3 code
+            st = {}
+            for n, _, x in pb_fields(v):
+                if n == 2:
+                    st["message"] = x.decode()
+                elif n == 3:
+                    st["code"] = x
+            s["status"] = st
+        else:
+            raise AssertionError(f"unexpected Span field {num}")
+    for k in ("traceId", "spanId", "name", "startTimeUnixNano", "endTimeUnixNano"):
+        assert k in s, f"a span without its {k}"
+    return s
+
+
+def pb_request(buf):
+    """ExportTraceServiceRequest (1 resource_spans) as its JSON encoding has it."""
+    out = []
+    for num, _, rs in pb_fields(buf):
+        assert num == 1, num
+        r = {"resource": {"attributes": []}, "scopeSpans": []}
+        for n, _, v in pb_fields(rs):
+            if n == 1:  # Resource: 1 attributes
+                r["resource"]["attributes"] = [pb_kv(x) for m, _, x in pb_fields(v) if m == 1]
+            elif n == 2:  # ScopeSpans: 1 scope, 2 spans
+                ss = {"scope": {}, "spans": []}
+                for m, _, x in pb_fields(v):
+                    if m == 1:
+                        sc = {k: y.decode() for k, _, y in pb_fields(x)}
+                        ss["scope"] = {"name": sc.get(1, ""), "version": sc.get(2, "")}
+                    elif m == 2:
+                        ss["spans"].append(pb_span(x))
+                r["scopeSpans"].append(ss)
+        out.append(r)
+    return {"resourceSpans": out}
+
+
+def decode_body(content_type, body):
+    if content_type == "application/x-protobuf":
+        return pb_request(body)
+    assert content_type == "application/json", content_type
+    return json.loads(body)
+
+
 class Receiver:
     """An OTLP/HTTP receiver: keeps each POST's path and decoded body;
     delay: seconds it sleeps before answering each."""
 
     def __init__(self, delay=0.0):
         self.posts = []
+        self.raw = []  # the bodies as sent
         self.lock = threading.Lock()
         recv = self
 
@@ -44,7 +171,9 @@ class Receiver:
                 if recv.delay:
                     time.sleep(recv.delay)
                 with recv.lock:
-                    recv.posts.append((self.path, dict(self.headers), json.loads(body)))
+                    recv.raw.append(body)
+                    recv.posts.append((self.path, dict(self.headers),
+                                       decode_body(self.headers.get("Content-Type"), body)))
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", "2")
@@ -168,17 +297,25 @@ class Otlp(unittest.TestCase):
         self.assertIn(p.returncode, (0, 1), p.stderr)
         return {json.loads(line)["id"]: json.loads(line) for line in p.stdout.splitlines()}, p.stderr, took
 
-    def test_run_spans(self):
+    def test_run_spans_protobuf(self):
+        self.check_run_spans((), "application/x-protobuf")
+
+    def test_run_spans_json(self):
+        self.check_run_spans(("--otlp-protocol", "http/json"), "application/json")
+
+    def check_run_spans(self, proto_args, content_type):
+        """Two calls' spans, in one encoding: names, attributes, parentage and times."""
         r = self.receiver()
         res, err, _ = self.run_calls(
             [{"id": "c1", "job": "j", "step": 1, "tool": "cat", "args": {"q": "secret-arg"}},
              {"id": "c2", "job": "j", "step": 2, "tool": "flaky", "args": {}, "traceparent": TRACEPARENT,
               "tracestate": "vendor=1"}],
-            "--otlp", r.url,
+            "--otlp", r.url, *proto_args,
             env={"OTEL_SERVICE_NAME": "evals", "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=ci,team=a%2Cb"})
         self.assertIn("otlp: 8 spans exported, 0 dropped", err)
         self.assertEqual({p for p, _, _ in r.posts}, {"/v1/traces"})
-        self.assertTrue(all(h.get("Content-Type") == "application/json" for _, h, _ in r.posts))
+        self.assertTrue(all(h.get("Content-Type") == content_type for _, h, _ in r.posts))
+        self.assertFalse(any(b"secret-arg" in raw for raw in r.raw))  # no payloads unless asked
         spans = r.spans()
         res0 = spans[0][0]
         self.assertEqual(res0["service.name"], "evals")
@@ -298,6 +435,25 @@ class Otlp(unittest.TestCase):
         self.assertEqual(json.loads(a["gen_ai.tool.call.arguments"]), {"q": "shown"})
         self.assertEqual(json.loads(a["gen_ai.tool.call.result"]), {"q": "shown"})
 
+    def test_long_payloads(self):
+        """A span past 16 KiB (its args and result on it), in both encodings: the protobuf one's
+        length takes more bytes than a short span's, and the spans after it still decode."""
+        big = "x" * 40000
+        for proto in ("http/protobuf", "http/json"):
+            with self.subTest(proto=proto):
+                r = self.receiver()
+                _, err, _ = self.run_calls([{"id": "b1", "tool": "cat", "args": {"q": big}},
+                                            {"id": "b2", "tool": "cat", "args": {"q": "small"}}],
+                                           "--otlp", r.url, "--otlp-payloads", "--otlp-protocol", proto)
+                self.assertIn("otlp: 4 spans exported, 0 dropped", err)
+                calls = {attrs(s)["gen_ai.tool.call.id"]: attrs(s) for _, s in r.spans()
+                         if s["name"] == "execute_tool cat"}
+                self.assertEqual(json.loads(calls["b1"]["gen_ai.tool.call.arguments"]), {"q": big})
+                self.assertEqual(json.loads(calls["b1"]["gen_ai.tool.call.result"]), {"q": big})
+                self.assertEqual(json.loads(calls["b2"]["gen_ai.tool.call.result"]), {"q": "small"})
+                self.assertEqual(sorted(s["name"] for _, s in r.spans()), ["attempt 1 cat", "attempt 1 cat",
+                                                                          "execute_tool cat", "execute_tool cat"])
+
     def test_environment_endpoints(self):
         r = self.receiver()
         self.run_calls([{"id": "e1", "tool": "noop", "args": {}}],
@@ -322,6 +478,42 @@ class Otlp(unittest.TestCase):
         self.assertTrue(all(r["ok"] for r in res.values()))
         self.assertIn("otlp: 0 spans exported, 100 dropped", err)
         self.assertIn("spans are dropped until it answers", err)
+
+    def test_protocols(self):
+        """--otlp-protocol, else OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL;
+        grpc is warned of and sent as http/protobuf; a bad option value exits 2."""
+        r = self.receiver()
+        cases = [
+            ((), {}, "application/x-protobuf", None),
+            ((), {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "application/json", None),
+            ((), {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"},
+             "application/x-protobuf", None),
+            (("--otlp-protocol", "http/protobuf"), {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+             "application/x-protobuf", None),
+            ((), {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}, "application/x-protobuf",
+             "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: grpc is not offered"),
+            (("--otlp-protocol", "grpc"), {}, "application/x-protobuf", "--otlp-protocol: grpc is not offered"),
+            ((), {"OTEL_EXPORTER_OTLP_PROTOCOL": "thrift"}, "application/x-protobuf",
+             'OTEL_EXPORTER_OTLP_PROTOCOL: expected http/protobuf, http/json or grpc, got "thrift"'),
+        ]
+        for i, (args, env, ctype, warning) in enumerate(cases):
+            with self.subTest(args=args, env=env):
+                before = len(r.posts)
+                res, err, _ = self.run_calls([{"id": f"p{i}", "tool": "cat", "args": {"n": i}}], "--otlp", r.url,
+                                             *args, env=env)
+                self.assertTrue(res[f"p{i}"]["ok"])
+                self.assertIn("otlp: 2 spans exported, 0 dropped", err)
+                self.assertEqual([h.get("Content-Type") for _, h, _ in r.posts[before:]], [ctype])
+                names = sorted(s["name"] for _, s in r.spans()[-2:])
+                self.assertEqual(names, ["attempt 1 cat", "execute_tool cat"])
+                if warning:
+                    self.assertIn(warning, err)
+                else:
+                    self.assertNotIn("not offered", err)
+        p = subprocess.run([TOOLPOOL, "run", "--otlp", r.url, "--otlp-protocol", "http/xml", "/dev/null"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn('--otlp-protocol: expected http/protobuf, http/json or grpc, got "http/xml"', p.stderr)
 
     def test_collector_slow(self):
         r = self.receiver(delay=0.4)

@@ -109,6 +109,14 @@ int tp_engine_cli_take(tp_engine_cli_t *c, int opt, const char *arg)
         }
         break;
     }
+    case TP_OPT_OTLP_PROTOCOL:
+        if (tp_otlp_protocol(arg, "--otlp-protocol", &c->otlp.protocol) < 0) {
+            tp_log_error("cli.bad_option", "--otlp-protocol: expected http/protobuf, http/json or grpc, got \"%s\"",
+                         arg);
+            exit(2);
+        }
+        c->otlp.protocol_set = true;
+        break;
     default:
         return 0;
     }

@@ -35,6 +35,7 @@ enum {
     TP_OPT_OTLP_PAYLOADS,
     TP_OPT_LOG_FORMAT,
     TP_OPT_LOG_FILE,
+    TP_OPT_OTLP_PROTOCOL,
 };
 
 /* A command's getopt_long optstring starts with these... */
@@ -54,6 +55,7 @@ enum {
         {"otlp-payloads", no_argument, NULL, TP_OPT_OTLP_PAYLOADS},                                                    \
         {"log-format", required_argument, NULL, TP_OPT_LOG_FORMAT},                                                    \
         {"log-file", required_argument, NULL, TP_OPT_LOG_FILE},                                                        \
+        {"otlp-protocol", required_argument, NULL, TP_OPT_OTLP_PROTOCOL},                                              \
     {                                                                                                                  \
         "quiet", no_argument, NULL, 'q'                                                                                \
     }
@@ -63,6 +65,11 @@ enum {
     "      --otlp URL           export a trace of every call over OTLP/HTTP to\n"                                      \
     "                           this collector (its base URL, or its /v1/traces\n"                                     \
     "                           endpoint; default: $OTEL_EXPORTER_OTLP_ENDPOINT)\n"                                    \
+    "      --otlp-protocol P    the requests' encoding: http/protobuf or\n"                                            \
+    "                           http/json (default:\n"                                                                 \
+    "                           $OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else\n"                                           \
+    "                           $OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf;\n"                                   \
+    "                           grpc is not offered: it warns, sends protobuf)\n"                                      \
     "      --otlp-payloads      put a call's args and result on its span\n"
 
 /* The log options' --help lines, the same in run, serve and mcp. */
@@ -114,7 +121,7 @@ typedef struct {
     bool quiet;              /* -q: what it quiets is the command's */
     uint64_t retain_us;      /* --retain, else the registry's "retain" (once opened); 0: keep every result */
     tp_engine_opts_t engine; /* -j and the rest; reg and store once tp_engine_cli_open has opened them */
-    tp_otlp_opts_t otlp;     /* --otlp, --otlp-payloads */
+    tp_otlp_opts_t otlp;     /* --otlp, --otlp-protocol, --otlp-payloads */
     tp_otlp_t *exporter;     /* the trace exporter tp_engine_cli_open started; NULL: export is off */
 } tp_engine_cli_t;
 

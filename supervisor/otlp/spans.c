@@ -108,6 +108,22 @@ static void put_u64(tp_buf_t *b, uint64_t v)
     tp_buf_append(b, s + n, sizeof s - n);
 }
 
+void tp_otlp_attempt_name(char *s, size_t n, uint32_t attempt)
+{
+    char d[10];
+    size_t k = 0;
+    do {
+        d[k++] = (char)('0' + attempt % 10);
+        attempt /= 10;
+    } while (attempt && k < sizeof d);
+    if (n < 9 + k)
+        return;
+    memcpy(s, "attempt ", 8);
+    for (size_t i = 0; i < k; i++)
+        s[8 + i] = d[k - 1 - i];
+    s[8 + k] = 0;
+}
+
 /* A comma unless b is at the start of a list. */
 static void put_sep(tp_buf_t *b)
 {
@@ -264,7 +280,7 @@ size_t tp_otlp_render(tp_buf_t *b, const Toolpool__Result *r, const tp_trace_ctx
         uint8_t id[8];
         char name[32];
         tp_trace_span_id(tc, i, false, id);
-        snprintf(name, sizeof name, "attempt %u", t->attempt);
+        tp_otlp_attempt_name(name, sizeof name, t->attempt);
         span_open(b, tc->trace_id, id, call_id, tracestate, name, t->tool, 1, at, done);
         attr_int(b, "toolpool.attempt", t->attempt);
         attr_str(b, "gen_ai.tool.name", t->tool);
