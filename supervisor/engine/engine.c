@@ -447,7 +447,7 @@ void eng_publish(tp_engine_t *e)
     tp_sb_write_begin(&h->gen);
     tp_sb_counts_t *c = &h->c;
     c->total = e->status_total;
-    c->done = e->results + e->stats.rejected + e->stats.answered_recorded;
+    c->done = e->results; /* ended, served from the store and refused alike */
     c->live = e->live;
     c->waiting = tp_engine_waiting(e);
     c->busy = tp_pool_busy(e->pool);

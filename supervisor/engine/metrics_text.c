@@ -185,7 +185,8 @@ void tp_metrics_text(tp_buf_t *b, const tp_sb_snap_t *const *boards, size_t n, b
                 sample_u(b, "toolpool_run_calls_expected", &lab, NULL, boards[i]->c.total);
             }
     }
-    tp_metrics_head(b, "toolpool_calls_total", "counter", "Calls answered, by tool and outcome (ok, or the error kind).");
+    tp_metrics_head(b, "toolpool_calls_total", "counter",
+                    "Calls answered, by tool and outcome (ok, or the error kind).");
     for (size_t i = 0; i < n; i++)
         for (uint32_t t = 0; t < boards[i]->n_tools; t++)
             for (int k = 0; k <= TP_KIND__COUNT; k++) {
@@ -248,7 +249,8 @@ void tp_metrics_text(tp_buf_t *b, const tp_sb_snap_t *const *boards, size_t n, b
             sample_u(b, per_board[m].name, &lab, NULL, per_board[m].v(boards[i]));
         }
     }
-    tp_metrics_head(b, "toolpool_commit_duration_seconds", "histogram", "How long store commits take (fsync included).");
+    tp_metrics_head(b, "toolpool_commit_duration_seconds", "histogram",
+                    "How long store commits take (fsync included).");
     for (size_t i = 0; i < n; i++) {
         labels(&lab, boards[i], labelled, NULL);
         put_histogram(b, "toolpool_commit_duration_seconds", (const char *)lab.data, &boards[i]->commit_latency);

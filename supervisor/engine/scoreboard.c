@@ -202,7 +202,8 @@ int tp_sb_snapshot(const void *base, size_t size, tp_sb_snap_t *out)
 {
     memset(out, 0, sizeof *out);
     const tp_sb_header_t *h = base;
-    if (size < sizeof *h || h->magic != TP_SB_MAGIC || h->slots_off + (uint64_t)h->n_slots * sizeof(tp_sb_slot_t) > size ||
+    if (size < sizeof *h || h->magic != TP_SB_MAGIC ||
+        h->slots_off + (uint64_t)h->n_slots * sizeof(tp_sb_slot_t) > size ||
         h->tools_off + (uint64_t)h->n_tools * sizeof(tp_sb_tool_t) > size)
         return TP_EPROTO;
     out->pid = h->pid;
