@@ -13,6 +13,13 @@ static int by_pid(const void *a, const void *b)
     return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
+/* Running calls oldest first. */
+static int by_age(const void *a, const void *b)
+{
+    const tp_sb_slot_t *x = a, *y = b;
+    return (x->started_us > y->started_us) - (x->started_us < y->started_us);
+}
+
 int tp_cli_lives(tp_store_t *s, MDB_txn *txn, tp_lives_t *out)
 {
     memset(out, 0, sizeof *out);
@@ -40,6 +47,7 @@ int tp_cli_lives(tp_store_t *s, MDB_txn *txn, tp_lives_t *out)
         if (w->scoreboard && w->scoreboard[0] && tp_sb_open(&view, w->scoreboard, w->pid) == 0) {
             if (tp_sb_snapshot(view.base, view.size, &l->snap) == 0) {
                 l->board = true;
+                qsort(l->snap.slots, l->snap.n_busy, sizeof *l->snap.slots, by_age);
                 if (l->snap.c.command[0])
                     snprintf(l->command, sizeof l->command, "%s", l->snap.c.command);
                 else

@@ -4,7 +4,8 @@
  * store. Each owner entry the store lists is checked alive (as the
  * supervisors check each other's claims), and its scoreboard (the memfd
  * its entry names, /proc/PID/fd/N) is mapped read-only, copied under its
- * seqlocks and unmapped: reading never blocks a supervisor.
+ * seqlocks and unmapped: reading never blocks a supervisor. Each board's
+ * running calls come oldest first.
  */
 #ifndef TP_BOARDS_H
 #define TP_BOARDS_H

@@ -163,15 +163,14 @@ static json_t *tool_json(const top_t *t, const tp_sb_snap_t *s, uint32_t i)
         json_t *was = json_object_get(classes, cls);
         json_object_set_new(classes, cls, json_integer((was ? json_integer_value(was) : 0) + (json_int_t)n));
     }
-    return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:o, s:o}", "tool", x->name,
-                     "calls", (json_int_t)x->sum.calls, "ok", (json_int_t)x->sum.ok, "failed",
-                     (json_int_t)(x->sum.calls - x->sum.ok), "attempts", (json_int_t)x->sum.attempts, "retries",
-                     (json_int_t)x->sum.retries, "timeouts",
-                     (json_int_t)atomic_load_explicit(&x->timeouts, memory_order_relaxed), "in_flight",
-                     (json_int_t)atomic_load_explicit(&x->in_flight, memory_order_relaxed), "queued",
-                     (json_int_t)queued(x), "calls_per_s", rate(t, s, i), "p50_ms",
-                     (double)tp_summary_quantile_us(&x->sum, 0.5) / 1e3, "p99_ms",
-                     (double)tp_summary_quantile_us(&x->sum, 0.99) / 1e3, "failures", fail, "classes", classes);
+    return json_pack(
+        "{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:o, s:o}", "tool", x->name, "calls",
+        (json_int_t)x->sum.calls, "ok", (json_int_t)x->sum.ok, "failed", (json_int_t)(x->sum.calls - x->sum.ok),
+        "attempts", (json_int_t)x->sum.attempts, "retries", (json_int_t)x->sum.retries, "timeouts",
+        (json_int_t)atomic_load_explicit(&x->timeouts, memory_order_relaxed), "in_flight",
+        (json_int_t)atomic_load_explicit(&x->in_flight, memory_order_relaxed), "queued", (json_int_t)queued(x),
+        "calls_per_s", rate(t, s, i), "p50_ms", (double)tp_summary_quantile_us(&x->sum, 0.5) / 1e3, "p99_ms",
+        (double)tp_summary_quantile_us(&x->sum, 0.99) / 1e3, "failures", fail, "classes", classes);
 }
 
 static json_t *board_json(const top_t *t, const tp_live_t *l)
@@ -186,27 +185,26 @@ static json_t *board_json(const top_t *t, const tp_live_t *l)
     for (uint32_t i = 0; i < s->n_busy; i++) {
         const tp_sb_slot_t *c = &s->slots[i];
         double age = t->now_us > c->started_us ? (double)(t->now_us - c->started_us) / 1e6 : 0;
-        json_array_append_new(calls, json_pack("{s:s, s:s, s:s, s:i, s:f, s:o, s:b}", "id", c->call_id, "job", c->job,
-                                               "tool", s->tools[c->tool].name, "attempt", (int)c->attempt, "age_s",
-                                               age, "timeout_s",
-                                               c->timeout_us ? json_real((double)c->timeout_us / 1e6) : json_null(),
-                                               "stuck", stuck(t, c)));
+        json_array_append_new(calls,
+                              json_pack("{s:s, s:s, s:s, s:i, s:f, s:o, s:b}", "id", c->call_id, "job", c->job, "tool",
+                                        s->tools[c->tool].name, "attempt", (int)c->attempt, "age_s", age, "timeout_s",
+                                        c->timeout_us ? json_real((double)c->timeout_us / 1e6) : json_null(), "stuck",
+                                        stuck(t, c)));
     }
     for (uint32_t i = 0; i < s->n_tools; i++)
         if (s->tools[i].name[0])
             json_array_append_new(tools, tool_json(t, s, i));
-    return json_pack("{s:i, s:s, s:b, s:I, s:f, s:o, s:I, s:o, s:f, s:o, s:I, s:I, s:I, s:{s:I, s:I}, s:I, s:o, s:o}",
-                     "pid", (int)s->pid, "command", l->command, "scoreboard", 1, "started_unix_ms",
-                     (json_int_t)(s->started_unix_us / 1000), "uptime_s", uptime_s(t, s), "total",
-                     s->c.total ? json_integer((json_int_t)s->c.total) : json_null(), "done", (json_int_t)s->c.done,
-                     "progress",
-                     s->c.total ? json_real((double)s->c.done / (double)(s->c.total > s->c.done ? s->c.total : s->c.done))
-                                : json_null(),
-                     "calls_per_s", r, "eta_s", eta ? json_real((double)(s->c.total - s->c.done) / r) : json_null(),
-                     "live", (json_int_t)s->c.live, "queued", (json_int_t)s->c.waiting, "unshown",
-                     (json_int_t)s->c.unshown, "workers", "busy", (json_int_t)(s->c.busy > 0 ? s->c.busy : 0), "idle",
-                     (json_int_t)(s->c.idle > 0 ? s->c.idle : 0), "timeouts", (json_int_t)s->c.timeouts, "running",
-                     calls, "tools", tools);
+    return json_pack(
+        "{s:i, s:s, s:b, s:I, s:f, s:o, s:I, s:o, s:f, s:o, s:I, s:I, s:I, s:{s:I, s:I}, s:I, s:o, s:o}", "pid",
+        (int)s->pid, "command", l->command, "scoreboard", 1, "started_unix_ms", (json_int_t)(s->started_unix_us / 1000),
+        "uptime_s", uptime_s(t, s), "total", s->c.total ? json_integer((json_int_t)s->c.total) : json_null(), "done",
+        (json_int_t)s->c.done, "progress",
+        s->c.total ? json_real((double)s->c.done / (double)(s->c.total > s->c.done ? s->c.total : s->c.done))
+                   : json_null(),
+        "calls_per_s", r, "eta_s", eta ? json_real((double)(s->c.total - s->c.done) / r) : json_null(), "live",
+        (json_int_t)s->c.live, "queued", (json_int_t)s->c.waiting, "unshown", (json_int_t)s->c.unshown, "workers",
+        "busy", (json_int_t)(s->c.busy > 0 ? s->c.busy : 0), "idle", (json_int_t)(s->c.idle > 0 ? s->c.idle : 0),
+        "timeouts", (json_int_t)s->c.timeouts, "running", calls, "tools", tools);
 }
 
 /* ---- text ---- */
@@ -263,12 +261,13 @@ static void board_text(tp_buf_t *out, int width, const top_t *t, const tp_live_t
             snprintf(eta, sizeof eta, ", ETA %s", d1);
         }
     }
-    line(out, width, "%s (pid %d), up %s: %llu answered%s, %lld running, %llu queued, %lld/%lld workers busy, %.1f calls/s%s",
+    line(out, width,
+         "%s (pid %d), up %s: %llu answered%s, %lld running, %llu queued, %lld/%lld workers busy, %.1f calls/s%s",
          l->command, (int)l->pid, up, (unsigned long long)s->c.done, progress, (long long)s->c.busy,
          (unsigned long long)s->c.waiting, (long long)s->c.busy,
          (long long)(s->c.busy + (s->c.idle > 0 ? s->c.idle : 0)), r, eta);
-    line(out, width, "  %-20s %8s %8s %7s %8s %7s %6s %8s %8s  %s", "TOOL", "CALLS", "OK", "FAILED", "CALLS/S", "RUNNING",
-         "QUEUED", "P50", "P99", "FAILURES");
+    line(out, width, "  %-20s %8s %8s %7s %8s %7s %6s %8s %8s  %s", "TOOL", "CALLS", "OK", "FAILED", "CALLS/S",
+         "RUNNING", "QUEUED", "P50", "P99", "FAILURES");
     for (uint32_t i = 0; i < s->n_tools; i++) {
         const tp_sb_tool_t *x = &s->tools[i];
         if (x->name[0] == 0)
@@ -455,8 +454,8 @@ int tp_cmd_top(int argc, char **argv)
     const char *dir = tp_store_default_dir(), *sort = "age", *interval = "1";
     bool once = false, json = false;
     const tp_cli_opt_t opts[] = {
-        {"store", 's', true, &dir, NULL},   {"sort", 0, true, &sort, NULL}, {"interval", 0, true, &interval, NULL},
-        {"once", 0, false, &once, NULL},    {"json", 0, false, &json, NULL}, {NULL, 0, false, NULL, NULL},
+        {"store", 's', true, &dir, NULL}, {"sort", 0, true, &sort, NULL},  {"interval", 0, true, &interval, NULL},
+        {"once", 0, false, &once, NULL},  {"json", 0, false, &json, NULL}, {NULL, 0, false, NULL, NULL},
     };
     int rc = tp_cli_options(argc, argv, top_usage, opts);
     if (rc != TP_CLI_GO_ON)
