@@ -109,8 +109,9 @@ SVC_ADDED_US = 300.0     # serve's added latency over a run co-process, p50
 SVC_RSS_FLAT = 1.10      # serve's RSS: overall peak at most 10 % above the first 10 %'s
 
 SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload", "mcp", "http",
-            "triage", "shard", "store", "otlp"]
+            "triage", "shard", "store", "otlp", "scoreboard"]
 OTLP_SLOWDOWN = 0.15     # no-op durable calls/s with trace export on: at most 15 % below off
+SCOREBOARD_SLOWDOWN = 0.05  # ... with the scoreboard published (as always) against TOOLPOOL_SCOREBOARD=0
 
 REPORT = []
 SERVICES = []            # every serve started, stopped at the end whatever happens
@@ -306,7 +307,7 @@ class Toolpool:
         self.n += 1
         return os.path.join(self.scratch, f"{self.n:03d}-{name}")
 
-    def run(self, calls, registry, workers, store, relaxed=False, expect="ok", tree=False, extra=()):
+    def run(self, calls, registry, workers, store, relaxed=False, expect="ok", tree=False, extra=(), env=None):
         """Runs `toolpool run` on the calls file and returns its figures.
         expect: "ok" (every call ok) or "Timeout" (every call timed out).
         tree: also the peak of the supervisor's and its workers' summed RSS."""
@@ -320,7 +321,7 @@ class Toolpool:
         cmd.append(calls)
         settle()
         t0 = time.monotonic()
-        p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env) if env else None)
         sampler = Sampler(p.pid, tree)
         sampler.start()
         _, err = p.communicate()
@@ -544,6 +545,36 @@ def bench_otlp(tp, cfg, scratch, res):
     res["otlp"] = {"off": [f["calls_per_s"] for f in off], "on": [f["calls_per_s"] for f in on],
                    "spans": [f["spans"] for f in on]}
     res["targets"]["otlp"] = {"value": slower, "pass": slower <= OTLP_SLOWDOWN}
+    say()
+
+
+def bench_scoreboard(tp, cfg, scratch, res):
+    """The scoreboard's cost on the no-op path: the same run with the board
+    in shared memory (as always) and in the process's own memory, unpublished
+    (TOOLPOOL_SCOREBOARD=0), alternated."""
+    n, rounds = cfg["otlp_calls"], cfg["otlp_rounds"]
+    say(f"== scoreboard. no-op durable calls/s at -j 2, the scoreboard published (memfd) and private "
+        f"(TOOLPOOL_SCOREBOARD=0), {n} calls, the median of {rounds} rounds of each, alternated")
+    calls = os.path.join(scratch, "scoreboard.jsonl")
+    write_calls(calls, n, "noop")
+    on, off = [], []
+    for i in range(rounds):
+        first, second = (on, off) if i % 2 == 0 else (off, on)
+        for runs in (first, second):
+            env = None if runs is on else {"TOOLPOOL_SCOREBOARD": "0"}
+            runs.append(tp.run(calls, tp.plugin_registry, 2, tp.fresh(f"board-{'on' if env is None else 'off'}-{i}"),
+                               env=env))
+    med_off = sorted(off, key=lambda f: f["calls_per_s"])[len(off) // 2]
+    med_on = sorted(on, key=lambda f: f["calls_per_s"])[len(on) // 2]
+    slower = 1 - med_on["calls_per_s"] / med_off["calls_per_s"]
+    say(f"  private:   {fmt_int(med_off['calls_per_s'])} calls/s  (rounds: "
+        + " ".join(fmt_int(f["calls_per_s"]) for f in off) + ")")
+    say(f"  published: {fmt_int(med_on['calls_per_s'])} calls/s  (rounds: "
+        + " ".join(fmt_int(f["calls_per_s"]) for f in on) + ")")
+    target(f"published at most {SCOREBOARD_SLOWDOWN * 100:.0f} % slower", f"{slower * 100:.1f} %",
+           slower <= SCOREBOARD_SLOWDOWN)
+    res["scoreboard"] = {"private": [f["calls_per_s"] for f in off], "published": [f["calls_per_s"] for f in on]}
+    res["targets"]["scoreboard"] = {"value": slower, "pass": slower <= SCOREBOARD_SLOWDOWN}
     say()
 
 
@@ -1761,6 +1792,8 @@ def main():
             bench_store(tp, cfg, scratch, res)
         if "otlp" in only:
             bench_otlp(tp, cfg, scratch, res)
+        if "scoreboard" in only:
+            bench_scoreboard(tp, cfg, scratch, res)
         if "noop" in only:
             png = plot(sweep, cfg["workers"], a.out)
 
@@ -1808,6 +1841,8 @@ def main():
                 (f"http: added p50 over curl, 1 at a time < {HTTP_ADDED_US / 1e3:.1f} ms", "http_added",
                  lambda v: f"{v['value_us'] / 1e3:.3f} ms"),
                 (f"otlp: no-op calls/s with export on at most {OTLP_SLOWDOWN:.0%} below off", "otlp",
+                 lambda v: f"{v['value'] * 100:.1f} % slower"),
+                (f"scoreboard: no-op calls/s at most {SCOREBOARD_SLOWDOWN:.0%} below it private", "scoreboard",
                  lambda v: f"{v['value'] * 100:.1f} % slower")]:
             if key in t:
                 say(f"  {name:58} {val(t[key]):>18}  {verdict(t[key]['pass'])}")
