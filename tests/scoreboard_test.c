@@ -108,9 +108,8 @@ static void test_no_torn_reads(void)
     /* The reads raced the writes: many copies, of many generations, some of them mid-attempt. */
     CU_ASSERT_TRUE(reads > 20);
     CU_ASSERT_TRUE(changes > 5);
-    printf("\n  %llu reads, %llu of a running attempt, %llu values seen change, %llu torn\n",
-           (unsigned long long)reads, (unsigned long long)busy, (unsigned long long)changes,
-           (unsigned long long)torn);
+    printf("\n  %llu reads, %llu of a running attempt, %llu values seen change, %llu torn\n", (unsigned long long)reads,
+           (unsigned long long)busy, (unsigned long long)changes, (unsigned long long)torn);
     tp_sb_snap_t s;
     CU_ASSERT_EQUAL(tp_sb_snapshot(v.base, v.size, &s), 0);
     CU_ASSERT_EQUAL(s.c.total, WRITES);

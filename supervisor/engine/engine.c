@@ -449,8 +449,9 @@ void eng_publish(tp_engine_t *e)
     c->total = e->status_total;
     c->done = e->results; /* ended, served from the store and refused alike */
     c->live = e->live;
-    c->waiting = tp_engine_waiting(e);
     c->busy = tp_pool_busy(e->pool);
+    /* held and not running (tp_engine_waiting walks the ready queue: too dear for every turn) */
+    c->waiting = e->live > (size_t)(c->busy > 0 ? c->busy : 0) ? e->live - (size_t)(c->busy > 0 ? c->busy : 0) : 0;
     c->idle = tp_pool_idle(e->pool);
     c->answered_recorded = e->stats.answered_recorded;
     c->rejected = e->stats.rejected;

@@ -268,7 +268,7 @@ void tp_metrics_text(tp_buf_t *b, const tp_sb_snap_t *const *boards, size_t n, b
         board_value_fn v;
         /* clang-format off */
     } now[] = {
-        {"toolpool_queue_depth", "gauge", "Calls waiting for a slot (ready, at a concurrency cap, or in a backoff).", b_waiting},
+        {"toolpool_queue_depth", "gauge", "Calls held and not running (waiting their turn in a job, a slot, a concurrency cap, a rate token or a backoff).", b_waiting},
         {"toolpool_calls_live", "gauge", "Calls the engine holds now (submitted, not yet answered).", b_live},
         {"toolpool_worker_starts_total", "counter", "Worker processes started.", b_spawned},
         {"toolpool_worker_crashes_total", "counter", "Workers that died without being told to.", b_crashed},
