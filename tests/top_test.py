@@ -167,7 +167,10 @@ class Top(unittest.TestCase):
         self.assertEqual(tools["slow"]["failures"], {})
         self.assertGreater(tools["slow"]["p50_ms"], 250)
         self.assertGreater(tools["slow"]["calls_per_s"], 0)
-        self.assertEqual(tools["slow"]["calls"] + tools["slow"]["in_flight"] + tools["slow"]["queued"], N_SLOW)
+        # each counter is read whole, but not all at one instant: a call ending as they are read may count twice
+        held = tools["slow"]["calls"] + tools["slow"]["in_flight"] + tools["slow"]["queued"]
+        self.assertGreaterEqual(held, N_SLOW)
+        self.assertLessEqual(held, N_SLOW + 3)
         # the serve beside it, with its own board
         others = [x for x in self.snapshot()["supervisors"] if x["pid"] == serve.proc.pid]
         self.assertEqual(len(others), 1)

@@ -44,8 +44,13 @@ int tp_cli_lives(tp_store_t *s, MDB_txn *txn, tp_lives_t *out)
         l->joined_unix_us = w->joined_unix_us;
         snprintf(l->command, sizeof l->command, "%s", w->command && w->command[0] ? w->command : "supervisor");
         tp_sb_view_t view;
-        if (w->scoreboard && w->scoreboard[0] && tp_sb_open(&view, w->scoreboard, w->pid) == 0) {
-            if (tp_sb_snapshot(view.base, view.size, &l->snap) == 0) {
+        l->board_rc = w->scoreboard && w->scoreboard[0] ? tp_sb_open(&view, w->scoreboard, w->pid) : TP_ENOENT;
+        if (l->board_rc == 0) {
+            int got = TP_EAGAIN;
+            for (int tries = 0; got == TP_EAGAIN && tries < 3; tries++)
+                got = tp_sb_snapshot(view.base, view.size, &l->snap);
+            l->board_rc = got;
+            if (got == 0) {
                 l->board = true;
                 qsort(l->snap.slots, l->snap.n_busy, sizeof *l->snap.slots, by_age);
                 if (l->snap.c.command[0])

@@ -21,7 +21,8 @@ typedef struct {
     int32_t pid;
     char command[TP_SB_COMMAND]; /* its owner entry's, or its board's */
     uint64_t joined_unix_us;
-    bool board; /* its scoreboard was read (an older toolpool's, or one without memfd, has none) */
+    bool board;   /* its scoreboard was read (an older toolpool's, or one without memfd, has none) */
+    int board_rc; /* why not: TP_ENOENT (none named, or gone), TP_EACCES (another user's), ... */
     tp_sb_snap_t snap;
 } tp_live_t;
 

@@ -244,8 +244,10 @@ static void board_text(tp_buf_t *out, int width, const top_t *t, const tp_live_t
 {
     char up[32], eta[48] = "", d1[32], d2[32];
     if (!l->board) {
-        line(out, width, "%s (pid %d): no scoreboard to read (an older toolpool, or no memfd)", l->command,
-             (int)l->pid);
+        line(out, width, "%s (pid %d): no scoreboard to read (%s)", l->command, (int)l->pid,
+             l->board_rc == TP_ENOENT   ? "none named: an older toolpool, or no memfd"
+             : l->board_rc == TP_EACCES ? "another user's"
+                                        : tp_strerror(l->board_rc));
         return;
     }
     const tp_sb_snap_t *s = &l->snap;

@@ -187,12 +187,18 @@ typedef struct {
     tp_sb_counts_t c;
     tp_summary_t commit_latency;
     uint32_t n_slots, n_tools;
-    tp_sb_slot_t *slots; /* the busy ones only, n_busy of them */
+    tp_sb_slot_t *slots; /* the busy ones only, n_busy of them (slot_pad: the record's index) */
     uint32_t n_busy;
     tp_sb_tool_t *tools;
 } tp_sb_snap_t;
 
-/* Copies the board mapped at base (size bytes: a view's, or the writer's own) into out. 0, TP_ENOMEM or TP_EPROTO. */
+/*
+ * Copies the board mapped at base (size bytes: a view's, or the writer's
+ * own) into out: its header, its busy slot records (each one's index in
+ * slot_pad) and its tools. 0; TP_EPROTO (not a board, or one that does
+ * not fit its size); TP_EAGAIN (the header was being written through
+ * every try: try again); TP_ENOMEM.
+ */
 int tp_sb_snapshot(const void *base, size_t size, tp_sb_snap_t *out);
 void tp_sb_snap_free(tp_sb_snap_t *s);
 
