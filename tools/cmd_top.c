@@ -211,7 +211,9 @@ static json_t *board_json(const top_t *t, const tp_live_t *l)
 
 static void put_dur(char *buf, size_t cap, double s)
 {
-    if (s < 1)
+    if (s < 0.001)
+        snprintf(buf, cap, "%.0fus", s * 1e6);
+    else if (s < 1)
         snprintf(buf, cap, "%.0fms", s * 1e3);
     else if (s < 60)
         snprintf(buf, cap, "%.1fs", s);
