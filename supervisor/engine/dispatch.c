@@ -213,7 +213,7 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
         c->att.traceparent = c->tctx->attempt_tp;
     }
     e->tools[c->hop_tool->index].inflight++;
-    call_board_start(e, c);
+    call_board_start(e, c, now);
     if (!p->idempotent && eng_ensure_txn(e)) {
         /* The marker must be durable before the tool can run: start after the commit. */
         int rc = eng_marker_put(e, c, false);

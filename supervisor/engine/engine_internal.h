@@ -24,7 +24,6 @@
 
 #include "buf.h"
 #include "call_internal.h"
-#include "clock.h"
 #include "commit.h"
 #include "engine.h"
 #include "jobs.h"
@@ -238,11 +237,11 @@ static inline const tp_digest_t *call_breaker_key(tp_call_t *c)
 }
 
 /* The call's attempt started (its scoreboard record taken, its tool's count up), or ended. */
-static inline void call_board_start(tp_engine_t *e, tp_call_t *c)
+static inline void call_board_start(tp_engine_t *e, tp_call_t *c, uint64_t now)
 {
     tp_sb_add(&tp_sb_tools(&e->sb)[c->hop_tool->index].in_flight, 1);
-    c->sb_slot = tp_sb_slot_take(&e->sb, (uint32_t)c->hop_tool->index, c->att.number, tp_now_us(), c->att.timeout_us,
-                                 c->id, c->job->name);
+    c->sb_slot = tp_sb_slot_take(&e->sb, (uint32_t)c->hop_tool->index, c->att.number, now, c->att.timeout_us, c->id,
+                                 c->job->name);
 }
 static inline void call_board_end(tp_engine_t *e, tp_call_t *c)
 {
