@@ -58,7 +58,7 @@ FULL = {
     "shard_calls": 1000000, "shards": 4, "merge_shards": 16, "merge_each": 62500,
     "http_calls": 10000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 3, "http_xargs": 3000,
     "http_wrk_seconds": 3, "http_seq": 2000, "http_seq_rounds": 3, "http_curl_each": 300,
-    "otlp_calls": 200000, "otlp_rounds": 5,
+    "otlp_calls": 200000, "otlp_rounds": 5, "scoreboard_calls": 600000,
 }
 QUICK = {
     "workers": [1, 2, 4, 8],
@@ -80,7 +80,7 @@ QUICK = {
     "shard_calls": 100000, "shards": 4, "merge_shards": 16, "merge_each": 6250,
     "http_calls": 2000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 1, "http_xargs": 500,
     "http_wrk_seconds": 1, "http_seq": 300, "http_seq_rounds": 1, "http_curl_each": 50,
-    "otlp_calls": 50000, "otlp_rounds": 3,
+    "otlp_calls": 50000, "otlp_rounds": 3, "scoreboard_calls": 200000,
 }
 
 # The project's performance targets.
@@ -109,8 +109,9 @@ SVC_ADDED_US = 300.0     # serve's added latency over a run co-process, p50
 SVC_RSS_FLAT = 1.10      # serve's RSS: overall peak at most 10 % above the first 10 %'s
 
 SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload", "mcp", "http",
-            "triage", "shard", "store", "otlp"]
+            "triage", "shard", "store", "otlp", "scoreboard"]
 OTLP_SLOWDOWN = 0.15     # no-op durable calls/s with trace export on: at most 15 % below off
+SCOREBOARD_SLOWDOWN = 0.05  # ... with the scoreboard published (as always) against TOOLPOOL_SCOREBOARD=0
 
 REPORT = []
 SERVICES = []            # every serve started, stopped at the end whatever happens
@@ -306,7 +307,7 @@ class Toolpool:
         self.n += 1
         return os.path.join(self.scratch, f"{self.n:03d}-{name}")
 
-    def run(self, calls, registry, workers, store, relaxed=False, expect="ok", tree=False, extra=()):
+    def run(self, calls, registry, workers, store, relaxed=False, expect="ok", tree=False, extra=(), env=None):
         """Runs `toolpool run` on the calls file and returns its figures.
         expect: "ok" (every call ok) or "Timeout" (every call timed out).
         tree: also the peak of the supervisor's and its workers' summed RSS."""
@@ -320,7 +321,7 @@ class Toolpool:
         cmd.append(calls)
         settle()
         t0 = time.monotonic()
-        p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env) if env else None)
         sampler = Sampler(p.pid, tree)
         sampler.start()
         _, err = p.communicate()
@@ -603,6 +604,59 @@ def bench_otlp(tp, cfg, scratch, res):
     res["otlp"] = {m: [f["calls_per_s"] for f in r] for m, r in runs.items()}
     res["otlp"]["spans"] = {m: [f["spans"] for f in r] for m, r in runs.items() if m != "off"}
     res["targets"]["otlp"] = {"value": slower, "json": slower_json, "pass": slower <= OTLP_SLOWDOWN}
+    say()
+
+
+def bench_scoreboard(tp, cfg, scratch, res):
+    """The scoreboard's cost on the no-op path: the same run with the board
+    in shared memory (as always), the same read by `toolpool top --once
+    --json` five times a second, and the board in the process's own memory,
+    unpublished (TOOLPOOL_SCOREBOARD=0); in rotation. What it counts, it
+    counts in all three: against a build without it, see bench/compare."""
+    n, rounds = cfg["scoreboard_calls"], cfg["otlp_rounds"]
+    say(f"== scoreboard. no-op durable calls/s at -j 2, the scoreboard published (memfd), published and read "
+        f"by top 5 times a second, and private (TOOLPOOL_SCOREBOARD=0), {n} calls, the median of {rounds} "
+        f"rounds of each, in rotation")
+    calls = os.path.join(scratch, "scoreboard.jsonl")
+    write_calls(calls, n, "noop")
+    runs = {"private": [], "published": [], "read by top": []}
+    names = list(runs)
+    for i in range(rounds):
+        for k in range(len(names)):
+            name = names[(i + k) % len(names)]
+            store = tp.fresh(f"board-{name.replace(' ', '-')}-{i}")
+            stop = threading.Event()
+            reads = [0]
+
+            def reader():
+                while not stop.wait(0.2):
+                    if os.path.exists(store):
+                        subprocess.run([tp.bin, "top", "--once", "--json", "--store", store],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        reads[0] += 1
+            th = threading.Thread(target=reader) if name == "read by top" else None
+            if th:
+                th.start()
+            try:
+                runs[name].append(tp.run(calls, tp.plugin_registry, 2, store,
+                                         env={"TOOLPOOL_SCOREBOARD": "0"} if name == "private" else None))
+            finally:
+                stop.set()
+                if th:
+                    th.join()
+            runs[name][-1]["reads"] = reads[0]
+    med = {k: sorted(v, key=lambda f: f["calls_per_s"])[len(v) // 2] for k, v in runs.items()}
+    for k, v in runs.items():
+        say(f"  {k + ':':13} {fmt_int(med[k]['calls_per_s'])} calls/s  (rounds: "
+            + " ".join(fmt_int(f["calls_per_s"]) for f in v) + ")"
+            + (f"; top read it {', '.join(str(f['reads']) for f in v)} times" if k == "read by top" else ""))
+    slower = 1 - med["published"]["calls_per_s"] / med["private"]["calls_per_s"]
+    read = 1 - med["read by top"]["calls_per_s"] / med["published"]["calls_per_s"]
+    target(f"published at most {SCOREBOARD_SLOWDOWN * 100:.0f} % slower than private", f"{slower * 100:.1f} %",
+           slower <= SCOREBOARD_SLOWDOWN)
+    say(f"  read by top against published: {read * 100:.1f} % slower")
+    res["scoreboard"] = {k: [f["calls_per_s"] for f in v] for k, v in runs.items()}
+    res["targets"]["scoreboard"] = {"value": slower, "read": read, "pass": slower <= SCOREBOARD_SLOWDOWN}
     say()
 
 
@@ -1820,6 +1874,8 @@ def main():
             bench_store(tp, cfg, scratch, res)
         if "otlp" in only:
             bench_otlp(tp, cfg, scratch, res)
+        if "scoreboard" in only:
+            bench_scoreboard(tp, cfg, scratch, res)
         if "noop" in only:
             png = plot(sweep, cfg["workers"], a.out)
 
@@ -1867,6 +1923,8 @@ def main():
                 (f"http: added p50 over curl, 1 at a time < {HTTP_ADDED_US / 1e3:.1f} ms", "http_added",
                  lambda v: f"{v['value_us'] / 1e3:.3f} ms"),
                 (f"otlp: no-op calls/s with export on at most {OTLP_SLOWDOWN:.0%} below off", "otlp",
+                 lambda v: f"{v['value'] * 100:.1f} % slower"),
+                (f"scoreboard: no-op calls/s at most {SCOREBOARD_SLOWDOWN:.0%} below it private", "scoreboard",
                  lambda v: f"{v['value'] * 100:.1f} % slower")]:
             if key in t:
                 say(f"  {name:58} {val(t[key]):>18}  {verdict(t[key]['pass'])}")

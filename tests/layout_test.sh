@@ -39,7 +39,7 @@ for h in $(find "$src/common" "$src/supervisor" "$src/worker" -name '*_internal.
     done
 done
 
-public="engine.h summary.h commit.h"
+public="engine.h summary.h commit.h scoreboard.h metrics_text.h"
 for h in $(find "$src/supervisor/engine" -name '*.h'); do
     name=$(basename "$h")
     case " $public " in *" $name "*) continue ;; esac

@@ -19,6 +19,8 @@ int tp_cmd_mcp(int argc, char **argv);
 int tp_cmd_forget(int argc, char **argv);
 int tp_cmd_stats(int argc, char **argv);
 int tp_cmd_failures(int argc, char **argv);
+int tp_cmd_top(int argc, char **argv);
+int tp_cmd_metrics(int argc, char **argv);
 int tp_cmd_tools(int argc, char **argv);
 int tp_cmd_merge(int argc, char **argv);
 int tp_cmd_shard_status(int argc, char **argv);

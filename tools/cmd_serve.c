@@ -262,9 +262,10 @@ int tp_cmd_serve(int argc, char **argv)
     if (!ec.quiet) {
         const tp_engine_stats_t *st = tp_engine_stats(s.e);
         uint64_t calls = 0, ok = 0;
+        const tp_scoreboard_t *sb = tp_engine_board(s.e);
         for (size_t i = 0; i < eo->reg->n_tools; i++) {
-            calls += st->tools[i].calls;
-            ok += st->tools[i].ok;
+            calls += tp_sb_tools(sb)[i].sum.calls;
+            ok += tp_sb_tools(sb)[i].sum.ok;
         }
         fprintf(stderr, "toolpool serve: stopped: %llu call%s answered, %llu ok, %llu from the store\n",
                 (unsigned long long)calls, calls == 1 ? "" : "s", (unsigned long long)ok,

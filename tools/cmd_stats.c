@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "array.h"
+#include "boards.h"
 #include "checkpoint.h"
 #include "cli.h"
 #include "clock.h"
@@ -48,7 +49,10 @@ static const char stats_usage[] =
     "      --json          one JSON object a line, one line per tool\n"
     "A supervisor working on the store now (run, serve, mcp) is listed first:\n"
     "calls answered, running and waiting, calls/s, and for a run its expected\n"
-    "total and the time left (with --json, a line {\"supervisor\": {...}} each).\n";
+    "total and the time left (with --json, a line {\"supervisor\": {...}} each),\n"
+    "and the calls it is running now from its scoreboard (\"in_flight\", and\n"
+    "\"in_flight_calls\" with each one's id, tool, job, attempt, age and whether\n"
+    "it is past its timeout); a tool's line says its attempts in flight now.\n";
 /* clang-format on */
 
 typedef struct {
@@ -60,6 +64,7 @@ typedef struct {
     char *tool;
     char *version; /* --by version: the version its records were made under ("": none); else NULL */
     uint64_t calls, ok, attempts, retries, hops, timeouts;
+    uint64_t in_flight;         /* attempts of it running now on the store's live supervisors */
     json_t *by_class, *by_kind; /* name -> count */
     series_t latency, wait;
 } tool_stats_t;
@@ -176,6 +181,10 @@ static json_t *tool_json(tool_stats_t *s)
                           "by_class", s->by_class, "by_kind", s->by_kind, "attempts", (json_int_t)s->attempts,
                           "retries", (json_int_t)s->retries, "fallback_hops", (json_int_t)s->hops, "timeouts",
                           (json_int_t)s->timeouts);
+    if (o && json_object_set_new(o, "in_flight", json_integer((json_int_t)s->in_flight))) {
+        json_decref(o);
+        o = NULL;
+    }
     json_t *lat = json_pack("{s:f, s:f, s:f, s:f}", "p50", quantile(&s->latency, 0.5), "p90",
                             quantile(&s->latency, 0.9), "p99", quantile(&s->latency, 0.99), "max",
                             s->latency.n ? s->latency.v[s->latency.n - 1] : 0.0);
@@ -227,6 +236,8 @@ static void tool_print(tool_stats_t *s)
            (unsigned long long)s->calls, (unsigned long long)s->ok, (unsigned long long)(s->calls - s->ok),
            (unsigned long long)s->attempts, (unsigned long long)s->retries, (unsigned long long)s->hops,
            (unsigned long long)s->timeouts);
+    if (s->in_flight)
+        printf("  in flight now: %llu attempts running\n", (unsigned long long)s->in_flight);
     print_counts("failures by class", s->by_class);
     print_counts("failures by kind", s->by_kind);
     printf("  latency: p50 ");
@@ -287,8 +298,53 @@ static void put_left(double s)
         printf("%llus", (unsigned long long)t);
 }
 
-/* One live owner's entry: what it said of itself at its last write (fields 7 to 12). */
-static int live_one(const Toolpool__Owner *w, bool json)
+/* The calls a live supervisor runs now, from its scoreboard (l NULL: it has none): as JSON, or a line. */
+#define TP_STATS_CALLS_SHOWN 8
+
+static json_t *in_flight_json(const tp_live_t *l)
+{
+    json_t *a = json_array();
+    uint64_t now = tp_now_us();
+    for (uint32_t i = 0; a && l && l->board && i < l->snap.n_busy; i++) {
+        const tp_sb_slot_t *c = &l->snap.slots[i];
+        uint64_t age = now > c->started_us ? now - c->started_us : 0;
+        json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:i, s:f, s:b}", "id", c->call_id, "tool",
+                                           l->snap.tools[c->tool].name, "job", c->job, "attempt", (int)c->attempt,
+                                           "age_s", (double)age / 1e6, "stuck", c->timeout_us && age > c->timeout_us));
+    }
+    return a;
+}
+
+static void in_flight_print(const tp_live_t *l)
+{
+    if (l == NULL || !l->board || l->snap.n_busy == 0)
+        return;
+    uint64_t now = tp_now_us();
+    printf("  in flight:");
+    for (uint32_t i = 0; i < l->snap.n_busy && i < TP_STATS_CALLS_SHOWN; i++) {
+        const tp_sb_slot_t *c = &l->snap.slots[i];
+        uint64_t age = now > c->started_us ? now - c->started_us : 0;
+        printf("%s %s (%s, attempt %u, %.1fs%s)", i ? "," : "", c->call_id, l->snap.tools[c->tool].name, c->attempt,
+               (double)age / 1e6, c->timeout_us && age > c->timeout_us ? ", stuck" : "");
+    }
+    if (l->snap.n_busy > TP_STATS_CALLS_SHOWN)
+        printf(" and %u more", l->snap.n_busy - TP_STATS_CALLS_SHOWN);
+    putchar('\n');
+}
+
+/* Attempts of tool running now on the store's live supervisors (their scoreboards). */
+static uint64_t in_flight_of(const tp_lives_t *lives, const char *tool)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; lives && i < lives->n; i++)
+        for (uint32_t k = 0; lives->v[i].board && k < lives->v[i].snap.n_tools; k++)
+            if (strcmp(lives->v[i].snap.tools[k].name, tool) == 0)
+                n += atomic_load_explicit(&lives->v[i].snap.tools[k].in_flight, memory_order_relaxed);
+    return n;
+}
+
+/* One live owner's entry: what it said of itself at its last write (fields 7 to 12), and its scoreboard's calls. */
+static int live_one(const Toolpool__Owner *w, const tp_live_t *l, bool json)
 {
     uint64_t now = tp_unix_us();
     double span = w->status_unix_us > w->joined_unix_us ? (double)(w->status_unix_us - w->joined_unix_us) / 1e6 : 0;
@@ -303,6 +359,9 @@ static int live_one(const Toolpool__Owner *w, bool json)
                               "calls_per_s", rate, "as_of_unix_ms", (json_int_t)(w->status_unix_us / 1000));
         json_t *in = json_object_get(o, "supervisor");
         if (o == NULL ||
+            json_object_set_new(in, "in_flight",
+                                json_integer((json_int_t)(l && l->board ? l->snap.n_busy : w->running))) ||
+            json_object_set_new(in, "in_flight_calls", in_flight_json(l)) ||
             json_object_set_new(in, "total", w->total ? json_integer((json_int_t)w->total) : json_null()) ||
             json_object_set_new(in, "eta_s", eta ? json_real(left) : json_null())) {
             json_decref(o);
@@ -327,6 +386,7 @@ static int live_one(const Toolpool__Owner *w, bool json)
         printf(" (it has said nothing yet)\n");
     else
         printf(" (as of %.1fs ago)\n", now > w->status_unix_us ? (double)(now - w->status_unix_us) / 1e6 : 0.0);
+    in_flight_print(l);
     return 0;
 }
 
@@ -335,7 +395,7 @@ static int live_one(const Toolpool__Owner *w, bool json)
  * checked alive, as the supervisors check each other). -1: it cannot be
  * read or written out.
  */
-static int live_supervisors(const char *dir, bool json)
+static int live_supervisors(const char *dir, bool json, tp_lives_t *lives)
 {
     MDB_txn *txn;
     tp_store_t *s = tp_cli_store_read(dir, &txn);
@@ -344,10 +404,17 @@ static int live_supervisors(const char *dir, bool json)
     Toolpool__Owners *o = NULL;
     tp_owner_id_t me;
     int rc = 0;
+    if (tp_cli_lives(s, txn, lives) != 0)
+        memset(lives, 0, sizeof *lives); /* what the owners' entries say, without the calls in flight */
     if (tp_owners_read(s, txn, &o) == 0 && o && tp_owner_self(&me) == 0)
         for (size_t i = 0; i < o->n_owners && rc == 0; i++)
-            if (tp_owner_alive(&me, o->owners[i]->pid, o->owners[i]->start, o->owners[i]->boot))
-                rc = live_one(o->owners[i], json);
+            if (tp_owner_alive(&me, o->owners[i]->pid, o->owners[i]->start, o->owners[i]->boot)) {
+                const tp_live_t *l = NULL;
+                for (size_t k = 0; k < lives->n; k++)
+                    if (lives->v[k].pid == o->owners[i]->pid)
+                        l = &lives->v[k];
+                rc = live_one(o->owners[i], l, json);
+            }
     toolpool__owners__free_unpacked(o, NULL);
     mdb_txn_abort(txn);
     tp_store_close(s);
@@ -384,7 +451,8 @@ int tp_cmd_stats(int argc, char **argv)
                  .after = since_us ? tp_unix_us() - since_us : 0};
     int status = tp_cli_each_result(dir, pick_cb, &pk);
     uint64_t undated = pk.undated;
-    if (status != 2 && live_supervisors(dir, json) < 0)
+    tp_lives_t lives = {0};
+    if (status != 2 && live_supervisors(dir, json, &lives) < 0)
         status = 2;
     if (t.n)
         qsort(t.v, t.n, sizeof *t.v, by_name);
@@ -393,6 +461,7 @@ int tp_cmd_stats(int argc, char **argv)
             qsort(t.v[i].latency.v, t.v[i].latency.n, sizeof(double), cmp_double);
         if (t.v[i].wait.n)
             qsort(t.v[i].wait.v, t.v[i].wait.n, sizeof(double), cmp_double);
+        t.v[i].in_flight = in_flight_of(&lives, t.v[i].tool);
         if (json) {
             json_t *o = tool_json(&t.v[i]);
             if (o == NULL || json_dumpf(o, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10)) != 0 || putchar('\n') == EOF)
@@ -419,5 +488,6 @@ int tp_cmd_stats(int argc, char **argv)
         free(t.v[i].wait.v);
     }
     free(t.v);
+    tp_cli_lives_free(&lives);
     return status;
 }

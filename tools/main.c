@@ -41,6 +41,10 @@ static const char usage_text[] =
     "               give the space of dropped records back to the file system\n"
     "  stats        per tool, from the store's results: calls, failures by class\n"
     "               and kind, retries, fallback hops, timeouts, latency, queue wait\n"
+    "  top          a live view of every supervisor on the store: running calls\n"
+    "               with their age and attempt (stuck ones marked), per-tool\n"
+    "               rates and failures, queues, a run's progress and ETA\n"
+    "  metrics      the Prometheus text of every supervisor on the store\n"
     "  failures     failed calls grouped by tool, kind and message, with counts,\n"
     "               first and last seen and example ids (a store or a results file)\n"
     "  forget       drop recorded results (calls, or whole jobs), so that the\n"
@@ -97,6 +101,8 @@ static const struct {
     {"store", tp_cmd_store},
     {"stats", tp_cmd_stats},
     {"failures", tp_cmd_failures},
+    {"top", tp_cmd_top},
+    {"metrics", tp_cmd_metrics},
     {"forget", tp_cmd_forget},
     {"tools", tp_cmd_tools},
     {"merge", tp_cmd_merge},

@@ -77,6 +77,7 @@ struct tp_call {
     tp_buf_t degraded;     /* the declared degraded answer, when it stood in */
     uint32_t hop;          /* 0: the tool called; n: its nth fallback */
     uint32_t hop_attempts; /* attempts made in the current hop */
+    int sb_slot;           /* the running attempt's scoreboard record (-1: none free) */
     bool hop_key_set;
     bool marked;           /* an in-flight marker of ours is in the store */
     bool claim_only;       /* ... written only to claim it (orphaned, it may run again) */

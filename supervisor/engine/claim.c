@@ -326,6 +326,12 @@ void tp_engine_status(tp_engine_t *e, const char *command, uint64_t total)
 {
     e->status_cmd = command;
     e->status_total = total;
+    tp_sb_header_t *h = tp_sb_header(&e->sb);
+    if (strncmp(h->c.command, command, sizeof h->c.command) != 0) {
+        tp_sb_write_begin(&h->gen);
+        snprintf(h->c.command, sizeof h->c.command, "%s", command);
+        tp_sb_write_end(&h->gen);
+    }
 }
 
 /*

@@ -146,6 +146,7 @@ void eng_submit_attempt(tp_engine_t *e, tp_call_t *c)
          * keep any probe's admission.
          */
         e->tools[c->hop_tool->index].inflight--;
+        call_board_end(e, c);
         c->hop_attempts--;
         c->job->usage.calls--;
         c->readmit = true;
@@ -212,6 +213,7 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
         c->att.traceparent = c->tctx->attempt_tp;
     }
     e->tools[c->hop_tool->index].inflight++;
+    call_board_start(e, c, now);
     if (!p->idempotent && eng_ensure_txn(e)) {
         /* The marker must be durable before the tool can run: start after the commit. */
         int rc = eng_marker_put(e, c, false);

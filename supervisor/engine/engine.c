@@ -171,7 +171,10 @@ static void txn_commit(tp_engine_t *e)
         uint64_t took = tp_now_us() - t0;
         tp_commit_took(&e->commit, took);
         e->stats.commits++;
-        tp_summary_add_latency(&e->stats.commit_latency, took);
+        tp_sb_header_t *h = tp_sb_header(&e->sb);
+        tp_sb_write_begin(&h->gen);
+        tp_summary_add_latency(&h->commit_latency, took);
+        tp_sb_write_end(&h->gen);
     }
     if (e->results - e->trimmed_at >= TP_TRIM_EVERY) {
         e->trimmed_at = e->results;
@@ -248,6 +251,7 @@ static void turn(tp_engine_t *e)
         e->n_deferred--;
         if (d->cancelled) {
             e->tools[d->hop_tool->index].inflight--;
+            call_board_end(e, d);
             d->hop_attempts--;
             eng_finish_cancelled(e, d);
         } else if (e->failed || e->closing) {
@@ -257,6 +261,7 @@ static void turn(tp_engine_t *e)
         }
     }
     eng_deliver(e, !e->failed);
+    eng_publish(e);
     bool idle = e->live == 0 || (e->draining && tp_pool_busy(e->pool) == 0);
     if (!e->closing && (e->close_asked || e->draining) && idle) {
         e->closing = true;
@@ -397,6 +402,70 @@ struct event_base *tp_engine_base_new(void)
     return base;
 }
 
+/*
+ * The scoreboard: a record for every attempt the pool can hold at once
+ * (each slot's, times the pipeline; an http or mcp tool's worker holds
+ * up to its max_in_flight), at most TP_BOARD_SLOTS_MAX (an attempt past
+ * them runs unshown, and is counted so). Published only with a store,
+ * where readers find it.
+ */
+#define TP_BOARD_SLOTS_MAX 4096u
+
+static int board_new(tp_engine_t *e)
+{
+    const tp_registry_t *reg = e->o.reg;
+    uint64_t per = e->o.pipeline > 1 ? (uint64_t)e->o.pipeline : 1;
+    for (size_t i = 0; i < reg->n_tools; i++)
+        if (tp_pool_flies(&reg->tools[i]) && reg->tools[i].max_in_flight > per)
+            per = reg->tools[i].max_in_flight;
+    uint64_t n = (uint64_t)(e->o.workers > 0 ? e->o.workers : 1) * per;
+    if (n > TP_BOARD_SLOTS_MAX)
+        n = TP_BOARD_SLOTS_MAX;
+    const char **names = calloc(reg->n_tools ? reg->n_tools : 1, sizeof *names);
+    if (names == NULL)
+        return TP_ENOMEM;
+    for (size_t i = 0; i < reg->n_tools; i++)
+        names[i] = reg->tools[i].name;
+    /* one tool record at least: a registry of none still has its header's */
+    int rc = tp_sb_create(&e->sb, (uint32_t)n, names, (uint32_t)(reg->n_tools ? reg->n_tools : 1),
+                          e->o.store != NULL && e->owner_known);
+    free(names);
+    if (rc == 0)
+        snprintf(e->me.board, sizeof e->me.board, "%s", e->sb.path);
+    return rc;
+}
+
+/*
+ * The scoreboard's header, as of this turn: what the engine, its pool and
+ * its run say now. About twenty stores under the header's seqlock, once a
+ * turn.
+ */
+void eng_publish(tp_engine_t *e)
+{
+    tp_sb_header_t *h = tp_sb_header(&e->sb);
+    const tp_pool_stats_t *ps = tp_pool_stats(e->pool);
+    tp_sb_write_begin(&h->gen);
+    tp_sb_counts_t *c = &h->c;
+    c->total = e->status_total;
+    c->done = e->results; /* ended, served from the store and refused alike */
+    c->live = e->live;
+    c->busy = tp_pool_busy(e->pool);
+    /* held and not running (tp_engine_waiting walks the ready queue: too dear for every turn) */
+    c->waiting = e->live > (size_t)(c->busy > 0 ? c->busy : 0) ? e->live - (size_t)(c->busy > 0 ? c->busy : 0) : 0;
+    c->idle = tp_pool_idle(e->pool);
+    c->answered_recorded = e->stats.answered_recorded;
+    c->rejected = e->stats.rejected;
+    c->rerun = e->stats.rerun;
+    c->version_rerun = e->stats.version_rerun;
+    c->late = e->stats.late;
+    c->timeouts = e->stats.timeouts;
+    c->commits = e->stats.commits;
+    c->spawned = ps->spawned;
+    c->crashed = ps->crashed;
+    c->recycled = ps->recycled;
+    tp_sb_write_end(&h->gen);
+}
+
 tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
 {
     tp_engine_t *e = calloc(1, sizeof *e);
@@ -415,9 +484,9 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
     e->keep_jobs = o->store == NULL && (g->max_steps || g->max_calls || g->max_wall_us || g->max_cost > 0);
     size_t n = o->reg->n_tools ? o->reg->n_tools : 1;
     e->tools = calloc(n, sizeof *e->tools);
-    e->stats.tools = calloc(n, sizeof *e->stats.tools);
     for (size_t i = 0; e->tools && i < o->reg->n_tools; i++)
         e->tools[i].tokens = o->reg->tools[i].policy.rate_burst;
+    int board_rc = board_new(e);
     tp_pool_opts_t po = {
         .workers = o->workers,
         .worker_path = o->worker_path,
@@ -431,7 +500,7 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
         .closed_cb = closed_cb,
         .ctx = e,
     };
-    if (e->tools == NULL || e->stats.tools == NULL || tp_jobs_init(&e->jobs) < 0 ||
+    if (e->tools == NULL || board_rc != 0 || tp_jobs_init(&e->jobs) < 0 ||
         (e->pool = tp_pool_new(e->base, &po)) == NULL || (e->ev_kick = event_new(e->base, -1, 0, kick_cb, e)) == NULL ||
         (e->ev_drain = evtimer_new(e->base, drain_timeout_cb, e)) == NULL ||
         (e->ev_commit = evtimer_new(e->base, commit_cb, e)) == NULL ||
@@ -514,7 +583,7 @@ void tp_engine_free(tp_engine_t *e)
         free(e->settled[i]);
     free(e->settled);
     free(e->tools);
-    free(e->stats.tools);
+    tp_sb_destroy(&e->sb);
     free(e);
 }
 
@@ -545,6 +614,12 @@ int tp_engine_finish(tp_engine_t *e)
 const tp_engine_stats_t *tp_engine_stats(const tp_engine_t *e)
 {
     return &e->stats;
+}
+
+const tp_scoreboard_t *tp_engine_board(tp_engine_t *e)
+{
+    eng_publish(e);
+    return &e->sb;
 }
 
 const tp_pool_stats_t *tp_engine_pool_stats(const tp_engine_t *e)

@@ -39,6 +39,7 @@
 #include "buf.h"
 #include "pool.h"
 #include "registry.h"
+#include "scoreboard.h"
 #include "store.h"
 #include "summary.h"
 #include "toolpool.pb-c.h"
@@ -217,11 +218,13 @@ typedef struct {
 } tp_front_t;
 
 /*
- * What the engine counts, for a front that reports it (the HTTP front's
- * /metrics, run's summary). Counters only grow.
+ * What the engine counts, for a front that reports it (run's summary).
+ * Counters only grow. Per tool (calls by outcome, attempts, retries,
+ * latency) and the commits' latency it counts on its scoreboard
+ * (tp_engine_board), where /metrics, `toolpool top` and `toolpool
+ * metrics` read them.
  */
 typedef struct {
-    tp_summary_t *tools;        /* by tool index: calls by outcome, attempts, retries, latency */
     uint64_t timeouts;          /* attempts that ran into their timeout */
     uint64_t answered_recorded; /* answers served from the store */
     uint64_t rerun;             /* recorded failures run again (--retry-failed), refusals checked again */
@@ -229,7 +232,6 @@ typedef struct {
     uint64_t late;              /* calls that came after a later step of their job had started */
     uint64_t rejected;          /* requests answered without a call (malformed, unknown tool) */
     uint64_t commits;
-    tp_summary_t commit_latency; /* commit durations (its histogram; calls counts commits) */
 } tp_engine_stats_t;
 
 /*
@@ -360,6 +362,13 @@ int tp_engine_finish(tp_engine_t *e);
 int tp_engine_failed(const tp_engine_t *e);
 
 const tp_engine_stats_t *tp_engine_stats(const tp_engine_t *e);
+/*
+ * The engine's scoreboard (scoreboard.h): its live state, published in
+ * shared memory when it has a store (else private, counted the same).
+ * Its header's counters are brought up to date first (they are
+ * written at each turn's end too, for the readers in other processes).
+ */
+const tp_scoreboard_t *tp_engine_board(tp_engine_t *e);
 const tp_pool_stats_t *tp_engine_pool_stats(const tp_engine_t *e);
 /* Attempts running, and slots ready for one. */
 int tp_engine_busy(const tp_engine_t *e);

@@ -163,6 +163,7 @@ struct tp_engine {
     bool in_turn;             /* kick_cb is running */
     uint64_t started_unix_us; /* records older than this are earlier runs' */
     tp_engine_stats_t stats;
+    tp_scoreboard_t sb; /* the live state, and the per-tool counters */
 };
 
 typedef enum {
@@ -207,6 +208,7 @@ static inline void call_unlink(tp_call_t *c)
     c->lprev = c->lnext = NULL;
     e->live--;
     e->live_bytes -= c->args_len;
+    tp_sb_add(&tp_sb_tools(&e->sb)[c->tool->index].held, -1);
 }
 
 /* The call's end for its whole run: the caller's own, or none. */
@@ -234,7 +236,21 @@ static inline const tp_digest_t *call_breaker_key(tp_call_t *c)
     return &c->hop_key;
 }
 
+/* The call's attempt started (its scoreboard record taken, its tool's count up), or ended. */
+static inline void call_board_start(tp_engine_t *e, tp_call_t *c, uint64_t now)
+{
+    tp_sb_add(&tp_sb_tools(&e->sb)[c->hop_tool->index].in_flight, 1);
+    c->sb_slot = tp_sb_slot_take(&e->sb, (uint32_t)c->hop_tool->index, c->att.number, now, c->att.timeout_us, c->id,
+                                 c->job->name);
+}
+static inline void call_board_end(tp_engine_t *e, tp_call_t *c)
+{
+    tp_sb_add(&tp_sb_tools(&e->sb)[c->hop_tool->index].in_flight, -1);
+    tp_sb_slot_give(&e->sb, c->sb_slot);
+}
+
 /* engine.c */
+void eng_publish(tp_engine_t *e);
 bool eng_ensure_txn(tp_engine_t *e);
 bool eng_txn_fit(tp_engine_t *e, size_t len, bool last_is_this);
 

@@ -161,7 +161,10 @@ void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, cons
     r->input_digest.data = c->identity.b;
     r->input_digest.len = TP_DIGEST_LEN;
     e->results++;
-    tp_summary_add(&e->stats.tools[c->tool->index], r);
+    tp_sb_tool_t *bt = &tp_sb_tools(&e->sb)[c->tool->index];
+    tp_sb_write_begin(&bt->gen);
+    tp_summary_add(&bt->sum, r);
+    tp_sb_write_end(&bt->gen);
     if (e->o.on_end)
         e->o.on_end(e->o.on_end_ctx, r, c->tctx);
     tp_pending_t *p = eng_pending_add(e, c->answer, c->answer_ctx);

@@ -106,8 +106,10 @@ void eng_settle(tp_engine_t *e, tp_call_t *c)
         return;
     }
     classify(a);
-    if (a->kind == TP_KIND_TIMEOUT)
+    if (a->kind == TP_KIND_TIMEOUT) {
         e->stats.timeouts++;
+        tp_sb_add(&tp_sb_tools(&e->sb)[c->hop_tool->index].timeouts, 1);
+    }
     if (a->ok || (a->kind != TP_KIND_TIMEOUT && a->kind != TP_KIND_WORKER_CRASHED && a->kind != TP_KIND_CANCELLED)) {
         tp_tool_state_t *ts = &e->tools[c->hop_tool->index];
         double us = (double)(a->ended_us - a->started_us);
@@ -214,6 +216,7 @@ void eng_attempt_done_cb(void *ctx, tp_attempt_t *a)
     tp_engine_t *e = ctx;
     tp_call_t *c = (tp_call_t *)((char *)a - offsetof(tp_call_t, att));
     e->tools[c->hop_tool->index].inflight--;
+    call_board_end(e, c);
     /*
      * Workers never open the store, but a crash on this machine is the
      * moment to clear reader slots any dead process (another supervisor,

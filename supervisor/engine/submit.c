@@ -364,6 +364,7 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     e->all = c;
     e->live++;
     e->live_bytes += c->args_len;
+    tp_sb_add(&tp_sb_tools(&e->sb)[t->index].held, 1);
     kick(e);
 out:
     free(owned_args);

@@ -111,6 +111,7 @@ int tp_owners_sync(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, tp_owne
         mine.pid = me->pid;
         mine.start = me->start;
         mine.boot = (char *)me->boot;
+        mine.scoreboard = (char *)me->board;
         mine.joined_generation = mine.seen_generation = ++generation;
         mine.joined_unix_us = tp_unix_us();
         st->joined = generation;

@@ -31,6 +31,7 @@ typedef struct {
     int32_t pid;
     uint64_t start; /* /proc/PID/stat starttime: clock ticks after boot */
     char boot[40];  /* /proc/sys/kernel/random/boot_id */
+    char board[48]; /* its scoreboard, as others open it (/proc/PID/fd/N); "": none */
 } tp_owner_id_t;
 
 typedef struct {
