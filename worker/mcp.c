@@ -97,6 +97,8 @@ typedef struct {
      */
     unsigned owed;
     char owed_what[240];
+    bool out_ready, err_ready; /* the last poll found its stdout, its stderr readable */
+    unsigned calls;            /* flights on it */
 } server_t;
 
 static server_t servers[SERVERS_MAX];
@@ -345,6 +347,7 @@ static void flight_end(flight_t *f, tp_outcome_t *o)
         if (*p == f) {
             *p = f->next;
             n_flights--;
+            f->server->calls--;
             break;
         }
     if (done_fn)
@@ -685,7 +688,12 @@ void tp_mcp_start(Toolpool__SupervisorFrame *frame)
     } else if ((s = server_for(call)) == NULL) {
         tp_outcome_fail(&o, "ServerError", "out of memory");
     }
-    if (s != NULL && s->live && server_gone(s)) {
+    /*
+     * A server with calls in flight is polled: its end is read there. One
+     * idle may have ended unseen (a waitid, which 20,000 calls at once
+     * made once each).
+     */
+    if (s != NULL && s->live && s->calls == 0 && server_gone(s)) {
         tp_mcpio_ended(&s->conn, 0, how, sizeof how);
         tp_log_warn("the MCP server of %s %s between calls; starting it again", call->tool, how);
         server_fail(s, "ended");
@@ -757,6 +765,7 @@ void tp_mcp_start(Toolpool__SupervisorFrame *frame)
     f->frame = frame;
     f->call = call;
     f->server = s;
+    s->calls++;
     f->deadline_us = call->deadline_us;
     f->max_line = call->max_output > (1u << 30) ? (size_t)1 << 31 : (size_t)call->max_output * 2 + 65536;
     f->next = flights;
@@ -827,16 +836,21 @@ static void check_times(void)
     }
 }
 
-/* Reads each server's output and acts on every whole message in it. */
+/*
+ * Reads the output of each server the poll found ready, and acts on every
+ * whole message in it (a server's stdout and stderr are read only when
+ * ready, and stdout until a read comes back short: some 4 reads a turn
+ * were 1).
+ */
 static void read_servers(void)
 {
     for (int i = 0; i < SERVERS_MAX; i++) {
         server_t *s = &servers[i];
+        bool out_ready = s->out_ready, err_ready = s->err_ready;
+        s->out_ready = s->err_ready = false;
         if (!s->live)
             continue;
-        int rc;
-        while ((rc = tp_mcpio_fill(&s->conn)) == 0) {
-        }
+        int rc = tp_mcpio_fill(&s->conn, out_ready, err_ready);
         size_t max_line = 1u << 20;
         for (flight_t *f = flights; f; f = f->next)
             if (f->server == s && f->max_line > max_line)
@@ -864,6 +878,8 @@ static void read_servers(void)
                 server_fail(s, "wrote a line longer than the calls' max_output allows");
             } else if (t == TP_ECLOSED || closed) {
                 server_fail(s, "ended");
+            } else if (rc == TP_ENOMEM) {
+                server_fail(s, "wrote more than the worker could hold (out of memory)");
             }
             break;
         }
@@ -874,17 +890,22 @@ int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready)
 {
     tp_mcp_flush();
     struct pollfd pf[1 + 2 * SERVERS_MAX];
-    int n = 0;
+    int n = 0, out_at[SERVERS_MAX], err_at[SERVERS_MAX];
     if (fd >= 0)
         pf[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
     for (int i = 0; i < SERVERS_MAX; i++) {
         server_t *s = &servers[i];
+        out_at[i] = err_at[i] = -1;
         if (!s->live)
             continue;
-        if (s->conn.out_fd >= 0)
+        if (s->conn.out_fd >= 0) {
+            out_at[i] = n;
             pf[n++] = (struct pollfd){.fd = s->conn.out_fd, .events = POLLIN};
-        if (s->conn.err_fd >= 0)
+        }
+        if (s->conn.err_fd >= 0) {
+            err_at[i] = n;
             pf[n++] = (struct pollfd){.fd = s->conn.err_fd, .events = POLLIN};
+        }
     }
     uint64_t now = tp_now_us(), soon = now + (uint64_t)timeout_ms * 1000u;
     for (flight_t *f = flights; f; f = f->next)
@@ -898,6 +919,10 @@ int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready)
     *fd_ready = fd >= 0 && r > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
     if (r < 0 && errno != EINTR)
         return TP_EIO;
+    for (int i = 0; r > 0 && i < SERVERS_MAX; i++) {
+        servers[i].out_ready = out_at[i] >= 0 && pf[out_at[i]].revents != 0;
+        servers[i].err_ready = err_at[i] >= 0 && pf[err_at[i]].revents != 0;
+    }
     read_servers();
     check_times();
     return 0;

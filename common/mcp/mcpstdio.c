@@ -462,19 +462,28 @@ int tp_mcpio_take(tp_mcpio_t *c, size_t max_line, json_t **msg, char *junk, size
     }
 }
 
-int tp_mcpio_fill(tp_mcpio_t *c)
+int tp_mcpio_fill(tp_mcpio_t *c, bool out_ready, bool err_ready)
 {
-    if (c->err_fd >= 0)
+    if (err_ready && c->err_fd >= 0)
         read_stderr(c);
     if (c->out_fd < 0)
         return TP_ECLOSED;
-    ssize_t r = tp_buf_read_fd(&c->out, c->out_fd);
-    if (r > 0)
-        return 0;
-    if (r == TP_EAGAIN || r == TP_EINTR)
+    if (!out_ready)
         return TP_EAGAIN;
-    tp_close_fd(&c->out_fd);
-    return TP_ECLOSED;
+    for (;;) {
+        if (tp_buf_reserve(&c->out, 65536) < 0)
+            return TP_ENOMEM;
+        size_t room = c->out.cap - c->out.len;
+        ssize_t r = tp_buf_read_fd(&c->out, c->out_fd);
+        if (r > 0 && (size_t)r == room)
+            continue; /* the pipe may hold more */
+        if (r > 0)
+            return 0; /* a short read: a pipe gives all it holds */
+        if (r == TP_EAGAIN || r == TP_EINTR)
+            return TP_EAGAIN;
+        tp_close_fd(&c->out_fd);
+        return TP_ECLOSED;
+    }
 }
 
 int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line, json_t **msg,

@@ -161,11 +161,14 @@ int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *st
                   char *why, size_t why_len);
 
 /*
- * Reads once what the server's stdout and stderr hold, without waiting
- * (for a caller that polls out_fd and err_fd itself). 0 when it read
- * something; TP_EAGAIN when nothing was there; TP_ECLOSED at its end.
+ * Reads what the server's stdout (when out_ready) and stderr (when
+ * err_ready) hold, without waiting, for a caller that polls out_fd and
+ * err_fd itself and says which were ready: a read that comes back short
+ * emptied the pipe, so an idle fd costs no read. 0 when it read
+ * something; TP_EAGAIN when nothing was there; TP_ECLOSED at its end;
+ * TP_ENOMEM.
  */
-int tp_mcpio_fill(tp_mcpio_t *c);
+int tp_mcpio_fill(tp_mcpio_t *c, bool out_ready, bool err_ready);
 
 /*
  * Answers req, a request the server sent: ping with {}, anything else
