@@ -245,6 +245,7 @@ static int server_start(server_t *s, const Toolpool__Call *call, tp_outcome_t *o
     memcpy(argv, call->argv, call->n_argv * sizeof *argv);
     if (call->n_mcp_env > 0)
         memcpy(env, call->mcp_env, call->n_mcp_env * sizeof *env);
+    s->conn.pipe_ignored = true; /* main.c ignores SIGPIPE */
     int rc = tp_mcpio_spawn(&s->conn, argv, env, call->mcp_cwd[0] ? call->mcp_cwd : NULL, false, err, sizeof err);
     free(argv);
     free(env);

@@ -277,14 +277,17 @@ int tp_mcpio_flush(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *s
      * A server gone is EPIPE, never our death: the supervisor imports
      * before it ignores SIGPIPE. The signal is blocked around the writes,
      * and one they raised is taken off again, unless one was pending
-     * already.
+     * already; a worker, which ignores it, skips the three system calls.
      */
     sigset_t pipe_set, old, pending;
+    bool was_pending = true; /* nothing to take off */
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-    sigpending(&pending);
-    bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+    if (!c->pipe_ignored) {
+        pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+        sigpending(&pending);
+        was_pending = sigismember(&pending, SIGPIPE) == 1;
+    }
     int rc = 0;
     tp_buf_t *q = &c->queued;
     while (tp_buf_avail(q) > 0) {
@@ -307,7 +310,8 @@ int tp_mcpio_flush(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *s
         struct timespec zero = {0, 0};
         sigtimedwait(&pipe_set, NULL, &zero);
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!c->pipe_ignored)
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0)
         tp_buf_reset(q); /* a server that does not read them is done for: they are not sent */
     return rc;

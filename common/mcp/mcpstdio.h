@@ -73,6 +73,7 @@ typedef struct {
     size_t batch_len;       /* that line's length, without its end */
     tp_buf_t errline;       /* stderr's unfinished line */
     tp_buf_t queued;        /* lines for its stdin not yet written (tp_mcpio_queue) */
+    bool pipe_ignored;      /* the caller's process ignores SIGPIPE: its writes need no mask */
     char tail[TP_MCP_TAIL]; /* the end of its stderr, lines joined by "; " */
     size_t tail_len;
     /* Each line of its stderr, as it comes; NULL: only the tail is kept. */
