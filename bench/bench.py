@@ -23,6 +23,7 @@ import platform
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,6 +55,7 @@ FULL = {
     "payload_calls": {10000: 5000, 100000: 1000, 1000000: 200},
     "payload_exec_calls": {10000: 2000, 100000: 1000, 1000000: 200},
     "mcp_seq": 2000, "mcp_conc": 20000, "mcp_lanes": 32, "mcp_rounds": 3, "mcp_held": 256, "triage": 100000,
+    "mcp_shared_seq": 3000, "mcp_shared_conc": 20000, "mcp_shared_rounds": 5,
     "store": 1000000,
     "shard_calls": 1000000, "shards": 4, "merge_shards": 16, "merge_each": 62500,
     "http_calls": 10000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 3, "http_xargs": 3000,
@@ -76,6 +78,7 @@ QUICK = {
     "payload_calls": {10000: 500, 100000: 100, 1000000: 20},
     "payload_exec_calls": {10000: 200, 100000: 100, 1000000: 20},
     "mcp_seq": 300, "mcp_conc": 2000, "mcp_lanes": 32, "mcp_rounds": 1, "mcp_held": 256, "triage": 100000,
+    "mcp_shared_seq": 500, "mcp_shared_conc": 4000, "mcp_shared_rounds": 1,
     "store": 100000,
     "shard_calls": 100000, "shards": 4, "merge_shards": 16, "merge_each": 6250,
     "http_calls": 2000, "http_in_flight": 256, "http_ms": 20, "http_rounds": 1, "http_xargs": 500,
@@ -94,6 +97,8 @@ TRIAGE_S = 1.0             # `toolpool failures` over a store of 100,000 results
 SHARD_VS_ONE = 0.90        # N shards run as N processes: total calls/s at least 90 % of one run's
 MERGE_S = 10.0             # merge of 16 stores of 62,500 results: the store and the results file
 MCP_HELD_KIB = 200 * 1024   # 256 calls in flight to one Node server: toolpool's processes and the server's
+MCP_SHARED_CONC = 1.0      # 32 at once through one shared session, --relaxed: calls/s against the direct client's
+MCP_SHARED_ADDED_US = 150.0  # one at a time through one shared session, --relaxed: p50 added to the direct path's
 HANG_P99_US = 2000.0
 HTTP_VS_AIOHTTP = 1.0       # http tools, 256 in flight: toolpool -j 2 against aiohttp
 HTTP_VS_XARGS = 10.0        # the same against xargs -P256 curl
@@ -108,8 +113,8 @@ SVC_VS_CELERY = 20.0     # serve (wrk) against Celery + Redis (its Python client
 SVC_ADDED_US = 300.0     # serve's added latency over a run co-process, p50
 SVC_RSS_FLAT = 1.10      # serve's RSS: overall peak at most 10 % above the first 10 %'s
 
-SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload", "mcp", "http",
-            "triage", "shard", "store", "otlp", "scoreboard"]
+SECTIONS = ["noop", "exec", "hang", "memory", "resume", "args", "growth", "service", "payload", "mcp", "mcp_shared",
+            "http", "triage", "shard", "store", "otlp", "scoreboard"]
 OTLP_SLOWDOWN = 0.15     # no-op durable calls/s with trace export on: at most 15 % below off
 SCOREBOARD_SLOWDOWN = 0.05  # ... with the scoreboard published (as always) against TOOLPOOL_SCOREBOARD=0
 
@@ -1323,6 +1328,87 @@ def bench_mcp(tp, cfg, scratch, res):
     say()
 
 
+def mcp_modules(build):
+    """Where the MCP SDK and server-everything are: bench/node_modules (bench/run installs
+    them), else the build's npm folder (tests/npm_deps.sh installs them there); None without."""
+    for d in (os.path.join(HERE, "node_modules"), os.path.join(build, "npm", "node_modules")):
+        if all(os.path.isfile(os.path.join(d, "@modelcontextprotocol", p, "package.json"))
+               for p in ("sdk", "server-everything")):
+            return d
+    return None
+
+
+def bench_mcp_shared(tp, cfg, scratch, res, build):
+    say("== 10b. MCP, one shared session: server-everything's echo through the SDK's client, directly, and "
+        "through one copy of the server that `toolpool mcp -j 2` imported (mcp_servers), every call on its one "
+        f"session; one call at a time and {cfg['mcp_lanes']} at once (each lane its own job), in alternated rounds")
+    modules = mcp_modules(build) if shutil.which("node") else None
+    if modules is None:
+        say("  skipped: no node, or neither bench/node_modules nor the build's npm folder holds the MCP SDK and "
+            "server-everything (bench/run or tests/npm_deps.sh installs them)")
+        say()
+        return
+    everything = [shutil.which("node"), os.path.join(modules, "@modelcontextprotocol", "server-everything", "dist",
+                                                     "index.js"), "stdio"]
+    shared = os.path.join(scratch, "mcp-one-session.json")
+    with open(shared, "w") as f:
+        json.dump({"mcp_servers": {"everything": {"command": everything, "max_in_flight": 256}}}, f)
+
+    def run(n, lanes, tool, command):
+        settle()
+        cmd = ["node", os.path.join(PEERS, "mcp_bench.mjs"), str(n), str(lanes), tool,
+               json.dumps({"message": "hello"}), "--", *command]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, TOOLPOOL_BENCH_MODULES=modules))
+        if p.returncode != 0:
+            sys.exit(f"bench: {' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()[-2000:]}")
+        return json.loads(p.stdout)
+
+    def through(name, relaxed):
+        return lambda: [tp.bin, "mcp", "-q", "-j", "2", "-r", shared, "-s", tp.fresh(name)] + \
+            (["--relaxed"] if relaxed else [])
+
+    lanes = cfg["mcp_lanes"]
+    rows = [("direct_seq", "SDK client -> server-everything", 1, "echo", lambda: everything),
+            ("relaxed_seq", "SDK client -> toolpool mcp --relaxed -> it", 1, "everything.echo",
+             through("mcps-seqr", True)),
+            ("durable_seq", "SDK client -> toolpool mcp -> it", 1, "everything.echo", through("mcps-seq", False)),
+            ("direct_conc", "SDK client -> server-everything", lanes, "echo", lambda: everything),
+            ("relaxed_conc", "SDK client -> toolpool mcp --relaxed -> it", lanes, "everything.echo",
+             through("mcps-concr", True)),
+            ("durable_conc", "SDK client -> toolpool mcp -> it", lanes, "everything.echo",
+             through("mcps-conc", False))]
+    rounds = {key: [] for key, *_ in rows}
+    for i in range(cfg["mcp_shared_rounds"]):
+        # each round in another order, so that a machine growing busier weighs on every row alike
+        for key, _, n_lanes, tool, cmd in (rows if i % 2 == 0 else rows[::-1]):
+            n = cfg["mcp_shared_seq"] if n_lanes == 1 else cfg["mcp_shared_conc"]
+            rounds[key].append(run(n, n_lanes, tool, cmd()))
+    med = {k: {f: statistics.median(r[f] for r in v) for f in ("calls_per_s", "p50_us", "p99_us")}
+           for k, v in rounds.items()}
+    res["mcp_shared"] = rounds
+    say(f"  {'':44} {'at once':>8} {'calls/s':>9} {'p50':>9} {'p99':>9}")
+    for key, name, n_lanes, *_ in rows:
+        f = med[key]
+        say(f"  {name:44} {n_lanes:>8} {fmt_int(f['calls_per_s']):>9} {f['p50_us'] / 1e3:7.3f}ms "
+            f"{f['p99_us'] / 1e3:7.2f}ms")
+    conc = med["relaxed_conc"]["calls_per_s"] / med["direct_conc"]["calls_per_s"]
+    conc_durable = med["durable_conc"]["calls_per_s"] / med["direct_conc"]["calls_per_s"]
+    added = med["relaxed_seq"]["p50_us"] - med["direct_seq"]["p50_us"]
+    added_durable = med["durable_seq"]["p50_us"] - med["direct_seq"]["p50_us"]
+    fsync = res.get("machine", {}).get("fsync_us", 0)
+    say(f"  (medians of {cfg['mcp_shared_rounds']} rounds; durable at {lanes} at once: {conc_durable:.2f}x direct; "
+        f"durable one at a time: p50 {added_durable / 1e3:.3f} ms added, beside {fsync / 1e3:.3f} ms for a 4 KiB "
+        "write + fsync here)")
+    target(f"{lanes} at once, one session, --relaxed: >= {MCP_SHARED_CONC:.1f}x direct calls/s", f"{conc:.2f}x",
+           conc >= MCP_SHARED_CONC)
+    target(f"one at a time, one session, --relaxed: p50 added < {MCP_SHARED_ADDED_US / 1e3:.2f} ms",
+           f"{added / 1e3:.3f} ms", added < MCP_SHARED_ADDED_US)
+    res["targets"]["mcp_one_session_conc"] = {"value": conc, "durable": conc_durable, "pass": conc >= MCP_SHARED_CONC}
+    res["targets"]["mcp_one_session_added"] = {"value_us": added, "durable_us": added_durable, "fsync_us": fsync,
+                                               "pass": added < MCP_SHARED_ADDED_US}
+    say()
+
+
 # ---------------------------------------------------------------------------
 # 12. the morning after: toolpool failures
 
@@ -1863,6 +1949,8 @@ def main():
             bench_payload(tp, cfg, scratch, res)
         if "mcp" in only:
             bench_mcp(tp, cfg, scratch, res)
+        if "mcp_shared" in only:
+            bench_mcp_shared(tp, cfg, scratch, res, build)
         if "http" in only:
             bench_http(tp, cfg, scratch, res)
             plot_http(res["http"], a.out)
@@ -1911,6 +1999,10 @@ def main():
                  lambda v: f"{v['value']:.2f}x"),
                 (f"mcp: 256 in flight to one Node server, RSS < {MCP_HELD_KIB // 1024} MiB", "mcp_held_rss",
                  lambda v: f"{v['value_kib'] / 1024:.1f} MiB"),
+                (f"mcp, one session, --relaxed: >= {MCP_SHARED_CONC:.1f}x direct calls/s, 32 at once",
+                 "mcp_one_session_conc", lambda v: f"{v['value']:.2f}x"),
+                (f"mcp, one session, --relaxed: p50 added < {MCP_SHARED_ADDED_US / 1e3:.2f} ms, 1 at a time",
+                 "mcp_one_session_added", lambda v: f"{v['value_us'] / 1e3:.3f} ms"),
                 (f"failures over 100,000 results < {TRIAGE_S:.0f} s", "triage", lambda v: f"{v['value_s']:.3f} s"),
                 (f"N shards >= {SHARD_VS_ONE:.0%} of one run's calls/s", "shard", lambda v: f"{v['value']:.2f}x"),
                 (f"merge of 16 x 62,500 results < {MERGE_S:.0f} s", "merge", lambda v: f"{v['value_s']:.2f} s"),

@@ -66,6 +66,8 @@ class ModernHttpTest(unittest.TestCase):
                  "region": {"type": "string", "x-mcp-header": "Region"},
                  "opts": {"type": "object", "properties": {"shard": {"type": "integer", "x-mcp-header": "Shard"}}},
                  "q": {"type": "string"}}}},
+            {"name": "deny", "description": "Fails NotFound: the example plugin has no such tool.",
+             "plugin": {"path": EXAMPLE_SO}},
         ]}
         with open(os.path.join(self.tmp, "tools.json"), "w") as f:
             json.dump(registry, f)
@@ -111,7 +113,7 @@ class ModernHttpTest(unittest.TestCase):
         self.assertEqual(r["result"]["resultType"], "complete")
         st, _, r = self.rpc(request(2, "tools/list"))
         self.assertEqual(st, 200, r)
-        self.assertEqual([t["name"] for t in r["result"]["tools"]], ["echo", "work", "query"])
+        self.assertEqual([t["name"] for t in r["result"]["tools"]], ["echo", "work", "query", "deny"])
         self.assertIn("ttlMs", r["result"])
         # a call, answered as JSON; an Mcp-Session-Id sent along is ignored (none is given back)
         call = request(3, "tools/call", {"name": "echo", "arguments": {"x": [1, 2.5]}})
@@ -127,6 +129,23 @@ class ModernHttpTest(unittest.TestCase):
         self.assertEqual(hd.get("X-Accel-Buffering"), "no")
         data = [ln[6:] for ln in body.decode().splitlines() if ln.startswith("data: ")]
         self.assertEqual(json.loads(data[-1])["result"]["structuredContent"], {"x": [1, 2.5]})
+
+    def test_the_same_failing_call_opens_its_circuit_without_a_session(self):
+        # Each POST's call is a job of its own, yet the same failing call sent again and again
+        # meets its circuit: the breaker counts them under the service's stateless session.
+        def deny(rid):
+            st, _, r = self.rpc(request(rid, "tools/call", {"name": "deny", "arguments": {"id": "r_7"}}))
+            self.assertEqual(st, 200, r)
+            tp = r["result"]["_meta"]["toolpool"]
+            self.assertEqual(tp["job"], tp["id"])
+            return r["result"]["structuredContent"]
+
+        got = [deny(i) for i in range(1, 5)]
+        kind = got[0]["error"]
+        self.assertEqual(kind, "NotFound")
+        self.assertEqual([(t["error"], t.get("escalated")) for t in got],
+                         [(kind, False), (kind, False), (kind, True), ("CircuitOpen", True)], got)
+        self.assertEqual(got[3]["escalation"], got[2]["escalation"])
 
     def test_two_clients_may_use_the_same_request_id_at_once(self):
         # Stateless: ids are each client's own, so two POSTs of id 7 at once are two calls.

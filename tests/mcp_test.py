@@ -743,6 +743,36 @@ class McpTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertIn(esc, out)
 
+    def test_same_call_circuit_counts_calls_that_are_their_own_jobs(self):
+        # A 2026-07-28 request names no job: each call is a job of its own, yet the same failing call
+        # sent again and again in one `toolpool mcp` trips the circuit (the breaker's scope "job"
+        # counts them under the session), and the call that opens it escalates.
+        s = self.session()
+        m = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+             "io.modelcontextprotocol/clientCapabilities": {}}
+
+        def deny(args, kind="PermissionDenied", klass="permanent", attempts=1):
+            r = s.request("tools/call", {"name": "deny", "arguments": args, "_meta": m})
+            tp = r["result"]["_meta"]["toolpool"]
+            self.assertEqual(tp["job"], tp["id"])
+            return self.assert_tool_error(r, kind, klass, attempts, False)
+
+        self.assertEqual([deny({"id": "r_992"})["escalated"] for _ in range(2)], [False, False])
+        third = deny({"id": "r_992"})
+        self.assertIs(third["escalated"], True)
+        fourth = deny({"id": "r_992"}, "CircuitOpen", "guard", 0)
+        self.assertEqual((fourth["escalated"], fourth["escalation"]), (True, third["escalation"]))
+        # Other args are another call: their circuit is closed.
+        self.assertIs(deny({"id": "r_993"})["escalated"], False)
+        rc, out, err = self.toolpool("escalations", "list", "--store", s.store)
+        self.assertEqual(rc, 0, err)
+        self.assertIn(third["escalation"], out)
+        # Another session's calls count apart: its first one runs (and fails as itself).
+        self.assertEqual(s.close(), 0)
+        s2 = self.session(store=s.store)
+        r = s2.request("tools/call", {"name": "deny", "arguments": {"id": "r_992"}, "_meta": m})
+        self.assert_tool_error(r, "PermissionDenied", "permanent", 1, False)
+
     def test_a_slow_reader_never_stalls_the_loop(self):
         s = self.ready()
         # 3 MB of answers the client does not read (a pipe holds 64 KiB)...

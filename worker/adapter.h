@@ -86,6 +86,11 @@ int tp_mcp_in_flight(void);
  * JSON-RPC (its calls end WorkerCrashed). 0, or TP_EIO.
  */
 int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready);
+/*
+ * tp_mcp_start queues its tools/call; this writes what each server has
+ * queued, once a turn of the worker's loop (tp_mcp_wait calls it first).
+ */
+void tp_mcp_flush(void);
 /* Ends every MCP session of the worker: each server's stdin closed, then killed. */
 void tp_mcp_shutdown(void);
 /* Set by the worker's SIGTERM handler: a call waiting on its MCP server cancels it. */

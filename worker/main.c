@@ -83,20 +83,35 @@ static void xcpu_handler(int sig)
     raise(sig);
 }
 
-/* Packs and writes one WorkerFrame; a failed write means the supervisor is gone. */
-static void send_frame(tp_buf_t *out, Toolpool__WorkerFrame *wf, uint32_t max)
+/*
+ * The frames packed and not yet written. The replies and notices of the
+ * calls that run many at once (http, mcp) wait here until the loop's turn
+ * ends (flush_frames), so a burst of answers read from a server goes to
+ * the supervisor in one write; a call that runs alone is answered at once.
+ */
+static tp_buf_t frames_out;
+
+/* Writes the frames packed; a failed write means the supervisor is gone. */
+static void flush_frames(void)
 {
-    tp_buf_reset(out);
-    int rc = tp_frame_append(out, &wf->base, max);
+    if (frames_out.len == 0)
+        return;
+    static size_t reply_pipe;
+    tp_pipe_fit(TP_REPLY_FD, frames_out.len, &reply_pipe);
+    if (tp_write_all(TP_REPLY_FD, frames_out.data, frames_out.len) < 0)
+        exit(errno == EPIPE ? 0 : 3);
+    tp_buf_reset(&frames_out);
+}
+
+/* Packs one WorkerFrame after those waiting to be written (flush_frames). */
+static void queue_frame(Toolpool__WorkerFrame *wf, uint32_t max)
+{
+    int rc = tp_frame_append(&frames_out, &wf->base, max);
     if (rc != 0) {
         /* strerror's words for the errno this once set: EMSGSIZE when too big */
         tp_log_error("worker.pack_failed", "cannot pack a reply: %s", strerror(rc == TP_E2BIG ? EMSGSIZE : -rc));
         exit(3);
     }
-    static size_t reply_pipe;
-    tp_pipe_fit(TP_REPLY_FD, out->len, &reply_pipe);
-    if (tp_write_all(TP_REPLY_FD, out->data, out->len) < 0)
-        exit(errno == EPIPE ? 0 : 3);
 }
 
 static uint32_t frame_max = TP_FRAME_DEFAULT_MAX;
@@ -104,7 +119,6 @@ static uint32_t frame_max = TP_FRAME_DEFAULT_MAX;
 /* Forwards an MCP server's notification to the supervisor; one too large for a frame is dropped. */
 static void send_notice(uint64_t seq, const char *method, const char *params, size_t len)
 {
-    static tp_buf_t out;
     Toolpool__Notice n = TOOLPOOL__NOTICE__INIT;
     n.seq = seq;
     n.method = (char *)method;
@@ -114,7 +128,7 @@ static void send_notice(uint64_t seq, const char *method, const char *params, si
     wf.body_case = TOOLPOOL__WORKER_FRAME__BODY_NOTICE;
     wf.notice = &n;
     if (len + 1024 <= frame_max)
-        send_frame(&out, &wf, frame_max);
+        queue_frame(&wf, frame_max);
 }
 
 static void run_call(const Toolpool__Call *call, tp_outcome_t *o)
@@ -127,10 +141,9 @@ static void run_call(const Toolpool__Call *call, tp_outcome_t *o)
         tp_outcome_fail(o, "ToolError", "worker cannot run adapter %d", (int)call->adapter);
 }
 
-/* The Reply to call: its outcome o. */
+/* The Reply to call: its outcome o, queued (flush_frames). */
 static void send_reply(const Toolpool__Call *call, tp_outcome_t *o)
 {
-    static tp_buf_t out;
     uint32_t max = frame_max;
     Toolpool__Reply reply = TOOLPOOL__REPLY__INIT;
     reply.seq = call->seq;
@@ -154,7 +167,7 @@ static void send_reply(const Toolpool__Call *call, tp_outcome_t *o)
     Toolpool__WorkerFrame wf = TOOLPOOL__WORKER_FRAME__INIT;
     wf.body_case = TOOLPOOL__WORKER_FRAME__BODY_REPLY;
     wf.reply = &reply;
-    send_frame(&out, &wf, max);
+    queue_frame(&wf, max);
 }
 
 /* Runs one call of an adapter that runs one at a time, and answers it. */
@@ -181,6 +194,7 @@ static void run_one(const Toolpool__Call *call, tp_outcome_t *o)
         _exit(0); /* timed out: nobody wants this reply */
     }
     send_reply(call, o);
+    flush_frames(); /* the supervisor waits for it: the next call may run long */
 }
 
 /*
@@ -278,14 +292,15 @@ int main(int argc, char **argv)
     tp_mcp_set_notice(send_notice);
     tp_http_set_done(send_reply);
     tp_mcp_set_done(send_reply);
-    tp_buf_t in = {0}, out = {0};
+    tp_buf_t in = {0};
     Toolpool__Hello hello = TOOLPOOL__HELLO__INIT;
     hello.protocol = TOOLPOOL__PROTOCOL__PROTOCOL_VERSION;
     hello.pid = getpid();
     Toolpool__WorkerFrame wf = TOOLPOOL__WORKER_FRAME__INIT;
     wf.body_case = TOOLPOOL__WORKER_FRAME__BODY_HELLO;
     wf.hello = &hello;
-    send_frame(&out, &wf, max);
+    queue_frame(&wf, max);
+    flush_frames();
 
     /*
      * The loop: every whole frame read is handled, then more is read. With
@@ -315,6 +330,9 @@ int main(int argc, char **argv)
         }
         if (terminating)
             break;
+        /* The turn's writes, once each: the servers' requests, then the supervisor's answers. */
+        tp_mcp_flush();
+        flush_frames();
         bool readable = !eof;
         if (tp_http_in_flight() > 0) {
             if (tp_http_wait(eof ? -1 : TP_CALL_FD, 1000, &readable) < 0) {
@@ -350,6 +368,6 @@ int main(int argc, char **argv)
     tp_contain_sweep();
     tp_outcome_free(&o);
     tp_buf_free(&in);
-    tp_buf_free(&out);
+    tp_buf_free(&frames_out);
     return status;
 }

@@ -71,6 +71,7 @@ int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const c
     c->scanned = c->batch_at = 0;
     tp_buf_reset(&c->out);
     tp_buf_reset(&c->errline);
+    tp_buf_reset(&c->queued);
     if (pipe2(in_p, O_CLOEXEC) < 0 || pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0) {
         rc = tp_errno(errno);
         snprintf(err, errlen, "pipe: %s", strerror(errno));
@@ -252,33 +253,47 @@ static int wait_fd(tp_mcpio_t *c, int fd, short events, uint64_t deadline_us, vo
     }
 }
 
-int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volatile sig_atomic_t *stop)
+int tp_mcpio_queue(tp_mcpio_t *c, const json_t *msg)
 {
-    tp_buf_t line = {0};
     if (c->in_fd < 0)
         return TP_ECLOSED;
-    if (tp_json_write(&line, msg, 0) < 0 || tp_buf_append(&line, "\n", 1) < 0) {
-        tp_buf_free(&line);
+    size_t was = c->queued.len;
+    if (tp_json_write(&c->queued, msg, 0) < 0 || tp_buf_append(&c->queued, "\n", 1) < 0) {
+        c->queued.len = was; /* the lines queued before stay whole */
         return TP_ENOMEM;
+    }
+    return 0;
+}
+
+int tp_mcpio_flush(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop)
+{
+    if (tp_buf_avail(&c->queued) == 0)
+        return 0;
+    if (c->in_fd < 0) {
+        tp_buf_reset(&c->queued);
+        return TP_ECLOSED;
     }
     /*
      * A server gone is EPIPE, never our death: the supervisor imports
      * before it ignores SIGPIPE. The signal is blocked around the writes,
      * and one they raised is taken off again, unless one was pending
-     * already.
+     * already; a worker, which ignores it, skips the three system calls.
      */
     sigset_t pipe_set, old, pending;
+    bool was_pending = true; /* nothing to take off */
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-    sigpending(&pending);
-    bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+    if (!c->pipe_ignored) {
+        pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+        sigpending(&pending);
+        was_pending = sigismember(&pending, SIGPIPE) == 1;
+    }
     int rc = 0;
-    size_t sent = 0;
-    while (sent < line.len) {
-        ssize_t w = write(c->in_fd, line.data + sent, line.len - sent);
+    tp_buf_t *q = &c->queued;
+    while (tp_buf_avail(q) > 0) {
+        ssize_t w = write(c->in_fd, tp_buf_head(q), tp_buf_avail(q));
         if (w > 0) {
-            sent += (size_t)w;
+            tp_buf_consume(q, (size_t)w);
             continue;
         }
         if (w < 0 && errno == EINTR)
@@ -295,9 +310,17 @@ int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volati
         struct timespec zero = {0, 0};
         sigtimedwait(&pipe_set, NULL, &zero);
     }
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    tp_buf_free(&line);
+    if (!c->pipe_ignored)
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        tp_buf_reset(q); /* a server that does not read them is done for: they are not sent */
     return rc;
+}
+
+int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volatile sig_atomic_t *stop)
+{
+    int rc = tp_mcpio_queue(c, msg);
+    return rc ? rc : tp_mcpio_flush(c, deadline_us, stop);
 }
 
 /* Logs a line of stdout that is not a message, as stderr is logged. */
@@ -443,19 +466,28 @@ int tp_mcpio_take(tp_mcpio_t *c, size_t max_line, json_t **msg, char *junk, size
     }
 }
 
-int tp_mcpio_fill(tp_mcpio_t *c)
+int tp_mcpio_fill(tp_mcpio_t *c, bool out_ready, bool err_ready)
 {
-    if (c->err_fd >= 0)
+    if (err_ready && c->err_fd >= 0)
         read_stderr(c);
     if (c->out_fd < 0)
         return TP_ECLOSED;
-    ssize_t r = tp_buf_read_fd(&c->out, c->out_fd);
-    if (r > 0)
-        return 0;
-    if (r == TP_EAGAIN || r == TP_EINTR)
+    if (!out_ready)
         return TP_EAGAIN;
-    tp_close_fd(&c->out_fd);
-    return TP_ECLOSED;
+    for (;;) {
+        if (tp_buf_reserve(&c->out, 65536) < 0)
+            return TP_ENOMEM;
+        size_t room = c->out.cap - c->out.len;
+        ssize_t r = tp_buf_read_fd(&c->out, c->out_fd);
+        if (r > 0 && (size_t)r == room)
+            continue; /* the pipe may hold more */
+        if (r > 0)
+            return 0; /* a short read: a pipe gives all it holds */
+        if (r == TP_EAGAIN || r == TP_EINTR)
+            return TP_EAGAIN;
+        tp_close_fd(&c->out_fd);
+        return TP_ECLOSED;
+    }
 }
 
 int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop, size_t max_line, json_t **msg,
@@ -833,10 +865,12 @@ void tp_mcpio_close(tp_mcpio_t *c, uint64_t wait_us)
     c->scanned = c->batch_at = 0;
     tp_buf_reset(&c->out);
     tp_buf_reset(&c->errline);
+    tp_buf_reset(&c->queued);
 }
 
 void tp_mcpio_free(tp_mcpio_t *c)
 {
     tp_buf_free(&c->out);
     tp_buf_free(&c->errline);
+    tp_buf_free(&c->queued);
 }

@@ -72,6 +72,8 @@ typedef struct {
     size_t batch_at;        /* in a batch line at out's head: its next element's offset; 0: in none */
     size_t batch_len;       /* that line's length, without its end */
     tp_buf_t errline;       /* stderr's unfinished line */
+    tp_buf_t queued;        /* lines for its stdin not yet written (tp_mcpio_queue) */
+    bool pipe_ignored;      /* the caller's process ignores SIGPIPE: its writes need no mask */
     char tail[TP_MCP_TAIL]; /* the end of its stderr, lines joined by "; " */
     size_t tail_len;
     /* Each line of its stderr, as it comes; NULL: only the tail is kept. */
@@ -100,8 +102,26 @@ typedef struct {
 int tp_mcpio_spawn(tp_mcpio_t *c, char *const argv[], char *const env[], const char *cwd, bool own_group, char *err,
                    size_t errlen);
 
-/* Writes msg and a newline. 0, TP_ECLOSED, TP_ETIMEDOUT, TP_EINTR or TP_ENOMEM. */
+/*
+ * Writes msg and a newline, after the lines queued before it. 0,
+ * TP_ECLOSED, TP_ETIMEDOUT, TP_EINTR or TP_ENOMEM.
+ */
 int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volatile sig_atomic_t *stop);
+
+/*
+ * Queues msg and a newline for the server's stdin, unwritten: a worker
+ * with many requests to send writes them in one tp_mcpio_flush (one
+ * write, and one SIGPIPE mask around it, instead of one of each per
+ * request). 0, TP_ECLOSED (not running) or TP_ENOMEM (nothing queued).
+ */
+int tp_mcpio_queue(tp_mcpio_t *c, const json_t *msg);
+
+/*
+ * Writes every queued line, waiting for room up to deadline_us. 0, or
+ * tp_mcpio_send's codes; on a failure the lines not written are dropped
+ * (a server that does not read its stdin is done for).
+ */
+int tp_mcpio_flush(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop);
 
 /*
  * One message's text read: a line of the server's stdout, or one element of
@@ -142,11 +162,14 @@ int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *st
                   char *why, size_t why_len);
 
 /*
- * Reads once what the server's stdout and stderr hold, without waiting
- * (for a caller that polls out_fd and err_fd itself). 0 when it read
- * something; TP_EAGAIN when nothing was there; TP_ECLOSED at its end.
+ * Reads what the server's stdout (when out_ready) and stderr (when
+ * err_ready) hold, without waiting, for a caller that polls out_fd and
+ * err_fd itself and says which were ready: a read that comes back short
+ * emptied the pipe, so an idle fd costs no read. 0 when it read
+ * something; TP_EAGAIN when nothing was there; TP_ECLOSED at its end;
+ * TP_ENOMEM.
  */
-int tp_mcpio_fill(tp_mcpio_t *c);
+int tp_mcpio_fill(tp_mcpio_t *c, bool out_ready, bool err_ready);
 
 /*
  * Answers req, a request the server sent: ping with {}, anything else

@@ -336,7 +336,8 @@ void eng_call_teardown(tp_call_t *c)
     free(c->id);
     free(c->args);
     free(c->hop_args);
-    c->id = c->args = c->hop_args = NULL;
+    free(c->breaker_job);
+    c->id = c->args = c->hop_args = c->breaker_job = NULL;
     if (c->tctx) {
         free(c->tctx);
         c->tctx = NULL;

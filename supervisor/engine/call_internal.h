@@ -57,6 +57,7 @@ struct tp_call {
     tp_digest_t hop_digest; /* of the current hop's args */
     tp_digest_t hop_key;    /* the current hop's same-call breaker key (call_breaker_key), once worked out */
     char *hop_args;         /* the current hop's args, when its fallback entry maps them; else NULL */
+    char *breaker_job;      /* the request's breaker_job, when it named one; else NULL (the job's name) */
     size_t hop_args_len;
     uint64_t submitted_gen; /* the store's owners' generation then */
     uint64_t step;

@@ -154,6 +154,13 @@ typedef void (*tp_notice_fn)(void *ctx, const char *method, const char *params, 
 typedef struct {
     const char *id;  /* non-empty */
     const char *job; /* NULL: the id (a job of one call) */
+    /*
+     * Whose failures the same-call breaker counts this call's with under
+     * the scope "job", when that is not its job: a front whose calls are
+     * each a job of their own (an MCP 2026-07-28 request) names the
+     * conversation they come in. NULL: the job.
+     */
+    const char *breaker_job;
     uint64_t step;
     const char *tool;
     char *args; /* compact JSON object text, NUL-terminated; NULL: {} */

@@ -220,6 +220,12 @@ static inline uint64_t call_deadline(const tp_call_t *c)
     return d;
 }
 
+/* The job whose failures c's count with in the same-call breaker (tp_request_t.breaker_job). */
+static inline const char *call_breaker_job(const tp_call_t *c)
+{
+    return c->breaker_job ? c->breaker_job : c->job->name;
+}
+
 /*
  * The same-call breaker's key of c's current hop (tp_breaker_call_digest:
  * under the scope "job", a hash of the args' digest and the job's name),
@@ -230,7 +236,7 @@ static inline uint64_t call_deadline(const tp_call_t *c)
 static inline const tp_digest_t *call_breaker_key(tp_call_t *c)
 {
     if (!c->hop_key_set) {
-        tp_breaker_call_digest(c->hop_tool, &c->hop_digest, c->job->name, &c->hop_key);
+        tp_breaker_call_digest(c->hop_tool, &c->hop_digest, call_breaker_job(c), &c->hop_key);
         c->hop_key_set = true;
     }
     return &c->hop_key;

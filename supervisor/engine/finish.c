@@ -274,7 +274,7 @@ void eng_record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
     bool opened = false;
     const tp_attempt_t *a = &c->att;
     const tp_digest_t *key = call_breaker_key(c);
-    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, key, c->job->name, c->id,
+    int rc = tp_breaker_call_record(e->o.store, e->txn, c->hop_tool, key, call_breaker_job(c), c->id,
                                     c->hop_args ? c->hop_args : c->args, failed, a->kind_name, a->message, tp_unix_us(),
                                     &opened);
     if (rc) {

@@ -319,10 +319,13 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     if (j && created && strcmp(job, rq->id) != 0)
         job_resume(e, j); /* a job named after its one call has no checkpoint */
     if (c == NULL || j == NULL || (c->id = strdup(rq->id)) == NULL ||
+        (rq->breaker_job && (c->breaker_job = strdup(rq->breaker_job)) == NULL) ||
         (c->args = owned_args ? owned_args : strdup(args)) == NULL) {
         eng_reject(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, "out of memory", fn, ctx);
-        if (c)
+        if (c) {
             free(c->id);
+            free(c->breaker_job);
+        }
         free(c);
         c = NULL;
         goto out;

@@ -1332,6 +1332,7 @@ static tp_mcp_task_t *task_start(tp_mcp_session_t *s, const Toolpool__McpTask *r
     tp_request_t rq = {
         .id = t->id,
         .job = t->job,
+        .breaker_job = strcmp(t->job, t->id) == 0 ? s->session_job : NULL, /* as a call that is its own job */
         .step = t->step,
         .tool = rec->tool,
         .args = args,
@@ -1942,6 +1943,8 @@ static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *par
     tp_request_t rq = {
         .id = r->call_id,
         .job = r->job,
+        /* a call that is its own job fails alike with the session's others: the same-call circuit counts them */
+        .breaker_job = job == call_id ? s->session_job : NULL,
         .step = r->step,
         .tool = name,
         .args = (char *)ab.data,
