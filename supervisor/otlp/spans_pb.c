@@ -26,18 +26,9 @@
 #include <string.h>
 
 #include "otlp_internal.h"
+#include "pbwire.h"
 
-enum { WT_VARINT = 0, WT_FIXED64 = 1, WT_LEN = 2 };
-
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
+enum { WT_VARINT = TP_PB_VARINT, WT_FIXED64 = TP_PB_FIXED64, WT_LEN = TP_PB_LEN };
 
 /*
  * The writer: bytes go straight to p, in room reserved beforehand for the
@@ -49,11 +40,7 @@ typedef struct {
 
 static inline void w_varint(w_t *w, uint64_t v)
 {
-    while (v >= 0x80) {
-        *w->p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *w->p++ = (uint8_t)v;
+    w->p = tp_pb_put_varint(w->p, v);
 }
 
 /* A field's key: its number and wire type (all ours are below 16: one byte). */
@@ -86,7 +73,7 @@ static inline void w_fixed64(w_t *w, unsigned field, uint64_t v)
 /* The size of a length-delimited field holding n bytes. */
 static inline size_t lenfield_size(size_t n)
 {
-    return 1 + varint_len(n) + n;
+    return 1 + tp_pb_varint_len(n) + n;
 }
 
 /* KeyValue `key` (kn bytes; field `field` of its message) opened, with room for a value of vsize bytes. */
@@ -124,7 +111,7 @@ void tp_otlp_pb_attr_str(tp_buf_t *b, unsigned field, const char *key, const cha
 
 static inline void attr_int_(w_t *w, const char *key, size_t kn, uint64_t v)
 {
-    kv_open(w, 9, key, kn, 1 + varint_len(v));
+    kv_open(w, 9, key, kn, 1 + tp_pb_varint_len(v));
     w_key(w, 3, WT_VARINT);
     w_varint(w, v);
 }
@@ -196,7 +183,7 @@ static void span_close(tp_buf_t *b, w_t *w, size_t at, bool error, const char *m
     uint8_t *body = b->data + at;
     size_t n = (size_t)(w->p - body);
     uint8_t *len = body - room;
-    size_t ln = varint_len(n);
+    size_t ln = tp_pb_varint_len(n);
     w_t lw = {len};
     w_varint(&lw, n);
     if (ln < room) /* a short span (a backoff's): moved back over the byte its length did not use */
@@ -326,7 +313,7 @@ uint8_t *tp_otlp_pb_head(uint8_t *end, const tp_buf_t *resource, const tp_buf_t 
 {
     size_t ss = scope->len + spans_len;
     size_t rs = resource->len + lenfield_size(ss);
-    size_t h = 1 + varint_len(rs) + resource->len + 1 + varint_len(ss) + scope->len;
+    size_t h = 1 + tp_pb_varint_len(rs) + resource->len + 1 + tp_pb_varint_len(ss) + scope->len;
     w_t w = {end - h};
     w_key(&w, 1, WT_LEN);
     w_varint(&w, rs);

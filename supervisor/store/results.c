@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pbwire.h"
 #include "record.h"
 #include "resultline.h"
 
@@ -16,27 +17,7 @@
  * number order, proto3's defaults left out: results_test holds the two to
  * each other), in one sizing pass and one writing pass.
  */
-enum { WT_VARINT = 0, WT_64 = 1, WT_LEN = 2 };
-
-static size_t varint_len(uint64_t v)
-{
-    size_t n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
-}
-
-static uint8_t *put_varint(uint8_t *p, uint64_t v)
-{
-    while (v >= 0x80) {
-        *p++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *p++ = (uint8_t)v;
-    return p;
-}
+enum { WT_VARINT = TP_PB_VARINT, WT_64 = TP_PB_FIXED64, WT_LEN = TP_PB_LEN };
 
 static size_t key_len(unsigned field)
 {
@@ -45,31 +26,31 @@ static size_t key_len(unsigned field)
 
 static uint8_t *put_key(uint8_t *p, unsigned field, unsigned wt)
 {
-    return put_varint(p, (uint64_t)field << 3 | wt);
+    return tp_pb_put_varint(p, (uint64_t)field << 3 | wt);
 }
 
 static size_t len_field(unsigned field, size_t n)
 {
-    return n ? key_len(field) + varint_len(n) + n : 0;
+    return n ? key_len(field) + tp_pb_varint_len(n) + n : 0;
 }
 
 static size_t varint_field(unsigned field, uint64_t v)
 {
-    return v ? key_len(field) + varint_len(v) : 0;
+    return v ? key_len(field) + tp_pb_varint_len(v) : 0;
 }
 
 static uint8_t *put_len(uint8_t *p, unsigned field, const void *data, size_t n)
 {
     if (n == 0)
         return p;
-    p = put_varint(put_key(p, field, WT_LEN), n);
+    p = tp_pb_put_varint(put_key(p, field, WT_LEN), n);
     memcpy(p, data, n);
     return p + n;
 }
 
 static uint8_t *put_uint(uint8_t *p, unsigned field, uint64_t v)
 {
-    return v ? put_varint(put_key(p, field, WT_VARINT), v) : p;
+    return v ? tp_pb_put_varint(put_key(p, field, WT_VARINT), v) : p;
 }
 
 /* The lengths of a record's strings, found once for both passes. */
@@ -101,7 +82,7 @@ static size_t result_size(const Toolpool__Result *r, const lens_t *l)
     for (size_t i = 0; i < r->n_trace; i++) {
         const Toolpool__Attempt *a = r->trace[i];
         size_t m = attempt_size(a, slen(a->tool), slen(a->outcome));
-        n += key_len(12) + varint_len(m) + m;
+        n += key_len(12) + tp_pb_varint_len(m) + m;
     }
     return n;
 }
@@ -109,7 +90,7 @@ static size_t result_size(const Toolpool__Result *r, const lens_t *l)
 static uint8_t *put_attempt(uint8_t *p, const Toolpool__Attempt *a)
 {
     size_t tool = slen(a->tool), outcome = slen(a->outcome);
-    p = put_varint(put_key(p, 12, WT_LEN), attempt_size(a, tool, outcome));
+    p = tp_pb_put_varint(put_key(p, 12, WT_LEN), attempt_size(a, tool, outcome));
     p = put_uint(p, 1, a->attempt);
     p = put_len(p, 2, a->tool, tool);
     p = put_len(p, 3, a->outcome, outcome);
@@ -157,11 +138,11 @@ static uint8_t *put_result(uint8_t *p, const Toolpool__Result *r, const lens_t *
 static size_t result_pack(const Toolpool__Result *r, const lens_t *l, uint64_t ended_unix_us, size_t inner,
                           uint8_t *out)
 {
-    size_t n = varint_field(7, ended_unix_us) + key_len(8) + varint_len(inner) + inner;
+    size_t n = varint_field(7, ended_unix_us) + key_len(8) + tp_pb_varint_len(inner) + inner;
     if (out == NULL)
         return n;
     uint8_t *p = put_uint(out, 7, ended_unix_us);
-    p = put_varint(put_key(p, 8, WT_LEN), inner);
+    p = tp_pb_put_varint(put_key(p, 8, WT_LEN), inner);
     p = put_result(p, r, l);
     return (size_t)(p - out);
 }
