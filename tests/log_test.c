@@ -5,6 +5,7 @@
  * however long it is.
  */
 #include <CUnit/Basic.h>
+#include <limits.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,10 +164,17 @@ static void test_json_long(void)
     char **v = take_lines();
     for (int k = 0; k < 3; k++) {
         CU_ASSERT_FATAL(v[k] != NULL);
-        CU_ASSERT(strlen(v[k]) < 4096 * 2 + 1024);
+        CU_ASSERT(strlen(v[k]) + 1 <= PIPE_BUF); /* one write a pipe keeps whole, its newline included */
         json_t *j = parse(v[k]);
         const char *m = str(j, "message");
         CU_ASSERT(m != NULL && strncmp(m, msg + k, strlen(m)) == 0);
+        CU_ASSERT(m != NULL && strlen(m) > 1000); /* the long id left the message its room */
+        if (k == 0) {
+            /* each of the call's fields cut to its share, none squeezed out */
+            for (const char *const *f = (const char *const[]){"call_id", "job", "tool", NULL}; *f; f++)
+                CU_ASSERT(str(j, *f) != NULL && strlen(str(j, *f)) == 256);
+            CU_ASSERT(json_integer_value(json_object_get(j, "attempt")) == 9);
+        }
         CU_ASSERT_STRING_EQUAL(str(j, "prog"), "prog");
         CU_ASSERT(json_is_integer(json_object_get(j, "pid")));
         json_decref(j);

@@ -454,6 +454,22 @@ class Otlp(unittest.TestCase):
                 self.assertEqual(sorted(s["name"] for _, s in r.spans()), ["attempt 1 cat", "attempt 1 cat",
                                                                           "execute_tool cat", "execute_tool cat"])
 
+    def test_text_that_is_not_utf8(self):
+        """A tool's stderr is any bytes: on a span, in either encoding, its message is text (U+FFFD for
+        each byte that is not UTF-8), so a strict collector takes the batch (this decoder is strict)."""
+        self.reg = serveutil.write_registry(os.path.join(self.dir, "tools3.json"), [
+            {"name": "bad", "exec": ["sh", "-c", 'cat >/dev/null; printf "bad \\377 byte" >&2; exit 1'],
+             "attempts": 1}])
+        for proto in ("http/protobuf", "http/json"):
+            with self.subTest(proto=proto):
+                r = self.receiver()
+                res, err, _ = self.run_calls([{"id": "u1", "tool": "bad", "args": {}}], "--otlp", r.url,
+                                             "--otlp-protocol", proto)
+                self.assertIn("otlp: 2 spans exported, 0 dropped", err)
+                call = [s for _, s in r.spans() if s["name"] == "execute_tool bad"][0]
+                self.assertEqual(call["status"]["message"], res["u1"]["message"])
+                self.assertIn("bad \ufffd byte", call["status"]["message"])
+
     def test_environment_endpoints(self):
         r = self.receiver()
         self.run_calls([{"id": "e1", "tool": "noop", "args": {}}],

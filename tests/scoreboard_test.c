@@ -164,9 +164,22 @@ static void test_open(void)
     CU_ASSERT_EQUAL_FATAL(tp_sb_create(&sb, 1, names, 1, true), 0);
     tp_sb_view_t v;
     CU_ASSERT_EQUAL(tp_sb_open(&v, sb.path, (int32_t)getpid() + 1), TP_EPROTO); /* another's */
-    CU_ASSERT_EQUAL(tp_sb_open(&v, "/proc/self/fd/999999", (int32_t)getpid()), TP_ENOENT);
-    CU_ASSERT_EQUAL(tp_sb_open(&v, "/proc/self/status", (int32_t)getpid()), TP_EPROTO); /* not a board */
     char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/999999", (int)getpid());
+    CU_ASSERT_EQUAL(tp_sb_open(&v, path, (int32_t)getpid()), TP_ENOENT);
+    /* only the owner's own descriptor is opened: nothing else a store's entry may name */
+    CU_ASSERT_EQUAL(tp_sb_open(&v, "/proc/self/status", (int32_t)getpid()), TP_EPROTO);
+    CU_ASSERT_EQUAL(tp_sb_open(&v, "/etc/passwd", (int32_t)getpid()), TP_EPROTO);
+    snprintf(path, sizeof path, "/proc/%d/fd/0x", (int)getpid());
+    CU_ASSERT_EQUAL(tp_sb_open(&v, path, (int32_t)getpid()), TP_EPROTO);
+    int pfd[2];
+    CU_ASSERT_EQUAL_FATAL(pipe(pfd), 0); /* a descriptor of its own that is no file: refused, not blocked on */
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)getpid(), pfd[0]);
+    CU_ASSERT_EQUAL(tp_sb_open(&v, path, (int32_t)getpid()), TP_EPROTO);
+    close(pfd[0]);
+    close(pfd[1]);
+    /* sealed: its size is fixed for its readers */
+    CU_ASSERT_NOT_EQUAL(ftruncate(sb.fd, 4096), 0);
     snprintf(path, sizeof path, "%s", sb.path);
     tp_sb_destroy(&sb);
     CU_ASSERT_EQUAL(tp_sb_open(&v, path, (int32_t)getpid()), TP_ENOENT); /* gone */

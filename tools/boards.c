@@ -73,3 +73,14 @@ void tp_cli_lives_free(tp_lives_t *l)
     free(l->v);
     memset(l, 0, sizeof *l);
 }
+
+void tp_cli_scrub(char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch < 0x20 || ch == 0x7f)
+            s[i] = '?';
+        else if (ch == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9f)
+            s[i] = s[i + 1] = '?';
+    }
+}

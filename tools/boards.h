@@ -34,5 +34,12 @@ typedef struct {
 /* The live supervisors of the store s, in txn, by pid. 0, or TP_ENOMEM, or an LMDB code. */
 int tp_cli_lives(tp_store_t *s, MDB_txn *txn, tp_lives_t *out);
 void tp_cli_lives_free(tp_lives_t *l);
+/*
+ * Text for a terminal, in place: the n bytes at s with every control
+ * character (C0, DEL, and C1 as UTF-8 writes it) made '?'. Call ids and
+ * jobs are clients' text, and reach an operator's terminal through top
+ * and stats.
+ */
+void tp_cli_scrub(char *s, size_t n);
 
 #endif

@@ -324,7 +324,10 @@ static void in_flight_print(const tp_live_t *l)
     for (uint32_t i = 0; i < l->snap.n_busy && i < TP_STATS_CALLS_SHOWN; i++) {
         const tp_sb_slot_t *c = &l->snap.slots[i];
         uint64_t age = now > c->started_us ? now - c->started_us : 0;
-        printf("%s %s (%s, attempt %u, %.1fs%s)", i ? "," : "", c->call_id, l->snap.tools[c->tool].name, c->attempt,
+        char id[TP_SB_NAME];
+        memcpy(id, c->call_id, sizeof id);
+        tp_cli_scrub(id, strlen(id));
+        printf("%s %s (%s, attempt %u, %.1fs%s)", i ? "," : "", id, l->snap.tools[c->tool].name, c->attempt,
                (double)age / 1e6, c->timeout_us && age > c->timeout_us ? ", stuck" : "");
     }
     if (l->snap.n_busy > TP_STATS_CALLS_SHOWN)

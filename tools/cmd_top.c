@@ -76,6 +76,8 @@ typedef struct {
     prev_t *prev;
     size_t n_prev;
     double prev_dt; /* seconds since the last refresh; 0: none */
+    bool live;      /* the live view is up: what goes wrong is said once it is down (why) */
+    char why[600];
 } top_t;
 
 static const tp_sb_snap_t *sort_snap; /* qsort's context: the board whose calls are sorted */
@@ -129,8 +131,9 @@ static double rate(const top_t *t, const tp_sb_snap_t *s, uint32_t tool)
 {
     uint64_t now = tool == UINT32_MAX ? s->c.done : s->tools[tool].sum.calls;
     const prev_t *p = t->prev_dt > 0 ? prev_of(t, s->pid, tool) : NULL;
-    if (p)
-        return (double)(now - (tool == UINT32_MAX ? p->done : p->calls)) / t->prev_dt;
+    uint64_t was = p ? (tool == UINT32_MAX ? p->done : p->calls) : 0;
+    if (p && now >= was)
+        return (double)(now - was) / t->prev_dt;
     double up = uptime_s(t, s);
     return up > 0 ? (double)now / up : 0;
 }
@@ -219,8 +222,10 @@ static void put_dur(char *buf, size_t cap, double s)
         snprintf(buf, cap, "%.1fs", s);
     else if (s < 3600)
         snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
-    else
+    else if (s < 3.6e8)
         snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    else
+        snprintf(buf, cap, ">99999h");
 }
 
 /* A line of the view into out, cut to width columns (0: not cut). */
@@ -238,6 +243,7 @@ static void line(tp_buf_t *out, int width, const char *fmt, ...)
         n = sizeof buf - 1;
     if (width > 0 && n > width)
         n = width;
+    tp_cli_scrub(buf, (size_t)n);
     tp_buf_append(out, buf, (size_t)n);
     tp_buf_puts(out, "\n");
 }
@@ -319,14 +325,18 @@ static int read_lives(top_t *t, tp_lives_t *lives)
 {
     MDB_txn *txn;
     tp_store_t *s = tp_cli_store_read(t->dir, &txn);
-    if (s == NULL)
+    if (s == NULL) {
+        snprintf(t->why, sizeof t->why, "%s: the store could not be opened", t->dir);
         return 2;
+    }
     int rc = tp_cli_lives(s, txn, lives);
     mdb_txn_abort(txn);
     tp_store_close(s);
     t->now_us = tp_now_us();
     if (rc) {
-        tp_log_error("store.read_failed", "%s: reading the store's supervisors: %s", t->dir, tp_strerror(rc));
+        snprintf(t->why, sizeof t->why, "%s: reading the store's supervisors: %s", t->dir, tp_strerror(rc));
+        if (!t->live)
+            tp_log_error("store.read_failed", "%s", t->why);
         return 2;
     }
     for (size_t i = 0; i < lives->n; i++)
@@ -384,6 +394,13 @@ static void top_signal(int sig)
 /* The live view: the alternate screen, raw keys, a frame per interval. */
 static int live_view(top_t *t, double interval)
 {
+    /* the handlers first: a signal between raw mode and them would leave the terminal raw */
+    struct sigaction sa = {.sa_handler = top_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGQUIT, &sa, NULL);
     struct termios was, raw;
     bool tty = isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &was) == 0;
     if (tty) {
@@ -393,12 +410,9 @@ static int live_view(top_t *t, double interval)
         raw.c_cc[VTIME] = 0;
         tcsetattr(STDIN_FILENO, TCSANOW, &raw);
     }
-    struct sigaction sa = {.sa_handler = top_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    bool keys = true; /* stdin is read for keys until its end, or an error */
     fputs("\033[?1049h\033[?25l", stdout);
+    t->live = true;
     int status = 0;
     uint64_t last = 0;
     tp_buf_t out = {0};
@@ -424,20 +438,25 @@ static int live_view(top_t *t, double interval)
             uint64_t now = tp_now_us();
             if (now >= due)
                 break;
-            struct pollfd pf = {.fd = STDIN_FILENO, .events = POLLIN};
+            struct pollfd pf = {.fd = keys ? STDIN_FILENO : -1, .events = POLLIN};
             int n = poll(&pf, 1, (int)((due - now) / 1000) + 1);
             if (n < 0 && errno != EINTR)
                 break;
             if (n <= 0)
                 continue;
-            char key;
-            ssize_t got = read(STDIN_FILENO, &key, 1);
-            if (got <= 0) {
-                if (got == 0)
-                    sleep(1); /* stdin at its end: only the timer and signals stop it */
+            if (pf.revents & POLLNVAL) {
+                keys = false; /* stdin closed: only the timer and signals stop it */
                 continue;
             }
-            if (key == 'q' || key == 'Q' || key == 3)
+            char key;
+            ssize_t got = read(STDIN_FILENO, &key, 1);
+            if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
+                keys = false; /* stdin at its end */
+                continue;
+            }
+            if (got < 0)
+                continue;
+            if (key == 'q' || key == 'Q')
                 top_stop = 1;
             else if (key == 's') {
                 t->sort = (sort_t)((t->sort + 1) % SORT__N);
@@ -450,6 +469,9 @@ static int live_view(top_t *t, double interval)
     fflush(stdout);
     if (tty)
         tcsetattr(STDIN_FILENO, TCSANOW, &was);
+    t->live = false;
+    if (status != 0 && t->why[0])
+        tp_log_error("store.read_failed", "%s", t->why); /* said where it can be read */
     return status;
 }
 

@@ -202,17 +202,19 @@ int tp_engine_cli_open(tp_engine_cli_t *c)
         tp_registry_free(reg);
         return -1;
     }
+    /*
+     * The workers log as the supervisor does: they read the format and file
+     * from their environment. Put there only now, after the MCP servers the
+     * registry imports have answered, so no tool inherits them; and before
+     * the exporter's thread starts, which reads the environment (libcurl's
+     * proxies) while setenv may move it.
+     */
+    tp_log_export_env();
     if (tp_otlp_start(&c->otlp, &c->exporter) < 0) {
         tp_store_close(store);
         tp_registry_free(reg);
         return -1;
     }
-    /*
-     * The workers log as the supervisor does: they read the format and file
-     * from their environment. Put there only now, after the MCP servers the
-     * registry imports have answered, so no tool inherits them.
-     */
-    tp_log_export_env();
     c->engine.reg = reg;
     c->engine.store = store;
     if (c->retain_us == 0)

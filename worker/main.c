@@ -189,6 +189,7 @@ static void run_one(const Toolpool__Call *call, tp_outcome_t *o)
     if (call->adapter != TOOLPOOL__ADAPTER__ADAPTER_MCP && tp_now_us() - started >= TP_CONTAIN_QUICK_US)
         tp_contain_sweep();
     if (terminating) {
+        flush_frames(); /* the answers of calls that ended before this one are still wanted */
         tp_mcp_shutdown();
         tp_contain_sweep();
         _exit(0); /* timed out: nobody wants this reply */
@@ -328,8 +329,10 @@ int main(int argc, char **argv)
             tp_log_error("worker.bad_frame", "bad frame from the supervisor (oversized)");
             return 3;
         }
-        if (terminating)
+        if (terminating) {
+            flush_frames(); /* what ended this turn is answered: a SIGTERM is for one call, not its siblings */
             break;
+        }
         /* The turn's writes, once each: the servers' requests, then the supervisor's answers. */
         tp_mcp_flush();
         flush_frames();
@@ -363,6 +366,7 @@ int main(int argc, char **argv)
             return 3;
         }
     }
+    flush_frames();
     tp_http_shutdown();
     tp_mcp_shutdown();
     tp_contain_sweep();

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,16 @@ int tp_log_set_file(const char *path, char *err, size_t errlen)
     if (fd < 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
+    }
+    /* Above the descriptors a worker's protocol fixes (3 to 5), which it may open or close after this. */
+    if (fd < 10) {
+        int hi = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+        close(fd);
+        if (hi < 0) {
+            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+            return -1;
+        }
+        fd = hi;
     }
     /* Absolute, so a worker started in another directory appends to the same file. */
     if (realpath(path, log_path) == NULL)
@@ -145,18 +156,26 @@ static size_t utf8_len(const unsigned char *p, size_t n)
 
 /*
  * s as a JSON string, quotes and all; a byte that is not UTF-8 becomes
- * U+FFFD. A string that does not fit, keeping room bytes free after it, is
- * cut between two characters (never inside an escape or a UTF-8
- * sequence) and still closed, so a cut line is still a JSON object.
+ * U+FFFD. A string that does not fit, keeping room bytes free after it, or
+ * is longer than limit bytes written, is cut between two characters (never
+ * inside an escape or a UTF-8 sequence) and still closed, so a cut line is
+ * still a JSON object. No room at all: "".
  */
-static void put_string(out_t *o, const char *s, size_t room)
+static void put_string(out_t *o, const char *s, size_t room, size_t limit)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *p = (const unsigned char *)s;
     size_t n = strlen(s);
-    if (o->cap - o->len < room + 2)
+    if (o->cap - o->len < room + 2) {
+        if (o->cap - o->len >= 2) {
+            o->p[o->len++] = '"';
+            o->p[o->len++] = '"';
+        }
         return;
+    }
     size_t end = o->cap - room - 1; /* the closing quote's place */
+    if (limit < end - o->len - 1)   /* end - o->len is 1 at least here */
+        end = o->len + 1 + limit;
     o->p[o->len++] = '"';
     for (size_t i = 0; i < n;) {
         unsigned char c = p[i];
@@ -205,6 +224,8 @@ static void put_string(out_t *o, const char *s, size_t room)
 #define ROOM_FIELD 160
 #define ROOM_MESSAGE 64
 #define ROOM_PROG 32
+/* The most a call's field or the event takes, so that one long id leaves the others and the message room. */
+#define FIELD_MAX 256
 
 static void put_field(out_t *o, const char *name, const char *value)
 {
@@ -213,7 +234,7 @@ static void put_field(out_t *o, const char *name, const char *value)
     puts_(o, ",\"");
     puts_(o, name);
     puts_(o, "\":");
-    put_string(o, value, ROOM_FIELD);
+    put_string(o, value, ROOM_FIELD, FIELD_MAX);
 }
 
 /*
@@ -241,7 +262,7 @@ static void vlog(tp_log_level_t level, const char *event, const tp_log_call_t *c
     }
     if (vsnprintf(msg, sizeof msg, fmt, ap) < 0)
         msg[0] = '\0';
-    char line[TP_LOG_LINE * 2 + 1024];
+    char line[PIPE_BUF];                  /* whole on a pipe that the workers share */
     out_t o = {line, 0, sizeof line - 1}; /* the newline's byte kept */
     struct timespec ts;
     struct tm tm;
@@ -255,7 +276,7 @@ static void vlog(tp_log_level_t level, const char *event, const tp_log_call_t *c
     puts_(&o, "\",\"level\":\"");
     puts_(&o, level_json[level]);
     puts_(&o, "\",\"event\":");
-    put_string(&o, event, ROOM_FIELD);
+    put_string(&o, event, ROOM_FIELD, FIELD_MAX);
     if (call) {
         put_field(&o, "call_id", call->call_id);
         put_field(&o, "job", call->job);
@@ -267,9 +288,9 @@ static void vlog(tp_log_level_t level, const char *event, const tp_log_call_t *c
         }
     }
     puts_(&o, ",\"message\":");
-    put_string(&o, msg, ROOM_MESSAGE);
+    put_string(&o, msg, ROOM_MESSAGE, SIZE_MAX);
     puts_(&o, ",\"prog\":");
-    put_string(&o, prog_name, ROOM_PROG);
+    put_string(&o, prog_name, ROOM_PROG, FIELD_MAX);
     char tail[32];
     snprintf(tail, sizeof tail, ",\"pid\":%ld}", (long)getpid());
     puts_(&o, tail);

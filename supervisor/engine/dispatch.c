@@ -218,6 +218,8 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
         /* The marker must be durable before the tool can run: start after the commit. */
         int rc = eng_marker_put(e, c, false);
         if (rc) {
+            e->tools[c->hop_tool->index].inflight--;
+            call_board_end(e, c);
             tp_engine_store_failed(e, rc, "recording an in-flight marker");
             return;
         }
@@ -225,8 +227,11 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
         e->n_deferred++;
         return;
     }
-    if (e->failed)
+    if (e->failed) {
+        e->tools[c->hop_tool->index].inflight--;
+        call_board_end(e, c);
         return;
+    }
     eng_submit_attempt(e, c);
 }
 

@@ -255,7 +255,10 @@ static void turn(tp_engine_t *e)
             d->hop_attempts--;
             eng_finish_cancelled(e, d);
         } else if (e->failed || e->closing) {
-            tp_queue_push(&e->ready, d); /* never started; freed with the rest */
+            /* never started; freed with the rest, and not shown running */
+            e->tools[d->hop_tool->index].inflight--;
+            call_board_end(e, d);
+            tp_queue_push(&e->ready, d);
         } else {
             eng_submit_attempt(e, d);
         }
@@ -359,6 +362,14 @@ int tp_engine_failed(const tp_engine_t *e)
 }
 
 /* ---- the engine itself ---- */
+
+/* A pipelined attempt's clock started late (it waited in its worker's queue): its record says so. */
+static void attempt_started_cb(void *ctx, tp_attempt_t *a)
+{
+    tp_engine_t *e = ctx;
+    tp_call_t *c = (tp_call_t *)((char *)a - offsetof(tp_call_t, att));
+    tp_sb_slot_restart(&e->sb, c->sb_slot, a->started_us, a->timeout_us);
+}
 
 static void idle_cb(void *ctx)
 {
@@ -495,6 +506,7 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
         .pipeline = o->pipeline,
         .done_cb = eng_attempt_done_cb,
         .notice_cb = eng_attempt_notice_cb,
+        .started_cb = attempt_started_cb,
         .idle_cb = idle_cb,
         .fatal_cb = fatal_cb,
         .closed_cb = closed_cb,

@@ -7,23 +7,31 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "error.h"
 #include "log.h"
+#include "registry.h"
 #include "store.h"
+
+_Static_assert(TP_SB_TOOL_NAME > TP_TOOL_NAME_MAX, "a tool's name is whole on the board");
 
 static size_t align_up(size_t n, size_t a)
 {
     return (n + a - 1) / a * a;
 }
 
-static void copy_name(char *dst, const char *src)
+/* src into dst (cap bytes, NUL included), cut where a UTF-8 character begins, so the cut name is still text. */
+static void copy_name(char *dst, size_t cap, const char *src)
 {
     size_t n = src ? strlen(src) : 0;
-    if (n >= TP_SB_NAME)
-        n = TP_SB_NAME - 1;
+    if (n >= cap) {
+        n = cap - 1;
+        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80)
+            n--;
+    }
     memcpy(dst, src ? src : "", n);
     dst[n] = 0;
 }
@@ -46,8 +54,10 @@ int tp_sb_create(tp_scoreboard_t *sb, uint32_t n_slots, const char *const *names
         publish = false;
     void *base = MAP_FAILED;
     if (publish) {
-        int fd = memfd_create("toolpool-scoreboard", MFD_CLOEXEC);
+        int fd = memfd_create("toolpool-scoreboard", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        /* sealed at its size: no process that opens it through /proc can shrink it under its readers */
         if (fd >= 0 && ftruncate(fd, (off_t)size) == 0 &&
+            fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0 &&
             (base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) != MAP_FAILED) {
             sb->fd = fd;
             snprintf(sb->path, sizeof sb->path, "/proc/%d/fd/%d", (int)getpid(), fd);
@@ -83,7 +93,7 @@ int tp_sb_create(tp_scoreboard_t *sb, uint32_t n_slots, const char *const *names
     h->started_mono_us = tp_now_us();
     tp_sb_tool_t *t = tp_sb_tools(sb);
     for (uint32_t i = 0; i < n; i++)
-        copy_name(t[i].name, names[i]);
+        copy_name(t[i].name, sizeof t[i].name, names[i]);
     /* The magic last: a reader that maps a board still being made takes it for none. */
     atomic_thread_fence(memory_order_release);
     h->magic = TP_SB_MAGIC;
@@ -119,10 +129,21 @@ int tp_sb_slot_take(tp_scoreboard_t *sb, uint32_t tool, uint32_t attempt, uint64
     s->attempt = attempt;
     s->started_us = started_us;
     s->timeout_us = timeout_us;
-    copy_name(s->call_id, call_id);
-    copy_name(s->job, job);
+    copy_name(s->call_id, sizeof s->call_id, call_id);
+    copy_name(s->job, sizeof s->job, job);
     tp_sb_write_end(&s->gen);
     return (int)i;
+}
+
+void tp_sb_slot_restart(tp_scoreboard_t *sb, int i, uint64_t started_us, uint64_t timeout_us)
+{
+    if (i < 0)
+        return;
+    tp_sb_slot_t *s = &tp_sb_slots(sb)[i];
+    tp_sb_write_begin(&s->gen);
+    s->started_us = started_us;
+    s->timeout_us = timeout_us;
+    tp_sb_write_end(&s->gen);
 }
 
 void tp_sb_slot_give(tp_scoreboard_t *sb, int i)
@@ -169,10 +190,17 @@ bool tp_sb_read(const _Atomic uint64_t *gen, void *dst, const void *src, size_t 
 int tp_sb_open(tp_sb_view_t *v, const char *path, int32_t pid)
 {
     memset(v, 0, sizeof *v);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Only the owner's own descriptor, as tp_sb_create names it: nothing else the store may say is opened. */
+    char want[TP_SB_PATH];
+    int n = snprintf(want, sizeof want, "/proc/%d/fd/", (int)pid);
+    if (n < 0 || strncmp(path, want, (size_t)n) != 0 || path[n] == 0 ||
+        strspn(path + n, "0123456789") != strlen(path + n))
+        return TP_EPROTO;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return errno == ENOENT ? TP_ENOENT : tp_errno(errno);
-    off_t end = lseek(fd, 0, SEEK_END);
+    struct stat st;
+    off_t end = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? st.st_size : -1;
     if (end < (off_t)sizeof(tp_sb_header_t)) {
         close(fd);
         return TP_EPROTO;
@@ -202,15 +230,20 @@ int tp_sb_snapshot(const void *base, size_t size, tp_sb_snap_t *out)
 {
     memset(out, 0, sizeof *out);
     const tp_sb_header_t *h = base;
-    if (size < sizeof *h || h->magic != TP_SB_MAGIC ||
-        h->slots_off + (uint64_t)h->n_slots * sizeof(tp_sb_slot_t) > size ||
-        h->tools_off + (uint64_t)h->n_tools * sizeof(tp_sb_tool_t) > size)
+    if (size < sizeof *h || h->magic != TP_SB_MAGIC)
+        return TP_EPROTO;
+    /* The geometry read once, and checked before any of it is used: the segment is another process's. */
+    uint64_t slots_off = h->slots_off, tools_off = h->tools_off;
+    uint32_t n_slots = h->n_slots, n_tools = h->n_tools;
+    if (slots_off < sizeof *h || slots_off % 64 || slots_off > size ||
+        n_slots > (size - slots_off) / sizeof(tp_sb_slot_t) || tools_off < sizeof *h || tools_off % 64 ||
+        tools_off > size || n_tools > (size - tools_off) / sizeof(tp_sb_tool_t))
         return TP_EPROTO;
     out->pid = h->pid;
     out->started_unix_us = h->started_unix_us;
     out->started_mono_us = h->started_mono_us;
-    out->n_slots = h->n_slots;
-    out->n_tools = h->n_tools;
+    out->n_slots = n_slots;
+    out->n_tools = n_tools;
     /* The counters and the commit latency: one record. */
     struct {
         tp_sb_counts_t c;
@@ -224,35 +257,38 @@ int tp_sb_snapshot(const void *base, size_t size, tp_sb_snap_t *out)
     out->c = hc.c;
     out->c.command[TP_SB_COMMAND - 1] = 0;
     out->commit_latency = hc.commit_latency;
-    out->slots = calloc(h->n_slots ? h->n_slots : 1, sizeof *out->slots);
-    out->tools = calloc(h->n_tools ? h->n_tools : 1, sizeof *out->tools);
+    out->slots = calloc(n_slots ? n_slots : 1, sizeof *out->slots);
+    out->tools = calloc(n_tools ? n_tools : 1, sizeof *out->tools);
     if (out->slots == NULL || out->tools == NULL) {
         tp_sb_snap_free(out);
         return TP_ENOMEM;
     }
-    const tp_sb_slot_t *slots = (const tp_sb_slot_t *)((const char *)base + h->slots_off);
-    for (uint32_t i = 0; i < h->n_slots; i++) {
+    const tp_sb_slot_t *slots = (const tp_sb_slot_t *)((const char *)base + slots_off);
+    for (uint32_t i = 0; i < n_slots; i++) {
         tp_sb_slot_t *s = &out->slots[out->n_busy];
-        if (!tp_sb_read(&slots[i].gen, s, &slots[i], sizeof *s) || s->state != TP_SB_BUSY || s->tool >= h->n_tools)
+        if (!tp_sb_read(&slots[i].gen, s, &slots[i], sizeof *s) || s->state != TP_SB_BUSY || s->tool >= n_tools)
             continue;
         s->call_id[TP_SB_NAME - 1] = 0;
         s->job[TP_SB_NAME - 1] = 0;
         s->slot_pad = i; /* which record it was */
         out->n_busy++;
     }
-    const tp_sb_tool_t *tools = (const tp_sb_tool_t *)((const char *)base + h->tools_off);
-    for (uint32_t i = 0; i < h->n_tools; i++) {
+    const tp_sb_tool_t *tools = (const tp_sb_tool_t *)((const char *)base + tools_off);
+    for (uint32_t i = 0; i < n_tools; i++) {
         tp_sb_tool_t *t = &out->tools[i];
-        memcpy(t->name, tools[i].name, TP_SB_NAME);
-        t->name[TP_SB_NAME - 1] = 0;
+        memcpy(t->name, tools[i].name, TP_SB_TOOL_NAME);
+        t->name[TP_SB_TOOL_NAME - 1] = 0;
         atomic_store_explicit(&t->in_flight, atomic_load_explicit(&tools[i].in_flight, memory_order_relaxed),
                               memory_order_relaxed);
         atomic_store_explicit(&t->held, atomic_load_explicit(&tools[i].held, memory_order_relaxed),
                               memory_order_relaxed);
         atomic_store_explicit(&t->timeouts, atomic_load_explicit(&tools[i].timeouts, memory_order_relaxed),
                               memory_order_relaxed);
-        if (!tp_sb_read(&tools[i].gen, &t->sum, &tools[i].sum, sizeof t->sum))
-            memset(&t->sum, 0, sizeof t->sum);
+        if (!tp_sb_read(&tools[i].gen, &t->sum, &tools[i].sum, sizeof t->sum)) {
+            /* not zeros (a counter that went back would read as a reset): no snapshot this time */
+            tp_sb_snap_free(out);
+            return TP_EAGAIN;
+        }
     }
     return 0;
 }

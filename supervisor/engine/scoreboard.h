@@ -36,10 +36,11 @@
 #include "summary.h"
 
 #define TP_SB_MAGIC 0x3162737074706f74ull /* "toptpsb1" in memory: a toolpool scoreboard */
-#define TP_SB_VERSION 1u
-#define TP_SB_NAME 64    /* a tool's name, call id or job, cut to this (NUL included) */
-#define TP_SB_COMMAND 16 /* run, serve, mcp */
-#define TP_SB_PATH 48    /* /proc/PID/fd/N */
+#define TP_SB_VERSION 2u
+#define TP_SB_NAME 64       /* a call id or job, cut to this (NUL included) */
+#define TP_SB_TOOL_NAME 208 /* a tool's name, whole (TP_TOOL_NAME_MAX and its NUL, rounded up) */
+#define TP_SB_COMMAND 16    /* run, serve, mcp */
+#define TP_SB_PATH 48       /* /proc/PID/fd/N */
 
 typedef enum {
     TP_SB_IDLE = 0,
@@ -93,7 +94,7 @@ typedef struct {
 
 /* One tool: its name (written once), its lone counters, and its summary under gen. */
 typedef struct {
-    char name[TP_SB_NAME];
+    char name[TP_SB_TOOL_NAME];
     _Atomic uint64_t in_flight; /* attempts of it running */
     _Atomic uint64_t held;      /* calls of it held (queued, in backoff or running) */
     _Atomic uint64_t timeouts;  /* attempts of it that ran into their timeout */
@@ -157,6 +158,8 @@ int tp_sb_slot_take(tp_scoreboard_t *sb, uint32_t tool, uint32_t attempt, uint64
                     const char *call_id, const char *job);
 /* The attempt of record i ended. */
 void tp_sb_slot_give(tp_scoreboard_t *sb, int i);
+/* Record i's attempt (one that waited in its worker's queue) starts now, with this timeout. */
+void tp_sb_slot_restart(tp_scoreboard_t *sb, int i, uint64_t started_us, uint64_t timeout_us);
 
 /*
  * The reader's side: copies len bytes of the record at src, guarded by gen,

@@ -23,8 +23,10 @@
  * Room for the whole span is reserved once, from the lengths of the
  * strings it holds, and the fields are written with no check of their own.
  */
+#include <stdint.h>
 #include <string.h>
 
+#include "json.h"
 #include "otlp_internal.h"
 #include "pbwire.h"
 
@@ -196,8 +198,8 @@ static size_t slen(const char *s)
     return s ? strlen(s) : 0;
 }
 
-size_t tp_otlp_render_pb(tp_buf_t *b, const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads,
-                         uint64_t end_ns)
+static size_t render_pb(tp_buf_t *b, const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads,
+                        uint64_t end_ns)
 {
     uint8_t trace_id[16], parent[8], flags;
     bool has_parent = tc->traceparent && tp_traceparent_parse(tc->traceparent, trace_id, parent, &flags) == 0;
@@ -328,4 +330,91 @@ void tp_otlp_pb_submessage(tp_buf_t *out, unsigned field, const tp_buf_t *body)
 {
     tp_buf_reset(out);
     put_lenfield(out, field, body->data, body->len);
+}
+
+/* Whether the n bytes at s are UTF-8, as protobuf's strings must be (a strict collector refuses the whole batch). */
+static bool utf8_ok(const void *s, size_t n)
+{
+    const unsigned char *p = s;
+    for (size_t i = 0; i < n;) {
+        size_t l = p[i] < 0x80 ? 1 : tp_utf8_len(p + i, n - i);
+        if (l == 0)
+            return false;
+        i += l;
+    }
+    return true;
+}
+
+static bool str_ok(const char *s)
+{
+    return s == NULL || utf8_ok(s, strlen(s));
+}
+
+/* The n bytes at s into b, each byte that is not UTF-8 made U+FFFD, NUL-ended: its offset in b. */
+static size_t utf8_fixed(tp_buf_t *b, const void *s, size_t n)
+{
+    const unsigned char *p = s;
+    size_t at = b->len;
+    for (size_t i = 0; i < n;) {
+        size_t l = p[i] < 0x80 ? 1 : tp_utf8_len(p + i, n - i);
+        if (l)
+            tp_buf_append(b, p + i, l);
+        else
+            tp_buf_append(b, "\xef\xbf\xbd", 3);
+        i += l ? l : 1;
+    }
+    tp_buf_append(b, "", 1);
+    return at;
+}
+
+/*
+ * The spans of r, as render_pb writes them; a record holding bytes that
+ * are not UTF-8 where protobuf wants a string (a tool's message is its
+ * stderr, a tracestate the header as it came) is written from a copy
+ * with U+FFFD for each, as the JSON encoding writes them.
+ */
+size_t tp_otlp_render_pb(tp_buf_t *b, const Toolpool__Result *r, const tp_trace_ctx_t *tc, bool payloads,
+                         uint64_t end_ns)
+{
+    bool args_ok = !payloads || utf8_ok(r->args.data, r->args.len);
+    bool result_ok = !payloads || utf8_ok(r->result.data, r->result.len);
+    if (str_ok(r->message) && str_ok(r->id) && str_ok(r->job) && str_ok(r->served_by) && str_ok(r->kind) &&
+        str_ok(r->klass) && str_ok(tc->tracestate) && str_ok(tc->rpc_id) && args_ok && result_ok)
+        return render_pb(b, r, tc, payloads, end_ns);
+    Toolpool__Result fr = *r;
+    tp_trace_ctx_t ftc = *tc;
+    tp_buf_t s = {0};
+    size_t off[8];
+    const char *src[6] = {r->message, r->id, r->job, r->served_by, r->kind, r->klass};
+    for (int i = 0; i < 6; i++)
+        off[i] = src[i] ? utf8_fixed(&s, src[i], strlen(src[i])) : SIZE_MAX;
+    off[6] = tc->tracestate ? utf8_fixed(&s, tc->tracestate, strlen(tc->tracestate)) : SIZE_MAX;
+    size_t args_at = 0, args_n = 0, result_at = 0, result_n = 0;
+    if (!args_ok) {
+        args_at = utf8_fixed(&s, r->args.data, r->args.len);
+        args_n = s.len - args_at - 1;
+    }
+    if (!result_ok) {
+        result_at = utf8_fixed(&s, r->result.data, r->result.len);
+        result_n = s.len - result_at - 1;
+    }
+    off[7] = tc->rpc_id ? utf8_fixed(&s, tc->rpc_id, strlen(tc->rpc_id)) : SIZE_MAX;
+    if (s.data == NULL)
+        return 0;
+    char *base = (char *)s.data;
+    char **dst[6] = {&fr.message, &fr.id, &fr.job, &fr.served_by, &fr.kind, &fr.klass};
+    for (int i = 0; i < 6; i++)
+        if (off[i] != SIZE_MAX)
+            *dst[i] = base + off[i];
+    if (off[6] != SIZE_MAX)
+        ftc.tracestate = base + off[6];
+    if (off[7] != SIZE_MAX)
+        ftc.rpc_id = base + off[7];
+    if (!args_ok)
+        fr.args = (ProtobufCBinaryData){args_n, s.data + args_at};
+    if (!result_ok)
+        fr.result = (ProtobufCBinaryData){result_n, s.data + result_at};
+    size_t spans = render_pb(b, &fr, &ftc, payloads, end_ns);
+    tp_buf_free(&s);
+    return spans;
 }

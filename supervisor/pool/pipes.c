@@ -271,6 +271,8 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
         if (next->limit_us && next->limit_us < next->started_us + next->timeout_us)
             next->timeout_us = next->limit_us > next->started_us ? next->limit_us - next->started_us : 1;
         slot_deadline_arm(s, next, next->started_us);
+        if (p->o.started_cb)
+            p->o.started_cb(p->o.ctx, next);
         p->o.done_cb(p->o.ctx, a);
         if (p->pipeline_room_cb_needed)
             p->o.idle_cb(p->o.ctx);

@@ -83,6 +83,12 @@ typedef struct {
      * on, not checked). Called from the loop. May be NULL.
      */
     void (*notice_cb)(void *ctx, tp_attempt_t *a, const char *method, const uint8_t *params, size_t len);
+    /*
+     * An attempt that waited in its worker's queue (pipelining) starts now:
+     * its started_us and timeout_us are set anew. Called from the loop. May
+     * be NULL.
+     */
+    void (*started_cb)(void *ctx, tp_attempt_t *a);
     /* A slot can take an attempt: the caller may submit more. */
     void (*idle_cb)(void *ctx);
     /* The pool cannot go on (a worker cannot start): rc is TP_EWORKER, or the system's code; message says why. */
