@@ -290,6 +290,12 @@ if __name__ == "__main__":
         if shutil.which("tmux") is None:
             print("tmux is not installed: skipped")
             sys.exit(77)
+        try:  # a terminal of its own needs a pseudo-terminal (a bare chroot has no /dev/pts)
+            for fd in os.openpty():
+                os.close(fd)
+        except OSError as e:
+            print(f"no pseudo-terminal here ({e}): skipped")
+            sys.exit(77)
         sys.argv[1:] = ["-v", "TopTmux"]
     else:
         sys.argv[1:] = ["-v", "Top"]
