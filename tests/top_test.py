@@ -251,6 +251,48 @@ def serve_metrics(sock):
     return data.split(b"\r\n\r\n", 1)[1].decode()
 
 
+class TopPipelined(unittest.TestCase):
+    """A call that waits on its worker behind another (pipelining) is queued, not running: its age and
+    timeout count from when the worker reaches it, so it is never STUCK while it waits."""
+
+    def test_queued_is_not_stuck(self):
+        tmp = tempfile.TemporaryDirectory(prefix="tp-top-pipe-")
+        self.addCleanup(tmp.cleanup)
+        store, reg, cf = (os.path.join(tmp.name, n) for n in ("store", "tools.json", "calls.jsonl"))
+        plugin = os.path.join(serveutil.BUILD, "tests", "testplugin.so")
+        with open(reg, "w") as f:
+            json.dump({"tools": [{"name": "sleep", "plugin": {"path": plugin}, "timeout": "1s"}]}, f)
+        with open(cf, "w") as f:
+            # quick calls first, so the tool's average fits a worker's pipeline; then three of 0.7 s in a row,
+            # the third waiting 1.4 s on the one worker: past its 1 s timeout, had its clock started at dispatch
+            for i in range(300):
+                f.write(json.dumps({"id": f"q{i}", "tool": "sleep", "args": {"ms": 0}}) + "\n")
+            for i in range(3):
+                f.write(json.dumps({"id": f"w{i}", "tool": "sleep", "args": {"ms": 700}}) + "\n")
+        run = subprocess.Popen([TOOLPOOL, "run", "-q", "-j", "1", "--pipeline", "64", "--store", store,
+                                "--registry", reg, "-o", os.path.join(tmp.name, "out"), cf],
+                               stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        self.addCleanup(lambda: run.poll() is None and (run.kill(), run.wait()))
+        seen_queued, seen_stuck, deadline = False, [], time.monotonic() + 20
+        while run.poll() is None and time.monotonic() < deadline:
+            if os.path.exists(store):
+                p = subprocess.run([TOOLPOOL, "top", "--store", store, "--once", "--json"], capture_output=True,
+                                   text=True, timeout=30)
+                for sup in json.loads(p.stdout or '{"supervisors": []}')["supervisors"] if p.returncode == 0 else []:
+                    for c in sup.get("running", []):
+                        seen_queued |= c["queued"]
+                        if c["stuck"]:
+                            seen_stuck.append(c)
+                        if c["queued"]:
+                            self.assertEqual(c["age_s"], 0, c)
+            time.sleep(0.05)
+        self.assertEqual(run.wait(30), 0)
+        self.assertTrue(seen_queued, "no call was seen queued on its worker")
+        self.assertEqual(seen_stuck, [])
+        out = open(os.path.join(tmp.name, "out")).read().splitlines()
+        self.assertTrue(all(json.loads(line)["ok"] for line in out), out[-3:])
+
+
 class TopTmux(Top):
     """The live view, in a real terminal."""
     test_once = None
@@ -298,5 +340,5 @@ if __name__ == "__main__":
             sys.exit(77)
         sys.argv[1:] = ["-v", "TopTmux"]
     else:
-        sys.argv[1:] = ["-v", "Top"]
+        sys.argv[1:] = ["-v", "Top", "TopPipelined"]
     unittest.main()

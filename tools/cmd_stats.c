@@ -307,7 +307,7 @@ static json_t *in_flight_json(const tp_live_t *l)
     uint64_t now = tp_now_us();
     for (uint32_t i = 0; a && l && l->board && i < l->snap.n_busy; i++) {
         const tp_sb_slot_t *c = &l->snap.slots[i];
-        uint64_t age = now > c->started_us ? now - c->started_us : 0;
+        uint64_t age = c->started_us && now > c->started_us ? now - c->started_us : 0; /* 0: queued, not started */
         json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:i, s:f, s:b}", "id", c->call_id, "tool",
                                            l->snap.tools[c->tool].name, "job", c->job, "attempt", (int)c->attempt,
                                            "age_s", (double)age / 1e6, "stuck", c->timeout_us && age > c->timeout_us));
@@ -323,7 +323,7 @@ static void in_flight_print(const tp_live_t *l)
     printf("  in flight:");
     for (uint32_t i = 0; i < l->snap.n_busy && i < TP_STATS_CALLS_SHOWN; i++) {
         const tp_sb_slot_t *c = &l->snap.slots[i];
-        uint64_t age = now > c->started_us ? now - c->started_us : 0;
+        uint64_t age = c->started_us && now > c->started_us ? now - c->started_us : 0; /* 0: queued, not started */
         char id[TP_SB_NAME];
         memcpy(id, c->call_id, sizeof id);
         tp_cli_scrub(id, strlen(id));

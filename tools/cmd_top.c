@@ -100,8 +100,11 @@ static int by_key(const void *a, const void *b)
     default:
         break;
     }
-    if (c == 0) /* oldest first */
-        c = (x->started_us > y->started_us) - (x->started_us < y->started_us);
+    if (c == 0) {
+        /* oldest first; a call queued on its worker (not started) after every running one */
+        uint64_t xs = x->started_us ? x->started_us : UINT64_MAX, ys = y->started_us ? y->started_us : UINT64_MAX;
+        c = (xs > ys) - (xs < ys);
+    }
     return c;
 }
 
@@ -140,7 +143,7 @@ static double rate(const top_t *t, const tp_sb_snap_t *s, uint32_t tool)
 
 static bool stuck(const top_t *t, const tp_sb_slot_t *c)
 {
-    return c->timeout_us && t->now_us > c->started_us && t->now_us - c->started_us > c->timeout_us;
+    return c->timeout_us && c->started_us && t->now_us > c->started_us && t->now_us - c->started_us > c->timeout_us;
 }
 
 static uint64_t queued(const tp_sb_tool_t *x)
@@ -187,12 +190,12 @@ static json_t *board_json(const top_t *t, const tp_live_t *l)
     json_t *calls = json_array(), *tools = json_array();
     for (uint32_t i = 0; i < s->n_busy; i++) {
         const tp_sb_slot_t *c = &s->slots[i];
-        double age = t->now_us > c->started_us ? (double)(t->now_us - c->started_us) / 1e6 : 0;
-        json_array_append_new(calls,
-                              json_pack("{s:s, s:s, s:s, s:i, s:f, s:o, s:b}", "id", c->call_id, "job", c->job, "tool",
-                                        s->tools[c->tool].name, "attempt", (int)c->attempt, "age_s", age, "timeout_s",
-                                        c->timeout_us ? json_real((double)c->timeout_us / 1e6) : json_null(), "stuck",
-                                        stuck(t, c)));
+        double age = c->started_us && t->now_us > c->started_us ? (double)(t->now_us - c->started_us) / 1e6 : 0;
+        json_array_append_new(calls, json_pack("{s:s, s:s, s:s, s:i, s:f, s:o, s:b, s:b}", "id", c->call_id, "job",
+                                               c->job, "tool", s->tools[c->tool].name, "attempt", (int)c->attempt,
+                                               "age_s", age, "timeout_s",
+                                               c->timeout_us ? json_real((double)c->timeout_us / 1e6) : json_null(),
+                                               "stuck", stuck(t, c), "queued", c->started_us == 0));
     }
     for (uint32_t i = 0; i < s->n_tools; i++)
         if (s->tools[i].name[0])
@@ -309,7 +312,10 @@ static void board_text(tp_buf_t *out, int width, const top_t *t, const tp_live_t
          "TIMEOUT");
     for (uint32_t i = 0; i < s->n_busy; i++) {
         const tp_sb_slot_t *c = &s->slots[i];
-        put_dur(d1, sizeof d1, t->now_us > c->started_us ? (double)(t->now_us - c->started_us) / 1e6 : 0);
+        if (c->started_us)
+            put_dur(d1, sizeof d1, t->now_us > c->started_us ? (double)(t->now_us - c->started_us) / 1e6 : 0);
+        else
+            snprintf(d1, sizeof d1, "queued");
         if (c->timeout_us)
             put_dur(d2, sizeof d2, (double)c->timeout_us / 1e6);
         line(out, width, "  %-24.24s %-6s %-16.16s %-16.16s %7u %9s %8s", c->call_id, stuck(t, c) ? "STUCK" : "",

@@ -136,7 +136,10 @@ static int tool_depth(const tp_engine_t *e, const tp_tool_t *t)
 void eng_submit_attempt(tp_engine_t *e, tp_call_t *c)
 {
     int rc = tp_pool_submit(e->pool, &c->att);
-    if (rc == TP_E2BIG || rc == TP_ENOMEM) {
+    if (rc == 0 && c->att.started_us == 0) {
+        /* queued behind another on its worker: not started, its clock not running (started_cb starts it) */
+        tp_sb_slot_restart(&e->sb, c->sb_slot, 0, c->att.timeout_us);
+    } else if (rc == TP_E2BIG || rc == TP_ENOMEM) {
         /* Too big for a frame: the attempt ended before it began; a turn settles it. */
         eng_attempt_done_cb(e, &c->att);
     } else if (rc < 0) {

@@ -85,7 +85,7 @@ typedef struct {
     uint32_t tool;  /* index into the tools */
     uint32_t attempt;
     uint32_t slot_pad;
-    uint64_t started_us; /* tp_now_us() */
+    uint64_t started_us; /* tp_now_us(); 0: queued on its worker behind another, not started */
     uint64_t timeout_us; /* the attempt's own; 0: none */
     char call_id[TP_SB_NAME];
     char job[TP_SB_NAME];
