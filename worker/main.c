@@ -90,6 +90,8 @@ static void xcpu_handler(int sig)
  * the supervisor in one write; a call that runs alone is answered at once.
  */
 static tp_buf_t frames_out;
+/* Written at once past this much, and its room given back: a turn's burst of large results is not held whole. */
+#define FRAMES_OUT_MAX ((size_t)1 << 20)
 
 /* Writes the frames packed; a failed write means the supervisor is gone. */
 static void flush_frames(void)
@@ -100,7 +102,10 @@ static void flush_frames(void)
     tp_pipe_fit(TP_REPLY_FD, frames_out.len, &reply_pipe);
     if (tp_write_all(TP_REPLY_FD, frames_out.data, frames_out.len) < 0)
         exit(errno == EPIPE ? 0 : 3);
-    tp_buf_reset(&frames_out);
+    if (frames_out.cap > 4 * FRAMES_OUT_MAX)
+        tp_buf_free(&frames_out);
+    else
+        tp_buf_reset(&frames_out);
 }
 
 /* Packs one WorkerFrame after those waiting to be written (flush_frames). */
@@ -110,8 +115,11 @@ static void queue_frame(Toolpool__WorkerFrame *wf, uint32_t max)
     if (rc != 0) {
         /* strerror's words for the errno this once set: EMSGSIZE when too big */
         tp_log_error("worker.pack_failed", "cannot pack a reply: %s", strerror(rc == TP_E2BIG ? EMSGSIZE : -rc));
+        flush_frames(); /* the answers queued before it are still wanted */
         exit(3);
     }
+    if (frames_out.len >= FRAMES_OUT_MAX)
+        flush_frames();
 }
 
 static uint32_t frame_max = TP_FRAME_DEFAULT_MAX;
@@ -173,6 +181,10 @@ static void send_reply(const Toolpool__Call *call, tp_outcome_t *o)
 /* Runs one call of an adapter that runs one at a time, and answers it. */
 static void run_one(const Toolpool__Call *call, tp_outcome_t *o)
 {
+    /* what the turn queued goes out before a call that runs to its end here: the MCP servers work meanwhile */
+    if (tp_mcp_in_flight() > 0)
+        tp_mcp_flush();
+    flush_frames();
     uint64_t started = tp_now_us();
     run_call(call, o);
     /*
@@ -322,11 +334,13 @@ int main(int argc, char **argv)
             tp_buf_consume(&in, TP_FRAME_HEADER + len);
             if (!ok) {
                 tp_log_error("worker.bad_frame", "garbage frame from the supervisor");
+                flush_frames();
                 return 3;
             }
         }
         if (rc == TP_E2BIG) {
             tp_log_error("worker.bad_frame", "bad frame from the supervisor (oversized)");
+            flush_frames();
             return 3;
         }
         if (terminating) {
@@ -357,12 +371,14 @@ int main(int argc, char **argv)
         ssize_t n = tp_buf_read_fd(&in, TP_CALL_FD);
         if (n == 0 && tp_buf_avail(&in) > 0) {
             tp_log_error("worker.bad_frame", "bad frame from the supervisor (%s)", tp_strerror(TP_EPIPE));
+            flush_frames();
             return 3;
         }
         if (n == 0)
             eof = true;
         else if (n < 0 && n != TP_EINTR && n != TP_EAGAIN) {
             tp_log_error("worker.bad_frame", "bad frame from the supervisor (%s)", tp_strerror((int)n));
+            flush_frames();
             return 3;
         }
     }

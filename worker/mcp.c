@@ -409,7 +409,7 @@ static void send_cancelled(server_t *s, int64_t id, const char *reason)
     json_t *n = json_pack("{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0", "method", "notifications/cancelled", "params",
                           "requestId", (json_int_t)id, "reason", reason);
     if (n != NULL)
-        tp_mcpio_send(&s->conn, n, tp_now_us() + 1000000u, NULL);
+        tp_mcpio_queue(&s->conn, n); /* after its request, in the turn's flush (tp_mcp_flush) */
     json_decref(n);
 }
 
@@ -571,7 +571,7 @@ static void server_message(server_t *s, json_t *m)
     const char *method = json_string_value(json_object_get(m, "method"));
     if (method != NULL) {
         if (mid != NULL && !json_is_null(mid)) {
-            tp_mcpio_answer_server(&s->conn, m, tp_now_us() + 1000000u, NULL);
+            tp_mcpio_answer_server(&s->conn, m, 0, NULL); /* written with the turn's requests */
             return;
         }
         /* a notification: progress on a call is matched by its token (the call's seq) */
@@ -672,7 +672,7 @@ static void server_ping(server_t *s)
         req = NULL;
     }
     json_decref(params);
-    if (req != NULL && tp_mcpio_send(&s->conn, req, tp_now_us() + 1000000u, NULL) == 0) {
+    if (req != NULL && tp_mcpio_queue(&s->conn, req) == 0) { /* written in the turn's flush */
         s->ping_id = id;
         s->ping_due_us = tp_now_us() + PING_GRACE_US;
     }
@@ -713,8 +713,10 @@ void tp_mcp_start(Toolpool__SupervisorFrame *frame)
                             "%s (%u failed starts in a row: the crash-loop cap stops this worker starting it for %us)",
                             s->last_failure, s->start_fails, START_REFUSE_US / 1000000u);
             s = NULL;
-        } else if (server_start(s, call, &o, call->deadline_us) < 0) {
-            s = NULL;
+        } else {
+            tp_mcp_flush(); /* the turn's requests to the other servers go out before this one's start */
+            if (server_start(s, call, &o, call->deadline_us) < 0)
+                s = NULL;
         }
     }
     json_t *params = NULL;
@@ -949,6 +951,8 @@ int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready)
  * take them (its stdin full past the earliest deadline of its calls, or
  * closed) is done for.
  */
+#define FLUSH_GRACE_US 1000000u /* the least a flush waits for a server's stdin */
+
 void tp_mcp_flush(void)
 {
     for (int i = 0; i < SERVERS_MAX; i++) {
@@ -959,7 +963,9 @@ void tp_mcp_flush(void)
         for (flight_t *f = flights; f; f = f->next)
             if (f->server == s && f->deadline_us && (due == 0 || f->deadline_us < due))
                 due = f->deadline_us;
-        if (tp_mcpio_flush(&s->conn, due ? due : tp_now_us() + 10000000u, NULL) != 0)
+        /* a call already past its deadline (not yet reaped) does not make a busy server's stdin "stopped" */
+        uint64_t now = tp_now_us(), least = now + FLUSH_GRACE_US;
+        if (tp_mcpio_flush(&s->conn, due == 0 ? now + 10000000u : due > least ? due : least, NULL) != 0)
             server_fail(s, "stopped reading its stdin");
     }
 }

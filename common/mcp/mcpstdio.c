@@ -521,8 +521,10 @@ void tp_mcpio_answer_server(tp_mcpio_t *c, const json_t *req, uint64_t deadline_
         a = json_pack("{s:s, s:O, s:{s:i, s:s+++}}", "jsonrpc", "2.0", "id", json_object_get(req, "id"), "error",
                       "code", -32601, "message", "Method not found: toolpool does not offer ", method ? method : "that",
                       " to the servers it calls", " (it declares no roots, sampling or elicitation capability)");
-    if (a != NULL)
+    if (a != NULL && deadline_us)
         tp_mcpio_send(c, a, deadline_us, stop);
+    else if (a != NULL)
+        tp_mcpio_queue(c, a);
     json_decref(a);
 }
 

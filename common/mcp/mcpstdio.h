@@ -174,7 +174,8 @@ int tp_mcpio_fill(tp_mcpio_t *c, bool out_ready, bool err_ready);
 /*
  * Answers req, a request the server sent: ping with {}, anything else
  * with -32601, saying that toolpool offers servers no roots, sampling or
- * elicitation.
+ * elicitation. Written now (by deadline_us), or with deadline_us 0 only
+ * queued, for the next tp_mcpio_flush.
  */
 void tp_mcpio_answer_server(tp_mcpio_t *c, const json_t *req, uint64_t deadline_us, volatile sig_atomic_t *stop);
 
