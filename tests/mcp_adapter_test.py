@@ -72,6 +72,18 @@ class McpAdapterTest(unittest.TestCase):
     def defaults(self):
         return {"timeout": "20s", "backoff": {"base": "10ms", "jitter": "none"}}
 
+    def test_more_servers_than_a_worker_keeps(self):
+        # A worker keeps 8 servers; a 9th closes the one used longest ago, whose next call starts it afresh
+        # (its state gone: the counter from 1 again, another process).
+        tools = [self.tool(f"count{i}", "counter", env={"SRV": str(i)}) for i in range(10)]
+        calls = [{"id": f"a{i}", "job": "j", "step": i, "tool": f"count{i}", "args": {}} for i in range(10)]
+        calls.append({"id": "again", "job": "j", "step": 10, "tool": "count0", "args": {}})
+        out, p = self.run_calls({"defaults": self.defaults(), "tools": tools}, calls, expect_rc=0)
+        self.assertTrue(all(r["ok"] for r in out.values()), p.stdout)
+        first, again = out["a0"]["result"]["structuredContent"], out["again"]["result"]["structuredContent"]
+        self.assertEqual(again["count"], 1, again)
+        self.assertNotEqual(again["pid"], first["pid"])
+
     def test_results_and_classification(self):
         reg = {"defaults": self.defaults(), "tools": [
             self.tool("echo", "echo"), {"name": "add", "mcp": {"command": TINY, "tool": "add"}},  # no env, no cwd

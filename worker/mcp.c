@@ -161,6 +161,7 @@ static void server_drop(server_t *s, uint64_t wait_us)
 }
 
 static void server_fail(server_t *s, const char *why);
+static void server_evict(server_t *s);
 
 /* The server for call's command, environment and directory: a slot found, or taken. */
 static server_t *server_for(const Toolpool__Call *call)
@@ -180,7 +181,7 @@ static server_t *server_for(const Toolpool__Call *call)
     }
     if (s == NULL) {
         s = oldest;
-        server_fail(s, "was closed for another server"); /* its calls in flight end first */
+        server_evict(s); /* its calls in flight end first, those held for it too */
         server_drop(s, CLOSE_WAIT_US);
         free(s->key);
         tp_mcpio_free(&s->conn);
@@ -459,6 +460,26 @@ static void server_fail(server_t *s, const char *why)
         }
     }
     tp_outcome_free(&o);
+}
+
+/*
+ * s is closed for another server: every call of it ends, those held for
+ * it (waiting on a ping) too, which server_fail alone would start it
+ * again for.
+ */
+static void server_evict(server_t *s)
+{
+    for (flight_t *f = flights, *nx; f; f = nx) {
+        nx = f->next;
+        if (f->server == s && f->held != NULL) {
+            tp_outcome_t o = {0};
+            tp_outcome_reset(&o);
+            tp_outcome_fail(&o, "WorkerCrashed", "the MCP server of %s was closed for another server", f->call->tool);
+            flight_end(f, &o);
+            tp_outcome_free(&o);
+        }
+    }
+    server_fail(s, "was closed for another server");
 }
 
 /* The ping after a timeout is answered: the server lives, and gets the calls held for it. */
