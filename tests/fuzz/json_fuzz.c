@@ -4,7 +4,8 @@
  * verdict, but where jansson refuses what is JSON by grammar
  * (tp_fuzz_jansson_only) or takes what is not (it drops raw NUL bytes);
  * and the member
- * tp_json_member finds is the one jansson reads, when the key is unique.
+ * tp_json_member finds is the one jansson reads, when the key is written
+ * plain, once, as a key.
  * What passes the check, tp_json_compact makes a text that passes it too,
  * that compacts to itself, and that jansson reads as it reads the text.
  */
@@ -40,6 +41,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             snprintf(quoted, sizeof quoted, "\"%s\"", key);
             const char *first = plain ? memmem(data, size, quoted, klen + 2) : NULL;
             if (first == NULL || memmem(first + 1, size - (size_t)(first + 1 - (const char *)data), quoted, klen + 2))
+                continue;
+            /* and that one is the key, not a value that reads the same ({"\/":"/"}): a colon follows it */
+            const char *after = first + klen + 2, *end = (const char *)data + size;
+            while (after < end && strchr(" \t\r\n", *after) != NULL && *after != '\0')
+                after++;
+            if (after == end || *after != ':')
                 continue;
             const char *val;
             size_t len;
