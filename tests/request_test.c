@@ -106,22 +106,25 @@ static void digest_of(const tp_request_t *r, tp_digest_t *d)
 }
 
 /*
- * The scanner and jansson give one call: a line that mentions "deadline"
- * goes jansson's way when the flag asks for a deadline, the scanner's
+ * The scanner and jansson give one call: a line with a "deadline" key goes
+ * jansson's way when the flag asks for a deadline, the scanner's
  * otherwise; everything else is the same.
  */
 static void test_both_ways_agree(void)
 {
     static const char *const lines[] = {
-        "{\"id\": \"a\", \"tool\": \"t\", \"args\": {\"z\": \"deadline\", \"a\": {\"y\": 1, \"b\": [1, -2, \"x\"]}}}",
-        "{\"args\": {\"deadline\": 0, \"k\": null}, \"tool\": \"t\", \"id\": \"b\", \"step\": 9, \"job\": \"j\"}",
-        "  {\"id\":\"c\",\"tool\":\"t\",\"args\":{\"deadline\":{\"b\":{},\"a\":[]}}}  ",
+        "{\"id\": \"a\", \"tool\": \"t\", \"deadline\": \"5s\", \"args\": {\"z\": \"deadline\", \"a\": {\"y\": 1, "
+        "\"b\": [1, -2, \"x\"]}}}",
+        "{\"args\": {\"deadline\": 0, \"k\": null}, \"tool\": \"t\", \"id\": \"b\", \"step\": 9, \"job\": \"j\", "
+        "\"deadline\": \"1m\"}",
+        "  {\"deadline\":\"2s\",\"id\":\"c\",\"tool\":\"t\",\"args\":{\"deadline\":{\"b\":{},\"a\":[]}}}  ",
     };
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
         tp_request_t fast, slow;
         tp_request_bad_t b;
         CU_ASSERT_EQUAL_FATAL(parse(lines[i], NULL, 0, &fast, &b), TP_REQUEST_CALL);
         CU_ASSERT_PTR_NOT_NULL(fast.canon);
+        CU_ASSERT_EQUAL(fast.deadline_us, 0);
         char *fast_args = strdup(fast.args), *fast_id = strdup(fast.id), *fast_job = fast.job ? strdup(fast.job) : NULL;
         uint64_t fast_step = fast.step;
         tp_digest_t d1, d2;
@@ -129,6 +132,7 @@ static void test_both_ways_agree(void)
         CU_ASSERT_EQUAL_FATAL(parse(lines[i], NULL, TP_REQUEST_DEADLINE, &slow, &b), TP_REQUEST_CALL);
         CU_ASSERT_PTR_NULL(slow.canon);
         CU_ASSERT_PTR_NOT_NULL(slow.jargs);
+        CU_ASSERT(slow.deadline_us > 0);
         digest_of(&slow, &d2);
         CU_ASSERT_STRING_EQUAL(slow.args, fast_args);
         CU_ASSERT_STRING_EQUAL(slow.id, fast_id);
@@ -139,6 +143,35 @@ static void test_both_ways_agree(void)
         free(fast_id);
         free(fast_job);
     }
+    /* The words only in the args (a key or a value there): the scanner's way, flags or not. */
+    tp_request_t r;
+    tp_request_bad_t b;
+    CU_ASSERT_EQUAL_FATAL(parse("{\"id\": \"n\", \"tool\": \"t\", \"args\": {\"deadline\": \"traceparent\", "
+                                "\"traceparent\": {\"deadline\": 1}}}",
+                                NULL, TP_REQUEST_DEADLINE | TP_REQUEST_TRACE, &r, &b),
+                          TP_REQUEST_CALL);
+    CU_ASSERT_PTR_NOT_NULL(r.canon);
+    CU_ASSERT_EQUAL(r.deadline_us, 0);
+    CU_ASSERT_PTR_NULL(r.trace);
+}
+
+/* A traceparent key is read when the flag asks for trace context (jansson's way), and ignored otherwise. */
+static void test_traceparent(void)
+{
+    static const char line[] = "{\"id\": \"t1\", \"tool\": \"t\", \"args\": {\"q\": 1}, "
+                               "\"traceparent\": \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\"}";
+    tp_request_t r;
+    tp_request_bad_t b;
+    CU_ASSERT_EQUAL_FATAL(parse(line, NULL, TP_REQUEST_TRACE, &r, &b), TP_REQUEST_CALL);
+    CU_ASSERT_PTR_NULL(r.canon);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r.trace);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(r.trace->traceparent);
+    CU_ASSERT_STRING_EQUAL(r.trace->traceparent, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    CU_ASSERT_STRING_EQUAL(r.args, "{\"q\":1}");
+    CU_ASSERT_EQUAL_FATAL(parse(line, NULL, 0, &r, &b), TP_REQUEST_CALL);
+    CU_ASSERT_PTR_NOT_NULL(r.canon);
+    CU_ASSERT_PTR_NULL(r.trace);
+    CU_ASSERT_STRING_EQUAL(r.args, "{\"q\":1}");
 }
 
 static void test_serve_flags(void)
@@ -248,6 +281,7 @@ int main(void)
     CU_add_test(s, "bad calls, in run's words", test_bad_calls);
     CU_add_test(s, "a plain call", test_plain_call);
     CU_add_test(s, "the scanner and jansson give one call", test_both_ways_agree);
+    CU_add_test(s, "a call's traceparent, read only when asked for", test_traceparent);
     CU_add_test(s, "serve's optional id and deadline", test_serve_flags);
     CU_add_test(s, "args handed over without a copy", test_give_args);
     CU_add_test(s, "models' calls, in each provider's shape", test_model_calls);

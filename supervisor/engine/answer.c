@@ -269,42 +269,48 @@ void tp_trace_span_id(const tp_trace_ctx_t *tc, size_t i, bool backoff, uint8_t 
  * tc->attempt_tp: the traceparent of the span of entry i of tc's call (an
  * attempt starting now), which its tool is given as its parent.
  */
-void eng_trace_attempt_tp(tp_trace_ctx_t *tc, size_t i)
+/* n bytes at in as lowercase hex at out (2n characters). */
+static void hex_bytes(char *out, const uint8_t *in, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
+    for (size_t k = 0; k < n; k++) {
+        out[2 * k] = hex[in[k] >> 4];
+        out[2 * k + 1] = hex[in[k] & 15];
+    }
+}
+
+void eng_trace_attempt_tp(tp_trace_ctx_t *tc, size_t i)
+{
     uint8_t id[8];
     char *o = tc->attempt_tp;
     tp_trace_span_id(tc, i, false, id);
     memcpy(o, "00-", 3);
-    for (int k = 0; k < 16; k++) {
-        o[3 + 2 * k] = hex[tc->trace_id[k] >> 4];
-        o[4 + 2 * k] = hex[tc->trace_id[k] & 15];
-    }
+    hex_bytes(o + 3, tc->trace_id, 16);
     o[35] = '-';
-    for (int k = 0; k < 8; k++) {
-        o[36 + 2 * k] = hex[id[k] >> 4];
-        o[37 + 2 * k] = hex[id[k] & 15];
-    }
+    hex_bytes(o + 36, id, 8);
     o[52] = '-';
-    o[53] = hex[tc->flags >> 4];
-    o[54] = hex[tc->flags & 15];
+    hex_bytes(o + 53, &tc->flags, 1);
     o[55] = 0;
 }
 
 /*
- * A copy of tc in one block with its strings (free() frees it all), for a
- * call to keep until its end; NULL when out of memory (the call then has
- * no span).
+ * c->tctx: a copy of tc for c to keep until its end, in c itself when tc
+ * has no strings, else in one block with them (free() frees it all); NULL
+ * when out of memory (the call then has no span).
  */
-tp_trace_ctx_t *eng_trace_ctx_copy(const tp_trace_ctx_t *tc)
+tp_trace_ctx_t *eng_trace_ctx_keep(tp_call_t *c, const tp_trace_ctx_t *tc)
 {
     const char *s[3] = {tc->traceparent, tc->tracestate, tc->rpc_id};
+    if (s[0] == NULL && s[1] == NULL && s[2] == NULL) {
+        c->tctx_own = (tp_trace_ctx_t){.flags = 1};
+        return c->tctx = &c->tctx_own;
+    }
     size_t n[3], total = sizeof(tp_trace_ctx_t);
     for (int i = 0; i < 3; i++)
         total += n[i] = s[i] ? strlen(s[i]) + 1 : 0;
     tp_trace_ctx_t *t = malloc(total);
     if (t == NULL)
-        return NULL;
+        return c->tctx = NULL;
     *t = (tp_trace_ctx_t){.flags = 1};
     char *at = (char *)(t + 1);
     const char **to[3] = {&t->traceparent, &t->tracestate, &t->rpc_id};
@@ -312,7 +318,7 @@ tp_trace_ctx_t *eng_trace_ctx_copy(const tp_trace_ctx_t *tc)
         *to[i] = s[i] ? memcpy(at, s[i], n[i]) : NULL;
         at += n[i];
     }
-    return t;
+    return c->tctx = t;
 }
 
 /* Frees everything c owns but c itself; c has ended (tp_call_info says so). */
@@ -338,10 +344,9 @@ void eng_call_teardown(tp_call_t *c)
     free(c->hop_args);
     free(c->breaker_job);
     c->id = c->args = c->hop_args = c->breaker_job = NULL;
-    if (c->tctx) {
+    if (c->tctx != &c->tctx_own)
         free(c->tctx);
-        c->tctx = NULL;
-    }
+    c->tctx = NULL;
     c->ended = true;
 }
 

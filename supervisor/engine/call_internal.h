@@ -68,7 +68,7 @@ struct tp_call {
     tp_answer_fn answer;
     void *answer_ctx;
     tp_notice_fn notice;  /* NULL: nobody listens to its MCP server's notifications */
-    tp_trace_ctx_t *tctx; /* the caller's trace context, one block with its strings; NULL: none */
+    tp_trace_ctx_t *tctx; /* the caller's trace context: tctx_own, or one block with its strings; NULL: none */
     tp_engine_t *e;
     Toolpool__Attempt **trace; /* &trace0_at while there is one entry; then malloc'd */
     size_t n_trace;
@@ -99,6 +99,8 @@ struct tp_call {
     /* Written when the first entry is made (eng_trace_add). */
     Toolpool__Attempt *trace0_at;
     tp_trace_entry_t trace0; /* the first entry: most calls have no other */
+    /* Written when a traced call comes with no strings in its context (most): tctx, without a malloc. */
+    tp_trace_ctx_t tctx_own;
 };
 
 /* The call c as a log line's fields: id, job, the tool called, the attempts made so far. */

@@ -210,8 +210,11 @@ static void start_attempt(tp_engine_t *e, tp_call_t *c, bool probe)
         .depth = tool_depth(e, c->hop_tool),
         .notify = c->notice != NULL,
     };
-    if (c->tctx) {
-        /* The attempt's span, its tool's parent: entry n_trace of the trace, once the attempt ends. */
+    if (c->tctx && c->hop_tool->adapter != TP_ADAPTER_PLUGIN) {
+        /*
+         * The attempt's span, its tool's parent: entry n_trace of the trace,
+         * once the attempt ends. A plugin is given no context: not sent.
+         */
         eng_trace_attempt_tp(c->tctx, c->n_trace);
         c->att.traceparent = c->tctx->attempt_tp;
     }

@@ -304,7 +304,7 @@ void eng_arena_reset(tp_answers_t *a, bool keep);
 void eng_pending_free(tp_engine_t *e, tp_pending_t *p);
 tp_call_t *eng_call_new(tp_engine_t *e);
 void eng_call_teardown(tp_call_t *c);
-tp_trace_ctx_t *eng_trace_ctx_copy(const tp_trace_ctx_t *tc);
+tp_trace_ctx_t *eng_trace_ctx_keep(tp_call_t *c, const tp_trace_ctx_t *tc);
 void eng_trace_attempt_tp(tp_trace_ctx_t *tc, size_t i);
 void eng_call_free(tp_call_t *c);
 void eng_call_recycle(tp_engine_t *e, tp_call_t *c);

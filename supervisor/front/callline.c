@@ -12,7 +12,7 @@
  * call rather than toolpool's (request.c tells the shapes apart): such a
  * line is not plain.
  */
-enum { F_ID = 1, F_TOOL = 2, F_JOB = 4, F_STEP = 8, F_ARGS = 16, F_SHAPE = 32 };
+enum { F_ID = 1, F_TOOL = 2, F_JOB = 4, F_STEP = 8, F_ARGS = 16, F_SHAPE = 32, F_DEADLINE = 64, F_TRACEPARENT = 128 };
 
 static int field_of(const unsigned char *k, size_t n)
 {
@@ -28,7 +28,9 @@ static int field_of(const unsigned char *k, size_t n)
                : memcmp(k, "type", 4) == 0 ? F_SHAPE
                                            : 0;
     case 8:
-        return memcmp(k, "function", 8) == 0 ? F_SHAPE : 0;
+        return memcmp(k, "function", 8) == 0 ? F_SHAPE : memcmp(k, "deadline", 8) == 0 ? F_DEADLINE : 0;
+    case 11:
+        return memcmp(k, "traceparent", 11) == 0 ? F_TRACEPARENT : 0;
     default:
         return 0;
     }
@@ -80,7 +82,7 @@ int tp_call_line_scan(const char *line, size_t len, tp_call_line_t *out, tp_buf_
             s.copy = NULL;
             if (!ok)
                 goto not_plain;
-        } else if (!tp_scan_value(&s, 0)) {
+        } else if (!tp_scan_value(&s, 0)) { /* another key's value, "deadline" and "traceparent" among them */
             goto not_plain;
         }
         int next = tp_scan_next_or_close(&s, '}');
@@ -129,6 +131,8 @@ int tp_call_line_scan(const char *line, size_t len, tp_call_line_t *out, tp_buf_
     out->job_len = str_n[2];
     out->has_step = seen & F_STEP;
     out->step = (uint64_t)step;
+    out->has_deadline = seen & F_DEADLINE;
+    out->has_traceparent = seen & F_TRACEPARENT;
     return 1;
 
 nomem:

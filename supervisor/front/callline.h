@@ -7,6 +7,9 @@
  * gets them), and, when some object in them has its keys out of byte order,
  * writes them again in canonical form for the digest.
  *
+ * Keys it does not know are skipped, whatever their values; it says
+ * whether "deadline" and "traceparent" were among them.
+ *
  * Anything else (an escape, a real, a repeated key, a field of the wrong
  * type, text that is not JSON, a "type" or "function" key, which may make
  * it a model's call) is "not plain": the caller parses the line
@@ -27,6 +30,8 @@ typedef struct {
     size_t job_len;
     bool has_step;
     uint64_t step;
+    /* Whether the line has these keys, which the scanner skips (the caller reads them its own way). */
+    bool has_deadline, has_traceparent;
     /* The args compact, NUL-terminated, malloc'd: the caller owns them. */
     char *args;
     size_t args_len;

@@ -314,20 +314,16 @@ tp_request_kind_t tp_request_parse_line(tp_request_parser_t *p, const char *text
         i++;
     if (i == len)
         return TP_REQUEST_BLANK;
-    /*
-     * The scanner skips keys it does not know, "deadline" and
-     * "traceparent" among them: a call that may carry one, and has the
-     * word anywhere, goes jansson's way (a plain key is spelt out in the text; an escaped one is not
-     * plain anyway).
-     */
-    if ((flags & TP_REQUEST_DEADLINE) && memmem(text, len, "deadline", 8) != NULL)
-        return parse_slow(p, text, len, where, flags, req, bad);
-    if ((flags & TP_REQUEST_TRACE) && memmem(text, len, "traceparent", 11) != NULL)
-        return parse_slow(p, text, len, where, flags, req, bad);
     tp_call_line_t fast;
     int plain = tp_call_line_scan(text, len, &fast, &p->strs, &p->canon);
     if (plain < 0)
         return bad_call(bad, where, "out of memory reading the call");
+    /* The scanner skips "deadline" and "traceparent": a call that may carry one, and does, goes jansson's way. */
+    if (plain > 0 && (((flags & TP_REQUEST_DEADLINE) && fast.has_deadline) ||
+                      ((flags & TP_REQUEST_TRACE) && fast.has_traceparent))) {
+        free(fast.args);
+        plain = 0;
+    }
     if (plain == 0)
         return parse_slow(p, text, len, where, flags, req, bad);
     p->args = fast.args;

@@ -53,9 +53,11 @@ typedef struct {
  * loop fills and the thread reads, without a lock. The loop writes a chunk
  * past its block's committed bytes, then moves committed over it (a
  * release); when a chunk does not fit it chains a new block after the
- * full one. The thread reads up to committed, and frees a block once it
- * has read all of it and a next one is chained (the loop is done with it).
- * So a call costs the loop its copies and two atomic adds, no malloc, no
+ * full one. The thread reads up to committed, and is done with a block
+ * once it has read all of it and a next one is chained (the loop is done
+ * with it too): it hands the block back as the spare, which the loop takes
+ * for its next one instead of a new one (the one spare it replaces is
+ * freed). So a call costs the loop its copies and two atomic adds, no malloc, no
  * lock, no wake-up: the thread is woken (under mu) only when a batch's
  * worth of spans is queued while it sleeps.
  */
@@ -86,6 +88,8 @@ struct tp_otlp {
     /* the thread's: the block it reads, and where */
     tp_block_t *rd;
     size_t rd_off;
+    /* a block of BLOCK_BYTES the thread has read, handed back for the loop's next one */
+    _Atomic(tp_block_t *) spare;
     /* shared */
     atomic_size_t queued; /* spans */
     atomic_bool sleeping; /* the thread waits on cv for a batch */
@@ -356,7 +360,11 @@ static tp_chunk_t *peek(tp_otlp_t *o)
         /* the loop committed its last chunk here before it chained next */
         if (o->rd_off < atomic_load_explicit(&o->rd->committed, memory_order_acquire))
             continue;
-        free(o->rd);
+        /* read: handed back to the loop (a long one, or the spare it replaces, freed) */
+        tp_block_t *done = o->rd;
+        if (done->cap == BLOCK_BYTES)
+            done = atomic_exchange(&o->spare, done);
+        free(done);
         o->rd = next;
         o->rd_off = 0;
     }
@@ -742,7 +750,13 @@ void tp_otlp_call_end(void *ctx, const Toolpool__Result *r, const tp_trace_ctx_t
     tp_block_t *w = o->wr;
     size_t used = atomic_load_explicit(&w->committed, memory_order_relaxed);
     if (used + need > w->cap) {
-        tp_block_t *nb = block_new(need);
+        tp_block_t *nb = need <= BLOCK_BYTES ? atomic_exchange(&o->spare, NULL) : NULL;
+        if (nb) {
+            atomic_store_explicit(&nb->next, NULL, memory_order_relaxed);
+            atomic_store_explicit(&nb->committed, 0, memory_order_relaxed);
+        } else {
+            nb = block_new(need);
+        }
         if (nb == NULL) {
             atomic_fetch_sub(&o->queued, spans);
             atomic_fetch_add_explicit(&o->dropped, spans, memory_order_relaxed);
@@ -779,6 +793,7 @@ void tp_otlp_stop(tp_otlp_t *o, uint64_t *exported, uint64_t *dropped)
     *exported = atomic_load(&o->exported);
     *dropped = atomic_load(&o->dropped);
     free_blocks(o->rd);
+    free(atomic_load(&o->spare));
     tp_buf_free(&o->pb_resource);
     tp_buf_free(&o->pb_scope);
     pthread_mutex_destroy(&o->mu);

@@ -33,6 +33,13 @@
 enum { WT_VARINT = TP_PB_VARINT, WT_FIXED64 = TP_PB_FIXED64, WT_LEN = TP_PB_LEN };
 
 /*
+ * The attribute writers are inlined at each use, so that copying a key, a
+ * literal of known length, is a few moves rather than a call of memcpy:
+ * the keys were most of a span's bytes and of its rendering's time.
+ */
+#define W_INLINE static inline __attribute__((always_inline))
+
+/*
  * The writer: bytes go straight to p, in room reserved beforehand for the
  * longest the span may take (span_room), with no check per field.
  */
@@ -40,32 +47,32 @@ typedef struct {
     uint8_t *p;
 } w_t;
 
-static inline void w_varint(w_t *w, uint64_t v)
+W_INLINE void w_varint(w_t *w, uint64_t v)
 {
     w->p = tp_pb_put_varint(w->p, v);
 }
 
 /* A field's key: its number and wire type (all ours are below 16: one byte). */
-static inline void w_key(w_t *w, unsigned field, unsigned wt)
+W_INLINE void w_key(w_t *w, unsigned field, unsigned wt)
 {
     *w->p++ = (uint8_t)(field << 3 | wt);
 }
 
-static inline void w_raw(w_t *w, const void *s, size_t n)
+W_INLINE void w_raw(w_t *w, const void *s, size_t n)
 {
     memcpy(w->p, s, n);
     w->p += n;
 }
 
 /* A length-delimited field of n bytes at s. */
-static inline void w_len(w_t *w, unsigned field, const void *s, size_t n)
+W_INLINE void w_len(w_t *w, unsigned field, const void *s, size_t n)
 {
     w_key(w, field, WT_LEN);
     w_varint(w, n);
     w_raw(w, s, n);
 }
 
-static inline void w_fixed64(w_t *w, unsigned field, uint64_t v)
+W_INLINE void w_fixed64(w_t *w, unsigned field, uint64_t v)
 {
     w_key(w, field, WT_FIXED64);
     for (int i = 0; i < 8; i++)
@@ -73,13 +80,13 @@ static inline void w_fixed64(w_t *w, unsigned field, uint64_t v)
 }
 
 /* The size of a length-delimited field holding n bytes. */
-static inline size_t lenfield_size(size_t n)
+W_INLINE size_t lenfield_size(size_t n)
 {
     return 1 + tp_pb_varint_len(n) + n;
 }
 
 /* KeyValue `key` (kn bytes; field `field` of its message) opened, with room for a value of vsize bytes. */
-static inline void kv_open(w_t *w, unsigned field, const char *key, size_t kn, size_t vsize)
+W_INLINE void kv_open(w_t *w, unsigned field, const char *key, size_t kn, size_t vsize)
 {
     w_key(w, field, WT_LEN);
     w_varint(w, lenfield_size(kn) + lenfield_size(vsize));
@@ -88,7 +95,7 @@ static inline void kv_open(w_t *w, unsigned field, const char *key, size_t kn, s
     w_varint(w, vsize);
 }
 
-static inline void kv_str(w_t *w, unsigned field, const char *key, size_t kn, const char *s, size_t n)
+W_INLINE void kv_str(w_t *w, unsigned field, const char *key, size_t kn, const char *s, size_t n)
 {
     kv_open(w, field, key, kn, lenfield_size(n));
     w_len(w, 1, s, n);
@@ -111,7 +118,7 @@ void tp_otlp_pb_attr_str(tp_buf_t *b, unsigned field, const char *key, const cha
 #define ATTR_STRN(w, KEY, s, n) kv_str((w), 9, KEY, sizeof KEY - 1, (s), (n))
 #define ATTR_STR(w, KEY, s) ATTR_STRN(w, KEY, (s), strlen(s))
 
-static inline void attr_int_(w_t *w, const char *key, size_t kn, uint64_t v)
+W_INLINE void attr_int_(w_t *w, const char *key, size_t kn, uint64_t v)
 {
     kv_open(w, 9, key, kn, 1 + tp_pb_varint_len(v));
     w_key(w, 3, WT_VARINT);
@@ -119,7 +126,7 @@ static inline void attr_int_(w_t *w, const char *key, size_t kn, uint64_t v)
 }
 #define ATTR_INT(w, KEY, v) attr_int_((w), KEY, sizeof KEY - 1, (v))
 
-static inline void attr_bool_(w_t *w, const char *key, size_t kn, bool v)
+W_INLINE void attr_bool_(w_t *w, const char *key, size_t kn, bool v)
 {
     kv_open(w, 9, key, kn, 2);
     w_key(w, 2, WT_VARINT);
