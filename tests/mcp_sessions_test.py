@@ -16,6 +16,8 @@ its own JSON-RPC id.
   answers once every other call then in flight has its answer; never one
   the server is still working on.
 - The server's own requests (roots, sampling, elicitation) get a JSON-RPC error.
+- A server blocked writing its stdout while a turn's requests are written to
+  its stdin is read meanwhile: neither side waits for the other.
 - A crash with calls in flight: idempotent calls are retried on a fresh
   server; a call that is not idempotent ends Interrupted, escalated.
 
@@ -180,6 +182,27 @@ class McpSessionsTest(unittest.TestCase):
             n = len(self.sessions())
             self.assertGreaterEqual(n, 1, self.read_log())
             self.assertLessEqual(n, most, "instances %d: %s" % (instances, self.read_log()))
+
+    def test_a_server_blocked_on_its_stdout_is_read_while_it_is_written(self):
+        """64 echoes of 8 KiB at once on one session: their requests (512 KiB)
+        are far more than the server's stdin pipe holds, and the server, which
+        answers each line as it reads it, blocks writing its answers once its
+        stdout pipe is full, reading no more of its stdin until some are read.
+        All end ok at their first attempt, on one server, in well under the
+        second a stopped stdin is given."""
+        # Fails if the worker writes a turn's requests without reading the
+        # server's stdout meanwhile: both pipes fill, the server is taken for
+        # one that stopped reading its stdin, and is killed with the calls on it.
+        payload = "x" * 8192
+        calls = [step("e%d" % i, "j%d" % i, 1, "tiny.echo", text=payload + str(i)) for i in range(64)]
+        r, p, wall = self.run_calls(self.registry(), calls, expect_rc=0)
+        for i in range(64):
+            self.assert_ok(r["e%d" % i])
+            self.assertEqual(text(r["e%d" % i]), payload + str(i))
+            self.assertEqual(r["e%d" % i]["attempts"], 1)
+        self.assertNotIn("stopped reading its stdin", p.stderr)
+        self.assertEqual(len(self.sessions()), 1, self.read_log())
+        self.assertLess(wall, 5)
 
     def test_a_timeout_cancels_only_its_request(self):
         """A call's timeout on a shared session sends notifications/cancelled

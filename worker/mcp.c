@@ -882,6 +882,7 @@ static void read_servers(void)
         server_t *s = &servers[i];
         bool out_ready = s->out_ready, err_ready = s->err_ready;
         s->out_ready = s->err_ready = false;
+        s->conn.drained = false; /* what a flush read is taken below */
         if (!s->live)
             continue;
         int rc = tp_mcpio_fill(&s->conn, out_ready, err_ready);
@@ -949,6 +950,9 @@ int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready)
         if (servers[i].live && servers[i].ping_id != 0 && servers[i].ping_due_us < soon)
             soon = servers[i].ping_due_us;
     int ms = soon > now ? (int)((soon - now + 999) / 1000) : 0;
+    for (int i = 0; i < SERVERS_MAX; i++)
+        if (servers[i].live && servers[i].conn.drained)
+            ms = 0; /* a flush read its stdout: the messages it holds are not waited on */
     int r = poll(pf, (nfds_t)n, ms);
     *fd_ready = fd >= 0 && r > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
     if (r < 0 && errno != EINTR)

@@ -213,11 +213,16 @@ static int wait_ms(uint64_t deadline_us)
     return ms > 60000 ? 60000 : (int)ms;
 }
 
+/* The most of a server's stdout a flush reads into out while it waits to write (a flood is not held for ever). */
+#define DRAIN_MAX (16u << 20)
+
 /*
- * Waits until fd is ready for events (stderr read meanwhile). 0 when it
- * is; TP_EINTR, TP_ETIMEDOUT, or TP_ECLOSED when ppoll fails.
+ * Waits until fd is ready for events (stderr read meanwhile; with drain,
+ * stdout too, into out, so that a server blocked writing its answers
+ * takes its stdin again). 0 when it is; TP_EINTR, TP_ETIMEDOUT, or
+ * TP_ECLOSED when ppoll fails.
  */
-static int wait_fd(tp_mcpio_t *c, int fd, short events, uint64_t deadline_us, volatile sig_atomic_t *stop)
+static int wait_fd(tp_mcpio_t *c, int fd, short events, uint64_t deadline_us, volatile sig_atomic_t *stop, bool drain)
 {
     /*
      * SIGTERM (what sets stop) is blocked but inside ppoll, so one that
@@ -227,7 +232,10 @@ static int wait_fd(tp_mcpio_t *c, int fd, short events, uint64_t deadline_us, vo
     sigemptyset(&term);
     sigaddset(&term, SIGTERM);
     for (;;) {
-        struct pollfd pf[2] = {{.fd = fd, .events = events}, {.fd = c->err_fd, .events = POLLIN}};
+        bool draining = drain && c->out_fd >= 0 && tp_buf_avail(&c->out) < DRAIN_MAX;
+        struct pollfd pf[3] = {{.fd = fd, .events = events},
+                               {.fd = c->err_fd, .events = POLLIN},
+                               {.fd = draining ? c->out_fd : -1, .events = POLLIN}};
         int ms = wait_ms(deadline_us);
         struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
         if (stop)
@@ -236,7 +244,7 @@ static int wait_fd(tp_mcpio_t *c, int fd, short events, uint64_t deadline_us, vo
             pthread_sigmask(SIG_SETMASK, &old, NULL);
             return TP_EINTR;
         }
-        int n = ppoll(pf, 2, ms < 0 ? NULL : &ts, stop ? &old : NULL);
+        int n = ppoll(pf, 3, ms < 0 ? NULL : &ts, stop ? &old : NULL);
         if (stop)
             pthread_sigmask(SIG_SETMASK, &old, NULL);
         if (n < 0) {
@@ -246,6 +254,10 @@ static int wait_fd(tp_mcpio_t *c, int fd, short events, uint64_t deadline_us, vo
         }
         if (pf[1].revents)
             read_stderr(c);
+        if (pf[2].revents) {
+            tp_mcpio_fill(c, true, false); /* its end, or no memory: the write that follows says so */
+            c->drained = true;
+        }
         if (pf[0].revents)
             return 0;
         if (n == 0 && deadline_us && tp_now_us() >= deadline_us)
@@ -299,7 +311,7 @@ int tp_mcpio_flush(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *s
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && errno == EAGAIN) {
-            if ((rc = wait_fd(c, c->in_fd, POLLOUT, deadline_us, stop)) != 0)
+            if ((rc = wait_fd(c, c->in_fd, POLLOUT, deadline_us, stop, true)) != 0)
                 break;
             continue;
         }
@@ -506,7 +518,7 @@ int tp_mcpio_recv(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *st
             tp_close_fd(&c->out_fd);
             return TP_ECLOSED;
         }
-        if ((rc = wait_fd(c, c->out_fd, POLLIN, deadline_us, stop)) != 0)
+        if ((rc = wait_fd(c, c->out_fd, POLLIN, deadline_us, stop, false)) != 0)
             return rc;
     }
 }

@@ -73,6 +73,7 @@ typedef struct {
     size_t batch_len;       /* that line's length, without its end */
     tp_buf_t errline;       /* stderr's unfinished line */
     tp_buf_t queued;        /* lines for its stdin not yet written (tp_mcpio_queue) */
+    bool drained;           /* stdout was read into out while a flush waited: messages may wait there */
     bool pipe_ignored;      /* the caller's process ignores SIGPIPE: its writes need no mask */
     char tail[TP_MCP_TAIL]; /* the end of its stderr, lines joined by "; " */
     size_t tail_len;
@@ -117,9 +118,13 @@ int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volati
 int tp_mcpio_queue(tp_mcpio_t *c, const json_t *msg);
 
 /*
- * Writes every queued line, waiting for room up to deadline_us. 0, or
- * tp_mcpio_send's codes; on a failure the lines not written are dropped
- * (a server that does not read its stdin is done for).
+ * Writes every queued line, waiting for room up to deadline_us. While it
+ * waits, the server's stdout is read into out (up to 16 MiB), so that a
+ * server that blocked writing its answers, and so stopped reading its
+ * stdin, goes on; drained is then set: messages wait in out for
+ * tp_mcpio_take, whatever a poll of out_fd says. 0, or tp_mcpio_send's
+ * codes; on a failure the lines not written are dropped (a server that
+ * does not read its stdin is done for).
  */
 int tp_mcpio_flush(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop);
 
