@@ -18,6 +18,8 @@ its own JSON-RPC id.
 - The server's own requests (roots, sampling, elicitation) get a JSON-RPC error.
 - A server blocked writing its stdout while a turn's requests are written to
   its stdin is read meanwhile: neither side waits for the other.
+- A server that stops reading its stdin holds up no other server's calls in
+  the same worker.
 - A crash with calls in flight: idempotent calls are retried on a fresh
   server; a call that is not idempotent ends Interrupted, escalated.
 
@@ -35,6 +37,9 @@ import sys
 import tempfile
 import time
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "clients", "python"))
+import toolpool_client  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.environ.get("TOOLPOOL_BUILD_DIR", os.path.join(HERE, "..", "build"))
@@ -203,6 +208,56 @@ class McpSessionsTest(unittest.TestCase):
         self.assertNotIn("stopped reading its stdin", p.stderr)
         self.assertEqual(len(self.sessions()), 1, self.read_log())
         self.assertLess(wall, 5)
+
+    def test_a_server_that_stops_reading_holds_up_no_other(self):
+        """Two servers in one worker (-j 1; both sessions started there one
+        after the other, each kept): server a freezes for 3 s (tiny.freeze)
+        and gets 40 echoes of 8 KiB meanwhile, far more than its stdin pipe
+        holds; server b's counter calls, sent then, end ok at once, counting
+        on from its warm-up call on the same pid; a's calls all end ok once it
+        thaws, nothing retried, no server or worker replaced."""
+        # Fails if the worker waits for a's full stdin with b's answers
+        # unread: b's calls take until a thaws (3 s), or until the deadline of
+        # a's calls, where the supervisor kills the worker with b's session.
+        reg = {"defaults": {"timeout": "20s", "backoff": {"base": "10ms", "jitter": "none"}}, "tools": [],
+               "mcp_servers": {n: {"command": [sys.executable, TINY_PATH], "env": {"TINY_LOG": self.log, "TINY_NAME": n},
+                                   "instances": 1, "max_in_flight": 64} for n in ("a", "b")}}
+        path = os.path.join(self.tmp, "two.json")
+        with open(path, "w") as f:
+            json.dump(reg, f)
+        with toolpool_client.Coprocess(TOOLPOOL, registry=path, store=os.path.join(self.tmp, "two-store"),
+                                       workers=1, stderr=subprocess.DEVNULL) as run:
+            # the sessions, one after the other while the worker is idle: both in the one worker
+            first_a = run.call("a.counter", {}, job="wa", id="wa")
+            first_b = run.call("b.counter", {}, job="wb", step=1, id="wb1")
+            self.assert_ok(first_a)
+            self.assert_ok(first_b)
+            pid_b = structured(first_b)["pid"]
+            run.submit("a.freeze", {"seconds": 3}, job="fa", id="fa")
+            time.sleep(0.3)  # a is asleep, reading nothing
+            payload = "y" * 8192
+            for i in range(40):
+                run.submit("a.echo", {"text": payload + str(i)}, job="ea%d" % i, id="ea%d" % i)
+            time.sleep(0.3)  # a's stdin is full; the worker has more for it
+            t0 = time.monotonic()
+            bs = [run.call("b.counter", {}, job="wb", step=k, id="wb%d" % k) for k in range(2, 5)]
+            b_wall = time.monotonic() - t0
+            frozen = run.result("fa")
+            echoes = [run.result("ea%d" % i) for i in range(40)]
+        for r in bs:
+            self.assert_ok(r)
+            self.assertEqual(r["attempts"], 1)
+        self.assertEqual([structured(r)["count"] for r in bs], [2, 3, 4])
+        self.assertEqual({structured(r)["pid"] for r in bs}, {pid_b})
+        self.assertLess(b_wall, 1.5, "b's three calls waited for a")
+        self.assert_ok(frozen)
+        self.assertEqual(text(frozen), "thawed")
+        for i, r in enumerate(echoes):
+            self.assert_ok(r)
+            self.assertEqual(r["attempts"], 1)
+            self.assertEqual(text(r), payload + str(i))
+        # the two imports' servers at load, then one session each
+        self.assertEqual(len(self.started()), 4, self.read_log())
 
     def test_a_timeout_cancels_only_its_request(self):
         """A call's timeout on a shared session sends notifications/cancelled

@@ -53,12 +53,13 @@
 #include "adapter.h"
 #include "clock.h"
 #include "contain.h"
+#include "frame.h"
 #include "json.h"
 #include "log.h"
 #include "mcp_result.h"
 #include "mcpstdio.h"
 
-#define SERVERS_MAX 8
+#define SERVERS_MAX TP_WORKER_MCP_SESSIONS
 /*
  * The crash-loop cap: a server that dies before it has answered
  * server/discover or initialize this many times in a row is not started
@@ -99,6 +100,7 @@ typedef struct {
     char owed_what[240];
     bool out_ready, err_ready; /* the last poll found its stdout, its stderr readable */
     unsigned calls;            /* flights on it */
+    uint64_t stuck_us;         /* since when its stdin is full with lines still queued for it; 0: it is not */
 } server_t;
 
 static server_t servers[SERVERS_MAX];
@@ -158,6 +160,7 @@ static void server_drop(server_t *s, uint64_t wait_us)
         tp_mcpio_close(&s->conn, wait_us);
     }
     s->live = false;
+    s->stuck_us = 0;
 }
 
 static void server_fail(server_t *s, const char *why);
@@ -316,6 +319,7 @@ static void notice(void *ctx, const json_t *msg)
 
 /* How long a server has to answer the ping that follows a call's timeout before it is taken for hung. */
 #define PING_GRACE_US 5000000u
+#define FLUSH_GRACE_US 1000000u /* the least a server's full stdin is waited on */
 
 /* One tools/call waiting for its answer. */
 typedef struct flight {
@@ -382,14 +386,12 @@ static int stamp_call(const server_t *s, const Toolpool__Call *call, json_t *par
     return rc;
 }
 
-/* Sends f's held tools/call, stamped for the server it goes to. 0, or tp_mcpio_send's or stamp_call's code. */
+/* Queues f's held tools/call, stamped for the server it goes to. 0, or tp_mcpio_queue's or stamp_call's code. */
 static int send_held(flight_t *f)
 {
     const Toolpool__Call *call = f->call;
     int stamped = stamp_call(f->server, call, json_object_get(f->held, "params"));
-    int rc = stamped ? stamped
-                     : tp_mcpio_send(&f->server->conn, f->held,
-                                     call->deadline_us ? call->deadline_us : tp_now_us() + 10000000u, NULL);
+    int rc = stamped ? stamped : tp_mcpio_queue(&f->server->conn, f->held); /* written in the turn's flush */
     json_decref(f->held);
     f->held = NULL;
     return rc;
@@ -825,6 +827,21 @@ bool tp_mcp_cancel(uint64_t seq)
     return false;
 }
 
+/*
+ * When a server whose stdin stays full is done for: once the earliest
+ * deadline of its calls has passed, and never before it has had
+ * FLUSH_GRACE_US (10 s with no call's deadline to go by).
+ */
+static uint64_t stuck_limit(const server_t *s)
+{
+    uint64_t due = 0;
+    for (flight_t *f = flights; f; f = f->next)
+        if (f->server == s && f->deadline_us && (due == 0 || f->deadline_us < due))
+            due = f->deadline_us;
+    uint64_t least = s->stuck_us + FLUSH_GRACE_US;
+    return due == 0 ? s->stuck_us + 10000000u : due > least ? due : least;
+}
+
 /* Calls past their deadline end Timeout (the server told to stop), and a hung server is found. */
 static void check_times(void)
 {
@@ -866,6 +883,8 @@ static void check_times(void)
                              current_tool, why);
             server_fail(s, why);
         }
+        if (s->live && s->stuck_us && now >= stuck_limit(s))
+            server_fail(s, "stopped reading its stdin");
         settle(s);
     }
 }
@@ -941,14 +960,19 @@ int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready)
             err_at[i] = n;
             pf[n++] = (struct pollfd){.fd = s->conn.err_fd, .events = POLLIN};
         }
+        if (s->stuck_us && s->conn.in_fd >= 0) /* room in its stdin wakes the loop, whose next turn writes */
+            pf[n++] = (struct pollfd){.fd = s->conn.in_fd, .events = POLLOUT};
     }
     uint64_t now = tp_now_us(), soon = now + (uint64_t)timeout_ms * 1000u;
     for (flight_t *f = flights; f; f = f->next)
         if (f->deadline_us && f->deadline_us < soon)
             soon = f->deadline_us;
-    for (int i = 0; i < SERVERS_MAX; i++)
+    for (int i = 0; i < SERVERS_MAX; i++) {
         if (servers[i].live && servers[i].ping_id != 0 && servers[i].ping_due_us < soon)
             soon = servers[i].ping_due_us;
+        if (servers[i].live && servers[i].stuck_us && stuck_limit(&servers[i]) < soon)
+            soon = stuck_limit(&servers[i]);
+    }
     int ms = soon > now ? (int)((soon - now + 999) / 1000) : 0;
     for (int i = 0; i < SERVERS_MAX; i++)
         if (servers[i].live && servers[i].conn.drained)
@@ -972,26 +996,30 @@ int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready)
  * system calls in the worker with a write (and its SIGPIPE mask) per
  * request and per reply, a waitid per call and four reads a turn; 30,866
  * with the turn's writes batched and only ready pipes read (and the
- * server, fed in bursts, 29,003 instead of 57,966). A server that does not
- * take them (its stdin full past the earliest deadline of its calls, or
- * closed) is done for.
+ * server, fed in bursts, 29,003 instead of 57,966). Nothing here waits:
+ * what a server's stdin does not take stays queued, its stdin is polled
+ * for room with its stdout (which is read meanwhile, so a server blocked
+ * writing its answers goes on), and the next turn writes more. A server
+ * whose stdin stays full past the earliest deadline of its calls (and at
+ * least FLUSH_GRACE_US) is done for (check_times); one that closed it is
+ * at once. So one server that stopped reading holds up no other's calls.
  */
-#define FLUSH_GRACE_US 1000000u /* the least a flush waits for a server's stdin */
-
 void tp_mcp_flush(void)
 {
+    uint64_t now = 0;
     for (int i = 0; i < SERVERS_MAX; i++) {
         server_t *s = &servers[i];
         if (!s->live || tp_buf_avail(&s->conn.queued) == 0)
             continue;
-        uint64_t due = 0;
-        for (flight_t *f = flights; f; f = f->next)
-            if (f->server == s && f->deadline_us && (due == 0 || f->deadline_us < due))
-                due = f->deadline_us;
-        /* a call already past its deadline (not yet reaped) does not make a busy server's stdin "stopped" */
-        uint64_t now = tp_now_us(), least = now + FLUSH_GRACE_US;
-        if (tp_mcpio_flush(&s->conn, due == 0 ? now + 10000000u : due > least ? due : least, NULL) != 0)
-            server_fail(s, "stopped reading its stdin");
+        int rc = tp_mcpio_write_some(&s->conn);
+        if (rc == TP_EAGAIN) {
+            if (s->stuck_us == 0)
+                s->stuck_us = now ? now : (now = tp_now_us());
+            continue;
+        }
+        s->stuck_us = 0;
+        if (rc != 0)
+            server_fail(s, "closed its stdin");
     }
 }
 

@@ -277,7 +277,11 @@ int tp_mcpio_queue(tp_mcpio_t *c, const json_t *msg)
     return 0;
 }
 
-int tp_mcpio_flush(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop)
+/*
+ * Writes what is queued, waiting for room up to deadline_us when wait
+ * (else TP_EAGAIN with the rest left queued).
+ */
+static int write_queued(tp_mcpio_t *c, bool wait, uint64_t deadline_us, volatile sig_atomic_t *stop)
 {
     if (tp_buf_avail(&c->queued) == 0)
         return 0;
@@ -311,6 +315,10 @@ int tp_mcpio_flush(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *s
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && errno == EAGAIN) {
+            if (!wait) {
+                rc = TP_EAGAIN;
+                break;
+            }
             if ((rc = wait_fd(c, c->in_fd, POLLOUT, deadline_us, stop, true)) != 0)
                 break;
             continue;
@@ -324,9 +332,21 @@ int tp_mcpio_flush(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *s
     }
     if (!c->pipe_ignored)
         pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0)
+    if (rc != 0 && rc != TP_EAGAIN)
         tp_buf_reset(q); /* a server that does not read them is done for: they are not sent */
+    else if (tp_buf_avail(q) == 0)
+        tp_buf_reset(q);
     return rc;
+}
+
+int tp_mcpio_flush(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop)
+{
+    return write_queued(c, true, deadline_us, stop);
+}
+
+int tp_mcpio_write_some(tp_mcpio_t *c)
+{
+    return write_queued(c, false, 0, NULL);
 }
 
 int tp_mcpio_send(tp_mcpio_t *c, const json_t *msg, uint64_t deadline_us, volatile sig_atomic_t *stop)

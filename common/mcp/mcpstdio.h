@@ -129,6 +129,14 @@ int tp_mcpio_queue(tp_mcpio_t *c, const json_t *msg);
 int tp_mcpio_flush(tp_mcpio_t *c, uint64_t deadline_us, volatile sig_atomic_t *stop);
 
 /*
+ * Writes what of the queued lines the server's stdin takes now, without
+ * waiting: 0 when all are written; TP_EAGAIN with the rest still queued
+ * (poll in_fd for POLLOUT, then call it again); TP_ECLOSED (the lines
+ * dropped) when the server closed its stdin or is gone.
+ */
+int tp_mcpio_write_some(tp_mcpio_t *c);
+
+/*
  * One message's text read: a line of the server's stdout, or one element of
  * a batch on it. 0: *msg is the object (the caller's to decref).
  * TP_EBADMSG: an answer jansson cannot read (a number past 64 bits, nesting

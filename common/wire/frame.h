@@ -20,6 +20,14 @@
 #define TP_FRAME_DEFAULT_MAX (64u << 20)
 
 /*
+ * The MCP sessions one worker holds at most: a call of a ninth server
+ * closes the one whose last call came longest ago. The supervisor keeps
+ * the same list for each worker, in the same way, to know which servers'
+ * calls a busy worker can take.
+ */
+#define TP_WORKER_MCP_SESSIONS 8
+
+/*
  * Looks for one whole frame at the head of in. 0 when one is there: *body
  * and *len point into the buffer, and the body stays valid until the
  * caller calls tp_buf_consume(in, TP_FRAME_HEADER + *len) or changes the

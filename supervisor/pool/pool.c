@@ -130,7 +130,7 @@ tp_pool_t *tp_pool_new(struct event_base *base, const tp_pool_opts_t *opts)
         tp_slot_t *s = &p->slots[i];
         s->pool = p;
         s->index = i;
-        s->server = -1;
+        tp_slot_sessions_clear(s);
         s->call_fd = s->reply_fd = -1;
         s->ev_timer = evtimer_new(base, slot_timer_cb, s);
         made = made && s->ev_timer != NULL;
@@ -207,6 +207,49 @@ static tp_slot_t *pipeline_slot(tp_pool_t *p, int depth)
     return best;
 }
 
+void tp_slot_sessions_clear(tp_slot_t *s)
+{
+    for (int i = 0; i < TP_WORKER_MCP_SESSIONS; i++) {
+        s->sessions[i] = -1;
+        s->session_used[i] = 0;
+    }
+    s->n_sessions = 0;
+    s->session_clock = 0;
+}
+
+/* Whether s's worker holds a session with MCP server `server`. */
+static bool slot_holds(const tp_slot_t *s, int server)
+{
+    for (int i = 0; i < TP_WORKER_MCP_SESSIONS; i++)
+        if (s->sessions[i] == server)
+            return true;
+    return false;
+}
+
+/*
+ * A call of MCP server `server` sent to s's worker: its session's place
+ * touched, or one taken, as the worker's server_for does (the first place
+ * that holds it; else an empty one, or the one used longest ago).
+ */
+static void slot_session_use(tp_slot_t *s, int server)
+{
+    int at = -1, oldest = -1;
+    for (int i = 0; i < TP_WORKER_MCP_SESSIONS && at < 0; i++) {
+        if (s->sessions[i] == server)
+            at = i;
+        else if (oldest < 0 ||
+                 (s->sessions[oldest] >= 0 && (s->sessions[i] < 0 || s->session_used[i] < s->session_used[oldest])))
+            oldest = i;
+    }
+    if (at < 0) {
+        at = oldest;
+        if (s->sessions[at] < 0)
+            s->n_sessions++;
+        s->sessions[at] = server;
+    }
+    s->session_used[at] = ++s->session_clock;
+}
+
 /* Whether s holds fewer than t's max_in_flight of t's attempts (counted only when it holds that many in all). */
 static bool flight_room(const tp_slot_t *s, const tp_tool_t *t)
 {
@@ -224,7 +267,9 @@ static bool flight_room(const tp_slot_t *s, const tp_tool_t *t)
  * max_in_flight (a cap on t's attempts in one worker), are not being
  * stopped or retired and will not pass their recycling count with it:
  *   http  the one holding fewest, of those holding no MCP session;
- *   mcp   one whose worker holds t's server's session, the least loaded;
+ *   mcp   one whose worker holds t's server's session (among the others
+ *         it holds: calls of several servers fly side by side in one
+ *         worker), the least loaded;
  *         but while fewer workers than its instances hold one, an idle
  *         worker holding none takes a new copy of the server; and when
  *         none holds one and every idle worker holds another's, one of
@@ -239,7 +284,7 @@ static tp_slot_t *flight_slot(tp_pool_t *p, const tp_tool_t *t)
     uint32_t bound = 0;
     for (int i = 0; i < p->n; i++) {
         tp_slot_t *s = &p->slots[i];
-        bool mine = mcp && s->server == t->mcp_server_id;
+        bool mine = mcp && slot_holds(s, t->mcp_server_id);
         bound += mine && s->state != SLOT_DOWN && s->why == WHY_NONE;
         bool in_flight = s->state == SLOT_BUSY && s->attempt == NULL;
         if ((s->state != SLOT_IDLE && !in_flight) || s->why != WHY_NONE || s->eof || s->retiring || !flight_room(s, t))
@@ -247,13 +292,13 @@ static tp_slot_t *flight_slot(tp_pool_t *p, const tp_tool_t *t)
         if (s->call_cap && s->calls + (uint64_t)s->n_flight + 1 > s->call_cap)
             continue;
         if (mcp && !mine) {
-            if (s->state == SLOT_IDLE && s->server < 0 && fresh == NULL)
+            if (s->state == SLOT_IDLE && s->n_sessions == 0 && fresh == NULL)
                 fresh = s;
             else if (s->state == SLOT_IDLE && other == NULL)
                 other = s;
             continue;
         }
-        if (!mcp && s->server >= 0)
+        if (!mcp && s->n_sessions > 0)
             continue;
         if (best == NULL || s->n_flight < best->n_flight)
             best = s;
@@ -328,7 +373,8 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
     /* an idle worker holding no MCP session first: one that holds one keeps it for its calls */
     for (int pass = 0; pass < 2 && s == NULL && !http; pass++)
         for (int i = 0; i < p->n && s == NULL; i++)
-            if (p->slots[i].state == SLOT_IDLE && p->slots[i].why == WHY_NONE && (pass == 1 || p->slots[i].server < 0))
+            if (p->slots[i].state == SLOT_IDLE && p->slots[i].why == WHY_NONE &&
+                (pass == 1 || p->slots[i].n_sessions == 0))
                 s = &p->slots[i];
     if (s == NULL && !http)
         s = pipeline_slot(p, a->depth);
@@ -355,7 +401,7 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
     /* The worker ends an http or mcp call at the very deadline the supervisor keeps: the clock is the machine's. */
     call.deadline_us = http ? a->started_us + a->timeout_us : 0;
     if (a->tool->adapter == TP_ADAPTER_MCP)
-        s->server = a->tool->mcp_server_id;
+        slot_session_use(s, a->tool->mcp_server_id);
     a->spawn_us = 0;
     a->result = NULL;
     a->message = NULL;

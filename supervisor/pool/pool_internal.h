@@ -211,13 +211,25 @@ typedef struct tp_slot {
     int queue_min;         /* the lowest depth among the queued (slot_queue_push), when queued */
     int queue_at_min;      /* how many of them have it */
     tp_attempt_t **flight; /* http or mcp attempts running side by side (attempt is NULL then) */
-    int server;            /* the MCP server (tp_tool_t.mcp_server_id) whose session its worker holds; -1: none */
+    /*
+     * The MCP servers (tp_tool_t.mcp_server_id; -1: none) whose sessions
+     * its worker holds, as the worker keeps them (worker/mcp.c's
+     * server_for): a call of one not there takes an empty place, else the
+     * place used longest ago.
+     */
+    int sessions[TP_WORKER_MCP_SESSIONS];
+    uint64_t session_used[TP_WORKER_MCP_SESSIONS];
+    uint64_t session_clock; /* counts the MCP calls sent, to order session_used */
+    int n_sessions;
     int n_flight;
     int flight_cap; /* what flight has room for */
     unsigned crash_streak;
     unsigned start_failures;
     char detail[160]; /* what went wrong, for the attempt's message */
 } tp_slot_t;
+
+/* Forgets the MCP sessions s's worker held: a new worker holds none. */
+void tp_slot_sessions_clear(tp_slot_t *s);
 
 struct tp_pool {
     struct event_base *base;

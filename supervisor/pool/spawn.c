@@ -61,7 +61,7 @@ void slot_spawn(tp_slot_t *s)
     sigemptyset(&none);
     const char *what = "pipe2";
     int rc = 0;
-    s->server = -1; /* a new worker holds no MCP session yet */
+    tp_slot_sessions_clear(s); /* a new worker holds no MCP session yet */
 
     if (pipe_high(call_p) < 0 || pipe_high(reply_p) < 0) {
         rc = errno;
