@@ -19,7 +19,7 @@ its own JSON-RPC id.
 - A server blocked writing its stdout while a turn's requests are written to
   its stdin is read meanwhile: neither side waits for the other.
 - A server that stops reading its stdin holds up no other server's calls in
-  the same worker.
+  the same worker, and is replaced once its calls pass their deadline.
 - A crash with calls in flight: idempotent calls are retried on a fresh
   server; a call that is not idempotent ends Interrupted, escalated.
 
@@ -258,6 +258,45 @@ class McpSessionsTest(unittest.TestCase):
             self.assertEqual(text(r), payload + str(i))
         # the two imports' servers at load, then one session each
         self.assertEqual(len(self.started()), 4, self.read_log())
+
+    def test_a_server_whose_stdin_stays_full_is_replaced_at_its_calls_timeout(self):
+        """A server frozen for 30 s with 40 echoes of 8 KiB queued for it (its
+        stdin full), its calls' timeout 1 s: the first to pass it ends
+        Timeout, the server is replaced then (not a ping's 5 s grace later),
+        the calls still on it ending WorkerCrashed, all within 1.5 s, and the
+        next call meets a fresh copy at once."""
+        # Fails if a full stdin is waited on past the calls' deadline: the
+        # next call waits behind the frozen server until the ping gives up.
+        reg = self.registry(tools={"freeze": {"timeout": "1s", "attempts": 1},
+                                   "echo": {"timeout": "1s", "attempts": 1}})
+        path = os.path.join(self.tmp, "stuck.json")
+        with open(path, "w") as f:
+            json.dump(reg, f)
+        err = os.path.join(self.tmp, "stuck.err")
+        with open(err, "w") as errf, toolpool_client.Coprocess(
+                TOOLPOOL, registry=path, store=os.path.join(self.tmp, "stuck-store"), workers=1, stderr=errf) as run:
+            first = run.call("tiny.counter", {}, job="c", step=1, id="c1")
+            self.assert_ok(first)
+            run.submit("tiny.freeze", {"seconds": 30}, job="f", id="f")
+            time.sleep(0.3)
+            for i in range(40):
+                run.submit("tiny.echo", {"text": "z" * 8192 + str(i)}, job="e%d" % i, id="e%d" % i)
+            stuck = [run.result("f")] + [run.result("e%d" % i) for i in range(40)]
+            t0 = time.monotonic()
+            after = run.call("tiny.counter", {}, job="c", step=2, id="c2")
+            waited = time.monotonic() - t0
+        # the first to pass its deadline ends Timeout, and the server is killed with the rest on it
+        self.assertEqual({r["id"] for r in stuck if r["ok"]}, set())
+        kinds = {r["error"] for r in stuck}
+        self.assertIn("Timeout", kinds)
+        self.assertLessEqual(kinds, {"Timeout", "WorkerCrashed"})
+        self.assertLess(max(r["duration_ms"] for r in stuck), 1500)
+        self.assert_ok(after)
+        self.assertEqual(structured(after)["count"], 1, "a fresh copy counts from 1")
+        self.assertNotEqual(structured(after)["pid"], structured(first)["pid"])
+        self.assertLess(waited, 2.5, "the next call waited for the frozen server")
+        self.assertTrue(any("stopped reading its stdin" in (r.get("message") or "") for r in stuck),
+                        [r.get("message") for r in stuck][:3])
 
     def test_a_timeout_cancels_only_its_request(self):
         """A call's timeout on a shared session sends notifications/cancelled

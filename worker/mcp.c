@@ -101,6 +101,7 @@ typedef struct {
     bool out_ready, err_ready; /* the last poll found its stdout, its stderr readable */
     unsigned calls;            /* flights on it */
     uint64_t stuck_us;         /* since when its stdin is full with lines still queued for it; 0: it is not */
+    bool stuck_late;           /* and a call on it passed its deadline meanwhile */
 } server_t;
 
 static server_t servers[SERVERS_MAX];
@@ -161,6 +162,7 @@ static void server_drop(server_t *s, uint64_t wait_us)
     }
     s->live = false;
     s->stuck_us = 0;
+    s->stuck_late = false;
 }
 
 static void server_fail(server_t *s, const char *why);
@@ -827,19 +829,17 @@ bool tp_mcp_cancel(uint64_t seq)
     return false;
 }
 
+/* The longest a server's full stdin is waited on while none of its calls is past its deadline. */
+#define STUCK_MAX_US 10000000u
+
 /*
- * When a server whose stdin stays full is done for: once the earliest
- * deadline of its calls has passed, and never before it has had
- * FLUSH_GRACE_US (10 s with no call's deadline to go by).
+ * When a server whose stdin stays full (nothing of it taken since
+ * stuck_us) is done for: FLUSH_GRACE_US on, once a call on it has passed
+ * its deadline meanwhile; else STUCK_MAX_US on.
  */
 static uint64_t stuck_limit(const server_t *s)
 {
-    uint64_t due = 0;
-    for (flight_t *f = flights; f; f = f->next)
-        if (f->server == s && f->deadline_us && (due == 0 || f->deadline_us < due))
-            due = f->deadline_us;
-    uint64_t least = s->stuck_us + FLUSH_GRACE_US;
-    return due == 0 ? s->stuck_us + 10000000u : due > least ? due : least;
+    return s->stuck_us + (s->stuck_late ? FLUSH_GRACE_US : STUCK_MAX_US);
 }
 
 /* Calls past their deadline end Timeout (the server told to stop), and a hung server is found. */
@@ -851,6 +851,8 @@ static void check_times(void)
         if (f->deadline_us == 0 || now < f->deadline_us)
             continue;
         server_t *s = f->server;
+        if (s->stuck_us)
+            s->stuck_late = true;
         bool sent = f->held == NULL;
         if (sent)
             send_cancelled(s, f->rpc_id, "the call's timeout passed");
@@ -943,7 +945,7 @@ static void read_servers(void)
 int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready)
 {
     tp_mcp_flush();
-    struct pollfd pf[1 + 2 * SERVERS_MAX];
+    struct pollfd pf[1 + 3 * SERVERS_MAX]; /* the call pipe; each server's stdout, stderr, and stdin while it is full */
     int n = 0, out_at[SERVERS_MAX], err_at[SERVERS_MAX];
     if (fd >= 0)
         pf[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
@@ -1000,9 +1002,9 @@ int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready)
  * what a server's stdin does not take stays queued, its stdin is polled
  * for room with its stdout (which is read meanwhile, so a server blocked
  * writing its answers goes on), and the next turn writes more. A server
- * whose stdin stays full past the earliest deadline of its calls (and at
- * least FLUSH_GRACE_US) is done for (check_times); one that closed it is
- * at once. So one server that stopped reading holds up no other's calls.
+ * whose stdin takes nothing for FLUSH_GRACE_US once one of its calls has
+ * passed its deadline (STUCK_MAX_US with none) is done for (check_times);
+ * one that closed it is at once. So one server that stopped reading holds up no other's calls.
  */
 void tp_mcp_flush(void)
 {
@@ -1011,13 +1013,18 @@ void tp_mcp_flush(void)
         server_t *s = &servers[i];
         if (!s->live || tp_buf_avail(&s->conn.queued) == 0)
             continue;
+        size_t was = tp_buf_avail(&s->conn.queued);
         int rc = tp_mcpio_write_some(&s->conn);
         if (rc == TP_EAGAIN) {
-            if (s->stuck_us == 0)
+            /* full since now, or since it last took something: one that reads, however slowly, is not stuck */
+            if (s->stuck_us == 0 || tp_buf_avail(&s->conn.queued) < was) {
                 s->stuck_us = now ? now : (now = tp_now_us());
+                s->stuck_late = false;
+            }
             continue;
         }
         s->stuck_us = 0;
+        s->stuck_late = false;
         if (rc != 0)
             server_fail(s, "closed its stdin");
     }

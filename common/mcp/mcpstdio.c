@@ -255,12 +255,15 @@ static int wait_fd(tp_mcpio_t *c, int fd, short events, uint64_t deadline_us, vo
         if (pf[1].revents)
             read_stderr(c);
         if (pf[2].revents) {
-            tp_mcpio_fill(c, true, false); /* its end, or no memory: the write that follows says so */
+            int fr = tp_mcpio_fill(c, true, false);
             c->drained = true;
+            if (fr != 0 && fr != TP_EAGAIN)
+                drain = false; /* its end (the write that follows fails), or no memory: read no more of it here */
         }
         if (pf[0].revents)
             return 0;
-        if (n == 0 && deadline_us && tp_now_us() >= deadline_us)
+        if (deadline_us &&
+            tp_now_us() >= deadline_us) /* each pass: a busy stderr or stdout keeps ppoll from timing out */
             return TP_ETIMEDOUT;
     }
 }

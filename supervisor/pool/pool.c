@@ -400,8 +400,6 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
     a->started_us = tp_now_us();
     /* The worker ends an http or mcp call at the very deadline the supervisor keeps: the clock is the machine's. */
     call.deadline_us = http ? a->started_us + a->timeout_us : 0;
-    if (a->tool->adapter == TP_ADAPTER_MCP)
-        slot_session_use(s, a->tool->mcp_server_id);
     a->spawn_us = 0;
     a->result = NULL;
     a->message = NULL;
@@ -419,6 +417,8 @@ int tp_pool_submit(tp_pool_t *p, tp_attempt_t *a)
             pool_attempt_fail(a, TP_KIND_SERVER_ERROR, "out of memory for the call's frame");
         return rc == TP_E2BIG ? TP_E2BIG : TP_ENOMEM;
     }
+    if (a->tool->adapter == TP_ADAPTER_MCP) /* the worker gets it: its session as the worker keeps it */
+        slot_session_use(s, a->tool->mcp_server_id);
     p->busy++;
     uint64_t max_calls = a->tool->policy.worker_max_calls;
     if (max_calls && (s->call_cap == 0 || max_calls < s->call_cap))
