@@ -24,6 +24,9 @@ reached it, when, and how many times.
   the kill sent again, no call of a tool that is not idempotent sent twice, and
   those that were in flight end Interrupted, escalated.
 - A rate limit spaces the attempts' starts 50 ms apart with many in flight.
+- http and MCP calls in one worker: an http call runs on the one worker
+  that holds an MCP session, and MCP calls beside http calls are answered
+  while the http calls run.
 
 Standard library only. The build directory comes from $TOOLPOOL_BUILD_DIR
 (ctest sets it), else ../build beside this file.
@@ -291,6 +294,62 @@ class ManyInFlight(Case):
             self.assertIn("max_in_flight", err)
             self.assertNotIn("unknown key", err, "refused, but as a key this build does not know")
             self.assertEqual(rig.server.stats()["requests"], 2, "a refused registry ran nothing")
+
+
+class WithMcp(Case):
+    """http and MCP calls in one worker (-j 1): tests/mcp_tiny_server.py
+    imported beside an http tool of the test server."""
+
+    def registry(self):
+        rig = self.rig
+        reg = {"defaults": {"backoff": {"base": "20ms", "max": "100ms"}},
+               "tools": [rig.tool("slow", max_in_flight=64)],
+               "mcp_servers": {"tiny": {"command": [sys.executable, os.path.join(HERE, "mcp_tiny_server.py")],
+                                        "instances": 1, "max_in_flight": 64}}}
+        with open(rig.path("tools.json"), "w") as f:
+            json.dump(reg, f)
+
+    def test_9a_an_http_call_after_an_mcp_call_runs(self):
+        """An MCP call, then an http call, one job, -j 1: the one worker holds
+        the MCP session when the http call comes, and runs it."""
+        # Fails if http calls go only to workers holding no MCP session: with
+        # every worker holding one, the http call never runs and run never ends.
+        rig = self.rig
+        self.registry()
+        rig.write_calls([{"id": "m1", "tool": "tiny.echo", "args": {"text": "x"}, "job": "j", "step": 1},
+                         dict(call("h1", "slow", 10), job="j", step=2)])
+        rc, err, wall = rig.finish(rig.start(j=1), timeout=30)
+        self.check_rc(rc, 0, err)
+        res = self.by_id(rig.lines(), 2)
+        self.assertEqual(self.failures(res, res), {})
+        self.assertLess(wall, 10)
+
+    def test_9b_mcp_calls_beside_http_calls_in_one_worker(self):
+        """-j 1: an MCP call starts the session, then eight http calls of 3 s
+        and 20 echoes of the MCP server run in the one worker side by side:
+        the echoes end ok while the http calls still run, the http calls ok
+        after their 3 s."""
+        # Fails if the worker's wait for its http transfers leaves the MCP
+        # servers' pipes unread: the echoes' answers sit in the pipe until the
+        # last http call ends, 3 s on.
+        rig = self.rig
+        self.registry()
+        calls = [{"id": "w", "tool": "tiny.echo", "args": {"text": "warm"}}]
+        calls += [call("h%d" % i, "slow", 3000) for i in range(8)]
+        calls += [{"id": "m%d" % i, "tool": "tiny.echo", "args": {"text": "e%d" % i}} for i in range(20)]
+        rig.write_calls(calls)
+        rc, err, wall = rig.finish(rig.start(j=1), timeout=60)
+        self.check_rc(rc, 0, err)
+        res = self.by_id(rig.lines(), 29)
+        self.assertEqual(self.failures(res, res), {})
+        for i in range(8):
+            self.assertGreaterEqual(res["h%d" % i]["duration_ms"], 2900)
+        for i in range(20):
+            r = res["m%d" % i]
+            self.assertEqual(r["result"]["structuredContent"], {"text": "e%d" % i})
+            t = r["trace"][-1]
+            self.assertLess(t["start_ms"] + t["duration_ms"], 2500, "echo m%d ended after the http calls" % i)
+        self.assertLess(wall, 15)
 
 
 class BusyWorkerTimeout(Case):

@@ -5,6 +5,7 @@
 #ifndef TP_ADAPTER_H
 #define TP_ADAPTER_H
 
+#include <poll.h>
 #include <signal.h>
 
 #include "outcome.h"
@@ -49,11 +50,13 @@ bool tp_http_cancel(uint64_t seq);
 /* Calls in flight. */
 int tp_http_in_flight(void);
 /*
- * Waits up to timeout_ms for the transfers and for fd to be readable
- * (*fd_ready; fd -1: none), then moves every transfer on, answering those
- * that ended. 0, or TP_EIO when curl fails.
+ * Waits up to timeout_ms for the transfers, for fd to be readable
+ * (*fd_ready; fd -1: none) and for the n descriptors of extra (their
+ * revents set: the worker's MCP servers, from tp_mcp_poll_set, when MCP
+ * calls run beside), then moves every transfer on, answering those that
+ * ended. 0, or TP_EIO when curl fails.
  */
-int tp_http_wait(int fd, int timeout_ms, bool *fd_ready);
+int tp_http_wait(int fd, int timeout_ms, bool *fd_ready, struct pollfd *extra, int n);
 /* Drops every call in flight unanswered, and frees the client. */
 void tp_http_shutdown(void);
 /*
@@ -86,6 +89,17 @@ int tp_mcp_in_flight(void);
  * JSON-RPC (its calls end WorkerCrashed). 0, or TP_EIO.
  */
 int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready);
+/*
+ * tp_mcp_wait in two halves, for a wait that polls more (the http
+ * adapter's, when http and MCP calls run side by side in one worker): the
+ * turn's writes, then the servers' pipes into pf (room for
+ * TP_MCP_POLL_MAX; returns how many) and *timeout_ms lowered to the
+ * earliest deadline, ping or stuck stdin it must see; after the poll,
+ * what the pipes said (pf's revents) taken as tp_mcp_wait takes it.
+ */
+#define TP_MCP_POLL_MAX 24
+int tp_mcp_poll_set(struct pollfd *pf, int *timeout_ms);
+void tp_mcp_poll_done(const struct pollfd *pf);
 /*
  * tp_mcp_start queues its tools/call; this writes what each server has
  * queued, once a turn of the worker's loop (tp_mcp_wait calls it first).

@@ -675,14 +675,23 @@ int tp_http_in_flight(void)
     return n_flight;
 }
 
-int tp_http_wait(int fd, int timeout_ms, bool *fd_ready)
+int tp_http_wait(int fd, int timeout_ms, bool *fd_ready, struct pollfd *extra, int n)
 {
-    struct curl_waitfd w = {.fd = fd, .events = CURL_WAIT_POLLIN};
+    struct curl_waitfd w[1 + TP_MCP_POLL_MAX];
+    int k = 0;
+    if (fd >= 0)
+        w[k++] = (struct curl_waitfd){.fd = fd, .events = CURL_WAIT_POLLIN};
+    for (int i = 0; i < n && i < TP_MCP_POLL_MAX; i++)
+        w[k++] = (struct curl_waitfd){.fd = extra[i].fd,
+                                      .events = (short)((extra[i].events & POLLIN ? CURL_WAIT_POLLIN : 0) |
+                                                        (extra[i].events & POLLOUT ? CURL_WAIT_POLLOUT : 0))};
     *fd_ready = false;
-    CURLMcode mc = curl_multi_poll(multi, &w, fd >= 0 ? 1 : 0, timeout_ms, NULL);
+    CURLMcode mc = curl_multi_poll(multi, w, (unsigned)k, timeout_ms, NULL);
     if (mc != CURLM_OK)
         return TP_EIO;
-    *fd_ready = fd >= 0 && w.revents != 0;
+    *fd_ready = fd >= 0 && w[0].revents != 0;
+    for (int i = 0; i < n && i < TP_MCP_POLL_MAX; i++)
+        extra[i].revents = w[(fd >= 0) + i].revents;
     int running;
     if (curl_multi_perform(multi, &running) != CURLM_OK)
         return TP_EIO;

@@ -352,11 +352,16 @@ int main(int argc, char **argv)
         flush_frames();
         bool readable = !eof;
         if (tp_http_in_flight() > 0) {
-            if (tp_http_wait(eof ? -1 : TP_CALL_FD, 1000, &readable) < 0) {
+            /* MCP calls in flight beside: their servers' pipes in the same wait */
+            struct pollfd mcp_pf[TP_MCP_POLL_MAX];
+            int ms = 1000, m = tp_mcp_in_flight() > 0 ? tp_mcp_poll_set(mcp_pf, &ms) : -1;
+            if (tp_http_wait(eof ? -1 : TP_CALL_FD, ms, &readable, mcp_pf, m < 0 ? 0 : m) < 0) {
                 tp_log_error("worker.http_failed", "the HTTP client failed; its calls cannot go on");
                 status = 3;
                 break;
             }
+            if (m >= 0)
+                tp_mcp_poll_done(mcp_pf);
         } else if (tp_mcp_in_flight() > 0) {
             if (tp_mcp_wait(eof ? -1 : TP_CALL_FD, 1000, &readable) < 0) {
                 tp_log_error("worker.mcp_wait_failed", "waiting on the MCP servers failed; their calls cannot go on");

@@ -60,6 +60,7 @@
 #include "mcpstdio.h"
 
 #define SERVERS_MAX TP_WORKER_MCP_SESSIONS
+_Static_assert(3 * SERVERS_MAX <= TP_MCP_POLL_MAX, "each server's stdout, stderr and stdin in the poll set");
 /*
  * The crash-loop cap: a server that dies before it has answered
  * server/discover or initialize this many times in a row is not started
@@ -942,30 +943,30 @@ static void read_servers(void)
     }
 }
 
-int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready)
+/* Where each server's stdout and stderr are in the poll set tp_mcp_poll_set made last (-1: not there). */
+static int poll_out_at[SERVERS_MAX], poll_err_at[SERVERS_MAX];
+
+int tp_mcp_poll_set(struct pollfd *pf, int *timeout_ms)
 {
     tp_mcp_flush();
-    struct pollfd pf[1 + 3 * SERVERS_MAX]; /* the call pipe; each server's stdout, stderr, and stdin while it is full */
-    int n = 0, out_at[SERVERS_MAX], err_at[SERVERS_MAX];
-    if (fd >= 0)
-        pf[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+    int n = 0;
     for (int i = 0; i < SERVERS_MAX; i++) {
         server_t *s = &servers[i];
-        out_at[i] = err_at[i] = -1;
+        poll_out_at[i] = poll_err_at[i] = -1;
         if (!s->live)
             continue;
         if (s->conn.out_fd >= 0) {
-            out_at[i] = n;
+            poll_out_at[i] = n;
             pf[n++] = (struct pollfd){.fd = s->conn.out_fd, .events = POLLIN};
         }
         if (s->conn.err_fd >= 0) {
-            err_at[i] = n;
+            poll_err_at[i] = n;
             pf[n++] = (struct pollfd){.fd = s->conn.err_fd, .events = POLLIN};
         }
         if (s->stuck_us && s->conn.in_fd >= 0) /* room in its stdin wakes the loop, whose next turn writes */
             pf[n++] = (struct pollfd){.fd = s->conn.in_fd, .events = POLLOUT};
     }
-    uint64_t now = tp_now_us(), soon = now + (uint64_t)timeout_ms * 1000u;
+    uint64_t now = tp_now_us(), soon = now + (uint64_t)*timeout_ms * 1000u;
     for (flight_t *f = flights; f; f = f->next)
         if (f->deadline_us && f->deadline_us < soon)
             soon = f->deadline_us;
@@ -979,16 +980,36 @@ int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready)
     for (int i = 0; i < SERVERS_MAX; i++)
         if (servers[i].live && servers[i].conn.drained)
             ms = 0; /* a flush read its stdout: the messages it holds are not waited on */
-    int r = poll(pf, (nfds_t)n, ms);
-    *fd_ready = fd >= 0 && r > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-    if (r < 0 && errno != EINTR)
-        return TP_EIO;
-    for (int i = 0; r > 0 && i < SERVERS_MAX; i++) {
-        servers[i].out_ready = out_at[i] >= 0 && pf[out_at[i]].revents != 0;
-        servers[i].err_ready = err_at[i] >= 0 && pf[err_at[i]].revents != 0;
+    *timeout_ms = ms;
+    return n;
+}
+
+void tp_mcp_poll_done(const struct pollfd *pf)
+{
+    for (int i = 0; i < SERVERS_MAX; i++) {
+        servers[i].out_ready = poll_out_at[i] >= 0 && pf[poll_out_at[i]].revents != 0;
+        servers[i].err_ready = poll_err_at[i] >= 0 && pf[poll_err_at[i]].revents != 0;
     }
     read_servers();
     check_times();
+}
+
+int tp_mcp_wait(int fd, int timeout_ms, bool *fd_ready)
+{
+    struct pollfd pf[1 + TP_MCP_POLL_MAX]; /* the call pipe, then the servers' */
+    int n = 0;
+    if (fd >= 0)
+        pf[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+    int ms = timeout_ms;
+    int m = tp_mcp_poll_set(pf + n, &ms);
+    int r = poll(pf, (nfds_t)(n + m), ms);
+    *fd_ready = fd >= 0 && r > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+    if (r < 0 && errno != EINTR)
+        return TP_EIO;
+    if (r <= 0)
+        for (int k = n; k < n + m; k++)
+            pf[k].revents = 0;
+    tp_mcp_poll_done(pf + n);
     return 0;
 }
 

@@ -266,7 +266,10 @@ static bool flight_room(const tp_slot_t *s, const tp_tool_t *t)
  * are idle or hold attempts in flight already, have room under t's
  * max_in_flight (a cap on t's attempts in one worker), are not being
  * stopped or retired and will not pass their recycling count with it:
- *   http  the one holding fewest, of those holding no MCP session;
+ *   http  the one holding fewest, of those holding no MCP session; when
+ *         none of those can, of those holding one (its worker waits on
+ *         both: with every worker holding a session, an http call would
+ *         otherwise never run);
  *   mcp   one whose worker holds t's server's session (among the others
  *         it holds: calls of several servers fly side by side in one
  *         worker), the least loaded;
@@ -277,7 +280,7 @@ static bool flight_room(const tp_slot_t *s, const tp_tool_t *t)
  */
 static tp_slot_t *flight_slot(tp_pool_t *p, const tp_tool_t *t)
 {
-    tp_slot_t *best = NULL, *fresh = NULL, *other = NULL;
+    tp_slot_t *best = NULL, *fresh = NULL, *other = NULL, *shared = NULL;
     if (p->shutting_down)
         return NULL;
     bool mcp = t->adapter == TP_ADAPTER_MCP;
@@ -298,8 +301,11 @@ static tp_slot_t *flight_slot(tp_pool_t *p, const tp_tool_t *t)
                 other = s;
             continue;
         }
-        if (!mcp && s->n_sessions > 0)
+        if (!mcp && s->n_sessions > 0) {
+            if (shared == NULL || s->n_flight < shared->n_flight)
+                shared = s;
             continue;
+        }
         if (best == NULL || s->n_flight < best->n_flight)
             best = s;
     }
@@ -307,6 +313,8 @@ static tp_slot_t *flight_slot(tp_pool_t *p, const tp_tool_t *t)
         return fresh;
     if (mcp && best == NULL && bound == 0)
         return other;
+    if (!mcp && best == NULL)
+        return shared; /* every worker that could take it holds a session: one of those, rather than none ever */
     return best;
 }
 
