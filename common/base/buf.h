@@ -69,6 +69,17 @@ static inline const uint8_t *tp_buf_head(const tp_buf_t *b)
 void tp_buf_reset(tp_buf_t *b);
 void tp_buf_free(tp_buf_t *b);
 
+/* The n bytes at in as 2n lowercase hex digits at out (no NUL). */
+static inline void tp_hex(char *out, const void *in, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    const uint8_t *p = in;
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+}
+
 /*
  * One read(2) into the buffer (at least 64 KiB of room). Returns the bytes
  * read, 0 at EOF, or a negative code: TP_ENOMEM, or read's errno as one

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "checkpoint.h"
 #include "engine_internal.h"
 #include "resultline.h"
@@ -269,27 +270,17 @@ void tp_trace_span_id(const tp_trace_ctx_t *tc, size_t i, bool backoff, uint8_t 
  * tc->attempt_tp: the traceparent of the span of entry i of tc's call (an
  * attempt starting now), which its tool is given as its parent.
  */
-/* n bytes at in as lowercase hex at out (2n characters). */
-static void hex_bytes(char *out, const uint8_t *in, size_t n)
-{
-    static const char hex[] = "0123456789abcdef";
-    for (size_t k = 0; k < n; k++) {
-        out[2 * k] = hex[in[k] >> 4];
-        out[2 * k + 1] = hex[in[k] & 15];
-    }
-}
-
 void eng_trace_attempt_tp(tp_trace_ctx_t *tc, size_t i)
 {
     uint8_t id[8];
     char *o = tc->attempt_tp;
     tp_trace_span_id(tc, i, false, id);
     memcpy(o, "00-", 3);
-    hex_bytes(o + 3, tc->trace_id, 16);
+    tp_hex(o + 3, tc->trace_id, 16);
     o[35] = '-';
-    hex_bytes(o + 36, id, 8);
+    tp_hex(o + 36, id, 8);
     o[52] = '-';
-    hex_bytes(o + 53, &tc->flags, 1);
+    tp_hex(o + 53, &tc->flags, 1);
     o[55] = 0;
 }
 

@@ -18,12 +18,8 @@
 
 static void put_hex(tp_buf_t *b, const uint8_t *p, size_t n)
 {
-    static const char hex[] = "0123456789abcdef";
     char s[2 * 16];
-    for (size_t i = 0; i < n; i++) {
-        s[2 * i] = hex[p[i] >> 4];
-        s[2 * i + 1] = hex[p[i] & 15];
-    }
+    tp_hex(s, p, n);
     tp_buf_append(b, s, 2 * n);
 }
 

@@ -57,10 +57,6 @@ void tp_identity_digest(const char *tool, const tp_digest_t *args, tp_digest_t *
 
 void tp_digest_hex(const tp_digest_t *d, char out[2 * TP_DIGEST_LEN + 1])
 {
-    static const char hex[] = "0123456789abcdef";
-    for (int i = 0; i < TP_DIGEST_LEN; i++) {
-        out[2 * i] = hex[d->b[i] >> 4];
-        out[2 * i + 1] = hex[d->b[i] & 15];
-    }
+    tp_hex(out, d->b, TP_DIGEST_LEN);
     out[2 * TP_DIGEST_LEN] = '\0';
 }
