@@ -618,6 +618,12 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(one(samples, "toolpool_answered_recorded_total"), 1)
         self.assertEqual(one(samples, "toolpool_call_duration_seconds_count", tool="echo"), 5)
         self.assertEqual(one(samples, "toolpool_call_duration_seconds_bucket", tool="echo", le="+Inf"), 5)
+        # /readyz answers once one worker is up: the other may still be starting (slowly under a sanitizer)
+        end = time.monotonic() + 20
+        while (one(samples, "toolpool_workers", state="busy") + one(samples, "toolpool_workers", state="idle") < 2
+               and time.monotonic() < end):
+            time.sleep(0.05)
+            samples = parse_prometheus(self, s.request("GET", "/metrics")[2].decode())
         self.assertEqual(one(samples, "toolpool_workers", state="busy") + one(samples, "toolpool_workers", state="idle"), 2)
         self.assertEqual(one(samples, "toolpool_escalations_open"), 0)
         self.assertGreaterEqual(one(samples, "toolpool_commits_total"), 1)
