@@ -12,7 +12,8 @@
  *
  * When the tool exits, whatever it left running is killed at once
  * (contain.h): a background process that holds the tool's stdout open
- * would otherwise keep the call waiting for an EOF until its timeout. The
+ * would otherwise keep the call waiting for an EOF until its timeout; the
+ * kill repeats while a pipe stays open, for one a pass missed. The
  * tool's exit is seen through a pidfd in the poll set (Linux 5.3 and
  * later; without one, the call waits for the EOF as before, and the
  * sweep after the call kills the rest).
@@ -44,6 +45,9 @@
 #include "taxonomy.h"
 
 #define STDERR_KEEP 2048
+
+/* The longest wait between kills of what an exited tool left holding its pipes. */
+#define REKILL_MAX_MS 200
 
 extern char **environ;
 
@@ -393,6 +397,14 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
     int status = 0;
     struct rusage ru = {0};
     bool reaped = false;
+    /*
+     * Once the tool is gone, how long to wait for its pipes' EOF before
+     * killing again (-1: it runs): a kill pass can miss a process its
+     * parent hands to us as the parent dies (/proc's children lists are
+     * read unlocked), so the kill repeats, each wait twice the last,
+     * while a pipe stays open.
+     */
+    int rekill_ms = -1;
     if (call->args.len == 0)
         tp_close_fd(&in_p[1]);
     while (out_p[0] >= 0 || err_p[0] >= 0) {
@@ -402,10 +414,16 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
             {.fd = in_p[1], .events = POLLOUT},
             {.fd = exit_fd, .events = POLLIN},
         };
-        if (poll(pf, 4, -1) < 0) {
+        int n = poll(pf, 4, rekill_ms);
+        if (n < 0) {
             if (errno == EINTR)
                 continue;
             break;
+        }
+        if (n == 0) {
+            tp_contain_kill();
+            rekill_ms = rekill_ms < REKILL_MAX_MS / 2 ? rekill_ms * 2 : REKILL_MAX_MS;
+            continue;
         }
         if (pf[3].revents) {
             /*
@@ -420,6 +438,7 @@ void tp_exec_run(const Toolpool__Call *call, tp_outcome_t *o)
             reaped = reaped || r == pid;
             tp_contain_kill();
             tp_close_fd(&exit_fd);
+            rekill_ms = 1;
         }
         if (pf[2].revents) {
             ssize_t w = write(in_p[1], call->args.data + sent, call->args.len - sent);
