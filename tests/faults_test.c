@@ -136,13 +136,36 @@ json_t *__wrap_json_object(void)
     return v;
 }
 
-void __real_json_delete(json_t *v);
-void __wrap_json_delete(json_t *v);
-void __wrap_json_delete(json_t *v)
+/*
+ * v is deleted, and with it every value it alone holds: jansson deletes
+ * those inside itself, past the wrap.
+ */
+static void untrack(json_t *v)
 {
     for (size_t i = 0; i < n_made; i++)
         if (made[i] == v)
             made[i] = made[--n_made];
+    const char *key;
+    json_t *child;
+    size_t at;
+    if (json_is_object(v)) {
+        json_object_foreach(v, key, child) {
+            if (child->refcount == 1)
+                untrack(child);
+        }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, at, child) {
+            if (child->refcount == 1)
+                untrack(child);
+        }
+    }
+}
+
+void __real_json_delete(json_t *v);
+void __wrap_json_delete(json_t *v);
+void __wrap_json_delete(json_t *v)
+{
+    untrack(v);
     __real_json_delete(v);
 }
 

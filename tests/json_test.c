@@ -445,6 +445,126 @@ static void test_next_member(void)
     CU_ASSERT_EQUAL(tp_json_next_member(NULL, 0, &at, &k, &kn, &v, &vn), TP_ENOENT);
 }
 
+/* v's compact text, numbers spelled in full; NULL for NULL. */
+static char *dump17(const json_t *v)
+{
+    return v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17)) : NULL;
+}
+
+/*
+ * tp_json_loadb and its own parser against json_loadb on text: the same
+ * value written back byte for byte, or the same error. *fast: whether its
+ * own parser took the text. false on a disagreement (printed).
+ */
+static bool load_agrees(const void *text, size_t n, size_t flags, bool *fast)
+{
+    json_error_t we, ge;
+    json_t *want = json_loadb(text, n, flags, &we), *got = tp_json_loadb(text, n, flags, &ge);
+    json_t *f = tp_json_load_fast(text, n, flags);
+    char *ws = dump17(want), *gs = dump17(got), *fs = dump17(f);
+    bool ok = want ? gs != NULL && strcmp(ws, gs) == 0 && (f == NULL || (fs && strcmp(ws, fs) == 0))
+                   : got == NULL && f == NULL && strcmp(we.text, ge.text) == 0 && we.position == ge.position;
+    if (!ok)
+        fprintf(stderr, "\n  %.*s (flags %zu): jansson %s, tp_json_loadb %s, fast %s\n", (int)n, (const char *)text,
+                flags, ws ? ws : we.text, gs ? gs : ge.text, fs ? fs : "-");
+    *fast = f != NULL;
+    free(ws);
+    free(gs);
+    free(fs);
+    json_decref(want);
+    json_decref(got);
+    json_decref(f);
+    return ok;
+}
+
+/* What its own parser takes, and what it leaves to jansson, one text at a time. */
+static void test_load_table(void)
+{
+    /* clang-format off */
+    static const struct { const char *text; size_t flags; bool fast; } cases[] = {
+        {"{\"method\":\"tools/call\",\"params\":{\"name\":\"e.echo\",\"arguments\":{\"message\":\"hi\"}},\"jsonrpc\":\"2.0\",\"id\":1}", 0, true},
+        {" [1, -0, 2.5, -3e-5, 1E+2, true, false, null, \"\", [], {}] ", 0, true},
+        {"{\"a\":1,\"a\":2,\"b\":3}", 0, true},           /* the last a, in the first a's place, as jansson does */
+        {"{\"a\":1,\"a\":2}", JSON_REJECT_DUPLICATES, false},
+        {"\"caf\xc3\xa9 \xf0\x9f\x98\x80\"", JSON_DECODE_ANY, true},
+        {"\"\\u00e9\\ud83d\\ude00\\\"\\\\\\/\\b\\f\\n\\r\\t x\"", JSON_DECODE_ANY, true},
+        {"{\"k\\u00e9y\":{\"k\\n\":\"v\\t\"}}", 0, true},
+        {"9223372036854775807", JSON_DECODE_ANY, true},
+        {"-9223372036854775808", JSON_DECODE_ANY, true},
+        {"12", JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, true},
+        {"9223372036854775808", JSON_DECODE_ANY, false},  /* past int64 */
+        {"1e400", JSON_DECODE_ANY, false},                 /* past a double */
+        {"\"\\u0000\"", JSON_DECODE_ANY | JSON_ALLOW_NUL, false},
+        {"\"\\ud83d\"", JSON_DECODE_ANY, false},           /* a lone surrogate */
+        {"\"\xed\xa0\x80\"", JSON_DECODE_ANY, false},      /* one in UTF-8 */
+        {"\"\xc3\"", JSON_DECODE_ANY, false},
+        {"\"a\tb\"", JSON_DECODE_ANY, false},              /* a raw control character */
+        {"1", 0, false},                                   /* not an object or array */
+        {"{} x", 0, false},
+        {"{\"a\":1,}", 0, false},
+        {"[01]", 0, false},
+        {"[1.]", 0, false},
+        {"[-]", 0, false},
+        {"", JSON_DECODE_ANY, false},
+        {"{}", JSON_DISABLE_EOF_CHECK, false},             /* a flag it leaves to jansson */
+    };
+    /* clang-format on */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bool fast;
+        CU_ASSERT(load_agrees(cases[i].text, strlen(cases[i].text), cases[i].flags, &fast));
+        if (fast != cases[i].fast)
+            fprintf(stderr, "\n  %s: fast %d, expected %d\n", cases[i].text, fast, cases[i].fast);
+        CU_ASSERT_EQUAL(fast, cases[i].fast);
+    }
+    /* nested past its depth: jansson's, whole */
+    tp_buf_t deep = {0};
+    for (int i = 0; i < 300; i++)
+        tp_buf_puts(&deep, "[");
+    for (int i = 0; i < 300; i++)
+        tp_buf_puts(&deep, "]");
+    bool fast;
+    CU_ASSERT(load_agrees(deep.data, deep.len, 0, &fast));
+    CU_ASSERT(!fast);
+    tp_buf_free(&deep);
+}
+
+/* On random texts and their mutations, with each flag: the same value or error as jansson; most valid ones its own. */
+static void test_load_against_jansson(void)
+{
+    srand(29);
+    static const size_t flags[] = {0, JSON_DECODE_ANY, JSON_REJECT_DUPLICATES, JSON_DECODE_ANY | JSON_ALLOW_NUL,
+                                   JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL};
+    static const uint8_t junk[] = {'{', '}', '[', ']', ',', ':',  '"',  '\\', ' ',
+                                   '0', '-', '.', 'e', 'x', 0xff, 0xc3, 0x80, 0x00};
+    int disagree = 0, read = 0, fast_read = 0;
+    for (int round = 0; round < 5000 && disagree < 10; round++) {
+        tp_buf_t b = {0};
+        random_value(&b, 0);
+        for (int m = 0; m < 3; m++) {
+            tp_buf_t c = {0};
+            tp_buf_append(&c, b.data, b.len);
+            if (m > 0 && c.len) {
+                size_t at = (size_t)rand() % c.len;
+                c.data[at] = junk[rand() % (int)sizeof junk];
+            }
+            for (size_t f = 0; f < sizeof flags / sizeof flags[0]; f++) {
+                bool fast;
+                json_t *v = json_loadb((const char *)c.data, c.len, flags[f], NULL);
+                disagree += !load_agrees(c.data, c.len, flags[f], &fast);
+                read += v != NULL && m == 0 && f == 1;
+                fast_read += v != NULL && m == 0 && f == 1 && fast;
+                json_decref(v);
+            }
+            tp_buf_free(&c);
+        }
+        tp_buf_free(&b);
+    }
+    CU_ASSERT_EQUAL(disagree, 0);
+    /* what it leaves to jansson among valid texts: \u0000, numbers past int64 (the generator makes a few) */
+    CU_ASSERT(read > 1000);
+    CU_ASSERT(fast_read * 10 >= read * 7);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
@@ -455,5 +575,7 @@ int main(void)
     CU_add_test(s, "plain runs are found sixteen and eight bytes at a time", test_plain_runs);
     CU_add_test(s, "tp_json_compact keeps every token as written", test_compact);
     CU_add_test(s, "tp_json_next_member walks the members in order", test_next_member);
+    CU_add_test(s, "tp_json_loadb: what its own parser takes and leaves", test_load_table);
+    CU_add_test(s, "tp_json_loadb reads what json_loadb reads", test_load_against_jansson);
     return tp_test_run();
 }

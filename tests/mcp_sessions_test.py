@@ -295,8 +295,12 @@ class McpSessionsTest(unittest.TestCase):
         self.assertEqual(structured(after)["count"], 1, "a fresh copy counts from 1")
         self.assertNotEqual(structured(after)["pid"], structured(first)["pid"])
         self.assertLess(waited, 2.5, "the next call waited for the frozen server")
-        self.assertTrue(any("stopped reading its stdin" in (r.get("message") or "") for r in stuck),
-                        [r.get("message") for r in stuck][:3])
+        # Why it was replaced: the worker's log says so, and so do the calls still on it then, if any
+        # (when all 41 went to the worker at once, they reached their deadlines before its stdin's grace ran out).
+        with open(err) as f:
+            log = f.read()
+        self.assertIn("stopped reading its stdin: it is restarted", log)
+        self.assertNotIn("did not answer a ping", log)
 
     def test_a_timeout_cancels_only_its_request(self):
         """A call's timeout on a shared session sends notifications/cancelled

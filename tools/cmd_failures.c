@@ -25,6 +25,7 @@
 #include "buf.h"
 #include "cli.h"
 #include "clock.h"
+#include "json.h"
 #include "log.h"
 #include "results.h"
 #include "store.h"
@@ -197,7 +198,8 @@ static int from_file(groups_t *g, const char *path, const char *only)
         if (line[strspn(line, " \t\r\n")] == '\0')
             continue;
         json_error_t jerr;
-        json_t *r = json_loads(line, JSON_DECODE_INT_AS_REAL, &jerr); /* big ints in args: only strings are read */
+        json_t *r = tp_json_loadb(line, strlen(line), JSON_DECODE_INT_AS_REAL,
+                                  &jerr); /* big ints in args: only strings are read */
         const char *id = json_string_value(json_object_get(r, "id"));
         const char *tool = json_string_value(json_object_get(r, "tool"));
         json_t *ok = json_object_get(r, "ok");

@@ -19,6 +19,7 @@
 
 #include "array.h"
 #include "cli.h"
+#include "json.h"
 #include "log.h"
 
 typedef struct {
@@ -100,7 +101,7 @@ int tp_order_input(int fd, const char *name, int *out_fd, long **line_map, size_
         e->len = (size_t)len;
         at += len;
         n++;
-        json_t *c = json_loadb(line, (size_t)len, 0, NULL);
+        json_t *c = tp_json_loadb(line, (size_t)len, 0, NULL);
         /* A job defaults to the call's id: a Responses function_call item's is its call_id (request.c). */
         const char *job = json_string_value(json_object_get(c, "job"));
         const char *type = json_string_value(json_object_get(c, "type"));

@@ -92,12 +92,12 @@ static int tame_numbers(const char *p, size_t n, tp_buf_t *b)
  */
 static json_t *load_told(const char *text, size_t len, json_error_t *err)
 {
-    json_t *v = json_loadb(text, len, 0, err);
+    json_t *v = tp_json_loadb(text, len, 0, err);
     if (v != NULL)
         return v;
     tp_buf_t b = {0};
     if (tame_numbers(text, len, &b) == 0)
-        v = json_loadb((const char *)b.data, b.len, 0, err);
+        v = tp_json_loadb((const char *)b.data, b.len, 0, err);
     tp_buf_free(&b);
     return v;
 }

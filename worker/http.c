@@ -505,7 +505,8 @@ static bool xfer_prepare(xfer_t *x)
         tp_outcome_fail(o, "ToolError", "the call names no request (a worker older than its supervisor?)");
         return false;
     }
-    json_t *args = call->args.len ? json_loadb((const char *)call->args.data, call->args.len, 0, NULL) : json_object();
+    json_t *args = call->args.len ? tp_json_loadb((const char *)call->args.data, call->args.len, 0, NULL)
+                                  : json_object();
     json_t *body = json_is_object(args) ? json_deep_copy(args) : NULL;
     bool ok = false;
     if (body == NULL) {

@@ -747,7 +747,7 @@ void tp_mcp_start(Toolpool__SupervisorFrame *frame)
     }
     json_t *params = NULL;
     if (s != NULL) {
-        json_t *args = call->args.len ? json_loadb((const char *)call->args.data, call->args.len, 0, NULL)
+        json_t *args = call->args.len ? tp_json_loadb((const char *)call->args.data, call->args.len, 0, NULL)
                                       : json_object();
         if (!json_is_object(args)) {
             json_decref(args);
@@ -886,8 +886,13 @@ static void check_times(void)
                              current_tool, why);
             server_fail(s, why);
         }
-        if (s->live && s->stuck_us && now >= stuck_limit(s))
+        if (s->live && s->stuck_us && now >= stuck_limit(s)) {
+            /* said here too: the calls that were on it may all have ended at their deadlines already */
+            tp_log_call_t lc = {.tool = current_tool};
+            tp_log_call_warn("worker.mcp_server_restarted", &lc,
+                             "the MCP server of %s stopped reading its stdin: it is restarted", current_tool);
             server_fail(s, "stopped reading its stdin");
+        }
         settle(s);
     }
 }

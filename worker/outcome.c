@@ -78,7 +78,7 @@ static int answer_key(const char *k, size_t n)
 {
     json_t *dec = NULL;
     if (memchr(k, '\\', n) != NULL) {
-        dec = json_loadb(k - 1, n + 2, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+        dec = tp_json_loadb(k - 1, n + 2, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
         if (!json_is_string(dec)) {
             json_decref(dec);
             return -1;
@@ -104,7 +104,7 @@ static int answer_key(const char *k, size_t n)
  */
 static json_t *member_value(const char *v, size_t n)
 {
-    json_t *j = json_loadb(v, n, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, NULL);
+    json_t *j = tp_json_loadb(v, n, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, NULL);
     if (j != NULL)
         return j;
     switch (v[0]) {
@@ -131,7 +131,7 @@ static json_t *member_value(const char *v, size_t n)
  */
 static int load_answer(const char *text, size_t len, tp_buf_t *kept, json_t **v)
 {
-    *v = json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    *v = tp_json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
     if (*v != NULL)
         return 1;
     if (tp_json_check(text, len, NULL) < 0)

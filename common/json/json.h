@@ -93,6 +93,16 @@ int tp_json_write(tp_buf_t *b, const json_t *v, int flags);
 /* Appends a double in its shortest round-trip form ("1e+300", "0.1", "3.0"; null when not finite). 0, or TP_ENOMEM. */
 int tp_json_put_real(tp_buf_t *b, double d);
 
+/*
+ * json_loadb, quicker: the same value, or NULL with the same error, for
+ * any text and flags. A parser of our own reads what it is sure jansson
+ * reads the same (jsonload.c); jansson reads the rest. Every text the
+ * program reads on a call's path goes through it.
+ */
+json_t *tp_json_loadb(const char *text, size_t len, size_t flags, json_error_t *err);
+/* Its own parser alone: the value, or NULL where tp_json_loadb leaves the text to jansson. For the tests. */
+json_t *tp_json_load_fast(const char *text, size_t len, size_t flags);
+
 /* The deepest nesting of objects and arrays tp_json_check takes. */
 #define TP_JSON_DEPTH_MAX 4096
 

@@ -373,7 +373,7 @@ static void not_a_message(tp_mcpio_t *c, const char *p, size_t n)
 int tp_mcpio_parse(const char *text, size_t n, json_t **msg, char *why, size_t why_len)
 {
     json_error_t jerr;
-    json_t *v = json_loadb(text, n, 0, &jerr);
+    json_t *v = tp_json_loadb(text, n, 0, &jerr);
     if (json_is_object(v)) {
         *msg = v;
         return 0;
@@ -391,7 +391,7 @@ int tp_mcpio_parse(const char *text, size_t n, json_t **msg, char *why, size_t w
     size_t len;
     if (tp_scan_member(text, n, "id", &id, &len) != 0 || tp_json_check(id, len, NULL) != 0)
         return TP_EPROTO;
-    v = json_loadb(id, len, JSON_DECODE_ANY, NULL);
+    v = tp_json_loadb(id, len, JSON_DECODE_ANY, NULL);
     if (v == NULL)
         v = json_stringn(id, len > 64 ? 64 : len);
     if (v == NULL)

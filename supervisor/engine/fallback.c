@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine_internal.h"
+#include "json.h"
 #include "jsonschema.h"
 
 /*
@@ -57,7 +58,7 @@ static bool hop_args(tp_call_t *c, const json_t *map, char *msg, size_t cap)
     const tp_tool_t *t = c->hop_tool;
     if (map == NULL && t->schema == NULL)
         return true;
-    json_t *orig = json_loadb(c->args, c->args_len, 0, NULL), *args = NULL;
+    json_t *orig = tp_json_loadb(c->args, c->args_len, 0, NULL), *args = NULL;
     if (orig == NULL) {
         snprintf(msg, cap, "%s: invalid arguments: the call's args cannot be read", t->name);
         return false;

@@ -286,7 +286,7 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     }
     const json_t *jargs = rq->jargs;
     bool need_tree = t->schema != NULL || (e->o.store && rq->canon == NULL);
-    if (need_tree && jargs == NULL && (jargs = owned_json = json_loads(args, 0, NULL)) == NULL) {
+    if (need_tree && jargs == NULL && (jargs = owned_json = tp_json_loadb(args, strlen(args), 0, NULL)) == NULL) {
         snprintf(msg, sizeof msg, "%sargs are not a JSON object", prefix(pre, sizeof pre, rq));
         eng_reject(e, rq->id, job, rq->step, rq->tool, NULL, TP_KIND_INVALID_REQUEST, msg, fn, ctx);
         goto out;

@@ -193,7 +193,7 @@ static tp_request_kind_t parse_slow(tp_request_parser_t *p, const char *text, si
 {
     json_error_t jerr;
     char what[JSON_ERROR_TEXT_LENGTH + 240];
-    p->doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    p->doc = tp_json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (p->doc == NULL && strncmp(jerr.text, "duplicate object key", 20) == 0) {
         /*
          * A key given twice at the top level makes the call ambiguous (which
@@ -205,7 +205,7 @@ static tp_request_kind_t parse_slow(tp_request_parser_t *p, const char *text, si
                      jerr.text);
             return bad_call(bad, where, what);
         }
-        p->doc = json_loadb(text, len, 0, &jerr);
+        p->doc = tp_json_loadb(text, len, 0, &jerr);
     }
     if (p->doc == NULL) {
         say_unreadable(what, sizeof what, "", &jerr);
@@ -240,7 +240,7 @@ static tp_request_kind_t parse_slow(tp_request_parser_t *p, const char *text, si
     } else if (sh->args_text && json_is_string(jargs)) {
         /* A model writes its arguments as a string of JSON: read here, the line's own error if they are not JSON. */
         json_error_t aerr;
-        json_t *parsed = json_loadb(json_string_value(jargs), json_string_length(jargs), JSON_DECODE_ANY, &aerr);
+        json_t *parsed = tp_json_loadb(json_string_value(jargs), json_string_length(jargs), JSON_DECODE_ANY, &aerr);
         char prefix[64];
         snprintf(prefix, sizeof prefix, "\"%s\" is ", sh->args_key);
         if (parsed == NULL) {

@@ -42,7 +42,7 @@ static json_t *json_of_bytes(const uint8_t *data, size_t len)
 {
     if (len == 0)
         return json_null();
-    json_t *v = json_loadb((const char *)data, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    json_t *v = tp_json_loadb((const char *)data, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
     return v ? v : json_stringn((const char *)data, len);
 }
 

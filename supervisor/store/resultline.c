@@ -172,7 +172,7 @@ static bool read_str(reader_t *rd, const char *name, char **out)
     *out = (char *)"";
     if (v == NULL || is_lit(v, n, "null"))
         return true;
-    json_t *s = json_loadb(v, n, JSON_DECODE_ANY, NULL);
+    json_t *s = tp_json_loadb(v, n, JSON_DECODE_ANY, NULL);
     if (!json_is_string(s)) {
         json_decref(s);
         return false;
@@ -258,7 +258,7 @@ static bool read_trace(reader_t *rd, Toolpool__Result *r, Toolpool__Attempt **at
     const char *v = member(rd, "trace", &n);
     if (v == NULL)
         return true;
-    json_t *a = json_loadb(v, n, 0, NULL);
+    json_t *a = tp_json_loadb(v, n, 0, NULL);
     if (!json_is_array(a)) {
         json_decref(a);
         return false;

@@ -5,6 +5,7 @@
  * /healthz, /readyz.
  */
 #include "http_internal.h"
+#include "json.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -156,7 +157,7 @@ void http_escalations_resolve(tp_http_t *h, struct evhttp_request *req, const ch
     bool rerun = false;
     if (body) {
         json_error_t jerr;
-        doc = json_loadb(body, len, 0, &jerr);
+        doc = tp_json_loadb(body, len, 0, &jerr);
         if (doc == NULL) {
             http_reply_error(h, req, 400, "InvalidRequest", "not valid JSON: %s (column %d)", jerr.text, jerr.column);
             return;

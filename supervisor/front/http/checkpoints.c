@@ -49,7 +49,7 @@ void http_checkpoint_put(tp_http_t *h, struct evhttp_request *req, const char *j
     if (http_body_of(h, req, &body, &len) < 0)
         return;
     json_error_t jerr;
-    json_t *doc = body ? json_loadb(body, len, 0, &jerr) : NULL;
+    json_t *doc = body ? tp_json_loadb(body, len, 0, &jerr) : NULL;
     json_t *jstep = json_object_get(doc, "step"), *state = json_object_get(doc, "state");
     if (doc == NULL) {
         if (body)

@@ -97,7 +97,7 @@ static bool number_past_jansson(const char *p, size_t n)
 {
     if (n == 0 || !(*p == '-' || (*p >= '0' && *p <= '9')))
         return false;
-    json_t *v = json_loadb(p, n, JSON_DECODE_ANY, NULL);
+    json_t *v = tp_json_loadb(p, n, JSON_DECODE_ANY, NULL);
     json_decref(v);
     return v == NULL;
 }
@@ -176,7 +176,7 @@ static int read_past_jansson(tp_mcp_msg_t *m, const char *text, size_t len)
     tp_buf_t copy = {0};
     json_error_t jerr;
     int rc = replaced(text, len, spans, 2, &copy);
-    if (rc == 0 && (m->msg = json_loadb((const char *)copy.data, copy.len, JSON_DECODE_ANY, &jerr)) != NULL) {
+    if (rc == 0 && (m->msg = tp_json_loadb((const char *)copy.data, copy.len, JSON_DECODE_ANY, &jerr)) != NULL) {
         rc = read_parsed(m, &id, &rid);
         goto out;
     }
@@ -187,7 +187,7 @@ static int read_past_jansson(tp_mcp_msg_t *m, const char *text, size_t len)
         in_order(spans, id, params);
         if ((rc = replaced(text, len, spans, 2, &copy)) != 0)
             goto out;
-        if ((m->msg = json_loadb((const char *)copy.data, copy.len, JSON_DECODE_ANY, NULL)) != NULL) {
+        if ((m->msg = tp_json_loadb((const char *)copy.data, copy.len, JSON_DECODE_ANY, NULL)) != NULL) {
             rc = read_parsed(m, &id, &no_span);
             if (rc == 0 && m->kind == TP_MCP_MSG_REQUEST) {
                 bad(m, -32602,
@@ -233,7 +233,7 @@ int tp_mcp_msg_read(tp_mcp_msg_t *m, const char *text, size_t len)
         return 0;
     }
     json_error_t jerr;
-    json_t *v = json_loadb(text, len, JSON_DECODE_ANY, &jerr);
+    json_t *v = tp_json_loadb(text, len, JSON_DECODE_ANY, &jerr);
     if (v == NULL && tp_json_check(text, len, NULL) != 0)
         return bad(m, -32700, "Parse error: %s (column %d)", jerr.text, jerr.column);
     bool batch = v ? json_is_array(v) : text[i] == '[', object = v ? json_is_object(v) : text[i] == '{';

@@ -555,7 +555,7 @@ static void w_meta(tp_msg_t *w, const tp_mcp_req_t *r, const char *served_by, bo
  */
 static int w_passthrough(tp_msg_t *w, const char *res, size_t len)
 {
-    json_t *v = json_loadb(res, len, 0, NULL);
+    json_t *v = tp_json_loadb(res, len, 0, NULL);
     json_t *content = json_object_get(v, "content"), *sc = json_object_get(v, "structuredContent");
     if (!json_is_array(content)) {
         json_decref(v);
@@ -774,7 +774,7 @@ static void notice_cb(void *ctx, const char *method, const char *params, size_t 
     tp_mcp_session_t *s = r->s;
     if (r->cancelled || s->closed)
         return;
-    json_t *p = json_loadb(params, len, 0, NULL);
+    json_t *p = tp_json_loadb(params, len, 0, NULL);
     tp_msg_t w;
     if (strcmp(method, "notifications/progress") == 0 && r->progress && json_is_object(p)) {
         json_t *v = json_object_get(p, "progress"), *total = json_object_get(p, "total");
