@@ -52,7 +52,10 @@ static int hex4(const unsigned char *p)
     int v = 0;
     for (int i = 0; i < 4; i++) {
         unsigned char c = p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0)
             return -1;
         v = v << 4 | d;
@@ -188,6 +191,16 @@ static bool is_digit(const unsigned char *p, const unsigned char *end)
     return p < end && *p >= '0' && *p <= '9';
 }
 
+/* Past the run of digits at p; NULL when none is there. */
+static const unsigned char *digits(const unsigned char *p, const unsigned char *end)
+{
+    if (!is_digit(p, end))
+        return NULL;
+    while (is_digit(p, end))
+        p++;
+    return p;
+}
+
 /* A number in JSON's grammar at l->p: an integer within int64 or a finite double, as jansson reads it. */
 static json_t *load_number(loader_t *l)
 {
@@ -201,27 +214,21 @@ static json_t *load_number(loader_t *l)
         if (is_digit(p, end))
             return NULL; /* a leading zero */
     } else {
-        while (is_digit(p, end))
-            p++;
+        p = digits(p, end);
     }
     const unsigned char *int_end = p;
     bool real = false;
     if (p < end && *p == '.') {
-        p++;
-        if (!is_digit(p, end))
+        if ((p = digits(p + 1, end)) == NULL)
             return NULL;
-        while (is_digit(p, end))
-            p++;
         real = true;
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         p++;
         if (p < end && (*p == '+' || *p == '-'))
             p++;
-        if (!is_digit(p, end))
+        if ((p = digits(p, end)) == NULL)
             return NULL;
-        while (is_digit(p, end))
-            p++;
         real = true;
     }
     l->p = p;
@@ -263,18 +270,48 @@ static json_t *load_literal(loader_t *l, const char *word, size_t n, json_t *v)
     return v;
 }
 
+/* Past an opening bracket and the whitespace after it: whether close follows at once (then past it too). */
+static bool opens_empty(loader_t *l, unsigned char close)
+{
+    l->p++;
+    skip_ws(l);
+    if (l->p == l->end || *l->p != close)
+        return false;
+    l->p++;
+    return true;
+}
+
+/*
+ * After a member or an element: 0 past a comma (and the whitespace after
+ * it), another to follow; 1 past close; -1 at anything else.
+ */
+static int next_or_close(loader_t *l, unsigned char close)
+{
+    skip_ws(l);
+    if (l->p == l->end || (*l->p != ',' && *l->p != close))
+        return -1;
+    if (*l->p++ == close)
+        return 1;
+    skip_ws(l);
+    return 0;
+}
+
+/* The container v, whole when next_or_close said 1; else let go of. */
+static json_t *closed(json_t *v, int next)
+{
+    if (next == 1)
+        return v;
+    json_decref(v);
+    return NULL;
+}
+
 static json_t *load_object(loader_t *l, int depth)
 {
     json_t *o = json_object();
-    if (o == NULL)
-        return NULL;
-    l->p++;
-    skip_ws(l);
-    if (l->p < l->end && *l->p == '}') {
-        l->p++;
+    if (o == NULL || opens_empty(l, '}'))
         return o;
-    }
-    for (;;) {
+    int next = -1; /* a break below leaves it other than 1 */
+    do {
         const char *key;
         size_t klen;
         if (l->p == l->end || *l->p != '"' || !load_string(l, &key, &klen))
@@ -302,53 +339,22 @@ static json_t *load_object(loader_t *l, int depth)
             taken = json_object_setn_new_nocheck(o, key, klen, v) == 0; /* which lets go of v when it fails */
         if (kcopy != small)
             free(kcopy);
-        if (!taken)
-            break;
-        skip_ws(l);
-        if (l->p < l->end && *l->p == ',') {
-            l->p++;
-            skip_ws(l);
-            continue;
-        }
-        if (l->p < l->end && *l->p == '}') {
-            l->p++;
-            return o;
-        }
-        break;
-    }
-    json_decref(o);
-    return NULL;
+        next = taken ? next_or_close(l, '}') : -1;
+    } while (next == 0);
+    return closed(o, next);
 }
 
 static json_t *load_array(loader_t *l, int depth)
 {
     json_t *a = json_array();
-    if (a == NULL)
-        return NULL;
-    l->p++;
-    skip_ws(l);
-    if (l->p < l->end && *l->p == ']') {
-        l->p++;
+    if (a == NULL || opens_empty(l, ']'))
         return a;
-    }
-    for (;;) {
+    int next;
+    do {
         json_t *v = load_value(l, depth + 1);
-        if (v == NULL || json_array_append_new(a, v) != 0)
-            break;
-        skip_ws(l);
-        if (l->p < l->end && *l->p == ',') {
-            l->p++;
-            skip_ws(l);
-            continue;
-        }
-        if (l->p < l->end && *l->p == ']') {
-            l->p++;
-            return a;
-        }
-        break;
-    }
-    json_decref(a);
-    return NULL;
+        next = v != NULL && json_array_append_new(a, v) == 0 ? next_or_close(l, ']') : -1;
+    } while (next == 0);
+    return closed(a, next);
 }
 
 /* The value at l->p (no whitespace before it), or NULL: jansson is to read the text. */
