@@ -463,7 +463,9 @@ static bool load_agrees(const void *text, size_t n, size_t flags, bool *fast)
     json_t *f = tp_json_load_fast(text, n, flags);
     char *ws = dump17(want), *gs = dump17(got), *fs = dump17(f);
     bool ok = want ? gs != NULL && strcmp(ws, gs) == 0 && (f == NULL || (fs && strcmp(ws, fs) == 0))
-                   : got == NULL && f == NULL && strcmp(we.text, ge.text) == 0 && we.position == ge.position;
+                   : got == NULL && f == NULL && strcmp(we.text, ge.text) == 0;
+    ok = ok && we.position == ge.position && we.line == ge.line && we.column == ge.column &&
+         strcmp(we.source, ge.source) == 0;
     if (!ok)
         fprintf(stderr, "\n  %.*s (flags %zu): jansson %s, tp_json_loadb %s, fast %s\n", (int)n, (const char *)text,
                 flags, ws ? ws : we.text, gs ? gs : ge.text, fs ? fs : "-");

@@ -407,9 +407,9 @@ json_t *tp_json_loadb(const char *text, size_t len, size_t flags, json_error_t *
     if (v == NULL)
         return json_loadb(text, len, flags, err);
     if (err != NULL) {
-        /* as json_loadb leaves it after a success */
+        /* as json_loadb leaves it after a success: position is what it read, the whole text */
         err->line = err->column = -1;
-        err->position = 0;
+        err->position = (int)len;
         err->text[0] = '\0';
         snprintf(err->source, sizeof err->source, "%s", "<buffer>");
     }

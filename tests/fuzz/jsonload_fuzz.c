@@ -33,9 +33,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_t *fast = tp_json_load_fast((const char *)data, size, flags[i]);
         TP_FUZZ_CHECK((want == NULL) == (got == NULL));
         TP_FUZZ_CHECK(fast == NULL || want != NULL);
+        TP_FUZZ_CHECK(want_err.position == got_err.position && want_err.line == got_err.line &&
+                      want_err.column == got_err.column && strcmp(want_err.source, got_err.source) == 0);
         if (want == NULL) {
             TP_FUZZ_CHECK(strcmp(want_err.text, got_err.text) == 0);
-            TP_FUZZ_CHECK(want_err.position == got_err.position);
         } else {
             char *w = dump(want), *g = dump(got), *f = dump(fast);
             TP_FUZZ_CHECK(w != NULL && g != NULL && strcmp(w, g) == 0);
