@@ -252,8 +252,7 @@ static const uint8_t *scan_string(const uint8_t *p, const uint8_t *end)
     return NULL;
 }
 
-/* The number that starts at p: the byte after it, or NULL. */
-static const uint8_t *scan_number(const uint8_t *p, const uint8_t *end)
+const uint8_t *tp_json_number_end(const uint8_t *p, const uint8_t *end)
 {
     if (p < end && *p == '-')
         p++;
@@ -290,7 +289,7 @@ static const uint8_t *scan_scalar(const uint8_t *p, const uint8_t *end)
         if (*p == (uint8_t)literals[i][0])
             return (size_t)(end - p) >= n && memcmp(p, literals[i], n) == 0 ? p + n : NULL;
     }
-    return scan_number(p, end);
+    return tp_json_number_end(p, end);
 }
 
 /*

@@ -103,6 +103,12 @@ json_t *tp_json_loadb(const char *text, size_t len, size_t flags, json_error_t *
 /* Its own parser alone: the value, or NULL where tp_json_loadb leaves the text to jansson. For the tests. */
 json_t *tp_json_load_fast(const char *text, size_t len, size_t flags);
 
+/*
+ * The number in JSON's grammar that starts at p (before end): the byte
+ * after it, or NULL. A leading zero ends the number ("01" is 0, then 1).
+ */
+const uint8_t *tp_json_number_end(const uint8_t *p, const uint8_t *end);
+
 /* The deepest nesting of objects and arrays tp_json_check takes. */
 #define TP_JSON_DEPTH_MAX 4096
 

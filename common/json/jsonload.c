@@ -186,51 +186,17 @@ static bool load_string(loader_t *l, const char **s, size_t *n)
     return true;
 }
 
-static bool is_digit(const unsigned char *p, const unsigned char *end)
-{
-    return p < end && *p >= '0' && *p <= '9';
-}
-
-/* Past the run of digits at p; NULL when none is there. */
-static const unsigned char *digits(const unsigned char *p, const unsigned char *end)
-{
-    if (!is_digit(p, end))
-        return NULL;
-    while (is_digit(p, end))
-        p++;
-    return p;
-}
-
 /* A number in JSON's grammar at l->p: an integer within int64 or a finite double, as jansson reads it. */
 static json_t *load_number(loader_t *l)
 {
-    const unsigned char *start = l->p, *p = l->p, *end = l->end;
-    bool neg = p < end && *p == '-';
-    p += neg;
-    if (!is_digit(p, end))
+    const unsigned char *start = l->p, *p = tp_json_number_end(l->p, l->end);
+    if (p == NULL)
         return NULL;
-    if (*p == '0') {
-        p++;
-        if (is_digit(p, end))
-            return NULL; /* a leading zero */
-    } else {
-        p = digits(p, end);
-    }
-    const unsigned char *int_end = p;
-    bool real = false;
-    if (p < end && *p == '.') {
-        if ((p = digits(p + 1, end)) == NULL)
-            return NULL;
-        real = true;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        p++;
-        if (p < end && (*p == '+' || *p == '-'))
-            p++;
-        if ((p = digits(p, end)) == NULL)
-            return NULL;
-        real = true;
-    }
+    bool neg = *start == '-';
+    const unsigned char *int_end = start + neg;
+    while (int_end < p && *int_end >= '0' && *int_end <= '9')
+        int_end++;
+    bool real = int_end < p; /* a fraction or an exponent follows the digits */
     l->p = p;
     if (!real && !(l->flags & JSON_DECODE_INT_AS_REAL)) {
         /* Accumulated negative, so that INT64_MIN fits. */
