@@ -9,16 +9,24 @@
 #include "error.h"
 #include "json.h"
 
-static void put_str(tp_buf_t *b, const char *key, const char *v)
+/*
+ * The line's pieces. tp_result_write reserves room for the whole line
+ * first, so these append without a check, and a key's length is known
+ * where it is written (KEY), not counted at each line.
+ */
+static inline __attribute__((always_inline)) void put_lit(tp_buf_t *b, const char *s, size_t n)
 {
-    tp_buf_puts(b, key);
-    tp_json_put_string(b, v, strlen(v));
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
 }
 
-static void put_bool(tp_buf_t *b, const char *key, protobuf_c_boolean v)
+#define KEY(b, s) put_lit(b, s, sizeof(s) - 1)
+
+static inline __attribute__((always_inline)) void put_str(tp_buf_t *b, const char *key, size_t klen, const char *v,
+                                                          size_t n)
 {
-    tp_buf_puts(b, key);
-    tp_buf_puts(b, v ? "true" : "false");
+    put_lit(b, key, klen);
+    tp_json_put_string(b, v, n);
 }
 
 /* Decimal digits of v, without printf: this runs several times a result line. */
@@ -30,113 +38,123 @@ static void put_u64(tp_buf_t *b, uint64_t v)
         tmp[n++] = (char)('0' + v % 10);
         v /= 10;
     } while (v);
-    if (tp_buf_reserve(b, (size_t)n) < 0)
-        return;
     while (n > 0)
         b->data[b->len++] = (uint8_t)tmp[--n];
 }
 
-static void put_num(tp_buf_t *b, const char *key, uint64_t v)
+/* Milliseconds with three decimals, from microseconds. */
+static void put_ms(tp_buf_t *b, uint64_t us)
 {
-    tp_buf_puts(b, key);
-    put_u64(b, v);
-}
-
-static void put_ms(tp_buf_t *b, const char *key, uint64_t us)
-{
-    tp_buf_puts(b, key);
     put_u64(b, us / 1000u);
-    char frac[5] = {'.', (char)('0' + us % 1000 / 100), (char)('0' + us % 100 / 10), (char)('0' + us % 10), 0};
-    tp_buf_append(b, frac, 4);
+    uint8_t *p = b->data + b->len;
+    p[0] = '.';
+    p[1] = (uint8_t)('0' + us % 1000 / 100);
+    p[2] = (uint8_t)('0' + us % 100 / 10);
+    p[3] = (uint8_t)('0' + us % 10);
+    b->len += 4;
 }
 
-static void put_raw(tp_buf_t *b, const char *key, ProtobufCBinaryData v)
+static inline __attribute__((always_inline)) void put_raw(tp_buf_t *b, ProtobufCBinaryData v)
 {
-    tp_buf_puts(b, key);
     if (v.len == 0)
-        tp_buf_puts(b, "null");
+        KEY(b, "null");
     else
-        tp_buf_append(b, v.data, v.len);
+        put_lit(b, (const char *)v.data, v.len);
 }
 
-static size_t slen6(const char *s)
-{
-    return s ? strlen(s) * 6 + 2 : 2;
-}
+#define STR(b, key, v, n) put_str(b, key, sizeof(key) - 1, v, n)
+#define NUM(b, key, v) (KEY(b, key), put_u64(b, v))
+#define MS(b, key, us) (KEY(b, key), put_ms(b, us))
+#define BOOL(b, key, v) ((v) ? KEY(b, key "true") : KEY(b, key "false"))
 
 int tp_result_write(tp_buf_t *b, const Toolpool__Result *r)
 {
-    size_t mark = b->len;
     /*
-     * Room for the whole line first (a string escapes to at most six bytes
-     * a byte), so that no append after can fail and leave a line cut.
+     * Room for the whole line first, so that no append after can fail and
+     * leave a line cut: the keys and numbers (at most 345 bytes, a cost's
+     * 24 more; an attempt's at most 201), every string escaped at six bytes
+     * a byte, the result and the args.
      */
-    size_t need = 400 + slen6(r->id) + slen6(r->job) + slen6(r->tool) + slen6(r->kind) + slen6(r->klass) +
-                  slen6(r->message) + slen6(r->served_by) + slen6(r->escalation) + slen6(r->version) + r->result.len +
-                  r->args.len;
+    size_t id = r->has_id ? strlen(r->id) : 0, job = strlen(r->job), tool = strlen(r->tool), by = strlen(r->served_by),
+           esc = strlen(r->escalation), ver = r->version ? strlen(r->version) : 0;
+    size_t kind = 0, klass = 0, msg = 0;
+    if (!r->ok) {
+        kind = strlen(r->kind);
+        klass = strlen(r->klass);
+        msg = strlen(r->message);
+    }
+    size_t need = 512 + (id + job + tool + by + esc + ver + kind + klass + msg) * 6 + 18 + r->result.len + r->args.len;
     for (size_t i = 0; i < r->n_trace; i++)
-        need += 160 + slen6(r->trace[i]->tool) + slen6(r->trace[i]->outcome);
+        need += 256 + (strlen(r->trace[i]->tool) + strlen(r->trace[i]->outcome)) * 6 + 4;
     if (tp_buf_reserve(b, need) < 0)
         return TP_ENOMEM;
     if (r->has_id)
-        put_str(b, "{\"id\":", r->id);
+        STR(b, "{\"id\":", r->id, id);
     else
-        tp_buf_puts(b, "{\"id\":null");
-    if (r->job[0])
-        put_str(b, ",\"job\":", r->job);
+        KEY(b, "{\"id\":null");
+    if (job)
+        STR(b, ",\"job\":", r->job, job);
     else
-        tp_buf_puts(b, ",\"job\":null");
-    put_num(b, ",\"step\":", r->step);
-    if (r->tool[0])
-        put_str(b, ",\"tool\":", r->tool);
+        KEY(b, ",\"job\":null");
+    NUM(b, ",\"step\":", r->step);
+    if (tool)
+        STR(b, ",\"tool\":", r->tool, tool);
     else
-        tp_buf_puts(b, ",\"tool\":null");
-    if (r->version && r->version[0]) /* only when its tool has one: other lines are as they were */
-        put_str(b, ",\"version\":", r->version);
-    put_bool(b, ",\"ok\":", r->ok);
+        KEY(b, ",\"tool\":null");
+    if (ver) /* only when its tool has one: other lines are as they were */
+        STR(b, ",\"version\":", r->version, ver);
     if (r->ok) {
-        put_raw(b, ",\"result\":", r->result);
+        KEY(b, ",\"ok\":true,\"result\":");
+        put_raw(b, r->result);
     } else {
-        put_str(b, ",\"error\":", r->kind);
-        put_str(b, ",\"class\":", r->klass);
-        put_str(b, ",\"message\":", r->message);
-        put_bool(b, ",\"retryable\":", r->retryable);
+        STR(b, ",\"ok\":false,\"error\":", r->kind, kind);
+        STR(b, ",\"class\":", r->klass, klass);
+        STR(b, ",\"message\":", r->message, msg);
+        BOOL(b, ",\"retryable\":", r->retryable);
         if (r->has_retry_after)
-            put_num(b, ",\"retry_after_ms\":", r->retry_after_ms);
+            NUM(b, ",\"retry_after_ms\":", r->retry_after_ms);
     }
-    put_num(b, ",\"attempts\":", r->attempts);
-    if (r->served_by[0])
-        put_str(b, ",\"served_by\":", r->served_by);
+    NUM(b, ",\"attempts\":", r->attempts);
+    if (by)
+        STR(b, ",\"served_by\":", r->served_by, by);
     else
-        tp_buf_puts(b, ",\"served_by\":null");
-    put_bool(b, ",\"degraded\":", r->degraded);
-    put_bool(b, ",\"stale\":", r->stale);
-    put_bool(b, ",\"escalated\":", r->escalated);
-    if (r->escalation[0])
-        put_str(b, ",\"escalation\":", r->escalation);
-    put_ms(b, ",\"duration_ms\":", r->duration_us);
-    if (r->cost != 0) {
-        tp_buf_puts(b, ",\"cost\":");
-        tp_json_put_real(b, r->cost);
+        KEY(b, ",\"served_by\":null");
+    if (!r->degraded && !r->stale && !r->escalated) {
+        KEY(b, ",\"degraded\":false,\"stale\":false,\"escalated\":false");
+    } else {
+        BOOL(b, ",\"degraded\":", r->degraded);
+        BOOL(b, ",\"stale\":", r->stale);
+        BOOL(b, ",\"escalated\":", r->escalated);
     }
-    put_raw(b, ",\"args\":", r->args);
-    tp_buf_puts(b, ",\"trace\":[");
+    if (esc)
+        STR(b, ",\"escalation\":", r->escalation, esc);
+    MS(b, ",\"duration_ms\":", r->duration_us);
+    if (r->cost != 0) {
+        KEY(b, ",\"cost\":");
+        if (tp_json_put_real(b, r->cost) < 0)
+            return TP_ENOMEM; /* within the room reserved: not reached */
+    }
+    KEY(b, ",\"args\":");
+    put_raw(b, r->args);
+    KEY(b, ",\"trace\":[");
     for (size_t i = 0; i < r->n_trace; i++) {
         const Toolpool__Attempt *t = r->trace[i];
-        put_num(b, i ? ",{\"attempt\":" : "{\"attempt\":", t->attempt);
-        put_str(b, ",\"tool\":", t->tool);
-        put_str(b, ",\"outcome\":", t->outcome);
-        put_ms(b, ",\"duration_ms\":", t->duration_us);
-        put_ms(b, ",\"backoff_ms\":", t->backoff_us);
-        put_ms(b, ",\"start_ms\":", t->start_us);
+        if (i)
+            KEY(b, ",");
+        NUM(b, "{\"attempt\":", t->attempt);
+        STR(b, ",\"tool\":", t->tool, strlen(t->tool));
+        STR(b, ",\"outcome\":", t->outcome, strlen(t->outcome));
+        MS(b, ",\"duration_ms\":", t->duration_us);
+        if (t->backoff_us)
+            MS(b, ",\"backoff_ms\":", t->backoff_us);
+        else
+            KEY(b, ",\"backoff_ms\":0.000");
+        MS(b, ",\"start_ms\":", t->start_us);
         if (t->spawn_us)
-            put_ms(b, ",\"spawn_ms\":", t->spawn_us); /* an exec attempt's: its process's start */
-        tp_buf_puts(b, "}");
+            MS(b, ",\"spawn_ms\":", t->spawn_us); /* an exec attempt's: its process's start */
+        KEY(b, "}");
     }
-    if (tp_buf_puts(b, "]}\n") < 0) {
-        b->len = mark;
-        return TP_ENOMEM;
-    }
+    KEY(b, "]}\n");
     return 0;
 }
 
