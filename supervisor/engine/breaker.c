@@ -224,7 +224,7 @@ int tp_breaker_tool_admit(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, uint6
     uint8_t key[KEY_MAX];
     Toolpool__ToolBreaker *tb;
     *out = TP_ADMIT_YES;
-    if (t->policy.tool_off)
+    if (t->policy.tool_off || tp_breakers_none(s, txn))
         return 0;
     size_t klen = tp_breaker_tool_key(t->name, key, sizeof key);
     int rc = tp_store_get_msg(s, txn, TP_DB_BREAKERS, key, klen, &toolpool__tool_breaker__descriptor,
@@ -281,6 +281,9 @@ int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_k
     if (kind != TP_KIND_OK &&
         (kind >= TP_KIND__COUNT || tp_kind_class(kind) == TP_CLASS_GUARD || tp_kind_class(kind) == TP_CLASS_MALFORMED))
         return 0; /* neither health nor sickness */
+    bool failed = counts_as_failure(kind);
+    if (!failed && tp_breakers_none(s, txn))
+        return 0; /* a healthy tool with no record needs none */
     uint8_t key[KEY_MAX];
     size_t klen = tp_breaker_tool_key(t->name, key, sizeof key);
     const tp_policy_t *p = &t->policy;
@@ -289,7 +292,6 @@ int tp_breaker_tool_record(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, tp_k
                               (ProtobufCMessage **)&old);
     if (rc && rc != MDB_NOTFOUND)
         return rc;
-    bool failed = counts_as_failure(kind);
     if (old == NULL && !failed)
         return 0; /* a healthy tool with no record needs none */
 

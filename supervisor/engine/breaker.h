@@ -65,6 +65,17 @@ typedef enum {
     TP_ADMIT_NO,
 } tp_admit_t;
 
+/*
+ * Whether the store holds no breaker of any kind (txn's view): then every
+ * circuit is closed and a success has nothing to clear, and a call's path
+ * skips its breaker keys and lookups. A failure is recorded whatever this
+ * says.
+ */
+static inline bool tp_breakers_none(tp_store_t *s, MDB_txn *txn)
+{
+    return tp_store_db_empty(s, txn, TP_DB_BREAKERS);
+}
+
 /* Whether the tool may run an attempt now. */
 int tp_breaker_tool_admit(tp_store_t *s, MDB_txn *txn, const tp_tool_t *t, uint64_t now, tp_admit_t *out);
 /* Records an attempt's outcome (kind), and whether it was a probe. */

@@ -62,7 +62,7 @@ static bool admit(tp_engine_t *e, tp_call_t *c, uint64_t now, bool *probe)
         return !e->failed;
     }
     uint64_t wall = tp_unix_us();
-    if (c->hop_attempts == 0 && !c->hop_tool->policy.same_call_off) {
+    if (c->hop_attempts == 0 && !c->hop_tool->policy.same_call_off && !tp_breakers_none(e->o.store, e->txn)) {
         bool open = false;
         char esc[TP_ESCALATION_ID_MAX] = "";
         int rc = tp_breaker_call_check(e->o.store, e->txn, c->hop_tool, call_breaker_key(c), wall, &open, esc,

@@ -271,6 +271,8 @@ void eng_record_call_outcome(tp_engine_t *e, tp_call_t *c, bool failed)
 {
     if (c->hop_tool->policy.same_call_off || !eng_ensure_txn(e))
         return;
+    if (!failed && tp_breakers_none(e->o.store, e->txn))
+        return; /* nothing to clear: the key is not even worked out */
     bool opened = false;
     const tp_attempt_t *a = &c->att;
     const tp_digest_t *key = call_breaker_key(c);

@@ -352,7 +352,8 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     if (e->o.on_end && eng_trace_ctx_keep(c, rq->trace ? rq->trace : &(tp_trace_ctx_t){0}) != NULL && e->o.on_begin)
         e->o.on_begin(e->o.on_end_ctx, c->tctx);
     tp_job_add(j, c);
-    if (e->o.store && !t->policy.same_call_off)
+    /* Worked out now, while the job is in cache; with no breaker in the store, only if one turns up. */
+    if (e->o.store && !t->policy.same_call_off && !(e->txn && tp_breakers_none(e->o.store, e->txn)))
         call_breaker_key(c);
     if (!j->touched) {
         j->touched = true;

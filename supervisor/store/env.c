@@ -62,6 +62,12 @@ MDB_dbi tp_store_dbi(const tp_store_t *s, tp_db_t db)
     return s->dbi[db];
 }
 
+bool tp_store_db_empty(const tp_store_t *s, MDB_txn *txn, tp_db_t db)
+{
+    MDB_stat st;
+    return mdb_stat(txn, s->dbi[db], &st) == 0 && st.ms_entries == 0;
+}
+
 bool tp_store_has(const tp_store_t *s, tp_db_t db)
 {
     return !(db == TP_DB_STEPS && s->no_steps) && !(db == TP_DB_TASKS && s->no_tasks);

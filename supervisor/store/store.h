@@ -99,6 +99,12 @@ int tp_store_write(tp_store_t *s, tp_store_apply_fn apply, void *ctx, char *err,
 int tp_store_read(tp_store_t *s, MDB_txn **txn);
 
 MDB_dbi tp_store_dbi(const tp_store_t *s, tp_db_t db);
+/*
+ * Whether db holds no record as txn sees it: a question of the database's
+ * header, so a call's path may skip the lookups and keys of a database
+ * that is nearly always empty (the breakers). false when it cannot tell.
+ */
+bool tp_store_db_empty(const tp_store_t *s, MDB_txn *txn, tp_db_t db);
 
 /* Packs msg into db[key] (MDB_RESERVE: packed straight into the page). */
 int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen,
