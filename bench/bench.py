@@ -183,6 +183,52 @@ def fsync_us(folder, n=200):
     return times[len(times) // 2]
 
 
+def wake_us(cpus, n=2000):
+    """Median round trip of a byte over two pipes between two processes
+    pinned to cpus (the parent's, the child's): two wake-ups of a sleeping
+    process, what each hop of a relay costs twice. None when a CPU cannot
+    be had. On a VM whose idle vCPUs halt, a wake-up across vCPUs costs
+    many times one on the same vCPU."""
+    try:
+        mine = os.sched_getaffinity(0)
+        if not set(cpus) <= mine:
+            return None
+    except (AttributeError, OSError):
+        return None
+    a_r, a_w = os.pipe()
+    b_r, b_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.sched_setaffinity(0, {cpus[1]})
+            os.close(a_w)
+            os.close(b_r)
+            for _ in range(n + 100):
+                if not os.read(a_r, 1):
+                    break
+                os.write(b_w, b"x")
+        finally:
+            os._exit(0)
+    os.close(a_r)
+    os.close(b_w)
+    times = []
+    try:
+        os.sched_setaffinity(0, {cpus[0]})
+        for i in range(n + 100):
+            t0 = time.perf_counter()
+            os.write(a_w, b"x")
+            os.read(b_r, 1)
+            if i >= 100:  # the first ones warm up
+                times.append((time.perf_counter() - t0) * 1e6)
+    finally:
+        os.sched_setaffinity(0, mine)
+        os.close(a_w)
+        os.close(b_r)
+        os.waitpid(pid, 0)
+    times.sort()
+    return times[len(times) // 2]
+
+
 def machine(scratch, build):
     cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-").strip()
     mhz = sh("grep -m1 'cpu MHz' /proc/cpuinfo | cut -d: -f2-").strip()
@@ -203,6 +249,8 @@ def machine(scratch, build):
         "disk": disk,
         "scratch": scratch,
         "fsync_us": fsync_us(scratch),
+        "wake_same_us": wake_us((0, 0)),
+        "wake_apart_us": wake_us((0, 1)),
         "kernel": platform.release(),
         "os": sh(". /etc/os-release && echo $PRETTY_NAME"),
         "toolpool": (f"{build}/toolpool, built {built}; source tree at {commit}"
@@ -1426,6 +1474,11 @@ def bench_mcp_shared(tp, cfg, scratch, res, build):
     say(f"  (medians of {cfg['mcp_shared_rounds']} rounds; durable at {lanes} at once: {conc_durable:.2f}x direct; "
         f"durable one at a time: p50 {added_durable / 1e3:.3f} ms added, beside {fsync / 1e3:.3f} ms for a 4 KiB "
         "write + fsync here)")
+    m = res.get("machine", {})
+    if m.get("wake_apart_us"):
+        say(f"  (a call through toolpool wakes four processes more than the direct path: the supervisor and the "
+            f"worker, each way; two pipe round trips here: {2 * m['wake_same_us'] / 1e3:.3f} ms on one CPU, "
+            f"{2 * m['wake_apart_us'] / 1e3:.3f} ms across two)")
     target(f"{lanes} at once, one session, --relaxed: >= {MCP_SHARED_CONC:.1f}x direct calls/s", f"{conc:.2f}x",
            conc >= MCP_SHARED_CONC)
     target(f"one at a time, one session, --relaxed: p50 added < {MCP_SHARED_ADDED_US / 1e3:.2f} ms",
@@ -1946,6 +1999,9 @@ def main():
         say(f"  machine: {m['nproc']} cores, {m['cpu']}, {m['memory']} memory, {m['os']}, "
             f"Linux {m['kernel']}")
         say(f"  disk:    {m['disk']}; 4 KiB write + fsync: {m['fsync_us']:.0f} us (median)")
+        apart = m["wake_apart_us"]
+        say(f"  wake-up: a pipe round trip between two processes (two wake-ups), median: "
+            f"{m['wake_same_us']:.0f} us on one CPU, " + (f"{apart:.0f} us across two" if apart else "one CPU only"))
         say(f"  toolpool {m['toolpool']}")
         say(f"  peers:   {m['python']}, pebble {m['pebble']}; Node {m['node']}, workerpool "
             f"{m['workerpool']}; {m['xargs']}; {m['parallel']}")
