@@ -3,7 +3,9 @@
  * commit that makes it durable; then delivered to its front, and what is
  * left of the call that made it (its handle) freed. A request refused before it became a call is
  * answered here too, and recorded when it can be. The engine renders no
- * answer: each front renders what it sends from the record.
+ * answer: each front renders what it sends from the record. A front that
+ * takes its answers staged (engine.h) has a call's answer when it is made,
+ * and hears of its commit here, in the same order.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -415,6 +417,10 @@ void eng_deliver(tp_engine_t *e, bool ok)
         tp_pending_t *p = &d->v[i];
         if (p->durable_fn) {
             p->durable_fn(p->ctx, i < upto);
+            continue;
+        }
+        if (p->staged) {
+            p->fn(p->ctx, &(tp_answer_t){.call = p->hold, .stage = i < upto ? TP_ANSWER_DURABLE : TP_ANSWER_LOST});
             continue;
         }
         if (i < upto && p->fn) {

@@ -89,6 +89,7 @@ struct tp_call {
     bool current;          /* its job's call between its turn and its end */
     bool started;          /* counted as a step of its job */
     bool probe;            /* the running attempt is a half-open probe */
+    bool answer_staged;    /* its front takes its answer staged (tp_request_t.answer_staged) */
     bool readmit;          /* its attempt never started: admitted already */
     bool cancelled;        /* the front cancelled it: it ends Cancelled at the next chance */
     bool ended;            /* its answer is made: what is left is its front's handle */

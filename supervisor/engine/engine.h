@@ -166,6 +166,15 @@ typedef struct {
     char *args; /* compact JSON object text, NUL-terminated; NULL: {} */
     size_t args_len;
     bool give_args; /* args is malloc'd, and the engine's from now on (no copy) */
+    /*
+     * The front takes the call's answer as soon as it is made, before the
+     * commit that makes it durable (tp_answer_t.stage): it renders it then,
+     * while the record is in cache, and sends nothing until it hears that
+     * commit. Only an answer of a call that ran now comes staged; the others
+     * (from the store, refused, never started) come as usual, in their
+     * order among them.
+     */
+    bool answer_staged;
     /* Optional, when the front has them already (else the engine works them out): */
     const json_t *jargs; /* the args parsed */
     const char *canon;   /* the args' canonical form (json.h), for the digests */
@@ -179,7 +188,8 @@ typedef struct {
 /*
  * What a front gets back for one call: its record, which the front renders
  * as it sends it (tp_answer_write for the JSON line). Valid until the
- * fronts' flush hooks return.
+ * fronts' flush hooks return; a staged answer's (stage below), only during
+ * the call that hands it over.
  */
 typedef struct {
     /*
@@ -199,6 +209,16 @@ typedef struct {
     /* The engine was draining and the call never started: no record, no line; a rerun runs it. */
     bool not_started;
     tp_call_t *call; /* the handle submit gave, or NULL */
+    /*
+     * For a request made with answer_staged, the answer of its call comes
+     * in two: TP_ANSWER_STAGED when it is made (result set, not durable
+     * yet: render, hold, send nothing), then TP_ANSWER_DURABLE once its
+     * commit is made (send what was held) or TP_ANSWER_LOST when that
+     * commit failed (drop it), result NULL both times. The held answers come
+     * back in the order they were made. Every other answer is
+     * TP_ANSWER_FINAL: durable, sent as it comes.
+     */
+    enum { TP_ANSWER_FINAL, TP_ANSWER_STAGED, TP_ANSWER_DURABLE, TP_ANSWER_LOST } stage;
 } tp_answer_t;
 
 typedef void (*tp_answer_fn)(void *ctx, const tp_answer_t *a);

@@ -80,6 +80,7 @@ typedef struct {
     bool recorded;
     bool not_started;
     bool conflict;
+    bool staged; /* fn had the answer when it was made; it hears of the commit */
 } tp_pending_t;
 
 typedef struct tp_arena_chunk {

@@ -173,6 +173,12 @@ void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, cons
     tp_log_call_t lc = eng_log_call(c);
     if (p == NULL) {
         tp_log_call_error("engine.answer_lost", &lc, "out of memory: the answer of call %s is lost", c->id);
+    } else if (c->answer_staged && !e->failed) {
+        /* The front renders it now, from the record in cache: nothing is copied for after the commit. */
+        p->staged = true;
+        p->bytes = bytes;
+        e->add->bytes += bytes;
+        c->answer(c->answer_ctx, &(tp_answer_t){.result = r, .call = c, .stage = TP_ANSWER_STAGED});
     } else {
         if (!eng_pending_own(e->add, p, r, c->args, result_buf))
             tp_log_call_error("engine.record_lost", &lc, "out of memory: the record of call %s is lost to its answer",

@@ -349,6 +349,7 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     c->answer = fn;
     c->answer_ctx = ctx;
     c->notice = rq->notice;
+    c->answer_staged = rq->answer_staged;
     if (e->o.on_end && eng_trace_ctx_keep(c, rq->trace ? rq->trace : &(tp_trace_ctx_t){0}) != NULL && e->o.on_begin)
         e->o.on_begin(e->o.on_end_ctx, c->tctx);
     tp_job_add(j, c);

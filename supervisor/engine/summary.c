@@ -32,24 +32,37 @@ void tp_summary_add_latency(tp_summary_t *s, uint64_t us)
         s->max_us = us;
 }
 
-void tp_summary_add_served(tp_summary_t *s, const Toolpool__Result *r)
+static void count_outcome(tp_summary_t *s, tp_kind_t kind)
 {
     s->calls++;
-    if (r->ok) {
-        s->ok++;
-        s->by_kind[TP_KIND_OK]++;
-    } else {
-        s->by_kind[tp_kind_from_name(r->kind)]++;
-    }
+    s->ok += kind == TP_KIND_OK;
+    s->by_kind[kind]++;
+}
+
+void tp_summary_add_served(tp_summary_t *s, const Toolpool__Result *r)
+{
+    count_outcome(s, r->ok ? TP_KIND_OK : tp_kind_from_name(r->kind));
 }
 
 void tp_summary_add(tp_summary_t *s, const Toolpool__Result *r)
 {
-    tp_summary_add_served(s, r);
-    s->attempts += r->attempts;
-    if (r->attempts > 1)
-        s->retries += r->attempts - 1;
-    tp_summary_add_latency(s, r->duration_us);
+    tp_summary_add_call(s, tp_summary_call_of(r));
+}
+
+tp_summary_call_t tp_summary_call_of(const Toolpool__Result *r)
+{
+    return (tp_summary_call_t){.kind = r->ok ? TP_KIND_OK : tp_kind_from_name(r->kind),
+                               .attempts = r->attempts,
+                               .duration_us = r->duration_us};
+}
+
+void tp_summary_add_call(tp_summary_t *s, tp_summary_call_t c)
+{
+    count_outcome(s, c.kind);
+    s->attempts += c.attempts;
+    if (c.attempts > 1)
+        s->retries += c.attempts - 1;
+    tp_summary_add_latency(s, c.duration_us);
 }
 
 uint64_t tp_summary_quantile_us(const tp_summary_t *s, double q)

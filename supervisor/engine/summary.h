@@ -29,6 +29,14 @@ typedef struct {
 } tp_summary_t;
 
 void tp_summary_add(tp_summary_t *s, const Toolpool__Result *r);
+/* What tp_summary_add counts of a call that ran, kept apart from its record (a staged answer's). */
+typedef struct {
+    tp_kind_t kind; /* TP_KIND_OK for an answer */
+    uint32_t attempts;
+    uint64_t duration_us;
+} tp_summary_call_t;
+tp_summary_call_t tp_summary_call_of(const Toolpool__Result *r);
+void tp_summary_add_call(tp_summary_t *s, tp_summary_call_t c);
 /*
  * A call answered from its record: counted with its outcome, but not its
  * attempts, retries or latency, which an earlier run spent.

@@ -52,6 +52,17 @@ typedef struct tp_jsonl {
     struct event *ev_input;
     /* output: the lines of a commit's answers, written at its flush */
     tp_buf_t out;
+    /*
+     * The lines of answers made and not yet durable (staged, engine.h),
+     * in the order they were made: held[i] ends at held[i].end in staged,
+     * the oldest at held_head. Each moves to out when its commit is made.
+     */
+    tp_buf_t staged;
+    struct held {
+        size_t end;
+        tp_summary_call_t call;
+    } * held;
+    size_t held_n, held_head, held_cap;
     bool out_failed;
     int status;
     /* lifecycle: the loop with its signals and the drain's last resort */
@@ -65,9 +76,56 @@ static void input_failed(tp_jsonl_t *f);
 static void out_stop(tp_jsonl_t *f);
 
 /* One call's answer: its line, rendered in the run's format, goes out with the rest of its commit's. */
+/* A staged answer (engine.h): its line is held until its commit, then goes out, or is dropped. */
+static void staged_cb(tp_jsonl_t *f, const tp_answer_t *a)
+{
+    if (a->stage == TP_ANSWER_STAGED) {
+        if (f->held_n == f->held_cap) {
+            size_t cap = f->held_cap ? f->held_cap * 2 : 1024;
+            struct held *v = realloc(f->held, cap * sizeof *v);
+            if (v == NULL) {
+                tp_log_error("run.out_of_memory", "out of memory writing results; stopping");
+                out_stop(f);
+                return; /* its commit, when it comes, finds no line held for it: see below */
+            }
+            f->held = v;
+            f->held_cap = cap;
+        }
+        if (tp_format_write(&f->staged, f->o->format, a) < 0) {
+            tp_log_error("run.out_of_memory", "out of memory writing results; stopping");
+            out_stop(f);
+            return;
+        }
+        f->held[f->held_n++] = (struct held){.end = f->staged.len, .call = tp_summary_call_of(a->result)};
+        return;
+    }
+    if (f->held_head == f->held_n)
+        return; /* it was never held (out of memory above): the run is stopping, exit 2 */
+    const struct held *h = &f->held[f->held_head];
+    size_t start = f->held_head ? f->held[f->held_head - 1].end : 0;
+    f->held_head++;
+    if (a->stage == TP_ANSWER_DURABLE) {
+        if (tp_buf_append(&f->out, f->staged.data + start, h->end - start) < 0) {
+            tp_log_error("run.out_of_memory", "out of memory writing results; stopping");
+            out_stop(f);
+        }
+        tp_summary_add_call(&f->report->summary, h->call);
+        if (h->call.kind != TP_KIND_OK && f->status == 0)
+            f->status = 1;
+    }
+    if (f->held_head == f->held_n) {
+        f->held_head = f->held_n = 0; /* every line held has gone: the buffer starts over */
+        f->staged.len = 0;
+    }
+}
+
 static void answer_cb(void *ctx, const tp_answer_t *a)
 {
     tp_jsonl_t *f = ctx;
+    if (a->stage != TP_ANSWER_FINAL) {
+        staged_cb(f, a);
+        return;
+    }
     if (a->not_started) {
         f->report->not_started++;
         return;
@@ -168,6 +226,7 @@ static void take_line(tp_jsonl_t *f, const char *line, size_t len)
         return;
     case TP_REQUEST_CALL:
         tp_request_give_args(&f->parser, &rq);
+        rq.answer_staged = true;
         tp_engine_submit(f->e, &rq, answer_cb, f);
         return;
     }
@@ -373,5 +432,7 @@ out:
     tp_buf_free(&f.in);
     tp_request_parser_free(&f.parser);
     tp_buf_free(&f.out);
+    tp_buf_free(&f.staged);
+    free(f.held);
     return status;
 }
