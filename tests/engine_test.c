@@ -4,7 +4,7 @@
  * call, in order, after its commit; recorded ids answered from the store;
  * cancels of waiting and running calls; a caller's deadline; draining; a
  * front's own writes waiting for their commit; a tool that claims a kind
- * only the engine gives.
+ * only the engine gives; answers taken staged, before their commit.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "clock.h"
 #include "engine.h"
+#include "results.h"
 #include "runutil.h"
 #include "testutil.h"
 
@@ -31,6 +32,9 @@ typedef struct {
     char *line;
     uint64_t at_us;
     int order;
+    bool staged;    /* its answer came staged (answer_staged) */
+    int staged_at;  /* the how-manieth staged answer it was */
+    int durable_at; /* the how-manieth to hear its commit */
 } answer_t;
 
 typedef struct {
@@ -44,6 +48,7 @@ typedef struct {
     int expect; /* close the engine once this many answers came */
     int durable_order[8];
     int n_durable;
+    int n_staged, n_released;
     tp_call_t *handles[MAX_ANSWERS];
 } fx_t;
 
@@ -251,6 +256,83 @@ static int state_step_op(void *ctx, tp_store_t *s, MDB_txn *txn)
 }
 
 /* A recorded id is answered from the store with the same line, without running. */
+/* Whether a read transaction (one the open write transaction is not) finds the record of id. */
+static bool committed(fx_t *fx, const char *id)
+{
+    MDB_txn *t;
+    CU_ASSERT_EQUAL_FATAL(tp_store_read(fx->store, &t), 0);
+    Toolpool__StoredResult *r = NULL;
+    int rc = tp_result_get(fx->store, t, id, &r);
+    mdb_txn_abort(t);
+    if (r)
+        tp_result_free(r);
+    CU_ASSERT(rc == 0 || rc == MDB_NOTFOUND);
+    return rc == 0;
+}
+
+static void staged_cb(void *ctx, const tp_answer_t *ans)
+{
+    answer_t *a = ctx;
+    fx_t *fx = (fx_t *)((char *)(a - (a->order)) - offsetof(fx_t, a));
+    if (ans->stage != TP_ANSWER_DURABLE) {
+        answer_cb(ctx, ans); /* staged, or (from the store, refused) final */
+        a->staged = ans->stage == TP_ANSWER_STAGED;
+        if (a->staged) {
+            /* made, its record written in the open transaction, not committed */
+            CU_ASSERT_PTR_NOT_NULL(ans->result);
+            CU_ASSERT_FALSE(committed(fx, a->id));
+            a->staged_at = fx->n_staged++;
+            fx->got--; /* counted when it is durable */
+        }
+        return;
+    }
+    CU_ASSERT_TRUE(a->staged);
+    CU_ASSERT_PTR_NULL(ans->result);
+    CU_ASSERT_TRUE(committed(fx, a->id));
+    a->durable_at = fx->n_released++;
+    if (++fx->got == fx->expect)
+        tp_engine_close(fx->e);
+}
+
+/*
+ * A front that takes its answers staged has each call's answer when it is
+ * made, before its commit (its record is not there for a reader yet), and
+ * hears of the commit after, once for each, in the order they were made;
+ * answers of other kinds come as they did, once.
+ */
+static void test_staged(void)
+{
+    fx_t fx;
+    fx_open(&fx, REG, true, 2);
+    char id[32];
+    for (int i = 0; i < 60; i++) {
+        snprintf(id, sizeof id, "s%d", i);
+        answer_t *a = &fx.a[fx.n];
+        a->order = fx.n;
+        snprintf(a->id, sizeof a->id, "%s", id);
+        tp_request_t rq = {.id = a->id, .tool = i % 10 == 9 ? "nopp" : "noop", .answer_staged = true};
+        fx.handles[fx.n++] = tp_engine_submit(fx.e, &rq, staged_cb, a);
+    }
+    fx.expect = fx.n;
+    fx_run(&fx);
+    CU_ASSERT_EQUAL(fx.got, 60);
+    CU_ASSERT_EQUAL(fx.n_staged, 54);
+    CU_ASSERT_EQUAL(fx.n_released, 54);
+    for (int i = 0; i < 60; i++) {
+        answer_t *a = &fx.a[i];
+        CU_ASSERT_TRUE(a->got);
+        if (i % 10 == 9) {
+            CU_ASSERT_FALSE(a->staged); /* refused: never a call, answered as before */
+            CU_ASSERT_STRING_EQUAL(a->kind, "UnknownTool");
+        } else {
+            CU_ASSERT_TRUE(a->staged && a->ok);
+            CU_ASSERT_EQUAL(a->durable_at, a->staged_at);
+            CU_ASSERT_PTR_NOT_NULL(a->line && strstr(a->line, a->id));
+        }
+    }
+    fx_close(&fx);
+}
+
 static void test_recorded(void)
 {
     fx_t fx;
@@ -393,6 +475,7 @@ int main(void)
     CU_add_test(s, "the args held bound what fronts hand over", test_live_bytes);
     CU_add_test(s, "every call answered once, after its commit", test_answers);
     CU_add_test(s, "a recorded id is answered from the store", test_recorded);
+    CU_add_test(s, "answers taken staged: when made, then their commit", test_staged);
     CU_add_test(s, "cancel a running call and waiting ones", test_cancel);
     CU_add_test(s, "a caller's deadline; a tool's claim of a guard kind", test_deadline_and_claims);
     CU_add_test(s, "draining", test_drain);
