@@ -327,7 +327,7 @@ static void test_staged(void)
         } else {
             CU_ASSERT_TRUE(a->staged && a->ok);
             CU_ASSERT_EQUAL(a->durable_at, a->staged_at);
-            CU_ASSERT_PTR_NOT_NULL(a->line && strstr(a->line, a->id));
+            CU_ASSERT_TRUE(a->line != NULL && strstr(a->line, a->id) != NULL);
         }
     }
     fx_close(&fx);
