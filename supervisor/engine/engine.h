@@ -216,7 +216,10 @@ typedef struct {
      * commit is made (send what was held) or TP_ANSWER_LOST when that
      * commit failed (drop it), result NULL both times. The held answers come
      * back in the order they were made. Every other answer is
-     * TP_ANSWER_FINAL: durable, sent as it comes.
+     * TP_ANSWER_FINAL: durable, sent as it comes. A staged answer comes
+     * from inside the engine (a cancel may bring one at once): its callback
+     * renders and returns, calling nothing of the engine's. An engine
+     * freed with answers still waiting for their commit tells nothing more.
      */
     enum { TP_ANSWER_FINAL, TP_ANSWER_STAGED, TP_ANSWER_DURABLE, TP_ANSWER_LOST } stage;
 } tp_answer_t;

@@ -173,12 +173,15 @@ void eng_finish(tp_engine_t *e, tp_call_t *c, tp_end_t end, tp_kind_t kind, cons
     tp_log_call_t lc = eng_log_call(c);
     if (p == NULL) {
         tp_log_call_error("engine.answer_lost", &lc, "out of memory: the answer of call %s is lost", c->id);
-    } else if (c->answer_staged && !e->failed) {
+    } else if (c->answer_staged && c->answer && !e->failed) {
         /* The front renders it now, from the record in cache: nothing is copied for after the commit. */
         p->staged = true;
         p->bytes = bytes;
         e->add->bytes += bytes;
+        tp_answers_t *list = e->add;
+        size_t at = (size_t)(p - list->v);
         c->answer(c->answer_ctx, &(tp_answer_t){.result = r, .call = c, .stage = TP_ANSWER_STAGED});
+        p = &list->v[at]; /* a front that submitted meanwhile may have moved the list */
     } else {
         if (!eng_pending_own(e->add, p, r, c->args, result_buf))
             tp_log_call_error("engine.record_lost", &lc, "out of memory: the record of call %s is lost to its answer",

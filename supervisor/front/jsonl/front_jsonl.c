@@ -60,9 +60,11 @@ typedef struct tp_jsonl {
     tp_buf_t staged;
     struct held {
         size_t end;
+        uint64_t seq; /* the how-manieth staged answer it is */
         tp_summary_call_t call;
     } * held;
     size_t held_n, held_head, held_cap;
+    uint64_t staged_seq, released_seq; /* staged answers made, and told of their commits */
     bool out_failed;
     int status;
     /* lifecycle: the loop with its signals and the drain's last resort */
@@ -75,31 +77,33 @@ typedef struct tp_jsonl {
 static void input_failed(tp_jsonl_t *f);
 static void out_stop(tp_jsonl_t *f);
 
-/* One call's answer: its line, rendered in the run's format, goes out with the rest of its commit's. */
 /* A staged answer (engine.h): its line is held until its commit, then goes out, or is dropped. */
 static void staged_cb(tp_jsonl_t *f, const tp_answer_t *a)
 {
     if (a->stage == TP_ANSWER_STAGED) {
+        uint64_t seq = f->staged_seq++;
+        size_t mark = f->staged.len;
         if (f->held_n == f->held_cap) {
             size_t cap = f->held_cap ? f->held_cap * 2 : 1024;
             struct held *v = realloc(f->held, cap * sizeof *v);
-            if (v == NULL) {
-                tp_log_error("run.out_of_memory", "out of memory writing results; stopping");
-                out_stop(f);
-                return; /* its commit, when it comes, finds no line held for it: see below */
-            }
+            if (v == NULL)
+                goto nomem;
             f->held = v;
             f->held_cap = cap;
         }
-        if (tp_format_write(&f->staged, f->o->format, a) < 0) {
-            tp_log_error("run.out_of_memory", "out of memory writing results; stopping");
-            out_stop(f);
-            return;
-        }
-        f->held[f->held_n++] = (struct held){.end = f->staged.len, .call = tp_summary_call_of(a->result)};
+        if (tp_format_write(&f->staged, f->o->format, a) < 0)
+            goto nomem;
+        f->held[f->held_n++] = (struct held){.end = f->staged.len, .seq = seq, .call = tp_summary_call_of(a->result)};
+        return;
+    nomem:
+        /* Not held: when its commit comes, the oldest held is another's (or none is), and it passes. */
+        f->staged.len = mark;
+        tp_log_error("run.out_of_memory", "out of memory writing results; stopping");
+        out_stop(f);
         return;
     }
-    if (f->held_head == f->held_n)
+    uint64_t seq = f->released_seq++;
+    if (f->held_head == f->held_n || f->held[f->held_head].seq != seq)
         return; /* it was never held (out of memory above): the run is stopping, exit 2 */
     const struct held *h = &f->held[f->held_head];
     size_t start = f->held_head ? f->held[f->held_head - 1].end : 0;
@@ -119,6 +123,7 @@ static void staged_cb(tp_jsonl_t *f, const tp_answer_t *a)
     }
 }
 
+/* One call's answer: its line, rendered in the run's format, goes out with the rest of its commit's. */
 static void answer_cb(void *ctx, const tp_answer_t *a)
 {
     tp_jsonl_t *f = ctx;
