@@ -114,13 +114,21 @@ static void fx_open(fx_t *fx, const char *registry, bool store, int workers)
     free(path);
 }
 
+/* Submits rq, its answer heard by fn and landing in fx->a[fx->n]. */
+static tp_call_t *fx_submit_rq(fx_t *fx, tp_request_t *rq, tp_answer_fn fn)
+{
+    answer_t *a = &fx->a[fx->n];
+    a->order = fx->n;
+    snprintf(a->id, sizeof a->id, "%s", rq->id);
+    tp_call_t *c = tp_engine_submit(fx->e, rq, fn, a);
+    fx->handles[fx->n++] = c;
+    return c;
+}
+
 /* Submits a call whose answer lands in fx->a[fx->n]. */
 static tp_call_t *fx_submit(fx_t *fx, const char *id, const char *job, uint64_t step, const char *tool,
                             const char *args, uint64_t deadline_us)
 {
-    answer_t *a = &fx->a[fx->n];
-    a->order = fx->n;
-    snprintf(a->id, sizeof a->id, "%s", id);
     tp_request_t rq = {
         .id = id,
         .job = job,
@@ -130,9 +138,7 @@ static tp_call_t *fx_submit(fx_t *fx, const char *id, const char *job, uint64_t 
         .args_len = args ? strlen(args) : 0,
         .deadline_us = deadline_us,
     };
-    tp_call_t *c = tp_engine_submit(fx->e, &rq, answer_cb, a);
-    fx->handles[fx->n++] = c;
-    return c;
+    return fx_submit_rq(fx, &rq, answer_cb);
 }
 
 static void fx_run(fx_t *fx)
@@ -307,11 +313,8 @@ static void test_staged(void)
     char id[32];
     for (int i = 0; i < 60; i++) {
         snprintf(id, sizeof id, "s%d", i);
-        answer_t *a = &fx.a[fx.n];
-        a->order = fx.n;
-        snprintf(a->id, sizeof a->id, "%s", id);
-        tp_request_t rq = {.id = a->id, .tool = i % 10 == 9 ? "nopp" : "noop", .answer_staged = true};
-        fx.handles[fx.n++] = tp_engine_submit(fx.e, &rq, staged_cb, a);
+        tp_request_t rq = {.id = id, .tool = i % 10 == 9 ? "nopp" : "noop", .answer_staged = true};
+        fx_submit_rq(&fx, &rq, staged_cb);
     }
     fx.expect = fx.n;
     fx_run(&fx);

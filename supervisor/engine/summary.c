@@ -41,7 +41,7 @@ static void count_outcome(tp_summary_t *s, tp_kind_t kind)
 
 void tp_summary_add_served(tp_summary_t *s, const Toolpool__Result *r)
 {
-    count_outcome(s, r->ok ? TP_KIND_OK : tp_kind_from_name(r->kind));
+    count_outcome(s, tp_summary_call_of(r).kind);
 }
 
 void tp_summary_add(tp_summary_t *s, const Toolpool__Result *r)
