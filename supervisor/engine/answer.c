@@ -407,8 +407,10 @@ void eng_pending_free(tp_engine_t *e, tp_pending_t *p)
 void eng_deliver(tp_engine_t *e, bool ok)
 {
     tp_answers_t *d = &e->made;
-    if (d->n == 0)
-        return;
+    if (d->n == 0) {
+        e->made_durable = 0;
+        goto late;
+    }
     /* Answers made meanwhile go aside: these records stay where they are until the fronts have flushed. */
     e->add = &e->late;
     size_t upto = ok ? d->n : e->made_durable;
@@ -453,6 +455,7 @@ void eng_deliver(tp_engine_t *e, bool ok)
     eng_arena_reset(d, true);
     d->n = 0;
     d->bytes = 0;
+late:
     e->add = &e->made;
     if (e->late.n > 0) {
         /* They wait for the next commit, first in line. */

@@ -132,9 +132,10 @@ bool eng_txn_fit(tp_engine_t *e, size_t len, bool last_is_this)
         e->txn_bytes += need;
         return true;
     }
-    size_t covered = e->add == &e->made ? e->made.n - (last_is_this && e->made.n > 0) : 0;
+    bool made = e->add == &e->made; /* else the made ones' count stands (or is reset: eng_deliver) */
+    size_t covered = made ? e->made.n - (last_is_this && e->made.n > 0) : 0;
     txn_commit(e); /* what came before it is durable now; its answers still wait for the turn */
-    if (!e->failed)
+    if (!e->failed && made)
         e->made_durable = covered;
     e->need_room = need + TP_TXN_MARGIN;
     bool ok = eng_ensure_txn(e);
@@ -246,6 +247,10 @@ static void turn(tp_engine_t *e)
     }
     if (e->txn)
         txn_commit(e);
+    if (!e->failed)
+        e->made_durable = e->made.n; /* a failure from here on loses none of these */
+    /* An answer made from here on waits for a commit of its own (below). */
+    e->add = &e->late;
     tp_call_t *d;
     while ((d = tp_queue_pop(&e->deferred)) != NULL) {
         e->n_deferred--;
@@ -263,7 +268,13 @@ static void turn(tp_engine_t *e)
             eng_submit_attempt(e, d);
         }
     }
+    size_t cancelled = e->late.n;
     eng_deliver(e, !e->failed);
+    if (cancelled > 0 && e->txn) {
+        /* A deferred call cancelled meanwhile: its record is committed before its answer goes. */
+        txn_commit(e);
+        eng_deliver(e, !e->failed);
+    }
     eng_publish(e);
     bool idle = e->live == 0 || (e->draining && tp_pool_busy(e->pool) == 0);
     if (!e->closing && (e->close_asked || e->draining) && idle) {
