@@ -197,6 +197,7 @@ static void turn(tp_engine_t *e);
 static void kick_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_engine_t *e = arg;
+    e->kicked = false; /* a kick from here on makes another turn */
     e->in_turn = true;
     turn(e);
     e->in_turn = false;

@@ -155,6 +155,7 @@ struct tp_engine {
     tp_answers_t *add; /* where answers go now: made, or late during a delivery */
     /* lifecycle */
     struct event *ev_kick;
+    bool kicked; /* ev_kick is active: a turn is coming (a call's few kicks make one event_active) */
     struct event *ev_drain;
     bool close_asked;
     bool drain_asked;
@@ -189,6 +190,9 @@ typedef enum {
 
 static inline void kick(tp_engine_t *e)
 {
+    if (e->kicked)
+        return;
+    e->kicked = true;
     event_active(e->ev_kick, EV_TIMEOUT, 0);
 }
 

@@ -62,10 +62,13 @@ tp_job_t *tp_jobs_get(tp_jobs_t *t, const char *name, size_t len, bool *created)
         return j;
     if (t->n + 1 > t->cap && grow(t) < 0)
         return NULL;
-    j = calloc(1, sizeof *j + len + 1);
+    /* malloc, not calloc: glibc's calloc skips the thread cache, and a job comes and goes with nearly every call */
+    j = malloc(sizeof *j + len + 1);
     if (j == NULL)
         return NULL;
+    memset(j, 0, sizeof *j);
     memcpy(j->name, name, len);
+    j->name[len] = 0;
     j->hash = h;
     size_t i = h & (t->cap - 1);
     j->hnext = t->slots[i];

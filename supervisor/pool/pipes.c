@@ -254,7 +254,8 @@ static void slot_reply(tp_slot_t *s, const Toolpool__Reply *r)
 {
     tp_pool_t *p = s->pool;
     tp_attempt_t *a = s->attempt;
-    evtimer_del(s->ev_timer);
+    if (!s->timer_lazy)
+        evtimer_del(s->ev_timer); /* a fallback stays armed for the next attempt (slot_fallback_arm) */
     attempt_answered(a, r);
     s->attempt = NULL;
     s->calls++;
@@ -306,7 +307,7 @@ static void slot_flight_reply(tp_slot_t *s, int k, const Toolpool__Reply *r)
     if (!s->retiring && slot_served(s, a))
         s->retiring = true;
     if (s->n_flight == 0) {
-        evtimer_del(s->ev_timer);
+        slot_timer_stop(s);
         slot_done_holding(s);
     } else {
         slot_flight_arm(s);
@@ -347,7 +348,7 @@ static int slot_frame(tp_slot_t *s, const uint8_t *body, uint32_t len)
                      (unsigned)TOOLPOOL__PROTOCOL__PROTOCOL_VERSION);
             rc = -1;
         } else {
-            evtimer_del(s->ev_timer);
+            slot_timer_stop(s);
             s->start_failures = 0;
             s->said_hello = true;
             slot_become_idle(s);

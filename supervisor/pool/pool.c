@@ -70,6 +70,7 @@ void slot_timer_arm(tp_slot_t *s, uint64_t us)
 {
     tp_pool_t *p = s->pool;
     struct timeval tv = {.tv_sec = (time_t)(us / 1000000u), .tv_usec = (suseconds_t)(us % 1000000u)};
+    s->timer_lazy = false;
     if (evtimer_add(s->ev_timer, &tv) == 0)
         return;
     tp_log_error("pool.timer_failed", "worker slot %d (pid %d): cannot arm its timer", s->index, (int)s->pid);
@@ -470,7 +471,7 @@ void tp_pool_shutdown(tp_pool_t *p, bool kill_busy)
         tp_slot_t *s = &p->slots[i];
         switch (s->state) {
         case SLOT_DOWN:
-            evtimer_del(s->ev_timer);
+            slot_timer_stop(s);
             break;
         case SLOT_STARTING:
             /* A worker stuck before its Hello may never read its EOF. */

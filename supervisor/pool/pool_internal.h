@@ -188,6 +188,13 @@ typedef struct tp_slot {
     struct event *ev_read;
     struct event *ev_write;
     struct event *ev_timer; /* hello, attempt deadline, kill grace, respawn */
+    /*
+     * ev_timer is the fallback of a deadline the thread keeps, left armed
+     * from attempt to attempt (slot_fallback_arm): it fires at timer_at, no
+     * later than the running attempt's fallback is due, maybe for one ended.
+     */
+    bool timer_lazy;
+    uint64_t timer_at;
     tp_buf_t in;
     tp_buf_t out;
     slot_state_t state;
@@ -269,6 +276,12 @@ struct tp_pool {
 /* pool.c */
 void pool_fatal(tp_pool_t *p, int rc, const char *msg);
 void slot_timer_arm(tp_slot_t *s, uint64_t us);
+/* Disarms the slot's timer, whatever it was armed for. */
+static inline void slot_timer_stop(tp_slot_t *s)
+{
+    evtimer_del(s->ev_timer);
+    s->timer_lazy = false;
+}
 void pool_attempt_fail(tp_attempt_t *a, tp_kind_t kind, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* spawn.c */

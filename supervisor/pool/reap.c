@@ -72,7 +72,7 @@ int slot_stop(tp_slot_t *s, stop_why_t why, int sig)
     if (s->why == WHY_NONE)
         s->why = why;
     s->state = sig == 0 || sig == SIGTERM ? SLOT_STOPPING : SLOT_DYING;
-    evtimer_del(s->ev_timer);
+    slot_timer_stop(s);
     if (sig == 0) {
         if (s->unflushed)
             slot_flush_now(s); /* the Calls it holds come before its EOF */
@@ -135,6 +135,22 @@ static void pool_hand_back(tp_pool_t *p, queued_t *q)
  * started at once, past which the thread (or the loop) looks at the board
  * and moves it, up to the spawn limit.
  */
+/*
+ * The loop's fallback for a deadline the thread keeps, due then: a timer
+ * already armed to fire no later stays as it is (it looks again when it
+ * fires), so attempts of like timeouts one after another arm it about once
+ * a timeout, not once each.
+ */
+static void slot_fallback_arm(tp_slot_t *s, uint64_t due)
+{
+    if (s->timer_lazy && s->timer_at <= due)
+        return;
+    uint64_t now = tp_now_us();
+    slot_timer_arm(s, due > now ? due - now : 0);
+    s->timer_lazy = evtimer_pending(s->ev_timer, NULL) != 0;
+    s->timer_at = due > now ? due : now;
+}
+
 void slot_deadline_arm(tp_slot_t *s, const tp_attempt_t *a, uint64_t now)
 {
     tp_pool_t *p = s->pool;
@@ -158,7 +174,7 @@ void slot_deadline_arm(tp_slot_t *s, const tp_attempt_t *a, uint64_t now)
         tp_deadline_arm(p->deadline, s->index, thread ? s->deadline_us : 0);
     uint64_t left = s->deadline_us > now ? s->deadline_us - now : 0;
     if (thread) {
-        slot_timer_arm(s, left + DEADLINE_FALLBACK_US);
+        slot_fallback_arm(s, now + left + DEADLINE_FALLBACK_US);
         return;
     }
     slot_timer_arm(s, left > 2 * TP_DEADLINE_LEAD_US ? left - TP_DEADLINE_LEAD_US : left);
@@ -258,7 +274,7 @@ void slot_deadline(tp_slot_t *s, uint64_t killed_us)
     if (killed_us) {
         s->why = WHY_TIMEOUT;
         s->state = SLOT_DYING;
-        evtimer_del(s->ev_timer);
+        slot_timer_stop(s);
         slot_timed_out(s, killed_us);
         return;
     }
@@ -380,6 +396,16 @@ void slot_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_slot_t *s = arg;
     tp_pool_t *p = s->pool;
+    if (s->timer_lazy) {
+        s->timer_lazy = false;
+        if (s->state != SLOT_BUSY || s->attempt == NULL || !s->thread_keeps)
+            return; /* the fallback of an attempt that has ended */
+        uint64_t now = tp_now_us(), due = s->deadline_us + DEADLINE_FALLBACK_US;
+        if (now < due) {
+            slot_fallback_arm(s, due); /* armed for an earlier attempt */
+            return;
+        }
+    }
     if (s->eof && s->why == WHY_NONE && s->state != SLOT_DOWN) {
         snprintf(s->detail, sizeof s->detail, "worker %d closed its pipe but did not exit", (int)s->pid);
         slot_stop(s, WHY_PROTOCOL, SIGKILL);
@@ -474,7 +500,7 @@ static void slot_reaped(tp_slot_t *s, int status)
     queued_t q;
     slot_take_queue(s, &q);
     slot_close_fds(s);
-    evtimer_del(s->ev_timer);
+    slot_timer_stop(s);
     s->attempt = NULL;
     s->state = SLOT_DOWN;
     s->why = WHY_NONE;

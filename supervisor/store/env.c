@@ -30,7 +30,11 @@ struct tp_store {
     unsigned long map_lo, map_hi; /* where data.mdb is mapped, for tp_store_trim */
     size_t map_for;               /* the mapsize it was found for */
     int lock_fd;                  /* DIR/toolpool.lock, flock'd for as long as the store is open (-1: none) */
-    char bad[512];                /* the last bad record read, for tp_store_strerror(TP_EPROTO) */
+    /* tp_store_db_empty's answers in one transaction (a put to db clears its bit) */
+    const MDB_txn *empty_txn;
+    size_t empty_id;
+    unsigned empty_known, empty_is;
+    char bad[512]; /* the last bad record read, for tp_store_strerror(TP_EPROTO) */
     char dir[PATH_MAX];
 };
 
@@ -62,10 +66,29 @@ MDB_dbi tp_store_dbi(const tp_store_t *s, tp_db_t db)
     return s->dbi[db];
 }
 
-bool tp_store_db_empty(const tp_store_t *s, MDB_txn *txn, tp_db_t db)
+/*
+ * A call asks several times a transaction; the answer is kept for the
+ * transaction (its address and id: LMDB gives every write transaction the
+ * same address, the next id) until a put to db, after which it is read
+ * again. A delete keeps it: a database said to hold something may then be
+ * empty, which costs only the lookups it saves.
+ */
+bool tp_store_db_empty(tp_store_t *s, MDB_txn *txn, tp_db_t db)
 {
+    size_t id = mdb_txn_id(txn);
+    unsigned bit = 1u << db;
+    if (s->empty_txn != txn || s->empty_id != id) {
+        s->empty_txn = txn;
+        s->empty_id = id;
+        s->empty_known = 0;
+    }
+    if (s->empty_known & bit)
+        return s->empty_is & bit;
     MDB_stat st;
-    return mdb_stat(txn, s->dbi[db], &st) == 0 && st.ms_entries == 0;
+    bool empty = mdb_stat(txn, s->dbi[db], &st) == 0 && st.ms_entries == 0;
+    s->empty_known |= bit;
+    s->empty_is = empty ? s->empty_is | bit : s->empty_is & ~bit;
+    return empty;
 }
 
 bool tp_store_has(const tp_store_t *s, tp_db_t db)
@@ -421,6 +444,7 @@ int tp_store_write(tp_store_t *s, tp_store_apply_fn apply, void *ctx, char *err,
 int tp_store_reserve(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen, size_t n, uint8_t **at)
 {
     MDB_val k = {klen, (void *)key}, v = {n, NULL};
+    s->empty_known &= ~(1u << db);
     int rc = tp_mdb(mdb_put(txn, s->dbi[db], &k, &v, MDB_RESERVE));
     *at = rc ? NULL : v.mv_data;
     return rc;
@@ -430,6 +454,7 @@ int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, s
 {
     MDB_val k = {klen, (void *)key}, v;
     v.mv_size = protobuf_c_message_get_packed_size(msg);
+    s->empty_known &= ~(1u << db);
     int rc = tp_mdb(mdb_put(txn, s->dbi[db], &k, &v, MDB_RESERVE));
     if (rc)
         return rc;

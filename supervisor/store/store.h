@@ -103,8 +103,11 @@ MDB_dbi tp_store_dbi(const tp_store_t *s, tp_db_t db);
  * Whether db holds no record as txn sees it: a question of the database's
  * header, so a call's path may skip the lookups and keys of a database
  * that is nearly always empty (the breakers). false when it cannot tell.
+ * Kept for the transaction until a put to db through tp_store_reserve or
+ * tp_store_put_msg (the ways a breaker is written). Only the loop's thread
+ * asks.
  */
-bool tp_store_db_empty(const tp_store_t *s, MDB_txn *txn, tp_db_t db);
+bool tp_store_db_empty(tp_store_t *s, MDB_txn *txn, tp_db_t db);
 
 /* Packs msg into db[key] (MDB_RESERVE: packed straight into the page). */
 int tp_store_put_msg(tp_store_t *s, MDB_txn *txn, tp_db_t db, const void *key, size_t klen,
