@@ -26,21 +26,27 @@
  * not idempotent commits at once.
  *
  * The count bounds the memory a window holds (its answers and the store's
- * dirty pages, about 900 bytes a result), whatever the pace: with 4,096 the
- * supervisor's peak RSS followed the pace of each run (7.1 MiB at 78,000
- * calls/s, 8.3 MiB at 128,000); with 1,024 it stays at 5.5 MiB, and 100,000
- * and 1,000,000 no-op calls took no longer.
+ * dirty pages: up to a page a result once the results' tree is larger than
+ * a commit), whatever the pace. Since a call's answer is a held line, not
+ * the call (staged answers), a commit of 4,096 no-op results costs less per
+ * result than one of 1,024, where the count, not the window, ended most
+ * commits: 200,000 no-op durable calls at -j 2 ran 0.85x the wall time
+ * (bench/compare, nine rounds), for a peak RSS through 1,000,000 calls of
+ * 18.9 MiB against 13.8 MiB.
  */
 #define TP_COMMIT_WINDOW_MIN_US 2000.0
 #define TP_COMMIT_WINDOW_MAX_US 20000.0
 #define TP_COMMIT_SPAN 8.0
-#define TP_COMMIT_RESULTS 1024u
+#define TP_COMMIT_RESULTS 4096u
 /*
  * And by bytes: a window whose answers (the result lines, results and all)
  * hold this much commits at once, so large results do not multiply by the
- * count above.
+ * count above. 2 MiB, not 4: with 1 KB args the larger window left more of
+ * a commit's records and dirty pages out of cache (1.13x the CPU a call,
+ * 4,096 results); at 100 KB and 1 MB the smaller one ran no slower and
+ * peaked 6-11 MiB lower.
  */
-#define TP_COMMIT_BYTES ((size_t)4 << 20)
+#define TP_COMMIT_BYTES ((size_t)2 << 20)
 /* Room left between a commit's expected end and an attempt's deadline. */
 #define TP_COMMIT_DEADLINE_MARGIN_US 500u
 /* A deadline this far behind has been kept, or its timer is late anyway. */
