@@ -4,7 +4,7 @@ kill -9 (real `toolpool run` processes, the test plugin's `logged` tool
 writing each call's id to a log).
 
 By default an idempotent call's result waits for its group commit (2 to
-20 ms, up to 1,024 results), so a kill -9 loses the results of the last
+20 ms, up to 4,096 results), so a kill -9 loses the results of the last
 window and a rerun runs those calls again. With "once": true each result
 commits at the end of the loop turn in which its call ended. With one
 call a worker at a time (--pipeline 1) and two workers, what can run again

@@ -120,7 +120,10 @@ static void txn_commit(tp_engine_t *e);
  * (the map grows first). A record larger than half the map would
  * otherwise never fit, whatever the store's size. The answers made so far
  * (but the last, when last_is_this: the record's own) are durable then,
- * and reach their fronts even if the engine fails later in the turn.
+ * and reach their fronts even if the engine fails later in the turn; not
+ * those made after the turn's commit (the deferred part, which answers
+ * only a cancelled call): after a failure there they are reported lost,
+ * their records kept for a rerun.
  * false: the engine failed.
  */
 #define TP_TXN_MARGIN (1u << 20) /* for a transaction's other writes: checkpoints, breakers */
