@@ -549,6 +549,35 @@ class Otlp(unittest.TestCase):
         # and the exit waits at most one export timeout past the last POST under way
         self.assertLess(took, 8, line)
 
+    def test_delay_zero(self):
+        """OTEL_BSP_SCHEDULE_DELAY=0 sends each span at once, and an idle exporter does not spin."""
+        r = self.receiver()
+        e = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        e["OTEL_BSP_SCHEDULE_DELAY"] = "0"
+        p = subprocess.Popen([TOOLPOOL, "run", "-q", "-j", "1", "--registry", self.reg, "--store",
+                              os.path.join(self.dir, "zstore"), "--otlp", r.url, "-"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e)
+        self.addCleanup(lambda: p.poll() is None and p.kill())
+
+        def cpu_s():
+            # the supervisor's user and system time, all its threads (fields 14 and 15 of stat)
+            with open(f"/proc/{p.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        for k in range(2):
+            p.stdin.write((json.dumps({"id": f"z{k}", "tool": "cat", "args": {"k": k}}) + "\n").encode())
+            p.stdin.flush()
+            self.assertTrue(json.loads(p.stdout.readline())["ok"])
+            serveutil.wait_for(lambda: len(r.spans()) >= 2 * (k + 1), 5, f"the spans of call {k + 1}")
+            before = cpu_s()
+            time.sleep(1.0)
+            # a thread spinning on the delay would take most of a CPU here
+            self.assertLess(cpu_s() - before, 0.25, "the idle run took CPU")
+        p.stdin.close()
+        self.assertEqual(p.wait(30), 0, p.stderr.read().decode())
+        self.assertEqual(len(r.spans()), 4)
+
     def test_serve(self):
         r = self.receiver()
         port = serveutil.free_port()

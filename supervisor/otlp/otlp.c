@@ -59,7 +59,8 @@ typedef struct {
  * for its next one instead of a new one (the one spare it replaces is
  * freed). So a call costs the loop its copies and two atomic adds, no malloc, no
  * lock, no wake-up: the thread is woken (under mu) only when a batch's
- * worth of spans is queued while it sleeps.
+ * worth of spans is queued while it sleeps (any span, with a schedule
+ * delay of 0).
  */
 typedef struct tp_block {
     _Atomic(struct tp_block *) next;
@@ -370,16 +371,24 @@ static tp_chunk_t *peek(tp_otlp_t *o)
     }
 }
 
-/* Waits (holding mu) for a batch's worth of spans, stopping, or the schedule delay. */
+/*
+ * Waits (holding mu) for a batch's worth of spans, stopping, or the
+ * schedule delay. A delay of 0 sends each span as soon as it can: the
+ * thread then waits for the first span queued (the loop wakes it), not for
+ * a clock, so an idle exporter does not spin.
+ */
 static void wait_batch(tp_otlp_t *o)
 {
     struct timespec wake;
     deadline_in(&wake, o->delay_ms);
     for (;;) {
         atomic_store(&o->sleeping, true);
-        if (o->stopping || atomic_load(&o->queued) >= o->max_batch)
+        size_t queued = atomic_load(&o->queued);
+        if (o->stopping || queued >= o->max_batch || (o->delay_ms == 0 && queued > 0))
             break;
-        if (pthread_cond_timedwait(&o->cv, &o->mu, &wake) == ETIMEDOUT)
+        if (o->delay_ms == 0)
+            pthread_cond_wait(&o->cv, &o->mu);
+        else if (pthread_cond_timedwait(&o->cv, &o->mu, &wake) == ETIMEDOUT)
             break;
     }
     atomic_store(&o->sleeping, false);
@@ -772,8 +781,9 @@ void tp_otlp_call_end(void *ctx, const Toolpool__Result *r, const tp_trace_ctx_t
     clock_gettime(CLOCK_REALTIME, &now);
     c->end_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec;
     atomic_store_explicit(&w->committed, used + need, memory_order_release);
-    /* a batch's worth queued while the thread sleeps: it is woken, once */
-    if (atomic_load(&o->queued) >= o->max_batch && atomic_load(&o->sleeping) && atomic_exchange(&o->sleeping, false)) {
+    /* a batch's worth queued while the thread sleeps (any span, with a delay of 0): it is woken, once */
+    if ((o->delay_ms == 0 || atomic_load(&o->queued) >= o->max_batch) && atomic_load(&o->sleeping) &&
+        atomic_exchange(&o->sleeping, false)) {
         pthread_mutex_lock(&o->mu);
         pthread_cond_signal(&o->cv);
         pthread_mutex_unlock(&o->mu);
