@@ -159,7 +159,7 @@ class Receiver:
     """An OTLP/HTTP receiver: keeps each POST's path and decoded body;
     delay: seconds it sleeps before answering each."""
 
-    def __init__(self, delay=0.0):
+    def __init__(self, delay=0.0, partial=0):
         self.posts = []
         self.raw = []  # the bodies as sent
         self.lock = threading.Lock()
@@ -174,11 +174,20 @@ class Receiver:
                     recv.raw.append(body)
                     recv.posts.append((self.path, dict(self.headers),
                                        decode_body(self.headers.get("Content-Type"), body)))
+                answer, ctype = b"{}", "application/json"
+                if recv.partial and self.headers.get("Content-Type") == "application/x-protobuf":
+                    # ExportTraceServiceResponse{partial_success{rejected_spans, error_message}}
+                    msg = b"too old"
+                    inner = bytes([0x08, recv.partial, 0x12, len(msg)]) + msg
+                    answer, ctype = bytes([0x0a, len(inner)]) + inner, "application/x-protobuf"
+                elif recv.partial:
+                    answer = json.dumps({"partialSuccess": {"rejectedSpans": str(recv.partial),
+                                                            "errorMessage": "too old"}}).encode()
                 self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", "2")
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                self.wfile.write(answer)
 
             def do_GET(self):
                 # an http tool's server: answers with the traceparent its request carried
@@ -193,6 +202,7 @@ class Receiver:
                 pass
 
         self.delay = delay
+        self.partial = partial
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
@@ -548,6 +558,26 @@ class Otlp(unittest.TestCase):
         # the calls never waited for the collector: at most the queue's worth went out per 0.4 s,
         # and the exit waits at most one export timeout past the last POST under way
         self.assertLess(took, 8, line)
+
+    def test_partial_success(self):
+        """A collector that takes a request but rejects some of its spans (OTLP's partial success):
+        those count dropped, not exported, and the run says so once."""
+        for proto in ("http/protobuf", "http/json"):
+            with self.subTest(proto=proto):
+                r = self.receiver(partial=1)
+                calls = [{"id": f"p{i}", "tool": "cat", "args": {"i": i}} for i in range(5)]
+                res, err, _ = self.run_calls(calls, "--otlp", r.url, "--otlp-protocol", proto,
+                                             env={"OTEL_BSP_SCHEDULE_DELAY": "0"})
+                self.assertEqual(len(res), 5)
+                posts = len(r.posts)
+                self.assertGreater(posts, 0)
+                line = [x for x in err.splitlines() if "otlp:" in x and "exported" in x][0]
+                exported, dropped = int(line.split()[2]), int(line.split()[5])
+                self.assertEqual(exported + dropped, len(r.spans()), line)
+                self.assertEqual(dropped, posts, line)  # one rejected a request
+                said = [x for x in err.splitlines() if "otlp.spans_rejected" in x or "rejected 1 of its" in x]
+                self.assertEqual(len(said), 1, err)
+                self.assertIn("too old", said[0])
 
     def test_delay_zero(self):
         """OTEL_BSP_SCHEDULE_DELAY=0 sends each span at once, and an idle exporter does not spin."""

@@ -94,6 +94,7 @@ struct tp_otlp {
     /* shared */
     atomic_size_t queued; /* spans */
     atomic_bool sleeping; /* the thread waits on cv for a batch */
+    time_t rejected_said; /* when a partial success was last logged (the thread's own) */
     _Atomic uint64_t exported, dropped;
     pthread_mutex_t mu; /* with cv: the thread's sleep, and stopping */
     pthread_cond_t cv;
@@ -301,16 +302,98 @@ static char *endpoint_of(const char *opt, const char **from)
     return url;
 }
 
-static size_t discard_cb(char *p, size_t size, size_t n, void *ctx)
+/* The collector's answer is kept up to this much: a partial success is a few bytes. */
+#define ANSWER_MAX 65536
+
+static size_t answer_cb(char *p, size_t size, size_t n, void *ctx)
 {
+    tp_buf_t *b = ctx;
+    if (b->len < ANSWER_MAX)
+        tp_buf_append(b, p, size * n < ANSWER_MAX - b->len ? size * n : ANSWER_MAX - b->len);
     return size * n;
 }
 
-/* POSTs one body: true when the collector took it (2xx). */
-static bool post(tp_otlp_t *o, CURL *h, const uint8_t *body, size_t len, bool *was_failing)
+/* A protobuf varint at *p (before end); false when there is none. */
+static bool pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; *p < end && shift < 64; shift += 7) {
+        uint8_t c = *(*p)++;
+        *v |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80))
+            return true;
+    }
+    return false;
+}
+
+/*
+ * The spans an ExportTraceServiceResponse says the collector rejected
+ * (partial_success.rejected_spans), its error_message in msg; 0 for an
+ * answer that says none, or that cannot be read (a full success may come
+ * with no body, or one that is not OTLP's).
+ */
+static uint64_t rejected_spans(const uint8_t *a, size_t n, bool pb, char *msg, size_t cap)
+{
+    uint64_t rejected = 0;
+    msg[0] = '\0';
+    if (!pb) {
+        json_t *doc = json_loadb((const char *)a, n, 0, NULL);
+        json_t *ps = json_object_get(doc, "partialSuccess"), *r = json_object_get(ps, "rejectedSpans");
+        const char *m = json_string_value(json_object_get(ps, "errorMessage"));
+        if (json_is_integer(r) && json_integer_value(r) > 0)
+            rejected = (uint64_t)json_integer_value(r);
+        else if (json_is_string(r)) /* proto3's JSON: an int64 as a string */
+            rejected = strtoull(json_string_value(r), NULL, 10);
+        snprintf(msg, cap, "%s", m ? m : "");
+        json_decref(doc);
+        return rejected;
+    }
+    const uint8_t *p = a, *end = a + n;
+    uint64_t key, len;
+    while (p < end && pb_varint(&p, end, &key)) {
+        if ((key & 7) == 0) {
+            if (!pb_varint(&p, end, &len))
+                break;
+            continue;
+        }
+        if ((key & 7) != 2 || !pb_varint(&p, end, &len) || len > (uint64_t)(end - p))
+            break; /* not an answer this reads: none rejected */
+        if (key >> 3 != 1) {
+            p += len;
+            continue;
+        }
+        /* partial_success: rejected_spans (1, varint), error_message (2, string) */
+        const uint8_t *q = p, *qend = p + len;
+        p = qend;
+        uint64_t k2, v;
+        while (q < qend && pb_varint(&q, qend, &k2)) {
+            if (k2 == (1 << 3 | 0) && pb_varint(&q, qend, &v)) {
+                rejected = (int64_t)v > 0 ? v : 0;
+            } else if ((k2 & 7) == 2 && pb_varint(&q, qend, &v) && v <= (uint64_t)(qend - q)) {
+                if (k2 >> 3 == 2)
+                    snprintf(msg, cap, "%.*s", (int)v, (const char *)q);
+                q += v;
+            } else if ((k2 & 7) == 0 && pb_varint(&q, qend, &v)) {
+                continue;
+            } else {
+                break;
+            }
+        }
+    }
+    return rejected;
+}
+
+/*
+ * POSTs one body of spans spans: true when the collector took it (2xx);
+ * *rejected then the spans of it a partial success refused.
+ */
+static bool post(tp_otlp_t *o, CURL *h, const uint8_t *body, size_t len, size_t spans, bool *was_failing,
+                 tp_buf_t *answer, uint64_t *rejected)
 {
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, (const char *)body);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    tp_buf_reset(answer);
+    *rejected = 0;
     CURLcode rc = curl_easy_perform(h);
     long status = 0;
     if (rc == CURLE_OK)
@@ -327,6 +410,19 @@ static bool post(tp_otlp_t *o, CURL *h, const uint8_t *body, size_t len, bool *w
         tp_log_warn("otlp.export_recovered", "otlp: export to %s works again", o->url);
     }
     *was_failing = !ok;
+    if (ok && answer->len > 0) {
+        char msg[256];
+        uint64_t r = rejected_spans(answer->data, answer->len, o->proto == TP_OTLP_PROTOBUF, msg, sizeof msg);
+        *rejected = r < spans ? r : spans;
+        /* Said the first time, then at most once a minute: a collector that refuses some refuses many. */
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (*rejected > 0 && (o->rejected_said == 0 || now.tv_sec - o->rejected_said >= 60)) {
+            o->rejected_said = now.tv_sec ? now.tv_sec : 1;
+            tp_log_warn("otlp.spans_rejected", "otlp: %s took a request but rejected %llu of its %zu spans: %s", o->url,
+                        (unsigned long long)*rejected, spans, msg[0] ? msg : "(no message)");
+        }
+    }
     return ok;
 }
 
@@ -415,13 +511,15 @@ static void *export_main(void *arg)
     int nice_now = getpriority(PRIO_PROCESS, (id_t)gettid());
     if (errno == 0)
         setpriority(PRIO_PROCESS, (id_t)gettid(), nice_now + EXPORT_NICE > 19 ? 19 : nice_now + EXPORT_NICE);
+    tp_buf_t answer = {0};
     CURL *h = curl_easy_init();
     if (h) {
         curl_easy_setopt(h, CURLOPT_URL, o->url);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, o->headers);
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard_cb);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, answer_cb);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &answer);
     }
     bool pb = o->proto == TP_OTLP_PROTOBUF;
     size_t head_room = tp_otlp_pb_head_room(&o->pb_resource, &o->pb_scope);
@@ -467,8 +565,9 @@ static void *export_main(void *arg)
             start = tp_otlp_pb_head(body.data + head_room, &o->pb_resource, &o->pb_scope, body.len - head_room);
         else if (rc == 0)
             rc = tp_buf_puts(&body, "]}]}]}");
+        uint64_t rejected = 0;
         bool ok = !skip && h && rc == 0 && body.data &&
-                  post(o, h, start, body.len - (size_t)(start - body.data), &failing);
+                  post(o, h, start, body.len - (size_t)(start - body.data), spans, &failing, &answer, &rejected);
         if (!skip && failing) {
             /* tried again once a second, doubling to 30 s, as long as it fails */
             retry_ms = retry_ms ? (retry_ms * 2 > 30000 ? 30000 : retry_ms * 2) : 1000;
@@ -476,9 +575,11 @@ static void *export_main(void *arg)
         } else if (ok) {
             retry_ms = 0;
         }
-        atomic_fetch_add(ok ? &o->exported : &o->dropped, spans);
+        atomic_fetch_add(ok ? &o->exported : &o->dropped, spans - rejected);
+        atomic_fetch_add(&o->dropped, rejected);
     }
     tp_buf_free(&body);
+    tp_buf_free(&answer);
     if (h)
         curl_easy_cleanup(h);
     return NULL;
