@@ -766,8 +766,22 @@ static size_t host_len(const char *hostport)
  */
 static bool cross_site_ok(tp_http_t *h, struct evhttp_request *req, const char *path)
 {
-    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-    const char *host = evhttp_find_header(in, "Host"), *origin = evhttp_find_header(in, "Origin");
+    /*
+     * Host, Origin and Content-Type in one pass over the headers, each the
+     * first of its name as evhttp_find_header would find it; a name is
+     * compared only with a key of its length (three scans with a
+     * case-folding compare of every key were ~880 instructions a request).
+     */
+    const char *host = NULL, *origin = NULL, *type = NULL;
+    for (struct evkeyval *kv = evhttp_request_get_input_headers(req)->tqh_first; kv; kv = kv->next.tqe_next) {
+        size_t n = strlen(kv->key);
+        if (n == 4 && host == NULL && evutil_ascii_strcasecmp(kv->key, "Host") == 0)
+            host = kv->value;
+        else if (n == 6 && origin == NULL && evutil_ascii_strcasecmp(kv->key, "Origin") == 0)
+            origin = kv->value;
+        else if (n == 12 && type == NULL && evutil_ascii_strcasecmp(kv->key, "Content-Type") == 0)
+            type = kv->value;
+    }
     bool mcp = strncmp(path, "/mcp", 4) == 0;
     char msg[700];
     msg[0] = '\0';
@@ -793,7 +807,6 @@ static bool cross_site_ok(tp_http_t *h, struct evhttp_request *req, const char *
             http_reply_error(h, req, 403, "Forbidden", "%s", msg + strlen("Forbidden: "));
         return false;
     }
-    const char *type = evhttp_find_header(in, "Content-Type");
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     if (h->tcp && type != NULL && (cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT) &&
         (strncasecmp(type, "text/plain", 10) == 0 || strncasecmp(type, "application/x-www-form-urlencoded", 33) == 0 ||
