@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pbwire.h"
+
 
 static uint32_t get_le32(const uint8_t *p)
 {
@@ -250,38 +252,21 @@ int tp_cancel_frame_append(tp_buf_t *out, uint64_t seq)
  * than INT_MAX: a longer form is an error there, even one that says 0
  * ("80 80 80 80 80 80 80 80 00"). A value is at most 10 bytes; bits past
  * the 64th are left to protobuf-c (parse_boolean and parse_uint64 would
- * read them differently). Each reads one varint of at most max bytes at
- * *p, before end; false when it runs past either.
+ * read them differently).
  */
-static bool get_varint_max(const uint8_t **p, const uint8_t *end, unsigned max, uint64_t *v)
-{
-    uint64_t x = 0;
-    for (unsigned i = 0, shift = 0; i < max && *p < end; i++, shift += 7) {
-        uint8_t c = *(*p)++;
-        if (shift == 63 && c > 1)
-            return false;
-        x |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80)) {
-            *v = x;
-            return true;
-        }
-    }
-    return false;
-}
-
 static bool get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 {
-    return get_varint_max(p, end, 10, v);
+    return tp_pb_get_varint(p, end, 10, v);
 }
 
 static bool get_key(const uint8_t **p, const uint8_t *end, uint64_t *key)
 {
-    return get_varint_max(p, end, 5, key);
+    return tp_pb_get_varint(p, end, 5, key);
 }
 
 static bool get_length(const uint8_t **p, const uint8_t *end, uint64_t *len)
 {
-    return get_varint_max(p, end, 5, len) && *len <= INT_MAX;
+    return tp_pb_get_varint(p, end, 5, len) && *len <= INT_MAX;
 }
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "a Reply's cost is read as a little-endian double");

@@ -26,6 +26,7 @@
 #include "json.h"
 #include "log.h"
 #include "otlp_internal.h"
+#include "pbwire.h"
 
 #ifndef TP_VERSION
 #define TP_VERSION "0"
@@ -313,17 +314,25 @@ static size_t answer_cb(char *p, size_t size, size_t n, void *ctx)
     return size * n;
 }
 
-/* A protobuf varint at *p (before end); false when there is none. */
-static bool pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+/*
+ * The next field at *p (before end): its number, and its varint value or
+ * its bytes (LEN); false at the end, or at a field of another wire type
+ * (an answer this does not read).
+ */
+static bool pb_field(const uint8_t **p, const uint8_t *end, uint64_t *field, uint64_t *v, const uint8_t **bytes)
 {
-    *v = 0;
-    for (int shift = 0; *p < end && shift < 64; shift += 7) {
-        uint8_t c = *(*p)++;
-        *v |= (uint64_t)(c & 0x7f) << shift;
-        if (!(c & 0x80))
-            return true;
-    }
-    return false;
+    uint64_t key;
+    if (*p >= end || !tp_pb_get_varint(p, end, 10, &key) || !tp_pb_get_varint(p, end, 10, v))
+        return false;
+    *field = key >> 3;
+    *bytes = NULL;
+    if ((key & 7) == TP_PB_VARINT)
+        return true;
+    if ((key & 7) != TP_PB_LEN || *v > (uint64_t)(end - *p))
+        return false;
+    *bytes = *p;
+    *p += *v;
+    return true;
 }
 
 /*
@@ -348,36 +357,18 @@ static uint64_t rejected_spans(const uint8_t *a, size_t n, bool pb, char *msg, s
         json_decref(doc);
         return rejected;
     }
-    const uint8_t *p = a, *end = a + n;
-    uint64_t key, len;
-    while (p < end && pb_varint(&p, end, &key)) {
-        if ((key & 7) == 0) {
-            if (!pb_varint(&p, end, &len))
-                break;
+    /* ExportTraceServiceResponse: partial_success (1) {rejected_spans (1), error_message (2)} */
+    const uint8_t *p = a, *end = a + n, *ps, *b;
+    uint64_t f, v;
+    while (pb_field(&p, end, &f, &v, &ps)) {
+        if (f != 1 || ps == NULL)
             continue;
-        }
-        if ((key & 7) != 2 || !pb_varint(&p, end, &len) || len > (uint64_t)(end - p))
-            break; /* not an answer this reads: none rejected */
-        if (key >> 3 != 1) {
-            p += len;
-            continue;
-        }
-        /* partial_success: rejected_spans (1, varint), error_message (2, string) */
-        const uint8_t *q = p, *qend = p + len;
-        p = qend;
-        uint64_t k2, v;
-        while (q < qend && pb_varint(&q, qend, &k2)) {
-            if (k2 == (1 << 3 | 0) && pb_varint(&q, qend, &v)) {
+        const uint8_t *q = ps, *ps_end = ps + v;
+        while (pb_field(&q, ps_end, &f, &v, &b)) {
+            if (f == 1 && b == NULL)
                 rejected = (int64_t)v > 0 ? v : 0;
-            } else if ((k2 & 7) == 2 && pb_varint(&q, qend, &v) && v <= (uint64_t)(qend - q)) {
-                if (k2 >> 3 == 2)
-                    snprintf(msg, cap, "%.*s", (int)v, (const char *)q);
-                q += v;
-            } else if ((k2 & 7) == 0 && pb_varint(&q, qend, &v)) {
-                continue;
-            } else {
-                break;
-            }
+            else if (f == 2 && b)
+                snprintf(msg, cap, "%.*s", (int)v, (const char *)b);
         }
     }
     return rejected;
