@@ -333,6 +333,38 @@ static void test_answer_waiting_at_deadline(void)
 }
 
 /*
+ * The loop's fallback timer behind the thread's deadlines stays armed from
+ * attempt to attempt, so it fires during later attempts than the one that
+ * armed it: it must look again then, never take the running attempt for
+ * late. Quick calls back to back on one worker for three timeouts' worth
+ * of time all answer; the hung one after them ends at its own deadline.
+ */
+static void test_fallback_across_attempts(void)
+{
+    enum { N = 40 };
+    tp_buf_t calls = {0};
+    for (int i = 0; i < N; i++)
+        tp_buf_printf(&calls, "{\"id\": \"q%d\", \"tool\": \"sleep\", \"args\": {\"ms\": 15}}\n", i);
+    tp_buf_printf(&calls, "{\"id\": \"h\", \"tool\": \"sleep\", \"args\": {\"ms\": 5000}}\n");
+    tp_buf_append(&calls, "", 1);
+    run_t r = run_calls(NULL,
+                        "{\"tools\": [{\"name\": \"sleep\", \"plugin\": {\"path\": \"@P@\"},"
+                        " \"timeout\": \"200ms\", \"attempts\": 1}]}",
+                        (char *)calls.data, 1, 0);
+    CU_ASSERT_EQUAL(json_array_size(r.rows), N + 1);
+    CU_ASSERT_EQUAL(r.rep.summary.ok, N);
+    json_t *h = row(&r, "h");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(h);
+    CU_ASSERT_STRING_EQUAL(str(h, "error"), "Timeout");
+    double ms = trace_ms(h, 0, "duration_ms");
+    CU_ASSERT(ms >= 199 && ms < 350);
+    CU_ASSERT_EQUAL(r.rep.pool.timeouts, 1);
+    CU_ASSERT(r.secs >= 0.6 + 0.2); /* the quick ones took three timeouts' worth, one after another */
+    json_decref(r.rows);
+    tp_buf_free(&calls);
+}
+
+/*
  * A commit that is due waits for a deadline it would otherwise sit across,
  * but never for long: not past the transaction's start plus its window
  * plus 20 ms, not for a deadline beyond twice a commit (capped at 20 ms,
@@ -883,6 +915,8 @@ int main(void)
     CU_add_test(s, "a deadline is kept while the loop is busy elsewhere", test_deadline_while_loop_blocked);
     CU_add_test(s, "an answer waiting in the pipe at the deadline counts", test_answer_waiting_at_deadline);
     CU_add_test(s, "a deadline with a kill_grace is the loop's to keep", test_grace_deadline_is_the_loops);
+    CU_add_test(s, "the deadline's fallback, left armed across attempts, fires for none early",
+                test_fallback_across_attempts);
     CU_add_test(s, "grandchild of a hung tool dies too", test_grandchild_killed);
     CU_add_test(s, "kill_grace: TERM, then KILL", test_kill_grace);
     CU_add_test(s, "segfaulting plugin", test_segv_plugin);

@@ -127,15 +127,6 @@ static void pool_hand_back(tp_pool_t *p, queued_t *q)
 }
 
 /*
- * Arms the deadline of a, which starts now on s. The deadline thread keeps
- * it when a needs no kill_grace (the loop's timer is then a fallback);
- * otherwise the loop's timer does, TP_DEADLINE_LEAD_US early. An exec
- * tool's timeout counts from its tool's start (the start board): until its
- * worker marks the start, the deadline is the one it would have had it
- * started at once, past which the thread (or the loop) looks at the board
- * and moves it, up to the spawn limit.
- */
-/*
  * The loop's fallback for a deadline the thread keeps, due then: a timer
  * already armed to fire no later stays as it is (it looks again when it
  * fires), so attempts of like timeouts one after another arm it about once
@@ -151,6 +142,15 @@ static void slot_fallback_arm(tp_slot_t *s, uint64_t due)
     s->timer_at = due > now ? due : now;
 }
 
+/*
+ * Arms the deadline of a, which starts now on s. The deadline thread keeps
+ * it when a needs no kill_grace (the loop's timer is then a fallback);
+ * otherwise the loop's timer does, TP_DEADLINE_LEAD_US early. An exec
+ * tool's timeout counts from its tool's start (the start board): until its
+ * worker marks the start, the deadline is the one it would have had it
+ * started at once, past which the thread (or the loop) looks at the board
+ * and moves it, up to the spawn limit.
+ */
 void slot_deadline_arm(tp_slot_t *s, const tp_attempt_t *a, uint64_t now)
 {
     tp_pool_t *p = s->pool;
