@@ -441,6 +441,43 @@ static void test_store_limit(void)
 
 /* ---- small helpers ---- */
 
+/*
+ * tp_store_db_empty keeps its answer for a transaction: a put to the
+ * database makes it read again (a breaker written, then asked about, in
+ * one transaction), an abort takes the put back, a commit keeps it.
+ */
+static void test_db_empty_kept(void)
+{
+    fx_open();
+    tp_store_t *s = open_store(fx.path, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    char err[1024];
+    MDB_txn *txn;
+    Toolpool__CallBreaker cb = TOOLPOOL__CALL_BREAKER__INIT;
+    cb.tool = (char *)"t";
+    for (int round = 0; round < 2; round++) {
+        CU_ASSERT_EQUAL_FATAL(tp_store_begin(s, &txn, err, sizeof err), 0);
+        CU_ASSERT_TRUE(tp_store_db_empty(s, txn, TP_DB_BREAKERS));
+        CU_ASSERT_TRUE(tp_store_db_empty(s, txn, TP_DB_BREAKERS)); /* kept */
+        CU_ASSERT_TRUE(tp_store_db_empty(s, txn, TP_DB_ESCALATIONS));
+        CU_ASSERT_EQUAL(tp_store_put_msg(s, txn, TP_DB_BREAKERS, "ck", 2, &cb.base), 0);
+        CU_ASSERT_FALSE(tp_store_db_empty(s, txn, TP_DB_BREAKERS));
+        CU_ASSERT_TRUE(tp_store_db_empty(s, txn, TP_DB_ESCALATIONS)); /* another database's answer stands */
+        if (round == 0)
+            mdb_txn_abort(txn); /* the next transaction has the same address and id: the put is gone */
+        else
+            CU_ASSERT_EQUAL(tp_store_commit(s, txn, err, sizeof err), 0);
+    }
+    CU_ASSERT_EQUAL_FATAL(tp_store_read(s, &txn), 0);
+    CU_ASSERT_FALSE(tp_store_db_empty(s, txn, TP_DB_BREAKERS));
+    mdb_txn_abort(txn);
+    CU_ASSERT_EQUAL_FATAL(tp_store_begin(s, &txn, err, sizeof err), 0);
+    CU_ASSERT_FALSE(tp_store_db_empty(s, txn, TP_DB_BREAKERS));
+    mdb_txn_abort(txn);
+    tp_store_close(s);
+    fx_close();
+}
+
 static void test_max_key(void)
 {
     fx_open();
@@ -563,6 +600,7 @@ int main(void)
         return 2;
     CU_pSuite s = CU_add_suite("open", NULL, NULL);
     CU_add_test(s, "creates, reopens, read-only", test_open_creates_and_reopens);
+    CU_add_test(s, "a database's emptiness is kept for a transaction, read again after a put", test_db_empty_kept);
     CU_add_test(s, "an uncreatable directory", test_open_uncreatable);
     CU_add_test(s, "another format version is refused", test_open_other_format);
     CU_add_test(s, "a corrupt or missing format record", test_open_bad_format_record);

@@ -69,9 +69,11 @@ MDB_dbi tp_store_dbi(const tp_store_t *s, tp_db_t db)
 /*
  * A call asks several times a transaction; the answer is kept for the
  * transaction (its address and id: LMDB gives every write transaction the
- * same address, the next id) until a put to db, after which it is read
- * again. A delete keeps it: a database said to hold something may then be
- * empty, which costs only the lookups it saves.
+ * same address, the next id; and forgotten at every begin through the
+ * store, as an aborted one's successor has its address and id too) until
+ * a put to db, after which it is read again. A delete keeps it: a
+ * database said to hold something may then be empty, which costs only the
+ * lookups it saves.
  */
 bool tp_store_db_empty(tp_store_t *s, MDB_txn *txn, tp_db_t db)
 {
@@ -366,6 +368,7 @@ static int adopt_mapsize(tp_store_t *s)
 
 int tp_store_read(tp_store_t *s, MDB_txn **txn)
 {
+    s->empty_known = 0; /* a new transaction: after an abort, the next has the aborted one's address and id */
     int rc = tp_mdb(mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn));
     if (rc == MDB_MAP_RESIZED && adopt_mapsize(s) == 0)
         rc = tp_mdb(mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn));
@@ -402,6 +405,7 @@ int tp_store_begin_room(tp_store_t *s, MDB_txn **txn, size_t need, char *err, si
             return MDB_MAP_FULL;
         }
     }
+    s->empty_known = 0; /* a new transaction: after an abort, the next has the aborted one's address and id */
     int rc = tp_mdb(mdb_txn_begin(s->env, NULL, 0, txn));
     if (rc == MDB_MAP_RESIZED && adopt_mapsize(s) == 0)
         rc = tp_mdb(mdb_txn_begin(s->env, NULL, 0, txn));
