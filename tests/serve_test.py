@@ -807,6 +807,184 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(lines[0], b"HTTP/1.1 200 OK", body)
         self.assertEqual(s.stop(), 0)
 
+    def test_http_framing(self):
+        # HTTP/1.1 as clients frame it, each case on a fresh connection
+        # unless it says otherwise: what the server must take, and what it
+        # must refuse (with the connection closed where what follows cannot
+        # be framed).
+        s = self.serve(args=["--max-body", "4096"])
+
+        def conn():
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.settimeout(10)
+            c.connect(s.sock_path)
+            return c
+
+        def read_reply(c, buf=b""):
+            """One reply off c: (status line, headers dict, body, bytes left over)."""
+            while b"\r\n\r\n" not in buf:
+                d = c.recv(65536)
+                self.assertTrue(d, buf)
+                buf += d
+            head, _, rest = buf.partition(b"\r\n\r\n")
+            lines = head.split(b"\r\n")
+            hd = {}
+            for ln in lines[1:]:
+                k, _, v = ln.partition(b": ")
+                hd[k.decode().lower()] = v.decode()
+            if "content-length" in hd:
+                n = int(hd["content-length"])
+                while len(rest) < n:
+                    d = c.recv(65536)
+                    self.assertTrue(d)
+                    rest += d
+                return lines[0], hd, rest[:n], rest[n:]
+            if hd.get("transfer-encoding") == "chunked":
+                body = b""
+                while True:
+                    while b"\r\n" not in rest:
+                        rest += c.recv(65536)
+                    size, _, rest = rest.partition(b"\r\n")
+                    n = int(size, 16)
+                    while len(rest) < n + 2:
+                        rest += c.recv(65536)
+                    body, rest = body + rest[:n], rest[n + 2:]
+                    if n == 0:
+                        return lines[0], hd, body, rest
+            while lines[0].endswith(b"200 OK"):  # a body ended by the close
+                d = c.recv(65536)
+                if not d:
+                    break
+                rest += d
+            return lines[0], hd, rest, b""
+
+        def closed(c):
+            try:
+                while True:
+                    d = c.recv(65536)
+                    if not d:
+                        return True
+            except (ConnectionResetError, socket.timeout):
+                return False
+
+        def call(i):
+            return json.dumps({"id": "fr%s" % i, "tool": "echo", "args": {"i": i}}).encode()
+
+        # Three requests in one write (pipelined): three replies, in order, on one connection.
+        c = conn()
+        c.sendall(b"".join(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(call(i)), call(i))
+                           for i in range(3)) + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        buf = b""
+        for i in range(3):
+            st, _, body, buf = read_reply(c, buf)
+            self.assertEqual(st, b"HTTP/1.1 200 OK")
+            self.assertEqual(json.loads(body)["result"], {"i": i})
+        st, _, body, buf = read_reply(c, buf)
+        self.assertEqual((st, body), (b"HTTP/1.1 200 OK", b"ok\n"))
+        c.close()
+        # A request sent a byte at a time, after the empty lines a client may send before it.
+        c = conn()
+        for ch in b"\r\nGET /healthz HTTP/1.1\r\nHost: x\r\nX-A: b\r\n\r\n":
+            c.sendall(bytes([ch]))
+        st, _, body, _ = read_reply(c)
+        self.assertEqual((st, body), (b"HTTP/1.1 200 OK", b"ok\n"))
+        c.close()
+        # Bare LF line ends.
+        c = conn()
+        c.sendall(b"GET /healthz HTTP/1.1\nHost: x\n\n")
+        self.assertEqual(read_reply(c)[0], b"HTTP/1.1 200 OK")
+        c.close()
+        # A chunked body, with a chunk extension and a trailer.
+        c = conn()
+        body = call("c")
+        c.sendall(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  b"%x;ext=1\r\n%s\r\n%x\r\n%s\r\n0\r\nX-Trailer: t\r\n\r\n" % (10, body[:10], len(body) - 10, body[10:]))
+        st, _, out, _ = read_reply(c)
+        self.assertEqual(st, b"HTTP/1.1 200 OK", out)
+        self.assertEqual(json.loads(out)["result"], {"i": "c"})
+        c.close()
+        # Expect: 100-continue: told to go on, then answered.
+        c = conn()
+        body = call("e")
+        c.sendall(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+        got = b""
+        while b"\r\n\r\n" not in got:
+            got += c.recv(100)
+        self.assertEqual(got, b"HTTP/1.1 100 Continue\r\n\r\n")
+        c.sendall(body)
+        st, _, out, _ = read_reply(c)
+        self.assertEqual((st, json.loads(out)["result"]), (b"HTTP/1.1 200 OK", {"i": "e"}))
+        c.close()
+        # The absolute form of a target.
+        c = conn()
+        c.sendall(b"GET http://localhost/healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        self.assertEqual(read_reply(c)[0], b"HTTP/1.1 200 OK")
+        c.close()
+        # A method no route takes: 405 with what the path takes.
+        c = conn()
+        c.sendall(b"BREW /v1/calls HTTP/1.1\r\nHost: x\r\n\r\n")
+        st, hd, _, _ = read_reply(c)
+        self.assertEqual((st, hd.get("allow")), (b"HTTP/1.1 405 Method Not Allowed", "POST"))
+        c.close()
+        # A body past --max-body: 413 while the client still sends it, heard without a reset.
+        c = conn()
+        big = b"x" * 200000
+        c.sendall(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(big))
+        c.sendall(big)
+        st, hd, out, _ = read_reply(c)
+        self.assertEqual(st, b"HTTP/1.1 413 Payload Too Large")
+        self.assertEqual(hd.get("connection"), "close")
+        self.assertIn(b"--max-body", out)
+        c.close()
+        c = conn()
+        c.sendall(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n" % 5000 + b"y" * 5000)
+        self.assertEqual(read_reply(c)[0], b"HTTP/1.1 413 Payload Too Large")
+        c.close()
+        # Refused before any route, each with its connection closed.
+        for req, status in [
+            (b"GET /healthz\r\n\r\n", b"400 Bad Request"),
+            (b"GET /healthz HTTP/2.0\r\n\r\n", b"505 HTTP Version Not Supported"),
+            (b"GET /healthz HTTP/1.1\r\nBad Name: x\r\n\r\n", b"400 Bad Request"),
+            (b"GET /healthz HTTP/1.1\r\nX-A: b\r\n folded\r\n\r\n", b"400 Bad Request"),
+            (b"POST /v1/calls HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}",
+             b"400 Bad Request"),
+            (b"POST /v1/calls HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", b"501 Not Implemented"),
+            (b"POST /v1/calls HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", b"400 Bad Request"),
+            (b"POST /v1/calls HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", b"400 Bad Request"),
+            (b"GET /healthz HTTP/1.1\r\nX-Big: " + b"h" * 70000 + b"\r\n\r\n", b"431 Request Header Fields Too Large"),
+        ]:
+            c = conn()
+            try:
+                c.sendall(req)
+            except BrokenPipeError:
+                pass
+            st, hd, out, _ = read_reply(c)
+            self.assertEqual(st, b"HTTP/1.1 " + status, req[:60])
+            self.assertEqual(hd.get("connection"), "close", req[:60])
+            self.assertIn(b'"message"', out)
+            self.assertTrue(closed(c), req[:60])
+            c.close()
+        # HTTP/1.0 without keep-alive: closed after its reply; with it, kept for the next.
+        c = conn()
+        c.sendall(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        self.assertEqual(read_reply(c)[2], b"ok\n")
+        c.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+        st, _, body, _ = read_reply(c)
+        self.assertEqual((st, body), (b"HTTP/1.0 200 OK", b"ok\n"))
+        self.assertTrue(closed(c))
+        c.close()
+        # A batch's stream to an HTTP/1.0 client: not chunked, ended by the close.
+        c = conn()
+        lines = b"".join(call("b%d" % i) + b"\n" for i in range(3))
+        c.sendall(b"POST /v1/batch HTTP/1.0\r\nContent-Length: %d\r\n\r\n%s" % (len(lines), lines))
+        st, hd, body, _ = read_reply(c)
+        self.assertEqual(st, b"HTTP/1.0 200 OK")
+        self.assertNotIn("transfer-encoding", hd)
+        self.assertEqual(sorted(json.loads(x)["id"] for x in body.splitlines()), ["frb0", "frb1", "frb2"])
+        c.close()
+        self.assertEqual(s.request("GET", "/healthz")[0], 200)
+        self.assertEqual(s.stop(), 0)
+
     def test_connection_cap(self):
         s = self.serve(args=["--max-connections", "3"])
         time.sleep(0.3)  # the readiness checks' connections are gone

@@ -86,7 +86,7 @@ static int escalations_resolve_op(void *ctx, tp_store_t *s, MDB_txn *txn)
  * A lookup's reply: 404 with msg when there is none (409 when more than
  * one breaker matches), 500 out of memory, the store's failure, or o.
  */
-static void reply_lookup(tp_http_t *h, struct evhttp_request *req, int rc, const char *msg, const char *what, json_t *o)
+static void reply_lookup(tp_http_t *h, tp_hreq_t *req, int rc, const char *msg, const char *what, json_t *o)
 {
     if (rc == MDB_NOTFOUND || rc == TP_EEXIST)
         http_reply_error_when_durable(h, req, rc == TP_EEXIST ? 409 : 404, rc == TP_EEXIST ? "Conflict" : "NotFound",
@@ -99,7 +99,7 @@ static void reply_lookup(tp_http_t *h, struct evhttp_request *req, int rc, const
         http_reply_json_when_durable(h, req, 200, o);
 }
 
-void http_breakers_get(tp_http_t *h, struct evhttp_request *req, const char *key)
+void http_breakers_get(tp_http_t *h, tp_hreq_t *req, const char *key)
 {
     admin_op_t op = {.key = key};
     int rc = http_store_op(h, req, 0, breakers_get_op, &op);
@@ -112,7 +112,7 @@ void http_breakers_get(tp_http_t *h, struct evhttp_request *req, const char *key
 }
 
 /* POST /v1/breakers/ID/reset: closes the breaker and forgets its failures, committed before the reply. */
-void http_breakers_reset(tp_http_t *h, struct evhttp_request *req, const char *key)
+void http_breakers_reset(tp_http_t *h, tp_hreq_t *req, const char *key)
 {
     admin_op_t op = {.key = key};
     char msg[800];
@@ -130,7 +130,7 @@ void http_breakers_reset(tp_http_t *h, struct evhttp_request *req, const char *k
     }
 }
 
-void http_escalations_get(tp_http_t *h, struct evhttp_request *req, const char *id)
+void http_escalations_get(tp_http_t *h, tp_hreq_t *req, const char *id)
 {
     char all[8];
     admin_op_t op = {.key = id};
@@ -146,7 +146,7 @@ void http_escalations_get(tp_http_t *h, struct evhttp_request *req, const char *
 }
 
 /* POST /v1/escalations/ID/resolve, body optional {"note": "..."}: the escalation as it is now resolved. */
-void http_escalations_resolve(tp_http_t *h, struct evhttp_request *req, const char *id)
+void http_escalations_resolve(tp_http_t *h, tp_hreq_t *req, const char *id)
 {
     size_t len;
     const char *body;
@@ -239,7 +239,7 @@ int http_tools_render(tp_http_t *h)
     return 0;
 }
 
-void http_tools_get(tp_http_t *h, struct evhttp_request *req, const char *name)
+void http_tools_get(tp_http_t *h, tp_hreq_t *req, const char *name)
 {
     char format[32];
     const char *f = http_query_get(req, "format", format, sizeof format);
@@ -271,13 +271,13 @@ static const char *not_ready(tp_http_t *h)
 }
 
 /* GET /healthz: the process answers. */
-void http_healthz(tp_http_t *h, struct evhttp_request *req, const char *name)
+void http_healthz(tp_http_t *h, tp_hreq_t *req, const char *name)
 {
     http_reply(h, req, 200, "text/plain", "ok\n", 3);
 }
 
 /* GET /readyz: 200 when the service can take calls, 503 saying why not. */
-void http_readyz(tp_http_t *h, struct evhttp_request *req, const char *name)
+void http_readyz(tp_http_t *h, tp_hreq_t *req, const char *name)
 {
     const char *why = not_ready(h);
     if (why)

@@ -42,56 +42,28 @@ void http_batch_free(tp_http_batch_t *b)
     if (b->next)
         b->next->prev = b->prev;
     http_wait_free(b->w);
-    if (b->ev_close)
-        event_free(b->ev_close);
-    if (b->out)
-        evbuffer_free(b->out);
+    tp_buf_free(&b->out);
     free(b);
 }
 
 /* Sends the result lines gathered so far as one chunk. */
-static void batch_written_cb(struct evhttp_connection *evcon, void *arg);
+static void batch_written_cb(void *arg);
 
 void http_batch_send(tp_http_batch_t *b)
 {
-    if (evbuffer_get_length(b->out) == 0)
+    if (b->out.len == 0)
         return;
-    if (b->w->req == NULL || b->ended) {
-        if (evbuffer_drain(b->out, evbuffer_get_length(b->out)) != 0)
-            tp_log_error("http.batch_failed", "http: cannot drop a batch's output");
-        return;
-    }
-    evhttp_send_reply_chunk_with_cb(b->w->req, b->out, batch_written_cb, b);
+    if (b->w->req != NULL && !b->ended && tp_hreq_chunk(b->w->req, b->out.data, b->out.len) == 0 &&
+        tp_hreq_unsent(b->w->req) > 0)
+        tp_hreq_when_sent(b->w->req, batch_written_cb, b);
+    b->out.len = b->out.off = 0;
 }
 
-static void batch_close_cb(evutil_socket_t fd, short what, void *arg);
-
-/*
- * Closes the sending side of a cut batch's connection once all it was
- * sent has left; until then it looks again every 2 ms (evhttp's write
- * callback is not the batch's before its first chunk).
- */
+/* Closes the sending side of a cut batch's connection once all it was sent has left. */
 void http_batch_close_when_out(tp_http_batch_t *b)
 {
-    struct bufferevent *bev = http_req_bev(b->w->req);
-    if (bev == NULL)
-        return; /* the connection is going */
-    if (evbuffer_get_length(bufferevent_get_output(bev)) > 0) {
-        static const struct timeval again = {0, 2000};
-        if (b->ev_close == NULL)
-            b->ev_close = evtimer_new(b->h->o.base, batch_close_cb, b);
-        if (b->ev_close == NULL || evtimer_add(b->ev_close, &again) != 0)
-            tp_log_warn("http.event_failed",
-                        "http: cannot wait to close a cut batch's stream: it closes with the service");
-        return;
-    }
-    if (shutdown(bufferevent_getfd(bev), SHUT_WR) != 0)
-        tp_log_warn("http.batch_failed", "http: cannot close a cut batch's stream: %s", strerror(errno));
-}
-
-static void batch_close_cb(evutil_socket_t fd, short what, void *arg)
-{
-    http_batch_close_when_out(arg);
+    if (b->w->req)
+        tp_hreq_shutdown(b->w->req);
 }
 
 /*
@@ -120,19 +92,14 @@ void http_batch_maybe_end(tp_http_batch_t *b)
         return;
     }
     http_batch_send(b);
-    struct evhttp_request *req = http_wait_take(b->w);
-    if (req && !b->ended) {
-        /* The idle timeout applies again to the connection's next request. */
-        struct bufferevent *bev = http_req_bev(req);
-        if (bev && bufferevent_set_timeouts(bev, &b->h->idle_tv, &b->h->idle_tv) != 0)
-            tp_log_warn("http.event_failed", "http: cannot restore a connection's timeouts");
-        evhttp_send_reply_end(req);
-    }
+    tp_hreq_t *req = http_wait_take(b->w);
+    if (req && !b->ended)
+        tp_hreq_end(req);
     b->ended = true;
     http_batch_free(b);
 }
 
-static void batch_written_cb(struct evhttp_connection *evcon, void *arg)
+static void batch_written_cb(void *arg)
 {
     tp_http_batch_t *b = arg;
     if (b->stalled) {
@@ -162,7 +129,7 @@ void http_batch_answer_line(tp_http_batch_t *b, const tp_answer_t *a)
         return;
     tp_buf_t *line = &b->h->line;
     tp_buf_reset(line);
-    if (tp_format_write(line, b->format, a) < 0 || evbuffer_add(b->out, line->data, line->len) != 0)
+    if (tp_format_write(line, b->format, a) < 0 || tp_buf_append(&b->out, line->data, line->len) != 0)
         tp_log_error("http.out_of_memory", "http: out of memory for a batch's result line");
 }
 
@@ -242,8 +209,7 @@ static void batch_take_line(tp_http_batch_t *b)
 /* Bytes of the batch's results not yet read by its client. */
 static size_t batch_backlog(const tp_http_batch_t *b)
 {
-    struct bufferevent *bev = http_req_bev(b->w->req);
-    return evbuffer_get_length(b->out) + (bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0);
+    return b->out.len + (b->w->req ? tp_hreq_unsent(b->w->req) : 0);
 }
 
 /*
@@ -309,11 +275,10 @@ void http_flush_cb(void *ctx)
  * POST /v1/batch: the body is JSONL, run's input; the reply is a stream of
  * result lines (chunked), each as it is committed, in the order the calls
  * end. Lines are read exactly as run reads them, and a bad one gets its
- * own result line. The read timeout is off while the stream runs (the
- * client only listens); the write timeout still drops one that stops
- * reading.
+ * own result line. A client that only listens while the stream runs is
+ * not idle; one that stops reading it is dropped after the idle timeout.
  */
-void http_batch_post(tp_http_t *h, struct evhttp_request *req, const char *name)
+void http_batch_post(tp_http_t *h, tp_hreq_t *req, const char *name)
 {
     const char *body;
     size_t len;
@@ -321,9 +286,7 @@ void http_batch_post(tp_http_t *h, struct evhttp_request *req, const char *name)
     if (http_query_format(h, req, &format) < 0 || http_body_of(h, req, &body, &len) < 0)
         return;
     tp_http_batch_t *b = calloc(1, sizeof *b);
-    if (b == NULL || (b->out = evbuffer_new()) == NULL || (b->w = http_wait_new(h, req, TP_WAIT_BATCH)) == NULL) {
-        if (b && b->out)
-            evbuffer_free(b->out);
+    if (b == NULL || (b->w = http_wait_new(h, req, TP_WAIT_BATCH)) == NULL) {
         free(b);
         http_reply_error(h, req, 500, "InternalError", "out of memory");
         return;
@@ -337,12 +300,9 @@ void http_batch_post(tp_http_t *h, struct evhttp_request *req, const char *name)
     if (b->next)
         b->next->prev = b;
     h->batches = b;
-    if (evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/x-ndjson") != 0)
+    if (tp_hreq_add_header(req, "Content-Type", "application/x-ndjson") != 0)
         tp_log_warn("http.header_failed", "http: cannot set a reply's Content-Type");
     http_count_reply(h, 200);
-    evhttp_send_reply_start(req, 200, NULL);
-    struct bufferevent *bev = http_req_bev(req);
-    if (bev && bufferevent_set_timeouts(bev, NULL, &h->idle_tv) != 0)
-        tp_log_warn("http.event_failed", "http: cannot lift a streaming connection's read timeout");
+    tp_hreq_start(req, 200);
     tp_engine_kick(h->e);
 }

@@ -9,6 +9,7 @@
 #include "http_internal.h"
 
 #include <errno.h>
+#include <event2/http.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,13 +267,12 @@ static void entry_answer_cb(void *ctx, const tp_answer_t *a)
  * trace context of req's traceparent and tracestate headers when traces
  * are exported (the engine copies them before this returns).
  */
-void http_entry_submit(tp_http_t *h, tp_http_entry_t *e, tp_request_t *rq, struct evhttp_request *req)
+void http_entry_submit(tp_http_t *h, tp_http_entry_t *e, tp_request_t *rq, tp_hreq_t *req)
 {
     tp_trace_ctx_t tc;
     if (h->o.otlp && req) {
-        struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-        tc = (tp_trace_ctx_t){.traceparent = evhttp_find_header(in, "traceparent"),
-                              .tracestate = evhttp_find_header(in, "tracestate")};
+        tc = (tp_trace_ctx_t){.traceparent = tp_hreq_header(req, "traceparent"),
+                              .tracestate = tp_hreq_header(req, "tracestate")};
         if (tc.traceparent)
             rq->trace = &tc;
     }
@@ -282,18 +282,18 @@ void http_entry_submit(tp_http_t *h, tp_http_entry_t *e, tp_request_t *rq, struc
 }
 
 /* A query parameter is off when it says 0 or false. */
-static bool query_off(struct evhttp_request *req, const char *name)
+static bool query_off(tp_hreq_t *req, const char *name)
 {
     char v[16];
     return http_query_get(req, name, v, sizeof v) && (strcmp(v, "0") == 0 || strcmp(v, "false") == 0);
 }
 
-static void reply_accepted(tp_http_t *h, struct evhttp_request *req, const char *id)
+static void reply_accepted(tp_http_t *h, tp_hreq_t *req, const char *id)
 {
     char *enc = evhttp_uriencode(id, -1, 0);
     char loc[2048];
     if (enc && snprintf(loc, sizeof loc, "/v1/calls/%s", enc) < (int)sizeof loc &&
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Location", loc) != 0)
+        tp_hreq_add_header(req, "Location", loc) != 0)
         tp_log_warn("http.header_failed", "http: cannot set a reply's Location");
     free(enc);
     tp_buf_t b = {0};
@@ -308,7 +308,7 @@ static void reply_accepted(tp_http_t *h, struct evhttp_request *req, const char 
  * that is live here is attached to, never run a second time; an id the
  * store has recorded is answered from it by the engine.
  */
-void http_calls_post(tp_http_t *h, struct evhttp_request *req, const char *name)
+void http_calls_post(tp_http_t *h, tp_hreq_t *req, const char *name)
 {
     bool wait = !query_off(req, "wait");
     size_t len;
@@ -351,7 +351,7 @@ void http_calls_post(tp_http_t *h, struct evhttp_request *req, const char *name)
     } else {
         if (tp_engine_live(h->e) >= h->o.max_queued) {
             /* However many clients send wait=0 calls, what the service holds stays bounded. */
-            evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+            tp_hreq_add_header(req, "Retry-After", "1");
             http_reply_error(h, req, 503, "Unavailable",
                              "%zu calls are held already (--max-queued); send it again shortly", tp_engine_live(h->e));
             return;
@@ -409,7 +409,7 @@ static int result_get_op(void *ctx, tp_store_t *s, MDB_txn *txn)
  * A kept answer (its result line) rendered in another format: the line
  * read back into its record.
  */
-static void reply_kept_as(tp_http_t *h, struct evhttp_request *req, const tp_http_entry_t *e, tp_format_t format)
+static void reply_kept_as(tp_http_t *h, tp_hreq_t *req, const tp_http_entry_t *e, tp_format_t format)
 {
     Toolpool__Result *r = NULL;
     tp_buf_t b = {0};
@@ -427,7 +427,7 @@ static void reply_kept_as(tp_http_t *h, struct evhttp_request *req, const tp_htt
  * GET /v1/calls/ID: the answer (200 and the result line), 202 while it
  * runs (here, or in another supervisor on the store), 404 unknown.
  */
-void http_calls_get(tp_http_t *h, struct evhttp_request *req, const char *id)
+void http_calls_get(tp_http_t *h, tp_hreq_t *req, const char *id)
 {
     tp_format_t format;
     if (http_query_format(h, req, &format) < 0)
@@ -486,7 +486,7 @@ void http_calls_get(tp_http_t *h, struct evhttp_request *req, const char *id)
  * final answer (Cancelled, class guard, unless it ended first). 409 for a
  * call that has ended, 404 for one nobody knows.
  */
-void http_calls_delete(tp_http_t *h, struct evhttp_request *req, const char *id)
+void http_calls_delete(tp_http_t *h, tp_hreq_t *req, const char *id)
 {
     tp_format_t format;
     if (http_query_format(h, req, &format) < 0)

@@ -42,7 +42,7 @@ static int state_get_op(void *ctx, tp_store_t *s, MDB_txn *txn)
  * the job (the latest replaces the last), committed before the reply
  * {"job", "step"}. GET: {"job", "step", "state", "updated_ms"}, or 404.
  */
-void http_checkpoint_put(tp_http_t *h, struct evhttp_request *req, const char *job)
+void http_checkpoint_put(tp_http_t *h, tp_hreq_t *req, const char *job)
 {
     size_t len;
     const char *body;
@@ -96,7 +96,7 @@ void http_checkpoint_put(tp_http_t *h, struct evhttp_request *req, const char *j
     http_reply_json_when_durable(h, req, 200, json_pack("{s:s, s:I}", "job", job, "step", (json_int_t)step));
 }
 
-void http_checkpoint_get(tp_http_t *h, struct evhttp_request *req, const char *job)
+void http_checkpoint_get(tp_http_t *h, tp_hreq_t *req, const char *job)
 {
     state_get_t get = {.job = job};
     int rc = http_store_op(h, req, 0, state_get_op, &get);

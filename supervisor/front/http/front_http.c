@@ -1,6 +1,7 @@
 /*
  * The HTTP front's core (front_http.h, and http_internal.h for how its files
- * fit): the front made, drained, finished and freed; the listening socket;
+ * fit): the front made, drained, finished and freed; the listening socket
+ * (its connections served by hserver.c);
  * each connection tracked, counted against --max-connections, its requests'
  * token checked; the replies every route sends, at once or once the store
  * is durable; and the route table, which hands each request to the file of
@@ -10,12 +11,13 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <event2/http_struct.h>
+#include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,10 +48,9 @@
 /* After an accept error (EMFILE...), the listener rests this long before it tries again. */
 #define TP_HTTP_ACCEPT_PAUSE_MS 200
 
-/* The methods evhttp lets through to request_cb; any other it answers itself. */
+/* Every method: a route that takes them all. */
 #define TP_HTTP_METHODS                                                                                                \
-    (EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |    \
-     EVHTTP_REQ_PATCH)
+    (TP_HM_GET | TP_HM_POST | TP_HM_HEAD | TP_HM_PUT | TP_HM_DELETE | TP_HM_OPTIONS | TP_HM_PATCH | TP_HM_OTHER)
 
 /* ---- replies ---- */
 
@@ -60,55 +61,15 @@ void http_count_reply(tp_http_t *h, int status)
 }
 
 /*
- * The Date and Content-Length headers evhttp_send_reply would add to an
- * HTTP/1.1 reply with a body, added here first, the same bytes in the same
- * place (after the headers set so far): evhttp formats the date anew for
- * every reply (gmtime and a printf) and the length with another printf,
- * where a second's replies can share one date and a length needs no
- * printf. Under wrk, serve's instructions per POST /v1/calls went from
- * 65,100 to 62,300 (callgrind). Any other reply (HTTP/1.0, HEAD, 204,
- * 304, 1xx) is left to evhttp's own rules.
- */
-static void reply_add_date_length(tp_http_t *h, struct evhttp_request *req, struct evkeyvalq *hd, int status,
-                                  size_t len)
-{
-    if (req->major != 1 || req->minor < 1 || status == 204 || status == 304 || status < 200 ||
-        req->type == EVHTTP_REQ_HEAD || req->type == EVHTTP_REQ_CONNECT)
-        return;
-    time_t now = time(NULL);
-    if (now != h->date_at || h->date[0] == '\0') {
-        struct tm tm;
-        if (gmtime_r(&now, &tm) == NULL || evutil_date_rfc1123(h->date, sizeof h->date, &tm) == 0)
-            return;
-        h->date_at = now;
-    }
-    char num[24];
-    size_t i = sizeof num;
-    num[--i] = '\0';
-    do {
-        num[--i] = (char)('0' + len % 10);
-        len /= 10;
-    } while (len > 0);
-    if (evhttp_add_header(hd, "Date", h->date) != 0 || evhttp_add_header(hd, "Content-Length", num + i) != 0)
-        tp_log_warn("http.header_failed", "http: cannot set a reply's Date and Content-Length");
-}
-
-/*
- * Sends the whole reply. After this, req is libevent's: the caller drops
+ * Sends the whole reply. After this, req is done with: the caller drops
  * its pointer.
  */
-void http_reply(tp_http_t *h, struct evhttp_request *req, int status, const char *ctype, const void *body, size_t len)
+void http_reply(tp_http_t *h, tp_hreq_t *req, int status, const char *ctype, const void *body, size_t len)
 {
-    struct evkeyvalq *hd = evhttp_request_get_output_headers(req);
-    if (ctype && evhttp_add_header(hd, "Content-Type", ctype) != 0)
+    if (ctype && tp_hreq_add_header(req, "Content-Type", ctype) != 0)
         tp_log_warn("http.header_failed", "http: cannot set a reply's Content-Type");
-    if (len > 0 && evbuffer_add(evhttp_request_get_output_buffer(req), body, len) != 0) {
-        tp_log_error("http.out_of_memory", "http: out of memory for a %d reply of %zu bytes", status, len);
-        status = 500;
-    }
-    reply_add_date_length(h, req, hd, status, evbuffer_get_length(evhttp_request_get_output_buffer(req)));
     http_count_reply(h, status);
-    evhttp_send_reply(req, status, NULL, NULL);
+    tp_hreq_reply(req, status, body, len);
 }
 
 /* {"error": error, "message": ...} and a newline, the body of every error. */
@@ -121,7 +82,7 @@ void http_error_body(tp_buf_t *b, const char *error, const char *message)
     tp_buf_puts(b, "}\n");
 }
 
-void http_reply_error(tp_http_t *h, struct evhttp_request *req, int status, const char *error, const char *fmt, ...)
+void http_reply_error(tp_http_t *h, tp_hreq_t *req, int status, const char *error, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -143,9 +104,9 @@ int http_json_body(tp_buf_t *b, json_t *v)
 }
 
 /* The query parameter name, copied to buf (cap bytes); NULL when the query has none. */
-const char *http_query_get(struct evhttp_request *req, const char *name, char *buf, size_t cap)
+const char *http_query_get(tp_hreq_t *req, const char *name, char *buf, size_t cap)
 {
-    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    const char *q = tp_hreq_query(req);
     if (q == NULL)
         return NULL;
     struct evkeyvalq params = {0};
@@ -162,7 +123,7 @@ const char *http_query_get(struct evhttp_request *req, const char *name, char *b
  * ?format= of a request that answers calls (agent.h): *out, toolpool when
  * absent. -1 for a format it does not know, answered 400 here.
  */
-int http_query_format(tp_http_t *h, struct evhttp_request *req, tp_format_t *out)
+int http_query_format(tp_http_t *h, tp_hreq_t *req, tp_format_t *out)
 {
     char buf[64];
     const char *f = http_query_get(req, "format", buf, sizeof buf);
@@ -177,96 +138,31 @@ int http_query_format(tp_http_t *h, struct evhttp_request *req, tp_format_t *out
  * The request's body, made contiguous: *p (NULL when empty) and *len. -1
  * when it cannot be (out of memory), answered 500 here.
  */
-int http_body_of(tp_http_t *h, struct evhttp_request *req, const char **p, size_t *len)
+int http_body_of(tp_http_t *h, tp_hreq_t *req, const char **p, size_t *len)
 {
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    *len = evbuffer_get_length(in);
-    *p = *len ? (const char *)evbuffer_pullup(in, -1) : NULL;
-    if (*len && *p == NULL) {
-        http_reply_error(h, req, 500, "InternalError", "out of memory reading the body");
-        return -1;
-    }
+    (void)h;
+    *p = tp_hreq_body(req, len);
     return 0;
 }
 
 /* ---- connections ---- */
 
-static size_t ptr_slot(const void *p, size_t cap)
-{
-    return (size_t)(XXH3_64bits(&p, sizeof p) & (cap - 1));
-}
-
-static tp_http_conn_t *conn_find(tp_http_t *h, const struct evhttp_connection *evcon)
-{
-    if (evcon == NULL || h->conns == NULL)
-        return NULL;
-    for (tp_http_conn_t *c = h->conns[ptr_slot(evcon, h->conns_cap)]; c; c = c->hnext)
-        if (c->evcon == evcon)
-            return c;
-    return NULL;
-}
-
-static int conn_insert(tp_http_t *h, tp_http_conn_t *c)
-{
-    if ((size_t)h->n_conns * 2 > h->conns_cap) {
-        size_t cap = h->conns_cap ? h->conns_cap * 2 : 256;
-        tp_http_conn_t **t = calloc(cap, sizeof *t);
-        if (t == NULL)
-            return -1;
-        for (size_t i = 0; i < h->conns_cap; i++)
-            for (tp_http_conn_t *x = h->conns[i], *nx; x; x = nx) {
-                nx = x->hnext;
-                size_t k = ptr_slot(x->evcon, cap);
-                x->hnext = t[k];
-                t[k] = x;
-            }
-        free(h->conns);
-        h->conns = t;
-        h->conns_cap = cap;
-    }
-    size_t k = ptr_slot(c->evcon, h->conns_cap);
-    c->hnext = h->conns[k];
-    h->conns[k] = c;
-    return 0;
-}
-
-static void conn_remove(tp_http_t *h, tp_http_conn_t *c)
-{
-    if (h->conns == NULL)
-        return;
-    for (tp_http_conn_t **pp = &h->conns[ptr_slot(c->evcon, h->conns_cap)]; *pp; pp = &(*pp)->hnext)
-        if (*pp == c) {
-            *pp = c->hnext;
-            return;
-        }
-}
-
 static void listener_update(tp_http_t *h);
-
-/* One connection fewer: the listener takes connections again once they are under the hard cap. */
-static void conn_gone(tp_http_t *h)
-{
-    h->n_conns--;
-    listener_update(h);
-}
 
 /*
  * A connection is going (its client closed it, it timed out, or the server
- * is freeing it): libevent frees it right after this. A request on it that
- * is still waiting for its reply is either still on the connection
- * (libevent frees it next) or was detached from it by libevent's error
- * path (then nobody would free it but us). Either way the front drops the
- * pointer; the call behind it runs on and its answer is kept or recorded.
+ * is freeing it): the server frees it, and its request, right after this.
+ * The front drops the pointers of the requests on it that were still
+ * waiting for their replies; the call behind each runs on and its answer
+ * is kept or recorded.
  */
-static void conn_closed_cb(struct evhttp_connection *evcon, void *arg)
+static void conn_closed_cb(void *ctx, void *user)
 {
-    tp_http_conn_t *c = arg;
-    tp_http_t *h = c->h;
+    tp_http_t *h = ctx;
+    tp_http_conn_t *c = user;
     while (c->waits) {
         tp_http_wait_t *w = c->waits;
         c->waits = w->cnext;
-        if (evhttp_request_get_connection(w->req) == NULL)
-            evhttp_request_free(w->req);
         w->req = NULL;
         w->conn = NULL;
         w->cprev = w->cnext = NULL;
@@ -275,89 +171,46 @@ static void conn_closed_cb(struct evhttp_connection *evcon, void *arg)
         else if (w->kind == TP_WAIT_MCP)
             http_mcp_client_gone(w);
     }
-    conn_remove(h, c);
-    conn_gone(h);
+    h->n_conns--;
+    listener_update(h);
     free(c);
 }
 
 /*
- * evhttp calls this for every connection it accepts, before it makes the
- * evhttp_connection: the one moment a connection is seen from its start
- * (libevent 2.1 has no evhttp_set_max_connections and no per-connection
- * hook). The bufferevent made here is the connection's; the front holds a
- * reference to it until the adopt event, later in this loop turn, finds the
- * evhttp_connection (evhttp hands it to every bufferevent_setcb of the
- * connection as the callback argument) and sets the close callback that
- * counts it out.
+ * A connection accepted: counted (one past --max-connections is served,
+ * to be told 503), handed to the server. TCP's Nagle is off: a reply is
+ * one write, and an event stream's events must not wait for an ACK.
  */
-static struct bufferevent *conn_bev_cb(struct event_base *base, void *arg)
+static void accept_cb(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa, int socklen, void *arg)
 {
     tp_http_t *h = arg;
-    struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
-    if (bev == NULL) {
-        tp_log_error("http.out_of_memory", "http: out of memory accepting a connection");
-        return NULL;
-    }
+    (void)lev;
+    (void)socklen;
     tp_http_conn_t *c = calloc(1, sizeof *c);
-    if (c == NULL)
-        return bev; /* served, uncounted */
+    if (c == NULL) {
+        tp_log_error("http.out_of_memory", "http: out of memory accepting a connection");
+        close(fd);
+        return;
+    }
+    if (sa && (sa->sa_family == AF_INET || sa->sa_family == AF_INET6)) {
+        int one = 1;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
     c->h = h;
-    c->bev = bev;
-    bufferevent_incref(bev);
     c->refused = h->n_conns >= h->o.max_connections;
+    if (tp_hs_adopt(h->hs, fd, c) != 0) {
+        tp_log_error("http.out_of_memory", "http: out of memory accepting a connection");
+        free(c);
+        return;
+    }
     h->n_conns++;
     h->accepted++;
-    c->fnext = h->fresh;
-    h->fresh = c;
-    event_active(h->ev_adopt, EV_TIMEOUT, 0);
     listener_update(h);
-    return bev;
-}
-
-static void conn_adopt_cb(evutil_socket_t fd, short what, void *arg)
-{
-    tp_http_t *h = arg;
-    while (h->fresh) {
-        tp_http_conn_t *c = h->fresh;
-        h->fresh = c->fnext;
-        bufferevent_event_cb ecb = NULL;
-        void *cbarg = NULL;
-        bufferevent_getcb(c->bev, NULL, NULL, &ecb, &cbarg);
-        struct evhttp_connection *evcon = cbarg;
-        bool alive = ecb != NULL && evcon != NULL && evhttp_connection_get_bufferevent(evcon) == c->bev;
-        if (alive) {
-            c->evcon = evcon;
-            if (conn_insert(h, c) < 0) {
-                tp_log_error("http.out_of_memory", "http: out of memory tracking a connection");
-                alive = false;
-            } else {
-                evhttp_connection_set_closecb(evcon, conn_closed_cb, c);
-            }
-        }
-        bufferevent_decref(c->bev); /* frees it if evhttp already has */
-        c->bev = NULL;
-        if (!alive) {
-            conn_gone(h);
-            free(c);
-        }
-    }
-}
-
-static tp_http_conn_t *conn_of(tp_http_t *h, struct evhttp_request *req)
-{
-    return conn_find(h, evhttp_request_get_connection(req));
-}
-
-/* The bufferevent of req's connection; NULL when req or its connection is gone. */
-struct bufferevent *http_req_bev(struct evhttp_request *req)
-{
-    struct evhttp_connection *evcon = req ? evhttp_request_get_connection(req) : NULL;
-    return evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
 }
 
 /* ---- requests whose reply comes later ---- */
 
-tp_http_wait_t *http_wait_new(tp_http_t *h, struct evhttp_request *req, tp_wait_kind_t kind)
+tp_http_wait_t *http_wait_new(tp_http_t *h, tp_hreq_t *req, tp_wait_kind_t kind)
 {
     tp_http_wait_t *w = calloc(1, sizeof *w);
     if (w == NULL)
@@ -365,7 +218,7 @@ tp_http_wait_t *http_wait_new(tp_http_t *h, struct evhttp_request *req, tp_wait_
     w->kind = kind;
     w->h = h;
     w->req = req;
-    w->conn = conn_of(h, req);
+    w->conn = tp_hreq_user(req);
     if (w->conn) {
         w->cnext = w->conn->waits;
         if (w->cnext)
@@ -376,9 +229,9 @@ tp_http_wait_t *http_wait_new(tp_http_t *h, struct evhttp_request *req, tp_wait_
 }
 
 /* Takes w's request off its connection's list: the reply is about to go. */
-struct evhttp_request *http_wait_take(tp_http_wait_t *w)
+tp_hreq_t *http_wait_take(tp_http_wait_t *w)
 {
-    struct evhttp_request *req = w->req;
+    tp_hreq_t *req = w->req;
     if (w->conn) {
         if (w->cprev)
             w->cprev->cnext = w->cnext;
@@ -395,7 +248,7 @@ struct evhttp_request *http_wait_take(tp_http_wait_t *w)
 
 void http_wait_reply(tp_http_wait_t *w, int status, const char *ctype, const void *body, size_t len)
 {
-    struct evhttp_request *req = http_wait_take(w);
+    tp_hreq_t *req = http_wait_take(w);
     if (req)
         http_reply(w->h, req, status, ctype, body, len);
 }
@@ -408,19 +261,12 @@ void http_wait_error(tp_http_wait_t *w, int status, const char *error, const cha
     tp_buf_free(&b);
 }
 
-/*
- * Frees w. A request still unanswered (only at teardown, after
- * tp_http_finish) is on its connection, which libevent frees with it; one
- * whose connection libevent has already dropped (an untracked connection:
- * no close callback told us) is ours to free.
- */
+/* Frees w. A request still unanswered (only at teardown, after tp_http_finish) is its connection's. */
 void http_wait_free(tp_http_wait_t *w)
 {
     if (w == NULL)
         return;
-    struct evhttp_request *req = http_wait_take(w);
-    if (req && evhttp_request_get_connection(req) == NULL)
-        evhttp_request_free(req);
+    http_wait_take(w);
     if (w->gone_ev)
         event_free(w->gone_ev);
     tp_buf_free(&w->body);
@@ -448,7 +294,7 @@ static void store_durable_cb(void *ctx, bool ok)
  * Replies status and body (taken) once the engine's transaction, which the
  * caller has read or written, is durable.
  */
-void http_reply_when_durable(tp_http_t *h, struct evhttp_request *req, int status, const char *ctype, tp_buf_t *body)
+void http_reply_when_durable(tp_http_t *h, tp_hreq_t *req, int status, const char *ctype, tp_buf_t *body)
 {
     tp_http_wait_t *w = http_wait_new(h, req, TP_WAIT_STORE);
     if (w == NULL) {
@@ -467,7 +313,7 @@ void http_reply_when_durable(tp_http_t *h, struct evhttp_request *req, int statu
     tp_engine_when_durable(h->e, store_durable_cb, w);
 }
 
-void http_reply_json_when_durable(tp_http_t *h, struct evhttp_request *req, int status, json_t *v)
+void http_reply_json_when_durable(tp_http_t *h, tp_hreq_t *req, int status, json_t *v)
 {
     tp_buf_t b = {0};
     if (http_json_body(&b, v) < 0) {
@@ -478,8 +324,7 @@ void http_reply_json_when_durable(tp_http_t *h, struct evhttp_request *req, int 
     http_reply_when_durable(h, req, status, "application/json", &b);
 }
 
-void http_reply_error_when_durable(tp_http_t *h, struct evhttp_request *req, int status, const char *error,
-                                   const char *message)
+void http_reply_error_when_durable(tp_http_t *h, tp_hreq_t *req, int status, const char *error, const char *message)
 {
     tp_buf_t b = {0};
     http_error_body(&b, error, message);
@@ -487,7 +332,7 @@ void http_reply_error_when_durable(tp_http_t *h, struct evhttp_request *req, int
 }
 
 /* A request's read or write of the store, in the engine's turn (tp_engine_store_op); TP_EAGAIN has been answered 503. */
-int http_store_op(tp_http_t *h, struct evhttp_request *req, size_t room, tp_store_op_fn op, void *ctx)
+int http_store_op(tp_http_t *h, tp_hreq_t *req, size_t room, tp_store_op_fn op, void *ctx)
 {
     int rc = tp_engine_store_op(h->e, room, op, ctx);
     if (rc == TP_EAGAIN)
@@ -501,7 +346,7 @@ int http_store_op(tp_http_t *h, struct evhttp_request *req, size_t room, tp_stor
  * request's 500; anything else is the store's, and stops the engine as
  * a failure of its own would.
  */
-void http_store_error(tp_http_t *h, struct evhttp_request *req, int rc, const char *what)
+void http_store_error(tp_http_t *h, tp_hreq_t *req, int rc, const char *what)
 {
     char why[256];
     if (rc == TP_EPROTO) {
@@ -525,9 +370,9 @@ static bool token_equal(const char *given, const char *token)
     return d == 0;
 }
 
-static bool authorized(tp_http_t *h, struct evhttp_request *req)
+static bool authorized(tp_http_t *h, tp_hreq_t *req)
 {
-    const char *v = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    const char *v = tp_hreq_header(req, "Authorization");
     if (v == NULL || strncasecmp(v, "Bearer ", 7) != 0)
         return false;
     for (v += 7; *v == ' '; v++)
@@ -573,9 +418,9 @@ static char *path_decode(const char *s, size_t n)
     return out;
 }
 
-static void reply_method(tp_http_t *h, struct evhttp_request *req, const char *allow)
+static void reply_method(tp_http_t *h, tp_hreq_t *req, const char *allow)
 {
-    if (evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow) != 0)
+    if (tp_hreq_add_header(req, "Allow", allow) != 0)
         tp_log_warn("http.header_failed", "http: cannot set a reply's Allow");
     http_reply_error(h, req, 405, "MethodNotAllowed", "this path takes %s", allow);
 }
@@ -597,17 +442,17 @@ typedef enum {
     TP_ROUTE_PREFIX, /* path, then a name (the handler's, decoded), then suffix when it has one */
 } tp_route_match_t;
 
-/* What a route of GET takes: evhttp answers a HEAD as the GET, without the body. */
-#define TP_ROUTE_GET (EVHTTP_REQ_GET | EVHTTP_REQ_HEAD)
+/* What a route of GET takes: a HEAD is answered as the GET, without the body. */
+#define TP_ROUTE_GET (TP_HM_GET | TP_HM_HEAD)
 
 typedef struct {
-    unsigned methods; /* the EVHTTP_REQ_* it takes */
+    unsigned methods; /* the TP_HM_* it takes */
     tp_route_match_t match;
     const char *path;
     const char *suffix;      /* TP_ROUTE_PREFIX: what follows the name; NULL: nothing need */
     http_handler_t *handler; /* NULL: its methods are answered 405, with allow as the Allow header */
     /* Once the path is the route's, before its method is looked at: false when it has answered. */
-    bool (*admit)(tp_http_t *h, struct evhttp_request *req);
+    bool (*admit)(tp_http_t *h, tp_hreq_t *req);
     const char *allow;
     bool while_draining; /* served while the service drains (every other path is 503 then) */
 } tp_route_t;
@@ -636,21 +481,21 @@ static const tp_route_t routes[] = {
     {TP_ROUTE_GET,      TP_ROUTE_EXACT,  "/healthz",         NULL,          http_healthz,             NULL,           NULL,                      true},
     {TP_ROUTE_GET,      TP_ROUTE_EXACT,  "/readyz",          NULL,          http_readyz,              NULL,           NULL,                      true},
     {TP_ROUTE_GET,      TP_ROUTE_EXACT,  "/metrics",         NULL,          http_metrics_get,         NULL,           NULL,                      true},
-    {EVHTTP_REQ_POST,   TP_ROUTE_EXACT,  "/v1/calls",        NULL,          http_calls_post,          NULL,           NULL,                      false},
-    {EVHTTP_REQ_POST,   TP_ROUTE_EXACT,  "/mcp",             NULL,          http_mcp_post,            NULL,           NULL,                      false},
-    {EVHTTP_REQ_DELETE, TP_ROUTE_EXACT,  "/mcp",             NULL,          http_mcp_delete,          NULL,           NULL,                      false},
-    {EVHTTP_REQ_POST,   TP_ROUTE_EXACT,  "/v1/batch",        NULL,          http_batch_post,          NULL,           NULL,                      false},
+    {TP_HM_POST,       TP_ROUTE_EXACT,  "/v1/calls",        NULL,          http_calls_post,          NULL,           NULL,                      false},
+    {TP_HM_POST,       TP_ROUTE_EXACT,  "/mcp",             NULL,          http_mcp_post,            NULL,           NULL,                      false},
+    {TP_HM_DELETE,      TP_ROUTE_EXACT,  "/mcp",             NULL,          http_mcp_delete,          NULL,           NULL,                      false},
+    {TP_HM_POST,       TP_ROUTE_EXACT,  "/v1/batch",        NULL,          http_batch_post,          NULL,           NULL,                      false},
     {TP_ROUTE_GET,      TP_ROUTE_EXACT,  "/v1/tools",        NULL,          http_tools_get,           NULL,           NULL,                      false},
     {TP_ROUTE_GET,      TP_ROUTE_EXACT,  "/v1/breakers",     NULL,          http_breakers_get,        NULL,           NULL,                      false},
     {TP_ROUTE_GET,      TP_ROUTE_EXACT,  "/v1/escalations",  NULL,          http_escalations_get,     NULL,           NULL,                      false},
     {TP_ROUTE_GET,      TP_ROUTE_PREFIX, "/v1/calls/",       NULL,          http_calls_get,           NULL,           NULL,                      false},
-    {EVHTTP_REQ_DELETE, TP_ROUTE_PREFIX, "/v1/calls/",       NULL,          http_calls_delete,        NULL,           NULL,                      false},
+    {TP_HM_DELETE,      TP_ROUTE_PREFIX, "/v1/calls/",       NULL,          http_calls_delete,        NULL,           NULL,                      false},
     {TP_ROUTE_GET,      TP_ROUTE_PREFIX, "/v1/jobs/",        "/checkpoint", http_checkpoint_get,      NULL,           NULL,                      false},
-    {EVHTTP_REQ_PUT,    TP_ROUTE_PREFIX, "/v1/jobs/",        "/checkpoint", http_checkpoint_put,      NULL,           NULL,                      false},
+    {TP_HM_PUT,        TP_ROUTE_PREFIX, "/v1/jobs/",        "/checkpoint", http_checkpoint_put,      NULL,           NULL,                      false},
     {TP_ROUTE_GET,      TP_ROUTE_PREFIX, "/v1/breakers/",    NULL,          http_breakers_get,        NULL,           NULL,                      false},
-    {EVHTTP_REQ_POST,   TP_ROUTE_PREFIX, "/v1/breakers/",    "/reset",      http_breakers_reset,      NULL,           NULL,                      false},
-    {EVHTTP_REQ_POST,   TP_ROUTE_PREFIX, "/v1/breakers/",    NULL,          NULL,                     NULL,           "GET (POST on .../reset)", false},
-    {EVHTTP_REQ_POST,   TP_ROUTE_PREFIX, "/v1/escalations/", "/resolve",    http_escalations_resolve, NULL,           NULL,                      false},
+    {TP_HM_POST,       TP_ROUTE_PREFIX, "/v1/breakers/",    "/reset",      http_breakers_reset,      NULL,           NULL,                      false},
+    {TP_HM_POST,       TP_ROUTE_PREFIX, "/v1/breakers/",    NULL,          NULL,                     NULL,           "GET (POST on .../reset)", false},
+    {TP_HM_POST,       TP_ROUTE_PREFIX, "/v1/escalations/", "/resolve",    http_escalations_resolve, NULL,           NULL,                      false},
     {TP_HTTP_METHODS,   TP_ROUTE_PREFIX, "/v1/escalations/", "/resolve",    NULL,                     NULL,           "POST",                    false},
     {TP_ROUTE_GET,      TP_ROUTE_PREFIX, "/v1/escalations/", NULL,          http_escalations_get,     NULL,           NULL,                      false},
     /* clang-format on */
@@ -687,8 +532,7 @@ static void route_allow(const tp_route_t *r, char *buf, size_t cap)
     static const struct {
         unsigned method;
         const char *name;
-    } names[] = {
-        {EVHTTP_REQ_GET, "GET"}, {EVHTTP_REQ_POST, "POST"}, {EVHTTP_REQ_PUT, "PUT"}, {EVHTTP_REQ_DELETE, "DELETE"}};
+    } names[] = {{TP_HM_GET, "GET"}, {TP_HM_POST, "POST"}, {TP_HM_PUT, "PUT"}, {TP_HM_DELETE, "DELETE"}};
     unsigned methods = 0;
     for (size_t i = 0; i < TP_ROUTES; i++)
         if (routes[i].handler && route_same_path(&routes[i], r))
@@ -764,23 +608,24 @@ static size_t host_len(const char *hostport)
  * (text/plain, a form). A Unix socket is out of a browser's reach. false
  * when it has answered (403, 415).
  */
-static bool cross_site_ok(tp_http_t *h, struct evhttp_request *req, const char *path)
+static bool cross_site_ok(tp_http_t *h, tp_hreq_t *req, const char *path)
 {
     /*
      * Host, Origin and Content-Type in one pass over the headers, each the
-     * first of its name as evhttp_find_header would find it; a name is
-     * compared only with a key of its length (three scans with a
-     * case-folding compare of every key were ~880 instructions a request).
+     * first of its name as tp_hreq_header would find it; a name is
+     * compared only with a key of its length.
      */
     const char *host = NULL, *origin = NULL, *type = NULL;
-    for (struct evkeyval *kv = evhttp_request_get_input_headers(req)->tqh_first; kv; kv = kv->next.tqe_next) {
-        size_t n = strlen(kv->key);
-        if (n == 4 && host == NULL && evutil_ascii_strcasecmp(kv->key, "Host") == 0)
-            host = kv->value;
-        else if (n == 6 && origin == NULL && evutil_ascii_strcasecmp(kv->key, "Origin") == 0)
-            origin = kv->value;
-        else if (n == 12 && type == NULL && evutil_ascii_strcasecmp(kv->key, "Content-Type") == 0)
-            type = kv->value;
+    for (size_t i = 0, nh = tp_hreq_headers(req); i < nh; i++) {
+        size_t n;
+        const char *v;
+        const char *key = tp_hreq_header_at(req, i, &n, &v);
+        if (n == 4 && host == NULL && strcasecmp(key, "Host") == 0)
+            host = v;
+        else if (n == 6 && origin == NULL && strcasecmp(key, "Origin") == 0)
+            origin = v;
+        else if (n == 12 && type == NULL && strcasecmp(key, "Content-Type") == 0)
+            type = v;
     }
     bool mcp = strncmp(path, "/mcp", 4) == 0;
     char msg[700];
@@ -807,8 +652,8 @@ static bool cross_site_ok(tp_http_t *h, struct evhttp_request *req, const char *
             http_reply_error(h, req, 403, "Forbidden", "%s", msg + strlen("Forbidden: "));
         return false;
     }
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    if (h->tcp && type != NULL && (cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT) &&
+    unsigned cmd = tp_hreq_method(req);
+    if (h->tcp && type != NULL && (cmd == TP_HM_POST || cmd == TP_HM_PUT) &&
         (strncasecmp(type, "text/plain", 10) == 0 || strncasecmp(type, "application/x-www-form-urlencoded", 33) == 0 ||
          strncasecmp(type, "multipart/form-data", 19) == 0)) {
         snprintf(msg, sizeof msg,
@@ -825,63 +670,37 @@ static bool cross_site_ok(tp_http_t *h, struct evhttp_request *req, const char *
 }
 
 /*
- * A request with two Content-Lengths that differ is refused, and its
- * connection closed: evhttp read the body by the first, and a proxy in
- * front may have read it by the other, so what follows on the connection
- * could be a request the proxy never saw. false when it has answered.
+ * Every request comes here (the server's on_request), framed: refused,
+ * unauthorized, or routed. (A request the server could not frame, two
+ * Content-Lengths that differ, a body past --max-body, it answered
+ * itself.)
  */
-static bool framing_ok(tp_http_t *h, struct evhttp_request *req)
-{
-    const char *len = NULL;
-    struct evkeyval *kv;
-    /* the headers are a TAILQ (keyvalq_struct.h), walked by its fields: sys/queue.h is not included */
-    for (kv = evhttp_request_get_input_headers(req)->tqh_first; kv != NULL; kv = kv->next.tqe_next) {
-        if (strcasecmp(kv->key, "Content-Length") != 0)
-            continue;
-        if (len == NULL) {
-            len = kv->value;
-        } else if (strcmp(len, kv->value) != 0) {
-            if (evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close") != 0)
-                tp_log_warn("http.header_failed", "http: cannot set a reply's Connection");
-            http_reply_error(h, req, 400, "BadRequest", "two Content-Length headers that differ (%.40s and %.40s)", len,
-                             kv->value);
-            return false;
-        }
-    }
-    return true;
-}
-
-/* Every request comes here (evhttp's generic callback): refused, unauthorized, or routed. */
-static void request_cb(struct evhttp_request *req, void *arg)
+static void request_cb(void *arg, tp_hreq_t *req)
 {
     tp_http_t *h = arg;
-    tp_http_conn_t *c = conn_of(h, req);
-    if (c && c->refused) {
-        if (evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close") != 0)
-            tp_log_warn("http.header_failed", "http: cannot set a reply's Connection");
+    tp_http_conn_t *c = tp_hreq_user(req);
+    if (c->refused) {
+        tp_hreq_close_after(req);
         http_reply_error(h, req, 503, "Unavailable", "too many connections (the most is %d); try again later",
                          h->o.max_connections);
         return;
     }
-    const struct evhttp_uri *ruri = evhttp_request_get_evhttp_uri(req);
-    const char *rpath = ruri ? evhttp_uri_get_path(ruri) : NULL;
-    if (!framing_ok(h, req) || !cross_site_ok(h, req, rpath ? rpath : ""))
+    const char *path = tp_hreq_path(req);
+    if (!cross_site_ok(h, req, path))
         return;
     if (h->o.token && !authorized(h, req)) {
-        if (evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer") != 0)
+        if (tp_hreq_add_header(req, "WWW-Authenticate", "Bearer") != 0)
             tp_log_warn("http.header_failed", "http: cannot set a reply's WWW-Authenticate");
         http_reply_error(h, req, 401, "Unauthorized", "this service needs \"Authorization: Bearer TOKEN\"");
         return;
     }
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
-    if (path == NULL || path[0] != '/') {
+    if (path[0] != '/') {
         http_reply_error(h, req, 400, "InvalidRequest", "the request has no path");
         return;
     }
     size_t n = strlen(path);
     const tp_route_t *first;
-    const tp_route_t *hit = route_find(path, n, (unsigned)evhttp_request_get_command(req), &first);
+    const tp_route_t *hit = route_find(path, n, tp_hreq_method(req), &first);
     if (h->draining && (first == NULL || !first->while_draining)) {
         http_reply_error(h, req, 503, "Unavailable", "the service is draining: it takes no new requests");
         return;
@@ -1130,20 +949,13 @@ int tp_http_listen(tp_http_t *h, tp_http_addr_t *a, char *err, size_t cap)
         snprintf(err, cap, "%s: cannot listen: %s", a->text, strerror(errno));
         goto fail;
     }
-    h->listener = evconnlistener_new(h->o.base, NULL, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
+    h->listener = evconnlistener_new(h->o.base, accept_cb, h, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, 0, fd);
     if (h->listener == NULL) {
         snprintf(err, cap, "%s: cannot listen: out of memory", a->text);
         goto fail;
     }
     fd = -1; /* the listener's now */
     evconnlistener_set_error_cb(h->listener, accept_error_cb);
-    h->bound = evhttp_bind_listener(h->http, h->listener);
-    if (h->bound == NULL) {
-        snprintf(err, cap, "%s: cannot serve HTTP on it", a->text);
-        evconnlistener_free(h->listener);
-        h->listener = NULL;
-        goto fail;
-    }
     return 0;
 fail:
     if (fd >= 0)
@@ -1173,20 +985,17 @@ tp_http_t *tp_http_new(const tp_http_opts_t *o)
         goto nomem;
     if (getrandom(&h->id_prefix, sizeof h->id_prefix, GRND_NONBLOCK) != (ssize_t)sizeof h->id_prefix)
         h->id_prefix = tp_now_us() ^ ((uint64_t)getpid() << 32);
-    h->http = evhttp_new(o->base);
-    h->ev_adopt = event_new(o->base, -1, 0, conn_adopt_cb, h);
+    tp_hs_opts_t so = {.base = o->base,
+                       .max_body = o->max_body,
+                       .max_head = TP_HTTP_MAX_HEADERS,
+                       .idle = h->idle_tv,
+                       .on_request = request_cb,
+                       .on_close = conn_closed_cb,
+                       .ctx = h};
+    h->hs = tp_hs_new(&so);
     h->ev_resume = evtimer_new(o->base, accept_resume_cb, h);
-    if (h->http == NULL || h->ev_adopt == NULL || h->ev_resume == NULL)
+    if (h->hs == NULL || h->ev_resume == NULL)
         goto nomem;
-    evhttp_set_timeout_tv(h->http, &h->idle_tv);
-    evhttp_set_max_body_size(h->http, (ev_ssize_t)o->max_body);
-    evhttp_set_max_headers_size(h->http, TP_HTTP_MAX_HEADERS);
-    evhttp_set_allowed_methods(h->http, TP_HTTP_METHODS);
-    /* A body past --max-body is read to its end and then refused, so the client hears the 413 (no reset). */
-    if (evhttp_set_flags(h->http, EVHTTP_SERVER_LINGERING_CLOSE) != 0)
-        tp_log_warn("http.old_libevent", "http: this libevent cannot read an oversized body out before its 413");
-    evhttp_set_gencb(h->http, request_cb, h);
-    evhttp_set_bevcb(h->http, conn_bev_cb, h);
     if (http_tools_render(h) < 0 || (h->mcp_tools = tp_mcp_catalog_new(tp_engine_registry(h->e))) == NULL)
         goto nomem;
     tp_front_t f = {.feed = http_feed_cb, .flush = http_flush_cb, .ctx = h};
@@ -1207,9 +1016,8 @@ void tp_http_drain(tp_http_t *h)
     if (h->draining)
         return;
     h->draining = true;
-    if (h->bound) {
-        evhttp_del_accept_socket(h->http, h->bound); /* frees the listener, closes its socket */
-        h->bound = NULL;
+    if (h->listener) {
+        evconnlistener_free(h->listener); /* closes its socket */
         h->listener = NULL;
     }
     for (tp_http_batch_t *b = h->batches, *nx; b; b = nx) {
@@ -1221,13 +1029,7 @@ void tp_http_drain(tp_http_t *h)
 /* Whether every reply has left for the kernel. */
 static bool replies_out(const tp_http_t *h)
 {
-    for (size_t i = 0; i < h->conns_cap; i++)
-        for (tp_http_conn_t *c = h->conns[i]; c; c = c->hnext) {
-            struct bufferevent *bev = evhttp_connection_get_bufferevent(c->evcon);
-            if (bev && evbuffer_get_length(bufferevent_get_output(bev)) > 0)
-                return false;
-        }
-    return true;
+    return tp_hs_unsent(h->hs) == 0;
 }
 
 typedef struct {
@@ -1260,9 +1062,9 @@ void tp_http_finish(tp_http_t *h, uint64_t timeout_us)
     for (tp_http_wait_t *w = h->store_waits; w; w = w->snext)
         http_wait_error(w, 503, "Unavailable", "the service stopped before the store committed");
     for (tp_http_wait_t *w = h->mcp_waits; w; w = w->snext) {
-        struct evhttp_request *req = http_wait_take(w);
+        tp_hreq_t *req = http_wait_take(w);
         if (req && w->streaming)
-            evhttp_send_reply_end(req);
+            tp_hreq_end(req);
         else if (req)
             http_mcp_error(h, req, 503, TP_RPC_INTERNAL_ERROR,
                            "Service Unavailable: the service stopped before the call ended");
@@ -1275,9 +1077,9 @@ void tp_http_finish(tp_http_t *h, uint64_t timeout_us)
             http_batch_close_when_out(b);
             continue;
         }
-        struct evhttp_request *req = http_wait_take(b->w);
+        tp_hreq_t *req = http_wait_take(b->w);
         if (req && !b->ended)
-            evhttp_send_reply_end(req); /* its connection closes with the service */
+            tp_hreq_end(req); /* its connection closes with the service */
         b->ended = true;
     }
     if (replies_out(h))
@@ -1333,19 +1135,11 @@ void tp_http_free(tp_http_t *h)
         http_wait_free(w);
     }
     tp_mcp_catalog_free(h->mcp_tools);
-    h->listener = NULL; /* evhttp frees it with its bound socket */
-    if (h->http)
-        evhttp_free(h->http); /* each connection's close callback frees its record */
-    while (h->fresh) {
-        tp_http_conn_t *c = h->fresh;
-        h->fresh = c->fnext;
-        bufferevent_decref(c->bev);
-        free(c);
-    }
-    free(h->conns);
+    if (h->listener)
+        evconnlistener_free(h->listener);
+    h->listener = NULL;
+    tp_hs_free(h->hs); /* each connection's close callback frees its record */
     free(h->table);
-    if (h->ev_adopt)
-        event_free(h->ev_adopt);
     if (h->ev_resume)
         event_free(h->ev_resume);
     tp_request_parser_free(&h->parser);

@@ -1,6 +1,6 @@
 /*
- * The HTTP front: `toolpool serve`'s way in to the engine, on libevent's
- * evhttp (no HTTP parsing of our own).
+ * The HTTP front: `toolpool serve`'s way in to the engine, on its
+ * own HTTP/1.1 server (hserver.h).
  *
  *   POST   /v1/calls[?wait=0]            one call; its result line once durable (202 at once with wait=0)
  *   GET    /v1/calls/ID                  its result (200), 202 while it runs, 404 unknown

@@ -2,6 +2,7 @@
  * What the files of the HTTP front share (front_http.h is its API), private
  * to supervisor/front/http/: no file outside it includes this.
  *
+ *   hserver.c      HTTP/1.1 itself: connections read, requests framed, replies written
  *   front_http.c   the core: lifecycle, listening, connections (their cap,
  *                  the token), replies, replies sent once durable, the route
  *                  table and its dispatcher
@@ -13,9 +14,9 @@
  *   metrics.c      /metrics
  *
  * What the front holds (struct tp_http):
- *   conns    each open connection, found by its evhttp_connection, with the
+ *   conns    each open connection (the server's user pointer), with the
  *            requests on it whose reply comes later: when the connection
- *            goes, their pointers are dropped (libevent frees them), never
+ *            goes, their pointers are dropped (the server frees them), never
  *            touched again; the call behind a request goes on
  *   table    each call it handed to the engine, by id, while it runs (a
  *            request for a live id attaches to it), then, for a call nobody
@@ -35,9 +36,7 @@
 #ifndef TP_HTTP_INTERNAL_H
 #define TP_HTTP_INTERNAL_H
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/http.h>
+#include <event2/listener.h>
 #include <netdb.h>
 #include <jansson.h>
 #include <stdbool.h>
@@ -51,6 +50,7 @@
 #include "digest.h"
 #include "engine.h"
 #include "front_http.h"
+#include "hserver.h"
 #include "mcp_session.h"
 #include "request.h"
 
@@ -73,7 +73,7 @@ typedef struct tp_http_mcp tp_http_mcp_t;
 struct tp_http_wait {
     tp_wait_kind_t kind;
     tp_http_t *h;
-    struct evhttp_request *req;    /* NULL once its connection is gone (or replied) */
+    tp_hreq_t *req;                /* NULL once its connection is gone (or replied) */
     tp_http_conn_t *conn;          /* NULL when not tracked, or gone */
     tp_http_wait_t *cprev, *cnext; /* on conn->waits */
     tp_http_wait_t *next;          /* on its entry's waits */
@@ -103,11 +103,7 @@ struct tp_http_mcp {
 
 struct tp_http_conn {
     tp_http_t *h;
-    struct bufferevent *bev; /* held from accept until adopted */
-    struct evhttp_connection *evcon;
-    tp_http_conn_t *fnext; /* on h->fresh, until adopted */
-    tp_http_conn_t *hnext; /* the evcon map's chain */
-    bool refused;          /* over --max-connections: answered 503, then closed */
+    bool refused; /* over --max-connections: answered 503, then closed */
     tp_http_wait_t *waits;
 };
 
@@ -146,23 +142,20 @@ struct tp_http_batch {
     const char *data;             /* the body, valid while w->req is */
     size_t len, off;
     long line_no;
-    tp_format_t format;     /* its result lines' form (?format=) */
-    size_t pending;         /* lines handed over, not yet answered */
-    struct evbuffer *out;   /* result lines not yet sent */
-    bool stalled;           /* held back: its client reads slower than results come */
-    bool ended;             /* its reply has ended */
-    bool cut;               /* a drain left some of its lines without a result line */
-    bool cut_made;          /* cut: its last lines are sent, its stream left unended */
-    struct event *ev_close; /* cut: looks again for its lines to be out, to close */
+    tp_format_t format; /* its result lines' form (?format=) */
+    size_t pending;     /* lines handed over, not yet answered */
+    tp_buf_t out;       /* result lines not yet sent */
+    bool stalled;       /* held back: its client reads slower than results come */
+    bool ended;         /* its reply has ended */
+    bool cut;           /* a drain left some of its lines without a result line */
+    bool cut_made;      /* cut: its last lines are sent, its stream left unended */
 };
 
 struct tp_http {
     tp_http_opts_t o;
     tp_engine_t *e;
-    struct evhttp *http;
+    tp_hs_t *hs;
     struct evconnlistener *listener;
-    struct evhttp_bound_socket *bound;
-    struct event *ev_adopt;  /* adopts the connections accepted this turn */
     struct event *ev_resume; /* re-enables the listener after an accept error */
     struct timeval idle_tv;
     bool listener_paused; /* at the hard cap, or resting after an accept error */
@@ -177,9 +170,6 @@ struct tp_http {
     ino_t unix_ino;
     /* connections */
     int n_conns;
-    tp_http_conn_t *fresh;
-    tp_http_conn_t **conns;
-    size_t conns_cap;
     /* calls */
     tp_http_entry_t **table;
     size_t table_cap, table_n;
@@ -201,43 +191,36 @@ struct tp_http {
     /* counted for /metrics */
     uint64_t by_status[600]; /* replies, by status code */
     uint64_t accepted;
-    /* the Date header of replies sent in second date_at */
-    time_t date_at;
-    char date[64];
 };
 
 /*
  * A route's handler: name is the percent-decoded name its path carries
  * (/v1/calls/ID's ID), or NULL for a route of one exact path.
  */
-typedef void http_handler_t(tp_http_t *h, struct evhttp_request *req, const char *name);
+typedef void http_handler_t(tp_http_t *h, tp_hreq_t *req, const char *name);
 
 /* front_http.c: replies */
 void http_count_reply(tp_http_t *h, int status);
-void http_reply(tp_http_t *h, struct evhttp_request *req, int status, const char *ctype, const void *body, size_t len);
+void http_reply(tp_http_t *h, tp_hreq_t *req, int status, const char *ctype, const void *body, size_t len);
 void http_error_body(tp_buf_t *b, const char *error, const char *message);
-void http_reply_error(tp_http_t *h, struct evhttp_request *req, int status, const char *error, const char *fmt, ...)
+void http_reply_error(tp_http_t *h, tp_hreq_t *req, int status, const char *error, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 int http_json_body(tp_buf_t *b, json_t *v);
-const char *http_query_get(struct evhttp_request *req, const char *name, char *buf, size_t cap);
-int http_query_format(tp_http_t *h, struct evhttp_request *req, tp_format_t *out);
-int http_body_of(tp_http_t *h, struct evhttp_request *req, const char **p, size_t *len);
-
-/* front_http.c: connections */
-struct bufferevent *http_req_bev(struct evhttp_request *req);
+const char *http_query_get(tp_hreq_t *req, const char *name, char *buf, size_t cap);
+int http_query_format(tp_http_t *h, tp_hreq_t *req, tp_format_t *out);
+int http_body_of(tp_http_t *h, tp_hreq_t *req, const char **p, size_t *len);
 
 /* front_http.c: requests whose reply comes later */
-tp_http_wait_t *http_wait_new(tp_http_t *h, struct evhttp_request *req, tp_wait_kind_t kind);
-struct evhttp_request *http_wait_take(tp_http_wait_t *w);
+tp_http_wait_t *http_wait_new(tp_http_t *h, tp_hreq_t *req, tp_wait_kind_t kind);
+tp_hreq_t *http_wait_take(tp_http_wait_t *w);
 void http_wait_reply(tp_http_wait_t *w, int status, const char *ctype, const void *body, size_t len);
 void http_wait_error(tp_http_wait_t *w, int status, const char *error, const char *message);
 void http_wait_free(tp_http_wait_t *w);
-void http_reply_when_durable(tp_http_t *h, struct evhttp_request *req, int status, const char *ctype, tp_buf_t *body);
-void http_reply_json_when_durable(tp_http_t *h, struct evhttp_request *req, int status, json_t *v);
-void http_reply_error_when_durable(tp_http_t *h, struct evhttp_request *req, int status, const char *error,
-                                   const char *message);
-int http_store_op(tp_http_t *h, struct evhttp_request *req, size_t room, tp_store_op_fn op, void *ctx);
-void http_store_error(tp_http_t *h, struct evhttp_request *req, int rc, const char *what);
+void http_reply_when_durable(tp_http_t *h, tp_hreq_t *req, int status, const char *ctype, tp_buf_t *body);
+void http_reply_json_when_durable(tp_http_t *h, tp_hreq_t *req, int status, json_t *v);
+void http_reply_error_when_durable(tp_http_t *h, tp_hreq_t *req, int status, const char *error, const char *message);
+int http_store_op(tp_http_t *h, tp_hreq_t *req, size_t room, tp_store_op_fn op, void *ctx);
+void http_store_error(tp_http_t *h, tp_hreq_t *req, int rc, const char *what);
 
 /* calls.c: the call table, /v1/calls */
 tp_http_entry_t *http_table_get(tp_http_t *h, const char *id);
@@ -245,7 +228,7 @@ void http_entry_free(tp_http_entry_t *e);
 void http_entry_drop(tp_http_t *h, tp_http_entry_t *e);
 tp_http_entry_t *http_entry_new(tp_http_t *h, const char *id, const char *tool, const tp_digest_t *identity);
 void http_identity_of(const tp_request_t *rq, tp_digest_t *out);
-void http_entry_submit(tp_http_t *h, tp_http_entry_t *e, tp_request_t *rq, struct evhttp_request *req);
+void http_entry_submit(tp_http_t *h, tp_http_entry_t *e, tp_request_t *rq, tp_hreq_t *req);
 http_handler_t http_calls_post, http_calls_get, http_calls_delete;
 
 /* batch.c: POST /v1/batch */
@@ -261,7 +244,7 @@ void http_flush_cb(void *ctx);
 http_handler_t http_batch_post;
 
 /* mcp_http.c: /mcp */
-void http_mcp_error(tp_http_t *h, struct evhttp_request *req, int status, int code, const char *message);
+void http_mcp_error(tp_http_t *h, tp_hreq_t *req, int status, int code, const char *message);
 http_handler_t http_mcp_post, http_mcp_delete;
 
 /* checkpoints.c: /v1/jobs/JOB/checkpoint */

@@ -58,28 +58,20 @@ static void mcp_wait_free(tp_http_wait_t *w)
     http_wait_free(w);
 }
 
-/* The idle timeout applies again to the connection's next request. */
-static void restore_timeouts(tp_http_t *h, struct evhttp_request *req)
-{
-    struct bufferevent *bev = http_req_bev(req);
-    if (bev && bufferevent_set_timeouts(bev, &h->idle_tv, &h->idle_tv) != 0)
-        tp_log_warn("http.event_failed", "http: cannot restore a connection's timeouts");
-}
-
 /* What an event stream's reply says besides its type: not to be cached, nor held back by a proxy. */
-static int sse_headers(struct evkeyvalq *hd)
+static int sse_headers(tp_hreq_t *req)
 {
-    return evhttp_add_header(hd, "Cache-Control", "no-cache") == 0 &&
-                   evhttp_add_header(hd, "X-Accel-Buffering", "no") == 0
+    return tp_hreq_add_header(req, "Cache-Control", "no-cache") == 0 &&
+                   tp_hreq_add_header(req, "X-Accel-Buffering", "no") == 0
                ? 0
                : -1;
 }
 
 /* One server-sent event carrying msg. */
-static int sse_event(struct evbuffer *b, const char *msg, size_t len)
+static int sse_event(tp_buf_t *b, const char *msg, size_t len)
 {
-    return evbuffer_add(b, "event: message\ndata: ", 21) == 0 && evbuffer_add(b, msg, len) == 0 &&
-                   evbuffer_add(b, "\n\n", 2) == 0
+    return tp_buf_append(b, "event: message\ndata: ", 21) == 0 && tp_buf_append(b, msg, len) == 0 &&
+                   tp_buf_append(b, "\n\n", 2) == 0
                ? 0
                : -1;
 }
@@ -114,10 +106,9 @@ static int mcp_send_cb(void *ctx, void *tag, const char *msg, size_t len, bool f
          * request's stream end with none; one that takes only JSON, where
          * a request's reply is its response, gets 204.
          */
-        struct evhttp_request *req = http_wait_take(w);
-        restore_timeouts(h, req);
+        tp_hreq_t *req = http_wait_take(w);
         if (w->streaming)
-            evhttp_send_reply_end(req);
+            tp_hreq_end(req);
         else if (w->sse)
             http_reply(h, req, 200, "text/event-stream", NULL, 0);
         else
@@ -126,32 +117,30 @@ static int mcp_send_cb(void *ctx, void *tag, const char *msg, size_t len, bool f
         return 0;
     }
     if (!w->sse) {
-        struct evhttp_request *req = http_wait_take(w);
-        restore_timeouts(h, req);
+        tp_hreq_t *req = http_wait_take(w);
         http_reply(h, req, 200, "application/json", msg, len);
         mcp_wait_free(w);
         return 0;
     }
-    struct evbuffer *b = evbuffer_new();
-    if (b == NULL || sse_event(b, msg, len) != 0) {
-        if (b)
-            evbuffer_free(b);
+    tp_buf_t b = {0};
+    if (sse_event(&b, msg, len) != 0) {
+        tp_buf_free(&b);
         return -1;
     }
     if (!w->streaming) {
-        struct evkeyvalq *hd = evhttp_request_get_output_headers(w->req);
-        if (evhttp_add_header(hd, "Content-Type", "text/event-stream") != 0 || sse_headers(hd) != 0)
+        if (tp_hreq_add_header(w->req, "Content-Type", "text/event-stream") != 0 || sse_headers(w->req) != 0)
             tp_log_warn("http.header_failed", "http: cannot set an event stream's headers");
         http_count_reply(h, 200);
-        evhttp_send_reply_start(w->req, 200, NULL);
+        tp_hreq_start(w->req, 200);
         w->streaming = true;
     }
-    evhttp_send_reply_chunk(w->req, b);
-    evbuffer_free(b);
+    int rc = tp_hreq_chunk(w->req, b.data, b.len);
+    tp_buf_free(&b);
+    if (rc != 0)
+        return -1;
     if (final) {
-        struct evhttp_request *req = http_wait_take(w);
-        restore_timeouts(h, req);
-        evhttp_send_reply_end(req);
+        tp_hreq_t *req = http_wait_take(w);
+        tp_hreq_end(req);
         mcp_wait_free(w);
     }
     return 0;
@@ -244,9 +233,9 @@ static tp_http_mcp_t *mcp_stateless(tp_http_t *h)
 }
 
 /* Whether the Accept header names type (or a wildcard for it). No header: anything. */
-static bool accepts(struct evhttp_request *req, const char *type)
+static bool accepts(tp_hreq_t *req, const char *type)
 {
-    const char *a = evhttp_find_header(evhttp_request_get_input_headers(req), "Accept");
+    const char *a = tp_hreq_header(req, "Accept");
     if (a == NULL || strstr(a, "*/*"))
         return true;
     return strstr(a, type) != NULL;
@@ -256,8 +245,8 @@ static bool accepts(struct evhttp_request *req, const char *type)
  * A JSON-RPC error as the body of an HTTP error: for the request id (its
  * JSON text; NULL: null), with data (JSON text, or NULL).
  */
-static void mcp_error_for(tp_http_t *h, struct evhttp_request *req, int status, int code, const char *id,
-                          const char *data, const char *message)
+static void mcp_error_for(tp_http_t *h, tp_hreq_t *req, int status, int code, const char *id, const char *data,
+                          const char *message)
 {
     tp_buf_t b = {0};
     bool ok = tp_buf_printf(&b, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"error\":{\"code\":%d,\"message\":", id ? id : "null",
@@ -272,7 +261,7 @@ static void mcp_error_for(tp_http_t *h, struct evhttp_request *req, int status, 
     tp_buf_free(&b);
 }
 
-void http_mcp_error(tp_http_t *h, struct evhttp_request *req, int status, int code, const char *message)
+void http_mcp_error(tp_http_t *h, tp_hreq_t *req, int status, int code, const char *message)
 {
     mcp_error_for(h, req, status, code, NULL, NULL, message);
 }
@@ -343,8 +332,7 @@ static bool header_matches(const char *hv, const json_t *body)
  * naming that value. Writes why into why and returns false when one is
  * missing or says otherwise.
  */
-static bool param_headers_ok(struct evkeyvalq *in, const json_t *schema, const json_t *args, int depth, char *why,
-                             size_t cap)
+static bool param_headers_ok(tp_hreq_t *in, const json_t *schema, const json_t *args, int depth, char *why, size_t cap)
 {
     json_t *props = json_object_get(schema, "properties");
     const char *key;
@@ -359,7 +347,7 @@ static bool param_headers_ok(struct evkeyvalq *in, const json_t *schema, const j
         if (name) {
             char hname[300];
             snprintf(hname, sizeof hname, "Mcp-Param-%.256s", name);
-            const char *hv = evhttp_find_header(in, hname);
+            const char *hv = tp_hreq_header(in, hname);
             if (hv == NULL) {
                 snprintf(why, cap, "Header mismatch: the %.280s header is missing (argument \"%.100s\" is given)",
                          hname, key);
@@ -385,7 +373,7 @@ static bool param_headers_ok(struct evkeyvalq *in, const json_t *schema, const j
  * is missing or says otherwise. A body the session will refuse anyway
  * (not a request, bad params) is let through to it.
  */
-static bool modern_headers_ok(tp_http_t *h, struct evkeyvalq *in, const char *version, const tp_mcp_msg_t *m, char *why,
+static bool modern_headers_ok(tp_http_t *h, tp_hreq_t *in, const char *version, const tp_mcp_msg_t *m, char *why,
                               size_t cap)
 {
     if ((m->kind != TP_MCP_MSG_REQUEST && m->kind != TP_MCP_MSG_NOTIFICATION) || m->method == NULL)
@@ -393,7 +381,7 @@ static bool modern_headers_ok(tp_http_t *h, struct evkeyvalq *in, const char *ve
     /* a method 2026-07-28 lacks is answered -32601 (404) before anything else of the request is judged */
     if (m->kind == TP_MCP_MSG_REQUEST && !tp_mcp_method_modern(m->method))
         return true;
-    const char *hm = evhttp_find_header(in, "Mcp-Method");
+    const char *hm = tp_hreq_header(in, "Mcp-Method");
     if (hm == NULL) {
         snprintf(why, cap, "Header mismatch: the Mcp-Method header is missing (it carries the method, %.100s)",
                  m->method);
@@ -411,7 +399,7 @@ static bool modern_headers_ok(tp_http_t *h, struct evkeyvalq *in, const char *ve
                                                                                                       : NULL;
     json_t *named = field ? json_object_get(m->params, field) : NULL;
     if (json_is_string(named)) {
-        const char *hn = evhttp_find_header(in, "Mcp-Name");
+        const char *hn = tp_hreq_header(in, "Mcp-Name");
         if (hn == NULL) {
             snprintf(why, cap, "Header mismatch: the Mcp-Name header is missing (it carries params.%s)", field);
             return false;
@@ -449,9 +437,9 @@ static int modern_status(int code)
 }
 
 /*
- * A 2026-07-28 client closes its request's stream to cancel it, and evhttp
- * reads nothing of a connection while its request waits for a reply: the
- * connection is watched here. Readable with nothing to read is the
+ * A 2026-07-28 client closes its request's stream to cancel it, and the
+ * server reads no further request of a connection while its request waits
+ * for a reply: the connection is watched here. Readable with nothing to read is the
  * client's close (or a reset); bytes are a request sent behind this one,
  * and end the watch (such a client has not gone).
  */
@@ -487,16 +475,16 @@ static void watch_close(tp_http_wait_t *w, evutil_socket_t fd)
  * one its Mcp-Session-Id names, or a new one for an initialize. NULL when
  * it has answered; *fresh when the session was made for it.
  */
-static tp_http_mcp_t *mcp_route(tp_http_t *h, struct evhttp_request *req, const char *body, size_t len, bool *fresh)
+static tp_http_mcp_t *mcp_route(tp_http_t *h, tp_hreq_t *req, const char *body, size_t len, bool *fresh)
 {
-    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-    const char *version = evhttp_find_header(in, "MCP-Protocol-Version");
+    tp_hreq_t *in = req;
+    const char *version = tp_hreq_header(in, "MCP-Protocol-Version");
     *fresh = false;
     if (len == 0) {
         http_mcp_error(h, req, 400, TP_RPC_PARSE_ERROR, "Parse error: the body is empty (one JSON-RPC message)");
         return NULL;
     }
-    const char *sid = evhttp_find_header(in, "Mcp-Session-Id");
+    const char *sid = tp_hreq_header(in, "Mcp-Session-Id");
     bool known = version == NULL || tp_mcp_version_known(version);
     bool modern = version && tp_mcp_version_modern(version);
     tp_mcp_msg_t m = {0};
@@ -554,7 +542,7 @@ static tp_http_mcp_t *mcp_route(tp_http_t *h, struct evhttp_request *req, const 
     return x;
 }
 
-void http_mcp_post(tp_http_t *h, struct evhttp_request *req, const char *name)
+void http_mcp_post(tp_http_t *h, tp_hreq_t *req, const char *name)
 {
     const char *body;
     size_t len;
@@ -590,8 +578,7 @@ void http_mcp_post(tp_http_t *h, struct evhttp_request *req, const char *name)
     w->in_take = false;
     if (fresh) {
         if (tp_mcp_session_initialized(x->s)) {
-            if (evhttp_add_header(evhttp_request_get_output_headers(req), "Mcp-Session-Id", tp_mcp_session_id(x->s)) !=
-                0)
+            if (tp_hreq_add_header(req, "Mcp-Session-Id", tp_mcp_session_id(x->s)) != 0)
                 tp_log_warn("http.header_failed", "http: cannot set a reply's Mcp-Session-Id");
         } else {
             mcp_end(h, x); /* initialize was refused: no session */
@@ -599,26 +586,24 @@ void http_mcp_post(tp_http_t *h, struct evhttp_request *req, const char *name)
     }
     if (took == TP_MCP_TOOK_REQUEST && !w->answered) {
         /* Its answer comes when the call ends: the client only listens meanwhile. */
-        struct bufferevent *bev = http_req_bev(req);
-        if (bev && bufferevent_set_timeouts(bev, NULL, &h->idle_tv) != 0)
-            tp_log_warn("http.event_failed", "http: cannot lift a waiting connection's read timeout");
-        if (modern && bev)
-            watch_close(w, bufferevent_getfd(bev));
+        if (modern)
+            watch_close(w, tp_hreq_fd(req));
         return;
     }
-    struct evhttp_request *r = http_wait_take(w);
+    tp_hreq_t *r = http_wait_take(w);
     int status = modern ? modern_status(tp_mcp_session_last_error(x->s)) : 200;
     if (took == TP_MCP_TOOK_NOTIFICATION) {
         http_reply(h, r, 202, NULL, NULL, 0);
     } else if (took == TP_MCP_TOOK_BAD) {
         http_reply(h, r, 400, "application/json", w->body.data, w->body.len);
     } else if (!w->json_ok && w->sse && status == 200) {
-        struct evbuffer *b = evhttp_request_get_output_buffer(r);
-        if (sse_event(b, (const char *)w->body.data, w->body.len) != 0)
+        tp_buf_t b = {0};
+        if (sse_event(&b, (const char *)w->body.data, w->body.len) != 0)
             tp_log_error("http.out_of_memory", "http: out of memory for an event");
-        if (sse_headers(evhttp_request_get_output_headers(r)) != 0)
+        if (sse_headers(r) != 0)
             tp_log_warn("http.header_failed", "http: cannot set an event stream's headers");
-        http_reply(h, r, 200, "text/event-stream", NULL, 0);
+        http_reply(h, r, 200, "text/event-stream", b.data, b.len);
+        tp_buf_free(&b);
     } else {
         http_reply(h, r, status, "application/json", w->body.data, w->body.len);
     }
@@ -643,9 +628,9 @@ void http_mcp_client_gone(tp_http_wait_t *w)
 }
 
 /* DELETE /mcp: the client ends its session. */
-void http_mcp_delete(tp_http_t *h, struct evhttp_request *req, const char *name)
+void http_mcp_delete(tp_http_t *h, tp_hreq_t *req, const char *name)
 {
-    const char *sid = evhttp_find_header(evhttp_request_get_input_headers(req), "Mcp-Session-Id");
+    const char *sid = tp_hreq_header(req, "Mcp-Session-Id");
     tp_http_mcp_t *x = sid ? mcp_find(h, sid) : NULL;
     if (sid == NULL)
         http_mcp_error(h, req, 400, TP_RPC_INVALID_REQUEST, "Bad Request: no Mcp-Session-Id header");

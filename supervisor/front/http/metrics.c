@@ -24,7 +24,7 @@ static int store_tally_op(void *ctx, tp_store_t *s, MDB_txn *txn)
  * breakers and open escalations from the store (every process's, as the
  * CLI sees them).
  */
-void http_metrics_get(tp_http_t *h, struct evhttp_request *req, const char *name)
+void http_metrics_get(tp_http_t *h, tp_hreq_t *req, const char *name)
 {
     tp_buf_t b = {0};
     tp_sb_snap_t snap;
