@@ -9,9 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "owners.h"
 #include "store.h"
 #include "testutil.h"
 #include "toolpool.pb-c.h"
@@ -478,6 +481,70 @@ static void test_db_empty_kept(void)
     fx_close();
 }
 
+/* One sync of me in a transaction of its own, committed. */
+static void owners_sync_once(tp_store_t *s, const tp_owner_id_t *me, tp_owners_state_t *st)
+{
+    char err[1024];
+    MDB_txn *txn;
+    CU_ASSERT_EQUAL_FATAL(tp_store_begin(s, &txn, err, sizeof err), 0);
+    CU_ASSERT_EQUAL(tp_owners_sync(s, txn, me, st), 0);
+    CU_ASSERT_EQUAL(tp_store_commit(s, txn, err, sizeof err), 0);
+}
+
+/*
+ * An owner alone keeps the owners record it found and syncs by comparing
+ * it: another owner's arrival (a real process) changes the record and is
+ * seen; its death is seen at the next sync and dropped once.
+ */
+static void test_owners_sync_kept(void)
+{
+    fx_open();
+    tp_store_t *s = open_store(fx.path, TP_STORE_NOSYNC);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    tp_owner_id_t me, other;
+    CU_ASSERT_EQUAL_FATAL(tp_owner_self(&me), 0);
+    tp_owners_state_t st = {0}, ost = {0};
+    owners_sync_once(s, &me, &st); /* joins: writes */
+    CU_ASSERT_EQUAL(st.others, 0);
+    CU_ASSERT_EQUAL(st.seen_len, 0);
+    owners_sync_once(s, &me, &st); /* reads it back alone: kept */
+    CU_ASSERT_TRUE(st.seen_len > 0);
+    uint64_t gen = st.generation;
+    owners_sync_once(s, &me, &st);
+    CU_ASSERT_EQUAL(st.generation, gen);
+    CU_ASSERT_EQUAL(st.others, 0);
+    int p[2];
+    CU_ASSERT_EQUAL_FATAL(pipe(p), 0);
+    pid_t kid = fork();
+    CU_ASSERT_FATAL(kid >= 0);
+    if (kid == 0) {
+        tp_owner_self(&other);
+        if (write(p[1], &other, sizeof other) != (ssize_t)sizeof other)
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    close(p[1]);
+    CU_ASSERT_EQUAL_FATAL(read(p[0], &other, sizeof other), (ssize_t)sizeof other);
+    close(p[0]);
+    owners_sync_once(s, &other, &ost); /* the other arrives */
+    CU_ASSERT_EQUAL(ost.others, 1);
+    owners_sync_once(s, &me, &st);
+    CU_ASSERT_EQUAL(st.others, 1);
+    CU_ASSERT_TRUE(st.generation > gen);
+    CU_ASSERT_EQUAL(st.seen_len, 0); /* not alone: checked each time */
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    owners_sync_once(s, &me, &st);
+    CU_ASSERT_EQUAL(st.others, 0);
+    CU_ASSERT_EQUAL(st.dropped, 1);
+    owners_sync_once(s, &me, &st);
+    CU_ASSERT_EQUAL(st.dropped, 0);
+    CU_ASSERT_TRUE(st.seen_len > 0);
+    tp_store_close(s);
+    fx_close();
+}
+
 static void test_max_key(void)
 {
     fx_open();
@@ -611,6 +678,7 @@ int main(void)
     CU_add_test(s, "70 MB needs begin_room", test_begin_room_needed);
     CU_add_test(s, "TOOLPOOL_STORE_LIMIT", test_store_limit);
     s = CU_add_suite("helpers", NULL, NULL);
+    CU_add_test(s, "an owner alone syncs by comparing the record", test_owners_sync_kept);
     CU_add_test(s, "max key is 511", test_max_key);
     CU_add_test(s, "trim between transactions", test_trim);
     CU_add_test(s, "reader check on a clean env", test_reader_check);

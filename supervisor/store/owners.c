@@ -80,8 +80,18 @@ static int put(tp_store_t *s, MDB_txn *txn, const Toolpool__Owners *o, const boo
 
 int tp_owners_sync(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, tp_owners_state_t *st)
 {
+    MDB_val k = {sizeof OWNERS_KEY - 1, (void *)OWNERS_KEY}, raw = {0, NULL};
+    int rc = mdb_get(txn, tp_store_dbi(s, TP_DB_META), &k, &raw);
+    if (rc != 0 && rc != MDB_NOTFOUND)
+        return tp_mdb(rc);
+    if (rc == 0 && st->seen_len > 0 && raw.mv_size == st->seen_len &&
+        memcmp(raw.mv_data, st->seen, st->seen_len) == 0) {
+        st->dropped = 0;
+        return 0;
+    }
+    st->seen_len = 0;
     Toolpool__Owners *o;
-    int rc = tp_owners_read(s, txn, &o);
+    rc = tp_owners_read(s, txn, &o);
     if (rc)
         return rc;
     size_t n = o ? o->n_owners : 0;
@@ -125,6 +135,10 @@ int tp_owners_sync(tp_store_t *s, MDB_txn *txn, const tp_owner_id_t *me, tp_owne
             st->peers_ready = false;
     if (changed)
         rc = put(s, txn, o, keep, found ? NULL : &mine, generation);
+    else if (st->others == 0 && raw.mv_size <= sizeof st->seen) {
+        memcpy(st->seen, raw.mv_data, raw.mv_size);
+        st->seen_len = raw.mv_size;
+    }
     free(keep);
     toolpool__owners__free_unpacked(o, NULL);
     return rc;

@@ -40,6 +40,14 @@ typedef struct {
     size_t others;       /* other owners alive now */
     bool peers_ready;    /* every other live owner has seen this one's arrival */
     size_t dropped;      /* owners this sync found gone (their calls' markers are orphans now) */
+    /*
+     * The owners record as a sync found it with this owner alone in it
+     * (seen_len 0: not kept): the same bytes again mean the same state,
+     * with nothing to check (no other owner's liveness) and nothing to
+     * write, so the sync of each write transaction is one lookup.
+     */
+    uint8_t seen[256];
+    size_t seen_len;
 } tp_owners_state_t;
 
 /* This process. 0, or -1 (no /proc). */

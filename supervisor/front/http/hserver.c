@@ -357,11 +357,20 @@ fail:
 
 /* ---- requests: framing and parsing ---- */
 
+/* RFC 9110's tchar (a header name's and a method's bytes) and a field value's (VCHAR, obs-text, SP, HTAB), as bitmaps. */
+static const uint32_t hs_tchar[8] = {0x00000000u, 0x03ff6cfau, 0xc7fffffeu, 0x57ffffffu,
+                                     0x00000000u, 0x00000000u, 0x00000000u, 0x00000000u};
+static const uint32_t hs_vchar[8] = {0x00000200u, 0xffffffffu, 0xffffffffu, 0x7fffffffu,
+                                     0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu};
+
 static bool is_tchar(unsigned char ch)
 {
-    if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'))
-        return true;
-    return ch != '\0' && strchr("!#$%&'*+-.^_`|~", ch) != NULL;
+    return (hs_tchar[ch >> 5] >> (ch & 31)) & 1u;
+}
+
+static bool is_vchar(unsigned char ch)
+{
+    return (hs_vchar[ch >> 5] >> (ch & 31)) & 1u;
 }
 
 /* A string of the current request, by its offset from the request's first byte. */
@@ -447,9 +456,7 @@ static int head_parse(tp_hs_conn_t *c)
     r->ohd.len = r->ohd.off = 0;
     size_t p = c->start, end = c->head_end;
     /* the request line */
-    size_t le = p;
-    while (c->in[le] != '\n')
-        le++;
+    size_t le = (size_t)((uint8_t *)memchr(c->in + p, '\n', end - p) - c->in);
     size_t line_end = le > p && c->in[le - 1] == '\r' ? le - 1 : le;
     char *line = (char *)c->in + p;
     c->in[line_end] = '\0';
@@ -514,40 +521,37 @@ static int head_parse(tp_hs_conn_t *c)
     p = le + 1;
     const char *cl = NULL, *te = NULL, *conn = NULL, *expect = NULL;
     while (p < end) {
-        le = p;
-        while (c->in[le] != '\n')
-            le++;
+        le = (size_t)((uint8_t *)memchr(c->in + p, '\n', end - p) - c->in);
         size_t e = le > p && c->in[le - 1] == '\r' ? le - 1 : le;
         if (e == p)
             break; /* the empty line */
-        c->in[e] = '\0';
-        char *name = (char *)c->in + p;
+        char *name = (char *)c->in + p, *ve = (char *)c->in + e;
         if (*name == ' ' || *name == '\t') {
             conn_refuse(c, 400, "BadRequest", "a header folded onto a second line", false);
             return -1;
         }
-        char *colon = strchr(name, ':');
-        if (colon == NULL || colon == name) {
-            conn_refuse(c, 400, "BadRequest", "a header line without a name and a colon", false);
+        char *colon = name;
+        while (is_tchar((unsigned char)*colon))
+            colon++;
+        if (colon == name || colon == ve || *colon != ':') {
+            conn_refuse(c, 400, "BadRequest",
+                        colon < ve && *colon != ':' ? "a header's name is not a token"
+                                                    : "a header line without a name and a colon",
+                        false);
             return -1;
         }
-        for (char *x = name; x < colon; x++)
-            if (!is_tchar((unsigned char)*x)) {
-                conn_refuse(c, 400, "BadRequest", "a header's name is not a token", false);
-                return -1;
-            }
-        *colon = '\0';
         char *v = colon + 1;
-        while (*v == ' ' || *v == '\t')
+        while (v < ve && (*v == ' ' || *v == '\t'))
             v++;
-        char *ve = (char *)c->in + e;
         while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
-            *--ve = '\0';
-        for (char *x = v; x < ve; x++)
-            if (((unsigned char)*x < 0x20 && *x != '\t') || *x == 0x7f) {
+            ve--;
+        for (const char *x = v; x < ve; x++)
+            if (!is_vchar((unsigned char)*x)) {
                 conn_refuse(c, 400, "BadRequest", "a header's value holds a control character", false);
                 return -1;
             }
+        *colon = '\0';
+        *ve = '\0';
         if (r->nh == r->hd_cap) {
             size_t cap = r->hd_cap ? r->hd_cap * 2 : 16;
             hs_field_t *hd = realloc(r->hd, cap * sizeof *hd);
