@@ -735,6 +735,21 @@ class ServeTest(unittest.TestCase):
         # A client waiting for a long call is not idle: it gets its answer.
         st, r = s.json("POST", "/v1/calls", {"id": "patient", "tool": "work", "args": {"s": 2}})
         self.assertEqual((st, r["ok"]), (200, True))
+        # The idle time starts again at each reply: a kept-alive client that asks again within it is served.
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(10)
+        c.connect(s.sock_path)
+        body = json.dumps({"id": "patient2", "tool": "work", "args": {"s": 0.7}}).encode()
+        c.sendall(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        got = b""
+        while b'"slept"' not in got:
+            d = c.recv(65536)
+            self.assertTrue(d, got)
+            got += d
+        time.sleep(0.6)  # 1.3 s after the request was read, 0.6 s after its answer
+        c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertTrue(c.recv(100).startswith(b"HTTP/1.1 200 OK"))
+        c.close()
         # Nor is one reading a long batch's stream.
         status, _, body = s.request("POST", "/v1/batch", '{"id": "p1", "tool": "work", "args": {"s": 1.5}}\n'
                                     '{"id": "p2", "tool": "work", "args": {"s": 1.5}}\n'
@@ -941,17 +956,29 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(read_reply(c)[0], b"HTTP/1.1 413 Payload Too Large")
         c.close()
         # Refused before any route, each with its connection closed.
-        for req, status in [
-            (b"GET /healthz\r\n\r\n", b"400 Bad Request"),
-            (b"GET /healthz HTTP/2.0\r\n\r\n", b"505 HTTP Version Not Supported"),
-            (b"GET /healthz HTTP/1.1\r\nBad Name: x\r\n\r\n", b"400 Bad Request"),
-            (b"GET /healthz HTTP/1.1\r\nX-A: b\r\n folded\r\n\r\n", b"400 Bad Request"),
-            (b"POST /v1/calls HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}",
-             b"400 Bad Request"),
-            (b"POST /v1/calls HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", b"501 Not Implemented"),
-            (b"POST /v1/calls HTTP/1.1\r\nContent-Length: 1x\r\n\r\n", b"400 Bad Request"),
-            (b"POST /v1/calls HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", b"400 Bad Request"),
-            (b"GET /healthz HTTP/1.1\r\nX-Big: " + b"h" * 70000 + b"\r\n\r\n", b"431 Request Header Fields Too Large"),
+        chunked = b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        for req, status, why in [
+            (b"GET /healthz\r\n\r\n", b"400 Bad Request", b"METHOD TARGET"),
+            (b"GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n", b"505 HTTP Version Not Supported", b"HTTP/1.1"),
+            (b"GET /healthz HTTP/1.1\r\n\r\n", b"400 Bad Request", b"without a Host"),
+            (b"GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", b"400 Bad Request", b"two Host"),
+            (b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Name: x\r\n\r\n", b"400 Bad Request", b"not a token"),
+            (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: b\r\n folded\r\n\r\n", b"400 Bad Request", b"folded"),
+            (b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}",
+             b"400 Bad Request", b"both Content-Length and Transfer-Encoding"),
+            (b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", b"501 Not Implemented",
+             b"other than chunked"),
+            (b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Length: 1x\r\n\r\n", b"400 Bad Request", b"not a number"),
+            (chunked + b"zz\r\n", b"400 Bad Request", b"HEX[;extension]"),
+            # what a proxy may read otherwise: junk after the size, a 0x prefix, CRs after the data
+            (chunked + b"2junk\r\n{}\r\n0\r\n\r\n", b"400 Bad Request", b"HEX[;extension]"),
+            (chunked + b"0x10\r\n" + b"a" * 16 + b"\r\n0\r\n\r\n", b"400 Bad Request", b"HEX[;extension]"),
+            (chunked + b"2\r\n{}\r\r\r\n0\r\n\r\n", b"400 Bad Request", b"does not end with CRLF"),
+            (chunked + b"2\r\n{}\r\n0\r\nnot a trailer\r\n\r\n", b"400 Bad Request", b"not a header line"),
+            (chunked + b"2\r\n{}\r\n0\r\n" + b"X-T: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n" * 2000,
+             b"400 Bad Request", b"trailers are too long"),
+            (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"h" * 70000 + b"\r\n\r\n",
+             b"431 Request Header Fields Too Large", b"65536 bytes"),
         ]:
             c = conn()
             try:
@@ -961,9 +988,50 @@ class ServeTest(unittest.TestCase):
             st, hd, out, _ = read_reply(c)
             self.assertEqual(st, b"HTTP/1.1 " + status, req[:60])
             self.assertEqual(hd.get("connection"), "close", req[:60])
-            self.assertIn(b'"message"', out)
+            self.assertIn(why, out)
             self.assertTrue(closed(c), req[:60])
             c.close()
+        # One id twice in one write: the second is answered from the first's record, after it.
+        c = conn()
+        same = json.dumps({"id": "fr-same", "tool": "echo", "args": {"n": 1}}).encode()
+        c.sendall(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(same), same) * 2)
+        st1, _, b1, buf = read_reply(c)
+        st2, _, b2, _ = read_reply(c, buf)
+        self.assertEqual((st1, st2), (b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK"))
+        self.assertEqual(json.loads(b1)["result"], json.loads(b2)["result"])
+        c.close()
+        # Nothing behind a request that closes its connection is served.
+        c = conn()
+        after = json.dumps({"id": "fr-after-close", "tool": "echo", "args": {}}).encode()
+        c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                  b"POST /v1/calls?wait=0 HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(after), after))
+        st, hd, _, rest = read_reply(c)
+        self.assertEqual((st, hd.get("connection")), (b"HTTP/1.1 200 OK", "close"))
+        self.assertTrue(closed(c))
+        self.assertEqual(rest, b"")
+        c.close()
+        self.assertEqual(s.request("GET", "/v1/calls/fr-after-close")[0], 404)
+        # A client that sends two requests and closes its side: both answered, then the connection closed.
+        c = conn()
+        c.sendall(b"POST /v1/calls HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(call("eof")), call("eof"))
+                  + b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        c.shutdown(socket.SHUT_WR)
+        st1, _, b1, buf = read_reply(c)
+        st2, _, b2, _ = read_reply(c, buf)
+        self.assertEqual((st1, json.loads(b1)["result"], st2, b2), (b"HTTP/1.1 200 OK", {"i": "eof"}, b"HTTP/1.1 200 OK", b"ok\n"))
+        self.assertTrue(closed(c))
+        c.close()
+        # HTTP/1.0 with a chunked body: answered, and its connection closed whatever it asked.
+        c = conn()
+        body = call("c10")
+        c.sendall(b"POST /v1/calls HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  b"%x\r\n%s\r\n0\r\n\r\nGET /healthz HTTP/1.0\r\n\r\n" % (len(body), body))
+        st, hd, out, _ = read_reply(c)
+        self.assertEqual(st, b"HTTP/1.0 200 OK")
+        self.assertNotEqual(hd.get("connection"), "keep-alive")
+        self.assertEqual(json.loads(out)["result"], {"i": "c10"})
+        self.assertTrue(closed(c))
+        c.close()
         # HTTP/1.0 without keep-alive: closed after its reply; with it, kept for the next.
         c = conn()
         c.sendall(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
@@ -983,6 +1051,29 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(sorted(json.loads(x)["id"] for x in body.splitlines()), ["frb0", "frb1", "frb2"])
         c.close()
         self.assertEqual(s.request("GET", "/healthz")[0], 200)
+        self.assertEqual(s.stop(), 0)
+
+    def test_batch_to_a_slow_reader(self):
+        # A batch whose results the client reads late: the stream waits for it (the sent callback of
+        # each chunk outlives none of them), every line arrives, and the connection serves on.
+        s = self.serve()
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(20)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.connect(s.sock_path)
+        lines = b"".join(json.dumps({"id": "slow%d" % i, "tool": "echo", "args": {"x": "y" * 20000}}).encode() + b"\n"
+                         for i in range(100))
+        c.sendall(b"POST /v1/batch HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(lines), lines))
+        time.sleep(1.5)
+        got = b""
+        while not got.endswith(b"\r\n0\r\n\r\n"):
+            d = c.recv(65536)
+            self.assertTrue(d, got[-200:])
+            got += d
+        self.assertEqual(got.count(b'"id":"slow'), 100)
+        c.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertTrue(c.recv(100).startswith(b"HTTP/1.1 200 OK"))
+        c.close()
         self.assertEqual(s.stop(), 0)
 
     def test_connection_cap(self):

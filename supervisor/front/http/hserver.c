@@ -9,9 +9,15 @@
  * serve -j 2). Here a request is one read and one send, its head parsed
  * where it lies, no allocation once the connection's buffers have grown.
  *
- * One request at a time: bytes that come behind it (a pipelined request)
- * wait in the buffer, read only into the room it has, so the request's
- * strings never move while it waits for its reply.
+ * One request at a time: while it waits for its reply the connection is
+ * not read (its strings never move), as evhttp had it; bytes that came
+ * behind it (a pipelined request) are framed once its reply is given, from
+ * the loop, never inside the call that gave the reply.
+ *
+ * A connection ends softly: once its last reply is out, its sending side
+ * is shut down and what the client still sends is read and dropped
+ * (for a moment, and up to a bound) until it closes, so that a reply
+ * followed by unread bytes reaches the client instead of a reset.
  */
 #include "hserver.h"
 
@@ -31,8 +37,9 @@
 
 /* A connection's read buffer starts this large; a request larger grows it (not while one waits). */
 #define TP_HS_IN_MIN 16384
-/* A 413's connection reads (and drops) at most this much of the body it refused before it closes. */
+/* A closing connection reads (and drops) at most this much, for at most TP_HS_LINGER_MS, before it closes. */
 #define TP_HS_LINGER_MAX (16u << 20)
+#define TP_HS_LINGER_MS 2000
 
 /* Where a header lies in the read buffer, from its request's first byte (the buffer may move until the request is whole). */
 typedef struct {
@@ -56,11 +63,12 @@ struct tp_hreq {
 };
 
 typedef enum {
-    HS_HEAD,   /* reading a request's head */
-    HS_BODY,   /* reading a body of known length */
-    HS_CHUNKS, /* reading a chunked body */
-    HS_BUSY,   /* the request is the front's, until its reply is given */
-    HS_LINGER, /* a refused body: read and dropped until the client closes */
+    HS_HEAD,    /* reading a request's head */
+    HS_BODY,    /* reading a body of known length */
+    HS_CHUNKS,  /* reading a chunked body */
+    HS_BUSY,    /* the request is the front's, until its reply is given */
+    HS_CLOSING, /* its last reply going out: nothing more is read */
+    HS_LINGER,  /* its sending side shut: what comes is dropped until the client closes */
 } hs_state_t;
 
 typedef enum {
@@ -86,16 +94,18 @@ struct tp_hs_conn {
     ck_state_t ck;
     size_t ck_read, ck_write, ck_left;
     size_t lingered;
+    size_t trailers; /* HS_CHUNKS: bytes of trailer lines */
     bool chunked_in; /* the request's body is chunked */
     hs_state_t st;
     tp_hreq_t req;
     tp_buf_t out;
-    bool eof;            /* the client has closed its side */
-    bool close_when_out; /* close once out is empty */
-    bool shut_when_out;  /* shutdown(SHUT_WR) once out is empty */
-    bool shut;
-    bool in_run; /* conn_run is on the stack */
-    bool dead;   /* closes from the loop: nothing more is read or sent */
+    bool eof;       /* the client has closed its side */
+    bool cut;       /* tp_hreq_shutdown: the reply's end is the connection's, once out */
+    bool shut;      /* its sending side is shut down */
+    bool in_run;    /* conn_run is on the stack */
+    bool run_due;   /* bytes behind a request answered outside on_request: framed from the loop */
+    bool in_out_cb; /* out_cb is on the stack */
+    bool dead;      /* closes from the loop: nothing more is read or sent */
     void (*sent_cb)(void *);
     void *sent_arg;
     void *user;
@@ -125,15 +135,17 @@ static void conn_free(tp_hs_conn_t *c)
         c->next->prev = c->prev;
     event_free(c->ev_in);
     event_free(c->ev_out);
-    close(c->fd);
     void *user = c->user;
     free(c->in);
     free(c->req.hd);
     tp_buf_free(&c->req.ohd);
     tp_buf_free(&c->out);
+    int fd = c->fd;
     free(c);
+    /* before the close: what the owner watches on the socket goes while its number is still this one */
     if (s->o.on_close)
         s->o.on_close(s->o.ctx, user);
+    close(fd);
 }
 
 /* The connection closes from the loop (its callers may still hold its request): nothing more is read or sent. */
@@ -148,11 +160,12 @@ static void conn_kill(tp_hs_conn_t *c)
     event_active(c->ev_in, EV_READ, 0);
 }
 
-static void reading_set(tp_hs_conn_t *c, bool on)
+/* Reading on (its timeout, tv, starts again) or off. */
+static void reading_set(tp_hs_conn_t *c, bool on, const struct timeval *tv)
 {
-    if (on == c->reading || c->dead)
+    if (c->dead || (!on && !c->reading))
         return;
-    if (on ? event_add(c->ev_in, &c->s->o.idle) != 0 : event_del(c->ev_in) != 0) {
+    if (on ? event_add(c->ev_in, tv) != 0 : event_del(c->ev_in) != 0) {
         tp_log_error("http.event_failed", "http: cannot %s reading a connection", on ? "resume" : "stop");
         conn_kill(c);
         return;
@@ -160,14 +173,9 @@ static void reading_set(tp_hs_conn_t *c, bool on)
     c->reading = on;
 }
 
-/*
- * Room to read into. While a request waits for its reply its strings point
- * into the buffer, so it is neither moved nor grown: 0 when it is full.
- */
+/* Room to read into, want bytes if it can (never while a request waits: it is not read then). */
 static size_t in_room(tp_hs_conn_t *c, size_t want)
 {
-    if (c->st == HS_BUSY)
-        return c->cap - c->len;
     if (c->start > 0 && c->start == c->len) {
         c->start = c->len = c->scan = 0;
     } else if (c->start > 0 && c->cap - c->len < want) {
@@ -201,10 +209,19 @@ static void in_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (what & EV_TIMEOUT) {
-        /* A request that waits for its reply is not idle; anything else is (no request, half of one, a linger). */
-        if (c->st != HS_BUSY)
+        /*
+         * Idle: no request, half of one, or a linger's end (a request
+         * waiting for its reply is not read). A reply still going out is
+         * the write side's to time.
+         */
+        if (!c->writing || c->st == HS_LINGER)
             conn_free(c);
         return;
+    }
+    if (c->run_due) {
+        c->run_due = false;
+        conn_run(c);
+        return; /* bytes on the socket wake it again */
     }
     if (c->st == HS_LINGER) {
         char drop[16384];
@@ -216,16 +233,14 @@ static void in_cb(evutil_socket_t fd, short what, void *arg)
             conn_free(c);
         return;
     }
+    if (c->st != HS_HEAD && c->st != HS_BODY && c->st != HS_CHUNKS)
+        return; /* an activation left over from before it stopped reading */
     /* a body's room grows with what comes of it, not with what its Content-Length says */
     size_t want = 4096;
     if (c->st == HS_BODY && c->head_end + c->need > c->len)
         want = c->head_end + c->need - c->len < 262144 ? c->head_end + c->need - c->len : 262144;
     size_t room = in_room(c, want);
     if (room == 0) {
-        if (c->st == HS_BUSY) {
-            reading_set(c, false); /* resumed when the reply is given */
-            return;
-        }
         tp_log_error("http.out_of_memory", "http: out of memory reading a request");
         conn_free(c);
         return;
@@ -238,30 +253,32 @@ static void in_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (n == 0) {
+        /* Every whole request before it has been answered (none is read while one waits): what is left is half of one. */
         c->eof = true;
-        reading_set(c, false);
-        if (c->st == HS_BUSY && !c->shut)
-            return; /* its reply is written, then it closes */
-        if (c->out.len > c->out.off && !c->shut) {
-            c->close_when_out = true; /* the last reply goes out first */
+        reading_set(c, false, NULL);
+        if (c->out.len > c->out.off) {
+            c->st = HS_CLOSING; /* the last reply goes out first */
             return;
         }
         conn_free(c);
         return;
     }
     c->len += (size_t)n;
-    if (c->st != HS_BUSY)
-        conn_run(c);
+    conn_run(c);
 }
 
 static void out_cb(evutil_socket_t fd, short what, void *arg)
 {
     tp_hs_conn_t *c = arg;
+    if (c->dead)
+        return; /* in_cb frees it */
     if (what & EV_TIMEOUT) {
         conn_free(c); /* a client that does not read its reply */
         return;
     }
+    c->in_out_cb = true;
     conn_flush(c);
+    c->in_out_cb = false;
     if (c->dead || c->out.len > c->out.off)
         return;
     if (c->sent_cb) {
@@ -309,19 +326,22 @@ static void conn_flush(tp_hs_conn_t *c)
         event_del(c->ev_out);
         c->writing = false;
     }
-    if (c->close_when_out) {
-        conn_kill(c);
-    } else if (c->shut_when_out && !c->shut) {
+    if ((c->st == HS_CLOSING || c->cut) && !c->shut) {
         c->shut = true;
-        if (shutdown(c->fd, SHUT_WR) != 0) {
+        if (c->eof || shutdown(c->fd, SHUT_WR) != 0) {
             conn_kill(c);
-        } else if (c->st == HS_LINGER || c->eof) {
-            if (c->eof)
-                conn_kill(c);
-            else
-                reading_set(c, true);
+            return;
         }
+        c->st = HS_LINGER;
+        c->lingered = 0;
+        struct timeval tv = {TP_HS_LINGER_MS / 1000, (TP_HS_LINGER_MS % 1000) * 1000};
+        if (timercmp(&c->s->o.idle, &tv, <))
+            tv = c->s->o.idle;
+        reading_set(c, true, &tv);
     }
+    /* a sent callback waits for the loop: its caller may be the one whose bytes just went */
+    if (c->sent_cb && !c->in_out_cb)
+        event_active(c->ev_out, EV_WRITE, 0);
 }
 
 int tp_hs_adopt(tp_hs_t *s, int fd, void *user)
@@ -407,10 +427,10 @@ static bool list_has(const char *v, const char *tok)
 /*
  * A request the server answers itself, before any route sees it: the
  * error as every route's ({"error", "message"}), the connection closed
- * after it (what follows cannot be framed); linger reads out a body it
- * refused, so that the client, still sending, hears the answer.
+ * softly after it (what follows cannot be framed; a body it refused is
+ * read out, so that the client, still sending, hears the answer).
  */
-static void conn_refuse(tp_hs_conn_t *c, int status, const char *error, const char *message, bool linger)
+static void conn_refuse(tp_hs_conn_t *c, int status, const char *error, const char *message)
 {
     tp_hreq_t *r = &c->req;
     if (r->minor < 0)
@@ -418,6 +438,7 @@ static void conn_refuse(tp_hs_conn_t *c, int status, const char *error, const ch
     c->st = HS_BUSY;
     r->ohd.len = r->ohd.off = 0;
     r->method = TP_HM_GET;
+    r->started = false;
     tp_buf_t b = {0};
     tp_buf_puts(&b, "{\"error\":\"");
     tp_buf_puts(&b, error);
@@ -425,20 +446,13 @@ static void conn_refuse(tp_hs_conn_t *c, int status, const char *error, const ch
     for (const char *p = message; *p; p++) {
         if (*p == '"' || *p == '\\')
             tp_buf_append(&b, "\\", 1);
-        if ((unsigned char)*p >= 0x20)
-            tp_buf_append(&b, p, 1);
+        tp_buf_append(&b, (unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f ? p : "?", 1);
     }
     tp_buf_puts(&b, "\"}\n");
     tp_hreq_add_header(r, "Content-Type", "application/json");
     tp_hreq_close_after(r);
-    if (linger) {
-        c->close_when_out = false;
-        c->shut_when_out = true;
-    }
     tp_hreq_reply(r, status, b.data, b.len);
     tp_buf_free(&b);
-    if (linger)
-        c->st = HS_LINGER;
 }
 
 /*
@@ -463,24 +477,24 @@ static int head_parse(tp_hs_conn_t *c)
     char *sp1 = strchr(line, ' ');
     char *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
     if (sp1 == NULL || sp2 == NULL || strchr(sp2 + 1, ' ') != NULL || sp1 == line || sp2 == sp1 + 1) {
-        conn_refuse(c, 400, "BadRequest", "the request line is not METHOD TARGET HTTP/1.x", false);
+        conn_refuse(c, 400, "BadRequest", "the request line is not METHOD TARGET HTTP/1.x");
         return -1;
     }
     *sp1 = *sp2 = '\0';
     const char *ver = sp2 + 1;
     if (strncmp(ver, "HTTP/", 5) != 0 || ver[5] < '0' || ver[5] > '9' || ver[6] != '.' || ver[7] < '0' ||
         ver[7] > '9' || ver[8] != '\0') {
-        conn_refuse(c, 400, "BadRequest", "the request line's version is not HTTP/1.x", false);
+        conn_refuse(c, 400, "BadRequest", "the request line's version is not HTTP/1.x");
         return -1;
     }
     if (ver[5] != '1') {
-        conn_refuse(c, 505, "VersionNotSupported", "this service speaks HTTP/1.1 and HTTP/1.0", false);
+        conn_refuse(c, 505, "VersionNotSupported", "this service speaks HTTP/1.1 and HTTP/1.0");
         return -1;
     }
     r->minor = ver[7] == '0' ? 0 : 1;
     for (const char *m = line; *m; m++)
         if (!is_tchar((unsigned char)*m)) {
-            conn_refuse(c, 400, "BadRequest", "the request's method is not a token", false);
+            conn_refuse(c, 400, "BadRequest", "the request's method is not a token");
             return -1;
         }
     static const struct {
@@ -498,7 +512,7 @@ static int head_parse(tp_hs_conn_t *c)
     char *t = sp1 + 1;
     for (char *q = t; *q; q++)
         if ((unsigned char)*q < 0x21 || *q == 0x7f) {
-            conn_refuse(c, 400, "BadRequest", "the request target holds a control character", false);
+            conn_refuse(c, 400, "BadRequest", "the request target holds a control character");
             return -1;
         }
     r->path_root = false;
@@ -520,6 +534,7 @@ static int head_parse(tp_hs_conn_t *c)
     /* the headers */
     p = le + 1;
     const char *cl = NULL, *te = NULL, *conn = NULL, *expect = NULL;
+    int hosts = 0;
     while (p < end) {
         le = (size_t)((uint8_t *)memchr(c->in + p, '\n', end - p) - c->in);
         size_t e = le > p && c->in[le - 1] == '\r' ? le - 1 : le;
@@ -527,7 +542,7 @@ static int head_parse(tp_hs_conn_t *c)
             break; /* the empty line */
         char *name = (char *)c->in + p, *ve = (char *)c->in + e;
         if (*name == ' ' || *name == '\t') {
-            conn_refuse(c, 400, "BadRequest", "a header folded onto a second line", false);
+            conn_refuse(c, 400, "BadRequest", "a header folded onto a second line");
             return -1;
         }
         char *colon = name;
@@ -536,8 +551,7 @@ static int head_parse(tp_hs_conn_t *c)
         if (colon == name || colon == ve || *colon != ':') {
             conn_refuse(c, 400, "BadRequest",
                         colon < ve && *colon != ':' ? "a header's name is not a token"
-                                                    : "a header line without a name and a colon",
-                        false);
+                                                    : "a header line without a name and a colon");
             return -1;
         }
         char *v = colon + 1;
@@ -547,7 +561,7 @@ static int head_parse(tp_hs_conn_t *c)
             ve--;
         for (const char *x = v; x < ve; x++)
             if (!is_vchar((unsigned char)*x)) {
-                conn_refuse(c, 400, "BadRequest", "a header's value holds a control character", false);
+                conn_refuse(c, 400, "BadRequest", "a header's value holds a control character");
                 return -1;
             }
         *colon = '\0';
@@ -556,7 +570,7 @@ static int head_parse(tp_hs_conn_t *c)
             size_t cap = r->hd_cap ? r->hd_cap * 2 : 16;
             hs_field_t *hd = realloc(r->hd, cap * sizeof *hd);
             if (hd == NULL) {
-                conn_refuse(c, 500, "InternalError", "out of memory reading the headers", false);
+                conn_refuse(c, 500, "InternalError", "out of memory reading the headers");
                 return -1;
             }
             r->hd = hd;
@@ -568,13 +582,13 @@ static int head_parse(tp_hs_conn_t *c)
             if (cl && strcmp(cl, v) != 0) {
                 char msg[160];
                 snprintf(msg, sizeof msg, "two Content-Length headers that differ (%.40s and %.40s)", cl, v);
-                conn_refuse(c, 400, "BadRequest", msg, false);
+                conn_refuse(c, 400, "BadRequest", msg);
                 return -1;
             }
             cl = v;
         } else if (nlen == 17 && strcasecmp(name, "Transfer-Encoding") == 0) {
             if (te) {
-                conn_refuse(c, 400, "BadRequest", "two Transfer-Encoding headers", false);
+                conn_refuse(c, 400, "BadRequest", "two Transfer-Encoding headers");
                 return -1;
             }
             te = v;
@@ -582,21 +596,26 @@ static int head_parse(tp_hs_conn_t *c)
             conn = v;
         } else if (nlen == 6 && strcasecmp(name, "Expect") == 0) {
             expect = v;
+        } else if (nlen == 4 && strcasecmp(name, "Host") == 0) {
+            hosts++;
         }
         p = le + 1;
     }
     r->keep = r->minor == 1 ? !(conn && list_has(conn, "close")) : conn && list_has(conn, "keep-alive");
+    /* HTTP/1.0 has no chunked coding: such a message's framing is not to be trusted past it (RFC 9112 6.1) */
+    if (te && r->minor == 0)
+        r->keep = false;
     r->body = c->head_end - c->start;
     r->body_len = 0;
     c->need = 0;
     c->chunked_in = false;
     if (te) {
         if (cl) {
-            conn_refuse(c, 400, "BadRequest", "both Content-Length and Transfer-Encoding", false);
+            conn_refuse(c, 400, "BadRequest", "both Content-Length and Transfer-Encoding");
             return -1;
         }
         if (strcasecmp(te, "chunked") != 0) {
-            conn_refuse(c, 501, "NotImplemented", "a Transfer-Encoding other than chunked", false);
+            conn_refuse(c, 501, "NotImplemented", "a Transfer-Encoding other than chunked");
             return -1;
         }
         c->st = HS_CHUNKS;
@@ -604,24 +623,25 @@ static int head_parse(tp_hs_conn_t *c)
         c->ck = CK_SIZE;
         c->ck_read = c->ck_write = c->head_end;
         c->ck_left = 0;
+        c->trailers = 0;
     } else if (cl) {
         size_t n = 0;
         for (const char *x = cl; *x; x++) {
             if (*x < '0' || *x > '9' || n > (SIZE_MAX - 9) / 10) {
-                conn_refuse(c, 400, "BadRequest", "Content-Length is not a number", false);
+                conn_refuse(c, 400, "BadRequest", "Content-Length is not a number");
                 return -1;
             }
             n = n * 10 + (size_t)(*x - '0');
         }
         if (*cl == '\0') {
-            conn_refuse(c, 400, "BadRequest", "Content-Length is empty", false);
+            conn_refuse(c, 400, "BadRequest", "Content-Length is empty");
             return -1;
         }
         if (n > c->s->o.max_body) {
             char msg[160];
             snprintf(msg, sizeof msg, "the body (%zu bytes) is over the %zu-byte limit (--max-body)", n,
                      c->s->o.max_body);
-            conn_refuse(c, 413, "PayloadTooLarge", msg, true);
+            conn_refuse(c, 413, "PayloadTooLarge", msg);
             return -1;
         }
         c->need = n;
@@ -629,69 +649,102 @@ static int head_parse(tp_hs_conn_t *c)
     } else {
         c->st = HS_BODY;
     }
-    /* a client that waits to be told to send its body */
-    if (expect && r->minor == 1 && strcasecmp(expect, "100-continue") == 0 &&
-        (c->st == HS_CHUNKS || c->len - c->head_end < c->need)) {
+    /* one Host on HTTP/1.1, as RFC 9112 3.2 has it: which of two a proxy in front went by is not known */
+    if (r->minor == 1 && hosts != 1) {
+        conn_refuse(c, 400, "BadRequest", hosts ? "two Host headers" : "an HTTP/1.1 request without a Host header");
+        return -1;
+    }
+    /* a client that waits to be told to send its body, none of which has come */
+    if (expect && r->minor == 1 && strcasecmp(expect, "100-continue") == 0 && c->len == c->head_end &&
+        (c->st == HS_CHUNKS || c->need > 0)) {
         if (tp_buf_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n") != 0) {
             conn_kill(c);
             return -1;
         }
         conn_flush(c);
+        if (c->dead)
+            return -1;
     }
     return 0;
 }
 
 /*
  * Decodes what has come of a chunked body, in place (what is decoded is
- * never longer than what it was read from). 1 once the body is whole, 0
- * for more, -1 when it has been refused.
+ * never longer than what it was read from), and drops the framing it has
+ * read (the bytes after it move down), so that a body's memory is its
+ * decoded size, whatever its chunks' sizes, extensions and trailers. 1
+ * once the body is whole, 0 for more, -1 when it has been refused.
+ *
+ * Strict, as a proxy in front may not be lenient the same way: a size is
+ * 1 to 16 hex digits, then optional blanks, then an extension after ';'
+ * or the line's end; each chunk's data ends with CRLF (or LF); each
+ * trailer is a header line.
  */
 static int chunks_decode(tp_hs_conn_t *c)
 {
     size_t max = c->s->o.max_body;
-    while (c->ck_read < c->len) {
+    int rc = 0;
+    while (rc == 0 && c->ck_read < c->len) {
         switch (c->ck) {
         case CK_SIZE:
         case CK_TRAILER: {
             uint8_t *nl = memchr(c->in + c->ck_read, '\n', c->len - c->ck_read);
             if (nl == NULL) {
                 if (c->len - c->ck_read > 1024) {
-                    conn_refuse(c, 400, "BadRequest", "a chunk's size line is too long", false);
+                    conn_refuse(c, 400, "BadRequest", "a chunk's size line or a trailer is too long");
                     return -1;
                 }
-                return 0;
+                goto more;
             }
             size_t line = c->ck_read, lend = (size_t)(nl - c->in);
+            size_t e = lend > line && c->in[lend - 1] == '\r' ? lend - 1 : lend;
             c->ck_read = lend + 1;
             if (c->ck == CK_TRAILER) {
-                size_t e = lend > line && c->in[lend - 1] == '\r' ? lend - 1 : lend;
-                if (e == line)
-                    return 1; /* the trailers' end */
-                continue;     /* a trailer: dropped */
+                if (e == line) {
+                    rc = 1; /* the trailers' end */
+                    break;
+                }
+                size_t k = line;
+                while (k < e && is_tchar(c->in[k]))
+                    k++;
+                bool field = k > line && k < e && c->in[k] == ':';
+                for (k++; field && k < e; k++)
+                    field = is_vchar(c->in[k]);
+                c->trailers += lend + 1 - line;
+                if (!field || c->trailers > c->s->o.max_head) {
+                    conn_refuse(c, 400, "BadRequest",
+                                field ? "the trailers are too long" : "a trailer is not a header line");
+                    return -1;
+                }
+                continue; /* dropped */
             }
-            size_t n = 0, digits = 0;
-            for (size_t i = line; i < lend; i++) {
+            size_t n = 0, i = line;
+            for (; i < e && i - line < 16; i++) {
                 int ch = c->in[i], d = ch >= '0' && ch <= '9'   ? ch - '0'
                                        : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
                                        : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
                                                                 : -1;
                 if (d < 0)
-                    break; /* ";ext" or the CR */
-                if (n > max) {
-                    digits = 0;
                     break;
-                }
                 n = n * 16 + (size_t)d;
-                digits++;
             }
-            if (digits == 0 || n > max || c->ck_write - c->head_end + n > max) {
-                if (digits > 0 || n > max) {
-                    char msg[120];
-                    snprintf(msg, sizeof msg, "the body is over the %zu-byte limit (--max-body)", max);
-                    conn_refuse(c, 413, "PayloadTooLarge", msg, true);
-                } else {
-                    conn_refuse(c, 400, "BadRequest", "a chunk's size is not hexadecimal", false);
-                }
+            bool ok = i > line;
+            while (ok && i < e && (c->in[i] == ' ' || c->in[i] == '\t'))
+                i++;
+            if (ok && i < e && c->in[i] == ';') {
+                for (i++; ok && i < e; i++)
+                    ok = is_vchar(c->in[i]);
+            } else if (i < e) {
+                ok = false;
+            }
+            if (!ok) {
+                conn_refuse(c, 400, "BadRequest", "a chunk's size line is not HEX[;extension]");
+                return -1;
+            }
+            if (n > max || c->ck_write - c->head_end + n > max) {
+                char msg[120];
+                snprintf(msg, sizeof msg, "the body is over the %zu-byte limit (--max-body)", max);
+                conn_refuse(c, 413, "PayloadTooLarge", msg);
                 return -1;
             }
             c->ck_left = n;
@@ -709,20 +762,28 @@ static int chunks_decode(tp_hs_conn_t *c)
             break;
         }
         case CK_CRLF:
-            if (c->in[c->ck_read] == '\r') {
+            if (c->in[c->ck_read] == '\r' && c->ck_read + 1 == c->len)
+                goto more;
+            if (c->in[c->ck_read] == '\r' && c->in[c->ck_read + 1] == '\n') {
+                c->ck_read += 2;
+            } else if (c->in[c->ck_read] == '\n') {
                 c->ck_read++;
-                break;
-            }
-            if (c->in[c->ck_read] != '\n') {
-                conn_refuse(c, 400, "BadRequest", "a chunk does not end with CRLF", false);
+            } else {
+                conn_refuse(c, 400, "BadRequest", "a chunk's data does not end with CRLF");
                 return -1;
             }
-            c->ck_read++;
             c->ck = CK_SIZE;
             break;
         }
     }
-    return 0;
+more:
+    /* what was read past the decoded body, less the framing read: moved down to it */
+    if (c->ck_read > c->ck_write) {
+        memmove(c->in + c->ck_write, c->in + c->ck_read, c->len - c->ck_read);
+        c->len -= c->ck_read - c->ck_write;
+        c->ck_read = c->ck_write;
+    }
+    return rc;
 }
 
 /* Looks for the head's end (an empty line, "\r\n" or "\n") from c->scan: 1 found (c->head_end set), 0 not yet. */
@@ -754,7 +815,8 @@ static int head_find(tp_hs_conn_t *c)
 /*
  * Frames and hands over every request the buffer holds whole, one at a
  * time: each waits for its reply before the next is looked at (a reply
- * given inside on_request lets the loop go on).
+ * given inside on_request lets the loop go on; one given later wakes the
+ * connection from the loop: req_done).
  */
 static void conn_run(tp_hs_conn_t *c)
 {
@@ -762,21 +824,17 @@ static void conn_run(tp_hs_conn_t *c)
         return;
     c->in_run = true;
     tp_hs_t *s = c->s;
-    while (!c->dead && c->st != HS_BUSY && c->st != HS_LINGER) {
+    while (!c->dead && (c->st == HS_HEAD || c->st == HS_BODY || c->st == HS_CHUNKS)) {
         if (c->st == HS_HEAD) {
-            if (head_find(c) == 0) {
-                if (c->len - c->start > s->o.max_head) {
-                    c->req.minor = -1;
-                    conn_refuse(c, 431, "HeadersTooLarge", "the request line and headers are over 64 KiB", false);
-                }
-                break;
-            }
-            if (c->head_end - c->start > s->o.max_head) {
+            bool found = head_find(c) == 1;
+            if ((found ? c->head_end : c->len) - c->start > s->o.max_head) {
+                char msg[120];
+                snprintf(msg, sizeof msg, "the request line and headers are over %zu bytes", s->o.max_head);
                 c->req.minor = -1;
-                conn_refuse(c, 431, "HeadersTooLarge", "the request line and headers are over 64 KiB", false);
+                conn_refuse(c, 431, "HeadersTooLarge", msg);
                 break;
             }
-            if (head_parse(c) != 0)
+            if (!found || head_parse(c) != 0)
                 break;
         }
         if (c->st == HS_BODY) {
@@ -790,18 +848,17 @@ static void conn_run(tp_hs_conn_t *c)
             c->req.body_len = c->ck_write - c->head_end;
         }
         c->st = HS_BUSY;
+        reading_set(c, false, NULL); /* not read while it waits */
         s->o.on_request(s->o.ctx, &c->req);
     }
     c->in_run = false;
-    if (!c->dead && c->eof && c->st != HS_BUSY) {
-        if (c->out.len == c->out.off)
-            conn_kill(c);
-        else
-            c->close_when_out = true;
-    }
 }
 
-/* The request has had its reply: its bytes are dropped, and the next one is read. */
+/*
+ * The request has had its reply: its bytes are dropped; the connection
+ * closes softly (its reply said so), or reads its next request, its idle
+ * timer started again.
+ */
 static void req_done(tp_hs_conn_t *c)
 {
     tp_hreq_t *r = &c->req;
@@ -811,7 +868,8 @@ static void req_done(tp_hs_conn_t *c)
     c->start = c->scan = c->head_end = end;
     c->ck_read = c->ck_write = c->need = 0;
     c->chunked_in = false;
-    c->st = HS_HEAD;
+    c->sent_cb = NULL;
+    c->st = r->keep ? HS_HEAD : HS_CLOSING;
     if (c->start == c->len) {
         c->start = c->len = c->scan = c->head_end = 0;
         if (c->cap > (1u << 20)) { /* a large request's room goes back */
@@ -820,19 +878,14 @@ static void req_done(tp_hs_conn_t *c)
             c->cap = 0;
         }
     }
-    if (!r->keep && !c->shut_when_out)
-        c->close_when_out = true;
     conn_flush(c);
-    if (c->dead || c->close_when_out || c->shut_when_out)
+    if (c->dead || c->st != HS_HEAD)
         return;
-    if (c->eof) {
-        if (c->out.len == c->out.off)
-            conn_kill(c);
-        return;
+    reading_set(c, true, &c->s->o.idle);
+    if (!c->in_run && c->len > c->start) {
+        c->run_due = true; /* not under the caller that gave the reply */
+        event_active(c->ev_in, EV_READ, 0);
     }
-    reading_set(c, true);
-    if (!c->in_run && c->len > c->start)
-        conn_run(c);
 }
 
 /* ---- requests: reading ---- */
@@ -967,8 +1020,6 @@ static int head_put(tp_hreq_t *r, int status, size_t len)
     bool head = r->method == TP_HM_HEAD, bodyless = status == 204 || status == 304 || status < 200;
     if (len == SIZE_MAX && r->minor == 0)
         r->keep = false; /* its end is the connection's */
-    if (c->eof)
-        r->keep = false;
     tp_buf_puts(o, r->minor == 0 ? "HTTP/1.0 " : "HTTP/1.1 ");
     put_num(o, (size_t)status, 10);
     tp_buf_append(o, " ", 1);
@@ -1084,10 +1135,8 @@ void tp_hreq_shutdown(tp_hreq_t *r)
     tp_hs_conn_t *c = r->c;
     if (c->dead || c->shut)
         return;
-    c->shut_when_out = true;
+    c->cut = true;
     conn_flush(c);
-    if (!c->dead && c->shut)
-        reading_set(c, true); /* the client's close is what ends it */
 }
 
 /* ---- the server ---- */

@@ -5,10 +5,15 @@
  *
  * A connection reads one request at a time: once a request is whole (its
  * head and its body, by Content-Length or chunked), it goes to on_request,
- * and the connection reads no further request until that one's reply has
- * been given (tp_hreq_reply, or tp_hreq_start ... tp_hreq_end). Replies
- * go out in the order their requests came, each written at once, the
- * rest when the socket takes it.
+ * and the connection is not read until that one's reply has been given
+ * (tp_hreq_reply, or tp_hreq_start ... tp_hreq_end). A request already
+ * read behind it goes to on_request from the loop, never from inside the
+ * call that gave the reply. Replies go out in the order their requests
+ * came, each written at once, the rest when the socket takes it. After a
+ * reply that closes its connection nothing more is served on it: its
+ * sending side is shut down once the reply is out, and what the client
+ * still sends is read and dropped for a moment, so the reply is not lost
+ * to a reset.
  *
  * A request's strings and body stay where they were read, valid until its
  * reply has been given or its connection goes: on_close tells the owner of
@@ -17,9 +22,9 @@
  * into this module runs: a write that fails closes it from the loop.
  *
  * The idle timeout drops a connection that sends nothing of a request for
- * that long (none at all, or half of one), and one whose reply it does not
- * read for that long; a connection whose request waits for its reply is
- * not idle.
+ * that long after its last reply (none at all, or half of one), and one
+ * whose reply it does not read for that long; a connection whose request
+ * waits for its reply is not idle.
  */
 #ifndef TP_HSERVER_H
 #define TP_HSERVER_H
@@ -100,7 +105,10 @@ int tp_hreq_chunk(tp_hreq_t *r, const void *p, size_t n);
 void tp_hreq_end(tp_hreq_t *r);
 /* Bytes of its connection's replies not yet taken by the kernel. */
 size_t tp_hreq_unsent(const tp_hreq_t *r);
-/* Calls cb(arg) once, from the loop, when its connection's unsent replies have all gone out. */
+/*
+ * Calls cb(arg) once, from the loop, when its connection's unsent replies
+ * have all gone out; forgotten once r's reply has ended.
+ */
 void tp_hreq_when_sent(tp_hreq_t *r, void (*cb)(void *arg), void *arg);
 /* Ends the sending side of its connection once its unsent bytes are out (a cut stream). */
 void tp_hreq_shutdown(tp_hreq_t *r);
