@@ -211,8 +211,12 @@ static void entry_answer_cb(void *ctx, const tp_answer_t *a)
     tp_http_t *h = e->h;
     e->call = NULL;
     e->live = false;
-    tp_buf_t body = {0};
-    int status = answer_render(a, &body);
+    /* Rendered where the last answer was, unless it is to be kept (then the body is the entry's). */
+    bool keep = e->keep && !h->freeing;
+    tp_buf_t mine = {0}, *bp = keep ? &mine : &h->answer;
+    bp->len = bp->off = 0;
+    int status = answer_render(a, bp);
+    tp_buf_t body = *bp; /* read only, below */
     while (e->waits) {
         tp_http_wait_t *w = e->waits;
         e->waits = w->next;
@@ -241,8 +245,9 @@ static void entry_answer_cb(void *ctx, const tp_answer_t *a)
         free(l);
     }
     /* Only a result is kept: an error answer (a conflict, a refusal) would hide what the store holds. */
-    if (!e->keep || h->freeing || status != 200) {
-        tp_buf_free(&body);
+    if (!keep || status != 200) {
+        if (keep)
+            tp_buf_free(&body);
         http_entry_drop(h, e);
         return;
     }

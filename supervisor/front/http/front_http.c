@@ -1147,6 +1147,7 @@ void tp_http_free(tp_http_t *h)
     tp_buf_free(&h->tools_openai);
     tp_buf_free(&h->tools_mcp);
     tp_buf_free(&h->line);
+    tp_buf_free(&h->answer);
     /* The socket file, if it is still the one made (a successor may have replaced it). */
     struct stat st;
     if (h->unix_path[0] && stat(h->unix_path, &st) == 0 && st.st_dev == h->unix_dev && st.st_ino == h->unix_ino)

@@ -162,6 +162,7 @@ struct tp_http {
     bool accept_error;
     bool draining, finished, freeing;
     tp_buf_t line;                /* a batch's result line, rendered before it is queued */
+    tp_buf_t answer;              /* a call's answer, rendered before it is sent (unless kept) */
     char unix_path[108];          /* the socket file made, removed at free */
     bool tcp;                     /* it listens on TCP: a browser may reach it (Host, Origin, Content-Type checked) */
     char listen_host[NI_MAXHOST]; /* the numeric address it listens on ("127.0.0.1", "::1") */
