@@ -1053,6 +1053,71 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(s.request("GET", "/healthz")[0], 200)
         self.assertEqual(s.stop(), 0)
 
+    def test_http_clients_that_do_not_play_along(self):
+        # A client that pipelines requests and never reads: the service stops framing them once
+        # its replies back up (memory stays bounded), spends no CPU waiting, and a refused
+        # connection that keeps trickling bytes is closed within its linger, not kept.
+        s = self.serve()
+
+        def proc_stat():
+            with open("/proc/%d/stat" % s.proc.pid) as f:
+                v = f.read().rsplit(")", 1)[1].split()
+            with open("/proc/%d/status" % s.proc.pid) as f:
+                rss = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+            return int(v[11]) + int(v[12]), rss  # utime + stime (ticks), RSS (kB)
+
+        _, rss0 = proc_stat()
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.connect(s.sock_path)
+        c.settimeout(3)
+        req = b"GET /v1/tools HTTP/1.1\r\nHost: x\r\n\r\n"
+        sent = 0
+        try:
+            while sent < 40 << 20:
+                c.sendall(req * 1000)
+                sent += len(req) * 1000
+        except socket.timeout:
+            pass  # the service stopped reading: the socket is full
+        self.assertLess(sent, 40 << 20, "the service read 40 MB of requests whose replies nobody read")
+        # two Host headers behind them: a refusal that cannot go out either
+        try:
+            c.sendall(b"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\nxyz")
+        except socket.timeout:
+            pass
+        t0, rss1 = proc_stat()
+        time.sleep(1)
+        t1, _ = proc_stat()
+        self.assertLess(t1 - t0, 30, "the service spun while the client did not read (%d ticks in 1 s)" % (t1 - t0))
+        self.assertLess(rss1 - rss0, 64 << 10, "RSS grew by %d kB" % (rss1 - rss0))
+        c.close()
+        # A refusal's linger ends in its time, however the client trickles.
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.settimeout(5)
+        c.connect(s.sock_path)
+        c.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
+        got = b""
+        while True:
+            d = c.recv(65536)
+            if not d:
+                break
+            got += d
+        self.assertTrue(got.startswith(b"HTTP/1.1 400 Bad Request"), got)
+        t0 = time.monotonic()
+        gone = False
+        while time.monotonic() - t0 < 6:
+            try:
+                c.send(b"x")
+            except (BrokenPipeError, ConnectionResetError):
+                gone = True
+                break
+            time.sleep(0.5)
+        self.assertTrue(gone, "a lingering connection was kept past its 2 s")
+        self.assertLess(time.monotonic() - t0, 4)
+        c.close()
+        self.assertEqual(s.request("GET", "/healthz")[0], 200)
+        self.assertEqual(s.stop(), 0)
+
     def test_batch_to_a_slow_reader(self):
         # A batch whose results the client reads late: the stream waits for it (the sent callback of
         # each chunk outlives none of them), every line arrives, and the connection serves on.

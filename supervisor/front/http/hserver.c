@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "clock.h"
 #include "log.h"
 
 /* A connection's read buffer starts this large; a request larger grows it (not while one waits). */
@@ -40,6 +41,8 @@
 /* A closing connection reads (and drops) at most this much, for at most TP_HS_LINGER_MS, before it closes. */
 #define TP_HS_LINGER_MAX (16u << 20)
 #define TP_HS_LINGER_MS 2000
+/* Replies a connection holds unsent before it frames no more of its pipelined requests (a client that sends and never reads). */
+#define TP_HS_OUT_HIGH (64u << 10)
 
 /* Where a header lies in the read buffer, from its request's first byte (the buffer may move until the request is whole). */
 typedef struct {
@@ -83,6 +86,7 @@ struct tp_hs_conn {
     tp_hs_conn_t *prev, *next;
     int fd;
     struct event *ev_in, *ev_out;
+    struct event *ev_wake; /* work left for the loop: a close, a run, a sent callback (never a socket's) */
     bool reading, writing; /* ev_in, ev_out added */
     /* what has been read: the current request from start, the bytes read end at len */
     uint8_t *in;
@@ -99,13 +103,14 @@ struct tp_hs_conn {
     hs_state_t st;
     tp_hreq_t req;
     tp_buf_t out;
-    bool eof;       /* the client has closed its side */
-    bool cut;       /* tp_hreq_shutdown: the reply's end is the connection's, once out */
-    bool shut;      /* its sending side is shut down */
-    bool in_run;    /* conn_run is on the stack */
-    bool run_due;   /* bytes behind a request answered outside on_request: framed from the loop */
-    bool in_out_cb; /* out_cb is on the stack */
-    bool dead;      /* closes from the loop: nothing more is read or sent */
+    bool eof;              /* the client has closed its side */
+    bool cut;              /* tp_hreq_shutdown: the reply's end is the connection's, once out */
+    bool shut;             /* its sending side is shut down */
+    bool in_run;           /* conn_run is on the stack */
+    bool run_due;          /* bytes behind a request answered outside on_request: framed from the loop */
+    bool sent_due;         /* the sent callback, from the loop */
+    uint64_t linger_until; /* HS_LINGER: when it closes, whatever the client sends */
+    bool dead;             /* closes from the loop: nothing more is read or sent */
     void (*sent_cb)(void *);
     void *sent_arg;
     void *user;
@@ -135,6 +140,7 @@ static void conn_free(tp_hs_conn_t *c)
         c->next->prev = c->prev;
     event_free(c->ev_in);
     event_free(c->ev_out);
+    event_free(c->ev_wake);
     void *user = c->user;
     free(c->in);
     free(c->req.hd);
@@ -157,7 +163,21 @@ static void conn_kill(tp_hs_conn_t *c)
     if (c->writing)
         event_del(c->ev_out);
     c->writing = false;
-    event_active(c->ev_in, EV_READ, 0);
+    if (c->reading)
+        event_del(c->ev_in);
+    c->reading = false;
+    event_active(c->ev_wake, EV_TIMEOUT, 0);
+}
+
+/* Work for the loop, out from under the caller (a reply's giver, a write's). */
+static void wake(tp_hs_conn_t *c)
+{
+    event_active(c->ev_wake, EV_TIMEOUT, 0);
+}
+
+static bool out_high(const tp_hs_conn_t *c)
+{
+    return c->out.len - c->out.off > TP_HS_OUT_HIGH;
 }
 
 /* Reading on (its timeout, tv, starts again) or off. */
@@ -218,23 +238,20 @@ static void in_cb(evutil_socket_t fd, short what, void *arg)
             conn_free(c);
         return;
     }
-    if (c->run_due) {
-        c->run_due = false;
-        conn_run(c);
-        return; /* bytes on the socket wake it again */
-    }
     if (c->st == HS_LINGER) {
         char drop[16384];
         ssize_t n = recv(fd, drop, sizeof drop, 0);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
             return;
         c->lingered += n > 0 ? (size_t)n : 0;
-        if (n <= 0 || c->lingered > TP_HS_LINGER_MAX)
+        if (n <= 0 || c->lingered > TP_HS_LINGER_MAX || tp_now_us() >= c->linger_until)
             conn_free(c);
         return;
     }
-    if (c->st != HS_HEAD && c->st != HS_BODY && c->st != HS_CHUNKS)
-        return; /* an activation left over from before it stopped reading */
+    if ((c->st != HS_HEAD && c->st != HS_BODY && c->st != HS_CHUNKS) || out_high(c)) {
+        reading_set(c, false, NULL); /* read again once it may frame: req_done, conn_flush */
+        return;
+    }
     /* a body's room grows with what comes of it, not with what its Content-Length says */
     size_t want = 4096;
     if (c->st == HS_BODY && c->head_end + c->need > c->len)
@@ -276,15 +293,32 @@ static void out_cb(evutil_socket_t fd, short what, void *arg)
         conn_free(c); /* a client that does not read its reply */
         return;
     }
-    c->in_out_cb = true;
     conn_flush(c);
-    c->in_out_cb = false;
-    if (c->dead || c->out.len > c->out.off)
+}
+
+/* What was left for the loop: the close, the sent callback, the framing of requests read behind one answered. */
+static void wake_cb(evutil_socket_t fd, short what, void *arg)
+{
+    tp_hs_conn_t *c = arg;
+    (void)fd;
+    (void)what;
+    if (c->dead) {
+        conn_free(c);
         return;
-    if (c->sent_cb) {
-        void (*cb)(void *) = c->sent_cb;
-        c->sent_cb = NULL;
-        cb(c->sent_arg);
+    }
+    if (c->sent_due) {
+        c->sent_due = false;
+        if (c->sent_cb && c->out.len == c->out.off) {
+            void (*cb)(void *) = c->sent_cb;
+            c->sent_cb = NULL;
+            cb(c->sent_arg);
+            if (c->dead)
+                return;
+        }
+    }
+    if (c->run_due) {
+        c->run_due = false;
+        conn_run(c);
     }
 }
 
@@ -337,11 +371,23 @@ static void conn_flush(tp_hs_conn_t *c)
         struct timeval tv = {TP_HS_LINGER_MS / 1000, (TP_HS_LINGER_MS % 1000) * 1000};
         if (timercmp(&c->s->o.idle, &tv, <))
             tv = c->s->o.idle;
+        c->linger_until = tp_now_us() + (uint64_t)tv.tv_sec * 1000000u + (uint64_t)tv.tv_usec;
         reading_set(c, true, &tv);
+        return;
+    }
+    if (c->st == HS_HEAD || c->st == HS_BODY || c->st == HS_CHUNKS) {
+        /* the idle time starts once the last reply is out; pipelined requests held back are framed now */
+        reading_set(c, true, &c->s->o.idle);
+        if (c->len > c->start && !c->in_run) {
+            c->run_due = true;
+            wake(c);
+        }
     }
     /* a sent callback waits for the loop: its caller may be the one whose bytes just went */
-    if (c->sent_cb && !c->in_out_cb)
-        event_active(c->ev_out, EV_WRITE, 0);
+    if (c->sent_cb) {
+        c->sent_due = true;
+        wake(c);
+    }
 }
 
 int tp_hs_adopt(tp_hs_t *s, int fd, void *user)
@@ -355,7 +401,8 @@ int tp_hs_adopt(tp_hs_t *s, int fd, void *user)
     c->req.c = c;
     c->ev_in = event_new(s->o.base, fd, EV_READ | EV_PERSIST, in_cb, c);
     c->ev_out = event_new(s->o.base, fd, EV_WRITE | EV_PERSIST, out_cb, c);
-    if (c->ev_in == NULL || c->ev_out == NULL || event_add(c->ev_in, &s->o.idle) != 0)
+    c->ev_wake = event_new(s->o.base, -1, 0, wake_cb, c);
+    if (c->ev_in == NULL || c->ev_out == NULL || c->ev_wake == NULL || event_add(c->ev_in, &s->o.idle) != 0)
         goto fail;
     c->reading = true;
     c->next = s->conns;
@@ -369,6 +416,8 @@ fail:
             event_free(c->ev_in);
         if (c->ev_out)
             event_free(c->ev_out);
+        if (c->ev_wake)
+            event_free(c->ev_wake);
         free(c);
     }
     close(fd);
@@ -474,6 +523,10 @@ static int head_parse(tp_hs_conn_t *c)
     size_t line_end = le > p && c->in[le - 1] == '\r' ? le - 1 : le;
     char *line = (char *)c->in + p;
     c->in[line_end] = '\0';
+    if (memchr(line, '\0', line_end - p) != NULL) {
+        conn_refuse(c, 400, "BadRequest", "the request line holds a NUL byte");
+        return -1;
+    }
     char *sp1 = strchr(line, ' ');
     char *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
     if (sp1 == NULL || sp2 == NULL || strchr(sp2 + 1, ' ') != NULL || sp1 == line || sp2 == sp1 + 1) {
@@ -533,7 +586,8 @@ static int head_parse(tp_hs_conn_t *c)
     r->path = rel(c, t);
     /* the headers */
     p = le + 1;
-    const char *cl = NULL, *te = NULL, *conn = NULL, *expect = NULL;
+    const char *cl = NULL, *te = NULL;
+    bool conn_close = false, conn_keep = false, expect100 = false;
     int hosts = 0;
     while (p < end) {
         le = (size_t)((uint8_t *)memchr(c->in + p, '\n', end - p) - c->in);
@@ -593,15 +647,16 @@ static int head_parse(tp_hs_conn_t *c)
             }
             te = v;
         } else if (nlen == 10 && strcasecmp(name, "Connection") == 0) {
-            conn = v;
+            conn_close |= list_has(v, "close"); /* any of them: a close is never undone by another */
+            conn_keep |= list_has(v, "keep-alive");
         } else if (nlen == 6 && strcasecmp(name, "Expect") == 0) {
-            expect = v;
+            expect100 |= strcasecmp(v, "100-continue") == 0;
         } else if (nlen == 4 && strcasecmp(name, "Host") == 0) {
             hosts++;
         }
         p = le + 1;
     }
-    r->keep = r->minor == 1 ? !(conn && list_has(conn, "close")) : conn && list_has(conn, "keep-alive");
+    r->keep = !conn_close && (r->minor == 1 || conn_keep);
     /* HTTP/1.0 has no chunked coding: such a message's framing is not to be trusted past it (RFC 9112 6.1) */
     if (te && r->minor == 0)
         r->keep = false;
@@ -655,8 +710,7 @@ static int head_parse(tp_hs_conn_t *c)
         return -1;
     }
     /* a client that waits to be told to send its body, none of which has come */
-    if (expect && r->minor == 1 && strcasecmp(expect, "100-continue") == 0 && c->len == c->head_end &&
-        (c->st == HS_CHUNKS || c->need > 0)) {
+    if (expect100 && r->minor == 1 && c->len == c->head_end && (c->st == HS_CHUNKS || c->need > 0)) {
         if (tp_buf_puts(&c->out, "HTTP/1.1 100 Continue\r\n\r\n") != 0) {
             conn_kill(c);
             return -1;
@@ -729,8 +783,11 @@ static int chunks_decode(tp_hs_conn_t *c)
                 n = n * 16 + (size_t)d;
             }
             bool ok = i > line;
+            size_t blank = i;
             while (ok && i < e && (c->in[i] == ' ' || c->in[i] == '\t'))
                 i++;
+            if (ok && i > blank && (i == e || c->in[i] != ';'))
+                ok = false; /* blanks only before an extension (RFC 9112 7.1.1's BWS) */
             if (ok && i < e && c->in[i] == ';') {
                 for (i++; ok && i < e; i++)
                     ok = is_vchar(c->in[i]);
@@ -825,6 +882,10 @@ static void conn_run(tp_hs_conn_t *c)
     c->in_run = true;
     tp_hs_t *s = c->s;
     while (!c->dead && (c->st == HS_HEAD || c->st == HS_BODY || c->st == HS_CHUNKS)) {
+        if (c->st == HS_HEAD && out_high(c)) {
+            reading_set(c, false, NULL); /* a client that sends and does not read: conn_flush resumes it */
+            break;
+        }
         if (c->st == HS_HEAD) {
             bool found = head_find(c) == 1;
             if ((found ? c->head_end : c->len) - c->start > s->o.max_head) {
@@ -869,7 +930,10 @@ static void req_done(tp_hs_conn_t *c)
     c->ck_read = c->ck_write = c->need = 0;
     c->chunked_in = false;
     c->sent_cb = NULL;
+    c->sent_due = false;
     c->st = r->keep ? HS_HEAD : HS_CLOSING;
+    if (c->st == HS_CLOSING)
+        reading_set(c, false, NULL);
     if (c->start == c->len) {
         c->start = c->len = c->scan = c->head_end = 0;
         if (c->cap > (1u << 20)) { /* a large request's room goes back */
@@ -879,12 +943,12 @@ static void req_done(tp_hs_conn_t *c)
         }
     }
     conn_flush(c);
-    if (c->dead || c->st != HS_HEAD)
-        return;
+    if (c->dead || c->st != HS_HEAD || out_high(c))
+        return; /* conn_flush resumes it once its replies are out */
     reading_set(c, true, &c->s->o.idle);
     if (!c->in_run && c->len > c->start) {
         c->run_due = true; /* not under the caller that gave the reply */
-        event_active(c->ev_in, EV_READ, 0);
+        wake(c);
     }
 }
 
