@@ -228,11 +228,12 @@ static void in_cb(evutil_socket_t fd, short what, void *arg)
         conn_free(c);
         return;
     }
+    if ((what & EV_TIMEOUT) && c->st == HS_BUSY)
+        return; /* a request waiting for its reply is not idle */
     if (what & EV_TIMEOUT) {
         /*
-         * Idle: no request, half of one, or a linger's end (a request
-         * waiting for its reply is not read). A reply still going out is
-         * the write side's to time.
+         * Idle: no request, half of one, or a linger's end. A reply still
+         * going out is the write side's to time.
          */
         if (!c->writing || c->st == HS_LINGER)
             conn_free(c);
@@ -908,8 +909,12 @@ static void conn_run(tp_hs_conn_t *c)
                 break;
             c->req.body_len = c->ck_write - c->head_end;
         }
+        /*
+         * Not read while it waits: reading goes off only if bytes (or the
+         * client's close) come meanwhile (in_cb), so a request answered in
+         * a later turn costs no epoll_ctl when its client just waits.
+         */
         c->st = HS_BUSY;
-        reading_set(c, false, NULL); /* not read while it waits */
         s->o.on_request(s->o.ctx, &c->req);
     }
     c->in_run = false;
