@@ -826,6 +826,67 @@ static void test_missing_secret(void)
 }
 
 /*
+ * libcurl is opened at the first http call, not linked: with
+ * TOOLPOOL_LIBCURL naming a library that is not there, an exec tool's call
+ * still runs, the http call fails ToolError with dlopen's reason, and an
+ * OTLP export refuses to start (exit 2) saying why. The control: the same
+ * run with the real library calls the server.
+ */
+static void test_without_libcurl(void)
+{
+    char reg[1100], calls[1100], out[1100], err[1100], store[1100], results[1100];
+    in_work(reg, sizeof reg, "nocurl.json");
+    in_work(calls, sizeof calls, "nocurl.jsonl");
+    in_work(out, sizeof out, "nocurl.out");
+    in_work(err, sizeof err, "nocurl.err");
+    in_work(results, sizeof results, "nocurl-results.jsonl");
+    char *text = subst("{\"tools\": [{\"name\": \"h\", \"http\": {\"url\": \"@U@/json\", \"method\": \"GET\"}},"
+                       " {\"name\": \"t\", \"exec\": [\"/bin/true\"]}]}");
+    free(tp_test_write(work, "nocurl.json", text));
+    free(text);
+    free(tp_test_write(work, "nocurl.jsonl", "{\"id\": \"h1\", \"tool\": \"h\"}\n{\"id\": \"t1\", \"tool\": \"t\"}\n"));
+    char *gone[] = {"TOOLPOOL_LIBCURL=/nonexistent/libcurl.so.4", NULL};
+    for (int with = 0; with < 2; with++) {
+        in_work(store, sizeof store, with ? "nocurl-store-with" : "nocurl-store-without");
+        char *args[] = {"run", "-q", "--store", store, "-r", reg, "-o", results, calls, NULL};
+        int rc = tp_run(args, out, err, with ? NULL : gone);
+        CU_ASSERT_EQUAL(rc, with ? 0 : 1);
+        char *body = tp_test_slurp(results, NULL);
+        json_error_t je;
+        json_t *h = NULL, *t = NULL;
+        for (char *line = body ? strtok(body, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+            json_t *v = json_loads(line, 0, &je);
+            const char *id = json_string_value(json_object_get(v, "id"));
+            if (id && strcmp(id, "h1") == 0 && h == NULL)
+                h = json_incref(v);
+            else if (id && strcmp(id, "t1") == 0 && t == NULL)
+                t = json_incref(v);
+            json_decref(v);
+        }
+        free(body);
+        CU_ASSERT(json_is_true(json_object_get(t, "ok")));
+        if (with) {
+            CU_ASSERT(json_is_true(json_object_get(h, "ok")));
+        } else {
+            CU_ASSERT(json_is_false(json_object_get(h, "ok")));
+            CU_ASSERT_STRING_EQUAL(sval(json_object_get(h, "error")), "ToolError");
+            const char *msg = sval(json_object_get(h, "message"));
+            if (!has(msg, "cannot load libcurl (/nonexistent/libcurl.so.4)"))
+                fprintf(stderr, "without libcurl: h1 says: %s\n", msg ? msg : "");
+            CU_ASSERT(has(msg, "cannot load libcurl (/nonexistent/libcurl.so.4)"));
+        }
+        json_decref(h);
+        json_decref(t);
+    }
+    /* the exporter needs it at its start: refused, with the reason, before any call */
+    in_work(store, sizeof store, "nocurl-store-otlp");
+    char *otlp[] = {"run", "-q", "--store", store, "-r", reg, "-o", results, "--otlp", "http://127.0.0.1:9/",
+                    calls, NULL};
+    CU_ASSERT_EQUAL(tp_run(otlp, out, err, gone), 2);
+    CU_ASSERT(file_has(err, "cannot load libcurl (/nonexistent/libcurl.so.4)"));
+}
+
+/*
  * Transport: a server that hangs past the timeout (Timeout, transient, so
  * retried), a body sent slowly (in time: the whole body; past the timeout:
  * Timeout), a connection reset mid-body, a refused connect and one that
@@ -1174,6 +1235,7 @@ int main(void)
     CU_add_test(s, "secrets reach the server and nothing else", test_secrets);
     CU_add_test(s, "a missing secret is a registry error", test_missing_secret);
     CU_add_test(s, "transport: hang, trickle, reset, refused, connect timeout", test_transport);
+    CU_add_test(s, "libcurl opened at the first call: a machine without it", test_without_libcurl);
     CU_add_test(s, "the output limit", test_output_limit);
     CU_add_test(s, "redirects: 5 followed, a loop refused", test_redirects);
     CU_add_test(s, "keep-alive: 20 calls over at most 2 connections", test_keepalive);

@@ -1,5 +1,6 @@
 /*
- * http adapter: one HTTP request a call, made with libcurl. The worker
+ * http adapter: one HTTP request a call, made with libcurl (loaded at the
+ * first call: curllib.h). The worker
  * holds many calls at once: each is a transfer on one multi handle, which
  * the worker's loop drives (tp_http_wait) while it reads more Calls, and
  * each answers when it ends, in whatever order they end. The multi
@@ -25,7 +26,6 @@
  */
 #include "adapter.h"
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +34,7 @@
 #include <time.h>
 
 #include "clock.h"
+#include "curllib.h"
 #include "json.h"
 
 /* Bytes of a failure's body a message quotes. */
@@ -69,7 +70,7 @@ static long retry_after(const char *v)
     long s = strtol(v, &end, 10);
     if (end != v && (*end == 0 || *end == '\r' || *end == '\n' || *end == ' '))
         return s < 0 ? -1 : s > (long)(TP_RETRY_AFTER_MAX_MS / 1000) ? (long)TP_RETRY_AFTER_MAX_MS : s * 1000;
-    time_t at = curl_getdate(v, NULL);
+    time_t at = tp_curl.getdate(v, NULL);
     if (at < 0)
         return -1;
     time_t now = time(NULL);
@@ -115,9 +116,9 @@ static char *arg_text(const json_t *v)
 static int put_escaped(CURL *easy, tp_buf_t *b, const json_t *v)
 {
     char *text = arg_text(v);
-    char *esc = text ? curl_easy_escape(easy, text, 0) : NULL;
+    char *esc = text ? tp_curl.easy_escape(easy, text, 0) : NULL;
     int rc = esc ? tp_buf_puts(b, esc) : -1;
-    curl_free(esc);
+    tp_curl.free(esc);
     free(text);
     return rc;
 }
@@ -160,10 +161,10 @@ static bool build_url(CURL *easy, const Toolpool__HttpCall *h, json_t *args, jso
         json_t *v = json_object_get(args, h->query[i]);
         if (v == NULL || json_is_null(v))
             continue;
-        char *name = curl_easy_escape(easy, h->query[i], 0);
+        char *name = tp_curl.easy_escape(easy, h->query[i], 0);
         failed |= name == NULL || tp_buf_append(url, &sep, 1) < 0 || tp_buf_puts(url, name) < 0 ||
                   tp_buf_puts(url, "=") < 0 || put_escaped(easy, url, v) < 0;
-        curl_free(name);
+        tp_curl.free(name);
         json_object_del(body, h->query[i]);
         sep = '&';
     }
@@ -177,7 +178,7 @@ static bool build_url(CURL *easy, const Toolpool__HttpCall *h, json_t *args, jso
 /* Adds a header line; false (the list as it was) when memory runs out. */
 static bool add_header(struct curl_slist **list, const char *line)
 {
-    struct curl_slist *l = curl_slist_append(*list, line);
+    struct curl_slist *l = tp_curl.slist_append(*list, line);
     if (l == NULL)
         return false;
     *list = l;
@@ -229,10 +230,10 @@ static void status_failure(tp_outcome_t *o, long status, const reply_t *r)
 static void transport_failure(CURL *easy, tp_outcome_t *o, CURLcode rc, const char *errbuf, const reply_t *r,
                               uint64_t max)
 {
-    const char *why = errbuf[0] ? errbuf : curl_easy_strerror(rc);
+    const char *why = errbuf[0] ? errbuf : tp_curl.easy_strerror(rc);
     /* Whether the request went out: over a new connection or a kept one (whose connect time is 0). */
     long sent = 0;
-    curl_easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &sent);
+    tp_curl.easy_getinfo(easy, CURLINFO_REQUEST_SIZE, &sent);
     switch (rc) {
     case CURLE_WRITE_ERROR:
         if (r->too_big) {
@@ -311,18 +312,18 @@ static void redact_text(const Toolpool__HttpCall *h, char *s, size_t cap)
 /* "scheme://host:port" of url, into out; false when it does not parse. */
 static bool origin(const char *url, char *out, size_t cap)
 {
-    CURLU *u = curl_url();
+    CURLU *u = tp_curl.url();
     char *scheme = NULL, *host = NULL, *port = NULL;
-    bool ok = u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
-              curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
-              curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
-              curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
+    bool ok = u && tp_curl.url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+              tp_curl.url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+              tp_curl.url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+              tp_curl.url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK;
     if (ok)
         snprintf(out, cap, "%s://%s:%s", scheme, host, port);
-    curl_free(scheme);
-    curl_free(host);
-    curl_free(port);
-    curl_url_cleanup(u);
+    tp_curl.free(scheme);
+    tp_curl.free(host);
+    tp_curl.free(port);
+    tp_curl.url_cleanup(u);
     return ok;
 }
 
@@ -380,12 +381,22 @@ static uint64_t now_ms(void)
     return tp_now_us() / 1000u;
 }
 
-static bool client_ready(void)
+/* The multi handle, made at the first call: true, or false with why in err. */
+static bool client_ready(char *err, size_t n)
 {
     if (multi != NULL)
         return true;
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK || (multi = curl_multi_init()) == NULL)
+    if (tp_curl_load(err, n) < 0)
         return false;
+    if (tp_curl.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        snprintf(err, n, "libcurl would not start (curl_global_init failed)");
+        return false;
+    }
+    if ((multi = tp_curl.multi_init()) == NULL) {
+        tp_curl.global_cleanup();
+        snprintf(err, n, "out of memory for the HTTP client");
+        return false;
+    }
     return true;
 }
 
@@ -395,8 +406,8 @@ static xfer_t *xfer_take(void)
     xfer_t *x = spare;
     if (x != NULL) {
         spare = x->next;
-        curl_easy_reset(x->easy);
-    } else if ((x = calloc(1, sizeof *x)) != NULL && (x->easy = curl_easy_init()) == NULL) {
+        tp_curl.easy_reset(x->easy);
+    } else if ((x = calloc(1, sizeof *x)) != NULL && (x->easy = tp_curl.easy_init()) == NULL) {
         free(x);
         x = NULL;
     }
@@ -433,7 +444,7 @@ static void xfer_end(xfer_t *x)
     x->call = NULL;
     free(x->at);
     x->at = NULL;
-    curl_slist_free_all(x->headers);
+    tp_curl.slist_free_all(x->headers);
     x->headers = NULL;
     free(x->payload);
     x->payload = NULL;
@@ -448,7 +459,7 @@ static void xfer_end(xfer_t *x)
 /* Takes x out of the flight list (and off the multi handle). */
 static void xfer_unlink(xfer_t *x)
 {
-    curl_multi_remove_handle(multi, x->easy);
+    tp_curl.multi_remove_handle(multi, x->easy);
     for (xfer_t **pp = &flight; *pp != NULL; pp = &(*pp)->next)
         if (*pp == x) {
             *pp = x->next;
@@ -468,13 +479,13 @@ static bool xfer_go(xfer_t *x)
             return false;
         }
         /* What is left of the call's time: a redirect does not start it again. */
-        curl_easy_setopt(x->easy, CURLOPT_TIMEOUT_MS, (long)(x->deadline_ms - now));
+        tp_curl.easy_setopt(x->easy, CURLOPT_TIMEOUT_MS, (long)(x->deadline_ms - now));
     }
-    curl_easy_setopt(x->easy, CURLOPT_URL, x->at);
+    tp_curl.easy_setopt(x->easy, CURLOPT_URL, x->at);
     tp_buf_reset(&x->r.body);
     x->r.too_big = false;
     x->errbuf[0] = 0;
-    if (curl_multi_add_handle(multi, x->easy) != CURLM_OK) {
+    if (tp_curl.multi_add_handle(multi, x->easy) != CURLM_OK) {
         tp_outcome_fail(&x->o, "OutOfMemory", "cannot start the transfer");
         return false;
     }
@@ -523,7 +534,7 @@ static bool xfer_prepare(xfer_t *x)
     if (sends) {
         built = built && (x->payload = json_dumps(body, JSON_COMPACT)) != NULL &&
                 add_header(&x->headers, "Content-Type: application/json");
-        curl_easy_setopt(easy, CURLOPT_POSTFIELDS, x->payload);
+        tp_curl.easy_setopt(easy, CURLOPT_POSTFIELDS, x->payload);
     }
     built = built && add_header(&x->headers, "Expect:"); /* no 100-continue round trip */
     /* A traced attempt: its span, the parent of the server's (W3C Trace Context); the tool's own header wins. */
@@ -537,20 +548,20 @@ static bool xfer_prepare(xfer_t *x)
         goto done;
     }
     if (strcmp(m, "GET") == 0 && !sends)
-        curl_easy_setopt(easy, CURLOPT_HTTPGET, 1L);
+        tp_curl.easy_setopt(easy, CURLOPT_HTTPGET, 1L);
     else if (strcmp(m, "POST") != 0) /* POST is what a body makes; a 303 can then turn it into a GET */
-        curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, m);
-    curl_easy_setopt(easy, CURLOPT_PRIVATE, x);
-    curl_easy_setopt(easy, CURLOPT_HTTPHEADER, x->headers);
-    curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, x->errbuf);
-    curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, body_cb);
-    curl_easy_setopt(easy, CURLOPT_WRITEDATA, &x->r);
-    curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, header_cb);
-    curl_easy_setopt(easy, CURLOPT_HEADERDATA, &x->r);
-    curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L); /* the path as the template made it */
-    curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+        tp_curl.easy_setopt(easy, CURLOPT_CUSTOMREQUEST, m);
+    tp_curl.easy_setopt(easy, CURLOPT_PRIVATE, x);
+    tp_curl.easy_setopt(easy, CURLOPT_HTTPHEADER, x->headers);
+    tp_curl.easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+    tp_curl.easy_setopt(easy, CURLOPT_ERRORBUFFER, x->errbuf);
+    tp_curl.easy_setopt(easy, CURLOPT_WRITEFUNCTION, body_cb);
+    tp_curl.easy_setopt(easy, CURLOPT_WRITEDATA, &x->r);
+    tp_curl.easy_setopt(easy, CURLOPT_HEADERFUNCTION, header_cb);
+    tp_curl.easy_setopt(easy, CURLOPT_HEADERDATA, &x->r);
+    tp_curl.easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+    tp_curl.easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L); /* the path as the template made it */
+    tp_curl.easy_setopt(easy, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     /*
      * The transfer ends at the attempt's time (its own, which a deadline
      * may make shorter than the tool's timeout), and the worker answers
@@ -566,9 +577,9 @@ static bool xfer_prepare(xfer_t *x)
      */
     x->deadline_ms = call->deadline_us ? call->deadline_us / 1000u : h->timeout_ms ? now_ms() + h->timeout_ms : 0;
     if (h->connect_timeout_ms)
-        curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms);
+        tp_curl.easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms);
     if (h->ca_file && h->ca_file[0])
-        curl_easy_setopt(easy, CURLOPT_CAINFO, h->ca_file);
+        tp_curl.easy_setopt(easy, CURLOPT_CAINFO, h->ca_file);
     ok = true;
 done:
     json_decref(body);
@@ -587,18 +598,18 @@ static void xfer_done(xfer_t *x, CURLcode rc)
     tp_outcome_t *o = &x->o;
     reply_t *r = &x->r;
     long status = 0;
-    curl_easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
+    tp_curl.easy_getinfo(x->easy, CURLINFO_RESPONSE_CODE, &status);
     char *next = NULL;
     xfer_unlink(x);
     if (rc == CURLE_OK && status >= 300 && status <= 399 &&
-        curl_easy_getinfo(x->easy, CURLINFO_REDIRECT_URL, &next) == CURLE_OK && next != NULL) {
+        tp_curl.easy_getinfo(x->easy, CURLINFO_REDIRECT_URL, &next) == CURLE_OK && next != NULL) {
         if (++x->redirects > TP_HTTP_REDIRECTS) {
             tp_outcome_fail(o, "ToolError", "more than %d redirects", TP_HTTP_REDIRECTS);
         } else if (may_follow(h, x->at, next, o)) {
             /* As browsers and curl do: a 303, or a 301 or 302 after a POST, goes on as a GET. */
             if (status == 303 || ((status == 301 || status == 302) && strcmp(x->method, "POST") == 0)) {
-                curl_easy_setopt(x->easy, CURLOPT_CUSTOMREQUEST, NULL);
-                curl_easy_setopt(x->easy, CURLOPT_HTTPGET, 1L);
+                tp_curl.easy_setopt(x->easy, CURLOPT_CUSTOMREQUEST, NULL);
+                tp_curl.easy_setopt(x->easy, CURLOPT_HTTPGET, 1L);
             }
             char *copy = strdup(next);
             free(x->at);
@@ -642,11 +653,12 @@ void tp_http_set_done(tp_http_done_fn fn)
 void tp_http_start(Toolpool__SupervisorFrame *frame)
 {
     const Toolpool__Call *call = frame->call;
-    xfer_t *x = client_ready() ? xfer_take() : NULL;
+    char why[600] = "out of memory for the call";
+    xfer_t *x = client_ready(why, sizeof why) ? xfer_take() : NULL;
     if (x == NULL) {
         tp_outcome_t o = {0};
         tp_outcome_reset(&o);
-        tp_outcome_fail(&o, "ToolError", "cannot start the HTTP client");
+        tp_outcome_fail(&o, "ToolError", "cannot start the HTTP client: %s", why);
         done_fn(call, &o);
         tp_outcome_free(&o);
         toolpool__supervisor_frame__free_unpacked(frame, NULL);
@@ -687,22 +699,22 @@ int tp_http_wait(int fd, int timeout_ms, bool *fd_ready, struct pollfd *extra, i
                                       .events = (short)((extra[i].events & POLLIN ? CURL_WAIT_POLLIN : 0) |
                                                         (extra[i].events & POLLOUT ? CURL_WAIT_POLLOUT : 0))};
     *fd_ready = false;
-    CURLMcode mc = curl_multi_poll(multi, w, (unsigned)k, timeout_ms, NULL);
+    CURLMcode mc = tp_curl.multi_poll(multi, w, (unsigned)k, timeout_ms, NULL);
     if (mc != CURLM_OK)
         return TP_EIO;
     *fd_ready = fd >= 0 && w[0].revents != 0;
     for (int i = 0; i < n && i < TP_MCP_POLL_MAX; i++)
         extra[i].revents = w[(fd >= 0) + i].revents;
     int running;
-    if (curl_multi_perform(multi, &running) != CURLM_OK)
+    if (tp_curl.multi_perform(multi, &running) != CURLM_OK)
         return TP_EIO;
     CURLMsg *msg;
     int left;
-    while ((msg = curl_multi_info_read(multi, &left)) != NULL) {
+    while ((msg = tp_curl.multi_info_read(multi, &left)) != NULL) {
         if (msg->msg != CURLMSG_DONE)
             continue;
         xfer_t *x = NULL;
-        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+        tp_curl.easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
         if (x != NULL)
             xfer_done(x, msg->data.result);
     }
@@ -721,8 +733,8 @@ void tp_http_shutdown(void)
     while (spare != NULL) {
         xfer_t *x = spare;
         spare = x->next;
-        curl_easy_cleanup(x->easy);
-        curl_slist_free_all(x->headers);
+        tp_curl.easy_cleanup(x->easy);
+        tp_curl.slist_free_all(x->headers);
         free(x->payload);
         free(x->at);
         tp_buf_free(&x->r.body);
@@ -731,8 +743,8 @@ void tp_http_shutdown(void)
         free(x);
     }
     if (multi != NULL) {
-        curl_multi_cleanup(multi);
+        tp_curl.multi_cleanup(multi);
         multi = NULL;
-        curl_global_cleanup();
+        tp_curl.global_cleanup();
     }
 }

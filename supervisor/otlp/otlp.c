@@ -9,7 +9,6 @@
  * rendering of a call's spans into one chunk and a push under a mutex;
  * the thread joins chunks into a request body and sends it.
  */
-#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -23,6 +22,7 @@
 #include <unistd.h>
 #include <time.h>
 
+#include "curllib.h"
 #include "json.h"
 #include "log.h"
 #include "otlp_internal.h"
@@ -214,7 +214,7 @@ static void add_header(void *ctx, const char *k, const char *v)
     if (line == NULL)
         return;
     snprintf(line, n, "%s: %s", k, v);
-    struct curl_slist *nh = curl_slist_append(*h, line);
+    struct curl_slist *nh = tp_curl.slist_append(*h, line);
     if (nh)
         *h = nh;
     free(line);
@@ -381,19 +381,19 @@ static uint64_t rejected_spans(const uint8_t *a, size_t n, bool pb, char *msg, s
 static bool post(tp_otlp_t *o, CURL *h, const uint8_t *body, size_t len, size_t spans, bool *was_failing,
                  tp_buf_t *answer, uint64_t *rejected)
 {
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, (const char *)body);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    tp_curl.easy_setopt(h, CURLOPT_POSTFIELDS, (const char *)body);
+    tp_curl.easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
     tp_buf_reset(answer);
     *rejected = 0;
-    CURLcode rc = curl_easy_perform(h);
+    CURLcode rc = tp_curl.easy_perform(h);
     long status = 0;
     if (rc == CURLE_OK)
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        tp_curl.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     bool ok = rc == CURLE_OK && status >= 200 && status < 300;
     if (!ok && !*was_failing) {
         if (rc != CURLE_OK)
             tp_log_warn("otlp.export_failed", "otlp: export to %s failed: %s; spans are dropped until it answers",
-                        o->url, curl_easy_strerror(rc));
+                        o->url, tp_curl.easy_strerror(rc));
         else
             tp_log_warn("otlp.export_refused",
                         "otlp: export to %s answered HTTP %ld; spans are dropped until it takes them", o->url, status);
@@ -503,14 +503,14 @@ static void *export_main(void *arg)
     if (errno == 0)
         setpriority(PRIO_PROCESS, (id_t)gettid(), nice_now + EXPORT_NICE > 19 ? 19 : nice_now + EXPORT_NICE);
     tp_buf_t answer = {0};
-    CURL *h = curl_easy_init();
+    CURL *h = tp_curl.easy_init();
     if (h) {
-        curl_easy_setopt(h, CURLOPT_URL, o->url);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, o->headers);
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, answer_cb);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &answer);
+        tp_curl.easy_setopt(h, CURLOPT_URL, o->url);
+        tp_curl.easy_setopt(h, CURLOPT_HTTPHEADER, o->headers);
+        tp_curl.easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
+        tp_curl.easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        tp_curl.easy_setopt(h, CURLOPT_WRITEFUNCTION, answer_cb);
+        tp_curl.easy_setopt(h, CURLOPT_WRITEDATA, &answer);
     }
     bool pb = o->proto == TP_OTLP_PROTOBUF;
     size_t head_room = tp_otlp_pb_head_room(&o->pb_resource, &o->pb_scope);
@@ -572,7 +572,7 @@ static void *export_main(void *arg)
     tp_buf_free(&body);
     tp_buf_free(&answer);
     if (h)
-        curl_easy_cleanup(h);
+        tp_curl.easy_cleanup(h);
     return NULL;
 }
 
@@ -651,7 +651,13 @@ int tp_otlp_start(const tp_otlp_opts_t *opts, tp_otlp_t **out)
         free(url);
         return -1;
     }
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+    char why[512];
+    if (tp_curl_load(why, sizeof why) < 0) {
+        tp_log_error("otlp.curl_failed", "otlp: %s: no trace export", why);
+        free(url);
+        return -1;
+    }
+    if (tp_curl.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         tp_log_error("otlp.curl_failed", "otlp: libcurl would not start");
         free(url);
         return -1;
@@ -679,11 +685,11 @@ int tp_otlp_start(const tp_otlp_opts_t *opts, tp_otlp_t **out)
         o->max_queue = 1;
     if (o->max_batch == 0 || o->max_batch > o->max_queue)
         o->max_batch = o->max_queue;
-    o->headers = curl_slist_append(NULL, o->proto == TP_OTLP_PROTOBUF ? "Content-Type: application/x-protobuf"
-                                                                      : "Content-Type: application/json");
+    o->headers = tp_curl.slist_append(NULL, o->proto == TP_OTLP_PROTOBUF ? "Content-Type: application/x-protobuf"
+                                                                         : "Content-Type: application/json");
     /* no "Expect: 100-continue" (libcurl's for a long body): a round trip per request, or a wait for it */
     if (o->headers)
-        o->headers = curl_slist_append(o->headers, "Expect:");
+        o->headers = tp_curl.slist_append(o->headers, "Expect:");
     const char *hv = getenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS");
     const char *hname = "OTEL_EXPORTER_OTLP_TRACES_HEADERS";
     if (hv == NULL || !*hv) {
@@ -706,7 +712,7 @@ int tp_otlp_start(const tp_otlp_opts_t *opts, tp_otlp_t **out)
     int rc = pthread_create(&o->thread, NULL, export_main, o);
     if (rc != 0) {
         tp_log_error("otlp.thread_failed", "otlp: no exporter thread: %s", strerror(rc));
-        curl_slist_free_all(o->headers);
+        tp_curl.slist_free_all(o->headers);
         free_blocks(o->rd);
         tp_buf_free(&o->pb_resource);
         tp_buf_free(&o->pb_scope);
@@ -900,11 +906,11 @@ void tp_otlp_stop(tp_otlp_t *o, uint64_t *exported, uint64_t *dropped)
     tp_buf_free(&o->pb_scope);
     pthread_mutex_destroy(&o->mu);
     pthread_cond_destroy(&o->cv);
-    curl_slist_free_all(o->headers);
+    tp_curl.slist_free_all(o->headers);
     free(o->prefix);
     free(o->url);
     free(o);
-    curl_global_cleanup();
+    tp_curl.global_cleanup();
 }
 
 void tp_otlp_counts(const tp_otlp_t *o, uint64_t *exported, uint64_t *dropped)
