@@ -42,7 +42,7 @@ import toolpool_client  # noqa: E402
 FULL = {
     "workers": [1, 2, 4, 8],
     "noop_durable": 100000, "noop_relaxed": 300000, "noop_pebble": 40000, "noop_workerpool": 30000,
-    "noop_rounds": 3,
+    "noop_rounds": 5,
     "exec": 5000, "exec_parallel": 2000,
     "hang": 200, "hang_workerpool": 40, "hang_workers": 2,
     "memory": 1000000,
