@@ -292,6 +292,37 @@ static const unsigned char *plain_end_slow(const unsigned char *p, const unsigne
  * tp_json_put_string, which use them, against jansson on long strings with
  * one byte of every kind at every place.
  */
+/* tp_buf_put_u64 and tp_buf_put_i64 write what printf's %llu and %lld write, at every length and both ends. */
+static void test_decimal(void)
+{
+    uint64_t us[] = {0, 1, 9, 10, 99, 100, 12345, 4294967295u, 4294967296u, 9999999999999999999u, UINT64_MAX};
+    int64_t is[] = {0, -1, 1, -9, -10, 42, -12345, INT64_MAX, INT64_MIN, INT64_MIN + 1};
+    char want[32];
+    for (size_t i = 0; i < sizeof us / sizeof us[0]; i++) {
+        tp_buf_t b = {0};
+        CU_ASSERT_EQUAL(tp_buf_puts(&b, "x"), 0);
+        CU_ASSERT_EQUAL(tp_buf_put_u64(&b, us[i]), 0);
+        snprintf(want, sizeof want, "x%llu", (unsigned long long)us[i]);
+        CU_ASSERT(b.len == strlen(want) && memcmp(b.data, want, b.len) == 0);
+        tp_buf_free(&b);
+    }
+    for (size_t i = 0; i < sizeof is / sizeof is[0]; i++) {
+        tp_buf_t b = {0};
+        CU_ASSERT_EQUAL(tp_buf_put_i64(&b, is[i]), 0);
+        snprintf(want, sizeof want, "%lld", (long long)is[i]);
+        CU_ASSERT(b.len == strlen(want) && memcmp(b.data, want, b.len) == 0);
+        tp_buf_free(&b);
+    }
+    /* through the writer: integers, and integral reals when canonical */
+    json_t *v = json_pack("[I,I,f,f]", (json_int_t)INT64_MIN, (json_int_t)-7, -3.0, 1e15);
+    tp_buf_t b = {0};
+    CU_ASSERT_EQUAL(tp_json_write(&b, v, TP_JSON_CANONICAL), 0);
+    CU_ASSERT(b.len == strlen("[-9223372036854775808,-7,-3,1000000000000000]") &&
+              memcmp(b.data, "[-9223372036854775808,-7,-3,1000000000000000]", b.len) == 0);
+    tp_buf_free(&b);
+    json_decref(v);
+}
+
 static void test_plain_runs(void)
 {
     unsigned char buf[72];
@@ -575,6 +606,7 @@ int main(void)
     CU_add_test(s, "what JSON is and is not", test_table);
     CU_add_test(s, "tp_json_check and tp_json_member agree with jansson", test_against_jansson);
     CU_add_test(s, "plain runs are found sixteen and eight bytes at a time", test_plain_runs);
+    CU_add_test(s, "integers written without printf, as printf writes them", test_decimal);
     CU_add_test(s, "tp_json_compact keeps every token as written", test_compact);
     CU_add_test(s, "tp_json_next_member walks the members in order", test_next_member);
     CU_add_test(s, "tp_json_loadb: what its own parser takes and leaves", test_load_table);

@@ -5,6 +5,7 @@
 #ifndef TP_BUF_H
 #define TP_BUF_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -51,6 +52,40 @@ static inline int tp_buf_append(tp_buf_t *b, const void *p, size_t n)
 static inline int tp_buf_puts(tp_buf_t *b, const char *s)
 {
     return tp_buf_append(b, s, strlen(s));
+}
+
+/* v in decimal at out, which has room for 20 bytes, with no NUL: the count written. No printf: it runs on calls' paths. */
+static inline size_t tp_u64_dec(char *out, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}
+
+/* Appends v in decimal, as printf's %llu and %lld write it. 0, or TP_ENOMEM. */
+static inline int tp_buf_put_u64(tp_buf_t *b, uint64_t v)
+{
+    if (tp_buf_reserve(b, 20) < 0)
+        return TP_ENOMEM;
+    b->len += tp_u64_dec((char *)b->data + b->len, v);
+    return 0;
+}
+static inline int tp_buf_put_i64(tp_buf_t *b, int64_t v)
+{
+    if (tp_buf_reserve(b, 21) < 0)
+        return TP_ENOMEM;
+    char *o = (char *)b->data + b->len;
+    bool neg = v < 0;
+    *o = '-';
+    /* the magnitude without overflow, INT64_MIN too */
+    b->len += neg + tp_u64_dec(o + neg, neg ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
+    return 0;
 }
 
 /* Appends fmt as printf formats it, without a NUL. 0, or TP_ENOMEM. */

@@ -170,12 +170,12 @@ int tp_json_write(tp_buf_t *b, const json_t *v, int flags)
     case JSON_STRING:
         return tp_json_put_string(b, json_string_value(v), json_string_length(v));
     case JSON_INTEGER:
-        return tp_buf_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        return tp_buf_put_i64(b, (int64_t)json_integer_value(v));
     case JSON_REAL: {
         double d = json_real_value(v);
         if ((flags & TP_JSON_CANONICAL) == TP_JSON_CANONICAL && d > -9007199254740992.0 && d < 9007199254740992.0 &&
             d == (double)(long long)d)
-            return tp_buf_printf(b, "%lld", (long long)d);
+            return tp_buf_put_i64(b, (int64_t)d);
         return tp_json_put_real(b, d);
     }
     case JSON_TRUE:

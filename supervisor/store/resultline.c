@@ -29,17 +29,10 @@ static inline __attribute__((always_inline)) void put_str(tp_buf_t *b, const cha
     tp_json_put_string(b, v, n);
 }
 
-/* Decimal digits of v, without printf: this runs several times a result line. */
+/* Decimal digits of v, into the room reserved for the line. */
 static void put_u64(tp_buf_t *b, uint64_t v)
 {
-    char tmp[24];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    while (n > 0)
-        b->data[b->len++] = (uint8_t)tmp[--n];
+    b->len += tp_u64_dec((char *)b->data + b->len, v);
 }
 
 /* Milliseconds with three decimals, from microseconds. */

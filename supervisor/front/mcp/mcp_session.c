@@ -234,7 +234,7 @@ static void w_json(tp_msg_t *w, const json_t *v)
 
 static void w_u64(tp_msg_t *w, uint64_t v)
 {
-    if (tp_buf_printf(w->b, "%llu", (unsigned long long)v) < 0)
+    if (tp_buf_put_u64(w->b, v) < 0)
         w->err = -1;
 }
 
@@ -406,6 +406,20 @@ static void req_free(tp_mcp_req_t *r)
  * A request in flight, its text holding id (the request's, as JSON text),
  * then call_id and job. Not in the table yet. NULL when out of memory.
  */
+/* A call's id when the client gave none: "mcp-SESSION-SEQ", without snprintf (it runs every tools/call). */
+static void call_id_make(char *out, size_t cap, const char *session, uint64_t seq)
+{
+    size_t n = strlen(session);
+    if (4 + n + 1 + 20 + 1 > cap) {
+        snprintf(out, cap, "mcp-%s-%llu", session, (unsigned long long)seq);
+        return;
+    }
+    memcpy(out, "mcp-", 4);
+    memcpy(out + 4, session, n);
+    out[4 + n] = '-';
+    out[5 + n + tp_u64_dec(out + 5 + n, seq)] = 0;
+}
+
 static tp_mcp_req_t *req_new(tp_mcp_session_t *s, const char *id, const char *call_id, const char *job)
 {
     size_t id_len = strlen(id), cn = strlen(call_id), job_len = strlen(job);
@@ -1905,7 +1919,7 @@ static void do_tools_call(tp_mcp_session_t *s, const char *id, const json_t *par
     if (jid)
         snprintf(call_id, sizeof call_id, "%s", json_string_value(jid));
     else
-        snprintf(call_id, sizeof call_id, "mcp-%s-%llu", s->session, (unsigned long long)++s->seq);
+        call_id_make(call_id, sizeof call_id, s->session, ++s->seq);
     /* A 2026-07-28 request is a conversation of its own: no session to be a job; it is its own, unless named. */
     const char *job = jjob ? json_string_value(jjob) : m->modern ? call_id : s->session_job;
     tp_mcp_req_t *r = req_new(s, id_text, call_id, job);
