@@ -569,19 +569,28 @@ static void w_meta(tp_msg_t *w, const tp_mcp_req_t *r, const char *served_by, bo
  */
 static int w_passthrough(tp_msg_t *w, const char *res, size_t len)
 {
-    json_t *v = tp_json_loadb(res, len, 0, NULL);
-    json_t *content = json_object_get(v, "content"), *sc = json_object_get(v, "structuredContent");
-    if (!json_is_array(content)) {
-        json_decref(v);
+    const char *content = NULL, *sc = NULL, *key, *val;
+    size_t content_len = 0, sc_len = 0, key_len, val_len, at = 0;
+    /* Copied as they lie, compacted (no line break can reach the line), never parsed into values and written back. */
+    if (tp_json_check(res, len, NULL) != 0)
         return -1;
+    while (tp_json_next_member(res, len, &at, &key, &key_len, &val, &val_len) == 0) {
+        /* a repeated key: its last value, as a JSON parser keeps it */
+        if (key_len == 7 && memcmp(key, "content", 7) == 0)
+            content = val, content_len = val_len;
+        else if (key_len == 17 && memcmp(key, "structuredContent", 17) == 0)
+            sc = val, sc_len = val_len;
     }
+    if (content == NULL || content[0] != '[')
+        return -1;
     w_puts(w, "{\"content\":");
-    w_json(w, content);
+    if (tp_json_compact(content, content_len, w->b) < 0)
+        w->err = -1;
     if (sc) {
         w_puts(w, ",\"structuredContent\":");
-        w_json(w, sc);
+        if (tp_json_compact(sc, sc_len, w->b) < 0)
+            w->err = -1;
     }
-    json_decref(v);
     return 0;
 }
 
