@@ -6,38 +6,64 @@
 
 struct tp_curl tp_curl;
 
-static int state; /* 0 not tried, 1 loaded, -1 failed (why in failure) */
-static char failure[512];
+static bool loaded;
 
-static int load(void)
+/*
+ * The library at name, every function resolved into got: true, or false
+ * with why. Nothing of a library that fails is kept (it is closed, and
+ * got is the caller's to drop).
+ */
+static bool open_one(const char *name, struct tp_curl *got, char *why, size_t n)
 {
-    const char *name = getenv("TOOLPOOL_LIBCURL");
-    if (name == NULL || *name == 0)
-        name = TP_CURL_SONAME;
-    /* RTLD_LOCAL: its symbols serve only these pointers, never a plugin's lookups. */
     void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (lib == NULL) {
-        const char *why = dlerror();
-        snprintf(failure, sizeof failure, "cannot load libcurl (%s): %s", name, why ? why : "dlopen failed");
-        return -1;
+        const char *e = dlerror(); /* names the file itself */
+        snprintf(why, n, "cannot load libcurl: %s", e ? e : name);
+        return false;
     }
+    /* dlsym's object pointer stored through void **: the form POSIX gives for a function's address. */
 #define TP_CURL_RESOLVE(f)                                                                                             \
-    if ((*(void **)&tp_curl.f = dlsym(lib, "curl_" #f)) == NULL) {                                                     \
-        snprintf(failure, sizeof failure, "%s has no curl_%s: older than the libcurl toolpool was built with", name,   \
-                 #f);                                                                                                  \
+    if ((*(void **)&got->f = dlsym(lib, "curl_" #f)) == NULL) {                                                        \
+        snprintf(why, n, "%s is not libcurl, or older than 7.85: it has no curl_%s", name, #f);                        \
         dlclose(lib);                                                                                                  \
-        return -1;                                                                                                     \
+        return false;                                                                                                  \
     }
     TP_CURL_FUNCTIONS(TP_CURL_RESOLVE)
 #undef TP_CURL_RESOLVE
-    return 1;
+    const curl_version_info_data *v = got->version_info(CURLVERSION_NOW);
+    if (v == NULL || v->version_num < TP_CURL_VERSION_MIN) {
+        snprintf(why, n, "%s is libcurl %s; toolpool needs 7.85 or newer", name, v && v->version ? v->version : "?");
+        dlclose(lib);
+        return false;
+    }
+    return true;
 }
 
 int tp_curl_load(char *err, size_t n)
 {
-    if (state == 0)
-        state = load();
-    if (state < 0 && n > 0)
-        snprintf(err, n, "%s", failure);
-    return state > 0 ? 0 : -1;
+    if (loaded)
+        return 0;
+    struct tp_curl got;
+    char why[512];
+    const char *name = getenv("TOOLPOOL_LIBCURL");
+    bool ok;
+    if (name != NULL && *name != 0) {
+        ok = open_one(name, &got, why, sizeof why);
+    } else {
+        /*
+         * The library it was built against, by its path: a soname alone would
+         * match any libcurl.so.4 a plugin loaded from a folder of its own.
+         * Then the soname, for a program copied to a machine laid out otherwise.
+         */
+        ok = open_one(TP_CURL_PATH, &got, why, sizeof why) || open_one(TP_CURL_SONAME, &got, why, sizeof why);
+    }
+    if (!ok) {
+        /* Not remembered: a library installed meanwhile, or an fd freed, lets the next call load it. */
+        if (n > 0)
+            snprintf(err, n, "%s", why);
+        return -1;
+    }
+    tp_curl = got;
+    loaded = true;
+    return 0;
 }

@@ -9,23 +9,35 @@
  * so they call tp_curl_load() first and reach libcurl through tp_curl's
  * function pointers: the same functions, with the types curl.h gives them.
  *
- * The library is "libcurl.so.4" (its soname since 2006), or the name or
- * path in TOOLPOOL_LIBCURL. A machine without it runs everything else; an
- * http call or an OTLP export then fails with dlopen's reason.
+ * The library is the one it was built against, opened by its path, else
+ * by its soname ("libcurl.so.4", or "libcurl-gnutls.so.4" for a build on
+ * that flavour), or the name or path in TOOLPOOL_LIBCURL; 7.85 or newer.
+ * A machine without it runs every other tool: an http call fails ToolError
+ * with dlopen's reason, and an OTLP exporter does not start.
  */
 #ifndef TP_CURLLIB_H
 #define TP_CURLLIB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <curl/curl.h>
 
+/* The library toolpool was built against (common/CMakeLists.txt reads its soname), else libcurl's own. */
+#ifndef TP_CURL_SONAME
 #define TP_CURL_SONAME "libcurl.so.4"
+#endif
+#ifndef TP_CURL_PATH
+#define TP_CURL_PATH TP_CURL_SONAME
+#endif
+/* CURLOPT_PROTOCOLS_STR, which the http adapter sets, came in 7.85.0. */
+#define TP_CURL_VERSION_MIN 0x075500
 
 /* Every libcurl function toolpool calls, by its name without "curl_". */
 #define TP_CURL_FUNCTIONS(X)                                                                                           \
     X(global_init)                                                                                                     \
     X(global_cleanup)                                                                                                  \
+    X(version_info)                                                                                                    \
     X(free)                                                                                                            \
     X(getdate)                                                                                                         \
     X(easy_init)                                                                                                       \
@@ -60,11 +72,11 @@ struct tp_curl {
 extern struct tp_curl tp_curl;
 
 /*
- * Loads libcurl once: 0, or -1 with why (the library's name and dlerror's
- * words, or a function it lacks) in err. A failure is remembered and
- * returned again. It stays loaded; curl_global_init and its cleanup are the
- * caller's, as they were. Not thread-safe: call it before starting a
- * thread that uses tp_curl.
+ * Loads libcurl, once it works: 0, or -1 with why (dlerror's words, a
+ * function it lacks, its version) in err; tp_curl is set only when every
+ * function is found, and a failure is tried again at the next call. It
+ * stays loaded; curl_global_init and its cleanup are the caller's. Not
+ * thread-safe: call it before starting a thread that uses tp_curl.
  */
 int tp_curl_load(char *err, size_t n);
 
