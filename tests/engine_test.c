@@ -13,6 +13,7 @@
 
 #include "checkpoint.h"
 #include "clock.h"
+#include "commit.h"
 #include "engine.h"
 #include "results.h"
 #include "runutil.h"
@@ -174,6 +175,27 @@ static const char *REG = "{\"defaults\": {\"timeout\": \"5s\", \"backoff\": {\"b
  * TP_ENGINE_LIVE_BYTES the engine takes no more, however wide a front's
  * window, but it always takes one; and every call is answered all the same.
  */
+/*
+ * The group-commit policy, a pure function: while calls run, results wait
+ * for the window, or commit at once when nothing waits behind the running
+ * calls (backlog false); never without a result to commit, unless nothing
+ * runs or it is urgent.
+ */
+static void test_commit_policy(void)
+{
+    tp_commit_t c = {0};
+    tp_commit_begin(&c, 1000000, 10);
+    tp_commit_took(&c, 100); /* window: the 2 ms floor */
+    uint64_t soon = 1000000 + 100, late = 1000000 + (uint64_t)TP_COMMIT_WINDOW_MIN_US;
+    CU_ASSERT(!tp_commit_due(&c, soon, 15, 4, true, false));  /* more come from the backlog: the window holds them */
+    CU_ASSERT(tp_commit_due(&c, soon, 15, 4, false, false));  /* no backlog: they go now */
+    CU_ASSERT(!tp_commit_due(&c, soon, 10, 4, false, false)); /* no backlog, but nothing to commit yet */
+    CU_ASSERT(tp_commit_due(&c, soon, 10, 0, true, false));   /* nothing runs */
+    CU_ASSERT(tp_commit_due(&c, soon, 10, 4, true, true));    /* urgent */
+    CU_ASSERT(tp_commit_due(&c, late, 11, 4, true, false));   /* the window has closed */
+    CU_ASSERT(tp_commit_due(&c, soon, 10 + TP_COMMIT_RESULTS, 4, true, false));
+}
+
 static void test_live_bytes(void)
 {
     fx_t fx;
@@ -475,6 +497,7 @@ int main(void)
     if (CU_initialize_registry() != CUE_SUCCESS)
         return 2;
     CU_pSuite s = CU_add_suite("engine", NULL, NULL);
+    CU_add_test(s, "the group-commit policy", test_commit_policy);
     CU_add_test(s, "the args held bound what fronts hand over", test_live_bytes);
     CU_add_test(s, "every call answered once, after its commit", test_answers);
     CU_add_test(s, "a recorded id is answered from the store", test_recorded);

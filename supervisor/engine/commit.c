@@ -19,10 +19,10 @@ uint64_t tp_commit_window_us(const tp_commit_t *c)
                                                     : w);
 }
 
-bool tp_commit_due(const tp_commit_t *c, uint64_t now, uint64_t results, int busy, bool urgent)
+bool tp_commit_due(const tp_commit_t *c, uint64_t now, uint64_t results, int busy, bool backlog, bool urgent)
 {
-    return urgent || busy == 0 || results - c->results_at >= TP_COMMIT_RESULTS ||
-           now - c->since_us >= tp_commit_window_us(c);
+    return urgent || busy == 0 || (!backlog && results > c->results_at) ||
+           results - c->results_at >= TP_COMMIT_RESULTS || now - c->since_us >= tp_commit_window_us(c);
 }
 
 /*

@@ -68,10 +68,14 @@ uint64_t tp_commit_window_us(const tp_commit_t *c);
  * Whether the open transaction should commit at the end of this turn: it
  * is urgent (an attempt waits for its in-flight marker, a call of a tool
  * that is not idempotent has ended, the engine is stopping), nothing is
- * running that could add to it, enough results wait, or the window has
+ * running that could add to it, results wait and nothing says to hold
+ * them (backlog false: no call waits behind the running ones, and the loop
+ * has time to spare, so whoever sent them waits on these answers and the
+ * window would only delay them: serve with a 20 ms http tool and 64
+ * clients, p50 25.4 to 22.1 ms), enough results wait, or the window has
  * closed.
  */
-bool tp_commit_due(const tp_commit_t *c, uint64_t now, uint64_t results, int busy, bool urgent);
+bool tp_commit_due(const tp_commit_t *c, uint64_t now, uint64_t results, int busy, bool backlog, bool urgent);
 /*
  * How long a commit that is due may wait for deadline (the soonest one the
  * loop keeps itself, 0: none), so the loop is not in an fsync when it

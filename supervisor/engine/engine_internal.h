@@ -123,6 +123,8 @@ struct tp_engine {
     /* the store */
     MDB_txn *txn; /* the open write transaction, when there is a store */
     tp_commit_t commit;
+    uint64_t turn_end_us;    /* when the last turn ended: the loop waited from then until this one */
+    uint64_t waited_us;      /* how long it waited before this turn */
     bool marker_pending;     /* a non-idempotent call, or one of a tool marked once, ended in the open transaction */
     size_t txn_bytes;        /* what the open transaction has written, about */
     size_t made_durable;     /* how many of made's first answers an early commit in the turn made durable */
