@@ -171,11 +171,6 @@ static const char *REG = "{\"defaults\": {\"timeout\": \"5s\", \"backoff\": {\"b
                          "]}";
 
 /*
- * Fronts take calls by bytes as well as by count: once the args held reach
- * TP_ENGINE_LIVE_BYTES the engine takes no more, however wide a front's
- * window, but it always takes one; and every call is answered all the same.
- */
-/*
  * The group-commit policy, a pure function: while calls run, results wait
  * for the window, or commit at once when nothing waits behind the running
  * calls (backlog false); never without a result to commit, unless nothing
@@ -194,8 +189,18 @@ static void test_commit_policy(void)
     CU_ASSERT(tp_commit_due(&c, soon, 10, 4, true, true));    /* urgent */
     CU_ASSERT(tp_commit_due(&c, late, 11, 4, true, false));   /* the window has closed */
     CU_ASSERT(tp_commit_due(&c, soon, 10 + TP_COMMIT_RESULTS, 4, true, false));
+    /* the backlog: calls queued behind the running ones, or a loop kept busy (under half a commit between turns) */
+    CU_ASSERT(tp_commit_backlog(true, 1000000, 100.0));
+    CU_ASSERT(tp_commit_backlog(false, 49, 100.0));
+    CU_ASSERT(!tp_commit_backlog(false, 50, 100.0));
+    CU_ASSERT(!tp_commit_backlog(false, 1000000, 100.0));
 }
 
+/*
+ * Fronts take calls by bytes as well as by count: once the args held reach
+ * TP_ENGINE_LIVE_BYTES the engine takes no more, however wide a front's
+ * window, but it always takes one; and every call is answered all the same.
+ */
 static void test_live_bytes(void)
 {
     fx_t fx;

@@ -286,19 +286,29 @@ static const unsigned char *plain_end_slow(const unsigned char *p, const unsigne
 }
 
 /*
- * The plain-run finders (sixteen and eight bytes a step) against a byte at
- * a time: every byte value at every place of runs up to three steps long,
- * and at every length; then random texts. tp_json_check and
- * tp_json_put_string, which use them, against jansson on long strings with
- * one byte of every kind at every place.
+ * tp_buf_put_u64 and tp_buf_put_i64 write what printf's %llu and %lld
+ * write: at every length (10^k - 1 and 10^k, both signs) and both ends.
  */
-/* tp_buf_put_u64 and tp_buf_put_i64 write what printf's %llu and %lld write, at every length and both ends. */
 static void test_decimal(void)
 {
-    uint64_t us[] = {0, 1, 9, 10, 99, 100, 12345, 4294967295u, 4294967296u, 9999999999999999999u, UINT64_MAX};
-    int64_t is[] = {0, -1, 1, -9, -10, 42, -12345, INT64_MAX, INT64_MIN, INT64_MIN + 1};
+    uint64_t us[64];
+    int64_t is[64];
+    size_t nu = 0, ni = 0;
+    for (uint64_t p = 1, k = 0; k < 20; k++, p *= 10) {
+        us[nu++] = p - 1;
+        us[nu++] = p;
+        if (k < 19) {
+            is[ni++] = (int64_t)p;
+            is[ni++] = -(int64_t)p;
+            is[ni++] = -(int64_t)(p - 1);
+        }
+    }
+    us[nu++] = UINT64_MAX;
+    is[ni++] = INT64_MAX;
+    is[ni++] = INT64_MIN;
+    is[ni++] = INT64_MIN + 1;
     char want[32];
-    for (size_t i = 0; i < sizeof us / sizeof us[0]; i++) {
+    for (size_t i = 0; i < nu; i++) {
         tp_buf_t b = {0};
         CU_ASSERT_EQUAL(tp_buf_puts(&b, "x"), 0);
         CU_ASSERT_EQUAL(tp_buf_put_u64(&b, us[i]), 0);
@@ -306,7 +316,7 @@ static void test_decimal(void)
         CU_ASSERT(b.len == strlen(want) && memcmp(b.data, want, b.len) == 0);
         tp_buf_free(&b);
     }
-    for (size_t i = 0; i < sizeof is / sizeof is[0]; i++) {
+    for (size_t i = 0; i < ni; i++) {
         tp_buf_t b = {0};
         CU_ASSERT_EQUAL(tp_buf_put_i64(&b, is[i]), 0);
         snprintf(want, sizeof want, "%lld", (long long)is[i]);
@@ -323,6 +333,13 @@ static void test_decimal(void)
     json_decref(v);
 }
 
+/*
+ * The plain-run finders (sixteen and eight bytes a step) against a byte at
+ * a time: every byte value at every place of runs up to three steps long,
+ * and at every length; then random texts. tp_json_check and
+ * tp_json_put_string, which use them, against jansson on long strings with
+ * one byte of every kind at every place.
+ */
 static void test_plain_runs(void)
 {
     unsigned char buf[72];

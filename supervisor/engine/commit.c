@@ -19,6 +19,11 @@ uint64_t tp_commit_window_us(const tp_commit_t *c)
                                                     : w);
 }
 
+bool tp_commit_backlog(bool queued, uint64_t waited_us, double took_us)
+{
+    return queued || (double)waited_us * 2 < took_us;
+}
+
 bool tp_commit_due(const tp_commit_t *c, uint64_t now, uint64_t results, int busy, bool backlog, bool urgent)
 {
     return urgent || busy == 0 || (!backlog && results > c->results_at) ||

@@ -69,13 +69,22 @@ uint64_t tp_commit_window_us(const tp_commit_t *c);
  * is urgent (an attempt waits for its in-flight marker, a call of a tool
  * that is not idempotent has ended, the engine is stopping), nothing is
  * running that could add to it, results wait and nothing says to hold
- * them (backlog false: no call waits behind the running ones, and the loop
- * has time to spare, so whoever sent them waits on these answers and the
- * window would only delay them: serve with a 20 ms http tool and 64
- * clients, p50 25.4 to 22.1 ms), enough results wait, or the window has
- * closed.
+ * them (backlog false, tp_commit_backlog: whoever sent the running calls
+ * waits on these answers, and the window would only delay them: serve with
+ * a 20 ms http tool and 64 clients, p50 about 26 to 22 ms), enough results
+ * wait, or the window has closed.
  */
 bool tp_commit_due(const tp_commit_t *c, uint64_t now, uint64_t results, int busy, bool backlog, bool urgent);
+/*
+ * The backlog tp_commit_due asks about: calls queued behind the running
+ * ones (queued: waiting for a slot, a tool's cap or rate, the step before
+ * them in their job, or a front that could not hand them over yet: more
+ * results are coming, and the window gathers them), or a loop kept busy
+ * (it spent under half a commit's time, took_us, between the last turn and
+ * this one, waited_us: a commit now would take its time from the calls it
+ * serves, where the window shares it out).
+ */
+bool tp_commit_backlog(bool queued, uint64_t waited_us, double took_us);
 /*
  * How long a commit that is due may wait for deadline (the soonest one the
  * loop keeps itself, 0: none), so the loop is not in an fsync when it

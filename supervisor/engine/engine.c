@@ -230,13 +230,9 @@ static void turn(tp_engine_t *e)
     uint64_t now = tp_now_us(), hold;
     /* A window whose answers hold TP_COMMIT_BYTES commits now, whatever their count: memory stays bounded. */
     bool urgent = commit_urgent(e) || e->add->bytes >= TP_COMMIT_BYTES;
-    /*
-     * Calls that wait for a slot, a tool's cap or its rate: more results
-     * come, as fast as the pool goes. Or the loop is kept busy (it waited
-     * less than a commit takes before this turn): a commit now would take
-     * its time from the calls it serves, where the window shares it out.
-     */
-    bool backlog = e->ready.head != NULL || e->n_waiting > 0 || (double)e->waited_us * 2 < e->commit.took_us;
+    bool queued = e->ready.head != NULL || e->n_waiting > 0 || e->n_job_waiting > 0 || e->held_back;
+    bool backlog = tp_commit_backlog(queued, e->waited_us, e->commit.took_us);
+    e->held_back = false; /* a front held back from here on says so again */
     bool due = e->txn && tp_commit_due(&e->commit, now, e->results, tp_pool_busy(e->pool), backlog, urgent);
     if (due && (hold = tp_commit_hold(&e->commit, now, e->results, tp_pool_next_deadline(e->pool), urgent)) > 0) {
         struct timeval tv = {.tv_sec = (time_t)(hold / 1000000u), .tv_usec = (suseconds_t)(hold % 1000000u)};
@@ -309,6 +305,7 @@ static void drain(tp_engine_t *e)
     for (size_t i = 0; i < e->o.reg->n_tools; i++)
         e->tools[i].waiting.head = e->tools[i].waiting.tail = NULL;
     e->n_waiting = 0;
+    e->n_job_waiting = 0;
     e->parked.head = e->parked.tail = NULL;
     e->n_parked = 0;
     for (size_t k = 0; k < e->jobs.cap; k++)

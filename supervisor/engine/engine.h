@@ -340,7 +340,7 @@ size_t tp_engine_live(const tp_engine_t *e);
  */
 #define TP_ENGINE_LIVE_BYTES ((size_t)8 << 20)
 /* Whether a front may hand over another call: fewer than window are held, and their args under TP_ENGINE_LIVE_BYTES. */
-bool tp_engine_takes(const tp_engine_t *e, size_t window);
+bool tp_engine_takes(tp_engine_t *e, size_t window);
 /* Asks for a turn soon (a front with more to feed). */
 void tp_engine_kick(tp_engine_t *e);
 

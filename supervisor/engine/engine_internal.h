@@ -111,9 +111,11 @@ struct tp_engine {
     tp_call_t *spare;  /* ended calls kept for reuse, through their next */
     size_t n_spare;
     tp_queue_t ready;
-    tp_queue_t settle;   /* calls whose attempt ended, for the next turn */
-    tp_queue_t deferred; /* attempts that start once the turn has committed */
-    size_t n_waiting;    /* calls parked at their tool's concurrency cap */
+    tp_queue_t settle;    /* calls whose attempt ended, for the next turn */
+    tp_queue_t deferred;  /* attempts that start once the turn has committed */
+    size_t n_waiting;     /* calls parked at their tool's concurrency cap */
+    size_t n_job_waiting; /* calls waiting in their job for the step before them */
+    bool held_back;       /* in this turn, a front had calls the engine would not take yet */
     int n_deferred;
     tp_tool_state_t *tools;
     tp_jobs_t jobs;

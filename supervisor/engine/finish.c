@@ -229,6 +229,7 @@ void eng_job_advance(tp_engine_t *e, tp_job_t *j)
 {
     tp_call_t *c = tp_job_next(j);
     if (c) {
+        e->n_job_waiting--;
         if (c->turn_us == 0)
             c->turn_us = tp_now_us();
         tp_queue_push(&e->ready, c);

@@ -353,6 +353,7 @@ tp_call_t *tp_engine_submit(tp_engine_t *e, const tp_request_t *rq, tp_answer_fn
     if (e->o.on_end && eng_trace_ctx_keep(c, rq->trace ? rq->trace : &(tp_trace_ctx_t){0}) != NULL && e->o.on_begin)
         e->o.on_begin(e->o.on_end_ctx, c->tctx);
     tp_job_add(j, c);
+    e->n_job_waiting++;
     /* Worked out now, while the job is in cache; with no breaker in the store, only if one turns up. */
     if (e->o.store && !t->policy.same_call_off && !(e->txn && tp_breakers_none(e->o.store, e->txn)))
         call_breaker_key(c);
@@ -382,7 +383,10 @@ void tp_engine_cancel(tp_engine_t *e, tp_call_t *c, const char *why)
         return; /* cancelled already, or ended: its answer is on its way */
     c->cancelled = true;
     c->cancel_why = strdup(why ? why : "by its caller");
-    bool waiting = (!c->current && tp_job_remove(c->job, c)) || tp_queue_remove(&e->ready, c);
+    bool waiting = !c->current && tp_job_remove(c->job, c);
+    if (waiting)
+        e->n_job_waiting--;
+    waiting = waiting || tp_queue_remove(&e->ready, c);
     if (!waiting && tp_queue_remove(&e->tools[c->hop_tool->index].waiting, c)) {
         e->n_waiting--;
         waiting = true;
@@ -422,7 +426,9 @@ size_t tp_engine_live(const tp_engine_t *e)
     return e->live;
 }
 
-bool tp_engine_takes(const tp_engine_t *e, size_t window)
+bool tp_engine_takes(tp_engine_t *e, size_t window)
 {
-    return e->live < window && (e->live == 0 || e->live_bytes < TP_ENGINE_LIVE_BYTES);
+    bool takes = e->live < window && (e->live == 0 || e->live_bytes < TP_ENGINE_LIVE_BYTES);
+    e->held_back |= !takes; /* a front has calls it could not hand over: more results are coming */
+    return takes;
 }

@@ -402,10 +402,6 @@ static void req_free(tp_mcp_req_t *r)
     free(r);
 }
 
-/*
- * A request in flight, its text holding id (the request's, as JSON text),
- * then call_id and job. Not in the table yet. NULL when out of memory.
- */
 /* A call's id when the client gave none: "mcp-SESSION-SEQ", without snprintf (it runs every tools/call). */
 static void call_id_make(char *out, size_t cap, const char *session, uint64_t seq)
 {
@@ -420,6 +416,10 @@ static void call_id_make(char *out, size_t cap, const char *session, uint64_t se
     out[5 + n + tp_u64_dec(out + 5 + n, seq)] = 0;
 }
 
+/*
+ * A request in flight, its text holding id (the request's, as JSON text),
+ * then call_id and job. Not in the table yet. NULL when out of memory.
+ */
 static tp_mcp_req_t *req_new(tp_mcp_session_t *s, const char *id, const char *call_id, const char *job)
 {
     size_t id_len = strlen(id), cn = strlen(call_id), job_len = strlen(job);
