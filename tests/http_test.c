@@ -835,9 +835,10 @@ static void test_missing_secret(void)
 }
 
 /*
- * libcurl is opened at the first http call, not linked: a run of an exec
- * tool alone maps it in neither the worker nor the supervisor (the tool
- * counts it in /proc of both); with TOOLPOOL_LIBCURL naming a library that
+ * libcurl is opened where it is needed, not linked: a run of an exec tool
+ * alone maps it in neither the worker nor the supervisor (the tool counts
+ * it in /proc of both), and with an http tool in the registry, in the
+ * worker alone, from its start; with TOOLPOOL_LIBCURL naming a library that
  * is not there, an exec tool's call still runs, the http call fails
  * ToolError with dlopen's reason, and an OTLP export refuses to start
  * (exit 2) saying why. The control: the same run with the real library
@@ -851,32 +852,46 @@ static void test_without_libcurl(void)
     in_work(out, sizeof out, "nocurl.out");
     in_work(err, sizeof err, "nocurl.err");
     in_work(results, sizeof results, "nocurl-results.jsonl");
-    char *text = subst(
-        "{\"tools\": [{\"name\": \"h\", \"http\": {\"url\": \"@U@/json\", \"method\": \"GET\"}},"
-        " {\"name\": \"t\", \"exec\": [\"/bin/true\"]},"
-        " {\"name\": \"maps\", \"exec\": [\"/bin/sh\", \"-c\", \"s=$(awk '/^PPid:/ {print $2}' /proc/$PPID/status);"
-        " n=$(cat /proc/$PPID/maps /proc/$s/maps | grep -c libcurl); echo $n\"]}]}");
+/* An exec tool that answers [W, S]: how many of its worker's (W) and supervisor's (S) mappings are libcurl's. */
+#define MAPS_TOOL                                                                                                      \
+    "{\"name\": \"maps\", \"exec\": [\"/bin/sh\", \"-c\", \"s=$(awk '/^PPid:/ {print $2}' /proc/$PPID/status);"        \
+    " w=$(grep -c libcurl /proc/$PPID/maps); v=$(grep -c libcurl /proc/$s/maps); echo [$w,$v]\"]}"
+    char *text = subst("{\"tools\": [{\"name\": \"h\", \"http\": {\"url\": \"@U@/json\", \"method\": \"GET\"}},"
+                       " {\"name\": \"t\", \"exec\": [\"/bin/true\"]}, " MAPS_TOOL "]}");
     free(tp_test_write(work, "nocurl.json", text));
     free(text);
+    free(tp_test_write(work, "nocurl-exec.json", "{\"tools\": [" MAPS_TOOL "]}"));
     free(tp_test_write(work, "nocurl.jsonl", "{\"id\": \"h1\", \"tool\": \"h\"}\n{\"id\": \"t1\", \"tool\": \"t\"}\n"));
     char *gone[] = {"TOOLPOOL_LIBCURL=/nonexistent/libcurl.so.4", NULL};
-    /* not loaded where no call needs it: the worker and its supervisor map no libcurl */
+    /*
+     * Not loaded where no tool needs it: with exec tools alone, neither the
+     * worker nor its supervisor maps libcurl; with an http tool in the
+     * registry, the worker has it before its first call, the supervisor
+     * still not.
+     */
     free(tp_test_write(work, "maps.jsonl", "{\"id\": \"m1\", \"tool\": \"maps\"}\n"));
-    char maps_calls[1100];
+    char maps_calls[1100], exec_reg[1100];
     in_work(maps_calls, sizeof maps_calls, "maps.jsonl");
-    in_work(store, sizeof store, "nocurl-store-maps");
-    char *maps_args[] = {"run", "-q", "--store", store, "-r", reg, "-o", results, maps_calls, NULL};
-    int rc = tp_run(maps_args, out, err, NULL);
-    char *mapped = tp_test_slurp(results, NULL);
-    json_error_t mje;
-    json_t *mrow = mapped ? json_loads(mapped, JSON_DISABLE_EOF_CHECK, &mje) : NULL;
-    json_t *count = json_object_get(mrow, "result");
-    bool none = rc == 0 && json_is_integer(count) && json_integer_value(count) == 0;
-    if (!none)
-        fprintf(stderr, "without libcurl: maps: exit %d: %s\n", rc, mapped ? mapped : "");
-    CU_ASSERT(none);
-    json_decref(mrow);
-    free(mapped);
+    in_work(exec_reg, sizeof exec_reg, "nocurl-exec.json");
+    int rc;
+    for (int http = 0; http < 2; http++) {
+        in_work(store, sizeof store, http ? "nocurl-store-maps-http" : "nocurl-store-maps");
+        char *maps_args[] = {"run", "-q",    "--store",  store, "-r", http ? reg : exec_reg,
+                             "-o",  results, maps_calls, NULL};
+        rc = tp_run(maps_args, out, err, NULL);
+        char *mapped = tp_test_slurp(results, NULL);
+        json_error_t mje;
+        json_t *mrow = mapped ? json_loads(mapped, JSON_DISABLE_EOF_CHECK, &mje) : NULL;
+        json_t *counts = json_object_get(mrow, "result");
+        json_int_t w = json_integer_value(json_array_get(counts, 0)), v = json_integer_value(json_array_get(counts, 1));
+        bool good = rc == 0 && json_array_size(counts) == 2 && v == 0 && (http ? w > 0 : w == 0);
+        if (!good)
+            fprintf(stderr, "libcurl maps (%s): exit %d: %s\n", http ? "http registry" : "exec alone", rc,
+                    mapped ? mapped : "");
+        CU_ASSERT(good);
+        json_decref(mrow);
+        free(mapped);
+    }
     for (int with = 0; with < 2; with++) {
         in_work(store, sizeof store, with ? "nocurl-store-with" : "nocurl-store-without");
         char *args[] = {"run", "-q", "--store", store, "-r", reg, "-o", results, calls, NULL};
@@ -1268,7 +1283,7 @@ int main(void)
     CU_add_test(s, "secrets reach the server and nothing else", test_secrets);
     CU_add_test(s, "a missing secret is a registry error", test_missing_secret);
     CU_add_test(s, "transport: hang, trickle, reset, refused, connect timeout", test_transport);
-    CU_add_test(s, "libcurl opened at the first call: a machine without it", test_without_libcurl);
+    CU_add_test(s, "libcurl opened where it is needed: a machine without it", test_without_libcurl);
     CU_add_test(s, "the output limit", test_output_limit);
     CU_add_test(s, "redirects: 5 followed, a loop refused", test_redirects);
     CU_add_test(s, "keep-alive: 20 calls over at most 2 connections", test_keepalive);

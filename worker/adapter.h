@@ -50,6 +50,12 @@ bool tp_http_cancel(uint64_t seq);
 /* Calls in flight. */
 int tp_http_in_flight(void);
 /*
+ * Makes the client now (libcurl loaded and started), when the registry has
+ * http tools, so a worker's first http call does not pay for it. A failure
+ * is left for that call to report.
+ */
+void tp_http_preload(void);
+/*
  * Waits up to timeout_ms for the transfers, for fd to be readable
  * (*fd_ready; fd -1: none) and for the n descriptors of extra (their
  * revents set: the worker's MCP servers, from tp_mcp_poll_set, when MCP

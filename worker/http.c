@@ -1,6 +1,7 @@
 /*
- * http adapter: one HTTP request a call, made with libcurl (loaded at the
- * first call: curllib.h). The worker
+ * http adapter: one HTTP request a call, made with libcurl (loaded as the
+ * worker starts when the registry has http tools, tp_http_preload, else at
+ * the first call: curllib.h). The worker
  * holds many calls at once: each is a transfer on one multi handle, which
  * the worker's loop drives (tp_http_wait) while it reads more Calls, and
  * each answers when it ends, in whatever order they end. The multi
@@ -398,6 +399,12 @@ static bool client_ready(char *err, size_t n)
         return false;
     }
     return true;
+}
+
+void tp_http_preload(void)
+{
+    char why[600];
+    client_ready(why, sizeof why);
 }
 
 /* A transfer for call: a spare one's easy handle, its options reset (its caches stay), or a new one. */

@@ -245,11 +245,14 @@ int main(int argc, char **argv)
     /* The supervisor's log format and file; then gone, so the tools this worker runs do not inherit them. */
     tp_log_from_env(1);
     int slot = -1;
+    bool http = false; /* the registry has http tools: libcurl is loaded before the first call */
     for (int i = 1; i + 1 < argc; i += 2)
         if (strcmp(argv[i], "--max-frame") == 0)
             frame_max = (uint32_t)strtoul(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--slot") == 0)
             slot = (int)strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--http") == 0)
+            http = strcmp(argv[i + 1], "1") == 0;
     uint32_t max = frame_max;
 
     /* A tool that exits before reading its stdin must not kill the worker. */
@@ -305,6 +308,8 @@ int main(int argc, char **argv)
     tp_mcp_set_notice(send_notice);
     tp_http_set_done(send_reply);
     tp_mcp_set_done(send_reply);
+    if (http)
+        tp_http_preload(); /* before the hello: the supervisor sends calls to a worker ready for them */
     tp_buf_t in = {0};
     Toolpool__Hello hello = TOOLPOOL__HELLO__INIT;
     hello.protocol = TOOLPOOL__PROTOCOL__PROTOCOL_VERSION;

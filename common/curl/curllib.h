@@ -5,9 +5,10 @@
  * Kerberos, LDAP...): linked into the program, a start of toolpool or of a
  * worker paid about 5 ms in the dynamic loader for them, in every run and
  * at every worker's respawn, whether or not a call used HTTP. Only the http
- * adapter (worker/http.c) and the OTLP exporter (supervisor/otlp) use it,
- * so they call tp_curl_load() first and reach libcurl through tp_curl's
- * function pointers: the same functions, with the types curl.h gives them.
+ * adapter (worker/http.c, as a worker of a registry with http tools starts)
+ * and the OTLP exporter (supervisor/otlp) use it, so they call
+ * tp_curl_load() first and reach libcurl through tp_curl's function
+ * pointers: the same functions, with the types curl.h gives them.
  *
  * The library is the one it was built against, opened by its path, else
  * by its soname ("libcurl.so.4", or "libcurl-gnutls.so.4" for a build on

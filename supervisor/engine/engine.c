@@ -147,6 +147,15 @@ bool eng_txn_fit(tp_engine_t *e, size_t len, bool last_is_this)
     return ok;
 }
 
+/* Whether a tool of reg is an http tool: its workers load libcurl as they start. */
+static bool reg_has_http(const tp_registry_t *reg)
+{
+    for (size_t i = 0; i < reg->n_tools; i++)
+        if (reg->tools[i].adapter == TP_ADAPTER_HTTP)
+            return true;
+    return false;
+}
+
 /* ---- the turn ---- */
 
 static bool commit_urgent(const tp_engine_t *e)
@@ -526,6 +535,7 @@ tp_engine_t *tp_engine_new(const tp_engine_opts_t *o)
         .max_frame = o->max_frame,
         .recycle_after = o->recycle_after,
         .pipeline = o->pipeline,
+        .http = reg_has_http(o->reg),
         .done_cb = eng_attempt_done_cb,
         .notice_cb = eng_attempt_notice_cb,
         .started_cb = attempt_started_cb,

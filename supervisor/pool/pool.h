@@ -75,6 +75,7 @@ typedef struct {
     uint64_t recycle_after;    /* calls per worker before a fresh one; 0 = never */
     uint64_t hello_timeout_us; /* a worker that says nothing this long is dead */
     int pipeline;              /* attempts one worker may hold at once (1: no pipelining) */
+    bool http;                 /* the registry has http tools: each worker loads libcurl as it starts */
     /* An attempt ended (ok, failed, timed out, crashed). Called from the loop. */
     void (*done_cb)(void *ctx, tp_attempt_t *a);
     /*

@@ -103,9 +103,17 @@ void slot_spawn(tp_slot_t *s)
     SPAWN_STEP(posix_spawnattr_setsigmask, &attr, &none);
     char slot_arg[16];
     snprintf(slot_arg, sizeof slot_arg, "%d", s->index);
-    char *argv[] = {(char *)p->o.worker_path, "--max-frame", p->max_frame_arg, "--slot", slot_arg, NULL};
-    if (p->starts_fd < 0)
-        argv[3] = NULL; /* no board: no line to name */
+    char *argv[8] = {(char *)p->o.worker_path, "--max-frame", p->max_frame_arg};
+    int argc = 3;
+    if (p->starts_fd >= 0) { /* no board: no line to name */
+        argv[argc++] = "--slot";
+        argv[argc++] = slot_arg;
+    }
+    if (p->o.http) {
+        argv[argc++] = "--http";
+        argv[argc++] = "1";
+    }
+    argv[argc] = NULL;
     pid_t pid;
     SPAWN_STEP(posix_spawn, &pid, p->o.worker_path, &fa, &attr, argv, environ);
 #undef SPAWN_STEP
